@@ -1,0 +1,191 @@
+"""CIFAR-10 records and the train/eval ``tf.data`` pipelines.
+
+This module owns reading the binary format (``fileformat``), checking the files
+before a run starts, and the two input pipelines of the tutorial:
+
+* ``train_dataset``: the distorted inputs (random 24x24 crop, left-right flip,
+  brightness, contrast, per-image standardisation), shuffled, repeated, batched;
+* ``eval_dataset``: central 24x24 crop and standardisation, in file order, once,
+  with the last partial batch kept so that evaluation counts every example once.
+
+Both take a per-replica batch size and an optional ``tf.distribute.InputContext``
+so that they can be handed to ``strategy.distribute_datasets_from_function``.
+Downloading lives in ``download``; this module never touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cifar10 import fileformat as ff
+from cifar10.errors import DataError
+
+CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
+MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
+MAX_BRIGHTNESS_DELTA = 63.0
+CONTRAST_RANGE = (0.2, 1.8)
+
+
+def split_files(batches_dir: str, split: str) -> list[str]:
+    """Paths of the ``.bin`` files of ``split`` ('train', 'train_eval' or 'test')."""
+    if split not in ff.SPLIT_FILES:
+        raise ValueError(f"split must be one of {sorted(ff.SPLIT_FILES)}, got {split!r}")
+    return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
+
+
+def validate_files(paths: Sequence[str]) -> int:
+    """Checks that every file exists, holds whole records and labels 0-9.
+
+    Args:
+      paths: the ``.bin`` files to check.
+
+    Returns:
+      The total number of records in ``paths``.
+
+    Raises:
+      DataError: naming the first bad file, its size and what was expected.
+    """
+    total = 0
+    for path in paths:
+        if not os.path.isfile(path):
+            raise DataError(
+                f"missing data file {path}: expected a CIFAR-10 binary file of "
+                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes; delete "
+                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+        size = os.path.getsize(path)
+        if size == 0 or size % ff.RECORD_BYTES:
+            raise DataError(
+                f"truncated or corrupt data file {path}: {size:,} bytes is not a whole "
+                f"number of {ff.RECORD_BYTES:,}-byte records (the real files are "
+                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); delete "
+                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+        labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
+        bad = np.flatnonzero(labels >= ff.NUM_CLASSES)
+        if bad.size:
+            raise DataError(
+                f"corrupt data file {path}: record {bad[0]} has label {labels[bad[0]]}, "
+                f"expected 0-{ff.NUM_CLASSES - 1}; delete {os.path.dirname(path)} so "
+                f"that it is downloaded and extracted again")
+        total += labels.shape[0]
+    return total
+
+
+def decode_record(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes one 3,073-byte record into (uint8 image [32, 32, 3], int32 label)."""
+    raw = tf.io.decode_raw(record, tf.uint8)
+    label = tf.cast(raw[0], tf.int32)
+    # Stored depth-major [channel, row, col]; the model wants [row, col, channel].
+    depth_major = tf.reshape(raw[ff.LABEL_BYTES:], [ff.NUM_CHANNELS, ff.IMAGE_SIZE, ff.IMAGE_SIZE])
+    image = tf.transpose(depth_major, [1, 2, 0])
+    return image, label
+
+
+def read_records(paths: Sequence[str]) -> tf.data.Dataset:
+    """Dataset of (uint8 image [32, 32, 3], int32 label) in file and record order."""
+    records = tf.data.FixedLengthRecordDataset(list(paths), ff.RECORD_BYTES)
+    return records.map(decode_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def preprocess_for_train(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """The tutorial's distortions of one uint8 image, as float32 [24, 24, 3].
+
+    ``seed`` is a shape-[2] int tensor; every random choice derives from it, so
+    the same seed gives the same distortion whatever the threading.
+    """
+    seeds = tf.random.experimental.stateless_split(seed, num=4)
+    image = tf.cast(image, tf.float32)
+    image = tf.image.stateless_random_crop(image, [CROP_SIZE, CROP_SIZE, ff.NUM_CHANNELS], seeds[0])
+    image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+    image = tf.image.stateless_random_brightness(image, MAX_BRIGHTNESS_DELTA, seeds[2])
+    image = tf.image.stateless_random_contrast(image, *CONTRAST_RANGE, seed=seeds[3])
+    return tf.image.per_image_standardization(image)
+
+
+def preprocess_for_eval(image: tf.Tensor) -> tf.Tensor:
+    """Central 24x24 crop and standardisation of one uint8 image, float32 [24, 24, 3]."""
+    image = tf.image.resize_with_crop_or_pad(tf.cast(image, tf.float32), CROP_SIZE, CROP_SIZE)
+    return tf.image.per_image_standardization(image)
+
+
+def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
+    # Each input pipeline (one per worker) reads a disjoint share of the records.
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return ds
+
+
+def train_dataset(
+    paths: Sequence[str],
+    batch_size: int,
+    seed: int = 0,
+    shuffle_buffer: int = MIN_SHUFFLE_BUFFER,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """The distorted, shuffled, endless training batches.
+
+    Args:
+      paths: training ``.bin`` files.
+      batch_size: examples per batch (per replica under a strategy).
+      seed: seed of the shuffling and of the distortions.
+      shuffle_buffer: examples in the shuffle buffer (at least the original's 20,000
+        is the default; a larger value than the data set shuffles it fully).
+      input_context: given by ``distribute_datasets_from_function``; selects this
+        pipeline's shard of the records.
+
+    Returns:
+      Dataset of (float32 images [batch, 24, 24, 3], int32 labels [batch]).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+    # Decoded uint8 images are cached in memory (150 MB for the real training set),
+    # so only the first epoch reads the files and the first batch comes in seconds.
+    ds = _shard(read_records(paths), input_context).cache()
+    ds = ds.shuffle(shuffle_buffer, seed=seed + 7919 * pipeline_id, reshuffle_each_iteration=True)
+    ds = ds.repeat()
+    # A counter gives each example its own distortion seed [seed, n].
+    counter = tf.data.Dataset.counter()
+    ds = tf.data.Dataset.zip((ds, counter))
+
+    def distort(example, n):
+        image, label = example
+        op_seed = tf.stack([tf.cast(seed + 1_000_003 * pipeline_id, tf.int64), n])
+        return preprocess_for_train(image, op_seed), label
+
+    ds = ds.map(distort, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Fixed batch shapes keep one traced train step for the whole run.
+    ds = ds.batch(batch_size, drop_remainder=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def eval_dataset(
+    paths: Sequence[str],
+    batch_size: int,
+    num_examples: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """Evaluation batches in file order, each example exactly once.
+
+    Args:
+      paths: ``.bin`` files to evaluate on.
+      batch_size: examples per batch (per replica under a strategy).
+      num_examples: take only the first ``num_examples`` records (all if None).
+      input_context: given by ``distribute_datasets_from_function``.
+
+    Returns:
+      Dataset of (float32 images [<=batch, 24, 24, 3], int32 labels); the last
+      batch is partial when the count is not a multiple of ``batch_size``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    ds = read_records(paths)
+    if num_examples is not None:
+        ds = ds.take(num_examples)
+    ds = _shard(ds, input_context)
+    ds = ds.map(lambda image, label: (preprocess_for_eval(image), label),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)

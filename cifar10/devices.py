@@ -1,0 +1,91 @@
+"""Which devices the replicas run on, and the distribution strategy over them.
+
+``--num_gpus=N`` asks for N replicas.  On a machine with fewer GPUs than that,
+the replicas run on logical devices made by splitting what there is (logical
+GPUs on a GPU, else logical CPUs), so that the global batch and the learning-rate
+schedule stay those of N GPUs; one warning says so.  GPU memory growth is turned
+on so that an evaluator can share a GPU with the trainer.
+
+Logical devices can only be made before TensorFlow initialises its runtime, so
+``replica_devices`` must run before any other TensorFlow work in the process.
+"""
+
+from __future__ import annotations
+
+from absl import logging
+import tensorflow as tf
+
+from cifar10.errors import Cifar10Error
+
+# Memory of each logical GPU when several replicas share one physical GPU.
+LOGICAL_GPU_MEMORY_MB = 2048
+
+
+def enable_memory_growth() -> list:
+    """Turns on memory growth for every GPU; returns the physical GPUs."""
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except (RuntimeError, ValueError):
+            pass  # runtime already initialised, or the GPU is split into logical devices
+    return gpus
+
+
+def _split(physical, count: int, memory_limit: int | None) -> None:
+    config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count
+    try:
+        tf.config.set_logical_device_configuration(physical, config)
+    except RuntimeError:
+        pass  # runtime already initialised; the check in replica_devices decides
+
+
+def replica_devices(num_gpus: int) -> list[str]:
+    """Returns one device name per replica for ``--num_gpus=num_gpus``.
+
+    Args:
+      num_gpus: replicas wanted; 0 means one replica on the CPU.
+
+    Raises:
+      Cifar10Error: TensorFlow was already initialised with too few devices.
+    """
+    if num_gpus < 0:
+        raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
+    if num_gpus == 0:
+        return ["/cpu:0"]
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= num_gpus:
+        enable_memory_growth()
+        return [f"/gpu:{i}" for i in range(num_gpus)]
+    kind = "GPU" if gpus else "CPU"
+    if gpus:
+        logging.warning(
+            "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
+            "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
+            num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
+        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
+    else:
+        logging.warning(
+            "--num_gpus=%d but this machine has no GPU: running %d replica(s) on logical CPU "
+            "devices (same global batch and schedule as %d GPU(s), not the same speed).",
+            num_gpus, num_gpus, num_gpus)
+        if num_gpus > 1:
+            _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
+    logical = tf.config.list_logical_devices(kind)
+    if len(logical) < num_gpus:
+        raise Cifar10Error(
+            f"{num_gpus} replicas need {num_gpus} logical {kind} devices but TensorFlow was "
+            f"already initialised with {len(logical)}; configure devices before any other "
+            f"TensorFlow work in the process")
+    return [d.name for d in logical[:num_gpus]]
+
+
+def make_strategy(num_gpus: int, log_device_placement: bool = False) -> tf.distribute.Strategy:
+    """A MirroredStrategy with one replica per device of ``replica_devices``."""
+    tf.debugging.set_log_device_placement(log_device_placement)
+    devices = replica_devices(num_gpus)
+    # Several logical devices on one CPU cannot use NCCL; reduce through one device.
+    cross_device_ops = None
+    if all("CPU" in d.upper() for d in devices):
+        cross_device_ops = tf.distribute.ReductionToOneDevice()
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)

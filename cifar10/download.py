@@ -1,0 +1,335 @@
+"""Fetching and unpacking the CIFAR-10 binary tarball, safely.
+
+This module owns getting ``cifar-10-batches-bin`` onto disk: choosing the URL
+(``--data_url`` flag, then the ``CIFAR10_DATA_URL`` environment variable, then
+the official address), downloading the tarball with a checksum check, and
+extracting it without letting any member land outside the data directory.
+It does not look inside the ``.bin`` files; validating them is done elsewhere.
+
+Guarantees:
+
+* A file under the final name ``cifar-10-binary.tar.gz`` is either one the user
+  put there or a complete download whose size and MD5 were checked.  Downloads
+  go to a ``.part-*`` temporary file that is removed on any failure, including
+  ``KeyboardInterrupt``.
+* A user's file is never deleted or silently trusted: a tarball that fails the
+  check is reported with a ``DataError`` that says to delete it.
+* ``cifar-10-batches-bin`` appears only complete: the tarball is unpacked into a
+  temporary directory and the folder is renamed into place at the end.
+
+It uses only the standard library (no TensorFlow), so that it stays cheap to
+import.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+
+from cifar10 import fileformat as ff
+from cifar10.errors import DataError
+
+# Seconds a blocked connect or read may take before the download gives up.
+SOCKET_TIMEOUT_S = 60.0
+_CHUNK_BYTES = 1 << 20
+_PART_PREFIX = ff.TARBALL_NAME + ".part-"
+_EXTRACT_PREFIX = ".cifar-10-extract-"
+
+
+def resolve_url(url: str | None) -> str:
+    """Returns the URL to download the tarball from.
+
+    Args:
+      url: an explicit URL (e.g. from ``--data_url``); wins when non-empty.
+
+    Returns:
+      ``url`` if non-empty, else the ``CIFAR10_DATA_URL`` environment variable if
+      set and non-empty, else the official ``fileformat.DATA_URL``.
+    """
+    if url:
+        return url
+    return os.environ.get(ff.DATA_URL_ENV) or ff.DATA_URL
+
+
+def file_md5(path: str) -> str:
+    """Returns the hex MD5 digest of the file at ``path``."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def maybe_download_and_extract(
+    data_dir: str,
+    url: str | None = None,
+    md5: str | None = None,
+    size: int | None = None,
+    progress: bool = True,
+) -> str:
+    """Makes sure ``data_dir/cifar-10-batches-bin`` exists, fetching it if needed.
+
+    An existing ``cifar-10-batches-bin`` directory is returned as is, without
+    network access.  Otherwise an existing ``cifar-10-binary.tar.gz`` in
+    ``data_dir`` is checked and extracted, or the tarball is downloaded from
+    ``resolve_url(url)``, checked, saved under that name and extracted.
+
+    Args:
+      data_dir: directory holding the tarball and the extracted folder; created
+        if missing.
+      url: where to download from (http, https or file://); see ``resolve_url``.
+      md5: expected hex MD5 of the tarball.  When None, the official tarball's
+        MD5 and size are expected and ``size`` is ignored.
+      size: expected size in bytes, checked only when ``md5`` is given too.
+      progress: whether to show download progress on stderr.
+
+    Returns:
+      The path of the ``cifar-10-batches-bin`` folder.
+
+    Raises:
+      DataError: the data directory cannot be created, the download fails, a
+        tarball does not match the expected checksum, is unreadable, unsafe or
+        lacks the ``cifar-10-batches-bin`` folder.
+    """
+    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    if os.path.isdir(batches_dir):
+        return batches_dir
+    if os.path.lexists(batches_dir):
+        raise DataError(
+            f"{batches_dir} exists but is not a directory. Remove it so that the "
+            f"data can be extracted there."
+        )
+    if md5 is None:
+        md5, size = ff.TARBALL_MD5, ff.TARBALL_BYTES
+    _make_dir(data_dir)
+    tarball = os.path.join(data_dir, ff.TARBALL_NAME)
+    if os.path.exists(tarball):
+        _verify(tarball, md5, size)
+    else:
+        _download(resolve_url(url), data_dir, md5, size, progress)
+    _safe_extract(tarball, data_dir)
+    return batches_dir
+
+
+def _make_dir(data_dir: str) -> None:
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create the data directory {data_dir}: {_reason(e)}") from e
+
+
+def _reason(error: BaseException) -> str:
+    """Returns a one-line description of a download or file error."""
+    if isinstance(error, urllib.error.HTTPError):
+        text = f"HTTP error {error.code}: {error.reason}"
+    elif isinstance(error, urllib.error.URLError):
+        text = str(error.reason)
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split()) or type(error).__name__
+
+
+def _mismatch(got_size: int, got_md5: str, md5: str, size: int | None) -> str | None:
+    """Describes how a file differs from the expected one, or None if it matches."""
+    if got_md5.lower() == md5.lower() and (size is None or got_size == size):
+        return None
+    expected = f"MD5 {md5}" if size is None else f"{size} bytes, MD5 {md5}"
+    return f"got {got_size} bytes, MD5 {got_md5}; expected {expected}"
+
+
+def _verify(path: str, md5: str, size: int | None) -> None:
+    """Checks a tarball the user (or an earlier run) left in the data directory.
+
+    Raises:
+      DataError: the file cannot be read or its size or MD5 is not the expected
+        one.  The file is left in place.
+    """
+    try:
+        got_size, got_md5 = os.path.getsize(path), file_md5(path)
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {_reason(e)}") from e
+    problem = _mismatch(got_size, got_md5, md5, size)
+    if problem:
+        raise DataError(
+            f"{path} is not the expected tarball ({problem}); it may be incomplete "
+            f"or corrupt. Delete it so that it is downloaded again."
+        )
+
+
+def _report_progress(name: str, done: int, total: int | None) -> None:
+    """Shows download progress on stderr, on one line that is rewritten."""
+    if total:
+        shown = f"{100.0 * done / total:.1f}%"
+    else:
+        shown = f"{done / 1e6:.1f} MB"
+    sys.stderr.write(f"\r>> Downloading {name} {shown}")
+    sys.stderr.flush()
+
+
+def _download_failed(url: str, dest_dir: str, reason: str) -> DataError:
+    return DataError(
+        f"could not download {url} ({reason}). Put {ff.TARBALL_NAME} in {dest_dir}, "
+        f"or extract it there so that {os.path.join(dest_dir, ff.BATCHES_DIRNAME)} "
+        f"exists, or point --data_url or {ff.DATA_URL_ENV} at a mirror or a "
+        f"file:// path."
+    )
+
+
+def _content_length(response) -> int | None:
+    value = response.headers.get("Content-Length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
+    """Copies ``response`` to the file ``out``; returns (bytes copied, hex MD5).
+
+    Raises:
+      ConnectionError: fewer bytes arrived than the Content-Length announced.
+      OSError, http.client.HTTPException: the transfer failed.
+    """
+    total = _content_length(response)
+    digest = hashlib.md5()
+    done = 0
+    try:
+        while True:
+            if progress:
+                _report_progress(name, done, total)
+            chunk = response.read(_CHUNK_BYTES)
+            if not chunk:
+                break
+            out.write(chunk)
+            digest.update(chunk)
+            done += len(chunk)
+    finally:
+        if progress:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+    if total is not None and done != total:
+        raise ConnectionError(f"transfer ended after {done} of {total} bytes")
+    return done, digest.hexdigest()
+
+
+def _download(
+    url: str, dest_dir: str, expected_md5: str, expected_size: int | None, progress: bool
+) -> str:
+    """Downloads ``url`` to ``dest_dir/cifar-10-binary.tar.gz`` and checks it.
+
+    The data goes to a temporary ``.part-*`` file in ``dest_dir`` that is renamed
+    to the final name only once its size and MD5 match; on any failure or
+    interruption it is removed.
+
+    Returns:
+      The path of the downloaded tarball.
+
+    Raises:
+      DataError: the download failed or the file is not the expected one.
+    """
+    final = os.path.join(dest_dir, ff.TARBALL_NAME)
+    try:
+        fd, part = tempfile.mkstemp(prefix=_PART_PREFIX, dir=dest_dir)
+    except OSError as e:
+        raise DataError(f"cannot write a file in {dest_dir}: {_reason(e)}") from e
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out:
+                with urllib.request.urlopen(url, timeout=SOCKET_TIMEOUT_S) as response:
+                    got_size, got_md5 = _stream(response, out, ff.TARBALL_NAME, progress)
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+            # URLError, HTTPError, timeouts and refused connections are OSErrors;
+            # ValueError is a URL urllib cannot parse.
+            raise _download_failed(url, dest_dir, _reason(e)) from e
+        problem = _mismatch(got_size, got_md5, expected_md5, expected_size)
+        if problem:
+            raise DataError(
+                f"the file downloaded from {url} is not the expected tarball ({problem}). "
+                f"Check --data_url or {ff.DATA_URL_ENV}, or put the right "
+                f"{ff.TARBALL_NAME} in {dest_dir}."
+            )
+        os.replace(part, final)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
+    return final
+
+
+def _check_member(member: tarfile.TarInfo, dest: str) -> None:
+    """Raises DataError unless ``member`` is a plain file or folder inside ``dest``."""
+    name = member.name
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
+        problem = "has an absolute path"
+    elif ".." in parts:
+        problem = "has a '..' component"
+    elif not (member.isreg() or member.isdir()):
+        problem = "is a link, device or other special file"
+    else:
+        root = os.path.realpath(dest)
+        target = os.path.realpath(os.path.join(root, name))
+        if os.path.commonpath([root, target]) == root:
+            return
+        problem = "would be written outside the data directory"
+    raise DataError(f"unsafe member {name!r}: it {problem}")
+
+
+def _safe_extract(tarball: str, data_dir: str) -> str:
+    """Extracts ``cifar-10-batches-bin`` from ``tarball`` into ``data_dir``.
+
+    Every member is checked before anything is written; the tarball is unpacked
+    into a temporary directory inside ``data_dir`` (removed at the end) and the
+    folder is renamed into place, so it never appears half extracted.
+
+    Returns:
+      The path of the extracted ``cifar-10-batches-bin`` folder.
+
+    Raises:
+      DataError: the tarball is unreadable, holds an unsafe member or lacks the
+        folder.
+    """
+    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    tmp_dir = tempfile.mkdtemp(prefix=_EXTRACT_PREFIX, dir=data_dir)
+    try:
+        try:
+            with tarfile.open(tarball, "r:*") as tar:
+                members = tar.getmembers()
+                for member in members:
+                    try:
+                        _check_member(member, tmp_dir)
+                    except DataError as e:
+                        raise DataError(f"refusing to extract {tarball}: {e}") from None
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(tmp_dir, members=members, filter="data")
+                else:  # Python without extraction filters; members checked above.
+                    tar.extractall(tmp_dir, members=members)
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise DataError(
+                f"cannot read {tarball} ({_reason(e)}); it is corrupt or not a tarball. "
+                f"Delete it so that it is downloaded again."
+            ) from e
+        except OSError as e:
+            raise DataError(f"cannot extract {tarball} into {data_dir}: {_reason(e)}") from e
+        extracted = os.path.join(tmp_dir, ff.BATCHES_DIRNAME)
+        if not os.path.isdir(extracted):
+            raise DataError(
+                f"{tarball} has no {ff.BATCHES_DIRNAME}/ folder; it is not the CIFAR-10 "
+                f"binary tarball. Delete it and get {ff.TARBALL_NAME} again."
+            )
+        try:
+            os.replace(extracted, batches_dir)
+        except OSError as e:
+            if not os.path.isdir(batches_dir):  # else another process won the race
+                raise DataError(f"cannot create {batches_dir}: {_reason(e)}") from e
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return batches_dir

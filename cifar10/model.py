@@ -1,0 +1,140 @@
+"""The tutorial's convnet: ``inference`` (images -> logits) and its loss.
+
+Layers, in order, as SPEC.md and the original ``cifar10.inference``:
+
+    conv1 (5x5x3x64, ReLU) -> pool1 (3x3/2) -> norm1 (LRN)
+    conv2 (5x5x64x64, ReLU) -> norm2 (LRN) -> pool2 (3x3/2)
+    local3 (2304->384, ReLU) -> local4 (384->192, ReLU) -> softmax_linear (192->10)
+
+1,068,298 trainable parameters.  Variables are named by scope as in the
+original (``conv1/weights``, ``conv1/biases``, ... ``softmax_linear/biases``),
+and a ``tf.train.Checkpoint(model=model)`` stores them under the same paths.
+The model reads no flags: everything it needs is a constructor argument.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from cifar10 import fileformat as ff
+
+LRN_DEPTH_RADIUS = 4
+LRN_BIAS = 1.0
+LRN_ALPHA = 0.001 / 9.0
+LRN_BETA = 0.75
+
+LAYER_NAMES = ("conv1", "conv2", "local3", "local4", "softmax_linear")
+
+
+class _Layer(tf.Module):
+    """The ``weights`` and ``biases`` of one scope of the model."""
+
+    def __init__(self, name: str, shape: list[int], stddev: float, bias: float,
+                 wd: float, seed: tuple[int, int], trainable: bool):
+        super().__init__(name=name)
+        self.wd = wd
+        with self.name_scope:  # names the variables '<scope>/weights', '<scope>/biases'
+            self.weights = tf.Variable(
+                tf.random.stateless_truncated_normal(shape, seed=seed, stddev=stddev),
+                name="weights", trainable=trainable)
+            self.biases = tf.Variable(tf.fill([shape[-1]], float(bias)), name="biases",
+                                      trainable=trainable)
+
+
+class LossParts(NamedTuple):
+    """The terms of the training loss (float32 scalars)."""
+
+    total: tf.Tensor  # cross_entropy + weight_decay
+    cross_entropy: tf.Tensor  # mean over the batch
+    weight_decay: tf.Tensor  # sum of wd * l2_loss(w)
+
+
+class Model(tf.Module):
+    """The CIFAR-10 tutorial model.
+
+    Args:
+      seed: seed of the truncated-normal initialisers; the same seed gives the
+        same initial weights.
+      compute_dtype: ``tf.float32``, or ``tf.float16`` for mixed precision
+        (float16 activations, float32 variables, float32 logits and loss).
+      trainable: False for a copy that holds moving averages, not trained weights.
+    """
+
+    def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
+                 trainable: bool = True):
+        super().__init__(name="cifar10")
+        self.compute_dtype = tf.as_dtype(compute_dtype)
+        c, t = ff.NUM_CHANNELS, trainable
+        self.conv1 = _Layer("conv1", [5, 5, c, 64], 5e-2, 0.0, 0.0, (seed, 1), t)
+        self.conv2 = _Layer("conv2", [5, 5, 64, 64], 5e-2, 0.1, 0.0, (seed, 2), t)
+        self.local3 = _Layer("local3", [6 * 6 * 64, 384], 0.04, 0.1, 0.004, (seed, 3), t)
+        self.local4 = _Layer("local4", [384, 192], 0.04, 0.1, 0.004, (seed, 4), t)
+        self.softmax_linear = _Layer("softmax_linear", [192, ff.NUM_CLASSES], 1 / 192.0, 0.0,
+                                     0.0, (seed, 5), t)
+        self.layers = [self.conv1, self.conv2, self.local3, self.local4, self.softmax_linear]
+
+    def parameters(self) -> list[tf.Variable]:
+        """The variables in layer order (weights, biases), trainable or not."""
+        return [v for layer in self.layers for v in (layer.weights, layer.biases)]
+
+    def _params(self, layer: _Layer) -> tuple[tf.Tensor, tf.Tensor]:
+        return (tf.cast(layer.weights, self.compute_dtype),
+                tf.cast(layer.biases, self.compute_dtype))
+
+    def activations(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Runs the model; returns the output of each named layer.
+
+        Args:
+          images: float [batch, 24, 24, 3] standardised images.
+
+        Returns:
+          {'conv1', 'conv2', 'local3', 'local4': activations in the compute
+          dtype, 'softmax_linear': float32 logits [batch, 10]}.
+        """
+        x = tf.cast(images, self.compute_dtype)
+        out = {}
+        w, b = self._params(self.conv1)
+        out["conv1"] = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+        x = tf.nn.max_pool2d(out["conv1"], ksize=3, strides=2, padding="SAME")  # pool1
+        x = local_response_norm(x)  # norm1
+        w, b = self._params(self.conv2)
+        out["conv2"] = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+        x = local_response_norm(out["conv2"])  # norm2 comes before pool2, as the original
+        x = tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")  # pool2
+        x = tf.reshape(x, [tf.shape(x)[0], -1])
+        w, b = self._params(self.local3)
+        out["local3"] = tf.nn.relu(tf.matmul(x, w) + b)
+        w, b = self._params(self.local4)
+        out["local4"] = tf.nn.relu(tf.matmul(out["local3"], w) + b)
+        w, b = self._params(self.softmax_linear)
+        out["softmax_linear"] = tf.cast(tf.matmul(out["local4"], w) + b, tf.float32)
+        return out
+
+    def __call__(self, images: tf.Tensor) -> tf.Tensor:
+        """``inference``: float32 logits [batch, 10] of standardised images."""
+        return self.activations(images)["softmax_linear"]
+
+    def weight_decay(self) -> tf.Tensor:
+        """Sum of ``wd * l2_loss(weights)`` over the layers with weight decay."""
+        terms = [layer.wd * tf.nn.l2_loss(layer.weights) for layer in self.layers if layer.wd]
+        return tf.add_n(terms)
+
+    def loss(self, logits: tf.Tensor, labels: tf.Tensor) -> LossParts:
+        """Mean cross-entropy of ``logits`` against ``labels`` plus weight decay."""
+        xent = tf.reduce_mean(cross_entropy(logits, labels))
+        wd = self.weight_decay()
+        return LossParts(total=xent + wd, cross_entropy=xent, weight_decay=wd)
+
+
+def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """Per-example sparse softmax cross-entropy, float32 [batch]."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def local_response_norm(x: tf.Tensor) -> tf.Tensor:
+    """The tutorial's LRN (depth_radius 4, bias 1, alpha 0.001/9, beta 0.75)."""
+    return tf.nn.lrn(x, depth_radius=LRN_DEPTH_RADIUS, bias=LRN_BIAS, alpha=LRN_ALPHA,
+                     beta=LRN_BETA)

@@ -1,0 +1,363 @@
+"""The trainer as a library: synchronous data-parallel SGD of the tutorial model.
+
+What it owns: the train step under a ``tf.distribute`` strategy, the learning-rate
+schedule, the exponential moving averages, checkpoints (with resume) and the
+training summaries.  It reads no flags: ``train_main`` builds a ``TrainConfig``.
+
+Semantics kept from the original multi-GPU trainer (SPEC.md):
+* one replica per device, each on its own batch of ``batch_size`` examples;
+  gradients are combined across replicas into one synchronous update that equals
+  the original's averaged tower gradients;
+* plain gradient descent, learning rate 0.1 x 0.1^floor(epochs / 350), with
+  epochs counted from the examples seen (the original decayed later with more
+  GPUs; this port does not);
+* moving averages of every trainable variable, decay 0.9999 with the step as
+  ``num_updates``, saved in every checkpoint for the evaluator.
+
+The global step counts updates done: the checkpoint after 1,000 updates is
+``model.ckpt-1000`` and holds step 1000, which is where a resumed run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import threading
+import time
+from typing import Iterator
+
+from absl import logging
+import tensorflow as tf
+
+from cifar10 import data
+from cifar10 import fileformat as ff
+from cifar10 import summaries
+from cifar10.errors import Cifar10Error, DivergedError
+from cifar10.model import Model, cross_entropy
+
+INITIAL_LEARNING_RATE = 0.1
+LEARNING_RATE_DECAY_FACTOR = 0.1
+NUM_EPOCHS_PER_DECAY = 350
+MOVING_AVERAGE_DECAY = 0.9999
+LOSS_AVERAGE_DECAY = 0.9
+# Static loss scale of --use_fp16: keeps float16 activation gradients, which are
+# divided by the global batch, clear of underflow.
+FP16_LOSS_SCALE = 1024.0
+
+CHECKPOINT_NAME = "model.ckpt"
+COMPLETE_FILE = "training_complete.json"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything one training run needs; the defaults are the original's.
+
+    Attributes:
+      train_dir: where checkpoints and summaries go; an existing run there resumes.
+      batch_size: examples per replica per step.
+      max_steps: stop after this many updates.
+      log_frequency: print the progress line every this many steps.
+      checkpoint_every: save ``model.ckpt-<step>`` every this many steps.
+      keep_checkpoints: how many checkpoints to keep.
+      summary_every: write TensorBoard summaries every this many steps.
+      seed: seed of the initial weights, the shuffling and the distortions.
+      use_fp16: float16 compute with float32 variables.
+      initial_learning_rate: learning rate before the first decay.
+      shuffle_buffer: examples in the shuffle buffer.
+    """
+
+    train_dir: str
+    batch_size: int = 128
+    max_steps: int = 1_000_000
+    log_frequency: int = 10
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 5
+    summary_every: int = 100
+    seed: int = 0
+    use_fp16: bool = False
+    initial_learning_rate: float = INITIAL_LEARNING_RATE
+    shuffle_buffer: int = data.MIN_SHUFFLE_BUFFER
+
+    def check(self) -> None:
+        """Raises ValueError naming the first setting out of range."""
+        for name in ("batch_size", "max_steps", "log_frequency", "checkpoint_every",
+                     "keep_checkpoints", "summary_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def learning_rate(step, global_batch: int, examples_per_epoch: int,
+                  initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
+    """Staircase decay by 0.1 every 350 epochs of examples seen before ``step``.
+
+    Args:
+      step: updates done so far (int or int64 tensor).
+      global_batch: examples per update over all replicas.
+      examples_per_epoch: examples in the training set.
+      initial: learning rate at step 0.
+    """
+    examples = tf.cast(step, tf.int64) * global_batch
+    decays = examples // (NUM_EPOCHS_PER_DECAY * examples_per_epoch)
+    return initial * tf.pow(LEARNING_RATE_DECAY_FACTOR, tf.cast(decays, tf.float32))
+
+
+def moving_average_decay(step) -> tf.Tensor:
+    """Decay of the weight averages after update ``step`` (num_updates = step)."""
+    step = tf.cast(step, tf.float32)
+    return tf.minimum(MOVING_AVERAGE_DECAY, (1.0 + step) / (10.0 + step))
+
+
+class TrainState(tf.Module):
+    """Everything a checkpoint holds: weights, their averages, step, loss averages."""
+
+    def __init__(self, seed: int, compute_dtype: tf.DType):
+        super().__init__(name="train_state")
+        self.model = Model(seed=seed, compute_dtype=compute_dtype)
+        # The averages live in a second, untrained copy of the model, so that the
+        # evaluator restores them with tf.train.Checkpoint(averages=Model()).
+        self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.loss_averages = {
+            name: tf.Variable(0.0, trainable=False, name=f"{name}_avg")
+            for name in ("cross_entropy", "total_loss")
+        }
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(model=self.model, averages=self.averages, step=self.step,
+                                   loss_averages=self.loss_averages)
+
+
+class Trainer:
+    """Builds the state and the distributed train step under ``strategy``.
+
+    Args:
+      config: the run's settings.
+      strategy: one replica per device; ``devices.make_strategy`` makes one.
+      examples_per_epoch: examples in the training set (for the LR schedule).
+    """
+
+    def __init__(self, config: TrainConfig, strategy: tf.distribute.Strategy,
+                 examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN):
+        config.check()
+        self.config = config
+        self.strategy = strategy
+        self.num_replicas = strategy.num_replicas_in_sync
+        self.global_batch = config.batch_size * self.num_replicas
+        self.examples_per_epoch = examples_per_epoch
+        compute_dtype = tf.float16 if config.use_fp16 else tf.float32
+        self.loss_scale = FP16_LOSS_SCALE if config.use_fp16 else 1.0
+        with strategy.scope():
+            self.state = TrainState(config.seed, compute_dtype)
+        self.variables = self.state.model.parameters()
+        self._step_fns = {
+            False: tf.function(lambda it: self._distributed_step(it, with_summaries=False)),
+            True: tf.function(lambda it: self._distributed_step(it, with_summaries=True)),
+        }
+
+    def dataset(self, train_files: list[str]) -> tf.distribute.DistributedDataset:
+        """The training batches, distributed over the replicas."""
+        cfg = self.config
+        return self.strategy.distribute_datasets_from_function(
+            lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=cfg.seed,
+                                           shuffle_buffer=cfg.shuffle_buffer,
+                                           input_context=ctx))
+
+    def learning_rate(self, step) -> tf.Tensor:
+        return learning_rate(step, self.global_batch, self.examples_per_epoch,
+                             self.config.initial_learning_rate)
+
+    def _apply(self, strategy, grads):
+        """Cross-replica part of a step: sum gradients, SGD update, averages, step."""
+        pairs = list(zip(grads, self.variables))
+        reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
+        lr = self.learning_rate(self.state.step)
+        for var, grad in zip(self.variables, reduced):
+            strategy.extended.update(var, lambda v, g: v.assign_sub(lr * g), args=(grad,))
+        self.state.step.assign_add(1)
+        decay = moving_average_decay(self.state.step)
+        for avg, var in zip(self.state.averages.parameters(), self.variables):
+            strategy.extended.update(
+                avg, lambda a, v: a.assign_sub((1.0 - decay) * (a - v)), args=(var,))
+        return reduced
+
+    def _replica_step(self, images, labels, with_summaries):
+        model = self.state.model
+        with tf.GradientTape() as tape:
+            acts = model.activations(images)
+            # Gradients are SUMMED over replicas (in _apply).  Dividing the
+            # cross-entropy sum by the global batch, and the weight decay by the
+            # number of replicas, makes that sum equal the original's average of
+            # tower gradients, with the weight decay counted once.
+            xent = tf.reduce_sum(cross_entropy(acts["softmax_linear"], labels)) / self.global_batch
+            wd = model.weight_decay()
+            scaled = xent + wd / self.num_replicas
+            scaled_for_grads = scaled * self.loss_scale
+        grads = tape.gradient(scaled_for_grads, self.variables)
+        if self.loss_scale != 1.0:
+            grads = [g / self.loss_scale for g in grads]
+        ctx = tf.distribute.get_replica_context()
+        reduced = ctx.merge_call(self._apply, args=(grads,))
+        out = {"cross_entropy": xent, "weight_decay": wd}
+        if with_summaries:
+            out.update(activations=acts, gradients=reduced, images=images)
+        return out
+
+    def _distributed_step(self, iterator, with_summaries):
+        images, labels = next(iterator)
+        lr = self.learning_rate(self.state.step)  # the rate this update uses
+        out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
+        sum_ = tf.distribute.ReduceOp.SUM
+        xent = self.strategy.reduce(sum_, out["cross_entropy"], axis=None)
+        wd = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, out["weight_decay"], axis=None)
+        losses = {"cross_entropy": xent, "total_loss": xent + wd}
+        first = self.state.step == 1
+        for name, value in losses.items():
+            avg = self.state.loss_averages[name]
+            avg.assign(tf.where(first, value, LOSS_AVERAGE_DECAY * avg
+                                + (1.0 - LOSS_AVERAGE_DECAY) * value))
+        if with_summaries:
+            local = lambda x: self.strategy.experimental_local_results(x)[0]  # noqa: E731
+            summaries.write_train_summaries(
+                step=self.state.step, learning_rate=lr, losses=losses,
+                loss_averages=self.state.loss_averages,
+                activations={k: local(v) for k, v in out["activations"].items()},
+                variables=self.variables, gradients=[local(g) for g in out["gradients"]],
+                images=local(out["images"]))
+        return losses
+
+    def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, tf.Tensor]:
+        """Runs one synchronous update on the next batch of ``iterator``.
+
+        Returns:
+          {'cross_entropy', 'total_loss'}: the step's losses over the global batch.
+        """
+        return self._step_fns[with_summaries](iterator)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """How a call of ``train`` ended."""
+
+    step: int  # the global step reached
+    steps_run: int  # updates done by this call
+    complete: bool  # max_steps reached
+    stopped: bool  # a stop was requested (signal) before max_steps
+    last_checkpoint: str | None
+
+
+def _log_line(step: int, loss: float, examples_per_sec: float, sec_per_batch: float) -> str:
+    return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)" % (
+        datetime.datetime.now(), step, loss, examples_per_sec, sec_per_batch)
+
+
+def is_complete(train_dir: str) -> bool:
+    """True when a run in ``train_dir`` reached its ``max_steps``."""
+    return os.path.exists(os.path.join(train_dir, COMPLETE_FILE))
+
+
+def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
+          examples_per_epoch: int, stop_event: threading.Event | None = None,
+          print_fn=print) -> TrainResult:
+    """Trains until ``config.max_steps`` or until ``stop_event`` is set.
+
+    Resumes from the latest checkpoint in ``config.train_dir``.  Saves a
+    checkpoint every ``checkpoint_every`` steps, at ``max_steps`` and when
+    stopped; never from a diverged state.
+
+    Args:
+      config: the run's settings.
+      strategy: the distribution strategy (``devices.make_strategy``).
+      train_files: validated training ``.bin`` files.
+      examples_per_epoch: records in ``train_files`` (for the LR schedule).
+      stop_event: set (e.g. by a signal handler) to save and return after the
+        current step.
+      print_fn: where the progress lines go.
+
+    Raises:
+      DivergedError: the loss became NaN or infinite.
+    """
+    cfg = config
+    trainer = Trainer(cfg, strategy, examples_per_epoch)
+    state = trainer.state
+    os.makedirs(cfg.train_dir, exist_ok=True)
+    manager = tf.train.CheckpointManager(
+        state.checkpoint(), cfg.train_dir, max_to_keep=cfg.keep_checkpoints,
+        checkpoint_name=CHECKPOINT_NAME, step_counter=state.step)
+    start = restore(manager)
+    if start >= cfg.max_steps:
+        print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
+                 f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to train "
+                 f"further or pass --fresh_start to start over.")
+        _mark_complete(cfg.train_dir, start)
+        return TrainResult(start, 0, True, False, manager.latest_checkpoint)
+    _unmark_complete(cfg.train_dir)
+    if start:
+        print_fn(f"Resuming from {manager.latest_checkpoint} at step {start}.")
+
+    iterator = iter(trainer.dataset(train_files))
+    writer = tf.summary.create_file_writer(cfg.train_dir)
+    step, last_saved = start, start
+    interval_start, interval_steps = time.time(), 0
+    try:
+        with writer.as_default():
+            while step < cfg.max_steps and not (stop_event and stop_event.is_set()):
+                with_summaries = (step + 1) % cfg.summary_every == 0
+                losses = trainer.step(iterator, with_summaries)
+                loss = float(losses["total_loss"])
+                if not math.isfinite(loss):
+                    raise DivergedError(
+                        f"Model diverged with loss = NaN at step {step + 1} (loss {loss}); "
+                        f"the last good checkpoint is {manager.latest_checkpoint}")
+                step += 1
+                interval_steps += 1
+                if step % cfg.log_frequency == 0 or step == start + 1:
+                    duration = time.time() - interval_start
+                    examples_per_sec = interval_steps * trainer.global_batch / duration
+                    print_fn(_log_line(step, loss, examples_per_sec,
+                                       duration / interval_steps / trainer.num_replicas))
+                    if with_summaries:
+                        tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
+                    interval_start, interval_steps = time.time(), 0
+                if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+                    manager.save(checkpoint_number=step)
+                    last_saved = step
+        if step != last_saved:  # stopped between checkpoints: keep the work done
+            manager.save(checkpoint_number=step)
+    finally:
+        writer.flush()
+        writer.close()
+    complete = step >= cfg.max_steps
+    if complete:
+        _mark_complete(cfg.train_dir, step)
+    return TrainResult(step, step - start, complete, not complete, manager.latest_checkpoint)
+
+
+def restore(manager: tf.train.CheckpointManager) -> int:
+    """Restores the latest checkpoint of ``manager`` if any; returns its step."""
+    path = manager.latest_checkpoint
+    if not path:
+        return 0
+    try:
+        manager.checkpoint.restore(path).assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as e:
+        raise Cifar10Error(
+            f"cannot restore checkpoint {path} ({str(e).splitlines()[0]}); move the "
+            f"train_dir aside or pass --fresh_start to start over") from e
+    return int(manager.checkpoint.step.numpy())
+
+
+def _mark_complete(train_dir: str, step: int) -> None:
+    tmp = os.path.join(train_dir, COMPLETE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"step": step, "time": time.time()}, f)
+    os.replace(tmp, os.path.join(train_dir, COMPLETE_FILE))
+
+
+def _unmark_complete(train_dir: str) -> None:
+    try:
+        os.remove(os.path.join(train_dir, COMPLETE_FILE))
+    except FileNotFoundError:
+        pass

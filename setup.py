@@ -1,0 +1,33 @@
+"""Installs the cifar10 package and its two programs, cifar10-train and cifar10-eval."""
+
+import pathlib
+import re
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+
+
+def requirements(name):
+    lines = (HERE / name).read_text().splitlines()
+    return [l.strip() for l in lines if l.strip() and not l.startswith(("#", "-r"))]
+
+
+setup(
+    name="cifar10",
+    version=re.search(r'__version__ = "(.+)"', (HERE / "cifar10/__init__.py").read_text())[1],
+    description="TensorFlow 2 port of the TensorFlow CIFAR-10 tutorial: multi-GPU trainer "
+                "and evaluator",
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["cifar10", "cifar10.*"]),
+    python_requires=">=3.10",
+    install_requires=requirements("requirements.txt"),
+    extras_require={"test": requirements("requirements-test.txt")},
+    entry_points={
+        "console_scripts": [
+            "cifar10-train=cifar10.train_main:run",
+            "cifar10-eval=cifar10.eval_main:run",
+        ],
+    },
+)

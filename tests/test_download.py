@@ -1,0 +1,430 @@
+"""Tests of cifar10.download against a local HTTP server and file:// URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import os
+import socket
+import sys
+import tarfile
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cifar10 import download
+from cifar10 import fileformat as ff
+from cifar10 import synthetic
+from cifar10.errors import DataError
+
+RECORDS = 5
+TARBALL = synthetic.tarball_bytes(records_per_file=RECORDS)
+TARBALL_MD5 = hashlib.md5(TARBALL).hexdigest()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+        pass
+
+
+class _TruncatingHandler(http.server.BaseHTTPRequestHandler):
+    """Announces 100,000 bytes, sends 1,000, then closes the connection."""
+
+    def do_GET(self):  # noqa: N802 - name required by BaseHTTPRequestHandler
+        self.send_response(200)
+        self.send_header("Content-Type", "application/gzip")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        self.wfile.write(TARBALL[:1000])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+def _serve(handler):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _stop(server, thread):
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A directory served over HTTP; yields (directory, base URL)."""
+    root = tmp_path / "www"
+    root.mkdir()
+
+    def handler(*args, **kwargs):
+        return _QuietHandler(*args, directory=str(root), **kwargs)
+
+    server, thread = _serve(handler)
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        _stop(server, thread)
+
+
+@pytest.fixture
+def served_tarball(http_root):
+    """URL of the small valid tarball on the local server."""
+    root, base = http_root
+    (root / ff.TARBALL_NAME).write_bytes(TARBALL)
+    return f"{base}/{ff.TARBALL_NAME}"
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def dead_url():
+    """A URL on a port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{ff.TARBALL_NAME}"
+
+
+def _leftovers(directory: Path) -> list[str]:
+    """Names in ``directory`` other than the final tarball and batches folder."""
+    if not directory.exists():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if p.name not in (ff.TARBALL_NAME, ff.BATCHES_DIRNAME))
+
+
+def _assert_extracted(batches_dir: str, data_dir: Path) -> None:
+    assert batches_dir == os.path.join(str(data_dir), ff.BATCHES_DIRNAME)
+    for name in ff.TRAIN_FILES + ff.TEST_FILES:
+        assert os.path.getsize(os.path.join(batches_dir, name)) == RECORDS * ff.RECORD_BYTES
+    assert (data_dir / ff.TARBALL_NAME).read_bytes() == TARBALL
+    assert _leftovers(data_dir) == []
+
+
+def _tarball(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, contents in members:
+            if contents is not None:
+                info.size = len(contents)
+                tar.addfile(info, io.BytesIO(contents))
+            else:
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def _file(name: str, contents: bytes = b"x" * 10) -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), contents
+
+
+def _good_member() -> tuple[tarfile.TarInfo, bytes]:
+    return _file(f"{ff.BATCHES_DIRNAME}/{ff.TEST_FILES[0]}")
+
+
+# 1, 2: successful downloads.
+
+
+def test_download_over_http(served_tarball, data_dir, capsys):
+    got = download.maybe_download_and_extract(
+        str(data_dir), url=served_tarball, md5=TARBALL_MD5, size=len(TARBALL))
+    _assert_extracted(got, data_dir)
+    err = capsys.readouterr().err
+    assert f">> Downloading {ff.TARBALL_NAME} 100.0%" in err
+    assert err.endswith("\n")
+
+
+def test_download_without_progress_is_silent(served_tarball, data_dir, capsys):
+    download.maybe_download_and_extract(
+        str(data_dir), url=served_tarball, md5=TARBALL_MD5, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_download_from_file_url(tmp_path, data_dir):
+    source = tmp_path / "mirror" / ff.TARBALL_NAME
+    source.parent.mkdir()
+    source.write_bytes(TARBALL)
+    got = download.maybe_download_and_extract(
+        str(data_dir), url=source.as_uri(), md5=TARBALL_MD5, progress=False)
+    _assert_extracted(got, data_dir)
+
+
+def test_download_from_env_url(served_tarball, data_dir, monkeypatch):
+    monkeypatch.setenv(ff.DATA_URL_ENV, served_tarball)
+    got = download.maybe_download_and_extract(str(data_dir), md5=TARBALL_MD5, progress=False)
+    _assert_extracted(got, data_dir)
+
+
+def test_existing_good_tarball_is_extracted_offline(data_dir, dead_url):
+    data_dir.mkdir()
+    (data_dir / ff.TARBALL_NAME).write_bytes(TARBALL)
+    got = download.maybe_download_and_extract(
+        str(data_dir), url=dead_url, md5=TARBALL_MD5, size=len(TARBALL), progress=False)
+    _assert_extracted(got, data_dir)
+
+
+# 3: already extracted data.
+
+
+def test_existing_batches_dir_needs_no_network(data_dir, dead_url, monkeypatch):
+    batches = synthetic.write_dataset(str(data_dir), records_per_file=1)
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("urlopen called")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    assert download.maybe_download_and_extract(str(data_dir), url=dead_url) == batches
+    assert not (data_dir / ff.TARBALL_NAME).exists()
+
+
+def test_batches_path_that_is_a_file_is_refused(data_dir):
+    data_dir.mkdir()
+    (data_dir / ff.BATCHES_DIRNAME).write_bytes(b"")
+    with pytest.raises(DataError, match="not a directory"):
+        download.maybe_download_and_extract(str(data_dir), url="file:///nonexistent")
+
+
+# 4: checksum mismatch.
+
+
+@pytest.mark.parametrize("md5,size,what", [
+    ("0" * 32, None, "MD5 " + "0" * 32),
+    (TARBALL_MD5, len(TARBALL) + 1, f"{len(TARBALL) + 1} bytes"),
+])
+def test_checksum_mismatch_is_rejected(served_tarball, data_dir, md5, size, what):
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(
+            str(data_dir), url=served_tarball, md5=md5, size=size, progress=False)
+    message = str(info.value)
+    assert served_tarball in message
+    assert what in message
+    assert f"got {len(TARBALL)} bytes, MD5 {TARBALL_MD5}" in message
+    assert not (data_dir / ff.TARBALL_NAME).exists()
+    assert not (data_dir / ff.BATCHES_DIRNAME).exists()
+    assert _leftovers(data_dir) == []
+
+
+def test_default_checksum_is_the_official_one(served_tarball, data_dir):
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url=served_tarball, progress=False)
+    assert f"expected {ff.TARBALL_BYTES} bytes, MD5 {ff.TARBALL_MD5}" in str(info.value)
+    assert list(data_dir.iterdir()) == []
+
+
+# 5: interrupted transfers.
+
+
+def test_truncated_transfer_is_rejected(data_dir):
+    server, thread = _serve(_TruncatingHandler)
+    url = f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}"
+    try:
+        with pytest.raises(DataError) as info:
+            download.maybe_download_and_extract(
+                str(data_dir), url=url, md5=TARBALL_MD5, progress=False)
+    finally:
+        _stop(server, thread)
+    message = str(info.value)
+    assert message.startswith(f"could not download {url} (")
+    assert "1000 of 100000 bytes" in message
+    assert list(data_dir.iterdir()) == []
+
+
+def test_keyboard_interrupt_leaves_no_temp_file(served_tarball, data_dir, monkeypatch):
+    calls = []
+
+    def interrupt(name, done, total):
+        calls.append(done)
+        if done > 0:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(download, "_report_progress", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        download.maybe_download_and_extract(str(data_dir), url=served_tarball, md5=TARBALL_MD5)
+    assert calls[-1] > 0  # the interrupt came after data was written
+    assert list(data_dir.iterdir()) == []
+
+
+# 6, 10: unsafe or wrong tarballs.
+
+
+def _symlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.SYMTYPE
+    info.linkname = target
+    return info, None
+
+
+def _hardlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE
+    info.linkname = target
+    return info, None
+
+
+def _device(name: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.CHRTYPE
+    return info, None
+
+
+@pytest.mark.parametrize("bad_member,named", [
+    (lambda tmp: _file("../evil.bin"), "../evil.bin"),
+    (lambda tmp: _file(f"{ff.BATCHES_DIRNAME}/../../evil.bin"),
+     f"{ff.BATCHES_DIRNAME}/../../evil.bin"),
+    (lambda tmp: _file(str(tmp / "evil.bin")), "evil.bin"),
+    (lambda tmp: _symlink(f"{ff.BATCHES_DIRNAME}/link", str(tmp / "evil.bin")),
+     f"{ff.BATCHES_DIRNAME}/link"),
+    (lambda tmp: _symlink(f"{ff.BATCHES_DIRNAME}/rel", "../../evil.bin"),
+     f"{ff.BATCHES_DIRNAME}/rel"),
+    (lambda tmp: _hardlink(f"{ff.BATCHES_DIRNAME}/hard", "/etc/passwd"),
+     f"{ff.BATCHES_DIRNAME}/hard"),
+    (lambda tmp: _device(f"{ff.BATCHES_DIRNAME}/dev"), f"{ff.BATCHES_DIRNAME}/dev"),
+], ids=["dotdot", "nested-dotdot", "absolute", "symlink-abs", "symlink-rel", "hardlink",
+        "device"])
+def test_unsafe_member_is_refused(http_root, tmp_path, data_dir, bad_member, named):
+    root, base = http_root
+    contents = _tarball([_good_member(), bad_member(tmp_path)])
+    (root / ff.TARBALL_NAME).write_bytes(contents)
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(
+            str(data_dir), url=f"{base}/{ff.TARBALL_NAME}",
+            md5=hashlib.md5(contents).hexdigest(), progress=False)
+    message = str(info.value)
+    assert "unsafe member" in message and named in message
+    for place in (tmp_path, tmp_path.parent, data_dir.parent):
+        assert not (place / "evil.bin").exists()
+    assert not (data_dir / ff.BATCHES_DIRNAME).exists()
+    assert _leftovers(data_dir) == []
+
+
+def test_tarball_without_batches_dir_is_refused(tmp_path, data_dir):
+    contents = _tarball([_file("something_else/data_batch_1.bin")])
+    source = tmp_path / ff.TARBALL_NAME
+    source.write_bytes(contents)
+    with pytest.raises(DataError, match=f"has no {ff.BATCHES_DIRNAME}/ folder"):
+        download.maybe_download_and_extract(
+            str(data_dir), url=source.as_uri(), md5=hashlib.md5(contents).hexdigest(),
+            progress=False)
+    assert not (data_dir / ff.BATCHES_DIRNAME).exists()
+    assert _leftovers(data_dir) == []
+
+
+def test_corrupt_tarball_with_matching_md5_is_refused(data_dir):
+    data_dir.mkdir()
+    contents = TARBALL[: len(TARBALL) // 2]
+    (data_dir / ff.TARBALL_NAME).write_bytes(contents)
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(
+            str(data_dir), md5=hashlib.md5(contents).hexdigest(), progress=False)
+    message = str(info.value)
+    assert str(data_dir / ff.TARBALL_NAME) in message and "Delete it" in message
+    assert (data_dir / ff.TARBALL_NAME).read_bytes() == contents
+    assert _leftovers(data_dir) == []
+
+
+# 7: no server.
+
+
+def test_no_server_gives_one_line_error(data_dir, dead_url):
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url=dead_url, progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"could not download {dead_url} (")
+    assert ff.TARBALL_NAME in message
+    assert str(data_dir) in message
+    assert ff.DATA_URL_ENV in message and "--data_url" in message
+    assert list(data_dir.iterdir()) == []
+
+
+def test_http_404_is_reported(http_root, data_dir):
+    _, base = http_root
+    url = f"{base}/missing.tar.gz"
+    with pytest.raises(DataError, match="HTTP error 404") as info:
+        download.maybe_download_and_extract(str(data_dir), url=url, progress=False)
+    assert url in str(info.value) and "\n" not in str(info.value)
+    assert list(data_dir.iterdir()) == []
+
+
+def test_missing_file_url_is_reported(tmp_path, data_dir):
+    url = (tmp_path / "nowhere.tar.gz").as_uri()
+    with pytest.raises(DataError, match="could not download file://"):
+        download.maybe_download_and_extract(str(data_dir), url=url, progress=False)
+    assert list(data_dir.iterdir()) == []
+
+
+def test_uncreatable_data_dir_is_reported(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(DataError, match="cannot create the data directory"):
+        download.maybe_download_and_extract(str(blocker / "data"), url="file:///x")
+
+
+# 8: a bad tarball the user left.
+
+
+def test_existing_bad_tarball_is_reported_not_deleted(data_dir, dead_url):
+    data_dir.mkdir()
+    tarball = data_dir / ff.TARBALL_NAME
+    tarball.write_bytes(b"not a tarball")
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url=dead_url, progress=False)
+    message = str(info.value)
+    assert str(tarball) in message
+    assert "Delete it" in message
+    assert f"got 13 bytes, MD5 {hashlib.md5(b'not a tarball').hexdigest()}" in message
+    assert f"expected {ff.TARBALL_BYTES} bytes, MD5 {ff.TARBALL_MD5}" in message
+    assert tarball.read_bytes() == b"not a tarball"
+    assert not (data_dir / ff.BATCHES_DIRNAME).exists()
+
+
+# 9: URL precedence.
+
+
+def test_resolve_url_precedence(monkeypatch):
+    monkeypatch.delenv(ff.DATA_URL_ENV, raising=False)
+    assert download.resolve_url(None) == ff.DATA_URL
+    monkeypatch.setenv(ff.DATA_URL_ENV, "")
+    assert download.resolve_url(None) == ff.DATA_URL
+    monkeypatch.setenv(ff.DATA_URL_ENV, "file:///mirror/x.tar.gz")
+    assert download.resolve_url(None) == "file:///mirror/x.tar.gz"
+    assert download.resolve_url("") == "file:///mirror/x.tar.gz"
+    assert download.resolve_url("http://explicit/x.tar.gz") == "http://explicit/x.tar.gz"
+
+
+def test_file_md5(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(TARBALL)
+    assert download.file_md5(str(path)) == TARBALL_MD5
+
+
+def test_extraction_without_tarfile_filters(served_tarball, http_root, tmp_path, data_dir,
+                                            monkeypatch):
+    """Pythons without ``filter='data'`` still extract, and still refuse bad members."""
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    got = download.maybe_download_and_extract(
+        str(data_dir), url=served_tarball, md5=TARBALL_MD5, progress=False)
+    _assert_extracted(got, data_dir)
+
+    root, base = http_root
+    contents = _tarball([_good_member(), _file("../evil.bin")])
+    (root / "evil.tar.gz").write_bytes(contents)
+    other = tmp_path / "other"
+    with pytest.raises(DataError, match=r"unsafe member '\.\./evil\.bin'"):
+        download.maybe_download_and_extract(
+            str(other), url=f"{base}/evil.tar.gz", md5=hashlib.md5(contents).hexdigest(),
+            progress=False)
+    assert not (tmp_path / "evil.bin").exists()
+    assert _leftovers(other) == []
