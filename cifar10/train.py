@@ -29,7 +29,6 @@ import threading
 import time
 from typing import Iterator
 
-from absl import logging
 import tensorflow as tf
 
 from cifar10 import data

@@ -7,7 +7,6 @@ import http.server
 import io
 import os
 import socket
-import sys
 import tarfile
 import threading
 import urllib.request
