@@ -30,6 +30,11 @@ MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)
 
 
+def batches_dir_of(data_dir: str) -> str:
+    """The ``cifar-10-batches-bin`` folder under ``data_dir``."""
+    return os.path.join(data_dir, ff.BATCHES_DIRNAME)
+
+
 def split_files(batches_dir: str, split: str) -> list[str]:
     """Paths of the ``.bin`` files of ``split`` ('train', 'train_eval' or 'test')."""
     if split not in ff.SPLIT_FILES:

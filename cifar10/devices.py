@@ -64,13 +64,14 @@ def replica_devices(num_gpus: int) -> list[str]:
             "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
             num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
         _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
+    elif num_gpus == 1:
+        logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
     else:
         logging.warning(
-            "--num_gpus=%d but this machine has no GPU: running %d replica(s) on logical CPU "
-            "devices (same global batch and schedule as %d GPU(s), not the same speed).",
+            "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
+            "devices (same global batch and schedule as %d GPUs, not the same speed).",
             num_gpus, num_gpus, num_gpus)
-        if num_gpus > 1:
-            _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
+        _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
     logical = tf.config.list_logical_devices(kind)
     if len(logical) < num_gpus:
         raise Cifar10Error(

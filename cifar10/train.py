@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import glob
 import json
 import math
 import os
@@ -321,10 +322,10 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                         tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
                     interval_start, interval_steps = time.time(), 0
                 if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
-                    manager.save(checkpoint_number=step)
+                    _save(manager, trainer, step)
                     last_saved = step
         if step != last_saved:  # stopped between checkpoints: keep the work done
-            manager.save(checkpoint_number=step)
+            _save(manager, trainer, step)
     finally:
         writer.flush()
         writer.close()
@@ -332,6 +333,16 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     if complete:
         _mark_complete(cfg.train_dir, step)
     return TrainResult(step, step - start, complete, not complete, manager.latest_checkpoint)
+
+
+def _save(manager: tf.train.CheckpointManager, trainer: Trainer, step: int) -> None:
+    # A finite loss does not prove that the update it led to was finite; a
+    # checkpoint is only written from weights that are all finite.
+    if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in trainer.variables):
+        raise DivergedError(
+            f"Model diverged with loss = NaN: weights are not finite at step {step}; the "
+            f"last good checkpoint is {manager.latest_checkpoint}")
+    manager.save(checkpoint_number=step)
 
 
 def restore(manager: tf.train.CheckpointManager) -> int:
@@ -346,6 +357,19 @@ def restore(manager: tf.train.CheckpointManager) -> int:
             f"cannot restore checkpoint {path} ({str(e).splitlines()[0]}); move the "
             f"train_dir aside or pass --fresh_start to start over") from e
     return int(manager.checkpoint.step.numpy())
+
+
+def clear_run(train_dir: str) -> int:
+    """Deletes the checkpoints, event files and markers of a run; returns how many.
+
+    Only files this trainer writes are removed, never the directory itself or
+    anything else a user keeps there.
+    """
+    patterns = ("checkpoint", f"{CHECKPOINT_NAME}-*", "events.out.tfevents.*", COMPLETE_FILE)
+    paths = {p for pattern in patterns for p in glob.glob(os.path.join(train_dir, pattern))}
+    for path in paths:
+        os.remove(path)
+    return len(paths)
 
 
 def _mark_complete(train_dir: str, step: int) -> None:

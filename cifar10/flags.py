@@ -1,0 +1,69 @@
+"""The absl flags of the command-line programs (names and defaults of the original).
+
+Only the entry points (``train_main``, ``eval_main``) call these functions and
+read ``FLAGS``; the library takes plain arguments.  Booleans are absl booleans,
+so ``--use_fp16=false`` means False (one version of the original parsed it as True).
+"""
+
+from absl import flags
+
+from cifar10 import fileformat as ff
+
+
+def define_common_flags() -> None:
+    """Flags shared by cifar10-train and cifar10-eval."""
+    flags.DEFINE_integer("batch_size", 128, "Number of images to process in a batch "
+                         "(per replica when training).", lower_bound=1)
+    flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
+                        "Path to the CIFAR-10 data directory; the data is downloaded and "
+                        "extracted there when missing.")
+    flags.DEFINE_boolean("use_fp16", False, "Train the model using fp16 (mixed precision: "
+                         "float16 compute, float32 variables).")
+    flags.DEFINE_string("data_url", None,
+                        f"Where to download {ff.TARBALL_NAME} from when --data_dir lacks it "
+                        f"(http, https or file://). Default: ${ff.DATA_URL_ENV}, else "
+                        f"{ff.DATA_URL}.")
+    flags.DEFINE_boolean("synthetic_data", False,
+                         "Use generated CIFAR-format data (in <data_dir>/synthetic) instead "
+                         "of the real data set: to try the toolkit offline. Not CIFAR-10.")
+    flags.DEFINE_integer("synthetic_records", 1000, "Records per file of the generated data "
+                         "when --synthetic_data is set.", lower_bound=1)
+
+
+def define_train_flags() -> None:
+    """Flags of cifar10-train."""
+    define_common_flags()
+    flags.DEFINE_string("train_dir", "/tmp/cifar10_train",
+                        "Directory where to write event logs and checkpoints; an existing "
+                        "run there is resumed.")
+    flags.DEFINE_integer("max_steps", 1_000_000, "Number of batches to run.", lower_bound=1)
+    flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
+                         "the CPU. With fewer GPUs than asked, the replicas run on logical "
+                         "devices.", lower_bound=0)
+    flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.")
+    flags.DEFINE_integer("log_frequency", 10, "How often to log results to the console.",
+                         lower_bound=1)
+    flags.DEFINE_integer("checkpoint_steps", 1000, "Save a checkpoint every this many steps "
+                         "(and at the last step).", lower_bound=1)
+    flags.DEFINE_integer("keep_checkpoints", 5, "How many recent checkpoints to keep.",
+                         lower_bound=1)
+    flags.DEFINE_integer("summary_steps", 100, "Write TensorBoard summaries every this many "
+                         "steps.", lower_bound=1)
+    flags.DEFINE_integer("seed", 0, "Seed of the initial weights, shuffling and distortions.")
+    flags.DEFINE_boolean("fresh_start", False, "Delete the checkpoints and event files in "
+                         "--train_dir and start from step 0 (default: resume).")
+
+
+def define_eval_flags() -> None:
+    """Flags of cifar10-eval."""
+    define_common_flags()
+    flags.DEFINE_string("eval_dir", "/tmp/cifar10_eval", "Directory where to write event "
+                        "logs and the results of each checkpoint.")
+    flags.DEFINE_enum("eval_data", "test", ["test", "train_eval"],
+                      "Either 'test' or 'train_eval'.")
+    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
+                        "Directory where to read model checkpoints.")
+    flags.DEFINE_integer("eval_interval_secs", 300, "How often to run the eval.",
+                         lower_bound=0)
+    flags.DEFINE_integer("num_examples", 10_000, "Number of examples to run.", lower_bound=1)
+    flags.DEFINE_boolean("run_once", False, "Whether to run eval only once.")

@@ -1,0 +1,67 @@
+"""What both command-line programs share: finding the data and reporting errors.
+
+Errors a user can fix (``Cifar10Error``) become one line on stderr,
+``<program>: error: <message>``, and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from absl import app
+import tensorflow as tf
+
+from cifar10 import data
+from cifar10 import download
+from cifar10 import synthetic
+from cifar10.errors import Cifar10Error
+
+SYNTHETIC_SUBDIR = "synthetic"
+
+
+def prepare_data(data_dir: str, url: str | None = None, use_synthetic: bool = False,
+                 synthetic_records: int = 1000, print_fn=print) -> tuple[str, dict[str, int]]:
+    """Finds, fetches if needed, and validates the data of a program.
+
+    With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
+    (written when missing) and a notice says so; otherwise the real data set is
+    downloaded and extracted under ``data_dir`` when missing.
+
+    Returns:
+      (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
+
+    Raises:
+      DataError: the data cannot be fetched or a file is missing or corrupt.
+    """
+    if use_synthetic:
+        parent = os.path.join(data_dir, SYNTHETIC_SUBDIR)
+        batches_dir = data.batches_dir_of(parent)
+        if not os.path.isdir(batches_dir):
+            synthetic.write_dataset(parent, records_per_file=synthetic_records)
+        print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
+                 f"(generated, not the real CIFAR-10 images; results say nothing about "
+                 f"CIFAR-10).")
+    else:
+        batches_dir = download.maybe_download_and_extract(data_dir, url=url)
+        if synthetic.is_synthetic(batches_dir):
+            print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
+    counts = {split: data.validate_files(data.split_files(batches_dir, split))
+              for split in ("train", "test")}
+    return batches_dir, counts
+
+
+def run(program: str, main: Callable[[list[str]], None]) -> None:
+    """``absl.app.run(main)`` with ``Cifar10Error`` shown as one line, exit status 1."""
+
+    def guarded(argv):
+        tf.get_logger().setLevel("WARNING")  # hides per-op INFO notices; warnings show
+        try:
+            main(argv)
+        except Cifar10Error as e:
+            sys.stderr.write(f"{program}: error: {e}\n")
+            sys.stderr.flush()
+            sys.exit(1)
+
+    app.run(guarded)

@@ -1,0 +1,87 @@
+"""cifar10-train: train the CIFAR-10 tutorial model (thin entry point).
+
+This file is intentionally short: it parses flags, installs the signal
+handlers and calls ``cifar10.train.train``.  Examples:
+
+    cifar10-train --num_gpus=4
+    cifar10-train --synthetic_data --max_steps=200 --train_dir=/tmp/try
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before TensorFlow is imported: hide its C++ INFO lines (warnings still show).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import signal
+import threading
+
+from absl import app
+from absl import flags
+
+from cifar10 import data
+from cifar10 import devices
+from cifar10 import flags as cifar10_flags
+from cifar10 import programs
+from cifar10 import train
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-train"
+
+
+def install_stop_handlers(stop_event: threading.Event) -> None:
+    """SIGINT/SIGTERM: finish the step, save, exit; a second signal stops at once."""
+
+    def handler(signum, frame):
+        if stop_event.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        stop_event.set()
+        print(f"Received {signal.Signals(signum).name}: finishing the current step and "
+              f"saving a checkpoint (send it again to stop at once).", flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    batches_dir, counts = programs.prepare_data(
+        FLAGS.data_dir, url=FLAGS.data_url, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records)
+    if FLAGS.fresh_start:
+        removed = train.clear_run(FLAGS.train_dir)
+        print(f"--fresh_start: removed {removed} checkpoint and event files from "
+              f"{FLAGS.train_dir}.")
+    strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement)
+    config = train.TrainConfig(
+        train_dir=FLAGS.train_dir, batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps,
+        log_frequency=FLAGS.log_frequency, checkpoint_every=FLAGS.checkpoint_steps,
+        keep_checkpoints=FLAGS.keep_checkpoints, summary_every=FLAGS.summary_steps,
+        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16)
+    replicas = strategy.num_replicas_in_sync
+    print(f"Training on {counts['train']} examples from {batches_dir} with {replicas} "
+          f"replica(s), global batch {FLAGS.batch_size * replicas}; checkpoints and "
+          f"summaries in {FLAGS.train_dir}.", flush=True)
+    stop_event = threading.Event()
+    install_stop_handlers(stop_event)
+    result = train.train(config, strategy, data.split_files(batches_dir, "train"),
+                         counts["train"], stop_event=stop_event,
+                         print_fn=lambda line: print(line, flush=True))
+    if result.stopped:
+        print(f"Stopped at step {result.step}; saved {result.last_checkpoint}. Run the "
+              f"same command again to resume.")
+    elif result.steps_run:
+        print(f"Training complete at step {result.step}; saved {result.last_checkpoint}.")
+
+
+def run() -> None:
+    cifar10_flags.define_train_flags()
+    programs.run(PROGRAM, main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,376 @@
+"""Tests of cifar10.data: records, file checks, preprocessing and the pipelines."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10 import data
+from cifar10 import fileformat as ff
+from cifar10 import synthetic
+from cifar10.errors import DataError
+
+SIZE = ff.IMAGE_SIZE
+CROP = data.CROP_SIZE
+
+
+# Hand-built records: label byte, then the R, G and B planes, each row-major.
+
+
+def _record(label: int, red, green, blue) -> bytes:
+    planes = [np.broadcast_to(np.asarray(p, dtype=np.uint8), (SIZE, SIZE)) for p in (red, green, blue)]
+    return bytes([label]) + b"".join(np.ascontiguousarray(p).tobytes() for p in planes)
+
+
+def _pattern() -> np.ndarray:
+    """row * 32 + col mod 256: a value that encodes the position."""
+    rows, cols = np.mgrid[0:SIZE, 0:SIZE]
+    return ((rows * SIZE + cols) % 256).astype(np.uint8)
+
+
+def _write(path, records: list[bytes]) -> str:
+    with open(path, "wb") as f:
+        f.write(b"".join(records))
+    return str(path)
+
+
+def _file_labels(paths) -> np.ndarray:
+    return np.concatenate(
+        [np.fromfile(p, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0] for p in paths])
+
+
+def _standardize(image: np.ndarray) -> np.ndarray:
+    """numpy version of tf.image.per_image_standardization."""
+    image = image.astype(np.float64)
+    std = max(image.std(), 1.0 / np.sqrt(image.size))
+    return (image - image.mean()) / std
+
+
+@pytest.fixture(scope="module")
+def batches_dir(tmp_path_factory):
+    """A synthetic data set of 20 records per file (100 training records)."""
+    return synthetic.write_dataset(str(tmp_path_factory.mktemp("data")), records_per_file=20)
+
+
+@pytest.fixture(scope="module")
+def train_files(batches_dir):
+    return data.split_files(batches_dir, "train")
+
+
+# decode_record / read_records
+
+
+def test_decode_record_solid_planes():
+    image, label = data.decode_record(tf.constant(_record(7, 10, 20, 30)))
+    assert label.dtype == tf.int32 and int(label) == 7
+    assert image.dtype == tf.uint8 and image.shape == (32, 32, 3)
+    expected = np.broadcast_to(np.array([10, 20, 30], np.uint8), (32, 32, 3))
+    np.testing.assert_array_equal(image.numpy(), expected)
+
+
+def test_decode_record_is_row_major_hwc():
+    pattern = _pattern()
+    image, label = data.decode_record(tf.constant(_record(9, pattern, 255 - pattern, pattern.T)))
+    image = image.numpy()
+    assert int(label) == 9
+    np.testing.assert_array_equal(image[:, :, 0], pattern)
+    np.testing.assert_array_equal(image[:, :, 1], 255 - pattern)
+    np.testing.assert_array_equal(image[:, :, 2], pattern.T)
+    assert image[0, 1, 0] == 1 and image[1, 0, 0] == 32 and image[2, 3, 0] == 67
+
+
+def test_read_records_file_then_record_order(tmp_path):
+    first = _write(tmp_path / "a.bin", [_record(3, 1, 2, 3), _record(0, 4, 5, 6)])
+    second = _write(tmp_path / "b.bin", [_record(8, 7, 8, 9), _record(5, 10, 11, 12),
+                                         _record(1, 13, 14, 15)])
+    got = list(data.read_records([first, second]).as_numpy_iterator())
+    assert [int(label) for _, label in got] == [3, 0, 8, 5, 1]
+    assert [image[5, 6].tolist() for image, _ in got] == [
+        [1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13, 14, 15]]
+    assert all(image.dtype == np.uint8 and image.shape == (32, 32, 3) for image, _ in got)
+    assert all(label.dtype == np.int32 for _, label in got)
+
+
+# validate_files
+
+
+def test_validate_files_counts_records(tmp_path):
+    first = _write(tmp_path / "a.bin", [_record(k, k, k, k) for k in range(10)])
+    second = _write(tmp_path / "b.bin", [_record(9, 0, 0, 0)] * 3)
+    assert data.validate_files([first, second]) == 13
+    assert data.validate_files([second]) == 3
+    assert data.validate_files([]) == 0
+
+
+def test_validate_files_missing_file(tmp_path):
+    good = _write(tmp_path / "a.bin", [_record(1, 0, 0, 0)])
+    missing = str(tmp_path / "data_batch_2.bin")
+    with pytest.raises(DataError) as info:
+        data.validate_files([good, missing])
+    assert missing in str(info.value)
+    assert "missing" in str(info.value)
+
+
+@pytest.mark.parametrize("size", [100, ff.RECORD_BYTES + 5, 2 * ff.RECORD_BYTES - 1])
+def test_validate_files_truncated_file(tmp_path, size):
+    path = _write(tmp_path / "data_batch_1.bin", [(_record(1, 0, 0, 0) * 2)[:size]])
+    with pytest.raises(DataError) as info:
+        data.validate_files([path])
+    message = str(info.value)
+    assert path in message
+    assert f"{size} bytes" in message or f"{size:,} bytes" in message
+
+
+def test_validate_files_empty_file(tmp_path):
+    path = _write(tmp_path / "test_batch.bin", [])
+    with pytest.raises(DataError) as info:
+        data.validate_files([path])
+    assert path in str(info.value) and "0 bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("bad_label", [10, 255])
+def test_validate_files_bad_label(tmp_path, bad_label):
+    good = _write(tmp_path / "a.bin", [_record(9, 0, 0, 0)] * 2)
+    records = [_record(k, 0, 0, 0) for k in (0, 1, 2)] + [_record(bad_label, 0, 0, 0),
+                                                         _record(4, 0, 0, 0)]
+    bad = _write(tmp_path / "b.bin", records)
+    with pytest.raises(DataError) as info:
+        data.validate_files([good, bad])
+    message = str(info.value)
+    assert bad in message
+    assert "record 3 " in message
+    assert f"label {bad_label}," in message
+    assert good not in message.split(":")[0]
+
+
+# split_files
+
+
+def test_split_files():
+    root = os.path.join("some", "dir")
+    train = data.split_files(root, "train")
+    assert train == [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)]
+    assert data.split_files(root, "train_eval") == train
+    assert data.split_files(root, "test") == [os.path.join(root, "test_batch.bin")]
+    with pytest.raises(ValueError, match="validation"):
+        data.split_files(root, "validation")
+
+
+# preprocess_for_train
+
+
+def _noise_image(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+
+
+def _seed(n: int) -> tf.Tensor:
+    return tf.constant([n, 0], dtype=tf.int64)
+
+
+def test_preprocess_for_train_shape_and_standardisation():
+    image = tf.constant(_noise_image())
+    for n in range(5):
+        out = data.preprocess_for_train(image, _seed(n))
+        assert out.dtype == tf.float32 and out.shape == (24, 24, 3)
+        values = out.numpy()
+        assert abs(values.mean()) < 1e-3
+        assert abs(values.std() - 1.0) < 1e-2
+
+
+def test_preprocess_for_train_depends_only_on_seed():
+    image = tf.constant(_noise_image())
+    first = data.preprocess_for_train(image, _seed(11)).numpy()
+    again = data.preprocess_for_train(image, _seed(11)).numpy()
+    other = data.preprocess_for_train(image, _seed(12)).numpy()
+    np.testing.assert_array_equal(first, again)
+    assert np.abs(first - other).max() > 0.1
+
+
+def test_preprocess_for_train_flips_both_ways():
+    """Left dark, right bright: brightness, contrast and scaling keep the order."""
+    image = np.zeros((32, 32, 3), np.uint8)
+    image[:, :16] = 20
+    image[:, 16:] = 220
+    flipped = []
+    for n in range(40):
+        out = data.preprocess_for_train(tf.constant(image), _seed(n)).numpy()
+        left, right = out[:, :12].mean(), out[:, 12:].mean()
+        assert left != right
+        flipped.append(left > right)
+    assert 5 <= sum(flipped) <= 35, sum(flipped)
+
+
+def test_preprocess_for_train_is_an_affine_random_crop():
+    """Each output channel is a*window + b_c (a > 0) of one 24x24 (maybe flipped) window.
+
+    Brightness adds one delta, contrast scales every channel by one factor around its
+    mean and standardisation is affine: so the window can be found by correlation.
+    """
+    image = _noise_image(3)
+    windows = set()
+    for n in range(12):
+        out = data.preprocess_for_train(tf.constant(image), _seed(n)).numpy().astype(np.float64)
+        matches = []
+        for top in range(9):
+            for left in range(9):
+                window = image[top:top + CROP, left:left + CROP].astype(np.float64)
+                for flip in (False, True):
+                    candidate = window[:, ::-1] if flip else window
+                    corr = np.corrcoef(candidate[..., 0].ravel(), out[..., 0].ravel())[0, 1]
+                    if corr > 0.9999:
+                        matches.append((top, left, flip, candidate))
+        assert len(matches) == 1, (n, [m[:3] for m in matches])
+        top, left, flip, candidate = matches[0]
+        windows.add((top, left, flip))
+        # One common positive slope for the three channels, any offsets.
+        slopes = []
+        for c in range(3):
+            slope, offset = np.polyfit(candidate[..., c].ravel(), out[..., c].ravel(), 1)
+            np.testing.assert_allclose(slope * candidate[..., c] + offset, out[..., c], atol=1e-4)
+            slopes.append(slope)
+        assert slopes[0] > 0
+        np.testing.assert_allclose(slopes, slopes[0], rtol=1e-4)
+    assert len({(t, l) for t, l, _ in windows}) >= 6  # the crop moves
+    assert {f for _, _, f in windows} == {False, True}
+
+
+# preprocess_for_eval
+
+
+def test_preprocess_for_eval_is_central_crop_standardised():
+    rows, cols = np.mgrid[0:32, 0:32]
+    image = np.stack([rows * 7, cols * 7, (rows + cols) * 3], axis=-1).astype(np.uint8)
+    out = data.preprocess_for_eval(tf.constant(image))
+    assert out.dtype == tf.float32 and out.shape == (24, 24, 3)
+    np.testing.assert_allclose(out.numpy(), _standardize(image[4:28, 4:28]), atol=1e-5)
+
+
+def test_preprocess_for_eval_constant_image():
+    """A flat image has std 0: the divisor is 1/sqrt(24*24*3), the result all zeros."""
+    out = data.preprocess_for_eval(tf.fill([32, 32, 3], tf.constant(77, tf.uint8)))
+    np.testing.assert_array_equal(out.numpy(), np.zeros((24, 24, 3), np.float32))
+
+
+# train_dataset
+
+
+def test_train_dataset_shapes_and_is_endless(train_files):
+    ds = data.train_dataset(train_files, 7, shuffle_buffer=10)
+    assert ds.element_spec[0].shape == (7, 24, 24, 3)  # drop_remainder: static batch size
+    assert ds.element_spec[1].shape == (7,)
+    count = 0
+    for images, labels in ds.take(30):  # 210 examples from 100 records
+        assert images.dtype == tf.float32 and images.shape == (7, 24, 24, 3)
+        assert labels.dtype == tf.int32 and labels.shape == (7,)
+        assert set(labels.numpy().tolist()) <= set(range(10))
+        count += 1
+    assert count == 30
+
+
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_train_dataset_rejects_bad_batch_size(train_files, batch_size):
+    with pytest.raises(ValueError, match="batch_size"):
+        data.train_dataset(train_files, batch_size)
+
+
+def test_train_dataset_epochs_are_permutations(train_files):
+    file_labels = _file_labels(train_files)
+    assert file_labels.size == 100
+    ds = data.train_dataset(train_files, 10, seed=5, shuffle_buffer=100)
+    labels = np.concatenate([l for _, l in ds.take(20).as_numpy_iterator()])
+    first, second = labels[:100], labels[100:]
+    want = sorted(collections.Counter(file_labels.tolist()).items())
+    assert sorted(collections.Counter(first.tolist()).items()) == want
+    assert sorted(collections.Counter(second.tolist()).items()) == want
+    assert not np.array_equal(first, file_labels)  # shuffled
+    assert not np.array_equal(first, second)  # reshuffled each epoch
+
+
+def test_train_dataset_is_deterministic_per_seed(train_files):
+    def batches(seed):
+        ds = data.train_dataset(train_files, 8, seed=seed, shuffle_buffer=50)
+        return list(ds.take(3).as_numpy_iterator())
+
+    first, again, other = batches(1), batches(1), batches(2)
+    for (a_images, a_labels), (b_images, b_labels) in zip(first, again):
+        np.testing.assert_array_equal(a_images, b_images)
+        np.testing.assert_array_equal(a_labels, b_labels)
+    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, other))
+
+
+# eval_dataset
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory):
+    """45 records per file."""
+    return synthetic.write_dataset(str(tmp_path_factory.mktemp("eval")), records_per_file=45)
+
+
+def test_eval_dataset_file_order_and_partial_batch(eval_dir):
+    paths = data.split_files(eval_dir, "test")
+    batches = list(data.eval_dataset(paths, 20).as_numpy_iterator())
+    assert [b[1].shape[0] for b in batches] == [20, 20, 5]
+    assert all(images.shape == (n, 24, 24, 3) and images.dtype == np.float32
+               for images, n in ((b[0], b[1].shape[0]) for b in batches))
+    labels = np.concatenate([b[1] for b in batches])
+    assert labels.dtype == np.int32
+    np.testing.assert_array_equal(labels, _file_labels(paths))
+    # The last image is the central crop of the last record.
+    raw = np.fromfile(paths[0], dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[-1, 1:]
+    image = raw.reshape(3, 32, 32).transpose(1, 2, 0)
+    np.testing.assert_allclose(batches[-1][0][-1], _standardize(image[4:28, 4:28]), atol=1e-5)
+
+
+def test_eval_dataset_over_several_files_once(eval_dir):
+    paths = data.split_files(eval_dir, "train_eval")
+    labels = np.concatenate([l for _, l in data.eval_dataset(paths, 64).as_numpy_iterator()])
+    np.testing.assert_array_equal(labels, _file_labels(paths))
+    assert labels.size == 225
+
+
+@pytest.mark.parametrize("num_examples,sizes", [(30, [20, 10]), (40, [20, 20]), (1, [1]),
+                                                (1000, [20, 20, 5])])
+def test_eval_dataset_num_examples(eval_dir, num_examples, sizes):
+    paths = data.split_files(eval_dir, "test")
+    batches = list(data.eval_dataset(paths, 20, num_examples=num_examples).as_numpy_iterator())
+    assert [b[1].shape[0] for b in batches] == sizes
+    labels = np.concatenate([b[1] for b in batches])
+    np.testing.assert_array_equal(labels, _file_labels(paths)[:num_examples])
+
+
+def test_eval_dataset_rejects_bad_batch_size(eval_dir):
+    with pytest.raises(ValueError, match="batch_size"):
+        data.eval_dataset(data.split_files(eval_dir, "test"), 0)
+
+
+# Distribution
+
+
+def test_train_dataset_under_mirrored_strategy(train_files):
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert strategy.num_replicas_in_sync == 2
+    contexts = []
+
+    def dataset_fn(ctx):
+        contexts.append(ctx)
+        return data.train_dataset(train_files, 4, input_context=ctx, shuffle_buffer=50)
+
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    assert contexts and contexts[0].num_replicas_in_sync == 2
+    iterator = iter(dist)
+    for _ in range(3):
+        images, labels = next(iterator)
+        local_images = strategy.experimental_local_results(images)
+        local_labels = strategy.experimental_local_results(labels)
+        assert len(local_images) == 2 and len(local_labels) == 2
+        for i, (x, y) in enumerate(zip(local_images, local_labels)):
+            assert x.shape == (4, 24, 24, 3) and x.dtype == tf.float32
+            assert y.shape == (4,) and y.dtype == tf.int32
+            assert x.device.endswith(f"CPU:{i}")
+        assert not np.array_equal(local_images[0].numpy(), local_images[1].numpy())
