@@ -1,0 +1,253 @@
+"""Tests of cifar10.train: the distributed step, schedules, checkpoints and resume.
+
+Replicas run on the logical CPU devices made in conftest.py.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10 import data, synthetic, train
+from cifar10.errors import DivergedError
+from cifar10.model import Model
+
+BATCH = 8  # examples per replica in the equivalence tests
+
+
+def strategy_of(num_replicas: int) -> tf.distribute.Strategy:
+    devices = [f"/cpu:{i}" for i in range(num_replicas)]
+    return tf.distribute.MirroredStrategy(
+        devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def fixed_batches(strategy, images, labels, num_steps):
+    """An iterator that gives replica r of step s the r-th slice of step s's batch.
+
+    ``images``: [num_steps, global_batch, 24, 24, 3].  Under one worker the
+    dataset yields per-replica batches and replica r takes the r-th of each group.
+    """
+    n = strategy.num_replicas_in_sync
+    per_replica = images.shape[1] // n
+    imgs = images.reshape(num_steps * n, per_replica, *images.shape[2:])
+    labs = labels.reshape(num_steps * n, per_replica)
+    ds_fn = lambda ctx: tf.data.Dataset.from_tensor_slices((imgs, labs))  # noqa: E731
+    return iter(strategy.distribute_datasets_from_function(ds_fn))
+
+
+def random_batches(num_steps, global_batch, seed=0):
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(num_steps, global_batch, 24, 24, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, size=(num_steps, global_batch)).astype(np.int32)
+    return images, labels
+
+
+def values(variables):
+    return [v.numpy() for v in variables]
+
+
+def run_steps(num_replicas, per_replica_batch, images, labels, tmp_path):
+    strategy = strategy_of(num_replicas)
+    config = train.TrainConfig(train_dir=str(tmp_path), batch_size=per_replica_batch)
+    trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+    it = fixed_batches(strategy, images, labels, images.shape[0])
+    losses = [trainer.step(it) for _ in range(images.shape[0])]
+    return trainer, losses
+
+
+@pytest.mark.parametrize("num_replicas", [2, 4])
+def test_n_replicas_update_equals_one_replica_on_the_global_batch(num_replicas, tmp_path):
+    """The proof that gradient summing, loss scaling and weight decay are right."""
+    images, labels = random_batches(2, num_replicas * BATCH)
+    one, one_losses = run_steps(1, num_replicas * BATCH, images, labels, tmp_path / "one")
+    many, many_losses = run_steps(num_replicas, BATCH, images, labels, tmp_path / "many")
+    assert many.global_batch == one.global_batch == num_replicas * BATCH
+    for a, b in zip(one_losses, many_losses):
+        np.testing.assert_allclose(float(a["total_loss"]), float(b["total_loss"]), rtol=1e-5)
+        np.testing.assert_allclose(float(a["cross_entropy"]), float(b["cross_entropy"]),
+                                   rtol=1e-5)
+    initial = values(Model(seed=0).parameters())
+    for v1, vn, v0 in zip(values(one.variables), values(many.variables), initial):
+        assert not np.allclose(v1, v0), "the step must change every variable"
+        np.testing.assert_allclose(vn, v1, rtol=1e-4, atol=1e-6)
+    for a1, an in zip(values(one.state.averages.parameters()),
+                      values(many.state.averages.parameters())):
+        np.testing.assert_allclose(an, a1, rtol=1e-4, atol=1e-6)
+    assert one.state.step.numpy() == many.state.step.numpy() == 2
+
+
+def test_one_step_is_plain_gradient_descent_on_the_mean_loss(tmp_path):
+    images, labels = random_batches(1, 2 * BATCH)
+    trainer, losses = run_steps(2, BATCH, images, labels, tmp_path)
+    model = Model(seed=0)
+    with tf.GradientTape() as tape:
+        parts = model.loss(model(images[0]), labels[0])
+    grads = tape.gradient(parts.total, model.parameters())
+    np.testing.assert_allclose(float(losses[0]["total_loss"]), float(parts.total), rtol=1e-5)
+    for var, v0, g in zip(trainer.variables, model.parameters(), grads):
+        np.testing.assert_allclose(var.numpy(), v0.numpy() - 0.1 * g.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("global_batch", [128, 512])
+def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
+    epoch = 50_000
+    boundary = 350 * epoch  # examples seen at the first decay: 17,500,000
+    last_before = (boundary - 1) // global_batch  # 136,718 for 128; 34,179 for 512
+    lr = lambda step: float(train.learning_rate(step, global_batch, epoch))  # noqa: E731
+    assert lr(0) == pytest.approx(0.1)
+    assert lr(last_before) == pytest.approx(0.1)
+    assert lr(last_before + 1) == pytest.approx(0.01)
+    assert lr(2 * boundary // global_batch + 1) == pytest.approx(0.001)
+
+
+def test_learning_rate_boundaries_do_not_depend_on_the_replica_count():
+    # 4 replicas x 128 reach 350 epochs at a quarter of the steps of 1 x 128.
+    assert (1 + (17_500_000 - 1) // 128) == 136_719
+    assert float(train.learning_rate(136_719, 128, 50_000)) == pytest.approx(0.01)
+    assert float(train.learning_rate(136_719 // 4, 512, 50_000)) == pytest.approx(0.1)
+    assert float(train.learning_rate(136_719 // 4 + 1, 512, 50_000)) == pytest.approx(0.01)
+
+
+def test_moving_averages_follow_the_formula(tmp_path):
+    k = 4
+    images, labels = random_batches(k, BATCH)
+    strategy = strategy_of(1)
+    trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path), batch_size=BATCH),
+                            strategy, examples_per_epoch=1000)
+    expected = values(trainer.variables)  # averages start at the initial weights
+    it = fixed_batches(strategy, images, labels, k)
+    for step in range(1, k + 1):
+        trainer.step(it)
+        decay = min(0.9999, (1 + step) / (10 + step))
+        expected = [decay * a + (1 - decay) * v
+                    for a, v in zip(expected, values(trainer.variables))]
+    for got, want in zip(values(trainer.state.averages.parameters()), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert float(train.moving_average_decay(1)) == pytest.approx(2 / 11)
+    assert float(train.moving_average_decay(10**6)) == pytest.approx(0.9999)
+
+
+@pytest.fixture(scope="module")
+def learnable_files(tmp_path_factory):
+    batches_dir = synthetic.write_dataset(str(tmp_path_factory.mktemp("data")),
+                                          records_per_file=100)
+    files = data.split_files(batches_dir, "train")
+    return files, data.validate_files(files)
+
+
+def small_config(train_dir, **overrides):
+    settings = dict(train_dir=str(train_dir), batch_size=32, max_steps=20, log_frequency=5,
+                    checkpoint_every=10, summary_every=10, shuffle_buffer=500)
+    settings.update(overrides)
+    return train.TrainConfig(**settings)
+
+
+def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
+    files, count = learnable_files
+    lines = []
+    train.train(small_config(tmp_path, max_steps=150, log_frequency=10, checkpoint_every=150,
+                             summary_every=1000),
+                strategy_of(2), files, count, print_fn=lines.append)
+    losses = [float(line.split("loss = ")[1].split(" ")[0]) for line in lines if "loss = " in line]
+    assert len(losses) == 16  # step 1, then 10, 20, ..., 150
+    # Weight decay alone is ~2.2 at the start; the cross-entropy starts at ~2.3.
+    assert losses[0] > 4.0
+    assert np.mean(losses[-3:]) < losses[0] - 1.5
+
+
+def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_files, tmp_path):
+    files, count = learnable_files
+    first = train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
+                        print_fn=lambda line: None)
+    assert (first.step, first.complete) == (10, True)
+    saved = tf.train.load_checkpoint(first.last_checkpoint)
+
+    lines = []
+    config = small_config(tmp_path, max_steps=15)
+    trainer = train.Trainer(config, strategy_of(1), count)
+    manager = tf.train.CheckpointManager(trainer.state.checkpoint(), str(tmp_path), 5,
+                                         checkpoint_name=train.CHECKPOINT_NAME)
+    assert train.restore(manager) == 10
+    for layer in trainer.state.model.layers:
+        for kind in ("weights", "biases"):
+            name = f"{layer.name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(getattr(layer, kind).numpy(),
+                                          saved.get_tensor("model/" + name))
+            avg = getattr(trainer.state.averages.layers[trainer.state.model.layers.index(layer)],
+                          kind)
+            np.testing.assert_array_equal(avg.numpy(), saved.get_tensor("averages/" + name))
+
+    second = train.train(config, strategy_of(1), files, count, print_fn=lines.append)
+    assert lines[0] == f"Resuming from {first.last_checkpoint} at step 10."
+    assert "step 11," in lines[1]
+    assert (second.step, second.steps_run) == (15, 5)
+    assert second.last_checkpoint.endswith("model.ckpt-15")
+
+
+def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path):
+    files, count = learnable_files
+    train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
+                print_fn=lambda line: None)
+    assert train.is_complete(str(tmp_path))
+    lines = []
+    again = train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
+                        print_fn=lines.append)
+    assert (again.step, again.steps_run, again.complete) == (5, 0, True)
+    assert "already complete at step 5" in lines[0]
+
+
+def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
+    files, count = learnable_files
+    stop = threading.Event()
+
+    def print_and_stop(line):
+        if "step 5," in line:
+            stop.set()
+
+    result = train.train(small_config(tmp_path, max_steps=1000), strategy_of(1), files, count,
+                         stop_event=stop, print_fn=print_and_stop)
+    assert (result.step, result.stopped, result.complete) == (5, True, False)
+    assert result.last_checkpoint.endswith("model.ckpt-5")
+    assert not train.is_complete(str(tmp_path))
+
+
+def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, tmp_path):
+    files, count = learnable_files
+    train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
+                print_fn=lambda line: None)
+    with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
+        train.train(small_config(tmp_path, max_steps=30, checkpoint_every=1,
+                                 initial_learning_rate=1e12),
+                    strategy_of(1), files, count, print_fn=lambda line: None)
+    diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
+    assert 10 < diverged_at < 30
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert str(err.value).endswith(f"the last good checkpoint is {latest}")
+    reader = tf.train.load_checkpoint(latest)
+    assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") < diverged_at
+    for key in reader.get_variable_to_shape_map():
+        if key.startswith(("model/", "averages/")):
+            assert np.all(np.isfinite(reader.get_tensor(key))), key
+
+
+def test_clear_run_removes_only_the_trainers_files(learnable_files, tmp_path):
+    files, count = learnable_files
+    train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
+                print_fn=lambda line: None)
+    (tmp_path / "notes.txt").write_text("mine")
+    removed = train.clear_run(str(tmp_path))
+    # checkpoint state file, 2 files per checkpoint (10), event file, complete marker
+    assert removed == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_config_rejects_bad_values(tmp_path):
+    strategy = strategy_of(1)
+    for name in ("batch_size", "max_steps", "checkpoint_every"):
+        with pytest.raises(ValueError, match=name):
+            train.Trainer(small_config(tmp_path, **{name: 0}), strategy)
