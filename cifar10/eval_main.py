@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     cifar10_flags.define_eval_flags()
-    programs.run(PROGRAM, main)
+    programs.run(PROGRAM, main, __doc__)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@ import sys
 from typing import Callable
 
 from absl import app
+from absl import flags
 import tensorflow as tf
 
 from cifar10 import data
+from cifar10 import flags as cifar10_flags
 from cifar10 import download
 from cifar10 import synthetic
 from cifar10.errors import Cifar10Error
@@ -52,8 +54,11 @@ def prepare_data(data_dir: str, url: str | None = None, use_synthetic: bool = Fa
     return batches_dir, counts
 
 
-def run(program: str, main: Callable[[list[str]], None]) -> None:
-    """``absl.app.run(main)`` with ``Cifar10Error`` shown as one line, exit status 1."""
+def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
+    """``absl.app.run(main)`` with ``Cifar10Error`` shown as one line, exit status 1.
+
+    ``doc`` (the entry module's docstring) heads ``--help``.
+    """
 
     def guarded(argv):
         tf.get_logger().setLevel("WARNING")  # hides per-op INFO notices; warnings show
@@ -64,4 +69,25 @@ def run(program: str, main: Callable[[list[str]], None]) -> None:
             sys.stderr.flush()
             sys.exit(1)
 
-    app.run(guarded)
+    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, program, doc))
+
+
+_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+_SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
+
+
+def _parse_flags(argv: list[str], program: str, doc: str) -> list[str]:
+    asked = {arg.split("=")[0] for arg in argv[1:]} & set(_HELP_FLAGS)
+    if asked & set(_SHORT_HELP_FLAGS):
+        # absl's short help lists only the flags of the __main__ module, which is
+        # the console-script stub here; show the program's own flags instead.
+        print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
+        print(flags.FLAGS.module_help(cifar10_flags.__name__))
+        print("\nTry --helpfull to see the flags of TensorFlow and absl too.")
+        sys.exit(0)
+    try:
+        return app.parse_flags_with_usage(argv)
+    except SystemExit:
+        if asked:  # absl exits with status 1 after --helpfull; help is not an error
+            sys.exit(0)
+        raise

@@ -313,13 +313,12 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                         f"the last good checkpoint is {manager.latest_checkpoint}")
                 step += 1
                 interval_steps += 1
-                if step % cfg.log_frequency == 0 or step == start + 1:
+                if step % cfg.log_frequency == 0 or step in (start + 1, cfg.max_steps):
                     duration = time.time() - interval_start
                     examples_per_sec = interval_steps * trainer.global_batch / duration
                     print_fn(_log_line(step, loss, examples_per_sec,
                                        duration / interval_steps / trainer.num_replicas))
-                    if with_summaries:
-                        tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
+                    tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
                     interval_start, interval_steps = time.time(), 0
                 if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                     _save(manager, trainer, step)

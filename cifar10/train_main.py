@@ -1,11 +1,14 @@
-"""cifar10-train: train the CIFAR-10 tutorial model (thin entry point).
+"""cifar10-train: train the CIFAR-10 tutorial model, one replica per GPU.
 
-This file is intentionally short: it parses flags, installs the signal
-handlers and calls ``cifar10.train.train``.  Examples:
+Resumes the run in --train_dir if there is one; SIGINT/SIGTERM save a
+checkpoint and stop.  Examples:
 
     cifar10-train --num_gpus=4
-    cifar10-train --synthetic_data --max_steps=200 --train_dir=/tmp/try
+    cifar10-train --synthetic_data --max_steps=200 --train_dir=/tmp/try   # offline
 """
+
+# This file is intentionally short: it parses flags, installs the signal
+# handlers and calls cifar10.train.train, where the work is.
 
 from __future__ import annotations
 
@@ -80,7 +83,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     cifar10_flags.define_train_flags()
-    programs.run(PROGRAM, main)
+    programs.run(PROGRAM, main, __doc__)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""Tests of cifar10.synthetic: generated data in the CIFAR-10 binary layout."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+from cifar10 import data
+from cifar10 import fileformat as ff
+from cifar10 import synthetic
+
+BIN_FILES = ff.TRAIN_FILES + ff.TEST_FILES
+
+
+def _records(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(labels [n], images [n, 32, 32, 3] uint8) of a .bin file, read with numpy."""
+    raw = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)
+    return raw[:, 0], raw[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+
+
+def _eval_crops(images: np.ndarray) -> np.ndarray:
+    """Central 24x24 crops, standardised per image, flattened (numpy)."""
+    crops = images[:, 4:28, 4:28].astype(np.float64).reshape(len(images), -1)
+    std = np.maximum(crops.std(axis=1, keepdims=True), 1 / np.sqrt(crops.shape[1]))
+    return (crops - crops.mean(axis=1, keepdims=True)) / std
+
+
+@pytest.fixture(scope="module")
+def batches_dir(tmp_path_factory):
+    return synthetic.write_dataset(str(tmp_path_factory.mktemp("data")), records_per_file=50)
+
+
+def test_write_dataset_layout(batches_dir, tmp_path):
+    assert os.path.basename(batches_dir) == ff.BATCHES_DIRNAME
+    assert sorted(os.listdir(batches_dir)) == sorted(
+        BIN_FILES + (ff.META_FILE, synthetic.SYNTHETIC_MARKER))  # no temporary files left
+    for name in BIN_FILES:
+        assert os.path.getsize(os.path.join(batches_dir, name)) == 50 * 3073
+    with open(os.path.join(batches_dir, ff.META_FILE)) as f:
+        assert f.read().split() == [
+            "airplane", "automobile", "bird", "cat", "deer",
+            "dog", "frog", "horse", "ship", "truck"]
+    assert synthetic.is_synthetic(batches_dir)
+    assert not synthetic.is_synthetic(str(tmp_path))
+    os.makedirs(tmp_path / ff.BATCHES_DIRNAME)
+    assert not synthetic.is_synthetic(str(tmp_path / ff.BATCHES_DIRNAME))
+
+
+def test_write_dataset_creates_parents_and_returns_path(tmp_path):
+    parent = tmp_path / "a" / "b"
+    got = synthetic.write_dataset(str(parent), records_per_file=3)
+    assert got == os.path.join(str(parent), ff.BATCHES_DIRNAME)
+    assert data.validate_files(data.split_files(got, "train")) == 15
+
+
+def test_validate_files_accepts_generated_data(batches_dir):
+    assert data.validate_files(data.split_files(batches_dir, "train")) == 250
+    assert data.validate_files(data.split_files(batches_dir, "test")) == 50
+
+
+def test_labels_cover_classes_evenly(batches_dir):
+    for name in BIN_FILES:
+        labels, _ = _records(os.path.join(batches_dir, name))
+        np.testing.assert_array_equal(np.bincount(labels, minlength=10), [5] * 10)
+        assert not np.array_equal(labels, np.arange(50) % 10)  # shuffled within a file
+
+
+def test_files_differ(batches_dir):
+    contents = [open(os.path.join(batches_dir, n), "rb").read() for n in BIN_FILES]
+    assert len(set(contents)) == len(BIN_FILES)
+
+
+def test_images_depend_on_label(batches_dir):
+    labels, images = _records(os.path.join(batches_dir, ff.TRAIN_FILES[0]))
+    images = images.astype(np.float64)
+    mean0 = images[labels == 0].mean(axis=0)
+    mean1 = images[labels == 1].mean(axis=0)
+    between = np.abs(mean0 - mean1).mean()
+    class0 = images[labels == 0]
+    within = np.abs(class0[0] - class0[1]).mean()
+    assert between > 2 * within, (between, within)
+
+
+def test_nearest_class_mean_classifies_test_file(batches_dir):
+    """The labels can be learned from the eval crops: a nearest-mean rule gets > 90%."""
+    train = [_records(p) for p in data.split_files(batches_dir, "train")]
+    train_labels = np.concatenate([l for l, _ in train])
+    train_x = _eval_crops(np.concatenate([i for _, i in train]))
+    means = np.stack([train_x[train_labels == k].mean(axis=0) for k in range(10)])
+    test_labels, test_images = _records(data.split_files(batches_dir, "test")[0])
+    test_x = _eval_crops(test_images)
+    distances = ((test_x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
+    accuracy = np.mean(distances.argmin(axis=1) == test_labels)
+    assert accuracy > 0.9, accuracy
+
+
+def test_seed_determines_bytes():
+    same = synthetic.dataset_files(records_per_file=10, seed=3)
+    again = synthetic.dataset_files(records_per_file=10, seed=3)
+    other = synthetic.dataset_files(records_per_file=10, seed=4)
+    assert same == again
+    for name in BIN_FILES:
+        assert same[name] != other[name]
+
+
+def test_write_dataset_same_seed_same_files(tmp_path):
+    a = synthetic.write_dataset(str(tmp_path / "a"), records_per_file=10, seed=1)
+    b = synthetic.write_dataset(str(tmp_path / "b"), records_per_file=10, seed=1)
+    c = synthetic.write_dataset(str(tmp_path / "c"), records_per_file=10, seed=2)
+    for name in BIN_FILES:
+        read = lambda d: open(os.path.join(d, name), "rb").read()  # noqa: E731
+        assert read(a) == read(b)
+        assert read(a) != read(c)
+
+
+@pytest.mark.parametrize("records_per_file", [0, -1])
+def test_records_per_file_must_be_positive(tmp_path, records_per_file):
+    with pytest.raises(ValueError, match="records_per_file"):
+        synthetic.write_dataset(str(tmp_path), records_per_file=records_per_file)
+    assert not (tmp_path / ff.BATCHES_DIRNAME / ff.TEST_FILES[0]).exists()
+
+
+def test_make_records_layout():
+    labels = np.array([4, 0, 9])
+    raw = synthetic.make_records(labels, seed=1)
+    assert len(raw) == 3 * ff.RECORD_BYTES
+    assert list(np.frombuffer(raw, np.uint8).reshape(3, -1)[:, 0]) == [4, 0, 9]
+    assert synthetic.make_records(labels, seed=1) == raw
+    assert synthetic.make_records(labels, seed=2) != raw
+    assert synthetic.make_records(np.array([], np.int64)) == b""
+
+
+@pytest.mark.parametrize("labels", [[10], [0, 3, 10], [255]])
+def test_make_records_rejects_bad_labels(labels):
+    with pytest.raises(ValueError, match="labels"):
+        synthetic.make_records(np.array(labels))
+
+
+def test_tarball_bytes():
+    contents = synthetic.tarball_bytes(records_per_file=4, seed=2)
+    assert contents[:2] == b"\x1f\x8b"  # gzip magic
+    gzip.decompress(contents)  # a whole gzip stream
+    files = synthetic.dataset_files(records_per_file=4, seed=2)
+    with tarfile.open(fileobj=io.BytesIO(contents), mode="r:gz") as tar:
+        members = tar.getmembers()
+        assert sorted(m.name for m in members) == sorted(
+            f"{ff.BATCHES_DIRNAME}/{name}" for name in files)
+        assert all(m.isfile() for m in members)
+        for m in members:
+            assert tar.extractfile(m).read() == files[m.name.split("/", 1)[1]]
+    for name in BIN_FILES:
+        assert len(files[name]) == 4 * ff.RECORD_BYTES

@@ -1,0 +1,143 @@
+"""End-to-end tests of the cifar10-train command, run as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+import tensorflow as tf
+
+from cli import event_tags, run, start
+
+LOG_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = \d+\.\d\d "
+    r"\(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$")
+LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")
+VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
+EXPECTED_TAGS = {
+    "learning_rate", "cross_entropy", "cross_entropy (raw)", "total_loss", "total_loss (raw)",
+    "images", "examples_per_sec",
+    *(f"{layer}/activations" for layer in LAYERS), *(f"{layer}/sparsity" for layer in LAYERS),
+    *VARIABLES, *(f"{v}/gradients" for v in VARIABLES),
+}
+
+
+def train_args(tmp_path, *extra):
+    return (f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+            "--synthetic_data", "--synthetic_records=50", "--batch_size=16", *extra)
+
+
+def checkpoint_steps(train_dir):
+    return sorted(int(name[len("model.ckpt-"):-len(".index")])
+                  for name in os.listdir(train_dir) if name.endswith(".index"))
+
+
+def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
+    args = train_args(tmp_path, "--max_steps=12", "--num_gpus=2", "--log_frequency=4",
+                      "--checkpoint_steps=3", "--keep_checkpoints=2", "--summary_steps=6")
+    result = run("cifar10-train", *args)
+    assert result.returncode == 0, result.stderr
+    assert "SYNTHETIC" in result.stdout
+    logged = [int(m[1]) for m in map(LOG_LINE.match, result.stdout.splitlines()) if m]
+    assert logged == [1, 4, 8, 12]
+    train_dir = tmp_path / "train"
+    assert checkpoint_steps(train_dir) == [9, 12]  # every 3 steps, 2 kept
+    assert tf.train.latest_checkpoint(str(train_dir)).endswith("model.ckpt-12")
+    tags = event_tags(str(train_dir))
+    assert EXPECTED_TAGS <= set(tags), EXPECTED_TAGS - set(tags)
+    assert not [t for t in tags if "replica" in t]
+    assert tags["learning_rate"] == [6, 12]
+    assert tags["conv1/sparsity"] == [6, 12]
+    assert tags["examples_per_sec"] == [1, 4, 8, 12]
+
+    again = run("cifar10-train", *args)
+    assert again.returncode == 0, again.stderr
+    assert "already complete at step 12" in again.stdout
+    assert not [line for line in again.stdout.splitlines() if LOG_LINE.match(line)]
+
+    fresh = run("cifar10-train", *args, "--fresh_start", "--max_steps=3")
+    assert fresh.returncode == 0, fresh.stderr
+    assert "--fresh_start: removed" in fresh.stdout
+    assert [int(m[1]) for m in map(LOG_LINE.match, fresh.stdout.splitlines()) if m] == [1, 3]
+    assert checkpoint_steps(train_dir) == [3]
+
+
+def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                      "--checkpoint_steps=100000")
+    proc = start("cifar10-train", *args)
+    try:
+        for line in proc.stdout:
+            if LOG_LINE.match(line.strip()) and int(LOG_LINE.match(line.strip())[1]) >= 3:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    stopped = int(re.search(r"Stopped at step (\d+)", out)[1])
+    assert stopped >= 3
+    latest = tf.train.latest_checkpoint(str(tmp_path / "train"))
+    assert latest.endswith(f"model.ckpt-{stopped}")
+    assert tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stopped
+
+    resumed = run("cifar10-train", *train_args(tmp_path, f"--max_steps={stopped + 2}",
+                                               "--log_frequency=1"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"at step {stopped}." in resumed.stdout
+    steps = [int(m[1]) for m in map(LOG_LINE.match, resumed.stdout.splitlines()) if m]
+    assert steps == [stopped + 1, stopped + 2]
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--batch_size=0", "--batch_size"),
+    ("--num_gpus=-1", "--num_gpus"),
+    ("--max_steps=0", "--max_steps"),
+    ("--no_such_flag=1", "no_such_flag"),
+])
+def test_bad_flags_are_usage_errors(tmp_path, flag, message):
+    result = run("cifar10-train", *train_args(tmp_path), flag)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "train").exists()
+
+
+def test_corrupt_data_is_one_line_error_before_training(tmp_path):
+    batches = tmp_path / "data" / "cifar-10-batches-bin"
+    batches.mkdir(parents=True)
+    for name in ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                 "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"]:
+        (batches / name).write_bytes(bytes(3073 * 2))
+    (batches / "data_batch_3.bin").write_bytes(bytes(3073 + 100))
+    result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                 f"--train_dir={tmp_path / 'train'}", "--max_steps=1")
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "cifar10-train: error:" in line]
+    assert len(errors) == 1
+    assert str(batches / "data_batch_3.bin") in errors[0]
+    assert "3,173 bytes" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "train").exists()
+
+
+def test_offline_without_data_names_the_url_and_where_to_put_the_data(tmp_path):
+    url = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # port 9 (discard): nothing listens
+    result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                 f"--train_dir={tmp_path / 'train'}", f"--data_url={url}")
+    assert result.returncode == 1
+    error = [line for line in result.stderr.splitlines() if "cifar10-train: error:" in line]
+    assert len(error) == 1
+    assert url in error[0] and str(tmp_path / "data") in error[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name, flag", [("cifar10-train", "--num_gpus"),
+                                        ("cifar10-eval", "--eval_interval_secs")])
+def test_help_lists_the_flags(name, flag):
+    for option in ("--help", "--helpfull"):
+        result = run(name, option)
+        assert result.returncode == 0
+        assert flag in result.stdout and "--batch_size" in result.stdout
