@@ -1,4 +1,15 @@
-"""cifar10-eval: evaluate the checkpoints of a training run (thin entry point)."""
+"""cifar10-eval: precision @ 1 of a training run's checkpoints, as they appear.
+
+Runs beside cifar10-train (another process, possibly another machine seeing the
+same directory), scores each new checkpoint once with the moving-average
+weights, and stops when training is complete.  Examples:
+
+    cifar10-eval --checkpoint_dir=/tmp/cifar10_train --eval_dir=/tmp/cifar10_eval
+    cifar10-eval --run_once --synthetic_data        # score the latest checkpoint
+"""
+
+# This file is intentionally short: it parses flags and calls
+# cifar10.evaluate.evaluate, where the work is.
 
 from __future__ import annotations
 
@@ -9,7 +20,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app
 from absl import flags
+from absl import logging
+import tensorflow as tf
 
+from cifar10 import data
+from cifar10 import devices
+from cifar10 import evaluate
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
 
@@ -20,7 +36,27 @@ PROGRAM = "cifar10-eval"
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    raise NotImplementedError("cifar10-eval is not written yet")
+    if FLAGS.eval_on_cpu:
+        tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
+    else:
+        devices.enable_memory_growth()
+    batches_dir, counts = programs.prepare_data(
+        FLAGS.data_dir, url=FLAGS.data_url, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records)
+    split = "test" if FLAGS.eval_data == "test" else "train_eval"
+    available = counts["test" if split == "test" else "train"]
+    num_examples = FLAGS.num_examples
+    if num_examples > available:
+        logging.warning("--num_examples=%d but the %s data holds %d examples: evaluating %d.",
+                        num_examples, FLAGS.eval_data, available, available)
+        num_examples = available
+    config = evaluate.EvalConfig(
+        checkpoint_dir=FLAGS.checkpoint_dir, eval_dir=FLAGS.eval_dir,
+        eval_files=data.split_files(batches_dir, split), eval_data=FLAGS.eval_data,
+        num_examples=num_examples, batch_size=FLAGS.batch_size, weights=FLAGS.weights,
+        eval_interval_secs=FLAGS.eval_interval_secs, eval_timeout=FLAGS.eval_timeout,
+        run_once=FLAGS.run_once, use_fp16=FLAGS.use_fp16)
+    evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True))
 
 
 def run() -> None:

@@ -67,3 +67,11 @@ def define_eval_flags() -> None:
                          lower_bound=0)
     flags.DEFINE_integer("num_examples", 10_000, "Number of examples to run.", lower_bound=1)
     flags.DEFINE_boolean("run_once", False, "Whether to run eval only once.")
+    flags.DEFINE_enum("weights", "averages", ["averages", "raw"],
+                      "Evaluate the exponential moving averages of the weights (as the "
+                      "original) or the raw trained weights.")
+    flags.DEFINE_float("eval_timeout", None, "Stop after this many seconds without a new "
+                       "checkpoint (default: wait until training is complete).",
+                       lower_bound=0)
+    flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
+                         "present, so as not to compete with training for GPU memory.")

@@ -1,0 +1,283 @@
+"""The evaluator as a library: precision @ 1 of a training run's checkpoints.
+
+What it owns: restoring the moving-average (or raw) weights from a checkpoint,
+counting correct top-1 predictions over exactly ``num_examples`` examples, and
+the polling loop that scores each new checkpoint once, beside a running trainer.
+
+Fixed bugs of the original ``cifar10_eval``: every example is counted once (the
+last partial batch included, nothing counted twice); a checkpoint already scored
+is not scored again, also across restarts (``results.jsonl`` in ``eval_dir``
+remembers); ``eval_dir`` is never wiped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import time
+from typing import Callable, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from cifar10 import data
+from cifar10 import train
+from cifar10.errors import Cifar10Error
+from cifar10.model import Model
+
+RESULTS_FILE = "results.jsonl"
+PRECISION_TAG = "Precision @ 1"
+WEIGHTS = ("averages", "raw")
+# How often the polling loop looks for a new checkpoint (an evaluation still
+# waits --eval_interval_secs after the previous one).
+POLL_SECS = 2.0
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Settings of an evaluation run; the defaults are the original's.
+
+    Attributes:
+      checkpoint_dir: the training run's directory.
+      eval_dir: where summaries and results.jsonl go.
+      eval_files: the ``.bin`` files to evaluate on.
+      eval_data: name of the split ('test' or 'train_eval'), for the records.
+      num_examples: examples to count (clamped to what the files hold).
+      batch_size: examples per batch.
+      weights: 'averages' (the moving averages, default) or 'raw'.
+      eval_interval_secs: least time between the starts of two evaluations.
+      eval_timeout: stop after this many seconds without a new checkpoint (None: never).
+      run_once: evaluate the latest checkpoint and return.
+      use_fp16: evaluate in float16 compute.
+    """
+
+    checkpoint_dir: str
+    eval_dir: str
+    eval_files: Sequence[str]
+    eval_data: str = "test"
+    num_examples: int = 10_000
+    batch_size: int = 128
+    weights: str = "averages"
+    eval_interval_secs: float = 300
+    eval_timeout: float | None = None
+    run_once: bool = False
+    use_fp16: bool = False
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """The score of one checkpoint."""
+
+    checkpoint: str
+    step: int
+    precision: float
+    correct: int
+    examples: int
+    weights: str
+    eval_data: str
+    wall_time: float  # seconds since the epoch when the evaluation ended
+    seconds: float  # how long it took
+
+    def line(self) -> str:
+        """The original's output line, plus which step and checkpoint it scored."""
+        return "%s: precision @ 1 = %.3f (step %d, %s, %d examples, %s weights)" % (
+            datetime.datetime.now(), self.precision, self.step,
+            os.path.basename(self.checkpoint), self.examples, self.weights)
+
+
+def restore(checkpoint: str, weights: str = "averages",
+            compute_dtype: tf.DType = tf.float32) -> tuple[Model, int]:
+    """A model holding the ``weights`` of ``checkpoint``, and the checkpoint's step.
+
+    Raises:
+      ValueError: ``weights`` is not 'averages' or 'raw'.
+      tf.errors.OpError, AssertionError: the checkpoint is missing, partial or not
+        one of this trainer's.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    model = Model(compute_dtype=compute_dtype, trainable=False)
+    step = tf.Variable(0, dtype=tf.int64)
+    # The trainer stores the averages in a second copy of the model under
+    # 'averages': restoring that copy into `model` gives the averaged weights.
+    ckpt = tf.train.Checkpoint(step=step, **{"averages" if weights == "averages" else "model": model})
+    ckpt.read(checkpoint).assert_existing_objects_matched().expect_partial()
+    return model, int(step.numpy())
+
+
+def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
+    """(correct top-1 predictions, examples) over every batch of ``dataset``."""
+
+    @tf.function
+    def batch_counts(images, labels):
+        hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
+        return tf.reduce_sum(tf.cast(hits, tf.int64)), tf.size(labels, tf.int64)
+
+    correct = total = 0
+    for images, labels in dataset:
+        c, n = batch_counts(images, labels)
+        correct, total = correct + int(c), total + int(n)
+    return correct, total
+
+
+def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
+    """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
+    start = time.time()
+    compute_dtype = tf.float16 if config.use_fp16 else tf.float32
+    model, step = restore(checkpoint, config.weights, compute_dtype)
+    dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
+    correct, examples = count_correct(model, dataset)
+    end = time.time()
+    return EvalResult(checkpoint=checkpoint, step=step, precision=correct / max(examples, 1),
+                      correct=correct, examples=examples, weights=config.weights,
+                      eval_data=config.eval_data, wall_time=end, seconds=end - start)
+
+
+def _key(checkpoint: str, weights: str, eval_data: str) -> str:
+    return f"{os.path.basename(checkpoint)}|{weights}|{eval_data}"
+
+
+def scored_checkpoints(eval_dir: str) -> set[str]:
+    """Keys of the checkpoints recorded in ``eval_dir/results.jsonl``."""
+    keys = set()
+    try:
+        with open(os.path.join(eval_dir, RESULTS_FILE)) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                    keys.add(_key(r["checkpoint"], r["weights"], r["eval_data"]))
+                except (ValueError, KeyError):
+                    continue  # a line cut short by a crash: that checkpoint is scored again
+    except FileNotFoundError:
+        pass
+    return keys
+
+
+def record(result: EvalResult, eval_dir: str, writer) -> None:
+    """Writes ``Precision @ 1`` at the checkpoint's step and appends to results.jsonl."""
+    with writer.as_default():
+        tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
+    writer.flush()
+    with open(os.path.join(eval_dir, RESULTS_FILE), "a") as f:
+        f.write(json.dumps(dataclasses.asdict(result)) + "\n")
+
+
+class NoCheckpointError(Cifar10Error):
+    """--run_once found no checkpoint to evaluate."""
+
+
+def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
+             sleep: Callable[[float], None] = time.sleep,
+             should_stop: Callable[[], bool] = lambda: False) -> list[EvalResult]:
+    """Scores checkpoints of ``config.checkpoint_dir`` until training is done.
+
+    With ``run_once``, scores the latest checkpoint and returns.  Otherwise
+    polls: each new checkpoint is scored once (the newest one when several
+    appeared meanwhile), at least ``eval_interval_secs`` apart; it returns when
+    the trainer has marked the run complete and its final checkpoint is scored,
+    after ``eval_timeout`` seconds without a new checkpoint, or when
+    ``should_stop()`` is true.
+
+    Returns:
+      The results of this call, in order.
+
+    Raises:
+      NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``.
+    """
+    os.makedirs(config.eval_dir, exist_ok=True)
+    writer = tf.summary.create_file_writer(config.eval_dir)
+    try:
+        if config.run_once:
+            return [_run_once(config, writer, print_fn)]
+        return _poll(config, writer, print_fn, sleep, should_stop)
+    finally:
+        writer.close()
+
+
+def _run_once(config, writer, print_fn) -> EvalResult:
+    latest = tf.train.latest_checkpoint(config.checkpoint_dir)
+    if not latest:
+        raise NoCheckpointError(
+            f"No checkpoint file found in {config.checkpoint_dir}: train first "
+            f"(cifar10-train --train_dir={config.checkpoint_dir}) or point "
+            f"--checkpoint_dir at a training run")
+    try:
+        result = evaluate_checkpoint(latest, config)
+    except (tf.errors.OpError, AssertionError, ValueError) as e:
+        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {_first_line(e)}") from e
+    record(result, config.eval_dir, writer)
+    print_fn(result.line())
+    return result
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
+    results: list[EvalResult] = []
+    done = scored_checkpoints(config.eval_dir)
+    failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that could not be read
+    said_waiting = False
+    last_start = None  # when the previous evaluation started
+    last_new = time.time()  # when a checkpoint to score was last seen
+    while not should_stop():
+        latest = tf.train.latest_checkpoint(config.checkpoint_dir)
+        todo = latest and _key(latest, config.weights, config.eval_data) not in done
+        if todo and (latest, _mtime(latest)) not in failed:
+            said_waiting = False
+            last_new = time.time()
+            if last_start is not None:
+                wait = last_start + config.eval_interval_secs - time.time()
+                if wait > 0:
+                    sleep(wait)
+                # A newer checkpoint may have appeared while waiting: take the newest.
+                latest = tf.train.latest_checkpoint(config.checkpoint_dir) or latest
+            last_start = time.time()
+            try:
+                result = evaluate_checkpoint(latest, config)
+            except (tf.errors.OpError, AssertionError, ValueError) as e:
+                # Deleted by the trainer's retention, or still being written.
+                logging.warning("Skipping checkpoint %s: %s", latest, _first_line(e))
+                failed.add((latest, _mtime(latest)))
+                continue
+            record(result, config.eval_dir, writer)
+            done.add(_key(latest, config.weights, config.eval_data))
+            results.append(result)
+            print_fn(result.line())
+            continue
+        if latest is None and not said_waiting:
+            print_fn(f"No checkpoint file found in {config.checkpoint_dir}; waiting for the "
+                     f"trainer to write one.")
+            said_waiting = True
+        if _training_finished(config.checkpoint_dir, latest):
+            print_fn(f"Training in {config.checkpoint_dir} is complete and its final "
+                     f"checkpoint is evaluated; stopping.")
+            break
+        if config.eval_timeout is not None and time.time() - last_new > config.eval_timeout:
+            print_fn(f"No new checkpoint in {config.eval_timeout:g} s; stopping.")
+            break
+        sleep(min(POLL_SECS, config.eval_interval_secs) or POLL_SECS)
+    return results
+
+
+def _mtime(checkpoint: str) -> int:
+    try:
+        return os.stat(checkpoint + ".index").st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _training_finished(checkpoint_dir: str, latest: str | None) -> bool:
+    """The trainer marked the run complete at the step of ``latest``."""
+    if not latest or not train.is_complete(checkpoint_dir):
+        return False
+    try:
+        with open(os.path.join(checkpoint_dir, train.COMPLETE_FILE)) as f:
+            final_step = json.load(f)["step"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return latest.endswith(f"{train.CHECKPOINT_NAME}-{final_step}")
