@@ -41,7 +41,7 @@ def main(argv: list[str]) -> None:
     else:
         devices.enable_memory_growth()
     batches_dir, counts = programs.prepare_data(
-        FLAGS.data_dir, url=FLAGS.data_url, use_synthetic=FLAGS.synthetic_data,
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)
     split = "test" if FLAGS.eval_data == "test" else "train_eval"
     available = counts["test" if split == "test" else "train"]

@@ -23,6 +23,9 @@ def define_common_flags() -> None:
                         f"Where to download {ff.TARBALL_NAME} from when --data_dir lacks it "
                         f"(http, https or file://). Default: ${ff.DATA_URL_ENV}, else "
                         f"{ff.DATA_URL}.")
+    flags.DEFINE_string("data_md5", None,
+                        f"Expected MD5 of the tarball at --data_url, for a mirror of other "
+                        f"data (default: the official {ff.TARBALL_MD5}, with its size).")
     flags.DEFINE_boolean("synthetic_data", False,
                          "Use generated CIFAR-format data (in <data_dir>/synthetic) instead "
                          "of the real data set: to try the toolkit offline. Not CIFAR-10.")

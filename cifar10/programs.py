@@ -23,7 +23,8 @@ from cifar10.errors import Cifar10Error
 SYNTHETIC_SUBDIR = "synthetic"
 
 
-def prepare_data(data_dir: str, url: str | None = None, use_synthetic: bool = False,
+def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
+                 use_synthetic: bool = False,
                  synthetic_records: int = 1000, print_fn=print) -> tuple[str, dict[str, int]]:
     """Finds, fetches if needed, and validates the data of a program.
 
@@ -46,7 +47,7 @@ def prepare_data(data_dir: str, url: str | None = None, use_synthetic: bool = Fa
                  f"(generated, not the real CIFAR-10 images; results say nothing about "
                  f"CIFAR-10).")
     else:
-        batches_dir = download.maybe_download_and_extract(data_dir, url=url)
+        batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
         if synthetic.is_synthetic(batches_dir):
             print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
     counts = {split: data.validate_files(data.split_files(batches_dir, split))

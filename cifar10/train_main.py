@@ -53,7 +53,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     batches_dir, counts = programs.prepare_data(
-        FLAGS.data_dir, url=FLAGS.data_url, use_synthetic=FLAGS.synthetic_data,
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)
     if FLAGS.fresh_start:
         removed = train.clear_run(FLAGS.train_dir)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import os
 import re
 import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 import tensorflow as tf
 
+from cifar10 import data, synthetic
 from cli import event_tags, run, start
 
 LOG_LINE = re.compile(
@@ -141,3 +148,42 @@ def test_help_lists_the_flags(name, flag):
         result = run(name, option)
         assert result.returncode == 0
         assert flag in result.stdout and "--batch_size" in result.stdout
+
+
+def test_downloads_missing_data_from_a_local_server_then_trains(tmp_path):
+    tarball = synthetic.tarball_bytes(records_per_file=40)
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "cifar-10-binary.tar.gz").write_bytes(tarball)
+    handler = functools.partial(QuietHandler, directory=str(served))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-binary.tar.gz"
+        result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                     f"--train_dir={tmp_path / 'train'}", f"--data_url={url}",
+                     f"--data_md5={hashlib.md5(tarball).hexdigest()}", "--max_steps=2",
+                     "--batch_size=8")
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    batches = tmp_path / "data" / "cifar-10-batches-bin"
+    assert (batches / "data_batch_5.bin").stat().st_size == 40 * 3073
+    assert (tmp_path / "data" / "cifar-10-binary.tar.gz").read_bytes() == tarball
+    assert "SYNTHETIC" in result.stdout  # the served data carries the generator's marker
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-2")
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+
+def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "make_synthetic_data.py")
+    result = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=7"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    files = data.split_files(str(tmp_path / "cifar-10-batches-bin"), "train")
+    assert data.validate_files(files) == 35
+    bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
