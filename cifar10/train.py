@@ -157,11 +157,18 @@ class Trainer:
             True: tf.function(lambda it: self._distributed_step(it, with_summaries=True)),
         }
 
-    def dataset(self, train_files: list[str]) -> tf.distribute.DistributedDataset:
-        """The training batches, distributed over the replicas."""
+    def dataset(self, train_files: list[str], start_step: int = 0
+                ) -> tf.distribute.DistributedDataset:
+        """The training batches, distributed over the replicas.
+
+        The input position is not checkpointed (it would mean saving the shuffle
+        buffer); instead a resumed run seeds its input with the step it starts
+        at, so that it does not replay the order the run began with.
+        """
         cfg = self.config
+        seed = (cfg.seed * 1_000_003 + start_step) % (2**31 - 1)
         return self.strategy.distribute_datasets_from_function(
-            lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=cfg.seed,
+            lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                            shuffle_buffer=cfg.shuffle_buffer,
                                            input_context=ctx))
 
@@ -297,7 +304,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     if start:
         print_fn(f"Resuming from {manager.latest_checkpoint} at step {start}.")
 
-    iterator = iter(trainer.dataset(train_files))
+    iterator = iter(trainer.dataset(train_files, start))
     writer = tf.summary.create_file_writer(cfg.train_dir)
     step, last_saved = start, start
     interval_start, interval_steps = time.time(), 0

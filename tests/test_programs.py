@@ -1,0 +1,51 @@
+"""Tests of cifar10.programs: data preparation and one-line errors of the programs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cifar10 import fileformat as ff
+from cifar10 import programs, synthetic
+from cifar10.errors import DataError, DivergedError
+
+
+def test_synthetic_data_is_generated_once_and_announced(tmp_path):
+    lines = []
+    batches_dir, counts = programs.prepare_data(str(tmp_path), use_synthetic=True,
+                                                synthetic_records=20, print_fn=lines.append)
+    assert batches_dir == str(tmp_path / "synthetic" / ff.BATCHES_DIRNAME)
+    assert counts == {"train": 100, "test": 20}
+    assert synthetic.is_synthetic(batches_dir)
+    assert "SYNTHETIC" in lines[0] and batches_dir in lines[0]
+    stamp = os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns
+    programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=20,
+                          print_fn=lines.append)
+    assert os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns == stamp
+
+
+def test_extracted_data_is_validated_and_counted(tmp_path):
+    synthetic.write_dataset(str(tmp_path), records_per_file=30)
+    os.remove(tmp_path / ff.BATCHES_DIRNAME / synthetic.SYNTHETIC_MARKER)  # looks real now
+    lines = []
+    _, counts = programs.prepare_data(str(tmp_path), url="http://127.0.0.1:9/unused",
+                                      print_fn=lines.append)
+    assert counts == {"train": 150, "test": 30}
+    assert lines == []  # real-looking data: no synthetic notice
+    (tmp_path / ff.BATCHES_DIRNAME / "test_batch.bin").write_bytes(b"\x00" * 3000)
+    with pytest.raises(DataError, match="test_batch.bin: 3,000 bytes"):
+        programs.prepare_data(str(tmp_path), print_fn=lines.append)
+
+
+@pytest.mark.parametrize("error", [DataError("bad file x"), DivergedError(
+    "Model diverged with loss = NaN at step 7")])
+def test_run_turns_errors_into_one_line_and_exit_status_1(error, capsys, monkeypatch):
+    def main(argv):
+        raise error
+
+    monkeypatch.setattr("sys.argv", ["prog"])
+    with pytest.raises(SystemExit) as exit_info:
+        programs.run("prog", main, "doc")
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == f"prog: error: {error}\n"
