@@ -95,19 +95,72 @@ def read_records(paths: Sequence[str]) -> tf.data.Dataset:
     return records.map(decode_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def preprocess_for_train(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """The tutorial's distortions of one uint8 image, as float32 [24, 24, 3].
+def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """The tutorial's training distortions of a batch of uint8 images.
 
-    ``seed`` is a shape-[2] int tensor; every random choice derives from it, so
-    the same seed gives the same distortion whatever the threading.
+    For each image, independently: a random 24x24 crop, a random left-right
+    flip, a random brightness change (max delta 63), a random contrast factor
+    (0.2-1.8), then per-image standardisation, as ``tf.image``'s
+    ``random_crop``, ``random_flip_left_right``, ``random_brightness``,
+    ``random_contrast`` and ``per_image_standardization`` do one image at a time.
+    Working on the whole batch at once makes the input pipeline several times
+    cheaper, which matters when it shares the CPU with training.
+
+    Args:
+      images: uint8 [batch, 32, 32, 3].
+      seed: int shape-[2] tensor; every random choice derives from it.
+
+    Returns:
+      float32 [batch, 24, 24, 3].
     """
-    seeds = tf.random.experimental.stateless_split(seed, num=4)
-    image = tf.cast(image, tf.float32)
-    image = tf.image.stateless_random_crop(image, [CROP_SIZE, CROP_SIZE, ff.NUM_CHANNELS], seeds[0])
-    image = tf.image.stateless_random_flip_left_right(image, seeds[1])
-    image = tf.image.stateless_random_brightness(image, MAX_BRIGHTNESS_DELTA, seeds[2])
-    image = tf.image.stateless_random_contrast(image, *CONTRAST_RANGE, seed=seeds[3])
-    return tf.image.per_image_standardization(image)
+    seeds = tf.random.experimental.stateless_split(seed, num=5)
+    batch = tf.shape(images)[0]
+    span = ff.IMAGE_SIZE - CROP_SIZE + 1  # 9 possible offsets per axis
+    return apply_distortions(
+        images,
+        top=tf.random.stateless_uniform([batch], seeds[0], 0, span, tf.int32),
+        left=tf.random.stateless_uniform([batch], seeds[1], 0, span, tf.int32),
+        flip=tf.random.stateless_uniform([batch], seeds[2]) < 0.5,
+        delta=tf.random.stateless_uniform([batch], seeds[3], -MAX_BRIGHTNESS_DELTA,
+                                          MAX_BRIGHTNESS_DELTA),
+        factor=tf.random.stateless_uniform([batch], seeds[4], *CONTRAST_RANGE))
+
+
+def apply_distortions(images: tf.Tensor, top: tf.Tensor, left: tf.Tensor, flip: tf.Tensor,
+                      delta: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+    """``distort_batch`` with its random choices given, one per image.
+
+    Args:
+      images: uint8 [batch, 32, 32, 3].
+      top, left: int32 [batch] crop offsets in 0-8.
+      flip: bool [batch], flip left-right.
+      delta: float32 [batch] brightness change.
+      factor: float32 [batch] contrast factor.
+    """
+    steps = tf.range(CROP_SIZE)
+    rows = top[:, None] + steps[None, :]
+    # A flipped crop reads its columns right to left: crop and flip in one gather.
+    cols = left[:, None] + tf.where(flip[:, None], CROP_SIZE - 1 - steps[None, :], steps[None, :])
+    crops = tf.gather(images, rows, axis=1, batch_dims=1)  # [b, 24, 32, 3]
+    crops = tf.cast(tf.gather(crops, cols, axis=2, batch_dims=1), tf.float32)  # [b, 24, 24, 3]
+    crops = crops + delta[:, None, None, None]
+    # Contrast as tf.image.adjust_contrast: scale each channel about its mean.
+    channel_mean = tf.reduce_mean(crops, axis=[1, 2], keepdims=True)
+    crops = (crops - channel_mean) * factor[:, None, None, None] + channel_mean
+    return standardize_batch(crops)
+
+
+def standardize_batch(images: tf.Tensor) -> tf.Tensor:
+    """``tf.image.per_image_standardization`` of each image of a float32 batch."""
+    num_values = float(CROP_SIZE * CROP_SIZE * ff.NUM_CHANNELS)
+    mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
+    std = tf.math.reduce_std(images, axis=[1, 2, 3], keepdims=True)
+    return (images - mean) / tf.maximum(std, 1.0 / num_values ** 0.5)
+
+
+def preprocess_for_train(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """``distort_batch`` of one uint8 image [32, 32, 3]: float32 [24, 24, 3]."""
+    return distort_batch(image[None], seed)[0]
 
 
 def preprocess_for_eval(image: tf.Tensor) -> tf.Tensor:
@@ -152,18 +205,17 @@ def train_dataset(
     ds = _shard(read_records(paths), input_context).cache()
     ds = ds.shuffle(shuffle_buffer, seed=seed + 7919 * pipeline_id, reshuffle_each_iteration=True)
     ds = ds.repeat()
-    # A counter gives each example its own distortion seed [seed, n].
-    counter = tf.data.Dataset.counter()
-    ds = tf.data.Dataset.zip((ds, counter))
-
-    def distort(example, n):
-        image, label = example
-        op_seed = tf.stack([tf.cast(seed + 1_000_003 * pipeline_id, tf.int64), n])
-        return preprocess_for_train(image, op_seed), label
-
-    ds = ds.map(distort, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Fixed batch shapes keep one traced train step for the whole run.
     ds = ds.batch(batch_size, drop_remainder=True)
+    # A counter gives each batch its own distortion seed [seed, n].
+    ds = tf.data.Dataset.zip((ds, tf.data.Dataset.counter()))
+
+    def distort(batch, n):
+        images, labels = batch
+        op_seed = tf.stack([tf.cast(seed + 1_000_003 * pipeline_id, tf.int64), n])
+        return distort_batch(images, op_seed), labels
+
+    ds = ds.map(distort, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -374,3 +374,24 @@ def test_train_dataset_under_mirrored_strategy(train_files):
             assert y.shape == (4,) and y.dtype == tf.int32
             assert x.device.endswith(f"CPU:{i}")
         assert not np.array_equal(local_images[0].numpy(), local_images[1].numpy())
+
+
+def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time():
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 256, size=(6, 32, 32, 3), dtype=np.uint8)
+    top = np.array([0, 8, 3, 5, 1, 7], np.int32)
+    left = np.array([8, 0, 2, 6, 4, 1], np.int32)
+    flip = np.array([True, False, True, False, False, True])
+    delta = np.array([-63, 0, 12.5, 40, -7, 63], np.float32)
+    factor = np.array([0.2, 1.8, 1.0, 0.5, 1.3, 0.9], np.float32)
+    got = data.apply_distortions(tf.constant(images), tf.constant(top), tf.constant(left),
+                                 tf.constant(flip), tf.constant(delta), tf.constant(factor))
+    for i in range(6):
+        x = tf.image.crop_to_bounding_box(tf.cast(images[i], tf.float32), int(top[i]),
+                                          int(left[i]), 24, 24)
+        if flip[i]:
+            x = tf.image.flip_left_right(x)
+        x = tf.image.adjust_brightness(x, float(delta[i]))
+        x = tf.image.adjust_contrast(x, float(factor[i]))
+        want = tf.image.per_image_standardization(x)
+        np.testing.assert_allclose(got[i].numpy(), want.numpy(), atol=2e-5)
