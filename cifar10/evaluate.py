@@ -107,19 +107,33 @@ def restore(checkpoint: str, weights: str = "averages",
     return model, int(step.numpy())
 
 
-def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
-    """(correct top-1 predictions, examples) over every batch of ``dataset``."""
+def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
+    """A function: dataset -> (correct top-1 predictions, examples) of ``model``.
+
+    The whole pass over the dataset runs in one ``tf.function`` (traced once per
+    model and dataset structure), with no Python work per batch.
+    """
 
     @tf.function
-    def batch_counts(images, labels):
-        hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
-        return tf.reduce_sum(tf.cast(hits, tf.int64)), tf.size(labels, tf.int64)
+    def count(dataset):
+        correct = tf.constant(0, tf.int64)
+        total = tf.constant(0, tf.int64)
+        for images, labels in dataset:
+            hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
+            correct += tf.reduce_sum(tf.cast(hits, tf.int64))
+            total += tf.size(labels, tf.int64)
+        return correct, total
 
-    correct = total = 0
-    for images, labels in dataset:
-        c, n = batch_counts(images, labels)
-        correct, total = correct + int(c), total + int(n)
-    return correct, total
+    def counter(dataset: tf.data.Dataset) -> tuple[int, int]:
+        correct, total = count(dataset)
+        return int(correct), int(total)
+
+    return counter
+
+
+def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
+    """(correct top-1 predictions, examples) over every batch of ``dataset``."""
+    return make_counter(model)(dataset)
 
 
 def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
@@ -160,8 +174,11 @@ def record(result: EvalResult, eval_dir: str, writer) -> None:
     with writer.as_default():
         tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
     writer.flush()
-    with open(os.path.join(eval_dir, RESULTS_FILE), "a") as f:
-        f.write(json.dumps(dataclasses.asdict(result)) + "\n")
+    with open(os.path.join(eval_dir, RESULTS_FILE), "a+b") as f:
+        # A line cut short by a crash must not swallow this one.
+        if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+            f.write(b"\n")
+        f.write((json.dumps(dataclasses.asdict(result)) + "\n").encode())
 
 
 class NoCheckpointError(Cifar10Error):
@@ -205,7 +222,7 @@ def _run_once(config, writer, print_fn) -> EvalResult:
             f"--checkpoint_dir at a training run")
     try:
         result = evaluate_checkpoint(latest, config)
-    except (tf.errors.OpError, AssertionError, ValueError) as e:
+    except train.CHECKPOINT_READ_ERRORS as e:
         raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {_first_line(e)}") from e
     record(result, config.eval_dir, writer)
     print_fn(result.line())
@@ -239,7 +256,7 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
             last_start = time.time()
             try:
                 result = evaluate_checkpoint(latest, config)
-            except (tf.errors.OpError, AssertionError, ValueError) as e:
+            except train.CHECKPOINT_READ_ERRORS as e:
                 # Deleted by the trainer's retention, or still being written.
                 logging.warning("Skipping checkpoint %s: %s", latest, _first_line(e))
                 failed.add((latest, _mtime(latest)))
@@ -254,8 +271,12 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
                      f"trainer to write one.")
             said_waiting = True
         if _training_finished(config.checkpoint_dir, latest):
-            print_fn(f"Training in {config.checkpoint_dir} is complete and its final "
-                     f"checkpoint is evaluated; stopping.")
+            if todo:  # it is in `failed`: unreadable
+                print_fn(f"Training in {config.checkpoint_dir} is complete but its final "
+                         f"checkpoint {latest} could not be evaluated; stopping.")
+            else:
+                print_fn(f"Training in {config.checkpoint_dir} is complete and its final "
+                         f"checkpoint is evaluated; stopping.")
             break
         if config.eval_timeout is not None and time.time() - last_new > config.eval_timeout:
             print_fn(f"No new checkpoint in {config.eval_timeout:g} s; stopping.")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
+import tempfile
 
 import numpy as np
 
@@ -87,13 +89,32 @@ def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0) ->
       The path of the ``cifar-10-batches-bin`` folder.
     """
     batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
-    os.makedirs(batches_dir, exist_ok=True)
-    for name, contents in dataset_files(records_per_file, seed).items():
-        tmp = os.path.join(batches_dir, name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(contents)
-        os.replace(tmp, os.path.join(batches_dir, name))
+    files = dataset_files(records_per_file, seed)
+    os.makedirs(data_dir, exist_ok=True)
+    if os.path.isdir(batches_dir):  # rewrite in place, each file replaced whole
+        _write_files(batches_dir, files)
+        return batches_dir
+    # Build the folder under a temporary name and rename it into place, so that
+    # another process (a trainer and an evaluator started together) never sees
+    # it half-written; if one of them got there first, its folder is kept.
+    tmp = tempfile.mkdtemp(prefix=".synthetic-", dir=data_dir)
+    try:
+        _write_files(tmp, files)
+        os.rename(tmp, batches_dir)
+    except OSError:
+        if not os.path.isdir(batches_dir):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return batches_dir
+
+
+def _write_files(directory: str, files: dict[str, bytes]) -> None:
+    for name, contents in files.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        with os.fdopen(fd, "wb") as f:
+            f.write(contents)
+        os.replace(tmp, os.path.join(directory, name))
 
 
 def tarball_bytes(records_per_file: int = 10, seed: int = 0) -> bytes:

@@ -48,6 +48,10 @@ LOSS_AVERAGE_DECAY = 0.9
 FP16_LOSS_SCALE = 1024.0
 
 CHECKPOINT_NAME = "model.ckpt"
+# What reading a missing, partial or foreign checkpoint raises: OpErrors for most
+# damage, IndexError for a truncated .data file, AssertionError/ValueError when
+# the objects do not match.
+CHECKPOINT_READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
 COMPLETE_FILE = "training_complete.json"
 
 
@@ -67,6 +71,7 @@ class TrainConfig:
       use_fp16: float16 compute with float32 variables.
       initial_learning_rate: learning rate before the first decay.
       shuffle_buffer: examples in the shuffle buffer.
+      xla: compile each replica's forward and backward pass with XLA.
     """
 
     train_dir: str
@@ -80,6 +85,7 @@ class TrainConfig:
     use_fp16: bool = False
     initial_learning_rate: float = INITIAL_LEARNING_RATE
     shuffle_buffer: int = data.MIN_SHUFFLE_BUFFER
+    xla: bool = False
 
     def check(self) -> None:
         """Raises ValueError naming the first setting out of range."""
@@ -152,6 +158,10 @@ class Trainer:
         with strategy.scope():
             self.state = TrainState(config.seed, compute_dtype)
         self.variables = self.state.model.parameters()
+        # XLA compiles the per-replica forward and backward pass; the cross-replica
+        # update (merge_call) stays outside the compiled cluster.
+        self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
+                              else self._gradients)
         self._step_fns = {
             False: tf.function(lambda it: self._distributed_step(it, with_summaries=False)),
             True: tf.function(lambda it: self._distributed_step(it, with_summaries=True)),
@@ -190,7 +200,8 @@ class Trainer:
                 avg, lambda a, v: a.assign_sub((1.0 - decay) * (a - v)), args=(var,))
         return reduced
 
-    def _replica_step(self, images, labels, with_summaries):
+    def _gradients(self, images, labels):
+        """Forward and backward pass of one replica: (grads, xent, wd, activations)."""
         model = self.state.model
         with tf.GradientTape() as tape:
             acts = model.activations(images)
@@ -200,11 +211,14 @@ class Trainer:
             # tower gradients, with the weight decay counted once.
             xent = tf.reduce_sum(cross_entropy(acts["softmax_linear"], labels)) / self.global_batch
             wd = model.weight_decay()
-            scaled = xent + wd / self.num_replicas
-            scaled_for_grads = scaled * self.loss_scale
-        grads = tape.gradient(scaled_for_grads, self.variables)
+            scaled = (xent + wd / self.num_replicas) * self.loss_scale
+        grads = tape.gradient(scaled, self.variables)
         if self.loss_scale != 1.0:
             grads = [g / self.loss_scale for g in grads]
+        return grads, xent, wd, acts
+
+    def _replica_step(self, images, labels, with_summaries):
+        grads, xent, wd, acts = self._gradients_fn(images, labels)
         ctx = tf.distribute.get_replica_context()
         reduced = ctx.merge_call(self._apply, args=(grads,))
         out = {"cross_entropy": xent, "weight_decay": wd}
@@ -358,7 +372,7 @@ def restore(manager: tf.train.CheckpointManager) -> int:
         return 0
     try:
         manager.checkpoint.restore(path).assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as e:
+    except CHECKPOINT_READ_ERRORS as e:
         raise Cifar10Error(
             f"cannot restore checkpoint {path} ({str(e).splitlines()[0]}); move the "
             f"train_dir aside or pass --fresh_start to start over") from e

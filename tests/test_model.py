@@ -258,7 +258,9 @@ def test_loss_falls_when_training(tmp_path):
             v.assign_sub(0.1 * g)
         return parts.total, parts.cross_entropy
 
-    dataset = data.train_dataset(files, 32, seed=0, shuffle_buffer=1000).take(100)
+    # 200 steps: after 100, some seeds still sit on a plateau (cross-entropy ~1.2);
+    # after 200, seeds 0-3 all reach a cross-entropy below 0.01.
+    dataset = data.train_dataset(files, 32, seed=0, shuffle_buffer=1000).take(200)
     losses = np.array([[float(t) for t in step(x, y)] for x, y in dataset])
     total, xent = losses[:, 0], losses[:, 1]
     assert np.all(np.isfinite(losses))

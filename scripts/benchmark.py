@@ -1,0 +1,216 @@
+"""Measures how fast cifar10 trains and evaluates on this machine, and prints it.
+
+    python scripts/benchmark.py                       # 1 replica, batch 128, float32
+    python scripts/benchmark.py --num_gpus=2          # 2 replicas (logical devices on CPU)
+    python scripts/benchmark.py --use_fp16 --xla
+
+Prints, each the median of several timed windows after a warm-up:
+  (a) train step alone, on one in-memory batch (examples/sec over all replicas);
+  (b) the input pipeline alone, on CIFAR-format files;
+  (c) end-to-end training with cifar10.train.train (what the log line reports);
+  (d) evaluation of the test file with cifar10.evaluate.count_correct;
+  (e) seconds from launching cifar10-train to its first step, data on disk;
+  (f) peak resident memory of that cifar10-train process.
+It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
+directory when --data_dir is not given, so it runs offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Before TensorFlow is imported: hide its C++ INFO lines.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from cifar10 import data, devices, evaluate, synthetic, train  # noqa: E402
+from cifar10 import fileformat as ff  # noqa: E402
+from cifar10.model import Model  # noqa: E402
+
+LOG_RATE = re.compile(r": step (\d+), loss = \S+ \((\S+) examples/sec")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--num_gpus", type=int, default=1, help="replicas (as cifar10-train)")
+    p.add_argument("--batch_size", type=int, default=128, help="examples per replica")
+    p.add_argument("--use_fp16", action="store_true", help="float16 compute")
+    p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
+    p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
+    p.add_argument("--windows", type=int, default=5, help="timed windows per figure")
+    p.add_argument("--window_steps", type=int, default=30, help="steps per timed window")
+    p.add_argument("--warmup_steps", type=int, default=20, help="untimed steps first")
+    p.add_argument("--records_per_file", type=int, default=ff.RECORDS_PER_REAL_FILE,
+                   help="records per file of generated data")
+    p.add_argument("--skip_launch", action="store_true",
+                   help="skip (e) and (f), which start cifar10-train in a subprocess")
+    args = p.parse_args(argv)
+    for name in ("batch_size", "windows", "window_steps", "records_per_file"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.num_gpus < 0 or args.warmup_steps < 0:
+        p.error("--num_gpus and --warmup_steps must be >= 0")
+    return args
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    return (f"{model}; {os.cpu_count()} cores; {gpus} GPU(s); TensorFlow {tf.__version__}; "
+            f"Python {platform.python_version()}")
+
+
+def median_rate(run_window, windows: int, examples_per_window: int) -> float:
+    """Median examples/sec of ``windows`` calls of ``run_window``."""
+    rates = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        run_window()
+        rates.append(examples_per_window / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def step_alone(args, strategy, train_dir) -> float:
+    config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size,
+                               use_fp16=args.use_fp16, xla=args.xla)
+    trainer = train.Trainer(config, strategy)
+    images = tf.random.stateless_normal([args.batch_size, data.CROP_SIZE, data.CROP_SIZE, 3],
+                                        seed=(1, 2))
+    labels = tf.random.stateless_uniform([args.batch_size], (3, 4), 0, 10, tf.int32)
+    batches = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    it = iter(strategy.distribute_datasets_from_function(lambda ctx: batches))
+
+    def window(steps):
+        for _ in range(steps):
+            loss = trainer.step(it)["total_loss"]
+        float(loss)  # wait for the last step
+
+    window(args.warmup_steps)
+    return median_rate(lambda: window(args.window_steps), args.windows,
+                       args.window_steps * trainer.global_batch)
+
+
+def input_alone(args, train_files) -> float:
+    it = iter(data.train_dataset(train_files, args.batch_size))
+    # Warm up past one epoch, so that the in-memory cache is filled as in training.
+    records = data.validate_files(train_files)
+    for _ in range(records // args.batch_size + 1):
+        next(it)
+    steps = args.window_steps * 10  # a window of 30 batches is too short to time well
+
+    def window():
+        for _ in range(steps):
+            next(it)
+
+    return median_rate(window, args.windows, steps * args.batch_size)
+
+
+def end_to_end(args, strategy, train_files, count, train_dir) -> float:
+    steps = args.warmup_steps + args.windows * args.window_steps
+    config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size, max_steps=steps,
+                               log_frequency=args.window_steps, checkpoint_every=steps,
+                               use_fp16=args.use_fp16, xla=args.xla)
+    # Windows end at multiples of window_steps; those that start after the
+    # warm-up are timed (the log line's examples/sec is over its window).
+    rates = []
+
+    def collect(line):
+        match = LOG_RATE.search(line)
+        if match and int(match[1]) > args.warmup_steps + args.window_steps - 1:
+            rates.append(float(match[2]))
+
+    train.train(config, strategy, train_files, count, print_fn=collect)
+    return statistics.median(rates) if rates else float("nan")
+
+
+def evaluation(args, test_files) -> tuple[float, float]:
+    model = Model(compute_dtype=tf.float16 if args.use_fp16 else tf.float32)
+    dataset = data.eval_dataset(test_files, args.batch_size)
+    counter = evaluate.make_counter(model)
+    counter(dataset)  # warm-up: tracing
+    times = []
+    for _ in range(args.windows):
+        start = time.perf_counter()
+        _, examples = counter(dataset)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    return examples / seconds, seconds
+
+
+def launch(args, data_dir, train_dir) -> tuple[float, float]:
+    """Seconds from starting cifar10-train to its first step; its peak RSS in MB."""
+    program = os.path.join(os.path.dirname(sys.executable), "cifar10-train")
+    cmd = [program, f"--data_dir={data_dir}", f"--train_dir={train_dir}",
+           f"--batch_size={args.batch_size}", f"--num_gpus={args.num_gpus}",
+           f"--max_steps={args.warmup_steps + args.window_steps}", "--log_frequency=1000000",
+           f"--use_fp16={args.use_fp16}"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    first_step = float("nan")
+    for line in proc.stdout:
+        if ": step 1," in line:
+            first_step = time.perf_counter() - start
+    proc.wait()
+    if proc.returncode:
+        raise SystemExit(f"benchmark: {' '.join(cmd)} failed with exit status {proc.returncode}")
+    # ru_maxrss of the waited-for children is in KiB on Linux.
+    return first_step, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
+    work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
+    data_dir = args.data_dir
+    if data_dir is None:
+        data_dir = work
+        synthetic.write_dataset(data_dir, records_per_file=args.records_per_file)
+    batches_dir = data.batches_dir_of(data_dir)
+    train_files = data.split_files(batches_dir, "train")
+    test_files = data.split_files(batches_dir, "test")
+    count = data.validate_files(train_files)
+    test_count = data.validate_files(test_files)
+    replicas = strategy.num_replicas_in_sync
+    print(f"machine: {machine()}")
+    print(f"setting: {replicas} replica(s) x batch {args.batch_size} = global batch "
+          f"{replicas * args.batch_size}; {'float16' if args.use_fp16 else 'float32'}; "
+          f"XLA {'on' if args.xla else 'off'}; data {batches_dir} ({count} train, "
+          f"{test_count} test records); median of {args.windows} windows of "
+          f"{args.window_steps} steps after {args.warmup_steps} warm-up steps", flush=True)
+    a = step_alone(args, strategy, os.path.join(work, "step"))
+    print(f"(a) train step alone:        {a:9.1f} examples/sec", flush=True)
+    b = input_alone(args, train_files)
+    print(f"(b) input pipeline alone:    {b:9.1f} examples/sec  ({b / a:.1f}x the step)",
+          flush=True)
+    c = end_to_end(args, strategy, train_files, count, os.path.join(work, "train"))
+    print(f"(c) end-to-end training:     {c:9.1f} examples/sec  ({100 * c / a:.0f}% of (a))",
+          flush=True)
+    d, seconds = evaluation(args, test_files)
+    print(f"(d) evaluation:              {d:9.1f} examples/sec  ({test_count} examples in "
+          f"{seconds:.2f} s)", flush=True)
+    if not args.skip_launch:
+        first, rss = launch(args, data_dir, os.path.join(work, "launch"))
+        print(f"(e) launch to first step:    {first:9.2f} s")
+        print(f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""Tests of cifar10.evaluate: restoring weights, exact counting, results, polling.
+
+One short training run (6 steps, checkpoints at 3 and 6) is shared by the whole
+module; tests that change its directory work on a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli import scalar_values
+
+from cifar10 import data, evaluate, synthetic, train
+from cifar10.errors import Cifar10Error
+from cifar10.model import LAYER_NAMES, Model
+
+RECORDS = 50  # records per generated file: the test split holds 50 examples
+LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = \d\.\d{3} "
+    r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)$")
+RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
+               "eval_data", "wall_time", "seconds"}
+DATA_SUFFIX = ".data-00000-of-00001"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A trained run: train_dir with model.ckpt-3 and model.ckpt-6, and the test files."""
+    root = tmp_path_factory.mktemp("evaluate")
+    batches_dir = synthetic.write_dataset(str(root / "data" / "synthetic"),
+                                          records_per_file=RECORDS)
+    files = data.split_files(batches_dir, "train")
+    count = data.validate_files(files)
+    train_dir = str(root / "train")
+    config = train.TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
+                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               shuffle_buffer=300)
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    result = train.train(config, strategy, files, count, print_fn=lambda line: None)
+    assert result.complete and train.is_complete(train_dir)
+    return types.SimpleNamespace(
+        train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
+        ckpt3=os.path.join(train_dir, "model.ckpt-3"),
+        ckpt6=os.path.join(train_dir, "model.ckpt-6"))
+
+
+def config_of(run, eval_dir, **overrides):
+    settings = {"checkpoint_dir": run.train_dir, "eval_dir": str(eval_dir),
+                "eval_files": run.test_files, "num_examples": RECORDS, "batch_size": 16}
+    settings.update(overrides)
+    return evaluate.EvalConfig(**settings)
+
+
+def copy_run(run, tmp_path, complete=True):
+    """A copy of the trained run's directory (optionally without the COMPLETE marker)."""
+    train_dir = str(tmp_path / "train_copy")
+    shutil.copytree(run.train_dir, train_dir)
+    if not complete:
+        os.remove(os.path.join(train_dir, train.COMPLETE_FILE))
+    return train_dir
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def set_latest(train_dir, step, listed):
+    """Rewrites the 'checkpoint' state file: latest is model.ckpt-<step>."""
+    path = lambda s: os.path.join(train_dir, f"model.ckpt-{s}")
+    tf.compat.v1.train.update_checkpoint_state(
+        train_dir, path(step), all_model_checkpoint_paths=[path(s) for s in listed])
+
+
+def mark_complete(train_dir, step):
+    with open(os.path.join(train_dir, train.COMPLETE_FILE), "w") as f:
+        json.dump({"step": step, "time": time.time()}, f)
+
+
+def results_lines(eval_dir):
+    path = os.path.join(str(eval_dir), evaluate.RESULTS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def direct_counts(checkpoint, files, weights, num_examples=None):
+    """(correct, examples) of ``weights`` of ``checkpoint``, computed without evaluate."""
+    model = Model()
+    key = "averages" if weights == "averages" else "model"
+    tf.train.Checkpoint(**{key: model}).read(checkpoint).expect_partial()
+    images, labels = [], []
+    for image, label in data.read_records(files):
+        if num_examples is not None and len(labels) == num_examples:
+            break
+        images.append(data.preprocess_for_eval(image).numpy())
+        labels.append(int(label))
+    logits = model(np.stack(images)).numpy()
+    correct = int(np.sum(np.argmax(logits, axis=1) == np.array(labels)))
+    return correct, len(labels)
+
+
+class FakeSleep:
+    """Records the waits asked for; runs ``actions[i]`` at the i-th call."""
+
+    def __init__(self, *actions, limit=20):
+        self.calls = []
+        self.actions = actions
+        self.limit = limit
+
+    def __call__(self, seconds):
+        self.calls.append(seconds)
+        if len(self.calls) <= len(self.actions):
+            self.actions[len(self.calls) - 1]()
+        if len(self.calls) > self.limit:
+            raise AssertionError(f"the poller did not stop: sleeps {self.calls}")
+
+
+# --- restore ---------------------------------------------------------------
+
+
+def test_restore_gives_the_averages_or_the_raw_weights_and_the_step(run):
+    reader = tf.train.load_checkpoint(run.ckpt6)
+    averages, avg_step = evaluate.restore(run.ckpt6, "averages")
+    raw, raw_step = evaluate.restore(run.ckpt6, "raw")
+    assert avg_step == raw_step == 6
+    for name in LAYER_NAMES:
+        for kind in ("weights", "biases"):
+            key = f"{name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(getattr(getattr(averages, name), kind).numpy(),
+                                          reader.get_tensor("averages/" + key))
+            np.testing.assert_array_equal(getattr(getattr(raw, name), kind).numpy(),
+                                          reader.get_tensor("model/" + key))
+    assert not np.allclose(averages.conv1.weights.numpy(), raw.conv1.weights.numpy())
+    assert evaluate.restore(run.ckpt3)[1] == 3
+
+
+def test_restore_rejects_an_unknown_weights_name(run):
+    with pytest.raises(ValueError, match="weights must be one of"):
+        evaluate.restore(run.ckpt6, "ema")
+
+
+# --- evaluate_checkpoint -----------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["averages", "raw"])
+def test_precision_equals_a_direct_computation(run, tmp_path, weights):
+    result = evaluate.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path, weights=weights))
+    correct, examples = direct_counts(run.ckpt6, run.test_files, weights)
+    assert (result.correct, result.examples) == (correct, examples) == (correct, RECORDS)
+    assert result.precision == correct / RECORDS
+    assert (result.step, result.checkpoint, result.weights) == (6, run.ckpt6, weights)
+
+
+@pytest.mark.parametrize("num_examples, batch_size, expected", [
+    (37, 10, 37),  # last partial batch of 7 counted, nothing twice
+    (RECORDS, 16, RECORDS),  # 3 full batches and one of 2
+    (1000, 16, RECORDS),  # more than the files hold: every example once, no repeat
+])
+def test_exactly_num_examples_are_counted(run, tmp_path, num_examples, batch_size, expected):
+    config = config_of(run, tmp_path, num_examples=num_examples, batch_size=batch_size)
+    result = evaluate.evaluate_checkpoint(run.ckpt6, config)
+    correct, examples = direct_counts(run.ckpt6, run.test_files, "averages", num_examples)
+    assert result.examples == examples == expected
+    assert result.correct == correct
+    assert result.precision == correct / expected
+
+
+# --- results.jsonl -----------------------------------------------------------
+
+
+def result_of(step, **overrides):
+    fields = {"checkpoint": f"/runs/train/model.ckpt-{step}", "step": step,
+              "precision": 0.5, "correct": 5, "examples": 10, "weights": "averages",
+              "eval_data": "test", "wall_time": time.time(), "seconds": 0.25}
+    fields.update(overrides)
+    return evaluate.EvalResult(**fields)
+
+
+def test_record_appends_a_json_line_and_a_scalar_at_the_step(run, tmp_path):
+    result = evaluate.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path))
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    evaluate.record(result, str(tmp_path), writer)
+    evaluate.record(result_of(3, precision=0.25), str(tmp_path), writer)
+    writer.close()
+    lines = results_lines(tmp_path)
+    assert [set(line) for line in lines] == [RESULT_KEYS, RESULT_KEYS]
+    assert lines[0] == dataclasses.asdict(result)
+    assert (lines[0]["step"], lines[0]["examples"], lines[0]["eval_data"]) == (6, RECORDS, "test")
+    assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
+        6: pytest.approx(result.precision), 3: 0.25}
+
+
+def test_scored_checkpoints_ignores_a_truncated_last_line(tmp_path):
+    assert evaluate.scored_checkpoints(str(tmp_path)) == set()  # no results.jsonl yet
+    whole = json.dumps(dataclasses.asdict(result_of(3)))
+    cut = json.dumps(dataclasses.asdict(result_of(6)))[:40]
+    (tmp_path / evaluate.RESULTS_FILE).write_text(whole + "\n" + cut)
+    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|averages|test"}
+
+
+def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
+    cut = json.dumps(dataclasses.asdict(result_of(3)))[:40]
+    (tmp_path / evaluate.RESULTS_FILE).write_text(cut)  # a crash while writing step 3
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    evaluate.record(result_of(6), str(tmp_path), writer)
+    writer.close()
+    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|averages|test"}
+
+
+# --- run_once ----------------------------------------------------------------
+
+
+def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_path):
+    lines = []
+    results = evaluate.evaluate(config_of(run, tmp_path, run_once=True, num_examples=37,
+                                          batch_size=10), print_fn=lines.append)
+    assert len(results) == 1
+    result = results[0]
+    assert (result.step, result.checkpoint, result.examples) == (6, run.ckpt6, 37)
+    assert len(lines) == 1
+    match = LINE.match(lines[0])
+    assert match, lines[0]
+    assert match.groups() == ("6", "model.ckpt-6", "37", "averages")
+    assert f"precision @ 1 = {result.precision:.3f} " in lines[0]
+    assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
+        6: pytest.approx(result.precision)}
+    assert results_lines(tmp_path) == [dataclasses.asdict(result)]
+
+
+def test_run_once_without_a_checkpoint_raises_no_checkpoint_error(run, tmp_path):
+    missing = tmp_path / "no_such_run"
+    with pytest.raises(evaluate.NoCheckpointError) as err:
+        evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(missing),
+                                    run_once=True))
+    assert isinstance(err.value, Cifar10Error)
+    assert str(err.value).startswith(f"No checkpoint file found in {missing}")
+    assert results_lines(tmp_path / "eval") == []
+
+
+@pytest.mark.parametrize("part", [
+    ".index",
+    DATA_SUFFIX,
+])
+def test_run_once_on_a_corrupt_checkpoint_is_an_error_naming_it(run, tmp_path, part):
+    train_dir = copy_run(run, tmp_path)
+    latest = os.path.join(train_dir, "model.ckpt-6")
+    truncate(latest + part)
+    with pytest.raises(Cifar10Error, match=f"cannot evaluate checkpoint {re.escape(latest)}"):
+        evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                    run_once=True))
+    assert results_lines(tmp_path / "eval") == []
+
+
+# --- polling -----------------------------------------------------------------
+
+
+def completion_line(train_dir):
+    return (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
+            f"stopping.")
+
+
+def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run, tmp_path):
+    eval_dir = tmp_path / "eval"
+    lines, sleep = [], FakeSleep()
+    results = evaluate.evaluate(config_of(run, eval_dir), print_fn=lines.append, sleep=sleep)
+    assert [r.step for r in results] == [6]
+    assert LINE.match(lines[0]).group(2) == "model.ckpt-6"
+    assert lines[1:] == [completion_line(run.train_dir)]
+    assert sleep.calls == []
+
+    # Restarted on the same eval_dir: results.jsonl says ckpt-6 is scored already.
+    lines, sleep = [], FakeSleep()
+    assert evaluate.evaluate(config_of(run, eval_dir), print_fn=lines.append, sleep=sleep) == []
+    assert lines == [completion_line(run.train_dir)]
+    assert sleep.calls == []
+    assert [r["step"] for r in results_lines(eval_dir)] == [6]
+    assert scalar_values(str(eval_dir), evaluate.PRECISION_TAG) == {
+        6: pytest.approx(results[0].precision)}
+
+    # The raw weights are another record: scored once too.
+    raw = evaluate.evaluate(config_of(run, eval_dir, weights="raw"), print_fn=lines.append,
+                            sleep=sleep)
+    assert [(r.step, r.weights) for r in raw] == [(6, "raw")]
+    assert [r["weights"] for r in results_lines(eval_dir)] == ["averages", "raw"]
+
+
+def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    lines = []
+    start = time.time()
+    results = evaluate.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
+                  eval_interval_secs=0.1), print_fn=lines.append, sleep=time.sleep)
+    assert time.time() - start < 30
+    assert [r.step for r in results] == [6]
+    assert lines[-1] == "No new checkpoint in 0.5 s; stopping."
+    assert len(lines) == 2
+
+
+@pytest.mark.parametrize("part", [
+    ".index",
+    DATA_SUFFIX,
+])
+def test_poll_skips_a_corrupt_checkpoint_with_a_warning(run, tmp_path, caplog, part):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    latest = os.path.join(train_dir, "model.ckpt-6")
+    truncate(latest + part)
+    lines = []
+    results = evaluate.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
+                  eval_interval_secs=0.1), print_fn=lines.append, sleep=time.sleep)
+    assert results == []
+    assert results_lines(tmp_path / "eval") == []
+    assert lines == ["No new checkpoint in 0.5 s; stopping."]
+    skipped = [r.getMessage() for r in caplog.records if "Skipping checkpoint" in r.getMessage()]
+    assert len(skipped) == 1  # tried once, not again at every poll
+    assert skipped[0].startswith(f"Skipping checkpoint {latest}: ")
+
+
+def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    truncate(os.path.join(train_dir, "model.ckpt-6.index"))
+    lines = []
+    results = evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
+                                print_fn=lines.append, sleep=FakeSleep())
+    assert results == []
+    assert len(lines) == 1  # it stops: nothing will ever make ckpt-6 readable
+    assert "is evaluated" not in lines[0]
+    assert lines[0].endswith("final checkpoint " + os.path.join(train_dir, "model.ckpt-6")
+                             + " could not be evaluated; stopping.")
+
+
+def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    set_latest(train_dir, 3, listed=[3])
+    lines = []
+
+    def trainer_saves_the_final_checkpoint():
+        set_latest(train_dir, 6, listed=[3, 6])
+        mark_complete(train_dir, 6)
+
+    def interval_wait():
+        # Asked before the second evaluation, not after it.
+        assert [LINE.match(line).group(2) for line in lines] == ["model.ckpt-3"]
+
+    sleep = FakeSleep(trainer_saves_the_final_checkpoint, interval_wait)
+    start = time.time()
+    results = evaluate.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
+        print_fn=lines.append, sleep=sleep)
+    elapsed = time.time() - start
+    assert [r.step for r in results] == [3, 6]
+    assert len(sleep.calls) == 2
+    assert sleep.calls[0] == evaluate.POLL_SECS  # looking for a new checkpoint
+    assert 100 - elapsed <= sleep.calls[1] <= 100  # the rest of the interval
+    assert lines[-1] == completion_line(train_dir)
+    assert [r["step"] for r in results_lines(tmp_path / "eval")] == [3, 6]
+
+
+def test_poll_moves_to_the_newest_checkpoint_after_waiting(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for suffix in (".index", DATA_SUFFIX):  # a checkpoint 4 that is never read
+        shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                    os.path.join(train_dir, "model.ckpt-4" + suffix))
+    set_latest(train_dir, 3, listed=[3])
+
+    def final():
+        set_latest(train_dir, 6, listed=[3, 4, 6])
+        mark_complete(train_dir, 6)
+
+    sleep = FakeSleep(lambda: set_latest(train_dir, 4, listed=[3, 4]), final)
+    results = evaluate.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
+        print_fn=lambda line: None, sleep=sleep)
+    assert [os.path.basename(r.checkpoint) for r in results] == ["model.ckpt-3", "model.ckpt-6"]
+    assert len(sleep.calls) == 2
+
+
+def test_poll_without_a_checkpoint_says_so_once_and_waits(run, tmp_path):
+    train_dir = tmp_path / "not_yet"
+    lines = []
+    sleep = FakeSleep(lambda: None, lambda: None,
+                      lambda: shutil.copytree(run.train_dir, str(train_dir)))
+    results = evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(train_dir)),
+                                print_fn=lines.append, sleep=sleep)
+    assert [r.step for r in results] == [6]
+    assert lines[0] == (f"No checkpoint file found in {train_dir}; waiting for the trainer "
+                        f"to write one.")
+    assert sum("No checkpoint file found" in line for line in lines) == 1
+    assert len(sleep.calls) == 3
+    assert lines[-1] == completion_line(str(train_dir))
+
+
+def test_poll_returns_when_should_stop(run, tmp_path):
+    results = evaluate.evaluate(config_of(run, tmp_path / "eval"), sleep=FakeSleep(),
+                                should_stop=lambda: True)
+    assert results == []
