@@ -53,6 +53,8 @@ def define_train_flags() -> None:
     flags.DEFINE_integer("summary_steps", 100, "Write TensorBoard summaries every this many "
                          "steps.", lower_bound=1)
     flags.DEFINE_integer("seed", 0, "Seed of the initial weights, shuffling and distortions.")
+    flags.DEFINE_boolean("xla", False, "Compile each replica's forward and backward pass "
+                         "with XLA (can help on GPU; about 2x slower on CPU, see README).")
     flags.DEFINE_boolean("fresh_start", False, "Delete the checkpoints and event files in "
                          "--train_dir and start from step 0 (default: resume).")
 

@@ -11,8 +11,29 @@ The trainer adds examples_per_sec from Python.
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorboard.plugins.histogram import metadata as histogram_metadata
 
 MAX_IMAGES = 3  # as tf.summary.image's default in the original
+HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
+
+
+def histogram(tag: str, values: tf.Tensor, step, buckets: int = HISTOGRAM_BUCKETS) -> None:
+    """A histogram summary, as ``tf.summary.histogram`` writes, at a fraction of its memory.
+
+    ``tf.summary.histogram`` counts with a float64 one-hot matrix of
+    [values, buckets]: 1.1 GB for conv1's activations of a batch of 128, which
+    made summary steps take over a gigabyte.  ``tf.histogram_fixed_width``
+    counts in place; the output (rows of left edge, right edge, count) and its
+    metadata are the histogram plugin's own, so TensorBoard draws it as usual.
+    """
+    values = tf.reshape(tf.cast(values, tf.float64), [-1])
+    low, high = tf.reduce_min(values), tf.reduce_max(values)
+    high = tf.where(high > low, high, low + 1.0)  # one distinct value: a unit-wide range
+    counts = tf.histogram_fixed_width(values, tf.stack([low, high]), nbins=buckets)
+    edges = tf.linspace(low, high, buckets + 1)
+    buckets_tensor = tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
+    tf.summary.write(tag, buckets_tensor, step=step,
+                     metadata=histogram_metadata.create_summary_metadata(tag, ""))
 
 
 def variable_tag(var: tf.Variable) -> str:
@@ -36,10 +57,10 @@ def write_train_summaries(step, learning_rate, losses, loss_averages, activation
         tf.summary.scalar(f"{name} (raw)", value, step=step)
         tf.summary.scalar(name, loss_averages[name], step=step)
     for layer, x in activations.items():
-        tf.summary.histogram(f"{layer}/activations", x, step=step)
+        histogram(f"{layer}/activations", x, step=step)
         tf.summary.scalar(f"{layer}/sparsity", tf.math.zero_fraction(x), step=step)
     for var, grad in zip(variables, gradients):
-        tf.summary.histogram(variable_tag(var), var, step=step)
-        tf.summary.histogram(f"{variable_tag(var)}/gradients", grad, step=step)
+        histogram(variable_tag(var), var, step=step)
+        histogram(f"{variable_tag(var)}/gradients", grad, step=step)
     tf.summary.image("images", displayable(images[:MAX_IMAGES]), step=step,
                      max_outputs=MAX_IMAGES)

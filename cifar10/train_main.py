@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
         train_dir=FLAGS.train_dir, batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps,
         log_frequency=FLAGS.log_frequency, checkpoint_every=FLAGS.checkpoint_steps,
         keep_checkpoints=FLAGS.keep_checkpoints, summary_every=FLAGS.summary_steps,
-        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16)
+        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16, xla=FLAGS.xla)
     replicas = strategy.num_replicas_in_sync
     print(f"Training on {counts['train']} examples from {batches_dir} with {replicas} "
           f"replica(s), global batch {FLAGS.batch_size * replicas}; checkpoints and "

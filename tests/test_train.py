@@ -251,3 +251,25 @@ def test_config_rejects_bad_values(tmp_path):
     for name in ("batch_size", "max_steps", "checkpoint_every"):
         with pytest.raises(ValueError, match=name):
             train.Trainer(small_config(tmp_path, **{name: 0}), strategy)
+
+
+def test_xla_and_float16_steps_match_the_float32_step(tmp_path):
+    images, labels = random_batches(1, BATCH)
+    results = {}
+    for name, overrides in {"f32": {}, "xla": {"xla": True}, "f16": {"use_fp16": True}}.items():
+        strategy = strategy_of(1)
+        config = train.TrainConfig(train_dir=str(tmp_path / name), batch_size=BATCH, **overrides)
+        trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+        loss = trainer.step(fixed_batches(strategy, images, labels, 1))
+        results[name] = (float(loss["total_loss"]), values(trainer.variables))
+    f32_loss, f32_vars = results["f32"]
+    assert results["xla"][0] == pytest.approx(f32_loss, rel=1e-5)
+    for got, want in zip(results["xla"][1], f32_vars):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert results["f16"][0] == pytest.approx(f32_loss, rel=1e-2)
+    initial = values(Model(seed=0).parameters())
+    for got, want, start in zip(results["f16"][1], f32_vars, initial):
+        # The float16 update moves the weights as the float32 one does, to float16
+        # precision (float16 convolutions on CPU also accumulate in float16).
+        step16, step32 = got - start, want - start
+        assert np.linalg.norm(step16 - step32) <= 0.1 * np.linalg.norm(step32)

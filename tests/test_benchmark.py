@@ -1,0 +1,44 @@
+"""The benchmark script runs offline on generated data and prints every figure.
+
+No timing is asserted here: the figures are for people to read (README,
+"Performance"); this only checks that the command works and reports them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
+FIGURE = r"\s+([0-9.]+) "
+
+
+def test_benchmark_prints_every_figure_on_generated_data():
+    result = subprocess.run(
+        [sys.executable, SCRIPT, "--windows=1", "--window_steps=2", "--warmup_steps=1",
+         "--records_per_file=64", "--batch_size=16"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
+    assert "1 replica(s) x batch 16 = global batch 16; float32; XLA off" in out
+    assert "(320 train, 64 test records)" in out
+    for label in ("(a) train step alone:", "(b) input pipeline alone:",
+                  "(c) end-to-end training:", "(d) evaluation:"):
+        match = re.search(re.escape(label) + FIGURE + "examples/sec", out)
+        assert match and float(match[1]) > 0, label
+    assert re.search(r"\(64 examples in [0-9.]+ s\)", out)
+    first_step = re.search(r"\(e\) launch to first step:" + FIGURE + "s", out)
+    assert first_step and float(first_step[1]) > 0
+    memory = re.search(r"\(f\) peak resident memory:" + FIGURE + "MB", out)
+    assert memory and float(memory[1]) > 100  # TensorFlow alone takes more than that
+
+
+def test_benchmark_rejects_bad_arguments():
+    result = subprocess.run([sys.executable, SCRIPT, "--windows=0"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--windows must be at least 1" in result.stderr
