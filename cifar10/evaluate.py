@@ -23,6 +23,7 @@ from absl import logging
 import tensorflow as tf
 
 from cifar10 import data
+from cifar10 import summaries
 from cifar10 import train
 from cifar10.errors import Cifar10Error
 from cifar10.model import Model
@@ -205,6 +206,9 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     """
     os.makedirs(config.eval_dir, exist_ok=True)
     writer = tf.summary.create_file_writer(config.eval_dir)
+    with writer.as_default():
+        settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
+        summaries.write_run_config(settings, step=0, hparams=False)
     try:
         if config.run_once:
             return [_run_once(config, writer, print_fn)]

@@ -5,12 +5,17 @@ Tags written by ``write_train_summaries`` (no replica prefixes):
   <layer>/activations (histogram) and <layer>/sparsity for conv1, conv2, local3,
   local4, softmax_linear; a histogram of every variable (conv1/weights, ...) and
   of its gradient (conv1/weights/gradients); images (the first training images).
-The trainer adds examples_per_sec from Python.
+The trainer adds examples_per_sec from Python, the graph of the train step
+(Graphs dashboard) and its settings (``write_run_config``: the ``run_config``
+text and the HParams dashboard), so that one run can be told from another.
 """
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 
 MAX_IMAGES = 3  # as tf.summary.image's default in the original
@@ -64,3 +69,19 @@ def write_train_summaries(step, learning_rate, losses, loss_averages, activation
         histogram(f"{variable_tag(var)}/gradients", grad, step=step)
     tf.summary.image("images", displayable(images[:MAX_IMAGES]), step=step,
                      max_outputs=MAX_IMAGES)
+
+
+def _is_hparam(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str))
+
+
+def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = True) -> None:
+    """Records a run's settings in the default writer.
+
+    A markdown table as the text summary ``run_config`` (Text dashboard) and,
+    with ``hparams``, the scalar-like settings in the HParams dashboard.
+    """
+    rows = "\n".join(f"| {key} | `{value}` |" for key, value in sorted(settings.items()))
+    tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
+    if hparams:
+        hparams_api.hparams({k: v for k, v in settings.items() if _is_hparam(v)})

@@ -281,7 +281,7 @@ def is_complete(train_dir: str) -> bool:
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
           examples_per_epoch: int, stop_event: threading.Event | None = None,
-          print_fn=print) -> TrainResult:
+          print_fn=print, run_info: dict | None = None) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
     Resumes from the latest checkpoint in ``config.train_dir``.  Saves a
@@ -296,6 +296,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
       stop_event: set (e.g. by a signal handler) to save and return after the
         current step.
       print_fn: where the progress lines go.
+      run_info: more settings to record with the config in TensorBoard (e.g. the
+        command line and data directory).
 
     Raises:
       DivergedError: the loss became NaN or infinite.
@@ -324,9 +326,18 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     interval_start, interval_steps = time.time(), 0
     try:
         with writer.as_default():
+            summaries.write_run_config(
+                {**dataclasses.asdict(cfg), "num_replicas": trainer.num_replicas,
+                 "global_batch": trainer.global_batch, "examples_per_epoch": examples_per_epoch,
+                 "start_step": start, "tensorflow": tf.__version__, **(run_info or {})},
+                step=start)
+            # The first call traces the step: record its graph for the Graphs dashboard.
+            tf.summary.trace_on(graph=True, profiler=False)
             while step < cfg.max_steps and not (stop_event and stop_event.is_set()):
                 with_summaries = (step + 1) % cfg.summary_every == 0
                 losses = trainer.step(iterator, with_summaries)
+                if step == start:
+                    tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
                 if not math.isfinite(loss):
                     raise DivergedError(

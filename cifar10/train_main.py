@@ -18,6 +18,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import signal
+import sys
 import threading
 
 from absl import app
@@ -73,7 +74,9 @@ def main(argv: list[str]) -> None:
     install_stop_handlers(stop_event)
     result = train.train(config, strategy, data.split_files(batches_dir, "train"),
                          counts["train"], stop_event=stop_event,
-                         print_fn=lambda line: print(line, flush=True))
+                         print_fn=lambda line: print(line, flush=True),
+                         run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
+                                   "num_gpus": FLAGS.num_gpus})
     if result.stopped:
         print(f"Stopped at step {result.step}; saved {result.last_checkpoint}. Run the "
               f"same command again to resume.")

@@ -48,8 +48,8 @@ def parse_args(argv):
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
     p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
-    p.add_argument("--windows", type=int, default=5, help="timed windows per figure")
-    p.add_argument("--window_steps", type=int, default=30, help="steps per timed window")
+    p.add_argument("--windows", type=int, default=7, help="timed windows per figure")
+    p.add_argument("--window_steps", type=int, default=40, help="steps per timed window")
     p.add_argument("--warmup_steps", type=int, default=20, help="untimed steps first")
     p.add_argument("--records_per_file", type=int, default=ff.RECORDS_PER_REAL_FILE,
                    help="records per file of generated data")
