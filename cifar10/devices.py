@@ -12,6 +12,9 @@ Logical devices can only be made before TensorFlow initialises its runtime, so
 
 from __future__ import annotations
 
+import json
+import os
+
 from absl import logging
 import tensorflow as tf
 
@@ -81,12 +84,102 @@ def replica_devices(num_gpus: int) -> list[str]:
     return [d.name for d in logical[:num_gpus]]
 
 
-def make_strategy(num_gpus: int, log_device_placement: bool = False) -> tf.distribute.Strategy:
-    """A MirroredStrategy with one replica per device of ``replica_devices``."""
+STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
+
+
+def cluster_workers(tf_config: str | None = None) -> int:
+    """Number of tasks (chief + workers) in ``TF_CONFIG``; 0 when it is unset.
+
+    Raises:
+      Cifar10Error: ``TF_CONFIG`` is not valid JSON.
+    """
+    text = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    if not text.strip():
+        return 0
+    try:
+        cluster = json.loads(text).get("cluster", {})
+    except (ValueError, AttributeError) as e:
+        raise Cifar10Error(f"TF_CONFIG is not a JSON object ({e}); see the README section "
+                           f"'Training on several machines' for its form") from e
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def make_strategy(num_gpus: int, log_device_placement: bool = False, kind: str = "auto",
+                  worker_timeout_secs: float | None = None) -> tf.distribute.Strategy:
+    """The distribution strategy of a training run.
+
+    Args:
+      num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica.
+      log_device_placement: turn on TensorFlow's placement log.
+      kind: 'auto' (multi_worker when ``TF_CONFIG`` names several tasks, else
+        mirrored), 'mirrored' (MirroredStrategy, one replica per device),
+        'multi_worker' (MultiWorkerMirroredStrategy configured by ``TF_CONFIG``)
+        or 'one_device' (OneDeviceStrategy on the first device).
+      worker_timeout_secs: multi_worker only: a collective operation waiting this
+        long for another worker fails, so that a lost worker stops the others
+        with an error instead of a hang.
+
+    Raises:
+      Cifar10Error: a setting this machine or ``TF_CONFIG`` cannot serve.
+    """
+    if kind not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {kind!r}")
     tf.debugging.set_log_device_placement(log_device_placement)
+    if kind == "auto":
+        kind = "multi_worker" if cluster_workers() > 1 else "mirrored"
+    if kind == "multi_worker":
+        return _multi_worker_strategy(num_gpus, worker_timeout_secs)
     devices = replica_devices(num_gpus)
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0])
     # Several logical devices on one CPU cannot use NCCL; reduce through one device.
     cross_device_ops = None
     if all("CPU" in d.upper() for d in devices):
         cross_device_ops = tf.distribute.ReductionToOneDevice()
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+
+
+def _multi_worker_strategy(num_gpus: int, timeout: float | None) -> tf.distribute.Strategy:
+    if cluster_workers() < 1:
+        raise Cifar10Error("--strategy=multi_worker needs TF_CONFIG naming the cluster and "
+                           "this task; see the README section 'Training on several machines'")
+    gpus = tf.config.list_physical_devices("GPU")
+    if num_gpus == 0:
+        tf.config.set_visible_devices([], "GPU")
+    elif len(gpus) >= num_gpus:
+        tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
+        enable_memory_growth()
+    elif gpus:  # MultiWorkerMirroredStrategy takes every (logical) GPU it sees
+        replica_devices(num_gpus)
+    elif num_gpus > 1:
+        raise Cifar10Error(
+            f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
+            f"and this one has none (MultiWorkerMirroredStrategy runs one replica per worker "
+            f"on a CPU): use --num_gpus=1 and more workers")
+    else:
+        logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """True for a strategy whose replicas span several worker processes."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return bool(resolver and resolver.cluster_spec().as_dict())
+
+
+def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
+    """(is this the chief, a name for this task) of a strategy.
+
+    Only the chief writes checkpoints and summaries to the run's directory: the
+    task 'chief' if the cluster has one, else 'worker' 0.  Without a cluster
+    (one machine), this process is the chief.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver else {}
+    if not cluster:
+        return True, "chief"
+    task_type, task_id = resolver.task_type, resolver.task_id or 0
+    if "chief" in cluster:
+        return task_type == "chief", f"{task_type} {task_id}"
+    return task_type in (None, "worker") and task_id == 0, f"{task_type} {task_id}"

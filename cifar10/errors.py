@@ -17,3 +17,9 @@ class DataError(Cifar10Error):
 
 class DivergedError(Cifar10Error):
     """The training loss became NaN or infinite."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (TensorFlow's can run to pages)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -25,7 +25,7 @@ import tensorflow as tf
 from cifar10 import data
 from cifar10 import summaries
 from cifar10 import train
-from cifar10.errors import Cifar10Error
+from cifar10.errors import Cifar10Error, first_line
 from cifar10.model import Model
 
 RESULTS_FILE = "results.jsonl"
@@ -227,15 +227,10 @@ def _run_once(config, writer, print_fn) -> EvalResult:
     try:
         result = evaluate_checkpoint(latest, config)
     except train.CHECKPOINT_READ_ERRORS as e:
-        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {_first_line(e)}") from e
+        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
     record(result, config.eval_dir, writer)
     print_fn(result.line())
     return result
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
@@ -262,7 +257,7 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
                 result = evaluate_checkpoint(latest, config)
             except train.CHECKPOINT_READ_ERRORS as e:
                 # Deleted by the trainer's retention, or still being written.
-                logging.warning("Skipping checkpoint %s: %s", latest, _first_line(e))
+                logging.warning("Skipping checkpoint %s: %s", latest, first_line(e))
                 failed.add((latest, _mtime(latest)))
                 continue
             record(result, config.eval_dir, writer)

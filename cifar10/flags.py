@@ -53,6 +53,12 @@ def define_train_flags() -> None:
     flags.DEFINE_integer("summary_steps", 100, "Write TensorBoard summaries every this many "
                          "steps.", lower_bound=1)
     flags.DEFINE_integer("seed", 0, "Seed of the initial weights, shuffling and distortions.")
+    flags.DEFINE_enum("strategy", "auto", ["auto", "mirrored", "multi_worker", "one_device"],
+                      "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
+                      "several tasks, else mirrored (one replica per GPU of this machine).")
+    flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
+                       "long for another one stops with an error instead of hanging.",
+                       lower_bound=1)
     flags.DEFINE_boolean("xla", False, "Compile each replica's forward and backward pass "
                          "with XLA (can help on GPU; about 2x slower on CPU, see README).")
     flags.DEFINE_boolean("fresh_start", False, "Delete the checkpoints and event files in "

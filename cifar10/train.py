@@ -26,6 +26,8 @@ import glob
 import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
 from typing import Iterator
@@ -33,9 +35,10 @@ from typing import Iterator
 import tensorflow as tf
 
 from cifar10 import data
+from cifar10 import devices
 from cifar10 import fileformat as ff
 from cifar10 import summaries
-from cifar10.errors import Cifar10Error, DivergedError
+from cifar10.errors import Cifar10Error, DivergedError, first_line
 from cifar10.model import Model, cross_entropy
 
 INITIAL_LEARNING_RATE = 0.1
@@ -279,6 +282,10 @@ def is_complete(train_dir: str) -> bool:
     return os.path.exists(os.path.join(train_dir, COMPLETE_FILE))
 
 
+class _Preempted(Exception):
+    """Raised by the preemption handler's exit_fn once every worker has saved."""
+
+
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
           examples_per_epoch: int, stop_event: threading.Event | None = None,
           print_fn=print, run_info: dict | None = None) -> TrainResult:
@@ -287,6 +294,12 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     Resumes from the latest checkpoint in ``config.train_dir``.  Saves a
     checkpoint every ``checkpoint_every`` steps, at ``max_steps`` and when
     stopped; never from a diverged state.
+
+    Under a multi-worker strategy every worker calls this; only the chief writes
+    to ``train_dir`` (the others save into a scratch directory that is removed
+    at the end, as MultiWorkerMirroredStrategy requires every worker to save),
+    and ``stop_event`` on any worker makes all of them save at one step and
+    return (``tf.distribute.experimental.PreemptionCheckpointHandler``).
 
     Args:
       config: the run's settings.
@@ -301,28 +314,54 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
 
     Raises:
       DivergedError: the loss became NaN or infinite.
+      Cifar10Error: another worker was lost (multi-worker).
     """
     cfg = config
     trainer = Trainer(cfg, strategy, examples_per_epoch)
     state = trainer.state
+    is_chief, task = devices.worker_role(strategy)
+    multi_worker = devices.is_multi_worker(strategy)
     os.makedirs(cfg.train_dir, exist_ok=True)
+    scratch = None if is_chief else tempfile.mkdtemp(prefix=f"cifar10-{task.replace(' ', '')}-")
     manager = tf.train.CheckpointManager(
-        state.checkpoint(), cfg.train_dir, max_to_keep=cfg.keep_checkpoints,
+        state.checkpoint(), scratch or cfg.train_dir, max_to_keep=cfg.keep_checkpoints,
         checkpoint_name=CHECKPOINT_NAME, step_counter=state.step)
-    start = restore(manager)
+    try:
+        return _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
+                           examples_per_epoch, stop_event, print_fn, run_info)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
+                examples_per_epoch, stop_event, print_fn, run_info) -> TrainResult:
+    start = restore(manager, cfg.train_dir)
+    latest = lambda: tf.train.latest_checkpoint(cfg.train_dir)  # noqa: E731
     if start >= cfg.max_steps:
         print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
                  f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to train "
                  f"further or pass --fresh_start to start over.")
-        _mark_complete(cfg.train_dir, start)
-        return TrainResult(start, 0, True, False, manager.latest_checkpoint)
-    _unmark_complete(cfg.train_dir)
+        if is_chief:
+            _mark_complete(cfg.train_dir, start)
+        return TrainResult(start, 0, True, False, latest())
+    if is_chief:
+        _unmark_complete(cfg.train_dir)
     if start:
-        print_fn(f"Resuming from {manager.latest_checkpoint} at step {start}.")
+        print_fn(f"Resuming from {latest()} at step {start}.")
 
+    preemption = None
+    if multi_worker:
+        # Any worker's stop request makes every worker save at the same step.
+        preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
+            trainer.strategy.cluster_resolver, manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                termination_watcher_fn=lambda: bool(stop_event and stop_event.is_set()),
+                exit_fn=_raise_preempted, grace_period=0))
     iterator = iter(trainer.dataset(train_files, start))
-    writer = tf.summary.create_file_writer(cfg.train_dir)
-    step, last_saved = start, start
+    writer = (tf.summary.create_file_writer(cfg.train_dir) if is_chief
+              else tf.summary.create_noop_writer())
+    step, last_saved, preempted = start, start, False
     interval_start, interval_steps = time.time(), 0
     try:
         with writer.as_default():
@@ -333,7 +372,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 step=start)
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
-            while step < cfg.max_steps and not (stop_event and stop_event.is_set()):
+            # One worker alone must not stop: under multi-worker the handler decides.
+            while step < cfg.max_steps and not (
+                    stop_event and stop_event.is_set() and not multi_worker):
                 with_summaries = (step + 1) % cfg.summary_every == 0
                 losses = trainer.step(iterator, with_summaries)
                 if step == start:
@@ -342,7 +383,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 if not math.isfinite(loss):
                     raise DivergedError(
                         f"Model diverged with loss = NaN at step {step + 1} (loss {loss}); "
-                        f"the last good checkpoint is {manager.latest_checkpoint}")
+                        f"the last good checkpoint is {latest()}")
                 step += 1
                 interval_steps += 1
                 if step % cfg.log_frequency == 0 or step in (start + 1, cfg.max_steps):
@@ -353,39 +394,60 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                     tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
                     interval_start, interval_steps = time.time(), 0
                 if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
-                    _save(manager, trainer, step)
+                    _save(manager, trainer, step, latest)
                     last_saved = step
+                if preemption is not None:
+                    try:
+                        preemption.save_checkpoint_if_preempted(checkpoint_number=step)
+                    except _Preempted:
+                        last_saved, preempted = step, True
+                        break
         if step != last_saved:  # stopped between checkpoints: keep the work done
-            _save(manager, trainer, step)
+            _save(manager, trainer, step, latest)
+    except tf.errors.OpError as e:
+        if not multi_worker:
+            raise
+        raise Cifar10Error(
+            f"training stopped at step {step}: lost another worker or the connection to it "
+            f"({first_line(e)}); the last checkpoint is {latest()}; start every worker "
+            f"again to resume") from e
     finally:
         writer.flush()
         writer.close()
-    complete = step >= cfg.max_steps
-    if complete:
+    complete = step >= cfg.max_steps and not preempted
+    if complete and is_chief:
         _mark_complete(cfg.train_dir, step)
-    return TrainResult(step, step - start, complete, not complete, manager.latest_checkpoint)
+    return TrainResult(step, step - start, complete, not complete, latest())
 
 
-def _save(manager: tf.train.CheckpointManager, trainer: Trainer, step: int) -> None:
+def _raise_preempted():
+    raise _Preempted()
+
+
+def _save(manager: tf.train.CheckpointManager, trainer: Trainer, step: int, latest) -> None:
     # A finite loss does not prove that the update it led to was finite; a
     # checkpoint is only written from weights that are all finite.
     if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in trainer.variables):
         raise DivergedError(
             f"Model diverged with loss = NaN: weights are not finite at step {step}; the "
-            f"last good checkpoint is {manager.latest_checkpoint}")
+            f"last good checkpoint is {latest()}")
     manager.save(checkpoint_number=step)
 
 
-def restore(manager: tf.train.CheckpointManager) -> int:
-    """Restores the latest checkpoint of ``manager`` if any; returns its step."""
-    path = manager.latest_checkpoint
+def restore(manager: tf.train.CheckpointManager, directory: str | None = None) -> int:
+    """Restores the latest checkpoint of ``directory`` (default: the manager's).
+
+    Returns:
+      The restored step, 0 when there is no checkpoint.
+    """
+    path = tf.train.latest_checkpoint(directory) if directory else manager.latest_checkpoint
     if not path:
         return 0
     try:
         manager.checkpoint.restore(path).assert_existing_objects_matched()
     except CHECKPOINT_READ_ERRORS as e:
         raise Cifar10Error(
-            f"cannot restore checkpoint {path} ({str(e).splitlines()[0]}); move the "
+            f"cannot restore checkpoint {path} ({first_line(e)}); move the "
             f"train_dir aside or pass --fresh_start to start over") from e
     return int(manager.checkpoint.step.numpy())
 

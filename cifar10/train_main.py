@@ -29,6 +29,7 @@ from cifar10 import devices
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
 from cifar10 import train
+from cifar10.errors import Cifar10Error
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
@@ -56,20 +57,27 @@ def main(argv: list[str]) -> None:
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)
+    strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
+                                     FLAGS.strategy, FLAGS.worker_timeout_secs)
+    if FLAGS.fresh_start and devices.is_multi_worker(strategy):
+        raise Cifar10Error("--fresh_start is not supported with several workers (one worker "
+                           "could restore what the chief is deleting); delete the checkpoints "
+                           f"in {FLAGS.train_dir} by hand, or use a new --train_dir")
     if FLAGS.fresh_start:
         removed = train.clear_run(FLAGS.train_dir)
         print(f"--fresh_start: removed {removed} checkpoint and event files from "
               f"{FLAGS.train_dir}.")
-    strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement)
     config = train.TrainConfig(
         train_dir=FLAGS.train_dir, batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps,
         log_frequency=FLAGS.log_frequency, checkpoint_every=FLAGS.checkpoint_steps,
         keep_checkpoints=FLAGS.keep_checkpoints, summary_every=FLAGS.summary_steps,
         seed=FLAGS.seed, use_fp16=FLAGS.use_fp16, xla=FLAGS.xla)
     replicas = strategy.num_replicas_in_sync
+    is_chief, task = devices.worker_role(strategy)
+    where = (f"checkpoints and summaries in {FLAGS.train_dir}" if is_chief else
+             f"this is {task}: the chief writes checkpoints and summaries to {FLAGS.train_dir}")
     print(f"Training on {counts['train']} examples from {batches_dir} with {replicas} "
-          f"replica(s), global batch {FLAGS.batch_size * replicas}; checkpoints and "
-          f"summaries in {FLAGS.train_dir}.", flush=True)
+          f"replica(s), global batch {FLAGS.batch_size * replicas}; {where}.", flush=True)
     stop_event = threading.Event()
     install_stop_handlers(stop_event)
     result = train.train(config, strategy, data.split_files(batches_dir, "train"),

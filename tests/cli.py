@@ -20,20 +20,21 @@ def program(name: str) -> str:
     return path
 
 
-def env() -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+def env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", **extra)
 
 
-def run(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(name: str, *args: str, timeout: float = 300, **extra_env: str
+        ) -> subprocess.CompletedProcess:
     """Runs an installed program to completion; returns its result (text output)."""
     return subprocess.run([program(name), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env())
+                          timeout=timeout, env=env(**extra_env))
 
 
-def start(name: str, *args: str) -> subprocess.Popen:
+def start(name: str, *args: str, **extra_env: str) -> subprocess.Popen:
     """Starts an installed program with stdout piped line by line."""
     return subprocess.Popen([program(name), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env(), bufsize=1)
+                            stderr=subprocess.PIPE, text=True, env=env(**extra_env), bufsize=1)
 
 
 def events(log_dir: str):

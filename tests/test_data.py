@@ -395,3 +395,20 @@ def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time():
         x = tf.image.adjust_contrast(x, float(factor[i]))
         want = tf.image.per_image_standardization(x)
         np.testing.assert_allclose(got[i].numpy(), want.numpy(), atol=2e-5)
+
+
+def test_input_pipelines_of_two_workers_read_disjoint_shards(tmp_path):
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=20)
+    files = data.split_files(batches_dir, "train")
+    every = [label for _, labels in data.eval_dataset(files, 100) for label in labels.numpy()]
+    shards = []
+    for pipeline in (0, 1):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                         num_replicas_in_sync=2)
+        shards.append([int(label) for _, labels in data.eval_dataset(files, 7, input_context=ctx)
+                       for label in labels.numpy()])
+        # One epoch of the training pipeline of this worker holds its 50 records.
+        train_labels = np.concatenate([labels.numpy() for _, labels in data.train_dataset(
+            files, 10, shuffle_buffer=100, input_context=ctx).take(5)])
+        assert sorted(train_labels) == sorted(shards[-1])
+    assert shards[0] == every[0::2] and shards[1] == every[1::2]

@@ -1,0 +1,195 @@
+"""Multi-worker training on TensorFlow's runtime: local workers on 127.0.0.1.
+
+Each test starts real worker processes with their own TF_CONFIG, as
+scripts/launch_workers.py does, and bounds every wait.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import multi_worker_steps
+from cli import env, start
+from test_train import fixed_batches, strategy_of
+from cifar10 import train
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
+_spec = importlib.util.spec_from_file_location(
+    "launch_workers", os.path.join(SCRIPTS, "launch_workers.py"))
+launch_workers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch_workers)
+
+LOG_STEP = re.compile(r": step (\d+), loss = ")
+
+
+def start_workers(num_workers, args, tmp_path, **extra_env):
+    """Starts cifar10-train workers of one local cluster; returns the processes."""
+    configs = launch_workers.tf_configs(launch_workers.free_ports(num_workers))
+    return [start("cifar10-train", *args, TF_CONFIG=config, TMPDIR=str(tmp_path), **extra_env)
+            for config in configs]
+
+
+def finish(procs, timeout=180):
+    """Waits for every process; returns [(returncode, stdout, stderr)]; kills on timeout."""
+    results = []
+    deadline = time.time() + timeout
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1, deadline - time.time()))
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return results
+
+
+def train_args(tmp_path, *extra):
+    return ("--synthetic_data", "--synthetic_records=50", f"--data_dir={tmp_path / 'data'}",
+            f"--train_dir={tmp_path / 'train'}", "--batch_size=8", "--worker_timeout_secs=20",
+            *extra)
+
+
+def wait_for_step(proc, step, timeout=120):
+    """Reads ``proc``'s stdout until it logs ``step`` or more; returns the lines read."""
+    lines, deadline = [], time.time() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        match = LOG_STEP.search(line)
+        if match and int(match[1]) >= step:
+            return lines
+        assert time.time() < deadline, "".join(lines)
+    raise AssertionError("worker ended before step %d:\n%s" % (step, "".join(lines)))
+
+
+def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
+    steps, batch = 3, 8
+    configs = launch_workers.tf_configs(launch_workers.free_ports(2))
+    script = os.path.join(os.path.dirname(__file__), "multi_worker_steps.py")
+    procs = [subprocess.Popen([sys.executable, script, str(tmp_path), str(steps), str(batch)],
+                              env=env(TF_CONFIG=config), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for config in configs]
+    for code, _, err in finish(procs):
+        assert code == 0, err
+    saved = np.load(tmp_path / "variables.npz")
+
+    images, labels = multi_worker_steps.batches(steps, 2 * batch)
+    strategy = strategy_of(2)
+    trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "one"), batch_size=batch),
+                            strategy, examples_per_epoch=1000)
+    iterator = fixed_batches(strategy, images, labels, steps)
+    for _ in range(steps):
+        trainer.step(iterator)
+    for var, avg in zip(trainer.variables, trainer.state.averages.parameters()):
+        np.testing.assert_allclose(saved[f"model/{var.name}"], var.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(saved[f"averages/{avg.name}"], avg.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+
+
+def test_launcher_trains_two_workers_and_only_the_chief_writes(tmp_path):
+    script = os.path.join(SCRIPTS, "launch_workers.py")
+    result = subprocess.run(
+        [sys.executable, script, "--num_workers=2", "--", *train_args(
+            tmp_path, "--max_steps=6", "--log_frequency=3", "--checkpoint_steps=3",
+            "--summary_steps=3")],
+        capture_output=True, text=True, timeout=240, env=env(TMPDIR=str(tmp_path)))
+    assert result.returncode == 0, result.stdout[-3000:]
+    out = result.stdout
+    for worker in (0, 1):
+        assert f"[worker {worker}] Training complete at step 6" in out
+    assert "with 2 replica(s), global batch 16; checkpoints and summaries in" in out
+    assert "this is worker 1: the chief writes checkpoints" in out
+    train_dir = tmp_path / "train"
+    names = sorted(os.listdir(train_dir))
+    assert [n for n in names if n.endswith(".index")] == ["model.ckpt-3.index",
+                                                          "model.ckpt-6.index"]
+    assert len([n for n in names if n.startswith("events.out.tfevents")]) == 1
+    assert train.is_complete(str(train_dir))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("cifar10-worker")]
+
+
+def test_sigterm_to_one_worker_saves_all_at_one_step_and_the_job_resumes(tmp_path):
+    procs = start_workers(2, train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                                        "--checkpoint_steps=100000"), tmp_path)
+    try:
+        wait_for_step(procs[1], 5)
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        results = finish(procs)
+    stops = []
+    for code, out, err in results:
+        assert code == 0, err[-3000:]
+        stops.append(int(re.search(r"Stopped at step (\d+)", out)[1]))
+    assert stops[0] == stops[1] >= 5
+    latest = tf.train.latest_checkpoint(str(tmp_path / "train"))
+    assert latest.endswith(f"model.ckpt-{stops[0]}")
+    reader = tf.train.load_checkpoint(latest)
+    assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stops[0]
+
+    again = start_workers(2, train_args(tmp_path, f"--max_steps={stops[0] + 2}",
+                                        "--log_frequency=1"), tmp_path)
+    for code, out, err in finish(again):
+        assert code == 0, err[-3000:]
+        assert f"at step {stops[0]}." in out
+        assert [int(m) for m in LOG_STEP.findall(out)] == [stops[0] + 1, stops[0] + 2]
+
+
+def test_a_killed_worker_stops_the_other_with_a_clear_error(tmp_path):
+    procs = start_workers(2, train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                                        "--checkpoint_steps=4"), tmp_path)
+    try:
+        wait_for_step(procs[0], 9)
+        procs[1].kill()
+        killed_at = time.time()
+        code, _, err = finish(procs[:1], timeout=90)[0]
+        waited = time.time() - killed_at
+    finally:
+        finish(procs)
+    assert code == 1
+    [error] = [line for line in err.splitlines() if line.startswith("cifar10-train: error:")]
+    assert "lost another worker or the connection to it" in error
+    assert "start every worker again to resume" in error
+    assert waited < 60  # bounded: the collective timeout is 20 s
+    latest = tf.train.latest_checkpoint(str(tmp_path / "train"))
+    assert latest and error.split("the last checkpoint is ")[1].startswith(latest)
+    reader = tf.train.load_checkpoint(latest)
+    assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") % 4 == 0
+    assert np.all(np.isfinite(reader.get_tensor(
+        "model/local3/weights/.ATTRIBUTES/VARIABLE_VALUE")))
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    ("not json", "TF_CONFIG is not a JSON object"),
+])
+def test_bad_tf_config_is_a_one_line_error(tmp_path, tf_config, message):
+    result = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "cifar10-train"),
+         *train_args(tmp_path, "--max_steps=1")],
+        capture_output=True, text=True, timeout=120, env=env(TF_CONFIG=tf_config))
+    assert result.returncode == 1
+    assert f"cifar10-train: error: {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_multi_worker_without_tf_config_and_fresh_start_are_refused(tmp_path):
+    no_config = {k: v for k, v in env().items() if k != "TF_CONFIG"}
+    program = os.path.join(os.path.dirname(sys.executable), "cifar10-train")
+    result = subprocess.run([program, *train_args(tmp_path, "--strategy=multi_worker")],
+                            capture_output=True, text=True, timeout=120, env=no_config)
+    assert result.returncode == 1
+    assert "--strategy=multi_worker needs TF_CONFIG" in result.stderr
+    procs = start_workers(2, train_args(tmp_path, "--fresh_start"), tmp_path)
+    for code, _, err in finish(procs):
+        assert code == 1
+        assert "--fresh_start is not supported with several workers" in err
