@@ -175,10 +175,20 @@ def preprocess_for_train(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     return distort_batch(image[None], seed)[0]
 
 
+def eval_batch(images: tf.Tensor) -> tf.Tensor:
+    """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3].
+
+    The same as ``tf.image.resize_with_crop_or_pad`` to 24x24 and
+    ``per_image_standardization`` of each image; float32 [b, 24, 24, 3].
+    """
+    top = (ff.IMAGE_SIZE - CROP_SIZE) // 2
+    crops = images[:, top:top + CROP_SIZE, top:top + CROP_SIZE, :]
+    return standardize_batch(tf.cast(crops, tf.float32))
+
+
 def preprocess_for_eval(image: tf.Tensor) -> tf.Tensor:
-    """Central 24x24 crop and standardisation of one uint8 image, float32 [24, 24, 3]."""
-    image = tf.image.resize_with_crop_or_pad(tf.cast(image, tf.float32), CROP_SIZE, CROP_SIZE)
-    return tf.image.per_image_standardization(image)
+    """``eval_batch`` of one uint8 image [32, 32, 3]: float32 [24, 24, 3]."""
+    return eval_batch(image[None])[0]
 
 
 def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:
@@ -254,7 +264,7 @@ def eval_dataset(
     ds = read_records(paths)
     if num_examples is not None:
         ds = ds.take(num_examples)
-    ds = _shard(ds, input_context)
-    ds = ds.map(lambda image, label: (preprocess_for_eval(image), label),
+    ds = _shard(ds, input_context).batch(batch_size, drop_remainder=False)
+    ds = ds.map(lambda images, labels: (eval_batch(images), labels),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)

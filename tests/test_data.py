@@ -412,3 +412,12 @@ def test_input_pipelines_of_two_workers_read_disjoint_shards(tmp_path):
             files, 10, shuffle_buffer=100, input_context=ctx).take(5)])
         assert sorted(train_labels) == sorted(shards[-1])
     assert shards[0] == every[0::2] and shards[1] == every[1::2]
+
+
+def test_eval_batch_equals_tf_image_central_crop_and_standardisation():
+    images = np.random.default_rng(9).integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
+    got = data.eval_batch(tf.constant(images)).numpy()
+    for i in range(5):
+        crop = tf.image.resize_with_crop_or_pad(tf.cast(images[i], tf.float32), 24, 24)
+        want = tf.image.per_image_standardization(crop).numpy()
+        np.testing.assert_allclose(got[i], want, atol=2e-5)
