@@ -277,6 +277,26 @@ def _log_line(step: int, loss: float, examples_per_sec: float, sec_per_batch: fl
         datetime.datetime.now(), step, loss, examples_per_sec, sec_per_batch)
 
 
+class _Progress:
+    """Times the steps between progress lines; prints the line and examples_per_sec."""
+
+    def __init__(self, trainer: Trainer, print_fn):
+        self.trainer, self.print_fn = trainer, print_fn
+        self.start, self.steps = time.time(), 0
+
+    def step_done(self, step: int, loss: float, log: bool) -> None:
+        self.steps += 1
+        if not log:
+            return
+        duration = time.time() - self.start
+        examples_per_sec = self.steps * self.trainer.global_batch / duration
+        # sec/batch as the original: the step's time shared among the replicas.
+        sec_per_batch = duration / self.steps / self.trainer.num_replicas
+        self.print_fn(_log_line(step, loss, examples_per_sec, sec_per_batch))
+        tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
+        self.start, self.steps = time.time(), 0
+
+
 def is_complete(train_dir: str) -> bool:
     """True when a run in ``train_dir`` reached its ``max_steps``."""
     return os.path.exists(os.path.join(train_dir, COMPLETE_FILE))
@@ -362,7 +382,7 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
     writer = (tf.summary.create_file_writer(cfg.train_dir) if is_chief
               else tf.summary.create_noop_writer())
     step, last_saved, preempted = start, start, False
-    interval_start, interval_steps = time.time(), 0
+    progress = _Progress(trainer, print_fn)
     try:
         with writer.as_default():
             summaries.write_run_config(
@@ -385,14 +405,8 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
                         f"Model diverged with loss = NaN at step {step + 1} (loss {loss}); "
                         f"the last good checkpoint is {latest()}")
                 step += 1
-                interval_steps += 1
-                if step % cfg.log_frequency == 0 or step in (start + 1, cfg.max_steps):
-                    duration = time.time() - interval_start
-                    examples_per_sec = interval_steps * trainer.global_batch / duration
-                    print_fn(_log_line(step, loss, examples_per_sec,
-                                       duration / interval_steps / trainer.num_replicas))
-                    tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
-                    interval_start, interval_steps = time.time(), 0
+                progress.step_done(step, loss, log=step % cfg.log_frequency == 0
+                                   or step in (start + 1, cfg.max_steps))
                 if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                     _save(manager, trainer, step, latest)
                     last_saved = step
