@@ -103,12 +103,19 @@ def learning_rate(step, global_batch: int, examples_per_epoch: int,
     """Staircase decay by 0.1 every 350 epochs of examples seen before ``step``.
 
     Args:
-      step: updates done so far (int or int64 tensor).
+      step: updates done so far (int or int64 tensor), all of ``global_batch``.
       global_batch: examples per update over all replicas.
       examples_per_epoch: examples in the training set.
       initial: learning rate at step 0.
     """
-    examples = tf.cast(step, tf.int64) * global_batch
+    return learning_rate_after(tf.cast(step, tf.int64) * global_batch, examples_per_epoch,
+                               initial)
+
+
+def learning_rate_after(examples, examples_per_epoch: int,
+                        initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
+    """The learning rate once ``examples`` examples have been trained on."""
+    examples = tf.cast(examples, tf.int64)
     decays = examples // (NUM_EPOCHS_PER_DECAY * examples_per_epoch)
     return initial * tf.pow(LEARNING_RATE_DECAY_FACTOR, tf.cast(decays, tf.float32))
 
@@ -129,6 +136,11 @@ class TrainState(tf.Module):
         # evaluator restores them with tf.train.Checkpoint(averages=Model()).
         self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Examples trained on over all replicas and workers: the learning rate
+        # counts these, so a run resumed with another replica count keeps its
+        # schedule (step x global batch would not).
+        self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="examples_seen")
         self.loss_averages = {
             name: tf.Variable(0.0, trainable=False, name=f"{name}_avg")
             for name in ("cross_entropy", "total_loss")
@@ -136,6 +148,7 @@ class TrainState(tf.Module):
 
     def checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(model=self.model, averages=self.averages, step=self.step,
+                                   examples_seen=self.examples_seen,
                                    loss_averages=self.loss_averages)
 
 
@@ -185,18 +198,20 @@ class Trainer:
                                            shuffle_buffer=cfg.shuffle_buffer,
                                            input_context=ctx))
 
-    def learning_rate(self, step) -> tf.Tensor:
-        return learning_rate(step, self.global_batch, self.examples_per_epoch,
-                             self.config.initial_learning_rate)
+    def learning_rate(self) -> tf.Tensor:
+        """The rate of the next update."""
+        return learning_rate_after(self.state.examples_seen, self.examples_per_epoch,
+                                   self.config.initial_learning_rate)
 
     def _apply(self, strategy, grads):
         """Cross-replica part of a step: sum gradients, SGD update, averages, step."""
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
-        lr = self.learning_rate(self.state.step)
+        lr = self.learning_rate()
         for var, grad in zip(self.variables, reduced):
             strategy.extended.update(var, lambda v, g: v.assign_sub(lr * g), args=(grad,))
         self.state.step.assign_add(1)
+        self.state.examples_seen.assign_add(self.global_batch)
         decay = moving_average_decay(self.state.step)
         for avg, var in zip(self.state.averages.parameters(), self.variables):
             strategy.extended.update(
@@ -231,7 +246,7 @@ class Trainer:
 
     def _distributed_step(self, iterator, with_summaries):
         images, labels = next(iterator)
-        lr = self.learning_rate(self.state.step)  # the rate this update uses
+        lr = self.learning_rate()  # the rate this update uses
         out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
         sum_ = tf.distribute.ReduceOp.SUM
         xent = self.strategy.reduce(sum_, out["cross_entropy"], axis=None)
@@ -342,20 +357,24 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     is_chief, task = devices.worker_role(strategy)
     multi_worker = devices.is_multi_worker(strategy)
     os.makedirs(cfg.train_dir, exist_ok=True)
-    scratch = None if is_chief else tempfile.mkdtemp(prefix=f"cifar10-{task.replace(' ', '')}-")
+    # Scratch space of this worker: the other workers' checkpoints, the
+    # preemption handler's bookkeeping.  Removed at the end.
+    scratch = tempfile.mkdtemp(prefix=f"cifar10-{task.replace(' ', '')}-") if multi_worker else None
     manager = tf.train.CheckpointManager(
-        state.checkpoint(), scratch or cfg.train_dir, max_to_keep=cfg.keep_checkpoints,
-        checkpoint_name=CHECKPOINT_NAME, step_counter=state.step)
+        state.checkpoint(), cfg.train_dir if is_chief else os.path.join(scratch, "checkpoints"),
+        max_to_keep=cfg.keep_checkpoints, checkpoint_name=CHECKPOINT_NAME,
+        step_counter=state.step)
     try:
         return _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
-                           examples_per_epoch, stop_event, print_fn, run_info)
+                           examples_per_epoch, stop_event, print_fn, run_info,
+                           handler_dir=scratch and os.path.join(scratch, "preemption"))
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
-                examples_per_epoch, stop_event, print_fn, run_info) -> TrainResult:
+                examples_per_epoch, stop_event, print_fn, run_info, handler_dir) -> TrainResult:
     start = restore(manager, cfg.train_dir)
     latest = lambda: tf.train.latest_checkpoint(cfg.train_dir)  # noqa: E731
     if start >= cfg.max_steps:
@@ -372,12 +391,19 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
 
     preemption = None
     if multi_worker:
-        # Any worker's stop request makes every worker save at the same step.
+        # Any worker's stop request makes every worker save at the same step.  The
+        # handler counts its calls from a variable it restores from its own
+        # manager: an empty one per start, so that every worker counts from 0
+        # (the chief's would restore the count of an earlier stop, the others'
+        # not, and a second stop would then never meet).  Saving is ours.
         preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-            trainer.strategy.cluster_resolver, manager,
+            trainer.strategy.cluster_resolver,
+            tf.train.CheckpointManager(tf.train.Checkpoint(), handler_dir, max_to_keep=1),
             termination_config=tf.distribute.experimental.TerminationConfig(
                 termination_watcher_fn=lambda: bool(stop_event and stop_event.is_set()),
-                exit_fn=_raise_preempted, grace_period=0))
+                exit_fn=_raise_preempted, grace_period=0,
+                save_fn=lambda *_: _save(manager, trainer, int(trainer.state.step.numpy()),
+                                         latest)))
     iterator = iter(trainer.dataset(train_files, start))
     writer = (tf.summary.create_file_writer(cfg.train_dir) if is_chief
               else tf.summary.create_noop_writer())
@@ -412,7 +438,7 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
                     last_saved = step
                 if preemption is not None:
                     try:
-                        preemption.save_checkpoint_if_preempted(checkpoint_number=step)
+                        preemption.save_checkpoint_if_preempted()
                     except _Preempted:
                         last_saved, preempted = step, True
                         break

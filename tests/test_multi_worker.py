@@ -137,12 +137,24 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_the_job_resumes(tmp_pat
     reader = tf.train.load_checkpoint(latest)
     assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stops[0]
 
-    again = start_workers(2, train_args(tmp_path, f"--max_steps={stops[0] + 2}",
-                                        "--log_frequency=1"), tmp_path)
-    for code, out, err in finish(again):
+    # The resumed job can be stopped again, and again all workers meet at one step.
+    again = start_workers(2, train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                                        "--checkpoint_steps=100000"), tmp_path)
+    read = []
+    try:
+        read = wait_for_step(again[1], stops[0] + 3)
+        again[1].send_signal(signal.SIGTERM)
+    finally:
+        results = finish(again)
+    results[1] = (results[1][0], "".join(read) + results[1][1], results[1][2])
+    second = []
+    for code, out, err in results:
         assert code == 0, err[-3000:]
         assert f"at step {stops[0]}." in out
-        assert [int(m) for m in LOG_STEP.findall(out)] == [stops[0] + 1, stops[0] + 2]
+        assert LOG_STEP.findall(out)[0] == str(stops[0] + 1)
+        second.append(int(re.search(r"Stopped at step (\d+)", out)[1]))
+    assert second[0] == second[1] >= stops[0] + 3
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith(f"model.ckpt-{second[0]}")
 
 
 def test_a_killed_worker_stops_the_other_with_a_clear_error(tmp_path):

@@ -273,3 +273,21 @@ def test_xla_and_float16_steps_match_the_float32_step(tmp_path):
         # precision (float16 convolutions on CPU also accumulate in float16).
         step16, step32 = got - start, want - start
         assert np.linalg.norm(step16 - step32) <= 0.1 * np.linalg.norm(step32)
+
+
+def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path):
+    images, labels = random_batches(3, 4 * BATCH)
+    one, _ = run_steps(1, 4 * BATCH, images[:1], labels[:1], tmp_path / "a")
+    assert one.state.examples_seen.numpy() == 4 * BATCH
+    # Resume the same state with 4 replicas of BATCH: the count goes on in examples.
+    four = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "b"), batch_size=BATCH),
+                         strategy_of(4), examples_per_epoch=1000)
+    four.state.checkpoint().read(one.state.checkpoint().write(str(tmp_path / "ck"))).assert_consumed()
+    four.step(fixed_batches(four.strategy, images[1:2], labels[1:2], 1))
+    assert four.state.step.numpy() == 2
+    assert four.state.examples_seen.numpy() == 8 * BATCH
+    # 350 epochs of 1,000 examples: the first decay comes after 350,000 examples.
+    four.state.examples_seen.assign(350_000 - 1)
+    assert float(four.learning_rate()) == pytest.approx(0.1)
+    four.state.examples_seen.assign(350_000)
+    assert float(four.learning_rate()) == pytest.approx(0.01)
