@@ -73,6 +73,7 @@ class EvalResult:
 
     checkpoint: str
     step: int
+    checkpoint_mtime_ns: int  # tells this run's model.ckpt-N from an earlier run's
     precision: float
     correct: int
     examples: int
@@ -140,18 +141,22 @@ def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
 def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
     start = time.time()
+    mtime = _mtime(checkpoint)
     compute_dtype = tf.float16 if config.use_fp16 else tf.float32
     model, step = restore(checkpoint, config.weights, compute_dtype)
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
     correct, examples = count_correct(model, dataset)
     end = time.time()
-    return EvalResult(checkpoint=checkpoint, step=step, precision=correct / max(examples, 1),
+    return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
+                      precision=correct / max(examples, 1),
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=end, seconds=end - start)
 
 
-def _key(checkpoint: str, weights: str, eval_data: str) -> str:
-    return f"{os.path.basename(checkpoint)}|{weights}|{eval_data}"
+def _key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:
+    # The file time keeps a new run's model.ckpt-1000 (after --fresh_start, or in a
+    # reused directory) from passing for the earlier run's, already scored.
+    return f"{os.path.basename(checkpoint)}|{mtime_ns}|{weights}|{eval_data}"
 
 
 def scored_checkpoints(eval_dir: str) -> set[str]:
@@ -162,7 +167,8 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
             for line in f:
                 try:
                     r = json.loads(line)
-                    keys.add(_key(r["checkpoint"], r["weights"], r["eval_data"]))
+                    keys.add(_key(r["checkpoint"], r["checkpoint_mtime_ns"], r["weights"],
+                                  r["eval_data"]))
                 except (ValueError, KeyError):
                     continue  # a line cut short by a crash: that checkpoint is scored again
     except FileNotFoundError:
@@ -242,7 +248,8 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
     last_new = time.time()  # when a checkpoint to score was last seen
     while not should_stop():
         latest = tf.train.latest_checkpoint(config.checkpoint_dir)
-        todo = latest and _key(latest, config.weights, config.eval_data) not in done
+        todo = latest and _key(latest, _mtime(latest), config.weights,
+                               config.eval_data) not in done
         if todo and (latest, _mtime(latest)) not in failed:
             said_waiting = False
             last_new = time.time()
@@ -261,7 +268,8 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
                 failed.add((latest, _mtime(latest)))
                 continue
             record(result, config.eval_dir, writer)
-            done.add(_key(latest, config.weights, config.eval_data))
+            done.add(_key(latest, result.checkpoint_mtime_ns, config.weights,
+                          config.eval_data))
             results.append(result)
             print_fn(result.line())
             continue

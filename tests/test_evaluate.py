@@ -28,7 +28,7 @@ LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = \d\.\d{3} "
     r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)$")
 RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
-               "eval_data", "wall_time", "seconds"}
+               "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns"}
 DATA_SUFFIX = ".data-00000-of-00001"
 
 
@@ -182,6 +182,7 @@ def test_exactly_num_examples_are_counted(run, tmp_path, num_examples, batch_siz
 
 def result_of(step, **overrides):
     fields = {"checkpoint": f"/runs/train/model.ckpt-{step}", "step": step,
+              "checkpoint_mtime_ns": 1_000 + step,
               "precision": 0.5, "correct": 5, "examples": 10, "weights": "averages",
               "eval_data": "test", "wall_time": time.time(), "seconds": 0.25}
     fields.update(overrides)
@@ -207,7 +208,7 @@ def test_scored_checkpoints_ignores_a_truncated_last_line(tmp_path):
     whole = json.dumps(dataclasses.asdict(result_of(3)))
     cut = json.dumps(dataclasses.asdict(result_of(6)))[:40]
     (tmp_path / evaluate.RESULTS_FILE).write_text(whole + "\n" + cut)
-    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|averages|test"}
+    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
 
 
 def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
@@ -216,7 +217,7 @@ def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
     writer = tf.summary.create_file_writer(str(tmp_path))
     evaluate.record(result_of(6), str(tmp_path), writer)
     writer.close()
-    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|averages|test"}
+    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|1006|averages|test"}
 
 
 # --- run_once ----------------------------------------------------------------
@@ -269,6 +270,22 @@ def test_run_once_on_a_corrupt_checkpoint_is_an_error_naming_it(run, tmp_path, p
 def completion_line(train_dir):
     return (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
             f"stopping.")
+
+
+def test_a_new_run_with_the_same_checkpoint_names_is_scored_again(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    eval_dir = tmp_path / "eval"
+    config = config_of(run, eval_dir, checkpoint_dir=train_dir)
+    assert [r.step for r in evaluate.evaluate(config, print_fn=lambda line: None,
+                                              sleep=FakeSleep())] == [6]
+    # A new run (e.g. after --fresh_start) writes model.ckpt-6 again.
+    for name in os.listdir(train_dir):
+        if name.startswith("model.ckpt-6"):
+            path = os.path.join(train_dir, name)
+            os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    again = evaluate.evaluate(config, print_fn=lambda line: None, sleep=FakeSleep())
+    assert [r.step for r in again] == [6]
+    assert len(results_lines(eval_dir)) == 2
 
 
 def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run, tmp_path):
