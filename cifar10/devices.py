@@ -66,6 +66,12 @@ def replica_devices(num_gpus: int) -> list[str]:
             "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
             "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
             num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
+        # Only /gpu:0 is split: hide the others, or a multi-worker strategy (which
+        # takes every GPU it sees) would run more replicas than asked.
+        try:
+            tf.config.set_visible_devices(gpus[:1], "GPU")
+        except RuntimeError:
+            pass  # runtime already initialised; the check below decides
         _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
     elif num_gpus == 1:
         logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")

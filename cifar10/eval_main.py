@@ -43,8 +43,7 @@ def main(argv: list[str]) -> None:
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)
-    split = "test" if FLAGS.eval_data == "test" else "train_eval"
-    available = counts["test" if split == "test" else "train"]
+    available = counts["test" if FLAGS.eval_data == "test" else "train"]
     num_examples = FLAGS.num_examples
     if num_examples > available:
         logging.warning("--num_examples=%d but the %s data holds %d examples: evaluating %d.",
@@ -52,7 +51,7 @@ def main(argv: list[str]) -> None:
         num_examples = available
     config = evaluate.EvalConfig(
         checkpoint_dir=FLAGS.checkpoint_dir, eval_dir=FLAGS.eval_dir,
-        eval_files=data.split_files(batches_dir, split), eval_data=FLAGS.eval_data,
+        eval_files=data.split_files(batches_dir, FLAGS.eval_data), eval_data=FLAGS.eval_data,
         num_examples=num_examples, batch_size=FLAGS.batch_size, weights=FLAGS.weights,
         eval_interval_secs=FLAGS.eval_interval_secs, eval_timeout=FLAGS.eval_timeout,
         run_once=FLAGS.run_once, use_fp16=FLAGS.use_fp16)

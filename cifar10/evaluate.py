@@ -210,7 +210,11 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     Raises:
       NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``.
     """
-    os.makedirs(config.eval_dir, exist_ok=True)
+    try:
+        os.makedirs(config.eval_dir, exist_ok=True)
+    except OSError as e:
+        raise Cifar10Error(f"cannot create --eval_dir {config.eval_dir} ({e.strerror}); choose "
+                           f"a directory you can write") from e
     writer = tf.summary.create_file_writer(config.eval_dir)
     with writer.as_default():
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}

@@ -43,6 +43,10 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
         batches_dir = data.batches_dir_of(parent)
         if not os.path.isdir(batches_dir):
             synthetic.write_dataset(parent, records_per_file=synthetic_records)
+        elif data.validate_files(data.split_files(batches_dir, "test")) != synthetic_records:
+            print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
+                     f"used as it is (--synthetic_records={synthetic_records} applies only "
+                     f"when it is generated: delete the folder to regenerate).")
         print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
                  f"(generated, not the real CIFAR-10 images; results say nothing about "
                  f"CIFAR-10).")
@@ -69,6 +73,9 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
             sys.stderr.write(f"{program}: error: {e}\n")
             sys.stderr.flush()
             sys.exit(1)
+        except KeyboardInterrupt:  # Ctrl-C where no handler saves work (download, eval)
+            sys.stderr.write(f"{program}: interrupted\n")
+            sys.exit(130)
 
     app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, program, doc))
 

@@ -317,6 +317,11 @@ def is_complete(train_dir: str) -> bool:
     return os.path.exists(os.path.join(train_dir, COMPLETE_FILE))
 
 
+# What a collective operation raises when a peer worker is gone or unreachable.
+_LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                       tf.errors.AbortedError, tf.errors.CancelledError)
+
+
 class _Preempted(Exception):
     """Raised by the preemption handler's exit_fn once every worker has saved."""
 
@@ -356,7 +361,11 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     state = trainer.state
     is_chief, task = devices.worker_role(strategy)
     multi_worker = devices.is_multi_worker(strategy)
-    os.makedirs(cfg.train_dir, exist_ok=True)
+    try:
+        os.makedirs(cfg.train_dir, exist_ok=True)
+    except OSError as e:
+        raise Cifar10Error(f"cannot create --train_dir {cfg.train_dir} ({e.strerror}); choose "
+                           f"a directory you can write") from e
     # Scratch space of this worker: the other workers' checkpoints, the
     # preemption handler's bookkeeping.  Removed at the end.
     scratch = tempfile.mkdtemp(prefix=f"cifar10-{task.replace(' ', '')}-") if multi_worker else None
@@ -444,13 +453,17 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
                         break
         if step != last_saved:  # stopped between checkpoints: keep the work done
             _save(manager, trainer, step, latest)
-    except tf.errors.OpError as e:
+    except _LOST_WORKER_ERRORS as e:
         if not multi_worker:
-            raise
+            raise Cifar10Error(f"training stopped at step {step}: {first_line(e)}; the last "
+                               f"checkpoint is {latest()}") from e
         raise Cifar10Error(
             f"training stopped at step {step}: lost another worker or the connection to it "
             f"({first_line(e)}); the last checkpoint is {latest()}; start every worker "
             f"again to resume") from e
+    except tf.errors.OpError as e:
+        raise Cifar10Error(f"training stopped at step {step}: {first_line(e)}; the last "
+                           f"checkpoint is {latest()}") from e
     finally:
         writer.flush()
         writer.close()
@@ -471,7 +484,12 @@ def _save(manager: tf.train.CheckpointManager, trainer: Trainer, step: int, late
         raise DivergedError(
             f"Model diverged with loss = NaN: weights are not finite at step {step}; the "
             f"last good checkpoint is {latest()}")
-    manager.save(checkpoint_number=step)
+    try:
+        manager.save(checkpoint_number=step)
+    except (OSError, tf.errors.OpError) as e:
+        raise Cifar10Error(f"cannot write checkpoint {CHECKPOINT_NAME}-{step} in "
+                           f"{manager.directory} ({first_line(e)}); the last checkpoint is "
+                           f"{latest()}") from e
 
 
 def restore(manager: tf.train.CheckpointManager, directory: str | None = None) -> int:

@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -167,7 +168,7 @@ def launch(args, data_dir, train_dir) -> tuple[float, float]:
     cmd = [program, f"--data_dir={data_dir}", f"--train_dir={train_dir}",
            f"--batch_size={args.batch_size}", f"--num_gpus={args.num_gpus}",
            f"--max_steps={args.warmup_steps + args.window_steps}", "--log_frequency=1000000",
-           f"--use_fp16={args.use_fp16}"]
+           f"--use_fp16={args.use_fp16}", f"--xla={args.xla}"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -186,6 +187,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
     work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
+    try:
+        return _run(args, strategy, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args, strategy, work) -> int:
     data_dir = args.data_dir
     if data_dir is None:
         data_dir = work

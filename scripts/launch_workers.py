@@ -67,7 +67,11 @@ def main(argv=None) -> int:
         env = dict(os.environ, TF_CONFIG=tf_config, PYTHONUNBUFFERED="1")
         procs.append(subprocess.Popen([args.program, *args.train_args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, bufsize=1))
+                                      text=True, bufsize=1,
+                                      # Own session: a Ctrl-C in the terminal reaches the
+                                      # workers once, through forward(), not twice (a
+                                      # second signal stops a worker without saving).
+                                      start_new_session=True))
     relays = [threading.Thread(target=_relay, args=(i, p.stdout, sys.stdout), daemon=True)
               for i, p in enumerate(procs)]
     for relay in relays:

@@ -49,3 +49,24 @@ def test_run_turns_errors_into_one_line_and_exit_status_1(error, capsys, monkeyp
         programs.run("prog", main, "doc")
     assert exit_info.value.code == 1
     assert capsys.readouterr().err == f"prog: error: {error}\n"
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeypatch):
+    def main(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sys.argv", ["prog"])
+    with pytest.raises(SystemExit) as exit_info:
+        programs.run("prog", main, "doc")
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "prog: interrupted\n"
+
+
+def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
+    programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=20,
+                          print_fn=lambda line: None)
+    lines = []
+    _, counts = programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=30,
+                                      print_fn=lines.append)
+    assert counts == {"train": 100, "test": 20}
+    assert "--synthetic_records=30 applies only when it is generated" in lines[0]

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10 import data, synthetic, train
-from cifar10.errors import DivergedError
+from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 
 BATCH = 8  # examples per replica in the equivalence tests
@@ -291,3 +291,11 @@ def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path
     assert float(four.learning_rate()) == pytest.approx(0.1)
     four.state.examples_seen.assign(350_000)
     assert float(four.learning_rate()) == pytest.approx(0.01)
+
+
+def test_unwritable_train_dir_is_a_one_line_error(learnable_files, tmp_path):
+    files, count = learnable_files
+    (tmp_path / "a_file").write_text("not a directory")
+    with pytest.raises(Cifar10Error, match=r"cannot create --train_dir .*a_file/run"):
+        train.train(small_config(tmp_path / "a_file" / "run"), strategy_of(1), files, count,
+                    print_fn=lambda line: None)
