@@ -385,6 +385,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
 def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
                 examples_per_epoch, stop_event, print_fn, run_info, handler_dir) -> TrainResult:
     start = restore(manager, cfg.train_dir)
+    if multi_worker:
+        _check_same_start(trainer.strategy, start, cfg.train_dir)
     latest = lambda: tf.train.latest_checkpoint(cfg.train_dir)  # noqa: E731
     if start >= cfg.max_steps:
         print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
@@ -471,6 +473,25 @@ def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
     if complete and is_chief:
         _mark_complete(cfg.train_dir, step)
     return TrainResult(step, step - start, complete, not complete, latest())
+
+
+def _check_same_start(strategy: tf.distribute.Strategy, start: int, train_dir: str) -> None:
+    """Stops every worker when they did not all restore the same step.
+
+    Workers restore from what each sees as ``train_dir``; if that is not one shared
+    directory, they would train different weights together.  The mean and the
+    mean square of the restored steps over all replicas tell: equal steps have
+    zero variance.
+    """
+    value = float(start)
+    mean_op = tf.distribute.ReduceOp.MEAN
+    mean = strategy.reduce(mean_op, strategy.run(lambda: tf.constant(value, tf.float64)), None)
+    square = strategy.reduce(mean_op, strategy.run(lambda: tf.constant(value**2, tf.float64)),
+                             None)
+    if float(square) - float(mean) ** 2 > 0.5:
+        raise Cifar10Error(
+            f"the workers restored different steps (this one {start}, mean {float(mean):g}): "
+            f"--train_dir {train_dir} must be one directory shared by every worker")
 
 
 def _raise_preempted():

@@ -205,3 +205,21 @@ def test_multi_worker_without_tf_config_and_fresh_start_are_refused(tmp_path):
     for code, _, err in finish(procs):
         assert code == 1
         assert "--fresh_start is not supported with several workers" in err
+
+
+def test_workers_that_restore_different_steps_stop_with_a_clear_error(tmp_path):
+    shared = train_args(tmp_path, "--max_steps=3", "--checkpoint_steps=3")
+    for code, _, err in finish(start_workers(2, shared, tmp_path)):
+        assert code == 0, err[-3000:]
+    # Worker 1 now sees another, empty --train_dir: it would start from step 0.
+    configs = launch_workers.tf_configs(launch_workers.free_ports(2))
+    # (absl takes the last --train_dir given.)
+    args = [train_args(tmp_path, "--max_steps=6"),
+            train_args(tmp_path, "--max_steps=6", f"--train_dir={tmp_path / 'other'}")]
+    procs = [start("cifar10-train", *a, TF_CONFIG=c, TMPDIR=str(tmp_path))
+             for a, c in zip(args, configs)]
+    for code, _, err in finish(procs):
+        assert code == 1
+        assert "the workers restored different steps" in err
+        assert "must be one directory shared by every worker" in err
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-3")
