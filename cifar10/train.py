@@ -204,7 +204,11 @@ class Trainer:
                                    self.config.initial_learning_rate)
 
     def _apply(self, strategy, grads):
-        """Cross-replica part of a step: sum gradients, SGD update, averages, step."""
+        """Cross-replica part of a step: sum gradients, SGD update, averages, step.
+
+        Returns:
+          (the summed gradients, the learning rate this update used).
+        """
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
         lr = self.learning_rate()
@@ -216,7 +220,7 @@ class Trainer:
         for avg, var in zip(self.state.averages.parameters(), self.variables):
             strategy.extended.update(
                 avg, lambda a, v: a.assign_sub((1.0 - decay) * (a - v)), args=(var,))
-        return reduced
+        return reduced, lr
 
     def _gradients(self, images, labels):
         """Forward and backward pass of one replica: (grads, xent, wd, activations)."""
@@ -238,15 +242,14 @@ class Trainer:
     def _replica_step(self, images, labels, with_summaries):
         grads, xent, wd, acts = self._gradients_fn(images, labels)
         ctx = tf.distribute.get_replica_context()
-        reduced = ctx.merge_call(self._apply, args=(grads,))
+        reduced, lr = ctx.merge_call(self._apply, args=(grads,))
         out = {"cross_entropy": xent, "weight_decay": wd}
         if with_summaries:
-            out.update(activations=acts, gradients=reduced, images=images)
+            out.update(activations=acts, gradients=reduced, images=images, learning_rate=lr)
         return out
 
     def _distributed_step(self, iterator, with_summaries):
         images, labels = next(iterator)
-        lr = self.learning_rate()  # the rate this update uses
         out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
         sum_ = tf.distribute.ReduceOp.SUM
         xent = self.strategy.reduce(sum_, out["cross_entropy"], axis=None)
@@ -260,7 +263,7 @@ class Trainer:
         if with_summaries:
             local = lambda x: self.strategy.experimental_local_results(x)[0]  # noqa: E731
             summaries.write_train_summaries(
-                step=self.state.step, learning_rate=lr, losses=losses,
+                step=self.state.step, learning_rate=local(out["learning_rate"]), losses=losses,
                 loss_averages=self.state.loss_averages,
                 activations={k: local(v) for k, v in out["activations"].items()},
                 variables=self.variables, gradients=[local(g) for g in out["gradients"]],
