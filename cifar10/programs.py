@@ -38,24 +38,27 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt.
     """
+    generated = False
     if use_synthetic:
-        parent = os.path.join(data_dir, SYNTHETIC_SUBDIR)
-        batches_dir = data.batches_dir_of(parent)
-        if not os.path.isdir(batches_dir):
-            synthetic.write_dataset(parent, records_per_file=synthetic_records)
-        elif data.validate_files(data.split_files(batches_dir, "test")) != synthetic_records:
-            print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
-                     f"used as it is (--synthetic_records={synthetic_records} applies only "
-                     f"when it is generated: delete the folder to regenerate).")
+        batches_dir = data.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
+        generated = not os.path.isdir(batches_dir)
+        if generated:
+            synthetic.write_dataset(os.path.dirname(batches_dir),
+                                    records_per_file=synthetic_records)
+    else:
+        batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
+    counts = {split: data.validate_files(data.split_files(batches_dir, split))
+              for split in ("train", "test")}
+    if use_synthetic and not generated and counts["test"] != synthetic_records:
+        print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
+                 f"used as it is (--synthetic_records={synthetic_records} applies only "
+                 f"when it is generated: delete the folder to regenerate).")
+    if use_synthetic:
         print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
                  f"(generated, not the real CIFAR-10 images; results say nothing about "
                  f"CIFAR-10).")
-    else:
-        batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
-        if synthetic.is_synthetic(batches_dir):
-            print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
-    counts = {split: data.validate_files(data.split_files(batches_dir, split))
-              for split in ("train", "test")}
+    elif synthetic.is_synthetic(batches_dir):
+        print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
     return batches_dir, counts
 
 
