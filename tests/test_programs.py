@@ -38,28 +38,22 @@ def test_extracted_data_is_validated_and_counted(tmp_path):
         programs.prepare_data(str(tmp_path), print_fn=lines.append)
 
 
-@pytest.mark.parametrize("error", [DataError("bad file x"), DivergedError(
-    "Model diverged with loss = NaN at step 7")])
-def test_run_turns_errors_into_one_line_and_exit_status_1(error, capsys, monkeypatch):
+@pytest.mark.parametrize("error, code, stderr", [
+    (DataError("bad file x"), 1, "prog: error: bad file x\n"),
+    (DivergedError("Model diverged with loss = NaN at step 7"), 1,
+     "prog: error: Model diverged with loss = NaN at step 7\n"),
+    (KeyboardInterrupt(), 130, "prog: interrupted\n"),  # Ctrl-C outside training
+])
+def test_run_turns_errors_into_one_line_and_an_exit_status(error, code, stderr, capsys,
+                                                           monkeypatch):
     def main(argv):
         raise error
 
     monkeypatch.setattr("sys.argv", ["prog"])
     with pytest.raises(SystemExit) as exit_info:
         programs.run("prog", main, "doc")
-    assert exit_info.value.code == 1
-    assert capsys.readouterr().err == f"prog: error: {error}\n"
-
-
-def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeypatch):
-    def main(argv):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr("sys.argv", ["prog"])
-    with pytest.raises(SystemExit) as exit_info:
-        programs.run("prog", main, "doc")
-    assert exit_info.value.code == 130
-    assert capsys.readouterr().err == "prog: interrupted\n"
+    assert exit_info.value.code == code
+    assert capsys.readouterr().err == stderr
 
 
 def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
