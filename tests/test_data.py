@@ -376,7 +376,9 @@ def test_train_dataset_under_mirrored_strategy(train_files):
         assert not np.array_equal(local_images[0].numpy(), local_images[1].numpy())
 
 
-def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time():
+@pytest.mark.parametrize("apply", [data.apply_distortions, data.apply_distortions_fused],
+                         ids=["ops", "xla"])
+def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time(apply):
     rng = np.random.default_rng(5)
     images = rng.integers(0, 256, size=(6, 32, 32, 3), dtype=np.uint8)
     top = np.array([0, 8, 3, 5, 1, 7], np.int32)
@@ -384,8 +386,8 @@ def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time():
     flip = np.array([True, False, True, False, False, True])
     delta = np.array([-63, 0, 12.5, 40, -7, 63], np.float32)
     factor = np.array([0.2, 1.8, 1.0, 0.5, 1.3, 0.9], np.float32)
-    got = data.apply_distortions(tf.constant(images), tf.constant(top), tf.constant(left),
-                                 tf.constant(flip), tf.constant(delta), tf.constant(factor))
+    got = apply(tf.constant(images), tf.constant(top), tf.constant(left),
+                tf.constant(flip), tf.constant(delta), tf.constant(factor))
     for i in range(6):
         x = tf.image.crop_to_bounding_box(tf.cast(images[i], tf.float32), int(top[i]),
                                           int(left[i]), 24, 24)
