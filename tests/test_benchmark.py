@@ -31,6 +31,8 @@ def test_benchmark_prints_every_figure_on_generated_data():
         match = re.search(re.escape(label) + FIGURE + "examples/sec", out)
         assert match and float(match[1]) > 0, label
     assert re.search(r"\(64 examples in [0-9.]+ s\)", out)
+    assert "examples/sec  (timed in turns with (c))" in out
+    assert re.search(r"\(b\) input pipeline alone:.*\([0-9.]+x \(c\)\)", out)
     first_step = re.search(r"\(e\) launch to first step:" + FIGURE + "s", out)
     assert first_step and float(first_step[1]) > 0
     memory = re.search(r"\(f\) peak resident memory:" + FIGURE + "MB", out)
