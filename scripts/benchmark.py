@@ -12,7 +12,9 @@ Prints, each the median of several timed windows after a warm-up:
       after a first epoch that fills the in-memory cache (its rate is shown too);
   (d) evaluation of the test file with cifar10.evaluate.count_correct;
   (e) seconds from launching cifar10-train to its first step, data on disk;
-  (f) peak resident memory of that cifar10-train process.
+  (f) peak resident memory of that cifar10-train process;
+  (g) the speed of this machine: float32 matmul GFLOP/s, and the compute ceiling
+      it sets for training (the train step's FLOPs per example at that rate).
 It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 """
@@ -87,6 +89,38 @@ def median_rate(run_window, windows: int, examples_per_window: int) -> float:
         run_window()
         rates.append(examples_per_window / (time.perf_counter() - start))
     return statistics.median(rates)
+
+
+def train_flops_per_example(model: Model) -> int:
+    """FLOPs of one example's training step in the convolutions and matmuls.
+
+    Each layer's multiply-adds (its weights times the output positions they are
+    applied at, taken from a forward pass) count twice (a multiply and an add)
+    for the forward pass, the weight gradient and, for every layer but conv1
+    (the images need no gradient), the input gradient.  LRN, pooling, ReLU and
+    the updates are memory-bound and left out.
+    """
+    acts = model.activations(tf.zeros([1, data.CROP_SIZE, data.CROP_SIZE, 3]))
+    total = 0
+    for i, layer in enumerate(model.layers):
+        positions = acts[layer.name].shape[1:-1].num_elements()  # 1 for a matmul layer
+        passes = 2 if i == 0 else 3
+        total += 2 * passes * positions * layer.weights.shape.num_elements()
+    return total
+
+
+def matmul_gflops(windows: int, size: int = 2048, per_window: int = 10) -> float:
+    """Median GFLOP/s of float32 [size, size] matmuls on this machine."""
+    a = tf.random.stateless_normal([size, size], seed=(5, 6))
+    product = tf.function(lambda: tf.matmul(a, a))
+    product().numpy()  # warm-up
+
+    def window():
+        for _ in range(per_window):
+            out = product()
+        out.numpy()
+
+    return median_rate(window, windows, per_window * 2 * size**3) / 1e9
 
 
 def step_alone(args, strategy, train_dir):
@@ -246,6 +280,12 @@ def _run(args, strategy, work) -> int:
         first, rss = launch(args, data_dir, os.path.join(work, "launch"))
         print(f"(e) launch to first step:    {first:9.2f} s")
         print(f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))")
+    gflops = matmul_gflops(args.windows)
+    flops = train_flops_per_example(Model())
+    ceiling = gflops * 1e9 / flops
+    print(f"(g) machine speed:           {gflops:9.1f} GFLOP/s float32 matmul; at "
+          f"{flops / 1e6:.1f} MFLOP per example the compute ceiling is {ceiling:.0f} "
+          f"examples/sec ((c) is {100 * c / ceiling:.0f}% of it)")
     return 0
 
 

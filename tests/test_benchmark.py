@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
 FIGURE = r"\s+([0-9.]+) "
 
@@ -37,6 +39,15 @@ def test_benchmark_prints_every_figure_on_generated_data():
     assert first_step and float(first_step[1]) > 0
     memory = re.search(r"\(f\) peak resident memory:" + FIGURE + "MB", out)
     assert memory and float(memory[1]) > 100  # TensorFlow alone takes more than that
+    # FLOPs of one example's step, by hand: multiply-adds x 2, for the forward pass,
+    # the weight gradient and (all but conv1) the input gradient:
+    # conv1 24*24 * 5*5*3*64 * 2 * 2 + conv2 12*12 * 5*5*64*64 * 2 * 3
+    # + (2304*384 + 384*192 + 192*10) * 2 * 3 = 105,295,104.
+    speed = re.search(r"\(g\) machine speed:" + FIGURE + r"GFLOP/s float32 matmul; at "
+                      r"105\.3 MFLOP per example the compute ceiling is (\d+) examples/sec "
+                      r"\(\(c\) is \d+% of it\)", out)
+    assert speed and round(float(speed[1]) * 1e9 / 105_295_104) == pytest.approx(
+        int(speed[2]), abs=1)
 
 
 def test_benchmark_rejects_bad_arguments():
