@@ -60,7 +60,7 @@ def define_train_flags() -> None:
                        "long for another one stops with an error instead of hanging.",
                        lower_bound=1)
     flags.DEFINE_boolean("xla", False, "Compile each replica's forward and backward pass "
-                         "with XLA (can help on GPU; about 2.5x slower on CPU, see README).")
+                         "with XLA (can help on GPU; about 2.3x slower on CPU, see README).")
     flags.DEFINE_boolean("fresh_start", False, "Delete the checkpoints and event files in "
                          "--train_dir and start from step 0 (default: resume).")
 
