@@ -62,7 +62,12 @@ def validate_files(paths: Sequence[str]) -> int:
                 f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes; delete "
                 f"{os.path.dirname(path)} so that it is downloaded and extracted again")
         size = os.path.getsize(path)
-        if size == 0 or size % ff.RECORD_BYTES:
+        if size == 0:
+            raise DataError(
+                f"empty data file {path} (0 bytes; the real files are "
+                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); delete "
+                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+        if size % ff.RECORD_BYTES:
             raise DataError(
                 f"truncated or corrupt data file {path}: {size:,} bytes is not a whole "
                 f"number of {ff.RECORD_BYTES:,}-byte records (the real files are "

@@ -4,7 +4,13 @@ Every error a user can fix (bad data, a failed download, a diverged run) is a
 ``Cifar10Error``; its message names the thing at fault and says how to fix it.
 The entry points print it as ``<program>: error: <message>`` and exit non-zero
 instead of showing a traceback.
+
+It uses only the standard library, so that every module can import it cheaply.
 """
+
+import errno
+import os
+import re
 
 
 class Cifar10Error(Exception):
@@ -23,3 +29,38 @@ def first_line(error: BaseException) -> str:
     """The first line of an exception's message (TensorFlow's can run to pages)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def io_error(action: str, path: str, error: BaseException, advice: str = "") -> Cifar10Error:
+    """A one-line error: what could not be done to which path, why, and what to do.
+
+    Args:
+      action: e.g. 'cannot write in --train_dir'; the path follows it.
+      path: the file or directory at fault.
+      error: an OSError or a TensorFlow I/O error.
+      advice: what to do; by default ``io_advice(error)``.
+    """
+    advice = advice or io_advice(error)
+    return Cifar10Error(f"{action} {path} ({_cause(error)}){'; ' + advice if advice else ''}")
+
+
+def _cause(error: BaseException) -> str:
+    """'No space left on device' of an OSError or of TensorFlow's
+    '{{function_node ...}} <path>; No space left on device [Op:SaveV2]'."""
+    if getattr(error, "strerror", None):
+        return error.strerror
+    line = first_line(error)
+    match = re.search(rf"{re.escape(os.sep)}\S*; ([^;]+?)(?: \[Op:\w+\])?$", line)
+    return match[1] if match else line
+
+
+def io_advice(error: BaseException) -> str:
+    """What to do about a full disk, a read-only file system or a denied permission."""
+    code, text = getattr(error, "errno", None), str(error)
+    if code == errno.ENOSPC or "No space left" in text:
+        return "free some disk space and run the same command again"
+    if code == errno.EROFS or "Read-only file system" in text:
+        return "choose a directory on a writable file system"
+    if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
+        return "choose a directory you can write, or change its permissions"
+    return ""

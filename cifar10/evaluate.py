@@ -22,15 +22,14 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
+from cifar10 import checkpoints
 from cifar10 import data
 from cifar10 import summaries
-from cifar10 import train
-from cifar10.errors import Cifar10Error, first_line
+from cifar10.errors import Cifar10Error, first_line, io_error
 from cifar10.model import Model
 
 RESULTS_FILE = "results.jsonl"
 PRECISION_TAG = "Precision @ 1"
-WEIGHTS = ("averages", "raw")
 # How often the polling loop looks for a new checkpoint (an evaluation still
 # waits --eval_interval_secs after the previous one).
 POLL_SECS = 2.0
@@ -89,26 +88,6 @@ class EvalResult:
             os.path.basename(self.checkpoint), self.examples, self.weights)
 
 
-def restore(checkpoint: str, weights: str = "averages",
-            compute_dtype: tf.DType = tf.float32) -> tuple[Model, int]:
-    """A model holding the ``weights`` of ``checkpoint``, and the checkpoint's step.
-
-    Raises:
-      ValueError: ``weights`` is not 'averages' or 'raw'.
-      tf.errors.OpError, AssertionError: the checkpoint is missing, partial or not
-        one of this trainer's.
-    """
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    model = Model(compute_dtype=compute_dtype, trainable=False)
-    step = tf.Variable(0, dtype=tf.int64)
-    # The trainer stores the averages in a second copy of the model under
-    # 'averages': restoring that copy into `model` gives the averaged weights.
-    ckpt = tf.train.Checkpoint(step=step, **{"averages" if weights == "averages" else "model": model})
-    ckpt.read(checkpoint).assert_existing_objects_matched().expect_partial()
-    return model, int(step.numpy())
-
-
 def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
     """A function: dataset -> (correct top-1 predictions, examples) of ``model``.
 
@@ -143,7 +122,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     start = time.time()
     mtime = _mtime(checkpoint)
     compute_dtype = tf.float16 if config.use_fp16 else tf.float32
-    model, step = restore(checkpoint, config.weights, compute_dtype)
+    model, step = checkpoints.load_model(checkpoint, config.weights, compute_dtype)
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
     correct, examples = count_correct(model, dataset)
     end = time.time()
@@ -169,23 +148,32 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
                     r = json.loads(line)
                     keys.add(_key(r["checkpoint"], r["checkpoint_mtime_ns"], r["weights"],
                                   r["eval_data"]))
-                except (ValueError, KeyError):
-                    continue  # a line cut short by a crash: that checkpoint is scored again
+                except (ValueError, KeyError, TypeError):
+                    # A line cut short by a crash, or not one of ours (not an object):
+                    # that checkpoint is scored again.
+                    continue
     except FileNotFoundError:
         pass
+    except OSError as e:
+        raise io_error("cannot read", os.path.join(eval_dir, RESULTS_FILE), e) from e
     return keys
 
 
 def record(result: EvalResult, eval_dir: str, writer) -> None:
     """Writes ``Precision @ 1`` at the checkpoint's step and appends to results.jsonl."""
-    with writer.as_default():
-        tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
-    writer.flush()
-    with open(os.path.join(eval_dir, RESULTS_FILE), "a+b") as f:
-        # A line cut short by a crash must not swallow this one.
-        if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
-            f.write(b"\n")
-        f.write((json.dumps(dataclasses.asdict(result)) + "\n").encode())
+    path = os.path.join(eval_dir, RESULTS_FILE)
+    try:
+        with writer.as_default():
+            tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
+        writer.flush()
+        with open(path, "a+b") as f:
+            # A line cut short by a crash must not swallow this one.
+            if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                f.write(b"\n")
+            f.write((json.dumps(dataclasses.asdict(result)) + "\n").encode())
+    except (OSError, tf.errors.OpError) as e:
+        raise io_error(f"cannot record the result of {result.checkpoint} in",
+                                   eval_dir, e) from e
 
 
 class NoCheckpointError(Cifar10Error):
@@ -213,22 +201,17 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     try:
         os.makedirs(config.eval_dir, exist_ok=True)
     except OSError as e:
-        raise Cifar10Error(f"cannot create --eval_dir {config.eval_dir} ({e.strerror}); choose "
-                           f"a directory you can write") from e
-    writer = tf.summary.create_file_writer(config.eval_dir)
-    with writer.as_default():
+        raise io_error("cannot create eval_dir", config.eval_dir, e) from e
+    with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)
-    try:
         if config.run_once:
             return [_run_once(config, writer, print_fn)]
         return _poll(config, writer, print_fn, sleep, should_stop)
-    finally:
-        writer.close()
 
 
 def _run_once(config, writer, print_fn) -> EvalResult:
-    latest = tf.train.latest_checkpoint(config.checkpoint_dir)
+    latest = _latest(config.checkpoint_dir)
     if not latest:
         raise NoCheckpointError(
             f"No checkpoint file found in {config.checkpoint_dir}: train first "
@@ -236,7 +219,7 @@ def _run_once(config, writer, print_fn) -> EvalResult:
             f"--checkpoint_dir at a training run")
     try:
         result = evaluate_checkpoint(latest, config)
-    except train.CHECKPOINT_READ_ERRORS as e:
+    except checkpoints.READ_ERRORS as e:
         raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
     record(result, config.eval_dir, writer)
     print_fn(result.line())
@@ -251,7 +234,7 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
     last_start = None  # when the previous evaluation started
     last_new = time.time()  # when a checkpoint to score was last seen
     while not should_stop():
-        latest = tf.train.latest_checkpoint(config.checkpoint_dir)
+        latest = _latest(config.checkpoint_dir)
         todo = latest and _key(latest, _mtime(latest), config.weights,
                                config.eval_data) not in done
         if todo and (latest, _mtime(latest)) not in failed:
@@ -262,11 +245,11 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
                 if wait > 0:
                     sleep(wait)
                 # A newer checkpoint may have appeared while waiting: take the newest.
-                latest = tf.train.latest_checkpoint(config.checkpoint_dir) or latest
+                latest = _latest(config.checkpoint_dir) or latest
             last_start = time.time()
             try:
                 result = evaluate_checkpoint(latest, config)
-            except train.CHECKPOINT_READ_ERRORS as e:
+            except checkpoints.READ_ERRORS as e:
                 # Deleted by the trainer's retention, or still being written.
                 logging.warning("Skipping checkpoint %s: %s", latest, first_line(e))
                 failed.add((latest, _mtime(latest)))
@@ -303,13 +286,13 @@ def _mtime(checkpoint: str) -> int:
         return -1
 
 
+def _latest(checkpoint_dir: str) -> str | None:
+    latest = checkpoints.latest(checkpoint_dir)
+    return latest.path if latest else None
+
+
 def _training_finished(checkpoint_dir: str, latest: str | None) -> bool:
     """The trainer marked the run complete at the step of ``latest``."""
-    if not latest or not train.is_complete(checkpoint_dir):
-        return False
-    try:
-        with open(os.path.join(checkpoint_dir, train.COMPLETE_FILE)) as f:
-            final_step = json.load(f)["step"]
-    except (OSError, ValueError, KeyError):
-        return False
-    return latest.endswith(f"{train.CHECKPOINT_NAME}-{final_step}")
+    final_step = checkpoints.completed_step(checkpoint_dir)
+    return bool(latest) and final_step is not None and \
+        latest == checkpoints.checkpoint_path(checkpoint_dir, final_step)

@@ -18,7 +18,7 @@ from cifar10 import data
 from cifar10 import flags as cifar10_flags
 from cifar10 import download
 from cifar10 import synthetic
-from cifar10.errors import Cifar10Error
+from cifar10.errors import Cifar10Error, DataError
 
 SYNTHETIC_SUBDIR = "synthetic"
 
@@ -43,8 +43,13 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
         batches_dir = data.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
         generated = not os.path.isdir(batches_dir)
         if generated:
-            synthetic.write_dataset(os.path.dirname(batches_dir),
-                                    records_per_file=synthetic_records)
+            try:
+                synthetic.write_dataset(os.path.dirname(batches_dir),
+                                        records_per_file=synthetic_records)
+            except OSError as e:
+                raise DataError(f"cannot write generated data in {os.path.dirname(batches_dir)} "
+                                f"({e.strerror or e}); choose a --data_dir you can "
+                                f"write") from e
     else:
         batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
     counts = {split: data.validate_files(data.split_files(batches_dir, split))

@@ -12,11 +12,14 @@ text and the HParams dashboard), so that one run can be told from another.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, Iterator, Mapping
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+from cifar10.errors import io_advice, io_error
 
 MAX_IMAGES = 3  # as tf.summary.image's default in the original
 HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
@@ -85,3 +88,34 @@ def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = Tru
     tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
     if hparams:
         hparams_api.hparams({k: v for k, v in settings.items() if _is_hparam(v)})
+
+
+@contextlib.contextmanager
+def file_writer(logdir: str | None) -> Iterator[tf.summary.SummaryWriter]:
+    """A summary writer for ``logdir`` as the default writer; None: one that writes nothing.
+
+    It is closed (and flushed) at the end.  Failing to create or flush the event
+    file (a directory that is not writable, a full disk) is a one-line
+    ``Cifar10Error``, unless another error is already on its way out.
+    """
+    if logdir is None:
+        writer = tf.summary.create_noop_writer()
+    else:
+        try:
+            writer = tf.summary.create_file_writer(logdir)
+        except tf.errors.OpError as e:
+            raise io_error("cannot write summaries in", logdir, e,
+                           io_advice(e) or "choose a directory you can write") from e
+    failed = False
+    try:
+        with writer.as_default():
+            yield writer
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        try:
+            writer.close()
+        except tf.errors.OpError as e:
+            if not failed:
+                raise io_error("cannot write summaries in", logdir, e) from e

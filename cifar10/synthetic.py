@@ -112,9 +112,13 @@ def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0) ->
 def _write_files(directory: str, files: dict[str, bytes]) -> None:
     for name, contents in files.items():
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(contents)
-        os.replace(tmp, os.path.join(directory, name))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(contents)
+            os.replace(tmp, os.path.join(directory, name))
+        except OSError:
+            os.remove(tmp)
+            raise
 
 
 def tarball_bytes(records_per_file: int = 10, seed: int = 0) -> bytes:

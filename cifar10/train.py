@@ -1,10 +1,12 @@
 """The trainer as a library: synchronous data-parallel SGD of the tutorial model.
 
 What it owns: the train step under a ``tf.distribute`` strategy, the learning-rate
-schedule, the exponential moving averages, checkpoints (with resume) and the
-training summaries.  It reads no flags: ``train_main`` builds a ``TrainConfig``.
+schedule, the exponential moving averages, and the training loop that resumes,
+steps, logs and saves.  The run directory (checkpoints, lock, markers) is
+``checkpoints``'s; what several workers need is ``coordination``'s.  It reads no
+flags: ``train_main`` builds a ``TrainConfig``.
 
-Semantics kept from the original multi-GPU trainer (SPEC.md):
+Semantics kept from the original multi-GPU trainer:
 * one replica per device, each on its own batch of ``batch_size`` examples;
   gradients are combined across replicas into one synchronous update that equals
   the original's averaged tower gradients;
@@ -22,23 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import glob
-import json
+import functools
 import math
-import os
-import shutil
-import tempfile
 import threading
 import time
 from typing import Iterator
 
 import tensorflow as tf
 
+from cifar10 import checkpoints
+from cifar10 import coordination
 from cifar10 import data
-from cifar10 import devices
 from cifar10 import fileformat as ff
 from cifar10 import summaries
-from cifar10.errors import Cifar10Error, DivergedError, first_line
+from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model, cross_entropy
 
 INITIAL_LEARNING_RATE = 0.1
@@ -49,13 +48,6 @@ LOSS_AVERAGE_DECAY = 0.9
 # Static loss scale of --use_fp16: keeps float16 activation gradients, which are
 # divided by the global batch, clear of underflow.
 FP16_LOSS_SCALE = 1024.0
-
-CHECKPOINT_NAME = "model.ckpt"
-# What reading a missing, partial or foreign checkpoint raises: OpErrors for most
-# damage, IndexError for a truncated .data file, AssertionError/ValueError when
-# the objects do not match.
-CHECKPOINT_READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
-COMPLETE_FILE = "training_complete.json"
 
 
 @dataclasses.dataclass
@@ -75,6 +67,8 @@ class TrainConfig:
       initial_learning_rate: learning rate before the first decay.
       shuffle_buffer: examples in the shuffle buffer.
       xla: compile each replica's forward and backward pass with XLA.
+      fresh_start: remove the earlier run's checkpoints, event files and markers
+        from ``train_dir`` and start from step 0 (default: resume).
     """
 
     train_dir: str
@@ -89,6 +83,7 @@ class TrainConfig:
     initial_learning_rate: float = INITIAL_LEARNING_RATE
     shuffle_buffer: int = data.MIN_SHUFFLE_BUFFER
     xla: bool = False
+    fresh_start: bool = False
 
     def check(self) -> None:
         """Raises ValueError naming the first setting out of range."""
@@ -283,11 +278,18 @@ class Trainer:
 class TrainResult:
     """How a call of ``train`` ended."""
 
-    step: int  # the global step reached
-    steps_run: int  # updates done by this call
-    complete: bool  # max_steps reached
-    stopped: bool  # a stop was requested (signal) before max_steps
-    last_checkpoint: str | None
+    start_step: int  # the step the call started from (the restored one)
+    step: int  # the step reached
+    complete: bool  # max_steps reached; else a stop was requested before it
+    last_checkpoint: str | None  # the newest checkpoint of train_dir
+
+    @property
+    def steps_run(self) -> int:
+        return self.step - self.start_step
+
+    @property
+    def stopped(self) -> bool:
+        return not self.complete
 
 
 def _log_line(step: int, loss: float, examples_per_sec: float, sec_per_batch: float) -> str:
@@ -315,34 +317,19 @@ class _Progress:
         self.start, self.steps = time.time(), 0
 
 
-def is_complete(train_dir: str) -> bool:
-    """True when a run in ``train_dir`` reached its ``max_steps``."""
-    return os.path.exists(os.path.join(train_dir, COMPLETE_FILE))
-
-
-# What a collective operation raises when a peer worker is gone or unreachable.
-_LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                       tf.errors.AbortedError, tf.errors.CancelledError)
-
-
-class _Preempted(Exception):
-    """Raised by the preemption handler's exit_fn once every worker has saved."""
-
-
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
           examples_per_epoch: int, stop_event: threading.Event | None = None,
           print_fn=print, run_info: dict | None = None) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
-    Resumes from the latest checkpoint in ``config.train_dir``.  Saves a
-    checkpoint every ``checkpoint_every`` steps, at ``max_steps`` and when
-    stopped; never from a diverged state.
+    Takes the lock of ``config.train_dir`` (one trainer per directory), with
+    ``fresh_start`` removes the earlier run's files, then resumes from the newest
+    checkpoint that restores.  Saves a checkpoint every ``checkpoint_every``
+    steps, at ``max_steps`` and when stopped; never from a diverged state.
 
     Under a multi-worker strategy every worker calls this; only the chief writes
-    to ``train_dir`` (the others save into a scratch directory that is removed
-    at the end, as MultiWorkerMirroredStrategy requires every worker to save),
-    and ``stop_event`` on any worker makes all of them save at one step and
-    return (``tf.distribute.experimental.PreemptionCheckpointHandler``).
+    to ``train_dir`` (``coordination.Coordinator``), and ``stop_event`` on any
+    worker makes all of them save at one step and return.
 
     Args:
       config: the run's settings.
@@ -351,211 +338,97 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
       examples_per_epoch: records in ``train_files`` (for the LR schedule).
       stop_event: set (e.g. by a signal handler) to save and return after the
         current step.
-      print_fn: where the progress lines go.
+      print_fn: where the progress lines and notices go.
       run_info: more settings to record with the config in TensorBoard (e.g. the
         command line and data directory).
 
     Raises:
       DivergedError: the loss became NaN or infinite.
-      Cifar10Error: another worker was lost (multi-worker).
+      Cifar10Error: the run directory cannot be used (in use, unwritable, full,
+        no checkpoint restores), or training failed (e.g. another worker was lost).
     """
     cfg = config
     trainer = Trainer(cfg, strategy, examples_per_epoch)
-    state = trainer.state
-    is_chief, task = devices.worker_role(strategy)
-    multi_worker = devices.is_multi_worker(strategy)
-    try:
-        os.makedirs(cfg.train_dir, exist_ok=True)
-    except OSError as e:
-        raise Cifar10Error(f"cannot create --train_dir {cfg.train_dir} ({e.strerror}); choose "
-                           f"a directory you can write") from e
-    # Scratch space of this worker: the other workers' checkpoints, the
-    # preemption handler's bookkeeping.  Removed at the end.
-    scratch = tempfile.mkdtemp(prefix=f"cifar10-{task.replace(' ', '')}-") if multi_worker else None
-    manager = tf.train.CheckpointManager(
-        state.checkpoint(), cfg.train_dir if is_chief else os.path.join(scratch, "checkpoints"),
-        max_to_keep=cfg.keep_checkpoints, checkpoint_name=CHECKPOINT_NAME,
-        step_counter=state.step)
-    try:
-        return _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
-                           examples_per_epoch, stop_event, print_fn, run_info,
-                           handler_dir=scratch and os.path.join(scratch, "preemption"))
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    with coordination.Coordinator(strategy, stop_event) as cluster:
+        if cfg.fresh_start and cluster.multi_worker:
+            raise Cifar10Error(
+                "--fresh_start is not supported with several workers (one worker could restore "
+                f"what the chief is deleting); delete the checkpoints in {cfg.train_dir} by "
+                "hand, or use a new --train_dir")
+        run_dir = checkpoints.RunDirectory(cfg.train_dir, trainer.state.checkpoint(),
+                                           cfg.keep_checkpoints, save_dir=cluster.save_dir,
+                                           fresh_start=cfg.fresh_start, print_fn=print_fn)
+        with run_dir:
+            restored = run_dir.restore()
+            start = restored.step if restored else 0
+            cluster.check_same_start(start, cfg.train_dir)
+            if start >= cfg.max_steps:
+                print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
+                         f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to "
+                         f"train further or pass --fresh_start to start over.")
+                if run_dir.is_chief:
+                    run_dir.mark_complete(start)
+                return TrainResult(start_step=start, step=start, complete=True,
+                                   last_checkpoint=restored.path)
+            if restored:
+                print_fn(f"Resuming from {restored.path} at step {start}.")
+            if run_dir.is_chief:
+                run_dir.unmark_complete()
+            settings = {**dataclasses.asdict(cfg), "num_replicas": trainer.num_replicas,
+                        "global_batch": trainer.global_batch,
+                        "examples_per_epoch": examples_per_epoch, "start_step": start,
+                        "tensorflow": tf.__version__, **(run_info or {})}
+            step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
+                               print_fn)
+            complete = step == cfg.max_steps
+            if complete and run_dir.is_chief:
+                run_dir.mark_complete(step)
+            return TrainResult(start_step=start, step=step, complete=complete,
+                               last_checkpoint=run_dir.latest_path())
 
 
-def _train_loop(cfg, trainer, manager, is_chief, multi_worker, train_files,
-                examples_per_epoch, stop_event, print_fn, run_info, handler_dir) -> TrainResult:
-    start = restore(manager, cfg.train_dir)
-    if multi_worker:
-        _check_same_start(trainer.strategy, start, cfg.train_dir)
-    latest = lambda: tf.train.latest_checkpoint(cfg.train_dir)  # noqa: E731
-    if start >= cfg.max_steps:
-        print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
-                 f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to train "
-                 f"further or pass --fresh_start to start over.")
-        if is_chief:
-            _mark_complete(cfg.train_dir, start)
-        return TrainResult(start, 0, True, False, latest())
-    if is_chief:
-        _unmark_complete(cfg.train_dir)
-    if start:
-        print_fn(f"Resuming from {latest()} at step {start}.")
-
-    preemption = None
-    if multi_worker:
-        # Any worker's stop request makes every worker save at the same step.  The
-        # handler counts its calls from a variable it restores from its own
-        # manager: an empty one per start, so that every worker counts from 0
-        # (the chief's would restore the count of an earlier stop, the others'
-        # not, and a second stop would then never meet).  Saving is ours.
-        preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-            trainer.strategy.cluster_resolver,
-            tf.train.CheckpointManager(tf.train.Checkpoint(), handler_dir, max_to_keep=1),
-            termination_config=tf.distribute.experimental.TerminationConfig(
-                termination_watcher_fn=lambda: bool(stop_event and stop_event.is_set()),
-                exit_fn=_raise_preempted, grace_period=0,
-                save_fn=lambda *_: _save(manager, trainer, int(trainer.state.step.numpy()),
-                                         latest)))
+def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
+                cluster: coordination.Coordinator, train_files: list[str], start: int,
+                settings: dict, print_fn) -> int:
+    """Steps from ``start`` to ``max_steps`` or a stop; returns the step reached."""
+    cfg = trainer.config
     iterator = iter(trainer.dataset(train_files, start))
-    writer = (tf.summary.create_file_writer(cfg.train_dir) if is_chief
-              else tf.summary.create_noop_writer())
-    step, last_saved, preempted = start, start, False
     progress = _Progress(trainer, print_fn)
+    save = functools.partial(_save, trainer, run_dir)
+    cluster.watch(lambda: save(int(trainer.state.step.numpy())))
+    done = start  # the last step completed
     try:
-        with writer.as_default():
-            summaries.write_run_config(
-                {**dataclasses.asdict(cfg), "num_replicas": trainer.num_replicas,
-                 "global_batch": trainer.global_batch, "examples_per_epoch": examples_per_epoch,
-                 "start_step": start, "tensorflow": tf.__version__, **(run_info or {})},
-                step=start)
+        with summaries.file_writer(cfg.train_dir if run_dir.is_chief else None):
+            summaries.write_run_config(settings, step=start)
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
-            # One worker alone must not stop: under multi-worker the handler decides.
-            while step < cfg.max_steps and not (
-                    stop_event and stop_event.is_set() and not multi_worker):
-                with_summaries = (step + 1) % cfg.summary_every == 0
-                losses = trainer.step(iterator, with_summaries)
-                if step == start:
+            for step in range(start + 1, cfg.max_steps + 1):
+                losses = trainer.step(iterator, with_summaries=step % cfg.summary_every == 0)
+                if step == start + 1:
                     tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
                 if not math.isfinite(loss):
                     raise DivergedError(
-                        f"Model diverged with loss = NaN at step {step + 1} (loss {loss}); "
-                        f"the last good checkpoint is {latest()}")
-                step += 1
+                        f"Model diverged with loss = NaN at step {step} (loss {loss}); "
+                        f"{run_dir.describe_latest('the last good checkpoint')}")
+                done = step
                 progress.step_done(step, loss, log=step % cfg.log_frequency == 0
                                    or step in (start + 1, cfg.max_steps))
                 if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
-                    _save(manager, trainer, step, latest)
-                    last_saved = step
-                if preemption is not None:
-                    try:
-                        preemption.save_checkpoint_if_preempted()
-                    except _Preempted:
-                        last_saved, preempted = step, True
-                        break
-        if step != last_saved:  # stopped between checkpoints: keep the work done
-            _save(manager, trainer, step, latest)
-    except _LOST_WORKER_ERRORS as e:
-        if not multi_worker:
-            raise Cifar10Error(f"training stopped at step {step}: {first_line(e)}; the last "
-                               f"checkpoint is {latest()}") from e
-        raise Cifar10Error(
-            f"training stopped at step {step}: lost another worker or the connection to it "
-            f"({first_line(e)}); the last checkpoint is {latest()}; start every worker "
-            f"again to resume") from e
+                    save(step)
+                if cluster.should_stop():
+                    break
+            save(done)  # stopped between checkpoints: keep the work done
     except tf.errors.OpError as e:
-        raise Cifar10Error(f"training stopped at step {step}: {first_line(e)}; the last "
-                           f"checkpoint is {latest()}") from e
-    finally:
-        writer.flush()
-        writer.close()
-    complete = step >= cfg.max_steps and not preempted
-    if complete and is_chief:
-        _mark_complete(cfg.train_dir, step)
-    return TrainResult(step, step - start, complete, not complete, latest())
+        raise cluster.failure(e, done, run_dir.describe_latest()) from e
+    return done
 
 
-def _check_same_start(strategy: tf.distribute.Strategy, start: int, train_dir: str) -> None:
-    """Stops every worker when they did not all restore the same step.
-
-    Workers restore from what each sees as ``train_dir``; if that is not one shared
-    directory, they would train different weights together.  The mean and the
-    mean square of the restored steps over all replicas tell: equal steps have
-    zero variance.
-    """
-    value = float(start)
-    mean_op = tf.distribute.ReduceOp.MEAN
-    mean = strategy.reduce(mean_op, strategy.run(lambda: tf.constant(value, tf.float64)), None)
-    square = strategy.reduce(mean_op, strategy.run(lambda: tf.constant(value**2, tf.float64)),
-                             None)
-    if float(square) - float(mean) ** 2 > 0.5:
-        raise Cifar10Error(
-            f"the workers restored different steps (this one {start}, mean {float(mean):g}): "
-            f"--train_dir {train_dir} must be one directory shared by every worker")
-
-
-def _raise_preempted():
-    raise _Preempted()
-
-
-def _save(manager: tf.train.CheckpointManager, trainer: Trainer, step: int, latest) -> None:
+def _save(trainer: Trainer, run_dir: checkpoints.RunDirectory, step: int) -> None:
     # A finite loss does not prove that the update it led to was finite; a
     # checkpoint is only written from weights that are all finite.
     if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in trainer.variables):
         raise DivergedError(
-            f"Model diverged with loss = NaN: weights are not finite at step {step}; the "
-            f"last good checkpoint is {latest()}")
-    try:
-        manager.save(checkpoint_number=step)
-    except (OSError, tf.errors.OpError) as e:
-        raise Cifar10Error(f"cannot write checkpoint {CHECKPOINT_NAME}-{step} in "
-                           f"{manager.directory} ({first_line(e)}); the last checkpoint is "
-                           f"{latest()}") from e
-
-
-def restore(manager: tf.train.CheckpointManager, directory: str | None = None) -> int:
-    """Restores the latest checkpoint of ``directory`` (default: the manager's).
-
-    Returns:
-      The restored step, 0 when there is no checkpoint.
-    """
-    path = tf.train.latest_checkpoint(directory) if directory else manager.latest_checkpoint
-    if not path:
-        return 0
-    try:
-        manager.checkpoint.restore(path).assert_existing_objects_matched()
-    except CHECKPOINT_READ_ERRORS as e:
-        raise Cifar10Error(
-            f"cannot restore checkpoint {path} ({first_line(e)}); move the "
-            f"train_dir aside or pass --fresh_start to start over") from e
-    return int(manager.checkpoint.step.numpy())
-
-
-def clear_run(train_dir: str) -> int:
-    """Deletes the checkpoints, event files and markers of a run; returns how many.
-
-    Only files this trainer writes are removed, never the directory itself or
-    anything else a user keeps there.
-    """
-    patterns = ("checkpoint", f"{CHECKPOINT_NAME}-*", "events.out.tfevents.*", COMPLETE_FILE)
-    paths = {p for pattern in patterns for p in glob.glob(os.path.join(train_dir, pattern))}
-    for path in paths:
-        os.remove(path)
-    return len(paths)
-
-
-def _mark_complete(train_dir: str, step: int) -> None:
-    tmp = os.path.join(train_dir, COMPLETE_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"step": step, "time": time.time()}, f)
-    os.replace(tmp, os.path.join(train_dir, COMPLETE_FILE))
-
-
-def _unmark_complete(train_dir: str) -> None:
-    try:
-        os.remove(os.path.join(train_dir, COMPLETE_FILE))
-    except FileNotFoundError:
-        pass
+            f"Model diverged with loss = NaN: weights are not finite at step {step}; "
+            f"{run_dir.describe_latest('the last good checkpoint')}")
+    run_dir.save(step)

@@ -29,7 +29,6 @@ from cifar10 import devices
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
 from cifar10 import train
-from cifar10.errors import Cifar10Error
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
@@ -59,19 +58,11 @@ def main(argv: list[str]) -> None:
         synthetic_records=FLAGS.synthetic_records)
     strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
-    if FLAGS.fresh_start and devices.is_multi_worker(strategy):
-        raise Cifar10Error("--fresh_start is not supported with several workers (one worker "
-                           "could restore what the chief is deleting); delete the checkpoints "
-                           f"in {FLAGS.train_dir} by hand, or use a new --train_dir")
-    if FLAGS.fresh_start:
-        removed = train.clear_run(FLAGS.train_dir)
-        print(f"--fresh_start: removed {removed} checkpoint and event files from "
-              f"{FLAGS.train_dir}.")
     config = train.TrainConfig(
         train_dir=FLAGS.train_dir, batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps,
         log_frequency=FLAGS.log_frequency, checkpoint_every=FLAGS.checkpoint_steps,
         keep_checkpoints=FLAGS.keep_checkpoints, summary_every=FLAGS.summary_steps,
-        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16, xla=FLAGS.xla)
+        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16, xla=FLAGS.xla, fresh_start=FLAGS.fresh_start)
     replicas = strategy.num_replicas_in_sync
     is_chief, task = devices.worker_role(strategy)
     where = (f"checkpoints and summaries in {FLAGS.train_dir}" if is_chief else
@@ -85,11 +76,11 @@ def main(argv: list[str]) -> None:
                          print_fn=lambda line: print(line, flush=True),
                          run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
                                    "num_gpus": FLAGS.num_gpus})
+    saved = f"; saved {result.last_checkpoint}" if result.last_checkpoint else ""
     if result.stopped:
-        print(f"Stopped at step {result.step}; saved {result.last_checkpoint}. Run the "
-              f"same command again to resume.")
+        print(f"Stopped at step {result.step}{saved}. Run the same command again to resume.")
     elif result.steps_run:
-        print(f"Training complete at step {result.step}; saved {result.last_checkpoint}.")
+        print(f"Training complete at step {result.step}{saved}.")
 
 
 def run() -> None:

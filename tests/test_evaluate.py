@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 from cli import scalar_values
 
-from cifar10 import data, evaluate, synthetic, train
+from cifar10 import checkpoints, data, evaluate, synthetic, train
 from cifar10.errors import Cifar10Error
 from cifar10.model import LAYER_NAMES, Model
 
@@ -47,7 +47,7 @@ def run(tmp_path_factory):
     strategy = tf.distribute.MirroredStrategy(
         ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
     result = train.train(config, strategy, files, count, print_fn=lambda line: None)
-    assert result.complete and train.is_complete(train_dir)
+    assert result.complete and checkpoints.is_complete(train_dir)
     return types.SimpleNamespace(
         train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
         ckpt3=os.path.join(train_dir, "model.ckpt-3"),
@@ -66,7 +66,7 @@ def copy_run(run, tmp_path, complete=True):
     train_dir = str(tmp_path / "train_copy")
     shutil.copytree(run.train_dir, train_dir)
     if not complete:
-        os.remove(os.path.join(train_dir, train.COMPLETE_FILE))
+        os.remove(os.path.join(train_dir, checkpoints.COMPLETE_FILE))
     return train_dir
 
 
@@ -75,15 +75,20 @@ def truncate(path):
         f.truncate(os.path.getsize(path) // 2)
 
 
-def set_latest(train_dir, step, listed):
-    """Rewrites the 'checkpoint' state file: latest is model.ckpt-<step>."""
-    path = lambda s: os.path.join(train_dir, f"model.ckpt-{s}")
-    tf.compat.v1.train.update_checkpoint_state(
-        train_dir, path(step), all_model_checkpoint_paths=[path(s) for s in listed])
+def set_checkpoints(train_dir, steps):
+    """Leaves exactly the checkpoints of ``steps`` in ``train_dir``, as a trainer saving
+    them would; the files of the others wait in ``<train_dir>.aside``."""
+    aside = train_dir + ".aside"
+    os.makedirs(aside, exist_ok=True)
+    for source, dest in ((train_dir, aside), (aside, train_dir)):
+        for name in os.listdir(source):
+            step = re.match(r"model\.ckpt-(\d+)\.", name)
+            if step and (int(step[1]) in steps) == (dest == train_dir):
+                os.replace(os.path.join(source, name), os.path.join(dest, name))
 
 
 def mark_complete(train_dir, step):
-    with open(os.path.join(train_dir, train.COMPLETE_FILE), "w") as f:
+    with open(os.path.join(train_dir, checkpoints.COMPLETE_FILE), "w") as f:
         json.dump({"step": step, "time": time.time()}, f)
 
 
@@ -132,8 +137,8 @@ class FakeSleep:
 
 def test_restore_gives_the_averages_or_the_raw_weights_and_the_step(run):
     reader = tf.train.load_checkpoint(run.ckpt6)
-    averages, avg_step = evaluate.restore(run.ckpt6, "averages")
-    raw, raw_step = evaluate.restore(run.ckpt6, "raw")
+    averages, avg_step = checkpoints.load_model(run.ckpt6, "averages")
+    raw, raw_step = checkpoints.load_model(run.ckpt6, "raw")
     assert avg_step == raw_step == 6
     for name in LAYER_NAMES:
         for kind in ("weights", "biases"):
@@ -143,12 +148,12 @@ def test_restore_gives_the_averages_or_the_raw_weights_and_the_step(run):
             np.testing.assert_array_equal(getattr(getattr(raw, name), kind).numpy(),
                                           reader.get_tensor("model/" + key))
     assert not np.allclose(averages.conv1.weights.numpy(), raw.conv1.weights.numpy())
-    assert evaluate.restore(run.ckpt3)[1] == 3
+    assert checkpoints.load_model(run.ckpt3)[1] == 3
 
 
 def test_restore_rejects_an_unknown_weights_name(run):
     with pytest.raises(ValueError, match="weights must be one of"):
-        evaluate.restore(run.ckpt6, "ema")
+        checkpoints.load_model(run.ckpt6, "ema")
 
 
 # --- evaluate_checkpoint -----------------------------------------------------
@@ -361,11 +366,11 @@ def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run,
 
 def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
-    set_latest(train_dir, 3, listed=[3])
+    set_checkpoints(train_dir, [3])
     lines = []
 
     def trainer_saves_the_final_checkpoint():
-        set_latest(train_dir, 6, listed=[3, 6])
+        set_checkpoints(train_dir, [3, 6])
         mark_complete(train_dir, 6)
 
     def interval_wait():
@@ -391,13 +396,13 @@ def test_poll_moves_to_the_newest_checkpoint_after_waiting(run, tmp_path):
     for suffix in (".index", DATA_SUFFIX):  # a checkpoint 4 that is never read
         shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
                     os.path.join(train_dir, "model.ckpt-4" + suffix))
-    set_latest(train_dir, 3, listed=[3])
+    set_checkpoints(train_dir, [3])
 
     def final():
-        set_latest(train_dir, 6, listed=[3, 4, 6])
+        set_checkpoints(train_dir, [3, 4, 6])
         mark_complete(train_dir, 6)
 
-    sleep = FakeSleep(lambda: set_latest(train_dir, 4, listed=[3, 4]), final)
+    sleep = FakeSleep(lambda: set_checkpoints(train_dir, [3, 4]), final)
     results = evaluate.evaluate(
         config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
         print_fn=lambda line: None, sleep=sleep)

@@ -21,7 +21,7 @@ import tensorflow as tf
 import multi_worker_steps
 from cli import env, start
 from test_train import fixed_batches, strategy_of
-from cifar10 import train
+from cifar10 import checkpoints, train
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 _spec = importlib.util.spec_from_file_location(
@@ -115,7 +115,7 @@ def test_launcher_trains_two_workers_and_only_the_chief_writes(tmp_path):
     assert [n for n in names if n.endswith(".index")] == ["model.ckpt-3.index",
                                                           "model.ckpt-6.index"]
     assert len([n for n in names if n.startswith("events.out.tfevents")]) == 1
-    assert train.is_complete(str(train_dir))
+    assert checkpoints.is_complete(str(train_dir))
     assert not [n for n in os.listdir(tmp_path) if n.startswith("cifar10-worker")]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import data, synthetic, train
+from cifar10 import checkpoints, data, synthetic, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 
@@ -170,9 +170,9 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
     lines = []
     config = small_config(tmp_path, max_steps=15)
     trainer = train.Trainer(config, strategy_of(1), count)
-    manager = tf.train.CheckpointManager(trainer.state.checkpoint(), str(tmp_path), 5,
-                                         checkpoint_name=train.CHECKPOINT_NAME)
-    assert train.restore(manager) == 10
+    run_dir = checkpoints.RunDirectory(str(tmp_path), trainer.state.checkpoint(), keep=5)
+    assert run_dir.restore() == checkpoints.Checkpoint(10, first.last_checkpoint)
+    assert trainer.state.step.numpy() == 10
     for layer in trainer.state.model.layers:
         for kind in ("weights", "biases"):
             name = f"{layer.name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
@@ -193,7 +193,7 @@ def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path
     files, count = learnable_files
     train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
                 print_fn=lambda line: None)
-    assert train.is_complete(str(tmp_path))
+    assert checkpoints.is_complete(str(tmp_path))
     lines = []
     again = train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
                         print_fn=lines.append)
@@ -213,7 +213,7 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
                          stop_event=stop, print_fn=print_and_stop)
     assert (result.step, result.stopped, result.complete) == (5, True, False)
     assert result.last_checkpoint.endswith("model.ckpt-5")
-    assert not train.is_complete(str(tmp_path))
+    assert not checkpoints.is_complete(str(tmp_path))
 
 
 def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, tmp_path):
@@ -233,17 +233,6 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
     for key in reader.get_variable_to_shape_map():
         if key.startswith(("model/", "averages/")):
             assert np.all(np.isfinite(reader.get_tensor(key))), key
-
-
-def test_clear_run_removes_only_the_trainers_files(learnable_files, tmp_path):
-    files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
-                print_fn=lambda line: None)
-    (tmp_path / "notes.txt").write_text("mine")
-    removed = train.clear_run(str(tmp_path))
-    # checkpoint state file, 2 files per checkpoint (10), event file, complete marker
-    assert removed == 5
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_config_rejects_bad_values(tmp_path):
