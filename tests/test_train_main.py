@@ -7,10 +7,13 @@ import hashlib
 import http.server
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import tensorflow as tf
@@ -66,7 +69,7 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
 
     fresh = run("cifar10-train", *args, "--fresh_start", "--max_steps=3")
     assert fresh.returncode == 0, fresh.stderr
-    assert "--fresh_start: removed" in fresh.stdout
+    assert "Fresh start: removed" in fresh.stdout
     assert [int(m[1]) for m in map(LOG_LINE.match, fresh.stdout.splitlines()) if m] == [1, 3]
     assert checkpoint_steps(train_dir) == [3]
 
@@ -187,3 +190,84 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
     bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
+
+
+def wait_for_log_step(proc, step, timeout=120):
+    """Reads ``proc``'s stdout until it logs ``step`` or more; returns the lines read."""
+    lines, deadline = [], time.time() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        match = LOG_LINE.match(line.strip())
+        if match and int(match[1]) >= step:
+            return lines
+        assert time.time() < deadline, "".join(lines)
+    raise AssertionError(f"the trainer ended before step {step}:\n{''.join(lines)}")
+
+
+def test_a_second_trainer_on_the_same_train_dir_is_refused_naming_the_first(tmp_path):
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                      "--checkpoint_steps=100000")
+    first = start("cifar10-train", *args)
+    try:
+        wait_for_log_step(first, 1)
+        second = run("cifar10-train", *args)
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert second.returncode == 1
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir {tmp_path / 'train'} is in use by another trainer "
+        f"(PID {first.pid} on host {socket.gethostname()}, started "
+        f"{second.stderr.split(', started ')[1].split(')')[0]}); wait for it to finish or "
+        f"stop it, or choose another --train_dir")
+    assert not LOG_LINE.search(second.stdout)
+    assert first.returncode == 0, err
+    assert "Stopped at step" in out  # the first went on undisturbed
+
+
+def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
+    """kill -9 while TensorFlow writes a checkpoint leaves model.ckpt-N_temp/ behind."""
+    train_dir = tmp_path / "train"
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                      "--checkpoint_steps=1", "--summary_steps=100000")
+    for _ in range(5):  # each try kills at the first save caught in the act
+        proc = start("cifar10-train", *args)
+        try:
+            wait_for_log_step(proc, 3)
+            deadline = time.time() + 60
+            while time.time() < deadline and not any(
+                    name.endswith("_temp") for name in os.listdir(train_dir)):
+                pass
+            proc.kill()
+            proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        if any(name.endswith("_temp") for name in os.listdir(train_dir)):
+            break
+    else:
+        pytest.fail("no save was caught in the act in 5 tries")
+    [leftover] = [n for n in os.listdir(train_dir) if n.endswith("_temp")]
+    (train_dir / "model.ckpt-best.txt").write_text("mine")
+    newest = checkpoint_steps(train_dir)[-1]
+    shutil.copytree(train_dir, tmp_path / "copy")
+
+    # The same directory twice: resumed, and (a copy) started afresh, side by side.
+    resume = start("cifar10-train", *train_args(tmp_path, f"--max_steps={newest + 1}"))
+    fresh = start("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--fresh_start",
+                                               f"--train_dir={tmp_path / 'copy'}"))
+    (resumed, resume_err), (started, fresh_err) = [p.communicate(timeout=120)
+                                                    for p in (resume, fresh)]
+    assert resume.returncode == 0, resume_err
+    assert f"Removed what an interrupted save left in {train_dir}: {leftover}." in resumed
+    assert f"Resuming from {train_dir}/model.ckpt-{newest} at step {newest}." in resumed
+    assert not (train_dir / leftover).exists()
+
+    assert fresh.returncode == 0, fresh_err
+    assert "Fresh start: removed " in started
+    copy = tmp_path / "copy"
+    events = [n for n in os.listdir(copy) if n.startswith("events.out.")]
+    assert len(events) == 1
+    assert sorted(os.listdir(copy)) == sorted([
+        "checkpoint", "cifar10-train.lock", "model.ckpt-2.data-00000-of-00001",
+        "model.ckpt-2.index", "model.ckpt-best.txt", "training_complete.json", *events])
