@@ -129,7 +129,9 @@ def test_validate_files_empty_file(tmp_path):
     path = _write(tmp_path / "test_batch.bin", [])
     with pytest.raises(DataError) as info:
         data.validate_files([path])
-    assert path in str(info.value) and "0 bytes" in str(info.value)
+    assert str(info.value).startswith(f"empty data file {path} (0 bytes; the real files are "
+                                      f"30,730,000 bytes)")
+    assert "whole number" not in str(info.value)
 
 
 @pytest.mark.parametrize("bad_label", [10, 255])

@@ -216,6 +216,27 @@ def test_scored_checkpoints_ignores_a_truncated_last_line(tmp_path):
     assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
 
 
+def test_scored_checkpoints_skips_lines_that_are_json_but_not_a_result(tmp_path):
+    whole = json.dumps(dataclasses.asdict(result_of(3)))
+    others = ["5", "[1, 2]", '"text"', "null", '{"checkpoint": 1}']
+    (tmp_path / evaluate.RESULTS_FILE).write_text("\n".join([*others, whole]) + "\n")
+    assert evaluate.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+
+
+def test_run_once_finds_the_checkpoints_whatever_the_state_file_says(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    for text in ("", "garbage {", 'model_checkpoint_path: "model.ckpt-99"\n', None):
+        state = os.path.join(train_dir, "checkpoint")
+        if text is None:
+            os.remove(state)
+        else:
+            with open(state, "w") as f:
+                f.write(text)
+        [result] = evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                               run_once=True), print_fn=lambda line: None)
+        assert result.checkpoint == os.path.join(train_dir, "model.ckpt-6")
+
+
 def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
     cut = json.dumps(dataclasses.asdict(result_of(3)))[:40]
     (tmp_path / evaluate.RESULTS_FILE).write_text(cut)  # a crash while writing step 3

@@ -64,3 +64,12 @@ def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
                                       print_fn=lines.append)
     assert counts == {"train": 100, "test": 20}
     assert "--synthetic_records=30 applies only when it is generated" in lines[0]
+
+
+def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_path):
+    (tmp_path / "a_file").write_text("not a directory")
+    with pytest.raises(DataError) as err:
+        programs.prepare_data(str(tmp_path / "a_file" / "data"), use_synthetic=True,
+                              synthetic_records=5, print_fn=lambda line: None)
+    assert str(err.value) == (f"cannot write generated data in {tmp_path}/a_file/data/synthetic "
+                              f"(Not a directory); choose a --data_dir you can write")
