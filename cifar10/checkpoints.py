@@ -444,11 +444,16 @@ class RunDirectory:
     # -- markers --
 
     def mark_complete(self, step: int) -> None:
-        path = os.path.join(self.directory, COMPLETE_FILE)
-        _write_atomically(path, path + ".tmp", json.dumps({"step": step, "time": time.time()}))
+        """Records that the run reached its ``max_steps`` at ``step`` (the chief does)."""
+        if self.is_chief:
+            path = os.path.join(self.directory, COMPLETE_FILE)
+            _write_atomically(path, path + ".tmp",
+                              json.dumps({"step": step, "time": time.time()}))
 
     def unmark_complete(self) -> None:
-        _delete(self.directory, COMPLETE_FILE)
+        """The run goes on: it is no longer complete (the chief removes the marker)."""
+        if self.is_chief:
+            _delete(self.directory, COMPLETE_FILE)
 
 
 def _files_of(directory: str, step: int) -> list[str]:

@@ -68,6 +68,14 @@ class Coordinator:
         directory), a scratch folder for the others."""
         return None if self.is_chief else os.path.join(self._scratch, "checkpoints")
 
+    def refuse_fresh_start(self, fresh_start: bool, train_dir: str) -> None:
+        """Several workers cannot start afresh: one could restore what the chief deletes."""
+        if fresh_start and self.multi_worker:
+            raise Cifar10Error(
+                "--fresh_start is not supported with several workers (one worker could restore "
+                f"what the chief is deleting); delete the checkpoints in {train_dir} by hand, "
+                "or use a new --train_dir")
+
     def check_same_start(self, start: int, train_dir: str) -> None:
         """Stops every worker when they did not all restore the same step.
 

@@ -37,7 +37,7 @@ from cifar10 import coordination
 from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import summaries
-from cifar10.errors import Cifar10Error, DivergedError
+from cifar10.errors import DivergedError
 from cifar10.model import Model, cross_entropy
 
 INITIAL_LEARNING_RATE = 0.1
@@ -350,11 +350,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
     cfg = config
     trainer = Trainer(cfg, strategy, examples_per_epoch)
     with coordination.Coordinator(strategy, stop_event) as cluster:
-        if cfg.fresh_start and cluster.multi_worker:
-            raise Cifar10Error(
-                "--fresh_start is not supported with several workers (one worker could restore "
-                f"what the chief is deleting); delete the checkpoints in {cfg.train_dir} by "
-                "hand, or use a new --train_dir")
+        cluster.refuse_fresh_start(cfg.fresh_start, cfg.train_dir)
         run_dir = checkpoints.RunDirectory(cfg.train_dir, trainer.state.checkpoint(),
                                            cfg.keep_checkpoints, save_dir=cluster.save_dir,
                                            fresh_start=cfg.fresh_start, print_fn=print_fn)
@@ -366,14 +362,12 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
                          f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to "
                          f"train further or pass --fresh_start to start over.")
-                if run_dir.is_chief:
-                    run_dir.mark_complete(start)
+                run_dir.mark_complete(start)
                 return TrainResult(start_step=start, step=start, complete=True,
                                    last_checkpoint=restored.path)
             if restored:
                 print_fn(f"Resuming from {restored.path} at step {start}.")
-            if run_dir.is_chief:
-                run_dir.unmark_complete()
+            run_dir.unmark_complete()
             settings = {**dataclasses.asdict(cfg), "num_replicas": trainer.num_replicas,
                         "global_batch": trainer.global_batch,
                         "examples_per_epoch": examples_per_epoch, "start_step": start,
@@ -381,7 +375,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
             step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
                                print_fn)
             complete = step == cfg.max_steps
-            if complete and run_dir.is_chief:
+            if complete:
                 run_dir.mark_complete(step)
             return TrainResult(start_step=start, step=step, complete=complete,
                                last_checkpoint=run_dir.latest_path())
