@@ -61,8 +61,9 @@ def define_train_flags() -> None:
                        lower_bound=1)
     flags.DEFINE_boolean("xla", False, "Compile each replica's forward and backward pass "
                          "with XLA (can help on GPU; about 2.3x slower on CPU, see README).")
-    flags.DEFINE_boolean("fresh_start", False, "Delete the checkpoints and event files in "
-                         "--train_dir and start from step 0 (default: resume).")
+    flags.DEFINE_boolean("fresh_start", False, "Delete this trainer's own files in "
+                         "--train_dir (checkpoints, state file, event files, markers; nothing "
+                         "else) and start from step 0 (default: resume).")
 
 
 def define_eval_flags() -> None:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from absl import app
 from absl import flags
+from absl import logging
 import tensorflow as tf
 
 from cifar10 import data
@@ -74,7 +75,10 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
     """
 
     def guarded(argv):
-        tf.get_logger().setLevel("WARNING")  # hides per-op INFO notices; warnings show
+        # Hide INFO notices (TensorFlow's per-op ones, absl's at every checkpoint save);
+        # warnings still show.
+        tf.get_logger().setLevel("WARNING")
+        logging.set_verbosity(logging.WARNING)
         try:
             main(argv)
         except Cifar10Error as e:

@@ -50,6 +50,7 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     result = run("cifar10-train", *args)
     assert result.returncode == 0, result.stderr
     assert "SYNTHETIC" in result.stdout
+    assert "Sharding callback duration" not in result.stdout + result.stderr
     logged = [int(m[1]) for m in map(LOG_LINE.match, result.stdout.splitlines()) if m]
     assert logged == [1, 4, 8, 12]
     train_dir = tmp_path / "train"
