@@ -7,6 +7,7 @@ Errors a user can fix (``Cifar10Error``) become one line on stderr,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Callable
 
@@ -75,6 +76,10 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
     """
 
     def guarded(argv):
+        # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
+        # the default action would end the process on the spot.  cifar10-train
+        # installs its own handlers (save, then stop) once training starts.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         # Hide INFO notices (TensorFlow's per-op ones, absl's at every checkpoint save);
         # warnings still show.
         tf.get_logger().setLevel("WARNING")
@@ -85,7 +90,7 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
             sys.stderr.write(f"{program}: error: {e}\n")
             sys.stderr.flush()
             sys.exit(1)
-        except KeyboardInterrupt:  # Ctrl-C where no handler saves work (download, eval)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM where no handler saves work
             sys.stderr.write(f"{program}: interrupted\n")
             sys.exit(130)
 

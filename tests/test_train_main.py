@@ -272,3 +272,46 @@ def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
     assert sorted(os.listdir(copy)) == sorted([
         "checkpoint", "cifar10-train.lock", "model.ckpt-2.data-00000-of-00001",
         "model.ckpt-2.index", "model.ckpt-best.txt", "training_complete.json", *events])
+
+
+class SlowHandler(http.server.BaseHTTPRequestHandler):
+    """Announces a large tarball and sends it a trickle at a time."""
+
+    def do_GET(self):  # noqa: N802 - the base class's name
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**8))
+        self.end_headers()
+        try:
+            while True:
+                self.wfile.write(b"\0" * 1024)
+                self.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            pass  # the client went away
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+
+def test_sigterm_during_a_download_leaves_no_partial_file(tmp_path):
+    data_dir = tmp_path / "data"
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-binary.tar.gz"
+        proc = start("cifar10-train", f"--data_dir={data_dir}", f"--data_url={url}",
+                     f"--train_dir={tmp_path / 'train'}")
+        try:
+            deadline = time.time() + 60
+            while not (data_dir.is_dir() and [n for n in os.listdir(data_dir)
+                                              if ".part-" in n]):
+                assert time.time() < deadline and proc.poll() is None
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            server.shutdown()
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "cifar10-train: interrupted"
+    assert os.listdir(data_dir) == []
+    assert not (tmp_path / "train").exists()
