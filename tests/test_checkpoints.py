@@ -405,3 +405,15 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained, tmp_path):
         assert str(err.value) == (
             f"cannot record the result of {checkpoint_dir}/model.ckpt-30 in {eval_dir} (No "
             f"space left on device); free some disk space and run the same command again")
+
+
+def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable):
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere; the read-only file system test covers root")
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    train_dir.chmod(0o500)
+    with pytest.raises(Cifar10Error) as err:
+        train.train(config(train_dir), one_replica(), *learnable, print_fn=lambda line: None)
+    assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
+                              f"choose a directory you can write, or change its permissions")
