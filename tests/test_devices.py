@@ -1,0 +1,89 @@
+"""Tests of cifar10.devices: TF_CONFIG is checked before TensorFlow reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cifar10 import devices
+from cifar10.errors import Cifar10Error
+from cli import env
+
+EXPECTED_FORM = ('expected the form {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                 '"task": {"type": "worker", "index": 0}}')
+TWO = {"worker": ["127.0.0.1:1234", "127.0.0.1:1235"]}
+
+
+def config(cluster=TWO, **task):
+    return json.dumps({"cluster": cluster, "task": task})
+
+
+@pytest.mark.parametrize("tf_config, problem", [
+    ("", "is set but empty: unset it to train on one machine, or name the cluster and this task"),
+    ("   ", "is set but empty"),
+    ("not json", "is not a JSON object (Expecting value: line 1 column 1 (char 0))"),
+    ("[1, 2]", "is not a JSON object"),
+    (json.dumps({"task": {"type": "worker", "index": 0}}), 'has no "cluster" naming the tasks'),
+    (config(cluster={}, type="worker", index=0), 'has no "cluster" naming the tasks'),
+    (json.dumps({"cluster": TWO}), 'has no "task" saying which task this process is'),
+    (config(cluster={"worker": "127.0.0.1:1234,127.0.0.1:1235"}, type="worker", index=0),
+     'cluster "worker" must be a list of "host:port" strings'),
+    (config(cluster={"worker": ["127.0.0.1"]}, type="worker", index=0),
+     'cluster "worker" must be a list of "host:port" strings'),
+    (config(cluster={"worker": [1234]}, type="worker", index=0),
+     'cluster "worker" must be a list of "host:port" strings'),
+    (config(cluster={**TWO, "ps": ["127.0.0.1:1"]}, type="worker", index=0),
+     'names a "ps" task: only "chief" and "worker" tasks are supported'),
+    (config(cluster={**TWO, "chief": ["h:1", "h:2"]}, type="worker", index=0),
+     'names more than one "chief"'),
+    (config(type="chief", index=0), 'task type "chief" is not in the cluster (it has worker)'),
+    (config(index=0), 'task has no "type"'),
+    (config(type="worker"), 'task has no "index"'),
+    (config(type="worker", index=2), 'task index 2 is not one of the 2 "worker" tasks (0 to 1)'),
+    (config(type="worker", index=-1), 'task index -1 is not one of the 2 "worker" tasks'),
+    (config(type="worker", index="0"), 'task index "0" is not one of the 2 "worker" tasks'),
+    (config(type="worker", index=True), 'task index true is not one of the 2 "worker" tasks'),
+])
+def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, problem):
+    with pytest.raises(Cifar10Error) as err:
+        devices.read_tf_config(tf_config)
+    message = str(err.value)
+    assert message.startswith(f"TF_CONFIG {problem}")
+    assert EXPECTED_FORM in message
+    assert message.endswith("(see the README section 'Training on several machines')")
+    assert "\n" not in message and "None" not in message
+
+
+@pytest.mark.parametrize("tf_config, tasks", [
+    (config(type="worker", index=1), 2),
+    (config(cluster={"chief": ["h:1"], "worker": ["h:2", "h:3"]}, type="chief", index=0), 3),
+    (config(cluster={"worker": ["localhost:5000"]}, type="worker", index=0), 1),
+])
+def test_valid_tf_configs_are_accepted_and_their_tasks_counted(tf_config, tasks):
+    assert devices.read_tf_config(tf_config) == json.loads(tf_config)
+    assert devices.cluster_workers(tf_config) == tasks
+
+
+def test_unset_tf_config_is_one_machine(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert devices.read_tf_config() is None
+    assert devices.cluster_workers() == 0
+
+
+def test_the_trainer_checks_tf_config_before_tensorflow_reads_it(tmp_path):
+    trainer = os.path.join(os.path.dirname(sys.executable), "cifar10-train")
+    result = subprocess.run(
+        [trainer, "--synthetic_data", "--synthetic_records=20", f"--data_dir={tmp_path / 'data'}",
+         f"--train_dir={tmp_path / 'train'}", "--max_steps=1", "--batch_size=8"],
+        capture_output=True, text=True, timeout=120,
+        env=env(TF_CONFIG=json.dumps({"cluster": TWO})))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        'cifar10-train: error: TF_CONFIG has no "task" saying which task this process is; '
+        + EXPECTED_FORM)
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "train").exists()
