@@ -25,7 +25,7 @@ import tensorflow as tf
 from cifar10 import checkpoints
 from cifar10 import data
 from cifar10 import summaries
-from cifar10.errors import Cifar10Error, first_line, io_error
+from cifar10.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.model import Model
 
 RESULTS_FILE = "results.jsonl"
@@ -201,7 +201,8 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     try:
         os.makedirs(config.eval_dir, exist_ok=True)
     except OSError as e:
-        raise io_error("cannot create eval_dir", config.eval_dir, e) from e
+        raise io_error("cannot create --eval_dir", config.eval_dir, e,
+                       io_advice(e) or "choose a directory you can write") from e
     with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)

@@ -377,8 +377,9 @@ def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path,
                                           run_once=True)
         with pytest.raises(Cifar10Error, match=f"cannot write summaries in {eval_dir} "):
             evaluate.evaluate(eval_config, print_fn=lambda line: None)
-        with pytest.raises(Cifar10Error, match=f"cannot create eval_dir {disk}/new "
-                                               r"\(Read-only file system\)"):
+        with pytest.raises(Cifar10Error, match=f"cannot create --eval_dir {disk}/new "
+                                               r"\(Read-only file system\); choose a "
+                                               r"directory on a writable file system"):
             evaluate.evaluate(evaluate.EvalConfig(**{**eval_config.__dict__,
                                                      "eval_dir": str(disk / "new")}))
 
