@@ -172,8 +172,8 @@ def record(result: EvalResult, eval_dir: str, writer) -> None:
                 f.write(b"\n")
             f.write((json.dumps(dataclasses.asdict(result)) + "\n").encode())
     except (OSError, tf.errors.OpError) as e:
-        raise io_error(f"cannot record the result of {result.checkpoint} in",
-                                   eval_dir, e) from e
+        raise io_error(f"cannot record the result of {result.checkpoint} in", eval_dir,
+                       e) from e
 
 
 class NoCheckpointError(Cifar10Error):
@@ -251,7 +251,7 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
             try:
                 result = evaluate_checkpoint(latest, config)
             except checkpoints.READ_ERRORS as e:
-                # Deleted by the trainer's retention, or still being written.
+                # Deleted by the trainer's retention meanwhile, or damaged.
                 logging.warning("Skipping checkpoint %s: %s", latest, first_line(e))
                 failed.add((latest, _mtime(latest)))
                 continue

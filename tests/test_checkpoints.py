@@ -39,18 +39,10 @@ def config(train_dir, **overrides):
 
 
 @pytest.fixture(scope="module")
-def learnable(tmp_path_factory):
-    batches_dir = synthetic.write_dataset(str(tmp_path_factory.mktemp("data")),
-                                          records_per_file=40)
-    files = data.split_files(batches_dir, "train")
-    return files, data.validate_files(files)
-
-
-@pytest.fixture(scope="module")
-def trained(learnable, tmp_path_factory):
+def trained(learnable_files, tmp_path_factory):
     """A run directory with model.ckpt-10, -20 and -30, complete at step 30."""
     train_dir = tmp_path_factory.mktemp("trained") / "train"
-    result = train.train(config(train_dir), one_replica(), *learnable, print_fn=lambda line: None)
+    result = train.train(config(train_dir), one_replica(), *learnable_files, print_fn=lambda line: None)
     assert (result.step, result.complete) == (30, True)
     return train_dir
 
@@ -171,13 +163,13 @@ def test_an_intact_run_resumes_without_a_notice(run_dir):
 
 
 def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
-        run_dir, learnable):
+        run_dir, learnable_files):
     """The user's natural fix after 'cannot restore model.ckpt-30': delete it."""
     delete_newest(run_dir)
     before = {n: t for n, t in snapshot(run_dir).items() if n.startswith("model.ckpt-")}
     lines = []
     result = train.train(config(run_dir, max_steps=22, checkpoint_every=1), one_replica(),
-                         *learnable, print_fn=lines.append)
+                         *learnable_files, print_fn=lines.append)
     assert (result.start_step, result.step) == (20, 22)
     assert lines[1] == f"Resuming from {run_dir}/model.ckpt-20 at step 20."
     assert ": step 21, loss = " in lines[2]
@@ -192,7 +184,7 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
     ("only incomplete checkpoints", ["model.ckpt-30 is incomplete (no .data file)",
                                      "model.ckpt-20 is incomplete (no .index file)"]),
 ])
-def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learnable, damage,
+def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learnable_files, damage,
                                                                    listed):
     for step in (10, 20, 30):
         if damage.startswith("truncate"):
@@ -204,7 +196,7 @@ def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learn
             os.remove(run_dir / name)
     before = snapshot(run_dir)
     with pytest.raises(Cifar10Error) as err:
-        train.train(config(run_dir, max_steps=40), one_replica(), *learnable,
+        train.train(config(run_dir, max_steps=40), one_replica(), *learnable_files,
                     print_fn=lambda line: None)
     message = str(err.value)
     assert message.startswith(f"no checkpoint in {run_dir} can be restored: ")
@@ -228,13 +220,13 @@ def leave_an_interrupted_save(train_dir, step=40):
     (train_dir / f"checkpoint.tmp{uuid.uuid4().hex}").write_text("half")
 
 
-def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable):
+def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files):
     leave_an_interrupted_save(run_dir)
     (run_dir / "my_folder").mkdir()
     (run_dir / "my_folder" / "model.ckpt-5.index").write_text("mine too")
     lines = []
     result = train.train(config(run_dir, max_steps=2, fresh_start=True), one_replica(),
-                         *learnable, print_fn=lines.append)
+                         *learnable_files, print_fn=lines.append)
     assert result.start_step == 0 and result.step == 2
     # 3 checkpoints x 2 files, state file, event file, complete marker, 2 leftovers.
     assert lines[0] == f"Fresh start: removed 11 files of the earlier run from {run_dir}."
@@ -275,12 +267,12 @@ def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run
 # --- one trainer per directory ----------------------------------------------------
 
 
-def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, learnable):
+def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, learnable_files):
     state = train.TrainState(seed=0, compute_dtype=tf.float32)
     with checkpoints.RunDirectory(str(run_dir), state.checkpoint(), keep=5):
         before = snapshot(run_dir)
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(run_dir, max_steps=40), one_replica(), *learnable,
+            train.train(config(run_dir, max_steps=40), one_replica(), *learnable_files,
                         print_fn=lambda line: None)
         assert snapshot(run_dir) == before
     assert str(err.value).startswith(
@@ -289,7 +281,7 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, le
     assert str(err.value).endswith("wait for it to finish or stop it, or choose another "
                                    "--train_dir")
     # Released: the next trainer goes on.
-    result = train.train(config(run_dir, max_steps=31), one_replica(), *learnable,
+    result = train.train(config(run_dir, max_steps=31), one_replica(), *learnable_files,
                          print_fn=lambda line: None)
     assert (result.start_step, result.step) == (30, 31)
 
@@ -297,19 +289,19 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, le
 # --- stops and messages --------------------------------------------------------------
 
 
-def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_path, learnable):
+def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_path, learnable_files):
     stop = threading.Event()
     stop.set()
-    result = train.train(config(tmp_path / "train", max_steps=100), one_replica(), *learnable,
+    result = train.train(config(tmp_path / "train", max_steps=100), one_replica(), *learnable_files,
                          stop_event=stop, print_fn=lambda line: None)
     assert (result.step, result.stopped) == (1, True)
     assert result.last_checkpoint == str(tmp_path / "train" / "model.ckpt-1")
 
 
-def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable):
+def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable_files):
     with pytest.raises(Cifar10Error) as err:
         train.train(config(tmp_path / "train", initial_learning_rate=1e12), one_replica(),
-                    *learnable, print_fn=lambda line: None)
+                    *learnable_files, print_fn=lambda line: None)
     assert str(err.value).endswith("no checkpoint was written yet")
     assert "None" not in str(err.value)
 
@@ -333,12 +325,12 @@ def tmpfs(path, size):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, learnable):
+def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, learnable_files):
     # A checkpoint holds the weights and their averages: 2 x 1,068,298 float32, 8.5 MB.
     with tmpfs(tmp_path / "disk", "20m") as disk:
         train_dir = disk / "train"
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable,
+            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable_files,
                         print_fn=lambda line: None)
         message = str(err.value)
         assert message.startswith(f"cannot write checkpoint model.ckpt-3 in {train_dir} (")
@@ -348,30 +340,30 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
         assert checkpoints.load_model(str(train_dir / "model.ckpt-2"))[1] == 2
         # The rerun on the still full disk: the same one line, the same checkpoint kept.
         with pytest.raises(Cifar10Error) as again:
-            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable,
+            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable_files,
                         print_fn=lambda line: None)
         assert str(again.value) == message
         # With room again, it goes on from model.ckpt-2.
         os.remove(train_dir / "model.ckpt-1.index")
         os.remove(train_dir / "model.ckpt-1.data-00000-of-00001")
         result = train.train(config(train_dir, max_steps=3, checkpoint_every=1),
-                             one_replica(), *learnable, print_fn=lambda line: None)
+                             one_replica(), *learnable_files, print_fn=lambda line: None)
         assert (result.start_step, result.step) == (2, 3)
 
 
-def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path, learnable):
+def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path, learnable_files):
     with tmpfs(tmp_path / "disk", "40m") as disk:
         train_dir, eval_dir = disk / "train", disk / "eval"
         train.train(config(train_dir, max_steps=2, checkpoint_every=2), one_replica(),
-                    *learnable, print_fn=lambda line: None)
+                    *learnable_files, print_fn=lambda line: None)
         eval_dir.mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(train_dir, max_steps=4), one_replica(), *learnable,
+            train.train(config(train_dir, max_steps=4), one_replica(), *learnable_files,
                         print_fn=lambda line: None)
         assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Read-only file "
                                   f"system); choose a directory on a writable file system")
-        test_files = [f.replace("data_batch_1", "test_batch") for f in learnable[0][:1]]
+        test_files = [f.replace("data_batch_1", "test_batch") for f in learnable_files[0][:1]]
         eval_config = evaluate.EvalConfig(checkpoint_dir=str(train_dir), eval_dir=str(eval_dir),
                                           eval_files=test_files, num_examples=10,
                                           run_once=True)
@@ -408,13 +400,13 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained, tmp_path):
             f"space left on device); free some disk space and run the same command again")
 
 
-def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable):
+def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable_files):
     if os.geteuid() == 0:
         pytest.skip("root may write anywhere; the read-only file system test covers root")
     train_dir = tmp_path / "train"
     train_dir.mkdir()
     train_dir.chmod(0o500)
     with pytest.raises(Cifar10Error) as err:
-        train.train(config(train_dir), one_replica(), *learnable, print_fn=lambda line: None)
+        train.train(config(train_dir), one_replica(), *learnable_files, print_fn=lambda line: None)
     assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
                               f"choose a directory you can write, or change its permissions")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, data, synthetic, train
+from cifar10 import checkpoints, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 
@@ -130,14 +130,6 @@ def test_moving_averages_follow_the_formula(tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     assert float(train.moving_average_decay(1)) == pytest.approx(2 / 11)
     assert float(train.moving_average_decay(10**6)) == pytest.approx(0.9999)
-
-
-@pytest.fixture(scope="module")
-def learnable_files(tmp_path_factory):
-    batches_dir = synthetic.write_dataset(str(tmp_path_factory.mktemp("data")),
-                                          records_per_file=100)
-    files = data.split_files(batches_dir, "train")
-    return files, data.validate_files(files)
 
 
 def small_config(train_dir, **overrides):
