@@ -51,6 +51,7 @@ WEIGHTS = ("averages", "raw")
 # the objects do not match.
 READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
 
+_NAME = re.compile(r"model\.ckpt-(\d+)")
 _INDEX = re.compile(r"model\.ckpt-(\d+)\.index")
 _DATA = re.compile(r"model\.ckpt-(\d+)\.data-(\d{5})-of-(\d{5})")
 _TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
@@ -89,24 +90,24 @@ def _listdir(directory: str) -> list[str]:
         raise io_error("cannot read the directory", directory, e) from e
 
 
-def _scan(directory: str) -> tuple[dict[int, str], dict[int, str]]:
-    """({step: name} of the complete checkpoints, {step: what is missing} of the rest)."""
+def _scan(directory: str) -> tuple[list[int], dict[int, str]]:
+    """(the steps of the complete checkpoints, sorted; {step: what is missing} of the rest)."""
     names = set(_listdir(directory))
-    steps = {int(m[1]) for m in map(_INDEX.fullmatch, names) if m}
-    steps |= {int(m[1]) for m in map(_DATA.fullmatch, names) if m}
-    complete, incomplete = {}, {}
-    for step in steps:
-        name = f"{PREFIX}-{step}"
-        shards = [m for m in map(_DATA.fullmatch, names) if m and int(m[1]) == step]
-        counts = {int(m[3]) for m in shards}
-        if f"{name}.index" not in names:
+    shards: dict[int, list[re.Match]] = {}
+    for match in filter(None, map(_DATA.fullmatch, names)):
+        shards.setdefault(int(match[1]), []).append(match)
+    indexed = {int(m[1]) for m in map(_INDEX.fullmatch, names) if m}
+    complete, incomplete = [], {}
+    for step in sorted(indexed | set(shards)):
+        counts = {int(m[3]) for m in shards.get(step, [])}
+        if step not in indexed:
             incomplete[step] = "no .index file"
-        elif not shards:
+        elif not counts:
             incomplete[step] = "no .data file"
-        elif len(counts) != 1 or len(shards) != counts.pop():
+        elif len(counts) != 1 or len(shards[step]) != counts.pop():
             incomplete[step] = "some .data files are missing"
         else:
-            complete[step] = name
+            complete.append(step)
     return complete, incomplete
 
 
@@ -115,8 +116,7 @@ def find(directory: str) -> list[Checkpoint]:
 
     The state file is not consulted: a checkpoint is its files.
     """
-    complete, _ = _scan(directory)
-    return [Checkpoint(step, os.path.join(directory, complete[step])) for step in sorted(complete)]
+    return [Checkpoint(step, checkpoint_path(directory, step)) for step in _scan(directory)[0]]
 
 
 def latest(directory: str) -> Checkpoint | None:
@@ -167,7 +167,7 @@ def _state_problem(directory: str, steps_on_disk: set[int]) -> tuple[int | None,
     if not text.strip():
         return None, f"the state file {path} is empty"
     match = _STATE_LINE.search(text)
-    named = match and _INDEX.fullmatch(os.path.basename(match[1]) + ".index")
+    named = match and _NAME.fullmatch(os.path.basename(match[1]))
     if not named:
         return None, f"the state file {path} cannot be parsed"
     step = int(named[1])
@@ -361,8 +361,8 @@ class RunDirectory:
         named, problem = _state_problem(self.directory, set(complete) | set(incomplete))
         reasons = [problem] if problem else []
         restored = None
-        for step in sorted(complete, reverse=True):
-            candidate = Checkpoint(step, os.path.join(self.directory, complete[step]))
+        for step in reversed(complete):
+            candidate = Checkpoint(step, checkpoint_path(self.directory, step))
             try:
                 self.checkpoint.read(candidate.path).assert_existing_objects_matched()
             except READ_ERRORS as e:
@@ -384,9 +384,8 @@ class RunDirectory:
             self.print_fn(f"Using {restored.path}, the newest checkpoint that restores: "
                           f"{'; '.join(reasons)}.")
             if self.is_chief:
-                write_state(self.directory, [Checkpoint(s, os.path.join(self.directory, n))
-                                             for s, n in sorted(complete.items())
-                                             if s <= restored.step])
+                write_state(self.directory, [Checkpoint(s, checkpoint_path(self.directory, s))
+                                             for s in complete if s <= restored.step])
         self.saved_step = restored.step
         return restored
 

@@ -6,6 +6,7 @@ Errors a user can fix (``Cifar10Error``) become one line on stderr,
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -86,13 +87,19 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
         logging.set_verbosity(logging.WARNING)
         try:
             main(argv)
+            return
         except Cifar10Error as e:
-            sys.stderr.write(f"{program}: error: {e}\n")
-            sys.stderr.flush()
-            sys.exit(1)
+            last_line, status = f"{program}: error: {e}", 1
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM where no handler saves work
-            sys.stderr.write(f"{program}: interrupted\n")
-            sys.exit(130)
+            last_line, status = f"{program}: interrupted", 130
+        # The exception and its frames are gone now: free what the failed run still
+        # held (input pipelines, checkpoint readers), so that whatever TensorFlow
+        # prints as they go comes before the line that says what went wrong.
+        gc.collect()
+        sys.stdout.flush()
+        sys.stderr.write(last_line + "\n")
+        sys.stderr.flush()
+        sys.exit(status)
 
     app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, program, doc))
 
