@@ -193,6 +193,11 @@ class Trainer:
                                            shuffle_buffer=cfg.shuffle_buffer,
                                            input_context=ctx))
 
+    def settings(self) -> dict:
+        """What the run's config does not say: replicas, global batch, data, TensorFlow."""
+        return {"num_replicas": self.num_replicas, "global_batch": self.global_batch,
+                "examples_per_epoch": self.examples_per_epoch, "tensorflow": tf.__version__}
+
     def learning_rate(self) -> tf.Tensor:
         """The rate of the next update."""
         return learning_rate_after(self.state.examples_seen, self.examples_per_epoch,
@@ -368,10 +373,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
             if restored:
                 print_fn(f"Resuming from {restored.path} at step {start}.")
             run_dir.unmark_complete()
-            settings = {**dataclasses.asdict(cfg), "num_replicas": trainer.num_replicas,
-                        "global_batch": trainer.global_batch,
-                        "examples_per_epoch": examples_per_epoch, "start_step": start,
-                        "tensorflow": tf.__version__, **(run_info or {})}
+            settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
+                        **(run_info or {})}
             step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
                                print_fn)
             complete = step == cfg.max_steps
