@@ -176,7 +176,7 @@ def _state_problem(directory: str, steps_on_disk: set[int]) -> tuple[int | None,
     return step, ""
 
 
-def write_state(directory: str, checkpoints: list[Checkpoint]) -> None:
+def _write_state(directory: str, checkpoints: list[Checkpoint]) -> None:
     """Writes the state file: the last of ``checkpoints`` is the latest, all are listed.
 
     Paths are relative, as TensorFlow's CheckpointManager writes them, so that a
@@ -211,15 +211,10 @@ def completed_step(directory: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def is_complete(directory: str) -> bool:
-    """True when the run in ``directory`` reached its ``max_steps``."""
-    return completed_step(directory) is not None
-
-
 # --- the trainer's side --------------------------------------------------------
 
 
-def own_files(directory: str) -> list[str]:
+def _own_files(directory: str) -> list[str]:
     """The names in ``directory`` that this trainer writes (matched exactly), sorted."""
     exact = {STATE_FILE, COMPLETE_FILE}
     patterns = (_INDEX, _DATA, _TEMP_DIR, _EVENTS, _STATE_TMP, _COMPLETE_TMP)
@@ -318,7 +313,7 @@ class RunDirectory:
     def _remove_leftovers(self) -> None:
         """Removes the temporary folders and files of saves that were cut short."""
         removed = []
-        for name in own_files(self.directory):
+        for name in _own_files(self.directory):
             if _TEMP_DIR.fullmatch(name) or _STATE_TMP.fullmatch(name) \
                     or _COMPLETE_TMP.fullmatch(name):
                 _delete(self.directory, name)
@@ -331,10 +326,10 @@ class RunDirectory:
         """``fresh_start``: removes every file this trainer writes; returns how many.
 
         Matched by exact patterns (checkpoints, leftovers of interrupted saves,
-        the state file, event files, markers); the lock file, the directory and
-        anything else stay.
+        the state file, event files, the complete marker); the lock file (held),
+        the directory and anything else stay.
         """
-        names = [n for n in own_files(self.directory) if n != LOCK_FILE]
+        names = _own_files(self.directory)
         for name in names:
             _delete(self.directory, name)
         return len(names)
@@ -356,9 +351,12 @@ class RunDirectory:
           Cifar10Error: the directory holds checkpoints and none restores.
         """
         complete, incomplete = _scan(self.directory)
-        if not complete and not incomplete:
-            return None
         named, problem = _state_problem(self.directory, set(complete) | set(incomplete))
+        if not complete and not incomplete:
+            if named is not None:  # every checkpoint of an earlier run was deleted
+                self.print_fn(f"Starting from step 0: no checkpoint is left in "
+                              f"{self.directory} ({problem}).")
+            return None
         reasons = [problem] if problem else []
         restored = None
         for step in reversed(complete):
@@ -384,7 +382,7 @@ class RunDirectory:
             self.print_fn(f"Using {restored.path}, the newest checkpoint that restores: "
                           f"{'; '.join(reasons)}.")
             if self.is_chief:
-                write_state(self.directory, [Checkpoint(s, checkpoint_path(self.directory, s))
+                _write_state(self.directory, [Checkpoint(s, checkpoint_path(self.directory, s))
                                              for s in complete if s <= restored.step])
         self.saved_step = restored.step
         return restored
@@ -430,7 +428,7 @@ class RunDirectory:
                 for name in _files_of(self.save_dir, old.step):
                     _delete(self.save_dir, name)
         if self.is_chief:
-            write_state(self.directory, kept)
+            _write_state(self.directory, kept)
 
     def _remove_partial(self, step: int) -> None:
         """Removes what a failed save of ``step`` left, keeping the original error."""

@@ -156,6 +156,17 @@ def test_restore_takes_the_newest_checkpoint_that_restores_and_says_why(run_dir,
     assert tf.train.latest_checkpoint(str(run_dir)) == restored.path
 
 
+def test_a_run_whose_checkpoints_were_all_deleted_starts_over_saying_so(run_dir):
+    for name in os.listdir(run_dir):
+        if name.startswith("model.ckpt-") and not name.endswith((".txt", ".bak")):
+            os.remove(run_dir / name)
+    lines = []
+    restored, state = restore_into_new_state(run_dir, lines)
+    assert restored is None and state.step.numpy() == 0
+    assert lines == [f"Starting from step 0: no checkpoint is left in {run_dir} (the state "
+                     f"file names model.ckpt-30, which is gone)."]
+
+
 def test_an_intact_run_resumes_without_a_notice(run_dir):
     lines = []
     restored, _ = restore_into_new_state(run_dir, lines)

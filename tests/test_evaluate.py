@@ -47,7 +47,7 @@ def run(tmp_path_factory):
     strategy = tf.distribute.MirroredStrategy(
         ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
     result = train.train(config, strategy, files, count, print_fn=lambda line: None)
-    assert result.complete and checkpoints.is_complete(train_dir)
+    assert result.complete and checkpoints.completed_step(train_dir) == 6
     return types.SimpleNamespace(
         train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
         ckpt3=os.path.join(train_dir, "model.ckpt-3"),

@@ -185,7 +185,7 @@ def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path
     files, count = learnable_files
     train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
                 print_fn=lambda line: None)
-    assert checkpoints.is_complete(str(tmp_path))
+    assert checkpoints.completed_step(str(tmp_path)) == 5
     lines = []
     again = train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
                         print_fn=lines.append)
@@ -205,7 +205,7 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
                          stop_event=stop, print_fn=print_and_stop)
     assert (result.step, result.stopped, result.complete) == (5, True, False)
     assert result.last_checkpoint.endswith("model.ckpt-5")
-    assert not checkpoints.is_complete(str(tmp_path))
+    assert checkpoints.completed_step(str(tmp_path)) is None
 
 
 def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, tmp_path):
