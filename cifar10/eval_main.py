@@ -21,11 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow as tf
 
-from cifar10 import data
-from cifar10 import devices
-from cifar10 import evaluate
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
 
@@ -36,6 +32,10 @@ PROGRAM = "cifar10-eval"
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    # Imported after the flags are parsed: they load TensorFlow, which takes seconds.
+    import tensorflow as tf
+    from cifar10 import data, devices, evaluate
+
     if FLAGS.eval_on_cpu:
         tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
     else:

@@ -2,6 +2,9 @@
 
 Errors a user can fix (``Cifar10Error``) become one line on stderr,
 ``<program>: error: <message>``, and exit status 1, never a traceback.
+
+TensorFlow is imported only once the flags are parsed, so that ``--help`` and
+flag mistakes are answered at once instead of after seconds of loading.
 """
 
 from __future__ import annotations
@@ -15,9 +18,7 @@ from typing import Callable
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow as tf
 
-from cifar10 import data
 from cifar10 import flags as cifar10_flags
 from cifar10 import download
 from cifar10 import synthetic
@@ -41,6 +42,8 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt.
     """
+    from cifar10 import data  # loads TensorFlow (see the module docstring)
+
     generated = False
     if use_synthetic:
         batches_dir = data.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
@@ -77,6 +80,8 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
     """
 
     def guarded(argv):
+        import tensorflow as tf  # the flags are parsed: load it now
+
         # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
         # the default action would end the process on the spot.  cifar10-train
         # installs its own handlers (save, then stop) once training starts.
@@ -115,7 +120,7 @@ def _parse_flags(argv: list[str], program: str, doc: str) -> list[str]:
         # the console-script stub here; show the program's own flags instead.
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
         print(flags.FLAGS.module_help(cifar10_flags.__name__))
-        print("\nTry --helpfull to see the flags of TensorFlow and absl too.")
+        print("\nTry --helpfull to see absl's own flags too.")
         sys.exit(0)
     try:
         return app.parse_flags_with_usage(argv)

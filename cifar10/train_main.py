@@ -24,11 +24,8 @@ import threading
 from absl import app
 from absl import flags
 
-from cifar10 import data
-from cifar10 import devices
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
-from cifar10 import train
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
@@ -53,6 +50,9 @@ def install_stop_handlers(stop_event: threading.Event) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    # Imported after the flags are parsed: they load TensorFlow, which takes seconds.
+    from cifar10 import data, devices, train
+
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10 import data, synthetic
-from cli import event_tags, run, start
+from cli import env, event_tags, run, start
 
 LOG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = \d+\.\d\d "
@@ -152,6 +152,21 @@ def test_help_lists_the_flags(name, flag):
         result = run(name, option)
         assert result.returncode == 0
         assert flag in result.stdout and "--batch_size" in result.stdout
+
+
+@pytest.mark.parametrize("module, args", [
+    ("train_main", ["--help"]), ("train_main", ["--batch_size=0"]),
+    ("eval_main", ["--helpshort"]), ("eval_main", ["--eval_data=validation"]),
+])
+def test_help_and_flag_mistakes_are_answered_before_tensorflow_loads(module, args):
+    check = (f"import sys; sys.argv = ['prog', *{args!r}]\n"
+             f"from cifar10 import {module}\n"
+             f"try:\n    {module}.run()\n"
+             f"finally:\n    print('tensorflow' in sys.modules, file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                            timeout=60, env=env())
+    assert result.returncode == (0 if "help" in args[0] else 1), result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "False"
 
 
 def test_downloads_missing_data_from_a_local_server_then_trains(tmp_path):
