@@ -62,17 +62,10 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     assert tags["learning_rate"] == [6, 12]
     assert tags["conv1/sparsity"] == [6, 12]
     assert tags["examples_per_sec"] == [1, 4, 8, 12]
-
-    again = run("cifar10-train", *args)
-    assert again.returncode == 0, again.stderr
-    assert "already complete at step 12" in again.stdout
-    assert not [line for line in again.stdout.splitlines() if LOG_LINE.match(line)]
-
-    fresh = run("cifar10-train", *args, "--fresh_start", "--max_steps=3")
-    assert fresh.returncode == 0, fresh.stderr
-    assert "Fresh start: removed" in fresh.stdout
-    assert [int(m[1]) for m in map(LOG_LINE.match, fresh.stdout.splitlines()) if m] == [1, 3]
-    assert checkpoint_steps(train_dir) == [3]
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"Training complete at step 12; saved {train_dir}/model.ckpt-12.")
+    # A rerun of a complete run: test_train.test_completed_run_is_reported_not_trained_further;
+    # --fresh_start from the command line: test_kill_during_a_save_then_resume_or_fresh_start.
 
 
 def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
