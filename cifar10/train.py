@@ -191,7 +191,8 @@ class Trainer:
         return self.strategy.distribute_datasets_from_function(
             lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                            shuffle_buffer=cfg.shuffle_buffer,
-                                           input_context=ctx))
+                                           input_context=ctx),
+            _input_options(self.strategy))
 
     def settings(self) -> dict:
         """What the run's config does not say: replicas, global batch, data, TensorFlow."""
@@ -426,6 +427,21 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
         # not help, since a daemon thread still in TensorFlow aborts the exit.
         del iterator
     return done
+
+
+def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptions | None:
+    """One input pipeline per replica, on this machine's CPU, where TensorFlow allows it.
+
+    Each replica then reads its own shard of the records, and the batches reach the
+    step without TensorFlow's multi-device iterator: on CPUs that doubles the speed
+    of small steps, and deleting that iterator can wait for up to a minute in
+    TensorFlow 2.21. MultiWorkerMirroredStrategy takes one pipeline per worker only.
+    """
+    if isinstance(strategy, (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy)):
+        return tf.distribute.InputOptions(
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+            experimental_fetch_to_device=False)
+    return None
 
 
 def _save(trainer: Trainer, run_dir: checkpoints.RunDirectory, step: int) -> None:

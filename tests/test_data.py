@@ -264,6 +264,8 @@ def test_train_dataset_shapes_and_is_endless(train_files):
     ds = data.train_dataset(train_files, 7, shuffle_buffer=10)
     assert ds.element_spec[0].shape == (7, 24, 24, 3)  # drop_remainder: static batch size
     assert ds.element_spec[1].shape == (7,)
+    # Fixed parallelism: tf.data's autotuning thread delays deleting the iterator.
+    assert ds.options().autotune.enabled is False
     count = 0
     for images, labels in ds.take(30):  # 210 examples from 100 records
         assert images.dtype == tf.float32 and images.shape == (7, 24, 24, 3)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, train
+from cifar10 import checkpoints, data, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 
@@ -150,6 +150,26 @@ def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     # Weight decay alone is ~2.2 at the start; the cross-entropy starts at ~2.3.
     assert losses[0] > 4.0
     assert np.mean(losses[-3:]) < losses[0] - 1.5
+
+
+def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_files, tmp_path,
+                                                                   monkeypatch):
+    files, count = learnable_files
+    contexts = []
+    real = data.train_dataset
+
+    def recording(*args, input_context=None, **kwargs):
+        contexts.append(input_context)
+        return real(*args, input_context=input_context, **kwargs)
+
+    monkeypatch.setattr(data, "train_dataset", recording)
+    trainer = train.Trainer(small_config(tmp_path, batch_size=4), strategy_of(2), count)
+    images, labels = next(iter(trainer.dataset(files)))
+    assert [(c.input_pipeline_id, c.num_input_pipelines) for c in contexts] == [(0, 2), (1, 2)]
+    local = trainer.strategy.experimental_local_results(images)
+    assert [x.shape for x in local] == [(4, 24, 24, 3)] * 2
+    assert [y.shape for y in trainer.strategy.experimental_local_results(labels)] == [(4,)] * 2
+    assert not np.array_equal(local[0].numpy(), local[1].numpy())
 
 
 def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_files, tmp_path):
