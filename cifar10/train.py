@@ -421,10 +421,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
         raise cluster.failure(e, done, run_dir.describe_latest()) from e
     finally:
         # Stop the input pipeline here, not at some later garbage collection (the
-        # traced step keeps this frame alive). TensorFlow 2.21 can take up to
-        # tf.data's autotuning period (seconds, growing to a minute) to delete a
-        # distributed iterator that ran for a while; deleting it in a thread would
-        # not help, since a daemon thread still in TensorFlow aborts the exit.
+        # traced step keeps this frame alive); see _input_options for its cost.
         del iterator
     return done
 
