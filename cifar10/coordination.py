@@ -17,6 +17,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from cifar10 import cluster
 from cifar10 import devices
 from cifar10.errors import Cifar10Error, first_line
 
@@ -69,12 +70,9 @@ class Coordinator:
         return None if self.is_chief else os.path.join(self._scratch, "checkpoints")
 
     def refuse_fresh_start(self, fresh_start: bool, train_dir: str) -> None:
-        """Several workers cannot start afresh: one could restore what the chief deletes."""
+        """Several workers cannot start afresh (``cluster.refuse_fresh_start``)."""
         if fresh_start and self.multi_worker:
-            raise Cifar10Error(
-                "--fresh_start is not supported with several workers (one worker could restore "
-                f"what the chief is deleting); delete the checkpoints in {train_dir} by hand, "
-                "or use a new --train_dir")
+            cluster.refuse_fresh_start("multi_worker", train_dir)
 
     def check_same_start(self, start: int, train_dir: str) -> None:
         """Stops every worker when they did not all restore the same step.

@@ -32,8 +32,7 @@ PROGRAM = "cifar10-eval"
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    # Imported after the flags are parsed: they load TensorFlow, which takes seconds.
-    import tensorflow as tf
+    tf = programs.load_tensorflow()  # now that the flags are parsed
     from cifar10 import data, devices, evaluate
 
     if FLAGS.eval_on_cpu:

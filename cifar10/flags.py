@@ -7,6 +7,7 @@ so ``--use_fp16=false`` means False (one version of the original parsed it as Tr
 
 from absl import flags
 
+from cifar10 import cluster
 from cifar10 import fileformat as ff
 
 
@@ -53,7 +54,7 @@ def define_train_flags() -> None:
     flags.DEFINE_integer("summary_steps", 100, "Write TensorBoard summaries every this many "
                          "steps.", lower_bound=1)
     flags.DEFINE_integer("seed", 0, "Seed of the initial weights, shuffling and distortions.")
-    flags.DEFINE_enum("strategy", "auto", ["auto", "mirrored", "multi_worker", "one_device"],
+    flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
                       "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
                       "several tasks, else mirrored (one replica per GPU of this machine).")
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "

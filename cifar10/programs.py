@@ -3,8 +3,9 @@
 Errors a user can fix (``Cifar10Error``) become one line on stderr,
 ``<program>: error: <message>``, and exit status 1, never a traceback.
 
-TensorFlow is imported only once the flags are parsed, so that ``--help`` and
-flag mistakes are answered at once instead of after seconds of loading.
+TensorFlow is imported (``load_tensorflow``) only once the flags are parsed and
+checked, so that ``--help`` and setting mistakes are answered at once instead of
+after seconds of loading.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt.
     """
-    from cifar10 import data  # loads TensorFlow (see the module docstring)
+    load_tensorflow()
+    from cifar10 import data
 
     generated = False
     if use_synthetic:
@@ -73,6 +75,17 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
     return batches_dir, counts
 
 
+def load_tensorflow():
+    """Imports TensorFlow (which takes seconds) with its INFO notices hidden.
+
+    The programs call it once their flags and settings are checked.
+    """
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("WARNING")  # warnings still show
+    return tf
+
+
 def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
     """``absl.app.run(main)`` with ``Cifar10Error`` shown as one line, exit status 1.
 
@@ -80,15 +93,11 @@ def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
     """
 
     def guarded(argv):
-        import tensorflow as tf  # the flags are parsed: load it now
-
         # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
         # the default action would end the process on the spot.  cifar10-train
         # installs its own handlers (save, then stop) once training starts.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        # Hide INFO notices (TensorFlow's per-op ones, absl's at every checkpoint save);
-        # warnings still show.
-        tf.get_logger().setLevel("WARNING")
+        # Hide absl's INFO notices (at every checkpoint save); warnings still show.
         logging.set_verbosity(logging.WARNING)
         try:
             main(argv)

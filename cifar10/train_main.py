@@ -24,6 +24,7 @@ import threading
 from absl import app
 from absl import flags
 
+from cifar10 import cluster
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
 
@@ -50,7 +51,11 @@ def install_stop_handlers(stop_event: threading.Event) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    # Imported after the flags are parsed: they load TensorFlow, which takes seconds.
+    # TF_CONFIG and the settings it rules out are checked before TensorFlow loads
+    # (which takes seconds) and reads TF_CONFIG itself.
+    if cluster.strategy_kind(FLAGS.strategy) == "multi_worker" and FLAGS.fresh_start:
+        cluster.refuse_fresh_start("multi_worker", FLAGS.train_dir)
+    programs.load_tensorflow()
     from cifar10 import data, devices, train
 
     batches_dir, counts = programs.prepare_data(

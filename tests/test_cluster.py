@@ -1,4 +1,4 @@
-"""Tests of cifar10.devices: TF_CONFIG is checked before TensorFlow reads it."""
+"""Tests of cifar10.cluster: TF_CONFIG is checked before TensorFlow reads it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cifar10 import devices
+from cifar10 import cluster
 from cifar10.errors import Cifar10Error
 from cli import env
 
@@ -50,7 +50,7 @@ def config(cluster=TWO, **task):
 ])
 def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, problem):
     with pytest.raises(Cifar10Error) as err:
-        devices.read_tf_config(tf_config)
+        cluster.read_tf_config(tf_config)
     message = str(err.value)
     assert message.startswith(f"TF_CONFIG {problem}")
     assert EXPECTED_FORM in message
@@ -64,14 +64,50 @@ def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, pr
     (config(cluster={"worker": ["localhost:5000"]}, type="worker", index=0), 1),
 ])
 def test_valid_tf_configs_are_accepted_and_their_tasks_counted(tf_config, tasks):
-    assert devices.read_tf_config(tf_config) == json.loads(tf_config)
-    assert devices.cluster_workers(tf_config) == tasks
+    assert cluster.read_tf_config(tf_config) == json.loads(tf_config)
+    assert cluster.cluster_workers(tf_config) == tasks
 
 
 def test_unset_tf_config_is_one_machine(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert devices.read_tf_config() is None
-    assert devices.cluster_workers() == 0
+    assert cluster.read_tf_config() is None
+    assert cluster.cluster_workers() == 0
+
+
+@pytest.mark.parametrize("kind, tf_config, resolved", [
+    ("auto", None, "mirrored"),
+    ("auto", config(cluster={"worker": ["h:1"]}, type="worker", index=0), "mirrored"),
+    ("auto", config(type="worker", index=1), "multi_worker"),
+    ("mirrored", config(type="worker", index=1), "mirrored"),
+    ("one_device", None, "one_device"),
+    ("multi_worker", config(cluster={"worker": ["h:1"]}, type="worker", index=0),
+     "multi_worker"),
+])
+def test_strategy_kind_resolves_auto_from_the_number_of_tasks(kind, tf_config, resolved,
+                                                              monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert cluster.strategy_kind(kind, tf_config) == resolved
+
+
+def test_strategy_kind_refuses_multi_worker_without_tf_config_and_checks_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(Cifar10Error, match=r"^--strategy=multi_worker needs TF_CONFIG naming "
+                                           r"the cluster and this task; see the README"):
+        cluster.strategy_kind("multi_worker")
+    with pytest.raises(Cifar10Error, match=r'^TF_CONFIG has no "task"'):
+        cluster.strategy_kind("mirrored", json.dumps({"cluster": TWO}))
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        cluster.strategy_kind("parameter_server")
+
+
+def test_fresh_start_is_refused_only_with_several_workers():
+    cluster.refuse_fresh_start("mirrored", "/runs/a")  # no error
+    with pytest.raises(Cifar10Error) as err:
+        cluster.refuse_fresh_start("multi_worker", "/runs/a")
+    assert str(err.value) == (
+        "--fresh_start is not supported with several workers (one worker could restore what "
+        "the chief is deleting); delete the checkpoints in /runs/a by hand, or use a new "
+        "--train_dir")
 
 
 def test_the_trainer_checks_tf_config_before_tensorflow_reads_it(tmp_path):
