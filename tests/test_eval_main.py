@@ -55,31 +55,24 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if ERROR in line]
 
 
-def test_run_once_prints_the_precision_line_of_exactly_num_examples(trained, tmp_path):
-    data_dir, train_dir = trained
-    result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
-                                            "--num_examples=37", "--batch_size=10"))
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    assert "SYNTHETIC" in result.stdout
-    matches = [m for m in map(LINE.match, result.stdout.splitlines()) if m]
-    assert len(matches) == 1, result.stdout
-    assert matches[0].groups()[1:] == ("6", "model.ckpt-6", "37")
-    [record] = results(tmp_path / "eval")
-    assert (record["step"], record["examples"], record["weights"]) == (6, 37, "averages")
-    assert record["precision"] == record["correct"] / 37
-    assert matches[0][1] == f"{record['precision']:.3f}"
-
-
-def test_num_examples_beyond_the_data_is_clamped_with_a_warning(trained, tmp_path):
+def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(trained,
+                                                                               tmp_path):
+    # Counting exactly --num_examples below the data size is tested in test_evaluate.
     data_dir, train_dir = trained
     result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
                                             "--num_examples=1000", "--batch_size=16"))
     assert result.returncode == 0, result.stderr
-    assert "--num_examples=1000" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "SYNTHETIC" in result.stdout
+    assert (f"--num_examples=1000 but the test data holds {RECORDS} examples: evaluating "
+            f"{RECORDS}.") in result.stderr
     matches = [m for m in map(LINE.match, result.stdout.splitlines()) if m]
-    assert [m[4] for m in matches] == [str(RECORDS)]
-    assert [r["examples"] for r in results(tmp_path / "eval")] == [RECORDS]
+    assert len(matches) == 1, result.stdout
+    assert matches[0].groups()[1:] == ("6", "model.ckpt-6", str(RECORDS))
+    [record] = results(tmp_path / "eval")
+    assert (record["step"], record["examples"], record["weights"]) == (6, RECORDS, "averages")
+    assert record["precision"] == record["correct"] / RECORDS
+    assert matches[0][1] == f"{record['precision']:.3f}"
 
 
 def test_run_once_without_a_checkpoint_is_a_one_line_error(trained, tmp_path):
