@@ -9,12 +9,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import multi_worker_steps
@@ -96,13 +98,21 @@ def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
                                    atol=1e-6)
 
 
-def test_launcher_trains_two_workers_and_only_the_chief_writes(tmp_path):
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """(the launcher's result, its tmp folder): two workers trained 6 steps, saved at 3 and 6."""
+    tmp_path = tmp_path_factory.mktemp("launched")
     script = os.path.join(SCRIPTS, "launch_workers.py")
     result = subprocess.run(
         [sys.executable, script, "--num_workers=2", "--", *train_args(
             tmp_path, "--max_steps=6", "--log_frequency=3", "--checkpoint_steps=3",
             "--summary_steps=3")],
         capture_output=True, text=True, timeout=240, env=env(TMPDIR=str(tmp_path)))
+    return result, tmp_path
+
+
+def test_launcher_trains_two_workers_and_only_the_chief_writes(launched):
+    result, tmp_path = launched
     assert result.returncode == 0, result.stdout[-3000:]
     out = result.stdout
     for worker in (0, 1):
@@ -195,19 +205,19 @@ def test_multi_worker_without_tf_config_and_fresh_start_are_refused(tmp_path):
         assert "--fresh_start is not supported with several workers" in err
 
 
-def test_workers_that_restore_different_steps_stop_with_a_clear_error(tmp_path):
-    shared = train_args(tmp_path, "--max_steps=3", "--checkpoint_steps=3")
-    for code, _, err in finish(start_workers(2, shared, tmp_path)):
-        assert code == 0, err[-3000:]
+def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, tmp_path):
+    result, launched_path = launched
+    assert result.returncode == 0, result.stdout[-3000:]
+    shutil.copytree(launched_path / "train", tmp_path / "train")
     # Worker 1 now sees another, empty --train_dir: it would start from step 0.
     configs = launch_workers.tf_configs(launch_workers.free_ports(2))
     # (absl takes the last --train_dir given.)
-    args = [train_args(tmp_path, "--max_steps=6"),
-            train_args(tmp_path, "--max_steps=6", f"--train_dir={tmp_path / 'other'}")]
+    args = [train_args(tmp_path, "--max_steps=9"),
+            train_args(tmp_path, "--max_steps=9", f"--train_dir={tmp_path / 'other'}")]
     procs = [start("cifar10-train", *a, TF_CONFIG=c, TMPDIR=str(tmp_path))
              for a, c in zip(args, configs)]
     for code, _, err in finish(procs):
         assert code == 1
         assert "the workers restored different steps" in err
         assert "must be one directory shared by every worker" in err
-    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-3")
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-6")
