@@ -192,7 +192,7 @@ class Trainer:
             lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                            shuffle_buffer=cfg.shuffle_buffer,
                                            input_context=ctx),
-            _input_options(self.strategy))
+            input_options(self.strategy))
 
     def settings(self) -> dict:
         """What the run's config does not say: replicas, global batch, data, TensorFlow."""
@@ -421,12 +421,12 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
         raise cluster.failure(e, done, run_dir.describe_latest()) from e
     finally:
         # Stop the input pipeline here, not at some later garbage collection (the
-        # traced step keeps this frame alive); see _input_options for its cost.
+        # traced step keeps this frame alive); see input_options for its cost.
         del iterator
     return done
 
 
-def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptions | None:
+def input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptions | None:
     """One input pipeline per replica, on this machine's CPU, where TensorFlow allows it.
 
     Each replica then reads its own shard of the records, and the batches reach the
