@@ -28,15 +28,18 @@ def strategy_of(num_replicas: int) -> tf.distribute.Strategy:
 def fixed_batches(strategy, images, labels, num_steps):
     """An iterator that gives replica r of step s the r-th slice of step s's batch.
 
-    ``images``: [num_steps, global_batch, 24, 24, 3].  Under one worker the
-    dataset yields per-replica batches and replica r takes the r-th of each group.
+    ``images``: [num_steps, global_batch, 24, 24, 3].  Each replica has its own
+    input pipeline, as in training (``train.input_options``).
     """
     n = strategy.num_replicas_in_sync
     per_replica = images.shape[1] // n
-    imgs = images.reshape(num_steps * n, per_replica, *images.shape[2:])
-    labs = labels.reshape(num_steps * n, per_replica)
-    ds_fn = lambda ctx: tf.data.Dataset.from_tensor_slices((imgs, labs))  # noqa: E731
-    return iter(strategy.distribute_datasets_from_function(ds_fn))
+
+    def ds_fn(ctx):
+        part = slice(ctx.input_pipeline_id * per_replica, (ctx.input_pipeline_id + 1) * per_replica)
+        return tf.data.Dataset.from_tensor_slices((images[:num_steps, part],
+                                                   labels[:num_steps, part]))
+
+    return iter(strategy.distribute_datasets_from_function(ds_fn, train.input_options(strategy)))
 
 
 def random_batches(num_steps, global_batch, seed=0):
