@@ -173,14 +173,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
     assert (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
             f"stopping.") in eval_out
 
-    # Restarted after the run: nothing new to score, it stops at once.
-    again = run("cifar10-eval", *eval_flags, timeout=120)
-    assert again.returncode == 0, again.stderr
-    assert "Traceback" not in again.stderr
-    assert not [line for line in again.stdout.splitlines() if LINE.match(line)]
-    assert "is complete" in again.stdout
-    assert [r["step"] for r in results(eval_dir)] == steps
-
+    # A restart after the run scores nothing: test_evaluate's poll tests.
 
 def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path):
     # The file operations of two processes, from two threads: the race shows

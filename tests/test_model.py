@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import data
 from cifar10 import model as model_lib
-from cifar10 import synthetic
 
 SHAPES = {
     "conv1/weights": [5, 5, 3, 64], "conv1/biases": [64],
@@ -241,34 +239,6 @@ def test_weight_decay_only_on_local3_and_local4():
     assert float(model.weight_decay()) == pytest.approx(before, rel=1e-6)
     model.local4.weights.assign(model.local4.weights * 2.0)
     assert float(model.weight_decay()) > before
-
-
-def test_loss_falls_when_training(tmp_path):
-    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=200)
-    files = data.split_files(batches_dir, "train")
-    model = model_lib.Model(seed=0)
-    params = model.parameters()
-
-    @tf.function
-    def step(images, labels):
-        with tf.GradientTape() as tape:
-            parts = model.loss(model(images), labels)
-        grads = tape.gradient(parts.total, params)
-        for v, g in zip(params, grads):
-            v.assign_sub(0.1 * g)
-        return parts.total, parts.cross_entropy
-
-    # 200 steps: after 100, some seeds still sit on a plateau (cross-entropy ~1.2);
-    # after 200, seeds 0-3 all reach a cross-entropy below 0.01.
-    dataset = data.train_dataset(files, 32, seed=0, shuffle_buffer=1000).take(200)
-    losses = np.array([[float(t) for t in step(x, y)] for x, y in dataset])
-    total, xent = losses[:, 0], losses[:, 1]
-    assert np.all(np.isfinite(losses))
-    assert xent[0] == pytest.approx(math.log(10), abs=0.1)  # chance at the start
-    # At the start, weight decay (about 2.4) is half the loss; learning must lower the
-    # cross-entropy itself, not only shrink the weights.
-    assert total[-10:].mean() < total[0] - 1.5, (total[0], total[-10:])
-    assert xent[-10:].mean() < 1.5, xent[-10:]
 
 
 # Mixed precision
