@@ -179,6 +179,16 @@ def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_fil
     assert not np.array_equal(local[0].numpy(), local[1].numpy())
 
 
+def test_one_device_strategy_trains_with_its_default_input(learnable_files, tmp_path):
+    files, count = learnable_files
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert train.input_options(strategy) is None  # it refuses per-replica pipelines
+    result = train.train(small_config(tmp_path, max_steps=2, checkpoint_every=2), strategy,
+                         files, count, print_fn=lambda line: None)
+    assert (result.step, result.complete) == (2, True)
+    assert result.last_checkpoint == str(tmp_path / "model.ckpt-2")
+
+
 def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_files, tmp_path):
     files, count = learnable_files
     first = train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
