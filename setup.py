@@ -28,6 +28,7 @@ setup(
         "console_scripts": [
             "cifar10-train=cifar10.train_main:run",
             "cifar10-eval=cifar10.eval_main:run",
+            "cifar10-predict=cifar10.predict_main:run",
         ],
     },
 )

@@ -1,6 +1,6 @@
 """The absl flags of the command-line programs (names and defaults of the original).
 
-Only the entry points (``train_main``, ``eval_main``) call these functions and
+Only the entry points (``train_main``, ``eval_main``, ``predict_main``) call these functions and
 read ``FLAGS``; the library takes plain arguments.  Booleans are absl booleans,
 so ``--use_fp16=false`` means False (one version of the original parsed it as True).
 """
@@ -80,11 +80,30 @@ def define_eval_flags() -> None:
                          lower_bound=0)
     flags.DEFINE_integer("num_examples", 10_000, "Number of examples to run.", lower_bound=1)
     flags.DEFINE_boolean("run_once", False, "Whether to run eval only once.")
-    flags.DEFINE_enum("weights", "averages", ["averages", "raw"],
-                      "Evaluate the exponential moving averages of the weights (as the "
-                      "original) or the raw trained weights.")
+    _define_weights_flag("Evaluate")
     flags.DEFINE_float("eval_timeout", None, "Stop after this many seconds without a new "
                        "checkpoint (default: wait until training is complete).",
                        lower_bound=0)
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
                          "present, so as not to compete with training for GPU memory.")
+
+
+def define_predict_flags() -> None:
+    """Flags of cifar10-predict (the images are its arguments)."""
+    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
+                        "Training run whose latest checkpoint classifies the images.")
+    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
+                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).")
+    _define_weights_flag("Classify with")
+    flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
+                         "first.", lower_bound=1, upper_bound=len(ff.CLASS_NAMES))
+    flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
+                      "text: one readable line per image; jsonl: one JSON object per line; "
+                      "csv: a header row, then one row per image.")
+    flags.DEFINE_integer("batch_size", 128, "Images classified at once.", lower_bound=1)
+
+
+def _define_weights_flag(verb: str) -> None:
+    flags.DEFINE_enum("weights", "averages", ["averages", "raw"],
+                      f"{verb} the exponential moving averages of the weights (as the "
+                      f"original's evaluation) or the raw trained weights.")

@@ -1,0 +1,76 @@
+"""cifar10-predict: the classes of image files, by a trained cifar10 model.
+
+Classifies PNG, JPEG, GIF and BMP files of any size with the latest checkpoint
+of a training run (its moving-average weights, as cifar10-eval).  Examples:
+
+    cifar10-predict cat.png dog.jpg photos/
+    cifar10-predict --checkpoint_dir=runs/a/train --top_k=1 --output=jsonl photos/ > preds.jsonl
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.predict,
+# where the work is.
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Before TensorFlow is imported: hide its C++ lines, including a warning for each
+# file that is not an image (this program says so in its own words).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app
+from absl import flags
+
+from cifar10 import fileformat as ff
+from cifar10 import flags as cifar10_flags
+from cifar10 import imagefiles
+from cifar10 import programs
+from cifar10.errors import Cifar10Error, first_line
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-predict"
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise app.UsageError("name the image files or folders to classify")
+    paths = imagefiles.find_images(argv[1:])
+    programs.load_tensorflow()
+    from cifar10 import checkpoints, predict
+    checkpoint = FLAGS.checkpoint
+    if checkpoint is None:
+        latest = checkpoints.latest(FLAGS.checkpoint_dir)
+        if latest is None:
+            raise Cifar10Error(
+                f"No checkpoint found in {FLAGS.checkpoint_dir}: train first (cifar10-train "
+                f"--train_dir={FLAGS.checkpoint_dir}) or point --checkpoint_dir at a training "
+                f"run")
+        checkpoint = latest.path
+    try:
+        model, _ = checkpoints.load_model(checkpoint, FLAGS.weights)
+    except checkpoints.READ_ERRORS as e:
+        raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {first_line(e)}") from e
+    show = predict.FORMATTERS[FLAGS.output]
+    if FLAGS.output == "csv":
+        print(predict.csv_header(FLAGS.top_k), flush=True)
+    failed = 0
+    for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k):
+        if isinstance(result, predict.Failure):
+            failed += 1
+            sys.stdout.flush()
+            print(f"{PROGRAM}: cannot read {result.path}: {result.reason}", file=sys.stderr,
+                  flush=True)
+        else:
+            print(show(result, ff.CLASS_NAMES), flush=True)
+    if failed:
+        raise Cifar10Error(f"{failed} of {len(paths)} images could not be read (see above)")
+
+
+def run() -> None:
+    cifar10_flags.define_predict_flags()
+    programs.run(PROGRAM, main, __doc__)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,213 @@
+"""Tests of cifar10.predict and the cifar10-predict command."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli import run
+
+from cifar10 import checkpoints, data, predict, synthetic, train
+from cifar10 import fileformat as ff
+
+RECORDS = 20  # records per generated file
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(train_dir, test files): synthetic data, 6 steps trained, checkpoints at 3 and 6."""
+    root = tmp_path_factory.mktemp("predict")
+    batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=RECORDS)
+    files = data.split_files(batches_dir, "train")
+    config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
+                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               shuffle_buffer=100)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)
+    return root / "train", data.split_files(batches_dir, "test")
+
+
+def records_of(test_files):
+    images, labels = zip(*((x.numpy(), int(y)) for x, y in data.read_records(test_files)))
+    return np.stack(images), labels
+
+
+def write_pngs(folder, images):
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, image in enumerate(images):
+        paths.append(str(folder / f"record_{i:03d}.png"))
+        tf.io.write_file(paths[-1], tf.io.encode_png(image))
+    return paths
+
+
+def evaluator_probabilities(model, test_files):
+    """Softmax of the logits the evaluator computes for each test record, in order."""
+    logits = [model(images) for images, _ in data.eval_dataset(test_files, 7)]
+    return tf.nn.softmax(tf.concat(logits, 0)).numpy()
+
+
+def test_lossless_test_records_are_classified_exactly_as_the_evaluator_does(trained, tmp_path):
+    train_dir, test_files = trained
+    images, _ = records_of(test_files)
+    paths = write_pngs(tmp_path, images)
+    model, step = checkpoints.load_model(checkpoints.latest(str(train_dir)).path)
+    assert step == 6
+    # A batch size that leaves a partial batch at the end.
+    results = list(predict.predict_files(model, paths, batch_size=8, top_k=10))
+    assert [r.path for r in results] == paths
+    expected = evaluator_probabilities(model, test_files)
+    for result, want in zip(results, expected):
+        assert isinstance(result, predict.Prediction)
+        assert len(result.labels) == 10 and sorted(result.labels) == list(range(10))
+        got = np.zeros(10)
+        got[list(result.labels)] = result.probabilities
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert result.labels[0] == int(np.argmax(want))
+        assert list(result.probabilities) == sorted(result.probabilities, reverse=True)
+        assert sum(result.probabilities) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_raw_weights_of_an_earlier_checkpoint_give_other_probabilities(trained, tmp_path):
+    train_dir, test_files = trained
+    images, _ = records_of(test_files)
+    paths = write_pngs(tmp_path, images[:4])
+    raw, step = checkpoints.load_model(checkpoints.find(str(train_dir))[0].path, "raw")
+    assert step == 3
+    averaged, _ = checkpoints.load_model(checkpoints.find(str(train_dir))[0].path)
+    got = [r.probabilities for r in predict.predict_files(raw, paths, top_k=1)]
+    want = evaluator_probabilities(raw, test_files)[:4]
+    np.testing.assert_allclose(np.ravel(got), want.max(axis=1), atol=1e-6)
+    other = [r.probabilities for r in predict.predict_files(averaged, paths, top_k=1)]
+    assert not np.allclose(got, other)
+
+
+def image(seed, height=32, width=32):
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def decoded(encoded: bytes) -> np.ndarray:
+    return predict.decode_image(tf.constant(encoded)).numpy()
+
+
+def bmp_bytes(rgb: np.ndarray) -> bytes:
+    """A 24-bit uncompressed BMP (rows bottom-up, BGR, padded to 4 bytes)."""
+    height, width, _ = rgb.shape
+    pad = b"\0" * ((4 - width * 3 % 4) % 4)
+    pixels = b"".join(rgb[y, :, ::-1].tobytes() + pad for y in range(height - 1, -1, -1))
+    header = struct.pack("<2sIHHI", b"BM", 54 + len(pixels), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(pixels), 2835, 2835,
+                       0, 0)
+    return header + info + pixels
+
+
+def test_a_32x32_image_is_kept_and_a_larger_one_area_averaged():
+    small = image(0)
+    assert np.array_equal(decoded(tf.io.encode_png(small).numpy()), small)
+    # Each pixel repeated 2x2: the area average of each 2x2 block is the pixel.
+    large = np.kron(small, np.ones((2, 2, 1), np.uint8))
+    assert np.array_equal(decoded(tf.io.encode_png(large).numpy()), small)
+    # Odd sizes: a flat image stays flat.
+    flat = np.full((45, 37, 3), 77, np.uint8)
+    assert np.array_equal(decoded(tf.io.encode_png(flat).numpy()), np.full((32, 32, 3), 77))
+
+
+def test_grayscale_rgba_bmp_and_jpeg_become_rgb():
+    rgb = image(1)
+    gray = rgb[:, :, :1]
+    assert np.array_equal(decoded(tf.io.encode_png(gray).numpy()), np.repeat(gray, 3, axis=2))
+    rgba = np.concatenate([rgb, np.full((32, 32, 1), 255, np.uint8)], axis=2)
+    assert np.array_equal(decoded(tf.io.encode_png(rgba).numpy()), rgb)
+    assert np.array_equal(decoded(bmp_bytes(rgb)), rgb)
+    smooth = np.broadcast_to(np.linspace(0, 255, 64, dtype=np.uint8)[:, None, None],
+                             (64, 48, 3)).copy()
+    from_jpeg = decoded(tf.io.encode_jpeg(smooth, quality=95).numpy())
+    assert from_jpeg.shape == (32, 32, 3) and from_jpeg.dtype == np.uint8
+    want = decoded(tf.io.encode_png(smooth).numpy()).astype(int)
+    assert np.abs(from_jpeg.astype(int) - want).max() <= 8  # lossy, but the same picture
+
+
+def test_unreadable_files_are_reported_and_the_others_classified(trained, tmp_path):
+    train_dir, test_files = trained
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "good", images[:3])
+    (tmp_path / "text.png").write_text("not an image")
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    (tmp_path / "folder.png").mkdir()
+    paths = [good[0], str(tmp_path / "text.png"), good[1], str(tmp_path / "missing.png"),
+             str(tmp_path / "empty.jpg"), str(tmp_path / "folder.png"), good[2]]
+    model, _ = checkpoints.load_model(checkpoints.latest(str(train_dir)).path)
+    results = list(predict.predict_files(model, paths, batch_size=2, top_k=1))
+    failures = {r.path: r.reason for r in results if isinstance(r, predict.Failure)}
+    not_an_image = "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
+    assert failures == {str(tmp_path / "text.png"): not_an_image,
+                        str(tmp_path / "missing.png"): "no such file",
+                        str(tmp_path / "empty.jpg"): not_an_image,
+                        str(tmp_path / "folder.png"): failures.get(str(tmp_path / "folder.png"))}
+    assert failures[str(tmp_path / "folder.png")] in ("not a regular file", not_an_image)
+    assert [r.path for r in results if isinstance(r, predict.Prediction)] == good
+
+
+PREDICTION = predict.Prediction("photos/a cat, maybe.png", (3, 5), (0.9125, 0.05))
+
+
+def test_text_jsonl_and_csv_lines():
+    names = ff.CLASS_NAMES
+    assert predict.format_text(PREDICTION, names) == "photos/a cat, maybe.png: cat 0.912, dog 0.050"
+    assert json.loads(predict.format_jsonl(PREDICTION, names)) == {
+        "path": "photos/a cat, maybe.png",
+        "top_k": [{"label": 3, "class": "cat", "probability": 0.9125},
+                  {"label": 5, "class": "dog", "probability": 0.05}]}
+    assert predict.csv_header(2) == "path,class_1,probability_1,class_2,probability_2"
+    assert predict.format_csv(PREDICTION, names) == '"photos/a cat, maybe.png",cat,0.912500,dog,0.050000'
+    assert predict.csv_header(12).count("class_") == 10
+
+
+def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(trained, tmp_path):
+    train_dir, test_files = trained
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos" / "sub", images[:3])
+    (tmp_path / "photos" / "notes.txt").write_text("not taken: not an image name")
+    (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG broken")
+    result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl",
+                 "--top_k=2", "--batch_size=2", str(tmp_path / "photos"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["path"] for line in lines] == good
+    model, _ = checkpoints.load_model(checkpoints.latest(str(train_dir)).path)
+    for line, want in zip(lines, predict.predict_files(model, good, top_k=2)):
+        assert [c["label"] for c in line["top_k"]] == list(want.labels)
+        assert [c["class"] for c in line["top_k"]] == [ff.CLASS_NAMES[i] for i in want.labels]
+        np.testing.assert_allclose([c["probability"] for c in line["top_k"]],
+                                   want.probabilities, atol=1e-6)
+    errors = result.stderr.strip().splitlines()[-2:]
+    assert errors == [
+        f"cifar10-predict: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
+        f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
+        "cifar10-predict: error: 1 of 4 images could not be read (see above)"]
+
+
+def test_the_command_without_a_checkpoint_or_images_is_a_one_line_error(trained, tmp_path):
+    train_dir, test_files = trained
+    [path] = write_pngs(tmp_path, records_of(test_files)[0][:1])
+    result = run("cifar10-predict", f"--checkpoint_dir={tmp_path / 'no_run'}", path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"cifar10-predict: error: No checkpoint found in {tmp_path / 'no_run'}: train first "
+        f"(cifar10-train --train_dir={tmp_path / 'no_run'}) or point --checkpoint_dir at a "
+        f"training run")
+    result = run("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-99'}", path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"cifar10-predict: error: cannot read checkpoint {train_dir / 'model.ckpt-99'}: ")
+    (tmp_path / "empty").mkdir()
+    result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp) in the folder "
+        f"{tmp_path / 'empty'} or its subfolders"]
+    assert "Traceback" not in result.stderr
