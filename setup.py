@@ -29,6 +29,7 @@ setup(
             "cifar10-train=cifar10.train_main:run",
             "cifar10-eval=cifar10.eval_main:run",
             "cifar10-predict=cifar10.predict_main:run",
+            "cifar10-export=cifar10.export_main:run",
         ],
     },
 )

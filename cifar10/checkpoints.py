@@ -151,6 +151,14 @@ def load_model(checkpoint: str, weights: str = "averages",
     return model, int(step.numpy())
 
 
+def read_model(checkpoint: str, weights: str = "averages") -> tuple[Model, int]:
+    """``load_model``, with a checkpoint that cannot be read as one ``Cifar10Error`` line."""
+    try:
+        return load_model(checkpoint, weights)
+    except READ_ERRORS as e:
+        raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {first_line(e)}") from e
+
+
 # --- the state file and the complete marker ----------------------------------
 
 

@@ -1,6 +1,6 @@
 """The absl flags of the command-line programs (names and defaults of the original).
 
-Only the entry points (``train_main``, ``eval_main``, ``predict_main``) call these functions and
+Only the entry points (``train_main``, ``eval_main``, ...) call these functions and
 read ``FLAGS``; the library takes plain arguments.  Booleans are absl booleans,
 so ``--use_fp16=false`` means False (one version of the original parsed it as True).
 """
@@ -90,11 +90,7 @@ def define_eval_flags() -> None:
 
 def define_predict_flags() -> None:
     """Flags of cifar10-predict (the images are its arguments)."""
-    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
-                        "Training run whose latest checkpoint classifies the images.")
-    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
-                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).")
-    _define_weights_flag("Classify with")
+    _define_checkpoint_flags("Classify with")
     flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
                          "first.", lower_bound=1, upper_bound=len(ff.CLASS_NAMES))
     flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
@@ -107,3 +103,22 @@ def _define_weights_flag(verb: str) -> None:
     flags.DEFINE_enum("weights", "averages", ["averages", "raw"],
                       f"{verb} the exponential moving averages of the weights (as the "
                       f"original's evaluation) or the raw trained weights.")
+
+
+def define_export_flags() -> None:
+    """Flags of cifar10-export."""
+    _define_checkpoint_flags("Export")
+    flags.DEFINE_string("export_dir", "/tmp/cifar10_export", "Where to write the SavedModel, "
+                        "in a folder named after the checkpoint's step (as TensorFlow Serving "
+                        "expects).")
+    flags.DEFINE_boolean("tflite", False, "Also write model.tflite (float32, the "
+                         "predict_images signature) into the export.")
+    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export of the same step.")
+
+
+def _define_checkpoint_flags(verb: str) -> None:
+    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
+                        "Training run whose latest checkpoint is used.")
+    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
+                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).")
+    _define_weights_flag(verb)

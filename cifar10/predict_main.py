@@ -26,7 +26,7 @@ from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
 from cifar10 import imagefiles
 from cifar10 import programs
-from cifar10.errors import Cifar10Error, first_line
+from cifar10.errors import Cifar10Error
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-predict"
@@ -38,19 +38,8 @@ def main(argv: list[str]) -> None:
     paths = imagefiles.find_images(argv[1:])
     programs.load_tensorflow()
     from cifar10 import checkpoints, predict
-    checkpoint = FLAGS.checkpoint
-    if checkpoint is None:
-        latest = checkpoints.latest(FLAGS.checkpoint_dir)
-        if latest is None:
-            raise Cifar10Error(
-                f"No checkpoint found in {FLAGS.checkpoint_dir}: train first (cifar10-train "
-                f"--train_dir={FLAGS.checkpoint_dir}) or point --checkpoint_dir at a training "
-                f"run")
-        checkpoint = latest.path
-    try:
-        model, _ = checkpoints.load_model(checkpoint, FLAGS.weights)
-    except checkpoints.READ_ERRORS as e:
-        raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {first_line(e)}") from e
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
     show = predict.FORMATTERS[FLAGS.output]
     if FLAGS.output == "csv":
         print(predict.csv_header(FLAGS.top_k), flush=True)

@@ -75,6 +75,24 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
     return batches_dir, counts
 
 
+def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str:
+    """``checkpoint`` if given, else the latest checkpoint of ``checkpoint_dir``.
+
+    Raises:
+      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint.
+    """
+    if checkpoint:
+        return checkpoint
+    from cifar10 import checkpoints
+
+    latest = checkpoints.latest(checkpoint_dir)
+    if latest is None:
+        raise Cifar10Error(
+            f"No checkpoint found in {checkpoint_dir}: train first (cifar10-train "
+            f"--train_dir={checkpoint_dir}) or point --checkpoint_dir at a training run")
+    return latest.path
+
+
 def load_tensorflow():
     """Imports TensorFlow (which takes seconds) with its INFO notices hidden.
 

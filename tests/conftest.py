@@ -1,4 +1,5 @@
-"""Test set-up shared by all test files: four logical CPU devices, learnable data.
+"""Test set-up shared by all test files: four logical CPU devices, learnable data,
+a small trained run.
 
 MirroredStrategy tests need several devices; on a CPU-only machine the CPU is
 split into logical devices, which must happen before TensorFlow initialises.
@@ -7,7 +8,7 @@ split into logical devices, which must happen before TensorFlow initialises.
 import pytest
 import tensorflow as tf
 
-from cifar10 import data, synthetic
+from cifar10 import data, synthetic, train
 
 NUM_LOGICAL_CPUS = 4
 
@@ -23,3 +24,17 @@ def learnable_files(tmp_path_factory):
                                           records_per_file=100)
     files = data.split_files(batches_dir, "train")
     return files, data.validate_files(files)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """(train_dir, test files): 20 records per file, 6 steps trained, checkpoints at 3 and 6."""
+    root = tmp_path_factory.mktemp("trained_run")
+    batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=20)
+    files = data.split_files(batches_dir, "train")
+    config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
+                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               shuffle_buffer=100)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)
+    return root / "train", data.split_files(batches_dir, "test")

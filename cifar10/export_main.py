@@ -1,0 +1,51 @@
+"""cifar10-export: a trained model as a SavedModel for TensorFlow Serving (and TFLite).
+
+Writes the latest checkpoint of a training run (its moving-average weights, as
+cifar10-eval) to <export_dir>/<step>/, with the preprocessing in the graph.
+Examples:
+
+    cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export
+    cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export --tflite
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.export.export,
+# where the work is.
+
+from __future__ import annotations
+
+import os
+
+# Before TensorFlow is imported: hide its C++ INFO lines (warnings still show).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from absl import app
+from absl import flags
+
+from cifar10 import flags as cifar10_flags
+from cifar10 import programs
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-export"
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.load_tensorflow()
+    from cifar10 import export
+
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
+                           overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)
+    tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
+    print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",
+          flush=True)
+
+
+def run() -> None:
+    cifar10_flags.define_export_flags()
+    programs.run(PROGRAM, main, __doc__)
+
+
+if __name__ == "__main__":
+    run()

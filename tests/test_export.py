@@ -1,0 +1,135 @@
+"""Tests of cifar10.export and the cifar10-export command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli import env, program, run
+from test_predict import records_of, write_pngs
+
+from cifar10 import checkpoints, export, predict
+from cifar10.errors import Cifar10Error
+
+# Run in a fresh process: loads the export with TensorFlow alone (no cifar10 code)
+# and prints what each signature and the TFLite interpreter give.
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+export_dir, paths = sys.argv[1], sys.argv[2:]
+loaded = tf.saved_model.load(export_dir)
+encoded = tf.constant([open(p, "rb").read() for p in paths])
+by_bytes = loaded.signatures["serving_default"](images=encoded)
+arrays = np.stack([tf.io.decode_png(open(p, "rb").read()).numpy() for p in paths])
+by_array = loaded.signatures["predict_images"](images=tf.constant(arrays, tf.float32))
+runner = tf.lite.Interpreter(model_path=export_dir + "/model.tflite").get_signature_runner(
+    "predict_images")
+by_tflite = runner(images=arrays.astype(np.float32))
+as_list = lambda out: {k: [x.decode() if isinstance(x, bytes) else x
+                           for x in np.asarray(v).tolist()] for k, v in dict(out).items()}
+print(json.dumps({"bytes": as_list(by_bytes), "array": as_list(by_array),
+                  "tflite": as_list(by_tflite)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    """(export_dir, the command's result, image paths): step 6 exported with --tflite."""
+    train_dir, test_files = trained_run
+    root = tmp_path_factory.mktemp("export")
+    result = run("cifar10-export", f"--checkpoint_dir={train_dir}",
+                 f"--export_dir={root / 'export'}", "--tflite")
+    paths = write_pngs(root / "images", records_of(test_files)[0][:5])
+    return root / "export", result, paths
+
+
+def test_the_command_writes_a_numbered_version_folder(exported, trained_run):
+    export_dir, result, _ = exported
+    train_dir, _ = trained_run
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"Exported {train_dir / 'model.ckpt-6'} (averages weights) to {export_dir / '6'}: "
+        f"a SavedModel and model.tflite.")
+    assert os.listdir(export_dir) == ["6"]  # nothing left of the temporary folder
+    assert {"saved_model.pb", "variables", "model.tflite"} <= set(os.listdir(export_dir / "6"))
+
+
+def test_the_export_serves_what_cifar10_predict_prints(exported, trained_run):
+    export_dir, _, paths = exported
+    train_dir, _ = trained_run
+    served = subprocess.run([sys.executable, "-c", SERVE, str(export_dir / "6"), *paths],
+                            capture_output=True, text=True, timeout=300, env=env())
+    assert served.returncode == 0, served.stderr
+    outputs = json.loads(served.stdout.strip().splitlines()[-1])
+    model, _ = checkpoints.load_model(str(train_dir / "model.ckpt-6"))
+    expected = list(predict.predict_files(model, paths, top_k=10))
+    want = np.zeros((len(paths), 10))
+    for i, prediction in enumerate(expected):
+        want[i, list(prediction.labels)] = prediction.probabilities
+    for name, tolerance in (("bytes", 1e-5), ("array", 1e-5), ("tflite", 1e-4)):
+        out = outputs[name]
+        np.testing.assert_allclose(out["probabilities"], want, atol=tolerance, err_msg=name)
+        assert out["classes"] == [p.labels[0] for p in expected], name
+        assert out["class_names"] == [predict.ff.CLASS_NAMES[p.labels[0]] for p in expected]
+
+
+def test_saved_model_cli_shows_both_signatures_and_runs_the_bytes_one(exported, tmp_path):
+    export_dir, _, paths = exported
+    cli = program("saved_model_cli")  # installed with tensorflow
+    shown = subprocess.run([cli, "show", "--all", "--dir", str(export_dir / "6")],
+                           capture_output=True, text=True, timeout=120, env=env())
+    assert shown.returncode == 0, shown.stderr
+    for text in ("signature_def['serving_default']", "signature_def['predict_images']",
+                 "outputs['probabilities']", "outputs['classes']", "outputs['class_names']",
+                 "dtype: DT_STRING", "shape: (-1, -1, -1, 3)"):
+        assert text in shown.stdout, text
+    batch = tmp_path / "images.npy"  # a batch of 2 encoded images
+    np.save(batch, np.array([open(p, "rb").read() for p in paths[:2]], dtype=object))
+    ran = subprocess.run([cli, "run", "--dir", str(export_dir / "6"), "--tag_set", "serve",
+                          "--signature_def", "serving_default", "--inputs", f"images={batch}"],
+                         capture_output=True, text=True, timeout=120, env=env())
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(r"Result for output key class_names:\s*\[b'\w+' b'\w+'\]", ran.stdout)
+    assert "Result for output key probabilities:" in ran.stdout
+
+
+def test_an_existing_version_is_kept_unless_overwrite_and_only_if_a_saved_model(trained_run,
+                                                                                 tmp_path):
+    train_dir, _ = trained_run
+    first = str(train_dir / "model.ckpt-3")
+    target = export.export(first, str(tmp_path), weights="raw")
+    assert target == str(tmp_path / "3")
+    with pytest.raises(Cifar10Error) as err:
+        export.export(first, str(tmp_path))
+    assert str(err.value) == (f"{target} exists (an export of step 3): pass --overwrite to "
+                              f"replace it, or choose another --export_dir")
+    stamp = os.stat(os.path.join(target, "saved_model.pb")).st_mtime_ns
+    assert export.export(first, str(tmp_path), overwrite=True) == target
+    assert os.stat(os.path.join(target, "saved_model.pb")).st_mtime_ns != stamp
+    assert sorted(os.listdir(tmp_path)) == ["3"]
+
+    (tmp_path / "6").mkdir()
+    (tmp_path / "6" / "notes.txt").write_text("mine")
+    with pytest.raises(Cifar10Error, match="is not a SavedModel: it is not replaced"):
+        export.export(str(train_dir / "model.ckpt-6"), str(tmp_path), overwrite=True)
+    assert os.listdir(tmp_path / "6") == ["notes.txt"]
+
+
+def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_run, tmp_path):
+    train_dir, _ = trained_run
+    with pytest.raises(Cifar10Error, match=r"^cannot read checkpoint .*model\.ckpt-99: "):
+        export.export(str(train_dir / "model.ckpt-99"), str(tmp_path / "export"))
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("a file where the export folder should go")
+    with pytest.raises(Cifar10Error) as err:
+        export.export(str(train_dir / "model.ckpt-6"), str(in_the_way / "export"))
+    message = str(err.value)
+    assert message.startswith(f"cannot write the export folder {in_the_way / 'export'}")
+    assert "\n" not in message and "None" not in message
+    assert not (tmp_path / "export").exists()
