@@ -14,7 +14,10 @@ Prints, each the median of several timed windows after a warm-up:
   (e) seconds from launching cifar10-train to its first step, data on disk;
   (f) peak resident memory of that cifar10-train process;
   (g) the speed of this machine: float32 matmul GFLOP/s, and the compute ceiling
-      it sets for training (the train step's FLOPs per example at that rate).
+      it sets for training (the train step's FLOPs per example at that rate);
+  (h) the SavedModel of cifar10-export serving encoded PNG images, images/sec at
+      batch 1 and batch 128 (the checkpoint of (c));
+  (i) cifar10-predict on a folder of PNG images, from launch to its last line.
 It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 """
@@ -38,7 +41,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from cifar10 import data, devices, evaluate, synthetic, train  # noqa: E402
+from cifar10 import checkpoints, data, devices, evaluate, export, synthetic, train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
 
@@ -59,8 +62,10 @@ def parse_args(argv):
                    help="records per file of generated data")
     p.add_argument("--skip_launch", action="store_true",
                    help="skip (e) and (f), which start cifar10-train in a subprocess")
+    p.add_argument("--predict_images", type=int, default=1000,
+                   help="PNG images in the folder of (i)")
     args = p.parse_args(argv)
-    for name in ("batch_size", "windows", "window_steps", "records_per_file"):
+    for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.num_gpus < 0 or args.warmup_steps < 0:
@@ -241,6 +246,44 @@ def launch(args, data_dir, train_dir) -> tuple[float, float]:
     return first_step, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+def serving(args, train_dir, test_files, work) -> tuple[float, float]:
+    """Images/sec of the exported SavedModel on PNG bytes, at batch 1 and batch 128."""
+    target = export.export(checkpoints.latest(train_dir).path, os.path.join(work, "export"))
+    serve = tf.saved_model.load(target).signatures["serving_default"]
+    images = [tf.io.encode_png(image) for image, _ in data.read_records(test_files).take(128)]
+    rates = []
+    for batch_size in (1, 128):
+        batch = tf.stack([images[i % len(images)] for i in range(batch_size)])
+        calls = max(1, 256 // batch_size)
+        serve(images=batch)  # warm-up
+
+        def window():
+            for _ in range(calls):
+                serve(images=batch)["probabilities"].numpy()
+
+        rates.append(median_rate(window, args.windows, calls * batch_size))
+    return rates[0], rates[1]
+
+
+def predict_folder(args, train_dir, test_files, work) -> float:
+    """Seconds from launching cifar10-predict on a folder of PNGs to its last line."""
+    folder = os.path.join(work, "predict")
+    os.makedirs(folder)
+    records = data.read_records(test_files).repeat().take(args.predict_images)
+    for i, (image, _) in enumerate(records):
+        tf.io.write_file(os.path.join(folder, f"{i:05d}.png"), tf.io.encode_png(image))
+    program = os.path.join(os.path.dirname(sys.executable), "cifar10-predict")
+    cmd = [program, f"--checkpoint_dir={train_dir}", "--top_k=1", folder]
+    start = time.perf_counter()
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seconds = time.perf_counter() - start
+    lines = result.stdout.splitlines()
+    if result.returncode or len(lines) != args.predict_images:
+        raise SystemExit(f"benchmark: {' '.join(cmd)} failed with exit status "
+                         f"{result.returncode} after {len(lines)} lines")
+    return seconds
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
@@ -288,7 +331,14 @@ def _run(args, strategy, work) -> int:
     ceiling = gflops * 1e9 / flops
     print(f"(g) machine speed:           {gflops:9.1f} GFLOP/s float32 matmul; at "
           f"{flops / 1e6:.1f} MFLOP per example the compute ceiling is {ceiling:.0f} "
-          f"examples/sec ((c) is {100 * c / ceiling:.0f}% of it)")
+          f"examples/sec ((c) is {100 * c / ceiling:.0f}% of it)", flush=True)
+    one, many = serving(args, os.path.join(work, "train"), test_files, work)
+    print(f"(h) serving (SavedModel):    {one:9.1f} images/sec at batch 1, {many:.1f} at "
+          f"batch 128 (PNG bytes in)", flush=True)
+    seconds = predict_folder(args, os.path.join(work, "train"), test_files, work)
+    print(f"(i) cifar10-predict:         {seconds:9.2f} s for a folder of "
+          f"{args.predict_images} PNG images, launch to last line "
+          f"({args.predict_images / seconds:.0f} images/sec)")
     return 0
 
 

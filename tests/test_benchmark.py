@@ -20,7 +20,7 @@ FIGURE = r"\s+([0-9.]+) "
 def test_benchmark_prints_every_figure_on_generated_data():
     result = subprocess.run(
         [sys.executable, SCRIPT, "--windows=1", "--window_steps=2", "--warmup_steps=1",
-         "--records_per_file=64", "--batch_size=16"],
+         "--records_per_file=64", "--batch_size=16", "--predict_images=12"],
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr
@@ -48,6 +48,13 @@ def test_benchmark_prints_every_figure_on_generated_data():
                       r"\(\(c\) is \d+% of it\)", out)
     assert speed and round(float(speed[1]) * 1e9 / 105_295_104) == pytest.approx(
         int(speed[2]), abs=1)
+    serving = re.search(r"\(h\) serving \(SavedModel\):" + FIGURE + r"images/sec at batch 1, "
+                        r"([0-9.]+) at batch 128 \(PNG bytes in\)", out)
+    assert serving and float(serving[1]) > 0 and float(serving[2]) > 0
+    predicted = re.search(r"\(i\) cifar10-predict:" + FIGURE + r"s for a folder of 12 PNG "
+                          r"images, launch to last line \((\d+) images/sec\)", out)
+    assert predicted and float(predicted[1]) > 0
+    assert int(predicted[2]) == pytest.approx(12 / float(predicted[1]), abs=1)
 
 
 def test_benchmark_rejects_bad_arguments():
