@@ -87,6 +87,36 @@ def bmp_bytes(rgb: np.ndarray) -> bytes:
     return header + info + pixels
 
 
+def gif_bytes(frames: list[np.ndarray], palette: np.ndarray) -> bytes:
+    """A GIF89a of palette-index frames [H, W] (values 0-3) over a 4-colour palette.
+
+    LZW with 3-bit codes: a clear code before every two pixels keeps the code
+    table from growing, the simplest valid encoding.
+    """
+    height, width = frames[0].shape
+    out = [b"GIF89a", struct.pack("<HHBBB", width, height, 0x91, 0, 0), palette.tobytes()]
+    for frame in frames:
+        codes = []
+        pixels = frame.ravel().tolist()
+        for i in range(0, len(pixels), 2):
+            codes += [4, *pixels[i:i + 2]]  # 4: clear
+        codes.append(5)  # end of information
+        bits = sum(code << (3 * i) for i, code in enumerate(codes))
+        packed = bits.to_bytes((3 * len(codes) + 7) // 8, "little")
+        blocks = b"".join(bytes([len(packed[i:i + 255])]) + packed[i:i + 255]
+                          for i in range(0, len(packed), 255))
+        out += [b"\x2c", struct.pack("<HHHHB", 0, 0, width, height, 0), b"\x02", blocks, b"\x00"]
+    out.append(b"\x3b")
+    return b"".join(out)
+
+
+def test_a_gif_gives_its_first_frame():
+    palette = np.array([[0, 0, 0], [255, 0, 0], [0, 255, 0], [20, 40, 250]], np.uint8)
+    rng = np.random.default_rng(3)
+    first, second = rng.integers(0, 4, (2, 32, 32))
+    assert np.array_equal(decoded(gif_bytes([first, second], palette)), palette[first])
+
+
 def test_a_32x32_image_is_kept_and_a_larger_one_area_averaged():
     small = image(0)
     assert np.array_equal(decoded(tf.io.encode_png(small).numpy()), small)
