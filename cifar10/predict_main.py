@@ -38,6 +38,7 @@ def main(argv: list[str]) -> None:
     paths = imagefiles.find_images(argv[1:])
     programs.load_tensorflow()
     from cifar10 import checkpoints, predict
+
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
     show = predict.FORMATTERS[FLAGS.output]
