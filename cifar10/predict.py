@@ -86,6 +86,27 @@ def make_classifier(model: Model):
     return probabilities
 
 
+def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
+    """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
+
+    The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time;
+    a file that cannot be read or decoded gives None and a one-line reason,
+    and the others go on.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False  # see data.train_dataset
+    images = (tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
+              .map(lambda path: decode_image(tf.io.read_file(path)),
+                   num_parallel_calls=DECODE_PARALLEL, deterministic=True)
+              .prefetch(2 * DECODE_PARALLEL).with_options(options))
+    iterator = iter(images)
+    for path in paths:
+        try:
+            yield path, next(iterator).numpy(), ""
+        except tf.errors.OpError as e:
+            yield path, None, _reason(e)
+
+
 def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                   top_k: int = 3) -> Iterator[Prediction | Failure]:
     """Classifies image files, ``batch_size`` at a time.
@@ -97,12 +118,6 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     classify = make_classifier(model)
     top_k = min(top_k, len(ff.CLASS_NAMES))
-    options = tf.data.Options()
-    options.autotune.enabled = False  # see data.train_dataset
-    images = (tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
-              .map(lambda path: decode_image(tf.io.read_file(path)),
-                   num_parallel_calls=DECODE_PARALLEL, deterministic=True)
-              .prefetch(batch_size).with_options(options))
     pending: list[tuple[str, np.ndarray]] = []
 
     def flush():
@@ -113,13 +128,11 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                              tuple(float(row[i]) for i in labels))
         pending.clear()
 
-    iterator = iter(images)
-    for path in paths:
-        try:
-            pending.append((path, next(iterator).numpy()))
-        except tf.errors.OpError as e:
-            yield Failure(path, _reason(e))
+    for path, image, reason in decode_files(paths):
+        if image is None:
+            yield Failure(path, reason)
             continue
+        pending.append((path, image))
         if len(pending) == batch_size:
             yield from flush()
     if pending:
