@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Sequence
 
 import tensorflow as tf
 
+from cifar10 import atomic
 from cifar10 import checkpoints
 from cifar10 import fileformat as ff
 from cifar10 import predict
@@ -65,7 +65,8 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
 
     The version folder is written under a temporary name and renamed when
-    complete, so that a server polling ``export_dir`` never loads half of it.
+    complete (``atomic.new_folder``), so that a server polling ``export_dir``
+    never loads half of it.
 
     Raises:
       Cifar10Error: the checkpoint cannot be read; the version folder exists
@@ -82,28 +83,19 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
             raise Cifar10Error(f"{target} exists and is not a SavedModel: it is not replaced; "
                                f"move it aside or choose another --export_dir")
     try:
-        os.makedirs(export_dir, exist_ok=True)
-        scratch = tempfile.mkdtemp(prefix=f".{step}-incomplete-", dir=export_dir)
+        with atomic.new_folder(target) as scratch:
+            module = ServingModule(model, class_names)
+            signatures = {"serving_default": module.predict_encoded,
+                          "predict_images": module.predict_images}
+            tf.saved_model.save(module, scratch, signatures=signatures)
+            if tflite:
+                _write_tflite(scratch)
+            if os.path.lexists(target):  # an earlier export, replaced (--overwrite)
+                shutil.rmtree(target)
     except OSError as e:
-        raise io_error("cannot write the export folder", export_dir, e) from e
-    try:
-        module = ServingModule(model, class_names)
-        signatures = {"serving_default": module.predict_encoded,
-                      "predict_images": module.predict_images}
-        tf.saved_model.save(module, scratch, signatures=signatures)
-        if tflite:
-            _write_tflite(scratch)
-        if os.path.lexists(target):
-            shutil.rmtree(target)
-        os.rename(scratch, target)
-    except (OSError, tf.errors.OpError) as e:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if isinstance(e, OSError):
-            raise io_error("cannot write the export", target, e) from e
+        raise io_error("cannot write the export folder", target, e) from e
+    except tf.errors.OpError as e:
         raise Cifar10Error(f"cannot write the export {target}: {first_line(e)}") from e
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
     return target
 
 

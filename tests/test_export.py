@@ -58,6 +58,10 @@ def test_the_command_writes_a_numbered_version_folder(exported, trained_run):
         f"a SavedModel and model.tflite.")
     assert os.listdir(export_dir) == ["6"]  # nothing left of the temporary folder
     assert {"saved_model.pb", "variables", "model.tflite"} <= set(os.listdir(export_dir / "6"))
+    # Readable by a server running as another user: not a private temporary folder.
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(export_dir / "6").st_mode & 0o777 == 0o777 & ~mask
 
 
 def test_the_export_serves_what_cifar10_predict_prints(exported, trained_run):
@@ -130,6 +134,6 @@ def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_ru
     with pytest.raises(Cifar10Error) as err:
         export.export(str(train_dir / "model.ckpt-6"), str(in_the_way / "export"))
     message = str(err.value)
-    assert message.startswith(f"cannot write the export folder {in_the_way / 'export'}")
+    assert message.startswith(f"cannot write the export folder {in_the_way / 'export' / '6'}")
     assert "\n" not in message and "None" not in message
     assert not (tmp_path / "export").exists()
