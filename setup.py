@@ -30,6 +30,7 @@ setup(
             "cifar10-eval=cifar10.eval_main:run",
             "cifar10-predict=cifar10.predict_main:run",
             "cifar10-export=cifar10.export_main:run",
+            "cifar10-prepare=cifar10.prepare_main:run",
         ],
     },
 )

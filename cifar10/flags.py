@@ -122,3 +122,18 @@ def _define_checkpoint_flags(verb: str) -> None:
     flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
                         "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).")
     _define_weights_flag(verb)
+
+
+def define_prepare_flags() -> None:
+    """Flags of cifar10-prepare."""
+    flags.DEFINE_string("image_dir", None, "Folder with one subfolder of images per class "
+                        "(or train/ and test/ folders holding those, to keep a given split).")
+    flags.DEFINE_string("data_dir", None, "Where to write cifar-10-batches-bin/, the folder "
+                        "cifar10-train and cifar10-eval read with --data_dir.")
+    flags.DEFINE_float("test_fraction", 1 / 6, "Share of each class's images that goes to the "
+                       "test set when image_dir has no train/ and test/ folders.",
+                       lower_bound=0, upper_bound=0.99)
+    flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.")
+    flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
+                         "skipping it.")
+    flags.mark_flags_as_required(["image_dir", "data_dir"])

@@ -1,0 +1,66 @@
+"""cifar10-prepare: your own images as a CIFAR-10-format data set.
+
+Turns a folder of class folders (my_photos/<class>/*.jpg, or my_photos/train/<class>
+and my_photos/test/<class> to keep a given split) into the binary files that
+cifar10-train and cifar10-eval read.  Example:
+
+    cifar10-prepare --image_dir=my_photos --data_dir=/data/my10
+    cifar10-train --data_dir=/data/my10 --train_dir=runs/my10/train
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.prepare,
+# where the work is.
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Before TensorFlow is imported: hide its C++ lines, including a warning for each
+# file that is not an image (this program says so in its own words).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app
+from absl import flags
+
+from cifar10 import flags as cifar10_flags
+from cifar10 import programs
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-prepare"
+
+
+def show_progress(done: int, total: int, seconds: float) -> None:
+    rate = done / seconds if seconds > 0 else 0.0
+    line = f"{done:,}/{total:,} images ({rate:,.0f} images/s)"
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + line + ("\n" if done == total else ""))
+    elif done == total or done % 10_000 == 0:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.load_tensorflow()
+    from cifar10 import prepare
+
+    source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
+                              progress=show_progress)
+    for path, why in summary.skipped:
+        print(f"{PROGRAM}: skipped {path}: {why}", file=sys.stderr, flush=True)
+    print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
+          f"of {len(summary.class_names)} classes ({', '.join(summary.class_names)}) to "
+          f"{summary.batches_dir}; skipped {len(summary.skipped)} unreadable images.",
+          flush=True)
+
+
+def run() -> None:
+    cifar10_flags.define_prepare_flags()
+    programs.run(PROGRAM, main, __doc__)
+
+
+if __name__ == "__main__":
+    run()

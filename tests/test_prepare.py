@@ -1,0 +1,155 @@
+"""Tests of cifar10.prepare and the cifar10-prepare command."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli import run
+
+from cifar10 import data, prepare
+from cifar10 import fileformat as ff
+from cifar10.errors import Cifar10Error
+
+
+def write_png(path, image):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tf.io.write_file(str(path), tf.io.encode_png(image))
+
+
+def class_image(label, index):
+    """A 32x32 image whose pixels say its class and number (so records can be traced)."""
+    image = np.zeros((32, 32, 3), np.uint8)
+    image[..., 0], image[..., 1], image[..., 2] = label * 20, index, 255 - index
+    return image
+
+
+@pytest.fixture
+def image_dir(tmp_path):
+    """Three classes (bird: 12 images, cat: 6, dog: 18), 32x32 PNGs, in sorted-class order."""
+    root = tmp_path / "photos"
+    for label, (name, count) in enumerate([("bird", 12), ("cat", 6), ("dog", 18)]):
+        for i in range(count):
+            write_png(root / name / f"{i:02d}.png", class_image(label, i))
+    return root
+
+
+def records(batches_dir, names):
+    raw = b"".join(open(os.path.join(batches_dir, n), "rb").read() for n in names)
+    rows = np.frombuffer(raw, np.uint8).reshape(-1, ff.RECORD_BYTES)
+    images = rows[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return rows[:, 0], images
+
+
+def test_class_folders_become_cifar_files_split_per_class(image_dir, tmp_path):
+    source = prepare.find_source(str(image_dir), test_fraction=1 / 6, seed=3)
+    assert source.class_names == ("bird", "cat", "dog")
+    assert len(source.test) == 2 + 1 + 3 and len(source.train) == 10 + 5 + 15
+    summary = prepare.convert(source, str(tmp_path / "data"), seed=3)
+    batches_dir = str(tmp_path / "data" / ff.BATCHES_DIRNAME)
+    assert summary.batches_dir == batches_dir
+    assert (summary.train_records, summary.test_records, summary.skipped) == (30, 6, ())
+    assert sorted(os.listdir(batches_dir)) == sorted([*ff.TRAIN_FILES, *ff.TEST_FILES,
+                                                      ff.META_FILE])
+    assert open(os.path.join(batches_dir, ff.META_FILE)).read() == "bird\ncat\ndog\n"
+    # The trainer's and the evaluator's own checks take it; five files of 6 records.
+    assert data.validate_files(data.split_files(batches_dir, "train")) == 30
+    assert data.validate_files(data.split_files(batches_dir, "test")) == 6
+    assert [os.path.getsize(os.path.join(batches_dir, n)) for n in ff.TRAIN_FILES] == \
+        [6 * ff.RECORD_BYTES] * 5
+    labels, images = records(batches_dir, ff.TRAIN_FILES)
+    test_labels, test_images = records(batches_dir, ff.TEST_FILES)
+    # Every image once, with its own label, in the record layout (label, R, G, B planes).
+    seen = sorted((int(l), int(img[0, 0, 1])) for l, img in zip(
+        np.concatenate([labels, test_labels]), np.concatenate([images, test_images])))
+    assert seen == sorted([(0, i) for i in range(12)] + [(1, i) for i in range(6)]
+                          + [(2, i) for i in range(18)])
+    for label, image in zip(labels, images):
+        assert np.array_equal(image, class_image(label, int(image[0, 0, 1])))
+    assert sorted(np.bincount(test_labels).tolist()) == [1, 2, 3]
+    assert labels.tolist() != sorted(labels.tolist())  # shuffled
+    # The same seed gives the same files.
+    again = prepare.convert(prepare.find_source(str(image_dir), seed=3), str(tmp_path / "again"),
+                            seed=3)
+    for name in ff.TRAIN_FILES + ff.TEST_FILES:
+        assert open(os.path.join(batches_dir, name), "rb").read() == open(
+            os.path.join(again.batches_dir, name), "rb").read()
+
+
+def test_train_and_test_folders_keep_their_split(tmp_path):
+    root = tmp_path / "photos"
+    for split, count in (("train", 4), ("test", 2)):
+        for label, name in enumerate(["ant", "bee"]):
+            for i in range(count):
+                write_png(root / split / name / f"{i}.png", class_image(label, i))
+    source = prepare.find_source(str(root), test_fraction=0.5)
+    assert source.class_names == ("ant", "bee")
+    assert sorted(os.path.basename(os.path.dirname(p)) + "/" + os.path.basename(p)
+                  for p, _ in source.test) == ["ant/0.png", "ant/1.png", "bee/0.png", "bee/1.png"]
+    assert len(source.train) == 8
+    assert all(os.sep + "train" + os.sep in p for p, _ in source.train)
+
+
+def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, tmp_path):
+    write_png(image_dir / "cat" / "large.png", np.full((64, 48, 3), 90, np.uint8))
+    (image_dir / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
+    source = prepare.find_source(str(image_dir), test_fraction=0)
+    summary = prepare.convert(source, str(tmp_path / "data"))
+    assert summary.skipped == ((str(image_dir / "cat" / "broken.jpg"),
+                                "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a "
+                                "damaged one"),)
+    assert (summary.train_records, summary.test_records) == (37, 0)
+    _, images = records(summary.batches_dir, ff.TRAIN_FILES)
+    assert sum(np.array_equal(image, np.full((32, 32, 3), 90)) for image in images) == 1
+
+    with pytest.raises(Cifar10Error, match=r"^cannot read .*broken\.jpg: not an image .*"
+                                           r"\(--strict: nothing written\)$"):
+        prepare.convert(source, str(tmp_path / "strict"), strict=True)
+    assert not (tmp_path / "strict").exists() or not os.listdir(tmp_path / "strict")
+
+
+def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Cifar10Error, match=r"^no class folders in .*empty: put the images"):
+        prepare.find_source(str(tmp_path / "empty"))
+    with pytest.raises(Cifar10Error, match=r"^no such folder: "):
+        prepare.find_source(str(tmp_path / "missing"))
+    (image_dir / "eel").mkdir()
+    (image_dir / "eel" / "notes.txt").write_text("no images here")
+    with pytest.raises(Cifar10Error, match=r"^the class folder .*eel holds no images \(\.png"):
+        prepare.find_source(str(image_dir))
+    many = tmp_path / "many"
+    for i in range(11):
+        write_png(many / f"class{i:02d}" / "0.png", class_image(0, i))
+    with pytest.raises(Cifar10Error, match=r"has 11 class folders; the model has 10 outputs, "
+                                           r"so at most 10 classes$"):
+        prepare.find_source(str(many))
+
+
+def test_an_existing_data_folder_is_kept(image_dir, tmp_path):
+    batches_dir = tmp_path / "data" / ff.BATCHES_DIRNAME
+    batches_dir.mkdir(parents=True)
+    (batches_dir / "data_batch_1.bin").write_bytes(b"the user's")
+    with pytest.raises(Cifar10Error, match="exists: it is not replaced; move it aside"):
+        prepare.convert(prepare.find_source(str(image_dir)), str(tmp_path / "data"))
+    assert os.listdir(batches_dir) == ["data_batch_1.bin"]
+    assert sorted(os.listdir(tmp_path / "data")) == [ff.BATCHES_DIRNAME]
+
+
+def test_the_command_converts_and_reports(image_dir, tmp_path):
+    (image_dir / "dog" / "broken.png").write_bytes(b"\x89PNG broken")
+    result = run("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # Seed 0 puts the broken image among dog's 3 test images (19 / 6, rounded).
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"Wrote 31 training and 5 test records of 3 classes (bird, cat, dog) to "
+        f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 1 unreadable images.")
+    assert "37/37 images (" in result.stderr
+    assert (f"cifar10-prepare: skipped {image_dir / 'dog' / 'broken.png'}: not an image"
+            in result.stderr)
+    # The trainer takes the folder as it is.
+    assert data.validate_files(data.split_files(str(tmp_path / "d" / ff.BATCHES_DIRNAME),
+                                                "train")) == 31
