@@ -17,7 +17,9 @@ Prints, each the median of several timed windows after a warm-up:
       it sets for training (the train step's FLOPs per example at that rate);
   (h) the SavedModel of cifar10-export serving encoded PNG images, images/sec at
       batch 1 and batch 128 (the checkpoint of (c));
-  (i) cifar10-predict on a folder of PNG images, from launch to its last line.
+  (i) cifar10-predict on a folder of PNG images, from launch to its last line;
+  (j) cifar10-prepare's conversion of a folder of 32x32 PNG images in 10 class
+      folders into CIFAR-10 files, images/sec.
 It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 """
@@ -41,7 +43,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from cifar10 import checkpoints, data, devices, evaluate, export, synthetic, train  # noqa: E402
+from cifar10 import checkpoints, data, devices, evaluate, export, prepare, synthetic  # noqa: E402
+from cifar10 import train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
 
@@ -64,8 +67,11 @@ def parse_args(argv):
                    help="skip (e) and (f), which start cifar10-train in a subprocess")
     p.add_argument("--predict_images", type=int, default=1000,
                    help="PNG images in the folder of (i)")
+    p.add_argument("--prepare_images", type=int, default=6000,
+                   help="PNG images converted in (j)")
     args = p.parse_args(argv)
-    for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images"):
+    for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images",
+                 "prepare_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.num_gpus < 0 or args.warmup_steps < 0:
@@ -284,6 +290,23 @@ def predict_folder(args, train_dir, test_files, work) -> float:
     return seconds
 
 
+def conversion(args, test_files, work) -> float:
+    """Images/sec of cifar10.prepare converting 10 class folders of 32x32 PNGs."""
+    folder = os.path.join(work, "prepare")
+    records = data.read_records(test_files).repeat().take(args.prepare_images)
+    for i, (image, label) in enumerate(records):
+        path = os.path.join(folder, f"class{int(label)}", f"{i:05d}.png")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tf.io.write_file(path, tf.io.encode_png(image))
+    start = time.perf_counter()
+    summary = prepare.convert(prepare.find_source(folder), os.path.join(work, "prepared"))
+    seconds = time.perf_counter() - start
+    if summary.skipped or summary.train_records + summary.test_records != args.prepare_images:
+        raise SystemExit(f"benchmark: the conversion of (j) wrote {summary.train_records} + "
+                         f"{summary.test_records} records of {args.prepare_images}")
+    return args.prepare_images / seconds
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
@@ -338,7 +361,10 @@ def _run(args, strategy, work) -> int:
     seconds = predict_folder(args, os.path.join(work, "train"), test_files, work)
     print(f"(i) cifar10-predict:         {seconds:9.2f} s for a folder of "
           f"{args.predict_images} PNG images, launch to last line "
-          f"({args.predict_images / seconds:.0f} images/sec)")
+          f"({args.predict_images / seconds:.0f} images/sec)", flush=True)
+    rate = conversion(args, test_files, work)
+    print(f"(j) cifar10-prepare:         {rate:9.1f} images/sec ({args.prepare_images} PNG "
+          f"images, 32x32, into CIFAR-10 files)")
     return 0
 
 

@@ -20,7 +20,8 @@ FIGURE = r"\s+([0-9.]+) "
 def test_benchmark_prints_every_figure_on_generated_data():
     result = subprocess.run(
         [sys.executable, SCRIPT, "--windows=1", "--window_steps=2", "--warmup_steps=1",
-         "--records_per_file=64", "--batch_size=16", "--predict_images=12"],
+         "--records_per_file=64", "--batch_size=16", "--predict_images=12",
+         "--prepare_images=30"],
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr
@@ -55,6 +56,9 @@ def test_benchmark_prints_every_figure_on_generated_data():
                           r"images, launch to last line \((\d+) images/sec\)", out)
     assert predicted and float(predicted[1]) > 0
     assert int(predicted[2]) == pytest.approx(12 / float(predicted[1]), abs=1)
+    converted = re.search(r"\(j\) cifar10-prepare:" + FIGURE + r"images/sec \(30 PNG images, "
+                          r"32x32, into CIFAR-10 files\)", out)
+    assert converted and float(converted[1]) > 0
 
 
 def test_benchmark_rejects_bad_arguments():
