@@ -253,10 +253,16 @@ def train_dataset(
         return distort_batch(images, op_seed), labels
 
     ds = ds.map(distort, num_parallel_calls=TRAIN_PARALLEL_BATCHES, deterministic=True)
-    ds = ds.prefetch(TRAIN_PREFETCH_BATCHES)
-    # Fixed parallelism instead of tf.data's autotuning: its background thread makes
-    # deleting the iterator of a long run (at the end of training, on Ctrl-C) wait
-    # for up to a minute in TensorFlow 2.21, and fixed values train as fast here.
+    return without_autotuning(ds.prefetch(TRAIN_PREFETCH_BATCHES))
+
+
+def without_autotuning(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """``ds`` with tf.data's autotuning off: it runs at the parallelism it was given.
+
+    The autotuning thread makes deleting an iterator that ran a while (at the end
+    of training, on Ctrl-C) wait for up to a minute in TensorFlow 2.21, and fixed
+    values train as fast here.
+    """
     options = tf.data.Options()
     options.autotune.enabled = False
     return ds.with_options(options)

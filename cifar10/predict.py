@@ -23,7 +23,6 @@ from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10.model import Model
 
-OUTPUT_FORMATS = ("text", "jsonl", "csv")
 DECODE_PARALLEL = 2  # images decoded at once
 
 
@@ -93,12 +92,11 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
     a file that cannot be read or decoded gives None and a one-line reason,
     and the others go on.
     """
-    options = tf.data.Options()
-    options.autotune.enabled = False  # see data.train_dataset
-    images = (tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
-              .map(lambda path: decode_image(tf.io.read_file(path)),
-                   num_parallel_calls=DECODE_PARALLEL, deterministic=True)
-              .prefetch(2 * DECODE_PARALLEL).with_options(options))
+    images = data.without_autotuning(
+        tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
+        .map(lambda path: decode_image(tf.io.read_file(path)),
+             num_parallel_calls=DECODE_PARALLEL, deterministic=True)
+        .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
     for path in paths:
         try:

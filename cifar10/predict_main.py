@@ -48,7 +48,6 @@ def main(argv: list[str]) -> None:
     for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k):
         if isinstance(result, predict.Failure):
             failed += 1
-            sys.stdout.flush()
             print(f"{PROGRAM}: cannot read {result.path}: {result.reason}", file=sys.stderr,
                   flush=True)
         else:

@@ -53,8 +53,9 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # TF_CONFIG and the settings it rules out are checked before TensorFlow loads
     # (which takes seconds) and reads TF_CONFIG itself.
-    if cluster.strategy_kind(FLAGS.strategy) == "multi_worker" and FLAGS.fresh_start:
-        cluster.refuse_fresh_start("multi_worker", FLAGS.train_dir)
+    kind = cluster.strategy_kind(FLAGS.strategy)
+    if FLAGS.fresh_start:
+        cluster.refuse_fresh_start(kind, FLAGS.train_dir)
     programs.load_tensorflow()
     from cifar10 import data, devices, train
 

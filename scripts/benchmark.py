@@ -146,9 +146,8 @@ def step_alone(args, strategy, train_dir):
     images = tf.random.stateless_normal([args.batch_size, data.CROP_SIZE, data.CROP_SIZE, 3],
                                         seed=(1, 2))
     labels = tf.random.stateless_uniform([args.batch_size], (3, 4), 0, 10, tf.int32)
-    options = tf.data.Options()
-    options.autotune.enabled = False  # as the training input (data.train_dataset)
-    batches = tf.data.Dataset.from_tensors((images, labels)).repeat().with_options(options)
+    # Fed as training is fed: one pipeline per replica, no autotuning.
+    batches = data.without_autotuning(tf.data.Dataset.from_tensors((images, labels)).repeat())
     it = iter(strategy.distribute_datasets_from_function(lambda ctx: batches,
                                                          train.input_options(strategy)))
 
