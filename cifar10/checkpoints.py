@@ -14,6 +14,9 @@ A run directory holds:
   TensorFlow's own tools (``tf.train.latest_checkpoint``).  Nothing here trusts it
   alone: the checkpoints are the files on disk.
 * ``training_complete.json``: written when the run reaches its ``max_steps``.
+* ``class_names.txt``: the names of the classes the run trains on, one per line
+  in label order (the data's ``batches.meta.txt``), for cifar10-predict and
+  cifar10-export.
 * ``events.out.tfevents.*.v2``: the training summaries.
 * ``cifar10-train.lock``: held (``flock``) by the trainer that uses the directory.
 
@@ -33,16 +36,19 @@ import shutil
 import socket
 import time
 import uuid
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from cifar10 import data
+from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error, first_line, io_error, io_advice
 from cifar10.model import Model
 
 PREFIX = "model.ckpt"
 STATE_FILE = "checkpoint"
 COMPLETE_FILE = "training_complete.json"
+CLASSES_FILE = "class_names.txt"
 LOCK_FILE = "cifar10-train.lock"
 WEIGHTS = ("averages", "raw")
 
@@ -58,9 +64,9 @@ _TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+\.v2")
 # Temporary names of the atomic writes of the state file (this module's and
-# TensorFlow's) and of the complete marker.
+# TensorFlow's), of the complete marker and of the class names.
 _STATE_TMP = re.compile(r"checkpoint\.tmp[0-9a-f]{32}")
-_COMPLETE_TMP = re.compile(re.escape(COMPLETE_FILE) + r"\.tmp")
+_MARKER_TMP = re.compile(f"({re.escape(COMPLETE_FILE)}|{re.escape(CLASSES_FILE)})\\.tmp")
 _STATE_LINE = re.compile(r'^model_checkpoint_path:\s*"([^"]*)"\s*$', re.MULTILINE)
 
 
@@ -224,8 +230,8 @@ def completed_step(directory: str) -> int | None:
 
 def _own_files(directory: str) -> list[str]:
     """The names in ``directory`` that this trainer writes (matched exactly), sorted."""
-    exact = {STATE_FILE, COMPLETE_FILE}
-    patterns = (_INDEX, _DATA, _TEMP_DIR, _EVENTS, _STATE_TMP, _COMPLETE_TMP)
+    exact = {STATE_FILE, COMPLETE_FILE, CLASSES_FILE}
+    patterns = (_INDEX, _DATA, _TEMP_DIR, _EVENTS, _STATE_TMP, _MARKER_TMP)
     return sorted(name for name in _listdir(directory)
                   if name in exact or any(p.fullmatch(name) for p in patterns))
 
@@ -323,7 +329,7 @@ class RunDirectory:
         removed = []
         for name in _own_files(self.directory):
             if _TEMP_DIR.fullmatch(name) or _STATE_TMP.fullmatch(name) \
-                    or _COMPLETE_TMP.fullmatch(name):
+                    or _MARKER_TMP.fullmatch(name):
                 _delete(self.directory, name)
                 removed.append(name)
         if removed:
@@ -334,7 +340,8 @@ class RunDirectory:
         """``fresh_start``: removes every file this trainer writes; returns how many.
 
         Matched by exact patterns (checkpoints, leftovers of interrupted saves,
-        the state file, event files, the complete marker); the lock file (held),
+        the state file, event files, the complete marker, the class names); the
+        lock file (held),
         the directory and anything else stay.
         """
         names = _own_files(self.directory)
@@ -459,6 +466,35 @@ class RunDirectory:
         """The run goes on: it is no longer complete (the chief removes the marker)."""
         if self.is_chief:
             _delete(self.directory, COMPLETE_FILE)
+
+    def record_class_names(self, names: Sequence[str]) -> None:
+        """Records the names of the classes the run trains on (the chief does).
+
+        Raises:
+          Cifar10Error: the run recorded other names (it was trained on other data).
+        """
+        if not self.is_chief:
+            return
+        path = os.path.join(self.directory, CLASSES_FILE)
+        if not os.path.exists(path):
+            _write_atomically(path, path + ".tmp", "".join(f"{name}\n" for name in names))
+            return
+        recorded = data.read_class_names(path)
+        if recorded != tuple(names):
+            raise Cifar10Error(
+                f"the run in {self.directory} was trained on the classes "
+                f"({', '.join(recorded)}) and --data_dir holds ({', '.join(names)}): train it "
+                f"on the data it started with, or choose another --train_dir")
+
+
+def class_names(directory: str) -> tuple[str, ...]:
+    """The class names a run recorded in ``directory``; CIFAR-10's if it recorded none.
+
+    Raises:
+      DataError: the file is unreadable or malformed.
+    """
+    return data.read_class_names(os.path.join(directory, CLASSES_FILE),
+                                 default=ff.CLASS_NAMES)
 
 
 def _files_of(directory: str, step: int) -> list[str]:

@@ -44,11 +44,52 @@ def split_files(batches_dir: str, split: str) -> list[str]:
     return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
 
 
-def validate_files(paths: Sequence[str]) -> int:
-    """Checks that every file exists, holds whole records and labels 0-9.
+def class_names(batches_dir: str) -> tuple[str, ...]:
+    """The class names of a data folder in label order, from its ``batches.meta.txt``.
+
+    CIFAR-10's names when the folder has no such file.
+
+    Raises:
+      DataError: the file cannot be read, or lists no names, more than
+        ``NUM_CLASSES`` or one name twice.
+    """
+    return read_class_names(os.path.join(batches_dir, ff.META_FILE), default=ff.CLASS_NAMES)
+
+
+def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The names in a class names file (one per line, in label order; blank lines ignored).
+
+    Returns ``default`` when the file does not exist (raises DataError if None).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        if default is None:
+            raise DataError(f"missing class names file {path}") from None
+        return default
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot read the class names in {path} "
+                        f"({getattr(e, 'strerror', None) or e})") from e
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    fix = "list one class name per line, in label order"
+    if not names:
+        raise DataError(f"{path} lists no class names: {fix}")
+    if len(names) > ff.NUM_CLASSES:
+        raise DataError(f"{path} lists {len(names)} class names and the model has "
+                        f"{ff.NUM_CLASSES} outputs: {fix}, at most {ff.NUM_CLASSES}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise DataError(f"{path} lists {', '.join(twice)} more than once: {fix}, each once")
+    return names
+
+
+def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
+    """Checks that every file exists and holds whole records with labels below ``num_classes``.
 
     Args:
       paths: the ``.bin`` files to check.
+      num_classes: how many classes the data set has (``len(class_names(...))``).
 
     Returns:
       The total number of records in ``paths``.
@@ -58,32 +99,42 @@ def validate_files(paths: Sequence[str]) -> int:
     """
     total = 0
     for path in paths:
+        redo = _how_to_redo(os.path.dirname(path))
         if not os.path.isfile(path):
             raise DataError(
                 f"missing data file {path}: expected a CIFAR-10 binary file of "
-                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes; delete "
-                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+                f"{ff.RECORD_BYTES:,}-byte records; {redo}")
         size = os.path.getsize(path)
         if size == 0:
             raise DataError(
                 f"empty data file {path} (0 bytes; the real files are "
-                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); delete "
-                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); {redo}")
         if size % ff.RECORD_BYTES:
             raise DataError(
                 f"truncated or corrupt data file {path}: {size:,} bytes is not a whole "
                 f"number of {ff.RECORD_BYTES:,}-byte records (the real files are "
-                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); delete "
-                f"{os.path.dirname(path)} so that it is downloaded and extracted again")
+                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); {redo}")
         labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
-        bad = np.flatnonzero(labels >= ff.NUM_CLASSES)
+        bad = np.flatnonzero(labels >= num_classes)
         if bad.size:
+            named = (f" ({ff.META_FILE} names {num_classes} classes)"
+                     if num_classes < ff.NUM_CLASSES else "")
             raise DataError(
                 f"corrupt data file {path}: record {bad[0]} has label {labels[bad[0]]}, "
-                f"expected 0-{ff.NUM_CLASSES - 1}; delete {os.path.dirname(path)} so "
-                f"that it is downloaded and extracted again")
+                f"expected 0-{num_classes - 1}{named}; {redo}")
         total += labels.shape[0]
     return total
+
+
+def _how_to_redo(batches_dir: str) -> str:
+    """Advice for a damaged data folder: download CIFAR-10 again, or convert one's images again."""
+    try:
+        own = class_names(batches_dir) != ff.CLASS_NAMES
+    except DataError:
+        own = True
+    if own:
+        return f"make {batches_dir} again with cifar10-prepare from your images"
+    return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
 def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

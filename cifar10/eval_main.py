@@ -6,6 +6,7 @@ weights, and stops when training is complete.  Examples:
 
     cifar10-eval --checkpoint_dir=/tmp/cifar10_train --eval_dir=/tmp/cifar10_eval
     cifar10-eval --run_once --synthetic_data        # score the latest checkpoint
+    cifar10-eval --checkpoint=/tmp/cifar10_train/model.ckpt-10000 --weights=raw
 """
 
 # This file is intentionally short: it parses flags and calls
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> None:
         eval_files=data.split_files(batches_dir, FLAGS.eval_data), eval_data=FLAGS.eval_data,
         num_examples=num_examples, batch_size=FLAGS.batch_size, weights=FLAGS.weights,
         eval_interval_secs=FLAGS.eval_interval_secs, eval_timeout=FLAGS.eval_timeout,
-        run_once=FLAGS.run_once, use_fp16=FLAGS.use_fp16)
+        run_once=FLAGS.run_once, use_fp16=FLAGS.use_fp16, checkpoint=FLAGS.checkpoint)
     evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True))
 
 

@@ -51,6 +51,8 @@ class EvalConfig:
       eval_timeout: stop after this many seconds without a new checkpoint (None: never).
       run_once: evaluate the latest checkpoint and return.
       use_fp16: evaluate in float16 compute.
+      checkpoint: evaluate this checkpoint (a path prefix such as
+        ``<dir>/model.ckpt-1000``) once and return, instead of the latest.
     """
 
     checkpoint_dir: str
@@ -64,6 +66,7 @@ class EvalConfig:
     eval_timeout: float | None = None
     run_once: bool = False
     use_fp16: bool = False
+    checkpoint: str | None = None
 
 
 @dataclasses.dataclass
@@ -92,18 +95,21 @@ def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
     """A function: dataset -> (correct top-1 predictions, examples) of ``model``.
 
     The whole pass over the dataset runs in one ``tf.function`` (traced once per
-    model and dataset structure), with no Python work per batch.
+    model and dataset structure), with no Python work per batch.  It is a
+    ``Dataset.reduce``, not a loop that AutoGraph converts: AutoGraph needs the
+    source file, and without it (changed under a running program, or not
+    installed) its fallback would trace the loop forever.
     """
 
-    @tf.function
+    def add(totals, batch):
+        images, labels = batch
+        hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
+        return (totals[0] + tf.reduce_sum(tf.cast(hits, tf.int64)),
+                totals[1] + tf.size(labels, out_type=tf.int64))
+
+    @tf.function(autograph=False)
     def count(dataset):
-        correct = tf.constant(0, tf.int64)
-        total = tf.constant(0, tf.int64)
-        for images, labels in dataset:
-            hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
-            correct += tf.reduce_sum(tf.cast(hits, tf.int64))
-            total += tf.size(labels, tf.int64)
-        return correct, total
+        return dataset.reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), add)
 
     def counter(dataset: tf.data.Dataset) -> tuple[int, int]:
         correct, total = count(dataset)
@@ -185,7 +191,8 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
              should_stop: Callable[[], bool] = lambda: False) -> list[EvalResult]:
     """Scores checkpoints of ``config.checkpoint_dir`` until training is done.
 
-    With ``run_once``, scores the latest checkpoint and returns.  Otherwise
+    With ``run_once``, scores the latest checkpoint (or ``checkpoint``, when
+    given, which implies ``run_once``) and returns.  Otherwise
     polls: each new checkpoint is scored once (the newest one when several
     appeared meanwhile), at least ``eval_interval_secs`` apart; it returns when
     the trainer has marked the run complete and its final checkpoint is scored,
@@ -206,13 +213,13 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)
-        if config.run_once:
+        if config.run_once or config.checkpoint:
             return [_run_once(config, writer, print_fn)]
         return _poll(config, writer, print_fn, sleep, should_stop)
 
 
 def _run_once(config, writer, print_fn) -> EvalResult:
-    latest = _latest(config.checkpoint_dir)
+    latest = config.checkpoint or _latest(config.checkpoint_dir)
     if not latest:
         raise NoCheckpointError(
             f"No checkpoint file found in {config.checkpoint_dir}: train first "

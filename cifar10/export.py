@@ -6,8 +6,9 @@ TensorFlow Serving polls.  Its preprocessing is in the graph and is
 ``cifar10-predict`` does.  Signatures:
 
 * ``serving_default``: ``images``, a batch of encoded images (tf.string: PNG,
-  JPEG, GIF or BMP, any size) -> ``probabilities`` [N, 10], ``classes`` [N]
-  (int64) and ``class_names`` [N] (tf.string);
+  JPEG, GIF or BMP, any size) -> ``probabilities`` [N, C], ``classes`` [N]
+  (int64) and ``class_names`` [N] (tf.string), where C is the number of
+  classes the run was trained on (10 for CIFAR-10);
 * ``predict_images``: ``images``, decoded RGB images float32 [N, H, W, 3] with
   values 0-255 -> the same outputs.  ``model.tflite`` (``--tflite``) has this
   signature.
@@ -38,7 +39,7 @@ class ServingModule(tf.Module):
         super().__init__(name="cifar10_serving")
         self.model = model
         self.class_names = tf.constant(list(class_names))
-        self.classify = predict.make_classifier(model)
+        self.classify = predict.make_classifier(model, len(class_names))
 
     def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         probabilities = self.classify(images)

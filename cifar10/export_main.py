@@ -32,10 +32,11 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     programs.load_tensorflow()
-    from cifar10 import export
+    from cifar10 import checkpoints, export
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
     target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
+                           class_names=checkpoints.class_names(os.path.dirname(checkpoint)),
                            overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)
     tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
     print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",

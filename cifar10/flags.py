@@ -80,6 +80,9 @@ def define_eval_flags() -> None:
                          lower_bound=0)
     flags.DEFINE_integer("num_examples", 10_000, "Number of examples to run.", lower_bound=1)
     flags.DEFINE_boolean("run_once", False, "Whether to run eval only once.")
+    flags.DEFINE_string("checkpoint", None, "Evaluate this checkpoint once (a path such as "
+                        "runs/a/train/model.ckpt-10000) instead of the latest of "
+                        "--checkpoint_dir.")
     _define_weights_flag("Evaluate")
     flags.DEFINE_float("eval_timeout", None, "Stop after this many seconds without a new "
                        "checkpoint (default: wait until training is complete).",
@@ -92,7 +95,8 @@ def define_predict_flags() -> None:
     """Flags of cifar10-predict (the images are its arguments)."""
     _define_checkpoint_flags("Classify with")
     flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
-                         "first.", lower_bound=1, upper_bound=len(ff.CLASS_NAMES))
+                         "first (at most the number of classes the run was trained on).",
+                         lower_bound=1, upper_bound=len(ff.CLASS_NAMES))
     flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
                       "text: one readable line per image; jsonl: one JSON object per line; "
                       "csv: a header row, then one row per image.")

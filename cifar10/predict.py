@@ -74,13 +74,18 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
     return tf.ensure_shape(resize_to_cifar(image[None])[0], [ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3])
 
 
-def make_classifier(model: Model):
-    """A function: uint8 images [N, 32, 32, 3] -> float32 class probabilities [N, 10]."""
+def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
+    """A function: uint8 images [N, 32, 32, 3] -> float32 class probabilities [N, num_classes].
+
+    A model trained on fewer than 10 classes (labels 0 to ``num_classes - 1``)
+    classifies among those: the softmax of their logits, the unused outputs left out.
+    """
 
     @tf.function(input_signature=[tf.TensorSpec([None, ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3],
                                                 tf.uint8)])
     def probabilities(images):
-        return tf.nn.softmax(tf.cast(model(data.eval_batch(images)), tf.float32))
+        logits = tf.cast(model(data.eval_batch(images)), tf.float32)
+        return tf.nn.softmax(logits[:, :num_classes])
 
     return probabilities
 
@@ -106,16 +111,18 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
 
 
 def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
-                  top_k: int = 3) -> Iterator[Prediction | Failure]:
-    """Classifies image files, ``batch_size`` at a time.
+                  top_k: int = 3, num_classes: int = ff.NUM_CLASSES
+                  ) -> Iterator[Prediction | Failure]:
+    """Classifies image files among ``num_classes`` classes, ``batch_size`` at a time.
 
-    Predictions come in the order of ``paths``; a file that cannot be read or
-    decoded gives a ``Failure`` (as soon as it is met) and the others go on.
+    Predictions come in the order of ``paths``, each with its ``top_k`` classes
+    (at most ``num_classes``); a file that cannot be read or decoded gives a
+    ``Failure`` (as soon as it is met) and the others go on.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    classify = make_classifier(model)
-    top_k = min(top_k, len(ff.CLASS_NAMES))
+    classify = make_classifier(model, num_classes)
+    top_k = min(top_k, num_classes)
     pending: list[tuple[str, np.ndarray]] = []
 
     def flush():
@@ -161,10 +168,10 @@ def format_jsonl(prediction: Prediction, class_names: Sequence[str]) -> str:
         for label, p in zip(prediction.labels, prediction.probabilities)]})
 
 
-def csv_header(top_k: int) -> str:
+def csv_header(top_k: int, num_classes: int = ff.NUM_CLASSES) -> str:
     """The header row of ``format_csv``'s rows."""
     columns = ["path"]
-    for rank in range(1, min(top_k, len(ff.CLASS_NAMES)) + 1):
+    for rank in range(1, min(top_k, num_classes) + 1):
         columns += [f"class_{rank}", f"probability_{rank}"]
     return ",".join(columns)
 

@@ -22,7 +22,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app
 from absl import flags
 
-from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
 from cifar10 import imagefiles
 from cifar10 import programs
@@ -41,17 +40,19 @@ def main(argv: list[str]) -> None:
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
+    names = checkpoints.class_names(os.path.dirname(checkpoint))
     show = predict.FORMATTERS[FLAGS.output]
     if FLAGS.output == "csv":
-        print(predict.csv_header(FLAGS.top_k), flush=True)
+        print(predict.csv_header(FLAGS.top_k, len(names)), flush=True)
     failed = 0
-    for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k):
+    for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k,
+                                        num_classes=len(names)):
         if isinstance(result, predict.Failure):
             failed += 1
             print(f"{PROGRAM}: cannot read {result.path}: {result.reason}", file=sys.stderr,
                   flush=True)
         else:
-            print(show(result, ff.CLASS_NAMES), flush=True)
+            print(show(result, names), flush=True)
     if failed:
         raise Cifar10Error(f"{failed} of {len(paths)} images could not be read (see above)")
 

@@ -21,7 +21,7 @@ from cifar10 import atomic
 from cifar10 import fileformat as ff
 from cifar10 import imagefiles
 from cifar10 import predict
-from cifar10.errors import Cifar10Error, io_error
+from cifar10.errors import Cifar10Error, io_advice, io_error
 
 DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
 SPLIT_FOLDERS = ("train", "test")
@@ -143,6 +143,23 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     if os.path.lexists(batches_dir):
         raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
                            f"choose another --data_dir")
+    # The scratch folder is made first, so that an unwritable data_dir is found
+    # before the images are decoded, not after.
+    try:
+        with atomic.new_folder(batches_dir) as scratch:
+            files, summary = _records(source, seed, strict, progress)
+            for name, content in files.items():
+                with open(os.path.join(scratch, name), "wb") as f:
+                    f.write(content)
+    except OSError as e:
+        raise io_error("cannot write the data folder", batches_dir, e,
+                       io_advice(e) or "choose another --data_dir") from e
+    return dataclasses.replace(summary, batches_dir=batches_dir)
+
+
+def _records(source: Source, seed: int, strict: bool, progress
+             ) -> tuple[dict[str, bytes], Summary]:
+    """The contents of the data folder's files, and the summary (without its folder)."""
     pairs = source.train + source.test
     records, skipped = [], []
     start = time.monotonic()
@@ -166,15 +183,4 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
              zip(ff.TRAIN_FILES, np.array_split(order, len(ff.TRAIN_FILES)))}
     files[ff.TEST_FILES[0]] = b"".join(test)
     files[ff.META_FILE] = ("\n".join(source.class_names) + "\n").encode()
-    _write_folder(batches_dir, files)
-    return Summary(batches_dir, source.class_names, len(train), len(test), tuple(skipped))
-
-
-def _write_folder(target: str, files: dict[str, bytes]) -> None:
-    try:
-        with atomic.new_folder(target) as scratch:
-            for name, content in files.items():
-                with open(os.path.join(scratch, name), "wb") as f:
-                    f.write(content)
-    except OSError as e:
-        raise io_error("cannot write the data folder", target, e) from e
+    return files, Summary("", source.class_names, len(train), len(test), tuple(skipped))

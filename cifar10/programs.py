@@ -60,7 +60,8 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
                                 f"write") from e
     else:
         batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
-    counts = {split: data.validate_files(data.split_files(batches_dir, split))
+    num_classes = len(data.class_names(batches_dir))
+    counts = {split: data.validate_files(data.split_files(batches_dir, split), num_classes)
               for split in ("train", "test")}
     if use_synthetic and not generated and counts["test"] != synthetic_records:
         print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "

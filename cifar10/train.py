@@ -28,7 +28,7 @@ import functools
 import math
 import threading
 import time
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import tensorflow as tf
 
@@ -325,7 +325,8 @@ class _Progress:
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
           examples_per_epoch: int, stop_event: threading.Event | None = None,
-          print_fn=print, run_info: dict | None = None) -> TrainResult:
+          print_fn=print, run_info: dict | None = None,
+          class_names: Sequence[str] = ff.CLASS_NAMES) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
     Takes the lock of ``config.train_dir`` (one trainer per directory), with
@@ -347,6 +348,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
       print_fn: where the progress lines and notices go.
       run_info: more settings to record with the config in TensorBoard (e.g. the
         command line and data directory).
+      class_names: the data's class names in label order, recorded in
+        ``train_dir`` for cifar10-predict and cifar10-export.
 
     Raises:
       DivergedError: the loss became NaN or infinite.
@@ -361,6 +364,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                                            cfg.keep_checkpoints, save_dir=cluster.save_dir,
                                            fresh_start=cfg.fresh_start, print_fn=print_fn)
         with run_dir:
+            run_dir.record_class_names(class_names)
             restored = run_dir.restore()
             start = restored.step if restored else 0
             cluster.check_same_start(start, cfg.train_dir)
@@ -375,7 +379,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 print_fn(f"Resuming from {restored.path} at step {start}.")
             run_dir.unmark_complete()
             settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
-                        **(run_info or {})}
+                        "classes": ", ".join(class_names), **(run_info or {})}
             step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
                                print_fn)
             complete = step == cfg.max_steps

@@ -81,7 +81,8 @@ def main(argv: list[str]) -> None:
                          counts["train"], stop_event=stop_event,
                          print_fn=lambda line: print(line, flush=True),
                          run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
-                                   "num_gpus": FLAGS.num_gpus})
+                                   "num_gpus": FLAGS.num_gpus},
+                         class_names=data.class_names(batches_dir))
     saved = f"; saved {result.last_checkpoint}" if result.last_checkpoint else ""
     if result.stopped:
         print(f"Stopped at step {result.step}{saved}. Run the same command again to resume.")

@@ -20,10 +20,12 @@ import pytest
 import tensorflow as tf
 
 from cifar10 import checkpoints, data, evaluate, synthetic, train
+from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error
 
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
-              "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt")
+              "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt",
+              "class_names.txt.bak")
 
 
 def one_replica():
@@ -239,8 +241,9 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     result = train.train(config(run_dir, max_steps=2, fresh_start=True), one_replica(),
                          *learnable_files, print_fn=lines.append)
     assert result.start_step == 0 and result.step == 2
-    # 3 checkpoints x 2 files, state file, event file, complete marker, 2 leftovers.
-    assert lines[0] == f"Fresh start: removed 11 files of the earlier run from {run_dir}."
+    # 3 checkpoints x 2 files, state file, event file, complete marker, class
+    # names, 2 leftovers.
+    assert lines[0] == f"Fresh start: removed 12 files of the earlier run from {run_dir}."
     names = set(os.listdir(run_dir))
     assert set(USER_FILES) | {"my_folder"} <= names
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
@@ -421,3 +424,26 @@ def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable_fi
         train.train(config(train_dir), one_replica(), *learnable_files, print_fn=lambda line: None)
     assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
                               f"choose a directory you can write, or change its permissions")
+
+
+def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_path):
+    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    assert checkpoints.class_names(str(tmp_path)) == ff.CLASS_NAMES  # a run that recorded none
+    with checkpoints.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
+        directory.record_class_names(("ant", "bee"))
+        directory.record_class_names(("ant", "bee"))  # resumed on the same data
+    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert checkpoints.class_names(str(tmp_path)) == ("ant", "bee")
+    with checkpoints.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
+        with pytest.raises(Cifar10Error) as info:
+            directory.record_class_names(("ant", "bee", "cow"))
+    assert str(info.value) == (
+        f"the run in {tmp_path} was trained on the classes (ant, bee) and --data_dir holds "
+        f"(ant, bee, cow): train it on the data it started with, or choose another --train_dir")
+    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    # A worker that is not the chief writes nothing in train_dir.
+    other = tmp_path / "worker"
+    with checkpoints.RunDirectory(str(other), state.checkpoint(), keep=5,
+                                  save_dir=str(tmp_path / "scratch")) as directory:
+        directory.record_class_names(("cow",))
+    assert not (other / checkpoints.CLASSES_FILE).exists()

@@ -95,6 +95,30 @@ def test_read_records_file_then_record_order(tmp_path):
     assert all(label.dtype == np.int32 for _, label in got)
 
 
+# class names
+
+
+def test_class_names_come_from_the_meta_file_or_are_cifar10s(tmp_path):
+    assert data.class_names(str(tmp_path)) == ff.CLASS_NAMES  # no batches.meta.txt
+    # CIFAR-10's own file ends in blank lines.
+    (tmp_path / ff.META_FILE).write_text("ant\n bee \nsea lion\n\n\n")
+    assert data.class_names(str(tmp_path)) == ("ant", "bee", "sea lion")
+
+
+@pytest.mark.parametrize("text, error", [
+    ("\n\n", "lists no class names: list one class name per line, in label order$"),
+    ("".join(f"c{i}\n" for i in range(11)),
+     "lists 11 class names and the model has 10 outputs: list one class name per line, "
+     "in label order, at most 10$"),
+    ("ant\nbee\nant\n", "lists ant more than once: list one class name per line, in label "
+                         "order, each once$"),
+])
+def test_bad_class_names_files_are_one_line_errors(tmp_path, text, error):
+    (tmp_path / ff.META_FILE).write_text(text)
+    with pytest.raises(DataError, match=f"^{tmp_path / ff.META_FILE} {error}"):
+        data.class_names(str(tmp_path))
+
+
 # validate_files
 
 
@@ -147,6 +171,7 @@ def test_validate_files_bad_label(tmp_path, bad_label):
     assert "record 3 " in message
     assert f"label {bad_label}," in message
     assert good not in message.split(":")[0]
+    assert message.endswith(f"; delete {tmp_path} so that it is downloaded and extracted again")
 
 
 # split_files
@@ -427,3 +452,14 @@ def test_eval_batch_equals_tf_image_central_crop_and_standardisation():
         crop = tf.image.resize_with_crop_or_pad(tf.cast(images[i], tf.float32), 24, 24)
         want = tf.image.per_image_standardization(crop).numpy()
         np.testing.assert_allclose(got[i], want, atol=2e-5)
+
+
+def test_labels_beyond_the_named_classes_are_refused_with_advice_for_own_data(tmp_path):
+    (tmp_path / ff.META_FILE).write_text("ant\nbee\n")
+    path = _write(tmp_path / "data_batch_1.bin", [_record(k, 0, 0, 0) for k in (0, 1, 2)])
+    assert data.validate_files([path], num_classes=3) == 3
+    with pytest.raises(DataError) as info:
+        data.validate_files([path], num_classes=2)
+    assert str(info.value) == (
+        f"corrupt data file {path}: record 2 has label 2, expected 0-1 (batches.meta.txt names "
+        f"2 classes); make {tmp_path} again with cifar10-prepare from your images")

@@ -266,6 +266,18 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     assert results_lines(tmp_path) == [dataclasses.asdict(result)]
 
 
+def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
+    lines = []
+    [result] = evaluate.evaluate(config_of(run, tmp_path, checkpoint=run.ckpt3, weights="raw"),
+                                 print_fn=lines.append)
+    assert (result.step, result.checkpoint, result.weights) == (3, run.ckpt3, "raw")
+    assert LINE.match(lines[0]).groups() == ("3", "model.ckpt-3", str(result.examples), "raw")
+    assert results_lines(tmp_path) == [dataclasses.asdict(result)]
+    missing = os.path.join(os.path.dirname(run.ckpt3), "model.ckpt-4")
+    with pytest.raises(Cifar10Error, match=f"^cannot evaluate checkpoint {re.escape(missing)}: "):
+        evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint=missing))
+
+
 def test_run_once_without_a_checkpoint_raises_no_checkpoint_error(run, tmp_path):
     missing = tmp_path / "no_such_run"
     with pytest.raises(evaluate.NoCheckpointError) as err:

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from cli import env, program, run
 from test_predict import records_of, write_pngs
 
@@ -137,3 +138,24 @@ def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_ru
     assert message.startswith(f"cannot write the export folder {in_the_way / 'export' / '6'}")
     assert "\n" not in message and "None" not in message
     assert not (tmp_path / "export").exists()
+
+
+def test_a_run_of_fewer_classes_is_served_among_its_own_classes(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    images = records_of(test_files)[0][:4]
+    paths = write_pngs(tmp_path, images)
+    model, _ = checkpoints.load_model(str(train_dir / "model.ckpt-6"))
+    module = export.ServingModule(model, ("ant", "bee", "cow"))
+    out = module.predict_images(tf.constant(images, tf.float32))
+    probabilities = out["probabilities"].numpy()
+    assert probabilities.shape == (4, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)
+    # The softmax of the first three logits, as cifar10-predict gives them.
+    expected = list(predict.predict_files(model, paths, top_k=5, num_classes=3))
+    assert [len(p.labels) for p in expected] == [3] * 4
+    assert out["classes"].numpy().tolist() == [p.labels[0] for p in expected]
+    assert [n.decode() for n in out["class_names"].numpy()] == [
+        ("ant", "bee", "cow")[p.labels[0]] for p in expected]
+    for row, prediction in zip(probabilities, expected):
+        np.testing.assert_allclose(row[list(prediction.labels)], prediction.probabilities,
+                                   atol=1e-6)

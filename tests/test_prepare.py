@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import run
+from cli import run, scalar_values
 
-from cifar10 import data, prepare
+from cifar10 import checkpoints, data, prepare, synthetic, train
 from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error
 
@@ -37,7 +37,12 @@ def image_dir(tmp_path):
 
 
 def records(batches_dir, names):
-    raw = b"".join(open(os.path.join(batches_dir, n), "rb").read() for n in names)
+    return records_from_bytes(
+        b"".join(open(os.path.join(batches_dir, n), "rb").read() for n in names))
+
+
+def records_from_bytes(raw):
+    """(labels [n], uint8 images [n, 32, 32, 3]) of CIFAR-format records."""
     rows = np.frombuffer(raw, np.uint8).reshape(-1, ff.RECORD_BYTES)
     images = rows[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return rows[:, 0], images
@@ -153,3 +158,56 @@ def test_the_command_converts_and_reports(image_dir, tmp_path):
     # The trainer takes the folder as it is.
     assert data.validate_files(data.split_files(str(tmp_path / "d" / ff.BATCHES_DIRNAME),
                                                 "train")) == 31
+
+
+def test_own_images_train_and_predict_with_their_class_names(tmp_path):
+    """Class folders of PNGs and JPEGs -> records -> a short run that learns ->
+    cifar10-predict names the folders' classes."""
+    names = ("ant", "bee", "cow")
+    labels = np.repeat(np.arange(len(names)), 40)
+    _, images = records_from_bytes(synthetic.make_records(labels, seed=1))
+    root = tmp_path / "photos"
+    for i, (label, image) in enumerate(zip(labels, images)):
+        path = root / names[label] / f"{i:03d}"
+        if i % 3:
+            write_png(path.with_suffix(".png"), image)
+        else:
+            tf.io.write_file(str(path.with_suffix(".jpg")), tf.io.encode_jpeg(image, quality=95))
+    source = prepare.find_source(str(root))
+    summary = prepare.convert(source, str(tmp_path / "data"))
+    assert (summary.train_records, summary.test_records) == (99, 21)  # 7 of 40 per class
+    assert data.class_names(summary.batches_dir) == names
+
+    files = data.split_files(summary.batches_dir, "train")
+    config = train.TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
+                               log_frequency=30, checkpoint_every=30, summary_every=30,
+                               shuffle_buffer=100)
+    train.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"), files,
+                data.validate_files(files, len(names)), print_fn=lambda line: None,
+                class_names=data.class_names(summary.batches_dir))
+    assert checkpoints.class_names(config.train_dir) == names
+    # Untrained, the cross-entropy is about ln(10) = 2.3.
+    assert scalar_values(config.train_dir, "cross_entropy (raw)")[30] < 0.5
+
+    test_paths = [path for path, _ in source.test]
+    result = run("cifar10-predict", f"--checkpoint_dir={config.train_dir}", "--output=csv",
+                 "--top_k=5", *test_paths)
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()
+    assert rows[0] == "path,class_1,probability_1,class_2,probability_2,class_3,probability_3"
+    predicted = [row.split(",")[1] for row in rows[1:]]
+    truth = [names[label] for _, label in source.test]
+    assert len(predicted) == 21 and set(predicted) <= set(names)
+    assert sum(p == t for p, t in zip(predicted, truth)) >= 18, list(zip(predicted, truth))
+
+
+def test_an_unwritable_data_dir_is_one_line_before_any_image_is_decoded(image_dir, tmp_path,
+                                                                      monkeypatch):
+    (tmp_path / "a_file").write_text("not a folder")
+    monkeypatch.setattr(prepare.predict, "decode_files", lambda paths: pytest.fail("decoded"))
+    target = tmp_path / "a_file" / "data"
+    with pytest.raises(Cifar10Error) as info:
+        prepare.convert(prepare.find_source(str(image_dir)), str(target))
+    assert str(info.value) == (f"cannot write the data folder {target / ff.BATCHES_DIRNAME} "
+                               f"(Not a directory); choose another --data_dir")
+    assert (tmp_path / "a_file").read_text() == "not a folder"

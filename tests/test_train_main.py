@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10 import data, synthetic
+from cifar10 import fileformat as ff
 from cli import env, event_tags, run, start
 
 LOG_LINE = re.compile(
@@ -56,6 +57,8 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     train_dir = tmp_path / "train"
     assert checkpoint_steps(train_dir) == [9, 12]  # every 3 steps, 2 kept
     assert tf.train.latest_checkpoint(str(train_dir)).endswith("model.ckpt-12")
+    # The data's class names (batches.meta.txt), for cifar10-predict and cifar10-export.
+    assert (train_dir / "class_names.txt").read_text().splitlines() == list(ff.CLASS_NAMES)
     tags = event_tags(str(train_dir))
     assert EXPECTED_TAGS <= set(tags), EXPECTED_TAGS - set(tags)
     assert not [t for t in tags if "replica" in t]
@@ -278,7 +281,7 @@ def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
     events = [n for n in os.listdir(copy) if n.startswith("events.out.")]
     assert len(events) == 1
     assert sorted(os.listdir(copy)) == sorted([
-        "checkpoint", "cifar10-train.lock", "model.ckpt-2.data-00000-of-00001",
+        "checkpoint", "cifar10-train.lock", "class_names.txt", "model.ckpt-2.data-00000-of-00001",
         "model.ckpt-2.index", "model.ckpt-best.txt", "training_complete.json", *events])
 
 
