@@ -85,20 +85,23 @@ def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
     assert not (tmp_path / "eval").exists()
 
 
-def test_run_once_on_a_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
+def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
     # The evaluator's other errors (no checkpoint, bad data) are test_evaluate's and
     # test_data's; this one follows an error through the command to its last line.
+    # --checkpoint scores that checkpoint once: not the latest (6), which is sound.
     data_dir, train_dir = trained
     copy = tmp_path / "train"
     shutil.copytree(train_dir, copy)
-    data_file = copy / "model.ckpt-6.data-00000-of-00001"
+    data_file = copy / "model.ckpt-3.data-00000-of-00001"
     with open(data_file, "r+b") as f:
         f.truncate(os.path.getsize(data_file) // 2)
-    result = run("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval", "--run_once"))
+    result = run("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
+                                            f"--checkpoint={copy / 'model.ckpt-3'}"))
     assert "Traceback" not in result.stderr
     assert result.returncode == 1
     errors = error_lines(result.stderr)
-    assert len(errors) == 1 and str(copy / "model.ckpt-6") in errors[0]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"{ERROR} cannot evaluate checkpoint {copy / 'model.ckpt-3'}: "), errors
 
 
 def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, tmp_path):
