@@ -125,17 +125,17 @@ def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
 
 def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
-    start = time.time()
+    start = time.monotonic()
     mtime = _mtime(checkpoint)
     compute_dtype = tf.float16 if config.use_fp16 else tf.float32
     model, step = checkpoints.load_model(checkpoint, config.weights, compute_dtype)
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
     correct, examples = count_correct(model, dataset)
-    end = time.time()
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
                       precision=correct / max(examples, 1),
                       correct=correct, examples=examples, weights=config.weights,
-                      eval_data=config.eval_data, wall_time=end, seconds=end - start)
+                      eval_data=config.eval_data, wall_time=time.time(),
+                      seconds=time.monotonic() - start)
 
 
 def _key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:
@@ -188,7 +188,8 @@ class NoCheckpointError(Cifar10Error):
 
 def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
              sleep: Callable[[float], None] = time.sleep,
-             should_stop: Callable[[], bool] = lambda: False) -> list[EvalResult]:
+             should_stop: Callable[[], bool] = lambda: False,
+             clock: Callable[[], float] = time.monotonic) -> list[EvalResult]:
     """Scores checkpoints of ``config.checkpoint_dir`` until training is done.
 
     With ``run_once``, scores the latest checkpoint (or ``checkpoint``, when
@@ -197,7 +198,8 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     appeared meanwhile), at least ``eval_interval_secs`` apart; it returns when
     the trainer has marked the run complete and its final checkpoint is scored,
     after ``eval_timeout`` seconds without a new checkpoint, or when
-    ``should_stop()`` is true.
+    ``should_stop()`` is true.  ``sleep`` and ``clock`` (seconds, for the
+    intervals and the timeout) are the waiting and the time it uses.
 
     Returns:
       The results of this call, in order.
@@ -215,7 +217,7 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
         summaries.write_run_config(settings, step=0, hparams=False)
         if config.run_once or config.checkpoint:
             return [_run_once(config, writer, print_fn)]
-        return _poll(config, writer, print_fn, sleep, should_stop)
+        return _poll(config, writer, print_fn, sleep, should_stop, clock)
 
 
 def _run_once(config, writer, print_fn) -> EvalResult:
@@ -234,27 +236,30 @@ def _run_once(config, writer, print_fn) -> EvalResult:
     return result
 
 
-def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
+# Not tf.train.checkpoints_iterator, which goes by the state file and names alone: this
+# also rescores a new run's same-named checkpoint, skips an unreadable one once, remembers
+# across restarts (results.jsonl) and stops when the run is complete (each is tested).
+def _poll(config, writer, print_fn, sleep, should_stop, clock) -> list[EvalResult]:
     results: list[EvalResult] = []
     done = scored_checkpoints(config.eval_dir)
     failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that could not be read
     said_waiting = False
     last_start = None  # when the previous evaluation started
-    last_new = time.time()  # when a checkpoint to score was last seen
+    last_new = clock()  # when a checkpoint to score was last seen
     while not should_stop():
         latest = _latest(config.checkpoint_dir)
         todo = latest and _key(latest, _mtime(latest), config.weights,
                                config.eval_data) not in done
         if todo and (latest, _mtime(latest)) not in failed:
             said_waiting = False
-            last_new = time.time()
+            last_new = clock()
             if last_start is not None:
-                wait = last_start + config.eval_interval_secs - time.time()
+                wait = last_start + config.eval_interval_secs - clock()
                 if wait > 0:
                     sleep(wait)
                 # A newer checkpoint may have appeared while waiting: take the newest.
                 latest = _latest(config.checkpoint_dir) or latest
-            last_start = time.time()
+            last_start = clock()
             try:
                 result = evaluate_checkpoint(latest, config)
             except checkpoints.READ_ERRORS as e:
@@ -280,7 +285,7 @@ def _poll(config, writer, print_fn, sleep, should_stop) -> list[EvalResult]:
                 print_fn(f"Training in {config.checkpoint_dir} is complete and its final "
                          f"checkpoint is evaluated; stopping.")
             break
-        if config.eval_timeout is not None and time.time() - last_new > config.eval_timeout:
+        if config.eval_timeout is not None and clock() - last_new > config.eval_timeout:
             print_fn(f"No new checkpoint in {config.eval_timeout:g} s; stopping.")
             break
         sleep(min(POLL_SECS, config.eval_interval_secs) or POLL_SECS)

@@ -117,15 +117,21 @@ def direct_counts(checkpoint, files, weights, num_examples=None):
 
 
 class FakeSleep:
-    """Records the waits asked for; runs ``actions[i]`` at the i-th call."""
+    """Records the waits asked for and advances ``clock`` by them, without waiting;
+    runs ``actions[i]`` at the i-th call."""
 
     def __init__(self, *actions, limit=20):
         self.calls = []
         self.actions = actions
         self.limit = limit
+        self.now = 1000.0
+
+    def clock(self):
+        return self.now
 
     def __call__(self, seconds):
         self.calls.append(seconds)
+        self.now += seconds
         if len(self.calls) <= len(self.actions):
             self.actions[len(self.calls) - 1]()
         if len(self.calls) > self.limit:
@@ -354,14 +360,15 @@ def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run,
 def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     lines = []
-    start = time.time()
+    sleep = FakeSleep()
     results = evaluate.evaluate(
-        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
-                  eval_interval_secs=0.1), print_fn=lines.append, sleep=time.sleep)
-    assert time.time() - start < 30
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=1.0,
+                  eval_interval_secs=0.25), print_fn=lines.append, sleep=sleep,
+        clock=sleep.clock)
     assert [r.step for r in results] == [6]
-    assert lines[-1] == "No new checkpoint in 0.5 s; stopping."
+    assert lines[-1] == "No new checkpoint in 1 s; stopping."
     assert len(lines) == 2
+    assert sleep.calls == [0.25] * 5  # polls until more than 1 s has passed
 
 
 @pytest.mark.parametrize("part", [
@@ -373,9 +380,11 @@ def test_poll_skips_a_corrupt_checkpoint_with_a_warning(run, tmp_path, caplog, p
     latest = os.path.join(train_dir, "model.ckpt-6")
     truncate(latest + part)
     lines = []
+    sleep = FakeSleep()
     results = evaluate.evaluate(
         config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
-                  eval_interval_secs=0.1), print_fn=lines.append, sleep=time.sleep)
+                  eval_interval_secs=0.1), print_fn=lines.append, sleep=sleep,
+        clock=sleep.clock)
     assert results == []
     assert results_lines(tmp_path / "eval") == []
     assert lines == ["No new checkpoint in 0.5 s; stopping."]
@@ -411,15 +420,12 @@ def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
         assert [LINE.match(line).group(2) for line in lines] == ["model.ckpt-3"]
 
     sleep = FakeSleep(trainer_saves_the_final_checkpoint, interval_wait)
-    start = time.time()
     results = evaluate.evaluate(
         config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
-        print_fn=lines.append, sleep=sleep)
-    elapsed = time.time() - start
+        print_fn=lines.append, sleep=sleep, clock=sleep.clock)
     assert [r.step for r in results] == [3, 6]
-    assert len(sleep.calls) == 2
-    assert sleep.calls[0] == evaluate.POLL_SECS  # looking for a new checkpoint
-    assert 100 - elapsed <= sleep.calls[1] <= 100  # the rest of the interval
+    assert sleep.calls == [evaluate.POLL_SECS,  # looking for a new checkpoint
+                           100 - evaluate.POLL_SECS]  # the rest of the interval
     assert lines[-1] == completion_line(train_dir)
     assert [r["step"] for r in results_lines(tmp_path / "eval")] == [3, 6]
 
