@@ -4,10 +4,9 @@ What it owns: restoring the moving-average (or raw) weights from a checkpoint,
 counting correct top-1 predictions over exactly ``num_examples`` examples, and
 the polling loop that scores each new checkpoint once, beside a running trainer.
 
-Fixed bugs of the original ``cifar10_eval``: every example is counted once (the
-last partial batch included, nothing counted twice); a checkpoint already scored
-is not scored again, also across restarts (``results.jsonl`` in ``eval_dir``
-remembers); ``eval_dir`` is never wiped.
+Every example is counted once (the last partial batch included, nothing counted
+twice); a checkpoint already scored is not scored again, also across restarts
+(``results.jsonl`` in ``eval_dir`` remembers); ``eval_dir`` is never wiped.
 """
 
 from __future__ import annotations

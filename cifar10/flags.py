@@ -2,7 +2,7 @@
 
 Only the entry points (``train_main``, ``eval_main``, ...) call these functions and
 read ``FLAGS``; the library takes plain arguments.  Booleans are absl booleans,
-so ``--use_fp16=false`` means False (one version of the original parsed it as True).
+so ``--use_fp16=false`` means False.
 """
 
 from absl import flags

@@ -1,6 +1,6 @@
 """The tutorial's convnet: ``inference`` (images -> logits) and its loss.
 
-Layers, in order, as SPEC.md and the original ``cifar10.inference``:
+Layers, in order, as the tutorial's ``cifar10.inference``:
 
     conv1 (5x5x3x64, ReLU) -> pool1 (3x3/2) -> norm1 (LRN)
     conv2 (5x5x64x64, ReLU) -> norm2 (LRN) -> pool2 (3x3/2)

@@ -6,13 +6,12 @@ steps, logs and saves.  The run directory (checkpoints, lock, markers) is
 ``checkpoints``'s; what several workers need is ``coordination``'s.  It reads no
 flags: ``train_main`` builds a ``TrainConfig``.
 
-Semantics kept from the original multi-GPU trainer:
+The training it does:
 * one replica per device, each on its own batch of ``batch_size`` examples;
-  gradients are combined across replicas into one synchronous update that equals
-  the original's averaged tower gradients;
+  gradients are combined across replicas into one synchronous update, the
+  average of the replicas' gradients;
 * plain gradient descent, learning rate 0.1 x 0.1^floor(epochs / 350), with
-  epochs counted from the examples seen (the original decayed later with more
-  GPUs; this port does not);
+  epochs counted from the examples seen, whatever the number of replicas;
 * moving averages of every trainable variable, decay 0.9999 with the step as
   ``num_updates``, saved in every checkpoint for the evaluator.
 

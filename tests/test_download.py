@@ -133,7 +133,7 @@ def _good_member() -> tuple[tarfile.TarInfo, bytes]:
     return _file(f"{ff.BATCHES_DIRNAME}/{ff.TEST_FILES[0]}")
 
 
-# 1, 2: successful downloads.
+# Successful downloads.
 
 
 def test_download_over_http(served_tarball, data_dir, capsys):
@@ -174,7 +174,7 @@ def test_existing_good_tarball_is_extracted_offline(data_dir, dead_url):
     _assert_extracted(got, data_dir)
 
 
-# 3: already extracted data.
+# Already extracted data.
 
 
 def test_existing_batches_dir_needs_no_network(data_dir, dead_url, monkeypatch):
@@ -195,7 +195,7 @@ def test_batches_path_that_is_a_file_is_refused(data_dir):
         download.maybe_download_and_extract(str(data_dir), url="file:///nonexistent")
 
 
-# 4: checksum mismatch.
+# Checksum mismatch.
 
 
 @pytest.mark.parametrize("md5,size,what", [
@@ -222,7 +222,7 @@ def test_default_checksum_is_the_official_one(served_tarball, data_dir):
     assert list(data_dir.iterdir()) == []
 
 
-# 5: interrupted transfers.
+# Interrupted transfers.
 
 
 def test_truncated_transfer_is_rejected(data_dir):
@@ -255,7 +255,7 @@ def test_keyboard_interrupt_leaves_no_temp_file(served_tarball, data_dir, monkey
     assert list(data_dir.iterdir()) == []
 
 
-# 6, 10: unsafe or wrong tarballs.
+# Unsafe or wrong tarballs.
 
 
 def _symlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
@@ -333,7 +333,7 @@ def test_corrupt_tarball_with_matching_md5_is_refused(data_dir):
     assert _leftovers(data_dir) == []
 
 
-# 7: no server.
+# No server.
 
 
 def test_no_server_gives_one_line_error(data_dir, dead_url):
@@ -371,7 +371,7 @@ def test_uncreatable_data_dir_is_reported(tmp_path):
         download.maybe_download_and_extract(str(blocker / "data"), url="file:///x")
 
 
-# 8: a bad tarball the user left.
+# A bad tarball the user left.
 
 
 def test_existing_bad_tarball_is_reported_not_deleted(data_dir, dead_url):
@@ -389,7 +389,7 @@ def test_existing_bad_tarball_is_reported_not_deleted(data_dir, dead_url):
     assert not (data_dir / ff.BATCHES_DIRNAME).exists()
 
 
-# 9: URL precedence.
+# URL precedence.
 
 
 def test_resolve_url_precedence(monkeypatch):

@@ -1,4 +1,4 @@
-"""Monitoring with the real TensorBoard server (issue 5), through its HTTP data API.
+"""Monitoring with the real TensorBoard server, through its HTTP data API.
 
 A few training steps and one evaluation on generated data are written with the
 recommended layout (``--train_dir=RUN/train --eval_dir=RUN/eval``); then the
