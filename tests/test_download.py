@@ -403,12 +403,6 @@ def test_resolve_url_precedence(monkeypatch):
     assert download.resolve_url("http://explicit/x.tar.gz") == "http://explicit/x.tar.gz"
 
 
-def test_file_md5(tmp_path):
-    path = tmp_path / "f"
-    path.write_bytes(TARBALL)
-    assert download.file_md5(str(path)) == TARBALL_MD5
-
-
 def test_extraction_without_tarfile_filters(served_tarball, http_root, tmp_path, data_dir,
                                             monkeypatch):
     """Pythons without ``filter='data'`` still extract, and still refuse bad members."""

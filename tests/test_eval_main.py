@@ -154,23 +154,34 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
 
     # A restart after the run scores nothing: test_evaluate's poll tests.
 
-def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path):
-    # The file operations of two processes, from two threads: the race shows
-    # within a few tries; a fix (write elsewhere, rename into place) passes always.
-    for attempt in range(20):
-        data_dir = str(tmp_path / str(attempt))
-        errors = []
+def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, monkeypatch):
+    # The file operations of two processes, from two threads, in the worst order:
+    # both have written their files before either moves them into place.
+    barrier = threading.Barrier(2, timeout=60)
+    write_files = synthetic._write_files
 
-        def prepare(data_dir=data_dir, errors=errors):
-            try:
-                programs.prepare_data(data_dir, use_synthetic=True,
-                                      synthetic_records=RECORDS, print_fn=lambda line: None)
-            except Exception as e:  # noqa: BLE001 - any failure is the finding
-                errors.append(e)
+    def write_then_wait(directory, files):
+        write_files(directory, files)
+        barrier.wait()
 
-        threads = [threading.Thread(target=prepare) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not errors, f"attempt {attempt}: {errors[0]!r}"
+    monkeypatch.setattr(synthetic, "_write_files", write_then_wait)
+    data_dir = str(tmp_path / "data")
+    errors, found = [], []
+
+    def prepare():
+        try:
+            found.append(programs.prepare_data(data_dir, use_synthetic=True,
+                                               synthetic_records=RECORDS,
+                                               print_fn=lambda line: None))
+        except Exception as e:  # noqa: BLE001 - any failure is the finding
+            errors.append(e)
+
+    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, repr(errors[0])
+    batches_dir = os.path.join(data_dir, programs.SYNTHETIC_SUBDIR, "cifar-10-batches-bin")
+    assert found == [(batches_dir, {"train": 5 * RECORDS, "test": RECORDS})] * 2
+    assert os.listdir(os.path.dirname(batches_dir)) == ["cifar-10-batches-bin"]

@@ -110,8 +110,8 @@ def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
 
 
 def test_learning_rate_boundaries_do_not_depend_on_the_replica_count():
-    # 4 replicas x 128 reach 350 epochs at a quarter of the steps of 1 x 128.
-    assert (1 + (17_500_000 - 1) // 128) == 136_719
+    # 4 replicas x 128 reach 350 epochs (17,500,000 examples) at a quarter of the
+    # steps of 1 x 128: after step 136,719 = ceil(17,500,000 / 128).
     assert float(train.learning_rate(136_719, 128, 50_000)) == pytest.approx(0.01)
     assert float(train.learning_rate(136_719 // 4, 512, 50_000)) == pytest.approx(0.1)
     assert float(train.learning_rate(136_719 // 4 + 1, 512, 50_000)) == pytest.approx(0.01)
