@@ -26,8 +26,6 @@ LRN_BIAS = 1.0
 LRN_ALPHA = 0.001 / 9.0
 LRN_BETA = 0.75
 
-LAYER_NAMES = ("conv1", "conv2", "local3", "local4", "softmax_linear")
-
 
 class _Layer(tf.Module):
     """The ``weights`` and ``biases`` of one scope of the model."""

@@ -1,9 +1,12 @@
 """Test set-up shared by all test files: four logical CPU devices, learnable data,
-a small trained run.
+a small trained run, and the names and line formats several files check.
 
 MirroredStrategy tests need several devices; on a CPU-only machine the CPU is
 split into logical devices, which must happen before TensorFlow initialises.
+Test files import the helpers below with ``from conftest import ...``.
 """
+
+import re
 
 import pytest
 import tensorflow as tf
@@ -15,6 +18,22 @@ NUM_LOGICAL_CPUS = 4
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")  # the model's, in order
+# The trainer's progress line and the evaluator's result line, exactly.
+TRAIN_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = \d+\.\d\d "
+    r"\(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$")
+EVAL_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = (\d\.\d{3}) "
+    r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)$")
+
+
+def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:
+    """MirroredStrategy over the first ``num_replicas`` logical CPUs."""
+    return tf.distribute.MirroredStrategy(
+        [f"/cpu:{i}" for i in range(num_replicas)],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 @pytest.fixture(scope="session")

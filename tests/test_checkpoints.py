@@ -22,15 +22,11 @@ import tensorflow as tf
 from cifar10 import checkpoints, data, evaluate, synthetic, train
 from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error
+from conftest import mirrored
 
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
               "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt",
               "class_names.txt.bak")
-
-
-def one_replica():
-    return tf.distribute.MirroredStrategy(
-        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def config(train_dir, **overrides):
@@ -44,7 +40,7 @@ def config(train_dir, **overrides):
 def trained(learnable_files, tmp_path_factory):
     """A run directory with model.ckpt-10, -20 and -30, complete at step 30."""
     train_dir = tmp_path_factory.mktemp("trained") / "train"
-    result = train.train(config(train_dir), one_replica(), *learnable_files, print_fn=lambda line: None)
+    result = train.train(config(train_dir), mirrored(), *learnable_files, print_fn=lambda line: None)
     assert (result.step, result.complete) == (30, True)
     return train_dir
 
@@ -181,7 +177,7 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
     delete_newest(run_dir)
     before = {n: t for n, t in snapshot(run_dir).items() if n.startswith("model.ckpt-")}
     lines = []
-    result = train.train(config(run_dir, max_steps=22, checkpoint_every=1), one_replica(),
+    result = train.train(config(run_dir, max_steps=22, checkpoint_every=1), mirrored(),
                          *learnable_files, print_fn=lines.append)
     assert (result.start_step, result.step) == (20, 22)
     assert lines[1] == f"Resuming from {run_dir}/model.ckpt-20 at step 20."
@@ -209,7 +205,7 @@ def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learn
             os.remove(run_dir / name)
     before = snapshot(run_dir)
     with pytest.raises(Cifar10Error) as err:
-        train.train(config(run_dir, max_steps=40), one_replica(), *learnable_files,
+        train.train(config(run_dir, max_steps=40), mirrored(), *learnable_files,
                     print_fn=lambda line: None)
     message = str(err.value)
     assert message.startswith(f"no checkpoint in {run_dir} can be restored: ")
@@ -238,7 +234,7 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     (run_dir / "my_folder").mkdir()
     (run_dir / "my_folder" / "model.ckpt-5.index").write_text("mine too")
     lines = []
-    result = train.train(config(run_dir, max_steps=2, fresh_start=True), one_replica(),
+    result = train.train(config(run_dir, max_steps=2, fresh_start=True), mirrored(),
                          *learnable_files, print_fn=lines.append)
     assert result.start_step == 0 and result.step == 2
     # 3 checkpoints x 2 files, state file, event file, complete marker, class
@@ -286,7 +282,7 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, le
     with checkpoints.RunDirectory(str(run_dir), state.checkpoint(), keep=5):
         before = snapshot(run_dir)
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(run_dir, max_steps=40), one_replica(), *learnable_files,
+            train.train(config(run_dir, max_steps=40), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         assert snapshot(run_dir) == before
     assert str(err.value).startswith(
@@ -295,7 +291,7 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, le
     assert str(err.value).endswith("wait for it to finish or stop it, or choose another "
                                    "--train_dir")
     # Released: the next trainer goes on.
-    result = train.train(config(run_dir, max_steps=31), one_replica(), *learnable_files,
+    result = train.train(config(run_dir, max_steps=31), mirrored(), *learnable_files,
                          print_fn=lambda line: None)
     assert (result.start_step, result.step) == (30, 31)
 
@@ -306,7 +302,7 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(run_dir, le
 def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_path, learnable_files):
     stop = threading.Event()
     stop.set()
-    result = train.train(config(tmp_path / "train", max_steps=100), one_replica(), *learnable_files,
+    result = train.train(config(tmp_path / "train", max_steps=100), mirrored(), *learnable_files,
                          stop_event=stop, print_fn=lambda line: None)
     assert (result.step, result.stopped) == (1, True)
     assert result.last_checkpoint == str(tmp_path / "train" / "model.ckpt-1")
@@ -314,7 +310,7 @@ def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_pat
 
 def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable_files):
     with pytest.raises(Cifar10Error) as err:
-        train.train(config(tmp_path / "train", initial_learning_rate=1e12), one_replica(),
+        train.train(config(tmp_path / "train", initial_learning_rate=1e12), mirrored(),
                     *learnable_files, print_fn=lambda line: None)
     assert str(err.value).endswith("no checkpoint was written yet")
     assert "None" not in str(err.value)
@@ -344,7 +340,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
     with tmpfs(tmp_path / "disk", "20m") as disk:
         train_dir = disk / "train"
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable_files,
+            train.train(config(train_dir, checkpoint_every=1), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         message = str(err.value)
         assert message.startswith(f"cannot write checkpoint model.ckpt-3 in {train_dir} (")
@@ -354,26 +350,26 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
         assert checkpoints.load_model(str(train_dir / "model.ckpt-2"))[1] == 2
         # The rerun on the still full disk: the same one line, the same checkpoint kept.
         with pytest.raises(Cifar10Error) as again:
-            train.train(config(train_dir, checkpoint_every=1), one_replica(), *learnable_files,
+            train.train(config(train_dir, checkpoint_every=1), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         assert str(again.value) == message
         # With room again, it goes on from model.ckpt-2.
         os.remove(train_dir / "model.ckpt-1.index")
         os.remove(train_dir / "model.ckpt-1.data-00000-of-00001")
         result = train.train(config(train_dir, max_steps=3, checkpoint_every=1),
-                             one_replica(), *learnable_files, print_fn=lambda line: None)
+                             mirrored(), *learnable_files, print_fn=lambda line: None)
         assert (result.start_step, result.step) == (2, 3)
 
 
 def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path, learnable_files):
     with tmpfs(tmp_path / "disk", "40m") as disk:
         train_dir, eval_dir = disk / "train", disk / "eval"
-        train.train(config(train_dir, max_steps=2, checkpoint_every=2), one_replica(),
+        train.train(config(train_dir, max_steps=2, checkpoint_every=2), mirrored(),
                     *learnable_files, print_fn=lambda line: None)
         eval_dir.mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(train_dir, max_steps=4), one_replica(), *learnable_files,
+            train.train(config(train_dir, max_steps=4), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Read-only file "
                                   f"system); choose a directory on a writable file system")
@@ -421,7 +417,7 @@ def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable_fi
     train_dir.mkdir()
     train_dir.chmod(0o500)
     with pytest.raises(Cifar10Error) as err:
-        train.train(config(train_dir), one_replica(), *learnable_files, print_fn=lambda line: None)
+        train.train(config(train_dir), mirrored(), *learnable_files, print_fn=lambda line: None)
     assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
                               f"choose a directory you can write, or change its permissions")
 

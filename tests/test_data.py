@@ -13,6 +13,7 @@ from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import synthetic
 from cifar10.errors import DataError
+from conftest import mirrored
 
 SIZE = ff.IMAGE_SIZE
 CROP = data.CROP_SIZE
@@ -381,8 +382,7 @@ def test_eval_dataset_rejects_bad_batch_size(eval_dir):
 
 
 def test_train_dataset_under_mirrored_strategy(train_files):
-    strategy = tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = mirrored(2)
     assert strategy.num_replicas_in_sync == 2
     contexts = []
 

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import threading
 import time
 
 import pytest
-import tensorflow as tf
 from cli import event_tags, run, start
+from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
 from cifar10 import data, programs, synthetic, train
 
 RECORDS = 50
-LINE = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = (\d\.\d{3}) "
-    r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, averages weights\)$")
-TRAIN_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = ")
 ERROR = "cifar10-eval: error:"
 
 
@@ -35,8 +30,7 @@ def trained(tmp_path_factory):
     config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
                                checkpoint_every=3, summary_every=1000, log_frequency=1000,
                                shuffle_buffer=300)
-    strategy = tf.distribute.MirroredStrategy(
-        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = mirrored()
     train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)
     return data_dir, root / "train"
 
@@ -66,9 +60,9 @@ def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(
     assert "SYNTHETIC" in result.stdout
     assert (f"--num_examples=1000 but the test data holds {RECORDS} examples: evaluating "
             f"{RECORDS}.") in result.stderr
-    matches = [m for m in map(LINE.match, result.stdout.splitlines()) if m]
+    matches = [m for m in map(EVAL_LINE.match, result.stdout.splitlines()) if m]
     assert len(matches) == 1, result.stdout
-    assert matches[0].groups()[1:] == ("6", "model.ckpt-6", str(RECORDS))
+    assert matches[0].groups()[1:] == ("6", "model.ckpt-6", str(RECORDS), "averages")
     [record] = results(tmp_path / "eval")
     assert (record["step"], record["examples"], record["weights"]) == (6, RECORDS, "averages")
     assert record["precision"] == record["correct"] / RECORDS
@@ -120,7 +114,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
         train_out = []
         for line in trainer.stdout:
             train_out.append(line)
-            m = TRAIN_LOG.match(line)
+            m = TRAIN_LINE.match(line.strip())
             if m and int(m[1]) >= 8:  # model.ckpt-4 is saved
                 trainer.send_signal(signal.SIGSTOP)
                 break
@@ -147,7 +141,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
     assert len(set(steps)) == len(steps)  # each checkpoint scored once
     assert steps == sorted(steps) and steps[-1] == 40
     assert [r["checkpoint"] for r in results(eval_dir)][-1] == str(train_dir / "model.ckpt-40")
-    assert [int(m[2]) for m in map(LINE.match, eval_out.splitlines()) if m] == steps
+    assert [int(m[2]) for m in map(EVAL_LINE.match, eval_out.splitlines()) if m] == steps
     assert event_tags(str(eval_dir))["Precision @ 1"] == steps
     assert (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
             f"stopping.") in eval_out

@@ -18,15 +18,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import scalar_values
+from conftest import EVAL_LINE, LAYERS, mirrored
 
 from cifar10 import checkpoints, data, evaluate, synthetic, train
 from cifar10.errors import Cifar10Error
-from cifar10.model import LAYER_NAMES, Model
+from cifar10.model import Model
 
 RECORDS = 50  # records per generated file: the test split holds 50 examples
-LINE = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = \d\.\d{3} "
-    r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)$")
 RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
                "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns"}
 DATA_SUFFIX = ".data-00000-of-00001"
@@ -44,8 +42,7 @@ def run(tmp_path_factory):
     config = train.TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
                                checkpoint_every=3, summary_every=1000, log_frequency=1000,
                                shuffle_buffer=300)
-    strategy = tf.distribute.MirroredStrategy(
-        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = mirrored()
     result = train.train(config, strategy, files, count, print_fn=lambda line: None)
     assert result.complete and checkpoints.completed_step(train_dir) == 6
     return types.SimpleNamespace(
@@ -146,7 +143,7 @@ def test_restore_gives_the_averages_or_the_raw_weights_and_the_step(run):
     averages, avg_step = checkpoints.load_model(run.ckpt6, "averages")
     raw, raw_step = checkpoints.load_model(run.ckpt6, "raw")
     assert avg_step == raw_step == 6
-    for name in LAYER_NAMES:
+    for name in LAYERS:
         for kind in ("weights", "biases"):
             key = f"{name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
             np.testing.assert_array_equal(getattr(getattr(averages, name), kind).numpy(),
@@ -263,9 +260,9 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     result = results[0]
     assert (result.step, result.checkpoint, result.examples) == (6, run.ckpt6, 37)
     assert len(lines) == 1
-    match = LINE.match(lines[0])
+    match = EVAL_LINE.match(lines[0])
     assert match, lines[0]
-    assert match.groups() == ("6", "model.ckpt-6", "37", "averages")
+    assert match.groups()[1:] == ("6", "model.ckpt-6", "37", "averages")
     assert f"precision @ 1 = {result.precision:.3f} " in lines[0]
     assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
         6: pytest.approx(result.precision)}
@@ -277,7 +274,8 @@ def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
     [result] = evaluate.evaluate(config_of(run, tmp_path, checkpoint=run.ckpt3, weights="raw"),
                                  print_fn=lines.append)
     assert (result.step, result.checkpoint, result.weights) == (3, run.ckpt3, "raw")
-    assert LINE.match(lines[0]).groups() == ("3", "model.ckpt-3", str(result.examples), "raw")
+    assert EVAL_LINE.match(lines[0]).groups()[1:] == ("3", "model.ckpt-3", str(result.examples),
+                                                 "raw")
     assert results_lines(tmp_path) == [dataclasses.asdict(result)]
     missing = os.path.join(os.path.dirname(run.ckpt3), "model.ckpt-4")
     with pytest.raises(Cifar10Error, match=f"^cannot evaluate checkpoint {re.escape(missing)}: "):
@@ -337,7 +335,7 @@ def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run,
     lines, sleep = [], FakeSleep()
     results = evaluate.evaluate(config_of(run, eval_dir), print_fn=lines.append, sleep=sleep)
     assert [r.step for r in results] == [6]
-    assert LINE.match(lines[0]).group(2) == "model.ckpt-6"
+    assert EVAL_LINE.match(lines[0])[3] == "model.ckpt-6"
     assert lines[1:] == [completion_line(run.train_dir)]
     assert sleep.calls == []
 
@@ -417,7 +415,7 @@ def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
 
     def interval_wait():
         # Asked before the second evaluation, not after it.
-        assert [LINE.match(line).group(2) for line in lines] == ["model.ckpt-3"]
+        assert [EVAL_LINE.match(line)[3] for line in lines] == ["model.ckpt-3"]
 
     sleep = FakeSleep(trainer_saves_the_final_checkpoint, interval_wait)
     results = evaluate.evaluate(

@@ -21,7 +21,8 @@ import tensorflow as tf
 
 import multi_worker_steps
 from cli import env, start
-from test_train import fixed_batches, strategy_of
+from conftest import mirrored
+from test_train import fixed_batches
 from cifar10 import checkpoints, train
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
@@ -86,7 +87,7 @@ def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
     saved = np.load(tmp_path / "variables.npz")
 
     images, labels = multi_worker_steps.batches(steps, 2 * batch)
-    strategy = strategy_of(2)
+    strategy = mirrored(2)
     trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "one"), batch_size=batch),
                             strategy, examples_per_epoch=1000)
     iterator = fixed_batches(strategy, images, labels, steps)

@@ -43,6 +43,7 @@ import urllib.request
 import pytest
 
 from cli import env, run
+from conftest import LAYERS
 
 BATCH_SIZE = 16
 MAX_STEPS = 6
@@ -52,7 +53,6 @@ SUMMARY_AT = [3, 6]  # steps of the summaries: every --summary_steps
 SERVER_START_SECS = 60
 DATA_WAIT_SECS = 30
 PRECISION_TAG = "Precision @ 1"
-LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")
 SCALAR_TAGS = {"learning_rate", "total_loss", "total_loss (raw)", "cross_entropy",
                "cross_entropy (raw)", "examples_per_sec",
                *(f"{layer}/sparsity" for layer in LAYERS)}

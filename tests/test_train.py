@@ -16,14 +16,9 @@ from cifar10 import checkpoints, data, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 from cli import scalar_values
+from conftest import mirrored
 
 BATCH = 8  # examples per replica in the equivalence tests
-
-
-def strategy_of(num_replicas: int) -> tf.distribute.Strategy:
-    devices = [f"/cpu:{i}" for i in range(num_replicas)]
-    return tf.distribute.MirroredStrategy(
-        devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def fixed_batches(strategy, images, labels, num_steps):
@@ -55,7 +50,7 @@ def values(variables):
 
 
 def run_steps(num_replicas, per_replica_batch, images, labels, tmp_path):
-    strategy = strategy_of(num_replicas)
+    strategy = mirrored(num_replicas)
     config = train.TrainConfig(train_dir=str(tmp_path), batch_size=per_replica_batch)
     trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
     it = fixed_batches(strategy, images, labels, images.shape[0])
@@ -120,7 +115,7 @@ def test_learning_rate_boundaries_do_not_depend_on_the_replica_count():
 def test_moving_averages_follow_the_formula(tmp_path):
     k = 4
     images, labels = random_batches(k, BATCH)
-    strategy = strategy_of(1)
+    strategy = mirrored(1)
     trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path), batch_size=BATCH),
                             strategy, examples_per_epoch=1000)
     expected = values(trainer.variables)  # averages start at the initial weights
@@ -148,7 +143,7 @@ def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     lines = []
     train.train(small_config(tmp_path, max_steps=80, log_frequency=10, checkpoint_every=80,
                              summary_every=80),
-                strategy_of(2), files, count, print_fn=lines.append)
+                mirrored(2), files, count, print_fn=lines.append)
     losses = [float(line.split("loss = ")[1].split(" ")[0]) for line in lines if "loss = " in line]
     assert len(losses) == 9  # step 1, then 10, 20, ..., 80
     # Weight decay alone is ~2.2 at the start; the cross-entropy starts at ~2.3.
@@ -170,7 +165,7 @@ def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_fil
         return real(*args, input_context=input_context, **kwargs)
 
     monkeypatch.setattr(data, "train_dataset", recording)
-    trainer = train.Trainer(small_config(tmp_path, batch_size=4), strategy_of(2), count)
+    trainer = train.Trainer(small_config(tmp_path, batch_size=4), mirrored(2), count)
     images, labels = next(iter(trainer.dataset(files)))
     assert [(c.input_pipeline_id, c.num_input_pipelines) for c in contexts] == [(0, 2), (1, 2)]
     local = trainer.strategy.experimental_local_results(images)
@@ -191,14 +186,14 @@ def test_one_device_strategy_trains_with_its_default_input(learnable_files, tmp_
 
 def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_files, tmp_path):
     files, count = learnable_files
-    first = train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
+    first = train.train(small_config(tmp_path, max_steps=10), mirrored(1), files, count,
                         print_fn=lambda line: None)
     assert (first.step, first.complete) == (10, True)
     saved = tf.train.load_checkpoint(first.last_checkpoint)
 
     lines = []
     config = small_config(tmp_path, max_steps=15)
-    trainer = train.Trainer(config, strategy_of(1), count)
+    trainer = train.Trainer(config, mirrored(1), count)
     run_dir = checkpoints.RunDirectory(str(tmp_path), trainer.state.checkpoint(), keep=5)
     assert run_dir.restore() == checkpoints.Checkpoint(10, first.last_checkpoint)
     assert trainer.state.step.numpy() == 10
@@ -211,7 +206,7 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
                           kind)
             np.testing.assert_array_equal(avg.numpy(), saved.get_tensor("averages/" + name))
 
-    second = train.train(config, strategy_of(1), files, count, print_fn=lines.append)
+    second = train.train(config, mirrored(1), files, count, print_fn=lines.append)
     assert lines[0] == f"Resuming from {first.last_checkpoint} at step 10."
     assert "step 11," in lines[1]
     assert (second.step, second.steps_run) == (15, 5)
@@ -220,11 +215,11 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
 
 def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path):
     files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
+    train.train(small_config(tmp_path, max_steps=5), mirrored(1), files, count,
                 print_fn=lambda line: None)
     assert checkpoints.completed_step(str(tmp_path)) == 5
     lines = []
-    again = train.train(small_config(tmp_path, max_steps=5), strategy_of(1), files, count,
+    again = train.train(small_config(tmp_path, max_steps=5), mirrored(1), files, count,
                         print_fn=lines.append)
     assert (again.step, again.steps_run, again.complete) == (5, 0, True)
     assert "already complete at step 5" in lines[0]
@@ -238,7 +233,7 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
         if "step 5," in line:
             stop.set()
 
-    result = train.train(small_config(tmp_path, max_steps=1000), strategy_of(1), files, count,
+    result = train.train(small_config(tmp_path, max_steps=1000), mirrored(1), files, count,
                          stop_event=stop, print_fn=print_and_stop)
     assert (result.step, result.stopped, result.complete) == (5, True, False)
     assert result.last_checkpoint.endswith("model.ckpt-5")
@@ -247,12 +242,12 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
 
 def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, tmp_path):
     files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=10), strategy_of(1), files, count,
+    train.train(small_config(tmp_path, max_steps=10), mirrored(1), files, count,
                 print_fn=lambda line: None)
     with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
         train.train(small_config(tmp_path, max_steps=30, checkpoint_every=1,
                                  initial_learning_rate=1e12),
-                    strategy_of(1), files, count, print_fn=lambda line: None)
+                    mirrored(1), files, count, print_fn=lambda line: None)
     diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
     assert 10 < diverged_at < 30
     latest = tf.train.latest_checkpoint(str(tmp_path))
@@ -265,7 +260,7 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
 
 
 def test_config_rejects_bad_values(tmp_path):
-    strategy = strategy_of(1)
+    strategy = mirrored(1)
     for name in ("batch_size", "max_steps", "checkpoint_every"):
         with pytest.raises(ValueError, match=name):
             train.Trainer(small_config(tmp_path, **{name: 0}), strategy)
@@ -275,7 +270,7 @@ def test_xla_and_float16_steps_match_the_float32_step(tmp_path):
     images, labels = random_batches(1, BATCH)
     results = {}
     for name, overrides in {"f32": {}, "xla": {"xla": True}, "f16": {"use_fp16": True}}.items():
-        strategy = strategy_of(1)
+        strategy = mirrored(1)
         config = train.TrainConfig(train_dir=str(tmp_path / name), batch_size=BATCH, **overrides)
         trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
         loss = trainer.step(fixed_batches(strategy, images, labels, 1))
@@ -299,7 +294,7 @@ def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path
     assert one.state.examples_seen.numpy() == 4 * BATCH
     # Resume the same state with 4 replicas of BATCH: the count goes on in examples.
     four = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "b"), batch_size=BATCH),
-                         strategy_of(4), examples_per_epoch=1000)
+                         mirrored(4), examples_per_epoch=1000)
     four.state.checkpoint().read(one.state.checkpoint().write(str(tmp_path / "ck"))).assert_consumed()
     four.step(fixed_batches(four.strategy, images[1:2], labels[1:2], 1))
     assert four.state.step.numpy() == 2
@@ -315,5 +310,5 @@ def test_unwritable_train_dir_is_a_one_line_error(learnable_files, tmp_path):
     files, count = learnable_files
     (tmp_path / "a_file").write_text("not a directory")
     with pytest.raises(Cifar10Error, match=r"cannot create --train_dir .*a_file/run"):
-        train.train(small_config(tmp_path / "a_file" / "run"), strategy_of(1), files, count,
+        train.train(small_config(tmp_path / "a_file" / "run"), mirrored(1), files, count,
                     print_fn=lambda line: None)

@@ -21,11 +21,8 @@ import tensorflow as tf
 from cifar10 import data, synthetic
 from cifar10 import fileformat as ff
 from cli import env, event_tags, run, start
+from conftest import LAYERS, TRAIN_LINE
 
-LOG_LINE = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = \d+\.\d\d "
-    r"\(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$")
-LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
 EXPECTED_TAGS = {
     "learning_rate", "cross_entropy", "cross_entropy (raw)", "total_loss", "total_loss (raw)",
@@ -52,7 +49,7 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "SYNTHETIC" in result.stdout
     assert "Sharding callback duration" not in result.stdout + result.stderr
-    logged = [int(m[1]) for m in map(LOG_LINE.match, result.stdout.splitlines()) if m]
+    logged = [int(m[1]) for m in map(TRAIN_LINE.match, result.stdout.splitlines()) if m]
     assert logged == [1, 4, 8, 12]
     train_dir = tmp_path / "train"
     assert checkpoint_steps(train_dir) == [9, 12]  # every 3 steps, 2 kept
@@ -77,7 +74,7 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     proc = start("cifar10-train", *args)
     try:
         for line in proc.stdout:
-            if LOG_LINE.match(line.strip()) and int(LOG_LINE.match(line.strip())[1]) >= 3:
+            if TRAIN_LINE.match(line.strip()) and int(TRAIN_LINE.match(line.strip())[1]) >= 3:
                 proc.send_signal(signal.SIGTERM)
                 break
         out, err = proc.communicate(timeout=120)
@@ -94,7 +91,7 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
                                                "--log_frequency=1"))
     assert resumed.returncode == 0, resumed.stderr
     assert f"at step {stopped}." in resumed.stdout
-    steps = [int(m[1]) for m in map(LOG_LINE.match, resumed.stdout.splitlines()) if m]
+    steps = [int(m[1]) for m in map(TRAIN_LINE.match, resumed.stdout.splitlines()) if m]
     assert steps == [stopped + 1, stopped + 2]
 
 
@@ -209,7 +206,7 @@ def wait_for_log_step(proc, step, timeout=120):
     lines, deadline = [], time.time() + timeout
     for line in proc.stdout:
         lines.append(line)
-        match = LOG_LINE.match(line.strip())
+        match = TRAIN_LINE.match(line.strip())
         if match and int(match[1]) >= step:
             return lines
         assert time.time() < deadline, "".join(lines)
@@ -233,7 +230,7 @@ def test_a_second_trainer_on_the_same_train_dir_is_refused_naming_the_first(tmp_
         f"(PID {first.pid} on host {socket.gethostname()}, started "
         f"{second.stderr.split(', started ')[1].split(')')[0]}); wait for it to finish or "
         f"stop it, or choose another --train_dir")
-    assert not LOG_LINE.search(second.stdout)
+    assert not TRAIN_LINE.search(second.stdout)
     assert first.returncode == 0, err
     assert "Stopped at step" in out  # the first went on undisturbed
 
