@@ -147,12 +147,6 @@ def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.transpose(depth_major, [0, 2, 3, 1]), labels
 
 
-def decode_record(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes one 3,073-byte record into (uint8 image [32, 32, 3], int32 label)."""
-    images, labels = decode_records(record[None])
-    return images[0], labels[0]
-
-
 # Records decoded per op: decoding one record at a time made the first epoch
 # (before the cache is full) four times as costly as the later ones.
 _DECODE_BATCH = 1000
@@ -236,11 +230,6 @@ def standardize_batch(images: tf.Tensor) -> tf.Tensor:
     return (images - mean) / tf.maximum(std, 1.0 / num_values ** 0.5)
 
 
-def preprocess_for_train(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """``distort_batch`` of one uint8 image [32, 32, 3]: float32 [24, 24, 3]."""
-    return distort_batch(image[None], seed)[0]
-
-
 def eval_batch(images: tf.Tensor) -> tf.Tensor:
     """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3].
 
@@ -250,11 +239,6 @@ def eval_batch(images: tf.Tensor) -> tf.Tensor:
     top = (ff.IMAGE_SIZE - CROP_SIZE) // 2
     crops = images[:, top:top + CROP_SIZE, top:top + CROP_SIZE, :]
     return standardize_batch(tf.cast(crops, tf.float32))
-
-
-def preprocess_for_eval(image: tf.Tensor) -> tf.Tensor:
-    """``eval_batch`` of one uint8 image [32, 32, 3]: float32 [24, 24, 3]."""
-    return eval_batch(image[None])[0]
 
 
 def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:

@@ -45,8 +45,8 @@ class _Layer(tf.Module):
 class LossParts(NamedTuple):
     """The terms of the training loss (float32 scalars)."""
 
-    total: tf.Tensor  # cross_entropy + weight_decay
-    cross_entropy: tf.Tensor  # mean over the batch
+    total: tf.Tensor  # cross_entropy + weight_decay / num_replicas
+    cross_entropy: tf.Tensor  # summed over the batch, divided by the global batch
     weight_decay: tf.Tensor  # sum of wd * l2_loss(w)
 
 
@@ -126,11 +126,21 @@ class Model(tf.Module):
         terms = [layer.wd * tf.nn.l2_loss(layer.weights) for layer in self.layers if layer.wd]
         return tf.add_n(terms)
 
-    def loss(self, logits: tf.Tensor, labels: tf.Tensor) -> LossParts:
-        """Mean cross-entropy of ``logits`` against ``labels`` plus weight decay."""
-        xent = tf.reduce_mean(cross_entropy(logits, labels))
+    def loss(self, logits: tf.Tensor, labels: tf.Tensor, global_batch: int | None = None,
+             num_replicas: int = 1) -> LossParts:
+        """Cross-entropy of ``logits`` against ``labels`` plus weight decay.
+
+        With the defaults, the mean cross-entropy of the batch plus the weight
+        decay.  A replica of a synchronous step passes the global batch and the
+        number of replicas: its ``total`` is its share, and the shares of all
+        replicas sum to the mean cross-entropy of the global batch plus the
+        weight decay once, so that summing the replicas' gradients gives the
+        gradient of that loss.
+        """
+        xent = tf.reduce_sum(cross_entropy(logits, labels))
+        xent /= tf.cast(global_batch or tf.shape(labels)[0], tf.float32)
         wd = self.weight_decay()
-        return LossParts(total=xent + wd, cross_entropy=xent, weight_decay=wd)
+        return LossParts(total=xent + wd / num_replicas, cross_entropy=xent, weight_decay=wd)
 
 
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -37,7 +37,7 @@ from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import summaries
 from cifar10.errors import DivergedError
-from cifar10.model import Model, cross_entropy
+from cifar10.model import Model
 
 INITIAL_LEARNING_RATE = 0.1
 LEARNING_RATE_DECAY_FACTOR = 0.1
@@ -92,23 +92,13 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-def learning_rate(step, global_batch: int, examples_per_epoch: int,
+def learning_rate(examples, examples_per_epoch: int,
                   initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
-    """Staircase decay by 0.1 every 350 epochs of examples seen before ``step``.
+    """The learning rate once ``examples`` examples have been trained on.
 
-    Args:
-      step: updates done so far (int or int64 tensor), all of ``global_batch``.
-      global_batch: examples per update over all replicas.
-      examples_per_epoch: examples in the training set.
-      initial: learning rate at step 0.
+    Staircase decay by 0.1 every 350 epochs of ``examples_per_epoch``, counted
+    in examples so that it does not depend on the number of replicas.
     """
-    return learning_rate_after(tf.cast(step, tf.int64) * global_batch, examples_per_epoch,
-                               initial)
-
-
-def learning_rate_after(examples, examples_per_epoch: int,
-                        initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
-    """The learning rate once ``examples`` examples have been trained on."""
     examples = tf.cast(examples, tf.int64)
     decays = examples // (NUM_EPOCHS_PER_DECAY * examples_per_epoch)
     return initial * tf.pow(LEARNING_RATE_DECAY_FACTOR, tf.cast(decays, tf.float32))
@@ -198,11 +188,6 @@ class Trainer:
         return {"num_replicas": self.num_replicas, "global_batch": self.global_batch,
                 "examples_per_epoch": self.examples_per_epoch, "tensorflow": tf.__version__}
 
-    def learning_rate(self) -> tf.Tensor:
-        """The rate of the next update."""
-        return learning_rate_after(self.state.examples_seen, self.examples_per_epoch,
-                                   self.config.initial_learning_rate)
-
     def _apply(self, strategy, grads):
         """Cross-replica part of a step: sum gradients, SGD update, averages, step.
 
@@ -211,7 +196,8 @@ class Trainer:
         """
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
-        lr = self.learning_rate()
+        lr = learning_rate(self.state.examples_seen, self.examples_per_epoch,
+                           self.config.initial_learning_rate)
         for var, grad in zip(self.variables, reduced):
             strategy.extended.update(var, lambda v, g: v.assign_sub(lr * g), args=(grad,))
         self.state.step.assign_add(1)
@@ -227,17 +213,15 @@ class Trainer:
         model = self.state.model
         with tf.GradientTape() as tape:
             acts = model.activations(images)
-            # Gradients are SUMMED over replicas (in _apply).  Dividing the
-            # cross-entropy sum by the global batch, and the weight decay by the
-            # number of replicas, makes that sum equal the original's average of
-            # tower gradients, with the weight decay counted once.
-            xent = tf.reduce_sum(cross_entropy(acts["softmax_linear"], labels)) / self.global_batch
-            wd = model.weight_decay()
-            scaled = (xent + wd / self.num_replicas) * self.loss_scale
+            # This replica's share of the loss: gradients are SUMMED over replicas
+            # (in _apply), which gives the gradient of the global batch's loss.
+            parts = model.loss(acts["softmax_linear"], labels, self.global_batch,
+                               self.num_replicas)
+            scaled = parts.total * self.loss_scale
         grads = tape.gradient(scaled, self.variables)
         if self.loss_scale != 1.0:
             grads = [g / self.loss_scale for g in grads]
-        return grads, xent, wd, acts
+        return grads, parts.cross_entropy, parts.weight_decay, acts
 
     def _replica_step(self, images, labels, with_summaries):
         grads, xent, wd, acts = self._gradients_fn(images, labels)

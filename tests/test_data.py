@@ -19,6 +19,20 @@ SIZE = ff.IMAGE_SIZE
 CROP = data.CROP_SIZE
 
 
+# One image or record through the batch functions the pipelines use.
+def decode_one(record):
+    images, labels = data.decode_records(record[None])
+    return images[0], labels[0]
+
+
+def distort_one(image, seed):
+    return data.distort_batch(tf.convert_to_tensor(image)[None], seed)[0]
+
+
+def eval_one(image):
+    return data.eval_batch(tf.convert_to_tensor(image)[None])[0]
+
+
 # Hand-built records: label byte, then the R, G and B planes, each row-major.
 
 
@@ -62,11 +76,11 @@ def train_files(batches_dir):
     return data.split_files(batches_dir, "train")
 
 
-# decode_record / read_records
+# decode_records / read_records
 
 
 def test_decode_record_solid_planes():
-    image, label = data.decode_record(tf.constant(_record(7, 10, 20, 30)))
+    image, label = decode_one(tf.constant(_record(7, 10, 20, 30)))
     assert label.dtype == tf.int32 and int(label) == 7
     assert image.dtype == tf.uint8 and image.shape == (32, 32, 3)
     expected = np.broadcast_to(np.array([10, 20, 30], np.uint8), (32, 32, 3))
@@ -75,7 +89,7 @@ def test_decode_record_solid_planes():
 
 def test_decode_record_is_row_major_hwc():
     pattern = _pattern()
-    image, label = data.decode_record(tf.constant(_record(9, pattern, 255 - pattern, pattern.T)))
+    image, label = decode_one(tf.constant(_record(9, pattern, 255 - pattern, pattern.T)))
     image = image.numpy()
     assert int(label) == 9
     np.testing.assert_array_equal(image[:, :, 0], pattern)
@@ -188,7 +202,7 @@ def test_split_files():
         data.split_files(root, "validation")
 
 
-# preprocess_for_train
+# distort_batch
 
 
 def _noise_image(seed: int = 0) -> np.ndarray:
@@ -199,40 +213,40 @@ def _seed(n: int) -> tf.Tensor:
     return tf.constant([n, 0], dtype=tf.int64)
 
 
-def test_preprocess_for_train_shape_and_standardisation():
+def test_distortion_shape_and_standardisation():
     image = tf.constant(_noise_image())
     for n in range(5):
-        out = data.preprocess_for_train(image, _seed(n))
+        out = distort_one(image, _seed(n))
         assert out.dtype == tf.float32 and out.shape == (24, 24, 3)
         values = out.numpy()
         assert abs(values.mean()) < 1e-3
         assert abs(values.std() - 1.0) < 1e-2
 
 
-def test_preprocess_for_train_depends_only_on_seed():
+def test_distortion_depends_only_on_seed():
     image = tf.constant(_noise_image())
-    first = data.preprocess_for_train(image, _seed(11)).numpy()
-    again = data.preprocess_for_train(image, _seed(11)).numpy()
-    other = data.preprocess_for_train(image, _seed(12)).numpy()
+    first = distort_one(image, _seed(11)).numpy()
+    again = distort_one(image, _seed(11)).numpy()
+    other = distort_one(image, _seed(12)).numpy()
     np.testing.assert_array_equal(first, again)
     assert np.abs(first - other).max() > 0.1
 
 
-def test_preprocess_for_train_flips_both_ways():
+def test_distortion_flips_both_ways():
     """Left dark, right bright: brightness, contrast and scaling keep the order."""
     image = np.zeros((32, 32, 3), np.uint8)
     image[:, :16] = 20
     image[:, 16:] = 220
     flipped = []
     for n in range(40):
-        out = data.preprocess_for_train(tf.constant(image), _seed(n)).numpy()
+        out = distort_one(tf.constant(image), _seed(n)).numpy()
         left, right = out[:, :12].mean(), out[:, 12:].mean()
         assert left != right
         flipped.append(left > right)
     assert 5 <= sum(flipped) <= 35, sum(flipped)
 
 
-def test_preprocess_for_train_is_an_affine_random_crop():
+def test_distortion_is_an_affine_random_crop():
     """Each output channel is a*window + b_c (a > 0) of one 24x24 (maybe flipped) window.
 
     Brightness adds one delta, contrast scales every channel by one factor around its
@@ -241,7 +255,7 @@ def test_preprocess_for_train_is_an_affine_random_crop():
     image = _noise_image(3)
     windows = set()
     for n in range(12):
-        out = data.preprocess_for_train(tf.constant(image), _seed(n)).numpy().astype(np.float64)
+        out = distort_one(tf.constant(image), _seed(n)).numpy().astype(np.float64)
         matches = []
         for top in range(9):
             for left in range(9):
@@ -266,20 +280,20 @@ def test_preprocess_for_train_is_an_affine_random_crop():
     assert {f for _, _, f in windows} == {False, True}
 
 
-# preprocess_for_eval
+# eval_batch
 
 
-def test_preprocess_for_eval_is_central_crop_standardised():
+def test_eval_preprocessing_is_central_crop_standardised():
     rows, cols = np.mgrid[0:32, 0:32]
     image = np.stack([rows * 7, cols * 7, (rows + cols) * 3], axis=-1).astype(np.uint8)
-    out = data.preprocess_for_eval(tf.constant(image))
+    out = eval_one(tf.constant(image))
     assert out.dtype == tf.float32 and out.shape == (24, 24, 3)
     np.testing.assert_allclose(out.numpy(), _standardize(image[4:28, 4:28]), atol=1e-5)
 
 
-def test_preprocess_for_eval_constant_image():
+def test_eval_preprocessing_constant_image():
     """A flat image has std 0: the divisor is 1/sqrt(24*24*3), the result all zeros."""
-    out = data.preprocess_for_eval(tf.fill([32, 32, 3], tf.constant(77, tf.uint8)))
+    out = eval_one(tf.fill([32, 32, 3], tf.constant(77, tf.uint8)))
     np.testing.assert_array_equal(out.numpy(), np.zeros((24, 24, 3), np.float32))
 
 

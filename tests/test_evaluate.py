@@ -106,7 +106,7 @@ def direct_counts(checkpoint, files, weights, num_examples=None):
     for image, label in data.read_records(files):
         if num_examples is not None and len(labels) == num_examples:
             break
-        images.append(data.preprocess_for_eval(image).numpy())
+        images.append(data.eval_batch(image[None])[0].numpy())
         labels.append(int(label))
     logits = model(np.stack(images)).numpy()
     correct = int(np.sum(np.argmax(logits, axis=1) == np.array(labels)))

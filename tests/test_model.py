@@ -218,6 +218,19 @@ def test_loss_matches_numpy():
     assert float(same.total) == pytest.approx(float(parts.total), rel=1e-6)
 
 
+def test_the_replicas_shares_of_the_loss_sum_to_the_global_batchs_loss():
+    model = model_lib.Model(seed=5)
+    images, labels = _images(8, seed=3), tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
+    whole = model.loss(model(images), labels)
+    shares = [model.loss(model(images[i:i + 4]), labels[i:i + 4], global_batch=8,
+                         num_replicas=2) for i in (0, 4)]
+    assert float(shares[0].total + shares[1].total) == pytest.approx(float(whole.total),
+                                                                     rel=1e-5)
+    assert float(shares[0].cross_entropy + shares[1].cross_entropy) == pytest.approx(
+        float(whole.cross_entropy), rel=1e-5)
+    assert [float(p.weight_decay) for p in shares] == [float(whole.weight_decay)] * 2
+
+
 def test_loss_with_zero_weights():
     model = model_lib.Model()
     for v in model.parameters():

@@ -97,7 +97,7 @@ def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
     epoch = 50_000
     boundary = 350 * epoch  # examples seen at the first decay: 17,500,000
     last_before = (boundary - 1) // global_batch  # 136,718 for 128; 34,179 for 512
-    lr = lambda step: float(train.learning_rate(step, global_batch, epoch))  # noqa: E731
+    lr = lambda step: float(train.learning_rate(step * global_batch, epoch))  # noqa: E731
     assert lr(0) == pytest.approx(0.1)
     assert lr(last_before) == pytest.approx(0.1)
     assert lr(last_before + 1) == pytest.approx(0.01)
@@ -107,9 +107,9 @@ def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
 def test_learning_rate_boundaries_do_not_depend_on_the_replica_count():
     # 4 replicas x 128 reach 350 epochs (17,500,000 examples) at a quarter of the
     # steps of 1 x 128: after step 136,719 = ceil(17,500,000 / 128).
-    assert float(train.learning_rate(136_719, 128, 50_000)) == pytest.approx(0.01)
-    assert float(train.learning_rate(136_719 // 4, 512, 50_000)) == pytest.approx(0.1)
-    assert float(train.learning_rate(136_719 // 4 + 1, 512, 50_000)) == pytest.approx(0.01)
+    assert float(train.learning_rate(136_719 * 128, 50_000)) == pytest.approx(0.01)
+    assert float(train.learning_rate(136_719 // 4 * 512, 50_000)) == pytest.approx(0.1)
+    assert float(train.learning_rate((136_719 // 4 + 1) * 512, 50_000)) == pytest.approx(0.01)
 
 
 def test_moving_averages_follow_the_formula(tmp_path):
@@ -301,9 +301,11 @@ def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path
     assert four.state.examples_seen.numpy() == 8 * BATCH
     # 350 epochs of 1,000 examples: the first decay comes after 350,000 examples.
     four.state.examples_seen.assign(350_000 - 1)
-    assert float(four.learning_rate()) == pytest.approx(0.1)
+    assert float(train.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
+        pytest.approx(0.1)
     four.state.examples_seen.assign(350_000)
-    assert float(four.learning_rate()) == pytest.approx(0.01)
+    assert float(train.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
+        pytest.approx(0.01)
 
 
 def test_unwritable_train_dir_is_a_one_line_error(learnable_files, tmp_path):
