@@ -27,7 +27,7 @@ import functools
 import math
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -281,35 +281,56 @@ class TrainResult:
         return not self.complete
 
 
-def _log_line(step: int, loss: float, examples_per_sec: float, sec_per_batch: float) -> str:
-    return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)" % (
-        datetime.datetime.now(), step, loss, examples_per_sec, sec_per_batch)
+@dataclasses.dataclass(frozen=True)
+class StepReport:
+    """The figures of a logged step (every ``log_frequency`` steps, the first and the last)."""
+
+    step: int
+    loss: float  # the step's total loss over the global batch
+    examples_per_sec: float  # over all replicas, since the previous report
+    sec_per_batch: float  # a step's time shared among the replicas, as the original
+    learning_rate: float  # the rate of the step's update
+
+    def line(self) -> str:
+        """The original's progress line."""
+        return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)" % (
+            datetime.datetime.now(), self.step, self.loss, self.examples_per_sec,
+            self.sec_per_batch)
 
 
 class _Progress:
-    """Times the steps between progress lines; prints the line and examples_per_sec."""
+    """Times the steps between reports; prints each report's line, writes its
+    examples_per_sec summary and hands it to ``on_report``."""
 
-    def __init__(self, trainer: Trainer, print_fn):
-        self.trainer, self.print_fn = trainer, print_fn
-        self.start, self.steps = time.time(), 0
+    def __init__(self, trainer: Trainer, print_fn, on_report):
+        self.trainer, self.print_fn, self.on_report = trainer, print_fn, on_report
+        self.start, self.steps = time.monotonic(), 0
 
     def step_done(self, step: int, loss: float, log: bool) -> None:
         self.steps += 1
         if not log:
             return
-        duration = time.time() - self.start
-        examples_per_sec = self.steps * self.trainer.global_batch / duration
-        # sec/batch as the original: the step's time shared among the replicas.
-        sec_per_batch = duration / self.steps / self.trainer.num_replicas
-        self.print_fn(_log_line(step, loss, examples_per_sec, sec_per_batch))
-        tf.summary.scalar("examples_per_sec", examples_per_sec, step=step)
-        self.start, self.steps = time.time(), 0
+        duration = time.monotonic() - self.start
+        trainer = self.trainer
+        before = trainer.state.examples_seen - trainer.global_batch  # this update's rate
+        report = StepReport(
+            step=step, loss=loss,
+            examples_per_sec=self.steps * trainer.global_batch / duration,
+            sec_per_batch=duration / self.steps / trainer.num_replicas,
+            learning_rate=float(learning_rate(before, trainer.examples_per_epoch,
+                                              trainer.config.initial_learning_rate)))
+        self.print_fn(report.line())
+        tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
+        if self.on_report:
+            self.on_report(report)
+        self.start, self.steps = time.monotonic(), 0
 
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
           examples_per_epoch: int, stop_event: threading.Event | None = None,
           print_fn=print, run_info: dict | None = None,
-          class_names: Sequence[str] = ff.CLASS_NAMES) -> TrainResult:
+          class_names: Sequence[str] = ff.CLASS_NAMES,
+          on_report: Callable[[StepReport], None] | None = None) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
     Takes the lock of ``config.train_dir`` (one trainer per directory), with
@@ -333,6 +354,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
         command line and data directory).
       class_names: the data's class names in label order, recorded in
         ``train_dir`` for cifar10-predict and cifar10-export.
+      on_report: called with the figures of each logged step (``StepReport``),
+        after its progress line is printed.
 
     Raises:
       DivergedError: the loss became NaN or infinite.
@@ -364,7 +387,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
             settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
                         "classes": ", ".join(class_names), **(run_info or {})}
             step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
-                               print_fn)
+                               print_fn, on_report)
             complete = step == cfg.max_steps
             if complete:
                 run_dir.mark_complete(step)
@@ -374,11 +397,11 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
 
 def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 cluster: coordination.Coordinator, train_files: list[str], start: int,
-                settings: dict, print_fn) -> int:
+                settings: dict, print_fn, on_report) -> int:
     """Steps from ``start`` to ``max_steps`` or a stop; returns the step reached."""
     cfg = trainer.config
     iterator = iter(trainer.dataset(train_files, start))
-    progress = _Progress(trainer, print_fn)
+    progress = _Progress(trainer, print_fn, on_report)
     save = functools.partial(_save, trainer, run_dir)
     cluster.watch(lambda: save(int(trainer.state.step.numpy())))
     done = start  # the last step completed

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import resource
 import shutil
 import statistics
@@ -47,8 +46,6 @@ from cifar10 import checkpoints, data, devices, evaluate, export, prepare, synth
 from cifar10 import train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
-
-LOG_RATE = re.compile(r": step (\d+), loss = \S+ \((\S+) examples/sec")
 
 
 def parse_args(argv):
@@ -202,17 +199,17 @@ def end_to_end(args, strategy, train_files, count, train_dir, time_step):
     config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size, max_steps=steps,
                                log_frequency=args.window_steps, checkpoint_every=steps,
                                use_fp16=args.use_fp16, xla=args.xla)
-    # The log line at step n gives examples/sec over the window ending at n.
+    # The report of step n gives examples/sec over the window ending at n.
     steady, first_epoch, alone = [], [], []
 
-    def collect(line):
-        match = LOG_RATE.search(line)
-        if match and int(match[1]) > 1:
-            (steady if int(match[1]) > warmup else first_epoch).append(float(match[2]))
-            if int(match[1]) > warmup:
+    def collect(report: train.StepReport):
+        if report.step > 1:
+            (steady if report.step > warmup else first_epoch).append(report.examples_per_sec)
+            if report.step > warmup:
                 alone.append(time_step())
 
-    train.train(config, strategy, train_files, count, print_fn=collect)
+    train.train(config, strategy, train_files, count, print_fn=lambda line: None,
+                on_report=collect)
     return statistics.median(steady), statistics.median(first_epoch), statistics.median(alone)
 
 

@@ -16,7 +16,7 @@ from cifar10 import checkpoints, data, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 from cli import scalar_values
-from conftest import mirrored
+from conftest import TRAIN_LINE, mirrored
 
 BATCH = 8  # examples per replica in the equivalence tests
 
@@ -140,12 +140,18 @@ def small_config(train_dir, **overrides):
 
 def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     files, count = learnable_files
-    lines = []
+    lines, reports = [], []
     train.train(small_config(tmp_path, max_steps=80, log_frequency=10, checkpoint_every=80,
                              summary_every=80),
-                mirrored(2), files, count, print_fn=lines.append)
-    losses = [float(line.split("loss = ")[1].split(" ")[0]) for line in lines if "loss = " in line]
-    assert len(losses) == 9  # step 1, then 10, 20, ..., 80
+                mirrored(2), files, count, print_fn=lines.append, on_report=reports.append)
+    # Each logged step is a report and a progress line.
+    assert [r.step for r in reports] == [1, 10, 20, 30, 40, 50, 60, 70, 80]
+    progress = [m for m in map(TRAIN_LINE.match, lines) if m]
+    assert [m[1] for m in progress] == [str(r.step) for r in reports]
+    assert all(f"loss = {r.loss:.2f} " in m[0] for r, m in zip(reports, progress))
+    assert all(r.learning_rate == pytest.approx(0.1) for r in reports)
+    assert all(r.examples_per_sec > 0 and r.sec_per_batch > 0 for r in reports)
+    losses = [r.loss for r in reports]
     # Weight decay alone is ~2.2 at the start; the cross-entropy starts at ~2.3.
     assert losses[0] > 4.0
     assert np.mean(losses[-3:]) < losses[0] - 1.5
