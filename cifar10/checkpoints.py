@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from cifar10 import data
 from cifar10 import fileformat as ff
+from cifar10.config import WEIGHTS
 from cifar10.errors import Cifar10Error, first_line, io_error, io_advice
 from cifar10.model import Model
 
@@ -50,7 +51,6 @@ STATE_FILE = "checkpoint"
 COMPLETE_FILE = "training_complete.json"
 CLASSES_FILE = "class_names.txt"
 LOCK_FILE = "cifar10-train.lock"
-WEIGHTS = ("averages", "raw")
 
 # What reading a missing, partial or foreign checkpoint raises: OpErrors for most
 # damage, IndexError for a truncated .data file, AssertionError/ValueError when

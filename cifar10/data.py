@@ -22,14 +22,11 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10 import fileformat as ff
+from cifar10.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
 from cifar10.errors import DataError
 
-CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
-MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
 TRAIN_PARALLEL_BATCHES = 2  # batches distorted at once
 TRAIN_PREFETCH_BATCHES = 4  # distorted batches kept ready for the train step
-MAX_BRIGHTNESS_DELTA = 63.0
-CONTRAST_RANGE = (0.2, 1.8)
 
 
 def batches_dir_of(data_dir: str) -> str:

@@ -49,12 +49,9 @@ def main(argv: list[str]) -> None:
         logging.warning("--num_examples=%d but the %s data holds %d examples: evaluating %d.",
                         num_examples, FLAGS.eval_data, available, available)
         num_examples = available
-    config = evaluate.EvalConfig(
-        checkpoint_dir=FLAGS.checkpoint_dir, eval_dir=FLAGS.eval_dir,
-        eval_files=data.split_files(batches_dir, FLAGS.eval_data), eval_data=FLAGS.eval_data,
-        num_examples=num_examples, batch_size=FLAGS.batch_size, weights=FLAGS.weights,
-        eval_interval_secs=FLAGS.eval_interval_secs, eval_timeout=FLAGS.eval_timeout,
-        run_once=FLAGS.run_once, use_fp16=FLAGS.use_fp16, checkpoint=FLAGS.checkpoint)
+    config = cifar10_flags.config_from_flags(
+        evaluate.EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
+        num_examples=num_examples)
     evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True))
 
 

@@ -16,7 +16,7 @@ import datetime
 import json
 import os
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 from absl import logging
 import tensorflow as tf
@@ -24,6 +24,7 @@ import tensorflow as tf
 from cifar10 import checkpoints
 from cifar10 import data
 from cifar10 import summaries
+from cifar10.config import EvalConfig
 from cifar10.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.model import Model
 
@@ -32,40 +33,6 @@ PRECISION_TAG = "Precision @ 1"
 # How often the polling loop looks for a new checkpoint (an evaluation still
 # waits --eval_interval_secs after the previous one).
 POLL_SECS = 2.0
-
-
-@dataclasses.dataclass
-class EvalConfig:
-    """Settings of an evaluation run; the defaults are the original's.
-
-    Attributes:
-      checkpoint_dir: the training run's directory.
-      eval_dir: where summaries and results.jsonl go.
-      eval_files: the ``.bin`` files to evaluate on.
-      eval_data: name of the split ('test' or 'train_eval'), for the records.
-      num_examples: examples to count (clamped to what the files hold).
-      batch_size: examples per batch.
-      weights: 'averages' (the moving averages, default) or 'raw'.
-      eval_interval_secs: least time between the starts of two evaluations.
-      eval_timeout: stop after this many seconds without a new checkpoint (None: never).
-      run_once: evaluate the latest checkpoint and return.
-      use_fp16: evaluate in float16 compute.
-      checkpoint: evaluate this checkpoint (a path prefix such as
-        ``<dir>/model.ckpt-1000``) once and return, instead of the latest.
-    """
-
-    checkpoint_dir: str
-    eval_dir: str
-    eval_files: Sequence[str]
-    eval_data: str = "test"
-    num_examples: int = 10_000
-    batch_size: int = 128
-    weights: str = "averages"
-    eval_interval_secs: float = 300
-    eval_timeout: float | None = None
-    run_once: bool = False
-    use_fp16: bool = False
-    checkpoint: str | None = None
 
 
 @dataclasses.dataclass

@@ -1,25 +1,29 @@
 """The absl flags of the command-line programs (names and defaults of the original).
 
-Only the entry points (``train_main``, ``eval_main``, ...) call these functions and
-read ``FLAGS``; the library takes plain arguments.  Booleans are absl booleans,
-so ``--use_fp16=false`` means False.
+The settings the library takes are ``config.TrainConfig``'s and
+``config.EvalConfig``'s fields: their flags are made from those fields (name,
+default, help, bounds, choices).  The flags written out here are the programs'
+own (data location, devices, output).  Only the entry points call these
+functions and read ``FLAGS``; the library takes plain arguments.  Booleans are
+absl booleans, so ``--use_fp16=false`` means False.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from absl import flags
 
 from cifar10 import cluster
+from cifar10 import config
 from cifar10 import fileformat as ff
 
 
-def define_common_flags() -> None:
-    """Flags shared by cifar10-train and cifar10-eval."""
-    flags.DEFINE_integer("batch_size", 128, "Number of images to process in a batch "
-                         "(per replica when training).", lower_bound=1)
+def define_data_flags() -> None:
+    """Where cifar10-train and cifar10-eval find their data."""
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
                         "Path to the CIFAR-10 data directory; the data is downloaded and "
                         "extracted there when missing.")
-    flags.DEFINE_boolean("use_fp16", False, "Train the model using fp16 (mixed precision: "
-                         "float16 compute, float32 variables).")
     flags.DEFINE_string("data_url", None,
                         f"Where to download {ff.TARBALL_NAME} from when --data_dir lacks it "
                         f"(http, https or file://). Default: ${ff.DATA_URL_ENV}, else "
@@ -34,59 +38,55 @@ def define_common_flags() -> None:
                          "when --synthetic_data is set.", lower_bound=1)
 
 
+def define_config_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """One flag per setting of ``config_class`` (``config.setting``), named as the field."""
+    define = {"flag_values": flag_values}
+    for field in config.flag_fields(config_class):
+        meta = field.metadata
+        name, default, help_ = field.name, meta["flag_default"], meta["help"]
+        bounds = {k: meta[k] for k in ("lower_bound", "upper_bound") if meta[k] is not None}
+        kind = str(field.type)
+        if meta["choices"]:
+            flags.DEFINE_enum(name, default, list(meta["choices"]), help_, **define)
+        elif kind.startswith("bool"):
+            flags.DEFINE_boolean(name, default, help_, **define)
+        elif kind.startswith("int"):
+            flags.DEFINE_integer(name, default, help_, **bounds, **define)
+        elif kind.startswith("float"):
+            flags.DEFINE_float(name, default, help_, **bounds, **define)
+        elif kind.startswith("str"):
+            flags.DEFINE_string(name, default, help_, **define)
+        else:
+            raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
+
+
+def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):
+    """A ``config_class`` with the flags' values of its settings; ``others`` set the rest
+    or override them."""
+    settings = {f.name: values[f.name].value for f in config.flag_fields(config_class)}
+    return config_class(**{**settings, **others})
+
+
 def define_train_flags() -> None:
     """Flags of cifar10-train."""
-    define_common_flags()
-    flags.DEFINE_string("train_dir", "/tmp/cifar10_train",
-                        "Directory where to write event logs and checkpoints; an existing "
-                        "run there is resumed.")
-    flags.DEFINE_integer("max_steps", 1_000_000, "Number of batches to run.", lower_bound=1)
+    define_data_flags()
+    define_config_flags(config.TrainConfig)
     flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
                          "the CPU. With fewer GPUs than asked, the replicas run on logical "
                          "devices.", lower_bound=0)
     flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.")
-    flags.DEFINE_integer("log_frequency", 10, "How often to log results to the console.",
-                         lower_bound=1)
-    flags.DEFINE_integer("checkpoint_steps", 1000, "Save a checkpoint every this many steps "
-                         "(and at the last step).", lower_bound=1)
-    flags.DEFINE_integer("keep_checkpoints", 5, "How many recent checkpoints to keep.",
-                         lower_bound=1)
-    flags.DEFINE_integer("summary_steps", 100, "Write TensorBoard summaries every this many "
-                         "steps.", lower_bound=1)
-    flags.DEFINE_integer("seed", 0, "Seed of the initial weights, shuffling and distortions.")
     flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
                       "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
                       "several tasks, else mirrored (one replica per GPU of this machine).")
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
                        lower_bound=1)
-    flags.DEFINE_boolean("xla", False, "Compile each replica's forward and backward pass "
-                         "with XLA (can help on GPU; about 2.3x slower on CPU, see README).")
-    flags.DEFINE_boolean("fresh_start", False, "Delete this trainer's own files in "
-                         "--train_dir (checkpoints, state file, event files, markers; nothing "
-                         "else) and start from step 0 (default: resume).")
 
 
 def define_eval_flags() -> None:
     """Flags of cifar10-eval."""
-    define_common_flags()
-    flags.DEFINE_string("eval_dir", "/tmp/cifar10_eval", "Directory where to write event "
-                        "logs and the results of each checkpoint.")
-    flags.DEFINE_enum("eval_data", "test", ["test", "train_eval"],
-                      "Either 'test' or 'train_eval'.")
-    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
-                        "Directory where to read model checkpoints.")
-    flags.DEFINE_integer("eval_interval_secs", 300, "How often to run the eval.",
-                         lower_bound=0)
-    flags.DEFINE_integer("num_examples", 10_000, "Number of examples to run.", lower_bound=1)
-    flags.DEFINE_boolean("run_once", False, "Whether to run eval only once.")
-    flags.DEFINE_string("checkpoint", None, "Evaluate this checkpoint once (a path such as "
-                        "runs/a/train/model.ckpt-10000) instead of the latest of "
-                        "--checkpoint_dir.")
-    _define_weights_flag("Evaluate")
-    flags.DEFINE_float("eval_timeout", None, "Stop after this many seconds without a new "
-                       "checkpoint (default: wait until training is complete).",
-                       lower_bound=0)
+    define_data_flags()
+    define_config_flags(config.EvalConfig)
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
                          "present, so as not to compete with training for GPU memory.")
 
@@ -104,7 +104,7 @@ def define_predict_flags() -> None:
 
 
 def _define_weights_flag(verb: str) -> None:
-    flags.DEFINE_enum("weights", "averages", ["averages", "raw"],
+    flags.DEFINE_enum("weights", "averages", list(config.WEIGHTS),
                       f"{verb} the exponential moving averages of the weights (as the "
                       f"original's evaluation) or the raw trained weights.")
 

@@ -14,23 +14,21 @@ The model reads no flags: everything it needs is a constructor argument.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from cifar10 import fileformat as ff
+from cifar10.config import LRN_ALPHA, LRN_BETA, LRN_BIAS, LRN_DEPTH_RADIUS
 
-LRN_DEPTH_RADIUS = 4
-LRN_BIAS = 1.0
-LRN_ALPHA = 0.001 / 9.0
-LRN_BETA = 0.75
 
 
 class _Layer(tf.Module):
     """The ``weights`` and ``biases`` of one scope of the model."""
 
-    def __init__(self, name: str, shape: list[int], stddev: float, bias: float,
+    def __init__(self, name: str, *, shape: list[int], stddev: float, bias: float,
                  wd: float, seed: tuple[int, int], trainable: bool):
         super().__init__(name=name)
         self.wd = wd
@@ -68,13 +66,19 @@ class Model(tf.Module):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self._lrn = lrn or fast_lrn
-        c, t = ff.NUM_CHANNELS, trainable
-        self.conv1 = _Layer("conv1", [5, 5, c, 64], 5e-2, 0.0, 0.0, (seed, 1), t)
-        self.conv2 = _Layer("conv2", [5, 5, 64, 64], 5e-2, 0.1, 0.0, (seed, 2), t)
-        self.local3 = _Layer("local3", [6 * 6 * 64, 384], 0.04, 0.1, 0.004, (seed, 3), t)
-        self.local4 = _Layer("local4", [384, 192], 0.04, 0.1, 0.004, (seed, 4), t)
-        self.softmax_linear = _Layer("softmax_linear", [192, ff.NUM_CLASSES], 1 / 192.0, 0.0,
-                                     0.0, (seed, 5), t)
+        # The tutorial's layers: weights drawn from a truncated normal of `stddev`,
+        # biases set to `bias`, L2 weight decay `wd` (0: none).
+        layer = functools.partial(_Layer, trainable=trainable)
+        self.conv1 = layer("conv1", shape=[5, 5, ff.NUM_CHANNELS, 64], stddev=5e-2, bias=0.0,
+                           wd=0.0, seed=(seed, 1))
+        self.conv2 = layer("conv2", shape=[5, 5, 64, 64], stddev=5e-2, bias=0.1, wd=0.0,
+                           seed=(seed, 2))
+        self.local3 = layer("local3", shape=[6 * 6 * 64, 384], stddev=0.04, bias=0.1, wd=0.004,
+                            seed=(seed, 3))
+        self.local4 = layer("local4", shape=[384, 192], stddev=0.04, bias=0.1, wd=0.004,
+                            seed=(seed, 4))
+        self.softmax_linear = layer("softmax_linear", shape=[192, ff.NUM_CLASSES],
+                                    stddev=1 / 192.0, bias=0.0, wd=0.0, seed=(seed, 5))
         self.layers = [self.conv1, self.conv2, self.local3, self.local4, self.softmax_linear]
 
     def parameters(self) -> list[tf.Variable]:

@@ -4,7 +4,7 @@ What it owns: the train step under a ``tf.distribute`` strategy, the learning-ra
 schedule, the exponential moving averages, and the training loop that resumes,
 steps, logs and saves.  The run directory (checkpoints, lock, markers) is
 ``checkpoints``'s; what several workers need is ``coordination``'s.  It reads no
-flags: ``train_main`` builds a ``TrainConfig``.
+flags: ``train_main`` builds a ``TrainConfig`` (``config``).
 
 The training it does:
 * one replica per device, each on its own batch of ``batch_size`` examples;
@@ -37,59 +37,14 @@ from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import summaries
 from cifar10.errors import DivergedError
+from cifar10.config import (INITIAL_LEARNING_RATE, LEARNING_RATE_DECAY_FACTOR,
+                            LOSS_AVERAGE_DECAY, MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY,
+                            TrainConfig)
 from cifar10.model import Model
 
-INITIAL_LEARNING_RATE = 0.1
-LEARNING_RATE_DECAY_FACTOR = 0.1
-NUM_EPOCHS_PER_DECAY = 350
-MOVING_AVERAGE_DECAY = 0.9999
-LOSS_AVERAGE_DECAY = 0.9
 # Static loss scale of --use_fp16: keeps float16 activation gradients, which are
 # divided by the global batch, clear of underflow.
 FP16_LOSS_SCALE = 1024.0
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything one training run needs; the defaults are the original's.
-
-    Attributes:
-      train_dir: where checkpoints and summaries go; an existing run there resumes.
-      batch_size: examples per replica per step.
-      max_steps: stop after this many updates.
-      log_frequency: print the progress line every this many steps.
-      checkpoint_every: save ``model.ckpt-<step>`` every this many steps.
-      keep_checkpoints: how many checkpoints to keep.
-      summary_every: write TensorBoard summaries every this many steps.
-      seed: seed of the initial weights, the shuffling and the distortions.
-      use_fp16: float16 compute with float32 variables.
-      initial_learning_rate: learning rate before the first decay.
-      shuffle_buffer: examples in the shuffle buffer.
-      xla: compile each replica's forward and backward pass with XLA.
-      fresh_start: remove the earlier run's checkpoints, event files and markers
-        from ``train_dir`` and start from step 0 (default: resume).
-    """
-
-    train_dir: str
-    batch_size: int = 128
-    max_steps: int = 1_000_000
-    log_frequency: int = 10
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 5
-    summary_every: int = 100
-    seed: int = 0
-    use_fp16: bool = False
-    initial_learning_rate: float = INITIAL_LEARNING_RATE
-    shuffle_buffer: int = data.MIN_SHUFFLE_BUFFER
-    xla: bool = False
-    fresh_start: bool = False
-
-    def check(self) -> None:
-        """Raises ValueError naming the first setting out of range."""
-        for name in ("batch_size", "max_steps", "log_frequency", "checkpoint_every",
-                     "keep_checkpoints", "summary_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def learning_rate(examples, examples_per_epoch: int,
@@ -335,7 +290,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
 
     Takes the lock of ``config.train_dir`` (one trainer per directory), with
     ``fresh_start`` removes the earlier run's files, then resumes from the newest
-    checkpoint that restores.  Saves a checkpoint every ``checkpoint_every``
+    checkpoint that restores.  Saves a checkpoint every ``checkpoint_steps``
     steps, at ``max_steps`` and when stopped; never from a diverged state.
 
     Under a multi-worker strategy every worker calls this; only the chief writes
@@ -411,7 +366,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
             for step in range(start + 1, cfg.max_steps + 1):
-                losses = trainer.step(iterator, with_summaries=step % cfg.summary_every == 0)
+                losses = trainer.step(iterator, with_summaries=step % cfg.summary_steps == 0)
                 if step == start + 1:
                     tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
@@ -422,7 +377,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 done = step
                 progress.step_done(step, loss, log=step % cfg.log_frequency == 0
                                    or step in (start + 1, cfg.max_steps))
-                if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+                if step % cfg.checkpoint_steps == 0 or step == cfg.max_steps:
                     save(step)
                 if cluster.should_stop():
                     break

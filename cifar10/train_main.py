@@ -64,11 +64,7 @@ def main(argv: list[str]) -> None:
         synthetic_records=FLAGS.synthetic_records)
     strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
-    config = train.TrainConfig(
-        train_dir=FLAGS.train_dir, batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps,
-        log_frequency=FLAGS.log_frequency, checkpoint_every=FLAGS.checkpoint_steps,
-        keep_checkpoints=FLAGS.keep_checkpoints, summary_every=FLAGS.summary_steps,
-        seed=FLAGS.seed, use_fp16=FLAGS.use_fp16, xla=FLAGS.xla, fresh_start=FLAGS.fresh_start)
+    config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS)
     replicas = strategy.num_replicas_in_sync
     is_chief, task = devices.worker_role(strategy)
     where = (f"checkpoints and summaries in {FLAGS.train_dir}" if is_chief else

@@ -42,7 +42,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from cifar10 import checkpoints, data, devices, evaluate, export, prepare, synthetic  # noqa: E402
+from cifar10 import checkpoints, data, devices, evaluate, export, prepare  # noqa: E402
+from cifar10 import synthetic  # noqa: E402
+from cifar10.config import CROP_SIZE  # noqa: E402
 from cifar10 import train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
@@ -108,7 +110,7 @@ def train_flops_per_example(model: Model) -> int:
     (the images need no gradient), the input gradient.  LRN, pooling, ReLU and
     the updates are memory-bound and left out.
     """
-    acts = model.activations(tf.zeros([1, data.CROP_SIZE, data.CROP_SIZE, 3]))
+    acts = model.activations(tf.zeros([1, CROP_SIZE, CROP_SIZE, 3]))
     total = 0
     for i, layer in enumerate(model.layers):
         positions = acts[layer.name].shape[1:-1].num_elements()  # 1 for a matmul layer
@@ -140,7 +142,7 @@ def step_alone(args, strategy, train_dir):
     config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size,
                                use_fp16=args.use_fp16, xla=args.xla)
     trainer = train.Trainer(config, strategy)
-    images = tf.random.stateless_normal([args.batch_size, data.CROP_SIZE, data.CROP_SIZE, 3],
+    images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     labels = tf.random.stateless_uniform([args.batch_size], (3, 4), 0, 10, tf.int32)
     # Fed as training is fed: one pipeline per replica, no autotuning.
@@ -197,7 +199,7 @@ def end_to_end(args, strategy, train_files, count, train_dir, time_step):
     warmup = -(-warmup // args.window_steps) * args.window_steps  # whole windows
     steps = warmup + args.windows * args.window_steps
     config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size, max_steps=steps,
-                               log_frequency=args.window_steps, checkpoint_every=steps,
+                               log_frequency=args.window_steps, checkpoint_steps=steps,
                                use_fp16=args.use_fp16, xla=args.xla)
     # The report of step n gives examples/sec over the window ending at n.
     steady, first_epoch, alone = [], [], []

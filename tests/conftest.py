@@ -52,7 +52,7 @@ def trained_run(tmp_path_factory):
     batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=20)
     files = data.split_files(batches_dir, "train")
     config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
-                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                                shuffle_buffer=100)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)

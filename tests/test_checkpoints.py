@@ -31,7 +31,7 @@ USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
 
 def config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=30, log_frequency=1,
-                    checkpoint_every=10, summary_every=1000, shuffle_buffer=200)
+                    checkpoint_steps=10, summary_steps=1000, shuffle_buffer=200)
     settings.update(overrides)
     return train.TrainConfig(**settings)
 
@@ -177,7 +177,7 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
     delete_newest(run_dir)
     before = {n: t for n, t in snapshot(run_dir).items() if n.startswith("model.ckpt-")}
     lines = []
-    result = train.train(config(run_dir, max_steps=22, checkpoint_every=1), mirrored(),
+    result = train.train(config(run_dir, max_steps=22, checkpoint_steps=1), mirrored(),
                          *learnable_files, print_fn=lines.append)
     assert (result.start_step, result.step) == (20, 22)
     assert lines[1] == f"Resuming from {run_dir}/model.ckpt-20 at step 20."
@@ -340,7 +340,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
     with tmpfs(tmp_path / "disk", "20m") as disk:
         train_dir = disk / "train"
         with pytest.raises(Cifar10Error) as err:
-            train.train(config(train_dir, checkpoint_every=1), mirrored(), *learnable_files,
+            train.train(config(train_dir, checkpoint_steps=1), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         message = str(err.value)
         assert message.startswith(f"cannot write checkpoint model.ckpt-3 in {train_dir} (")
@@ -350,13 +350,13 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
         assert checkpoints.load_model(str(train_dir / "model.ckpt-2"))[1] == 2
         # The rerun on the still full disk: the same one line, the same checkpoint kept.
         with pytest.raises(Cifar10Error) as again:
-            train.train(config(train_dir, checkpoint_every=1), mirrored(), *learnable_files,
+            train.train(config(train_dir, checkpoint_steps=1), mirrored(), *learnable_files,
                         print_fn=lambda line: None)
         assert str(again.value) == message
         # With room again, it goes on from model.ckpt-2.
         os.remove(train_dir / "model.ckpt-1.index")
         os.remove(train_dir / "model.ckpt-1.data-00000-of-00001")
-        result = train.train(config(train_dir, max_steps=3, checkpoint_every=1),
+        result = train.train(config(train_dir, max_steps=3, checkpoint_steps=1),
                              mirrored(), *learnable_files, print_fn=lambda line: None)
         assert (result.start_step, result.step) == (2, 3)
 
@@ -364,7 +364,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
 def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path, learnable_files):
     with tmpfs(tmp_path / "disk", "40m") as disk:
         train_dir, eval_dir = disk / "train", disk / "eval"
-        train.train(config(train_dir, max_steps=2, checkpoint_every=2), mirrored(),
+        train.train(config(train_dir, max_steps=2, checkpoint_steps=2), mirrored(),
                     *learnable_files, print_fn=lambda line: None)
         eval_dir.mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import data
+from cifar10 import config, data
 from cifar10 import fileformat as ff
 from cifar10 import synthetic
 from cifar10.errors import DataError
 from conftest import mirrored
 
 SIZE = ff.IMAGE_SIZE
-CROP = data.CROP_SIZE
+CROP = config.CROP_SIZE
 
 
 # One image or record through the batch functions the pipelines use.

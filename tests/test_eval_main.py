@@ -28,7 +28,7 @@ def trained(tmp_path_factory):
                                           records_per_file=RECORDS)
     files = data.split_files(batches_dir, "train")
     config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
-                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                                shuffle_buffer=300)
     strategy = mirrored()
     train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)

@@ -40,7 +40,7 @@ def run(tmp_path_factory):
     count = data.validate_files(files)
     train_dir = str(root / "train")
     config = train.TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
-                               checkpoint_every=3, summary_every=1000, log_frequency=1000,
+                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                                shuffle_buffer=300)
     strategy = mirrored()
     result = train.train(config, strategy, files, count, print_fn=lambda line: None)

@@ -180,7 +180,7 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
 
     files = data.split_files(summary.batches_dir, "train")
     config = train.TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
-                               log_frequency=30, checkpoint_every=30, summary_every=30,
+                               log_frequency=30, checkpoint_steps=30, summary_steps=30,
                                shuffle_buffer=100)
     train.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"), files,
                 data.validate_files(files, len(names)), print_fn=lambda line: None,

@@ -261,7 +261,7 @@ def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(run_dir,
         assert [session["name"] for session in group["sessions"]] == ["train"]
         assert group["hparams"]["batch_size"] == BATCH_SIZE
         assert group["hparams"]["max_steps"] == MAX_STEPS
-        assert group["hparams"]["summary_every"] == SUMMARY_STEPS
+        assert group["hparams"]["summary_steps"] == SUMMARY_STEPS
         assert "--synthetic_data" in group["hparams"]["command"]
         metrics = {m["name"]["tag"]: m for m in group["metricValues"]}
         assert math.isclose(metrics["learning_rate"]["value"], 0.1, rel_tol=1e-6)

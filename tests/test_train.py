@@ -133,7 +133,7 @@ def test_moving_averages_follow_the_formula(tmp_path):
 
 def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=32, max_steps=20, log_frequency=5,
-                    checkpoint_every=10, summary_every=10, shuffle_buffer=500)
+                    checkpoint_steps=10, summary_steps=10, shuffle_buffer=500)
     settings.update(overrides)
     return train.TrainConfig(**settings)
 
@@ -141,8 +141,8 @@ def small_config(train_dir, **overrides):
 def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     files, count = learnable_files
     lines, reports = [], []
-    train.train(small_config(tmp_path, max_steps=80, log_frequency=10, checkpoint_every=80,
-                             summary_every=80),
+    train.train(small_config(tmp_path, max_steps=80, log_frequency=10, checkpoint_steps=80,
+                             summary_steps=80),
                 mirrored(2), files, count, print_fn=lines.append, on_report=reports.append)
     # Each logged step is a report and a progress line.
     assert [r.step for r in reports] == [1, 10, 20, 30, 40, 50, 60, 70, 80]
@@ -184,7 +184,7 @@ def test_one_device_strategy_trains_with_its_default_input(learnable_files, tmp_
     files, count = learnable_files
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     assert train.input_options(strategy) is None  # it refuses per-replica pipelines
-    result = train.train(small_config(tmp_path, max_steps=2, checkpoint_every=2), strategy,
+    result = train.train(small_config(tmp_path, max_steps=2, checkpoint_steps=2), strategy,
                          files, count, print_fn=lambda line: None)
     assert (result.step, result.complete) == (2, True)
     assert result.last_checkpoint == str(tmp_path / "model.ckpt-2")
@@ -251,7 +251,7 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
     train.train(small_config(tmp_path, max_steps=10), mirrored(1), files, count,
                 print_fn=lambda line: None)
     with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
-        train.train(small_config(tmp_path, max_steps=30, checkpoint_every=1,
+        train.train(small_config(tmp_path, max_steps=30, checkpoint_steps=1,
                                  initial_learning_rate=1e12),
                     mirrored(1), files, count, print_fn=lambda line: None)
     diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
@@ -267,7 +267,7 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
 
 def test_config_rejects_bad_values(tmp_path):
     strategy = mirrored(1)
-    for name in ("batch_size", "max_steps", "checkpoint_every"):
+    for name in ("batch_size", "max_steps", "checkpoint_steps"):
         with pytest.raises(ValueError, match=name):
             train.Trainer(small_config(tmp_path, **{name: 0}), strategy)
 

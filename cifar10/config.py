@@ -1,0 +1,126 @@
+"""Every setting of the tutorial in one place: the run settings and the fixed hyperparameters.
+
+``TrainConfig`` and ``EvalConfig`` are what the trainer and the evaluator take.
+Each field that a user sets from the command line carries its flag's help text
+and bounds (``setting``); ``flags.py`` defines the flags from these fields,
+under the fields' names, so a setting has one name, one default and one
+description everywhere (flags, library, TensorBoard's HParams).
+
+This module imports no TensorFlow, so that the programs answer ``--help`` at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+# -- the tutorial's fixed hyperparameters ------------------------------------
+
+INITIAL_LEARNING_RATE = 0.1
+LEARNING_RATE_DECAY_FACTOR = 0.1
+NUM_EPOCHS_PER_DECAY = 350  # epochs of examples between two decays
+MOVING_AVERAGE_DECAY = 0.9999  # of the weight averages the evaluator uses
+LOSS_AVERAGE_DECAY = 0.9  # of the smoothed losses in TensorBoard
+MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
+
+CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
+MAX_BRIGHTNESS_DELTA = 63.0
+CONTRAST_RANGE = (0.2, 1.8)
+
+# Local response normalisation after conv1's pooling and before conv2's.
+LRN_DEPTH_RADIUS = 4
+LRN_BIAS = 1.0
+LRN_ALPHA = 0.001 / 9.0
+LRN_BETA = 0.75
+
+# -- choices -----------------------------------------------------------------
+
+WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
+EVAL_DATA = ("test", "train_eval")
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
+            flag_default: Any = dataclasses.MISSING, lower_bound: float | None = None,
+            upper_bound: float | None = None, choices: Sequence[str] | None = None,
+            flag: bool = True) -> Any:
+    """A config field and the flag made from it.
+
+    Args:
+      default: the library's default; none makes the field required.
+      help: the flag's help text.
+      flag_default: the flag's default when the library has none (a required
+        directory that the command line defaults, as the original).
+      lower_bound, upper_bound: the flag's bounds.
+      choices: the flag's allowed values (an enum flag).
+      flag: False for a setting the command line does not offer.
+    """
+    metadata = {"help": help, "flag": flag, "lower_bound": lower_bound,
+                "upper_bound": upper_bound, "choices": choices,
+                "flag_default": default if flag_default is dataclasses.MISSING else flag_default}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """The settings of a training run; the defaults are the original's."""
+
+    train_dir: str = setting(
+        help="Directory where to write event logs and checkpoints; an existing run there "
+             "is resumed.", flag_default="/tmp/cifar10_train")
+    batch_size: int = setting(128, "Number of images to process in a batch, per replica.",
+                              lower_bound=1)
+    max_steps: int = setting(1_000_000, "Number of batches to run.", lower_bound=1)
+    log_frequency: int = setting(10, "How often to log results to the console.", lower_bound=1)
+    checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
+                                          "the last step).", lower_bound=1)
+    keep_checkpoints: int = setting(5, "How many recent checkpoints to keep.", lower_bound=1)
+    summary_steps: int = setting(100, "Write TensorBoard summaries every this many steps.",
+                                 lower_bound=1)
+    seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.")
+    use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
+                                    "compute, float32 variables).")
+    initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False)
+    shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
+    xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
+                               "(can help on GPU; about 2.3x slower on CPU, see README).")
+    fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
+                                       "(checkpoints, state file, event files, markers; "
+                                       "nothing else) and start from step 0 (default: resume).")
+
+    def check(self) -> None:
+        """Raises ValueError naming the first setting out of range."""
+        for name in ("batch_size", "max_steps", "log_frequency", "checkpoint_steps",
+                     "keep_checkpoints", "summary_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """The settings of an evaluation run; the defaults are the original's."""
+
+    checkpoint_dir: str = setting(help="Directory where to read model checkpoints.",
+                                  flag_default="/tmp/cifar10_train")
+    eval_dir: str = setting(help="Directory where to write event logs and the results of "
+                                 "each checkpoint.", flag_default="/tmp/cifar10_eval")
+    eval_files: Sequence[str] = setting((), flag=False)  # the .bin files of eval_data
+    eval_data: str = setting("test", "Either 'test' or 'train_eval'.", choices=EVAL_DATA)
+    num_examples: int = setting(10_000, "Number of examples to run.", lower_bound=1)
+    batch_size: int = setting(128, "Number of images to process in a batch.", lower_bound=1)
+    weights: str = setting("averages", "Evaluate the exponential moving averages of the "
+                                       "weights (as the original's evaluation) or the raw "
+                                       "trained weights.", choices=WEIGHTS)
+    eval_interval_secs: float = setting(300, "How often to run the eval.", lower_bound=0)
+    eval_timeout: float | None = setting(None, "Stop after this many seconds without a new "
+                                               "checkpoint (default: wait until training is "
+                                               "complete).", lower_bound=0)
+    run_once: bool = setting(False, "Whether to run eval only once.")
+    use_fp16: bool = setting(False, "Evaluate in fp16 (float16 compute).")
+    checkpoint: str | None = setting(None, "Evaluate this checkpoint once (a path such as "
+                                           "runs/a/train/model.ckpt-10000) instead of the "
+                                           "latest of --checkpoint_dir.")
+
+
+def flag_fields(config_class: type) -> list[dataclasses.Field]:
+    """The fields of ``config_class`` that are command-line flags, in order."""
+    return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag")]

@@ -1,0 +1,63 @@
+"""Tests of cifar10.flags and cifar10.config: the flags are made from the config fields."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from absl import flags
+
+from cifar10 import config
+from cifar10 import flags as cifar10_flags
+
+
+def flags_of(config_class):
+    values = flags.FlagValues()
+    cifar10_flags.define_config_flags(config_class, values)
+    return values
+
+
+@pytest.mark.parametrize("config_class", [config.TrainConfig, config.EvalConfig])
+def test_each_setting_is_a_flag_of_its_name_default_and_help(config_class):
+    values = flags_of(config_class)
+    fields = config.flag_fields(config_class)
+    assert sorted(values) == sorted(f.name for f in fields)
+    for field in fields:
+        flag = values[field.name]
+        assert flag.help.endswith(field.metadata["help"]) and field.metadata["help"]
+        if field.default is not dataclasses.MISSING:
+            assert flag.default == field.default, field.name
+
+
+def test_the_original_flag_names_and_defaults():
+    train_flags, eval_flags = flags_of(config.TrainConfig), flags_of(config.EvalConfig)
+    assert {name: train_flags[name].default for name in train_flags} == {
+        "train_dir": "/tmp/cifar10_train", "batch_size": 128, "max_steps": 1_000_000,
+        "log_frequency": 10, "checkpoint_steps": 1000, "keep_checkpoints": 5,
+        "summary_steps": 100, "seed": 0, "use_fp16": False, "xla": False,
+        "fresh_start": False}
+    assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"
+    assert eval_flags["eval_dir"].default == "/tmp/cifar10_eval"
+    assert eval_flags["eval_interval_secs"].default == 300
+    assert eval_flags["num_examples"].default == 10_000
+    assert eval_flags["weights"].parser.enum_values == list(config.WEIGHTS)
+    assert eval_flags["eval_data"].parser.enum_values == ["test", "train_eval"]
+
+
+def test_a_config_from_the_command_line():
+    values = flags_of(config.TrainConfig)
+    values(["cifar10-train", "--checkpoint_steps=7", "--fresh_start", "--batch_size=16"])
+    made = cifar10_flags.config_from_flags(config.TrainConfig, values, shuffle_buffer=50)
+    assert made == config.TrainConfig(train_dir="/tmp/cifar10_train", checkpoint_steps=7,
+                                      fresh_start=True, batch_size=16, shuffle_buffer=50)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch_size=0"], "batch_size"),
+    (["--checkpoint_steps=-1"], "checkpoint_steps"),
+    (["--max_steps=ten"], "max_steps"),
+])
+def test_out_of_range_settings_are_refused_by_name(argv, message):
+    values = flags_of(config.TrainConfig)
+    with pytest.raises(flags.IllegalFlagValueError, match=message):
+        values(["cifar10-train", *argv])
