@@ -1,4 +1,5 @@
-"""Installs the cifar10 package and its two programs, cifar10-train and cifar10-eval."""
+"""Installs the cifar10 package and its programs: cifar10-train, cifar10-eval,
+cifar10-predict, cifar10-export and cifar10-prepare."""
 
 import pathlib
 import re
