@@ -88,8 +88,6 @@ def replica_devices(num_gpus: int) -> list[str]:
     return [d.name for d in logical[:num_gpus]]
 
 
-
-
 def make_strategy(num_gpus: int, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None) -> tf.distribute.Strategy:
     """The distribution strategy of a training run.
