@@ -141,11 +141,11 @@ def small_config(train_dir, **overrides):
 def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     files, count = learnable_files
     lines, reports = [], []
-    train.train(small_config(tmp_path, max_steps=80, log_frequency=10, checkpoint_steps=80,
-                             summary_steps=80),
+    train.train(small_config(tmp_path, max_steps=100, log_frequency=10, checkpoint_steps=100,
+                             summary_steps=100),
                 mirrored(2), files, count, print_fn=lines.append, on_report=reports.append)
     # Each logged step is a report and a progress line.
-    assert [r.step for r in reports] == [1, 10, 20, 30, 40, 50, 60, 70, 80]
+    assert [r.step for r in reports] == [1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
     progress = [m for m in map(TRAIN_LINE.match, lines) if m]
     assert [m[1] for m in progress] == [str(r.step) for r in reports]
     assert all(f"loss = {r.loss:.2f} " in m[0] for r, m in zip(reports, progress))
@@ -155,9 +155,10 @@ def test_loss_falls_on_learnable_data(learnable_files, tmp_path):
     # Weight decay alone is ~2.2 at the start; the cross-entropy starts at ~2.3.
     assert losses[0] > 4.0
     assert np.mean(losses[-3:]) < losses[0] - 1.5
-    # Learning lowers the cross-entropy itself, not only the weight decay (seeds 0-2
-    # give 0.24, 0.005 and 1.02 at step 80).
-    assert scalar_values(str(tmp_path), "cross_entropy (raw)")[80] < 1.5
+    # Learning lowers the cross-entropy itself, not only the weight decay (0.0024 with
+    # TensorFlow 2.21 and 0.14 with 2.16 at step 100: the steps before it, at learning
+    # rate 0.1, are chaotic enough for the two versions' rounding to part ways).
+    assert scalar_values(str(tmp_path), "cross_entropy (raw)")[100] < 1.5
 
 
 def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_files, tmp_path,
