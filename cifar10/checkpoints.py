@@ -341,8 +341,7 @@ class RunDirectory:
 
         Matched by exact patterns (checkpoints, leftovers of interrupted saves,
         the state file, event files, the complete marker, the class names); the
-        lock file (held),
-        the directory and anything else stay.
+        lock file (held), the directory and anything else stay.
         """
         names = _own_files(self.directory)
         for name in names:

@@ -36,10 +36,10 @@ from cifar10 import coordination
 from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import summaries
-from cifar10.errors import DivergedError
 from cifar10.config import (INITIAL_LEARNING_RATE, LEARNING_RATE_DECAY_FACTOR,
                             LOSS_AVERAGE_DECAY, MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY,
                             TrainConfig)
+from cifar10.errors import DivergedError
 from cifar10.model import Model
 
 # Static loss scale of --use_fp16: keeps float16 activation gradients, which are
