@@ -22,7 +22,7 @@ import tensorflow as tf
 from cifar10 import checkpoints, data, evaluate, synthetic, train
 from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error
-from conftest import mirrored
+from conftest import LAYERS, mirrored
 
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
               "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt",
@@ -443,3 +443,26 @@ def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_p
                                   save_dir=str(tmp_path / "scratch")) as directory:
         directory.record_class_names(("cow",))
     assert not (other / checkpoints.CLASSES_FILE).exists()
+
+
+def test_load_model_gives_the_averages_or_the_raw_weights_and_the_step(trained_run):
+    train_dir, _ = trained_run
+    ckpt6, ckpt3 = str(train_dir / "model.ckpt-6"), str(train_dir / "model.ckpt-3")
+    reader = tf.train.load_checkpoint(ckpt6)
+    averages, avg_step = checkpoints.load_model(ckpt6, "averages")
+    raw, raw_step = checkpoints.load_model(ckpt6, "raw")
+    assert avg_step == raw_step == 6
+    for name in LAYERS:
+        for kind in ("weights", "biases"):
+            key = f"{name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(getattr(getattr(averages, name), kind).numpy(),
+                                          reader.get_tensor("averages/" + key))
+            np.testing.assert_array_equal(getattr(getattr(raw, name), kind).numpy(),
+                                          reader.get_tensor("model/" + key))
+    assert not np.allclose(averages.conv1.weights.numpy(), raw.conv1.weights.numpy())
+    assert checkpoints.load_model(ckpt3)[1] == 3
+
+
+def test_load_model_rejects_an_unknown_weights_name(trained_run):
+    with pytest.raises(ValueError, match="weights must be one of"):
+        checkpoints.load_model(str(trained_run[0] / "model.ckpt-6"), "ema")

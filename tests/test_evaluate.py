@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import scalar_values
-from conftest import EVAL_LINE, LAYERS, mirrored
+from conftest import EVAL_LINE, mirrored
 
 from cifar10 import checkpoints, data, evaluate, synthetic, train
 from cifar10.errors import Cifar10Error
@@ -133,30 +133,6 @@ class FakeSleep:
             self.actions[len(self.calls) - 1]()
         if len(self.calls) > self.limit:
             raise AssertionError(f"the poller did not stop: sleeps {self.calls}")
-
-
-# --- restore ---------------------------------------------------------------
-
-
-def test_restore_gives_the_averages_or_the_raw_weights_and_the_step(run):
-    reader = tf.train.load_checkpoint(run.ckpt6)
-    averages, avg_step = checkpoints.load_model(run.ckpt6, "averages")
-    raw, raw_step = checkpoints.load_model(run.ckpt6, "raw")
-    assert avg_step == raw_step == 6
-    for name in LAYERS:
-        for kind in ("weights", "biases"):
-            key = f"{name}/{kind}/.ATTRIBUTES/VARIABLE_VALUE"
-            np.testing.assert_array_equal(getattr(getattr(averages, name), kind).numpy(),
-                                          reader.get_tensor("averages/" + key))
-            np.testing.assert_array_equal(getattr(getattr(raw, name), kind).numpy(),
-                                          reader.get_tensor("model/" + key))
-    assert not np.allclose(averages.conv1.weights.numpy(), raw.conv1.weights.numpy())
-    assert checkpoints.load_model(run.ckpt3)[1] == 3
-
-
-def test_restore_rejects_an_unknown_weights_name(run):
-    with pytest.raises(ValueError, match="weights must be one of"):
-        checkpoints.load_model(run.ckpt6, "ema")
 
 
 # --- evaluate_checkpoint -----------------------------------------------------
