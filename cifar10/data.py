@@ -96,31 +96,31 @@ def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> i
     """
     total = 0
     for path in paths:
-        redo = _how_to_redo(os.path.dirname(path))
         if not os.path.isfile(path):
-            raise DataError(
-                f"missing data file {path}: expected a CIFAR-10 binary file of "
-                f"{ff.RECORD_BYTES:,}-byte records; {redo}")
+            _refuse(path, f"missing data file {path}: expected a CIFAR-10 binary file of "
+                          f"{ff.RECORD_BYTES:,}-byte records")
         size = os.path.getsize(path)
         if size == 0:
-            raise DataError(
-                f"empty data file {path} (0 bytes; the real files are "
-                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); {redo}")
+            _refuse(path, f"empty data file {path} (0 bytes; the real files are "
+                          f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
         if size % ff.RECORD_BYTES:
-            raise DataError(
-                f"truncated or corrupt data file {path}: {size:,} bytes is not a whole "
-                f"number of {ff.RECORD_BYTES:,}-byte records (the real files are "
-                f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes); {redo}")
+            _refuse(path, f"truncated or corrupt data file {path}: {size:,} bytes is not a "
+                          f"whole number of {ff.RECORD_BYTES:,}-byte records (the real files "
+                          f"are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
         labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
         bad = np.flatnonzero(labels >= num_classes)
         if bad.size:
             named = (f" ({ff.META_FILE} names {num_classes} classes)"
                      if num_classes < ff.NUM_CLASSES else "")
-            raise DataError(
-                f"corrupt data file {path}: record {bad[0]} has label {labels[bad[0]]}, "
-                f"expected 0-{num_classes - 1}{named}; {redo}")
+            _refuse(path, f"corrupt data file {path}: record {bad[0]} has label "
+                          f"{labels[bad[0]]}, expected 0-{num_classes - 1}{named}")
         total += labels.shape[0]
     return total
+
+
+def _refuse(path: str, problem: str) -> None:
+    """Raises DataError: ``problem``, and how to get a sound data folder."""
+    raise DataError(f"{problem}; {_how_to_redo(os.path.dirname(path))}")
 
 
 def _how_to_redo(batches_dir: str) -> str:
