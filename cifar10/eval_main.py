@@ -33,7 +33,7 @@ PROGRAM = "cifar10-eval"
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    tf = programs.load_tensorflow()  # now that the flags are parsed
+    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)  # now that flags are parsed
     from cifar10 import data, devices, evaluate
 
     if FLAGS.eval_on_cpu:

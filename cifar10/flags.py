@@ -67,10 +67,17 @@ def config_from_flags(config_class: type, values: flags.FlagValues, **others: An
     return config_class(**{**settings, **others})
 
 
+def define_tf32_flag() -> None:
+    flags.DEFINE_boolean("allow_tf32", False, "Let TensorFlow run float32 convolutions and "
+                         "matmuls as TensorFloat-32 on GPUs that have it (Ampere, Hopper): "
+                         "faster, but not float32 (see README).")
+
+
 def define_train_flags() -> None:
     """Flags of cifar10-train."""
     define_data_flags()
     define_config_flags(config.TrainConfig)
+    define_tf32_flag()
     flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
                          "the CPU. With fewer GPUs than asked, the replicas run on logical "
                          "devices.", lower_bound=0)
@@ -87,6 +94,7 @@ def define_eval_flags() -> None:
     """Flags of cifar10-eval."""
     define_data_flags()
     define_config_flags(config.EvalConfig)
+    define_tf32_flag()
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
                          "present, so as not to compete with training for GPU memory.")
 

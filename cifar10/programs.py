@@ -94,14 +94,18 @@ def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str
     return latest.path
 
 
-def load_tensorflow():
+def load_tensorflow(allow_tf32: bool = False):
     """Imports TensorFlow (which takes seconds) with its INFO notices hidden.
 
-    The programs call it once their flags and settings are checked.
+    The programs call it once their flags and settings are checked.  float32
+    stays float32: on GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would
+    otherwise run float32 convolutions and matmuls with 10-bit mantissas;
+    ``allow_tf32`` lets it.
     """
     import tensorflow as tf
 
     tf.get_logger().setLevel("WARNING")  # warnings still show
+    tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
     return tf
 
 

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
     kind = cluster.strategy_kind(FLAGS.strategy)
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
-    programs.load_tensorflow()
+    programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10 import data, devices, train
 
     batches_dir, counts = programs.prepare_data(
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
                          counts["train"], stop_event=stop_event,
                          print_fn=lambda line: print(line, flush=True),
                          run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
-                                   "num_gpus": FLAGS.num_gpus},
+                                   "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32},
                          class_names=data.class_names(batches_dir))
     saved = f"; saved {result.last_checkpoint}" if result.last_checkpoint else ""
     if result.stopped:

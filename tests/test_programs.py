@@ -73,3 +73,14 @@ def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_p
                               synthetic_records=5, print_fn=lambda line: None)
     assert str(err.value) == (f"cannot write generated data in {tmp_path}/a_file/data/synthetic "
                               f"(Not a directory); choose a --data_dir you can write")
+
+
+def test_float32_is_float32_unless_tf32_is_allowed():
+    tf = programs.load_tensorflow()
+    try:
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+        programs.load_tensorflow(allow_tf32=True)
+        assert tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        programs.load_tensorflow()
+    assert not tf.config.experimental.tensor_float_32_execution_enabled()

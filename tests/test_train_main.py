@@ -145,6 +145,7 @@ def test_help_lists_the_flags(name, flag):
         result = run(name, option)
         assert result.returncode == 0
         assert flag in result.stdout and "--batch_size" in result.stdout
+        assert "--[no]allow_tf32" in result.stdout
 
 
 @pytest.mark.parametrize("module, args", [
