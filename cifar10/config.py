@@ -22,6 +22,11 @@ NUM_EPOCHS_PER_DECAY = 350  # epochs of examples between two decays
 MOVING_AVERAGE_DECAY = 0.9999  # of the weight averages the evaluator uses
 LOSS_AVERAGE_DECAY = 0.9  # of the smoothed losses in TensorBoard
 MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
+# --use_fp16's dynamic loss scale (as Keras' LossScaleOptimizer): it starts here,
+# halves at a step with non-finite gradients (which is skipped) and doubles after
+# this many finite steps in a row.
+INITIAL_LOSS_SCALE = 2.0 ** 15
+LOSS_SCALE_GROWTH_STEPS = 2000
 
 CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
 MAX_BRIGHTNESS_DELTA = 63.0
@@ -78,8 +83,9 @@ class TrainConfig:
                                  lower_bound=1)
     seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.")
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
-                                    "compute, float32 variables).")
+                                    "compute, float32 variables, dynamic loss scaling).")
     initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False)
+    loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
                                "(can help on GPU; about 2.3x slower on CPU, see README).")

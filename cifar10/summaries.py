@@ -35,7 +35,14 @@ def histogram(tag: str, values: tf.Tensor, step, buckets: int = HISTOGRAM_BUCKET
     metadata are the histogram plugin's own, so TensorBoard draws it as usual.
     """
     values = tf.reshape(tf.cast(values, tf.float64), [-1])
-    low, high = tf.reduce_min(values), tf.reduce_max(values)
+    # Non-finite values (a step that --use_fp16 skips, or one that diverges) are left
+    # out: they have no bucket, and a NaN range would fail the step.
+    finite = tf.math.is_finite(values)
+    values = tf.cond(tf.reduce_all(finite), lambda: values,
+                     lambda: tf.boolean_mask(values, finite))
+    some = tf.size(values) > 0
+    low = tf.where(some, tf.reduce_min(values), tf.constant(0.0, tf.float64))
+    high = tf.where(some, tf.reduce_max(values), tf.constant(0.0, tf.float64))
     high = tf.where(high > low, high, low + 1.0)  # one distinct value: a unit-wide range
     counts = tf.histogram_fixed_width(values, tf.stack([low, high]), nbins=buckets)
     edges = tf.linspace(low, high, buckets + 1)

@@ -36,16 +36,11 @@ from cifar10 import coordination
 from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import summaries
-from cifar10.config import (INITIAL_LEARNING_RATE, LEARNING_RATE_DECAY_FACTOR,
-                            LOSS_AVERAGE_DECAY, MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY,
-                            TrainConfig)
+from cifar10.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
+                            LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
+                            MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY, TrainConfig)
 from cifar10.errors import DivergedError
 from cifar10.model import Model
-
-# Static loss scale of --use_fp16: keeps float16 activation gradients, which are
-# divided by the global batch, clear of underflow.
-FP16_LOSS_SCALE = 1024.0
-
 
 def learning_rate(examples, examples_per_epoch: int,
                   initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
@@ -91,6 +86,33 @@ class TrainState(tf.Module):
                                    loss_averages=self.loss_averages)
 
 
+class DynamicLossScale(tf.Module):
+    """``--use_fp16``'s loss scale, which keeps float16 gradients clear of underflow.
+
+    A step whose summed gradients are not all finite is skipped (no update, no
+    moving-average change, no examples counted) and halves the scale, to no less
+    than 1; ``growth_steps`` finite steps in a row double it.  Not checkpointed:
+    a resumed run starts again from ``INITIAL_LOSS_SCALE`` and finds its level
+    within a few steps.  Create it under the strategy's scope.
+    """
+
+    def __init__(self, growth_steps: int):
+        super().__init__(name="loss_scale")
+        self.growth_steps = growth_steps
+        self.scale = tf.Variable(INITIAL_LOSS_SCALE, trainable=False, name="scale")
+        self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
+        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
+
+    def update(self, finite: tf.Tensor) -> None:
+        """After a step: ``finite`` says whether its gradients were all finite."""
+        good = tf.where(finite, self.good_steps + 1, tf.constant(0, tf.int64))
+        grow = good >= self.growth_steps
+        self.scale.assign(tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                                   tf.maximum(self.scale / 2.0, 1.0)))
+        self.good_steps.assign(tf.where(grow, tf.zeros_like(good), good))
+        self.skipped.assign_add(1 - tf.cast(finite, tf.int64))
+
+
 class Trainer:
     """Builds the state and the distributed train step under ``strategy``.
 
@@ -109,9 +131,10 @@ class Trainer:
         self.global_batch = config.batch_size * self.num_replicas
         self.examples_per_epoch = examples_per_epoch
         compute_dtype = tf.float16 if config.use_fp16 else tf.float32
-        self.loss_scale = FP16_LOSS_SCALE if config.use_fp16 else 1.0
         with strategy.scope():
             self.state = TrainState(config.seed, compute_dtype)
+            self.loss_scale = (DynamicLossScale(config.loss_scale_growth_steps)
+                               if config.use_fp16 else None)
         self.variables = self.state.model.parameters()
         # XLA compiles the per-replica forward and backward pass; the cross-replica
         # update (merge_call) stays outside the compiled cluster.
@@ -153,14 +176,25 @@ class Trainer:
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
         lr = learning_rate(self.state.examples_seen, self.examples_per_epoch,
                            self.config.initial_learning_rate)
+        if self.loss_scale is None:
+            def descend(v, g):
+                return v.assign_sub(lr * g)
+            kept, examples = 1.0, self.global_batch
+        else:  # a step with non-finite gradients changes no weight and no average
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in reduced])
+
+            def descend(v, g):
+                return v.assign_sub(lr * tf.where(finite, g, tf.zeros_like(g)))
+            kept = tf.cast(finite, tf.float32)
+            examples = self.global_batch * tf.cast(finite, tf.int64)
+            self.loss_scale.update(finite)
         for var, grad in zip(self.variables, reduced):
-            strategy.extended.update(var, lambda v, g: v.assign_sub(lr * g), args=(grad,))
+            strategy.extended.update(var, descend, args=(grad,))
         self.state.step.assign_add(1)
-        self.state.examples_seen.assign_add(self.global_batch)
-        decay = moving_average_decay(self.state.step)
+        self.state.examples_seen.assign_add(examples)
+        rate = (1.0 - moving_average_decay(self.state.step)) * kept
         for avg, var in zip(self.state.averages.parameters(), self.variables):
-            strategy.extended.update(
-                avg, lambda a, v: a.assign_sub((1.0 - decay) * (a - v)), args=(var,))
+            strategy.extended.update(avg, lambda a, v: a.assign_sub(rate * (a - v)), args=(var,))
         return reduced, lr
 
     def _gradients(self, images, labels):
@@ -172,10 +206,11 @@ class Trainer:
             # (in _apply), which gives the gradient of the global batch's loss.
             parts = model.loss(acts["softmax_linear"], labels, self.global_batch,
                                self.num_replicas)
-            scaled = parts.total * self.loss_scale
+            scale = 1.0 if self.loss_scale is None else self.loss_scale.scale.read_value()
+            scaled = parts.total * scale
         grads = tape.gradient(scaled, self.variables)
-        if self.loss_scale != 1.0:
-            grads = [g / self.loss_scale for g in grads]
+        if self.loss_scale is not None:
+            grads = [g / scale for g in grads]
         return grads, parts.cross_entropy, parts.weight_decay, acts
 
     def _replica_step(self, images, labels, with_summaries):
@@ -197,8 +232,11 @@ class Trainer:
         first = self.state.step == 1
         for name, value in losses.items():
             avg = self.state.loss_averages[name]
-            avg.assign(tf.where(first, value, LOSS_AVERAGE_DECAY * avg
-                                + (1.0 - LOSS_AVERAGE_DECAY) * value))
+            new = tf.where(first, value, LOSS_AVERAGE_DECAY * avg
+                           + (1.0 - LOSS_AVERAGE_DECAY) * value)
+            if self.loss_scale is not None:  # a skipped step leaves the averages alone
+                new = tf.where(tf.math.is_finite(value), new, avg)
+            avg.assign(new)
         if with_summaries:
             local = lambda x: self.strategy.experimental_local_results(x)[0]  # noqa: E731
             summaries.write_train_summaries(
@@ -208,6 +246,11 @@ class Trainer:
                 variables=self.variables, gradients=[local(g) for g in out["gradients"]],
                 images=local(out["images"]))
         return losses
+
+    def skipped_for_fp16(self) -> bool:
+        """After a step with a non-finite loss: it was skipped by the dynamic loss
+        scale, which can still go down (else the run has diverged)."""
+        return self.loss_scale is not None and float(self.loss_scale.scale.numpy()) > 1.0
 
     def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, tf.Tensor]:
         """Runs one synchronous update on the next batch of ``iterator``.
@@ -260,6 +303,18 @@ class _Progress:
     def __init__(self, trainer: Trainer, print_fn, on_report):
         self.trainer, self.print_fn, self.on_report = trainer, print_fn, on_report
         self.start, self.steps = time.monotonic(), 0
+        self.skipped = 0  # steps skipped for non-finite gradients (--use_fp16), so far
+
+    def _loss_scale(self, step: int) -> None:
+        """--use_fp16: says how many steps were skipped since the last line, if any."""
+        scale = self.trainer.loss_scale
+        skipped, value = int(scale.skipped.numpy()), float(scale.scale.numpy())
+        if skipped > self.skipped:
+            self.print_fn(f"{skipped - self.skipped} step(s) had non-finite gradients and were "
+                          f"skipped since the last line; loss scale now {value:g}.")
+        self.skipped = skipped
+        tf.summary.scalar("loss_scale", value, step=step)
+        tf.summary.scalar("skipped_steps", skipped, step=step)
 
     def step_done(self, step: int, loss: float, log: bool) -> None:
         self.steps += 1
@@ -276,6 +331,8 @@ class _Progress:
                                               trainer.config.initial_learning_rate)))
         self.print_fn(report.line())
         tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
+        if trainer.loss_scale is not None:
+            self._loss_scale(step)
         if self.on_report:
             self.on_report(report)
         self.start, self.steps = time.monotonic(), 0
@@ -370,7 +427,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 if step == start + 1:
                     tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
-                if not math.isfinite(loss):
+                if not math.isfinite(loss) and not trainer.skipped_for_fp16():
                     raise DivergedError(
                         f"Model diverged with loss = NaN at step {step} (loss {loss}); "
                         f"{run_dir.describe_latest('the last good checkpoint')}")

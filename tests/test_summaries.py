@@ -35,6 +35,20 @@ def test_histogram_counts_like_numpy_and_reads_back_as_a_histogram(tmp_path):
     assert constant[:, 2].sum() == 10 and constant[0, 0] == 3.0
 
 
+def test_histogram_leaves_out_non_finite_values(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        summaries.histogram("some", tf.constant([1.0, np.nan, 3.0, np.inf, -np.inf]), step=1)
+        summaries.histogram("none", tf.constant([np.nan, np.nan]), step=1)
+    writer.close()
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    some = tf.make_ndarray(acc.Tensors("some")[0].tensor_proto)
+    assert some[:, 2].sum() == 2 and (some[0, 0], some[-1, 1]) == (1.0, 3.0)
+    none = tf.make_ndarray(acc.Tensors("none")[0].tensor_proto)
+    assert none[:, 2].sum() == 0 and np.all(np.isfinite(none))
+
+
 def test_displayable_rescales_each_image_to_unit_range():
     images = tf.constant(np.random.default_rng(1).normal(size=(3, 4, 4, 3)) * [[[[1.0]]], [[[5.0]]], [[[0.1]]]],
                          tf.float32)

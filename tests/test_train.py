@@ -15,7 +15,7 @@ import tensorflow as tf
 from cifar10 import checkpoints, data, train
 from cifar10.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
-from cli import scalar_values
+from cli import event_tags, scalar_values
 from conftest import TRAIN_LINE, mirrored
 
 BATCH = 8  # examples per replica in the equivalence tests
@@ -264,6 +264,65 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
     for key in reader.get_variable_to_shape_map():
         if key.startswith(("model/", "averages/")):
             assert np.all(np.isfinite(reader.get_tensor(key))), key
+
+
+def test_fp16_skips_a_step_with_non_finite_gradients_halves_the_scale_and_grows_back(
+        tmp_path):
+    images, labels = random_batches(4, 2 * BATCH)
+    # Step 2, replica 0's first image: ReLU turns the NaN into 0, so the loss stays
+    # finite, but conv1's weight gradient takes the pixel itself: NaN.
+    images[1, 0, 0, 0, 0] = np.nan
+    strategy = mirrored(2)
+    config = train.TrainConfig(train_dir=str(tmp_path), batch_size=BATCH, use_fp16=True,
+                               loss_scale_growth_steps=2)
+    trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+    scale = trainer.loss_scale
+    it = fixed_batches(strategy, images, labels, 4)
+    assert float(scale.scale.numpy()) == 2.0 ** 15
+
+    assert np.isfinite(float(trainer.step(it)["total_loss"]))
+    after_one = values(trainer.variables), values(trainer.state.averages.parameters())
+    trainer.step(it)
+    assert trainer.skipped_for_fp16()  # were the loss NaN: not a divergence yet
+    # Skipped on every replica: no weight, average or example count moved.
+    for got, want in zip(values(trainer.variables), after_one[0]):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(values(trainer.state.averages.parameters()), after_one[1]):
+        np.testing.assert_array_equal(got, want)
+    assert trainer.state.examples_seen.numpy() == 2 * BATCH
+    assert trainer.state.step.numpy() == 2
+    assert (float(scale.scale.numpy()), int(scale.skipped.numpy())) == (2.0 ** 14, 1)
+    assert all(np.isfinite(v.numpy()) for v in trainer.state.loss_averages.values())
+
+    trainer.step(it)  # one finite step: not yet
+    assert float(scale.scale.numpy()) == 2.0 ** 14
+    trainer.step(it)  # two in a row: doubled
+    assert float(scale.scale.numpy()) == 2.0 ** 15
+    assert trainer.state.examples_seen.numpy() == 3 * 2 * BATCH
+    # At the bottom the scale cannot go lower: a non-finite loss is a divergence.
+    scale.scale.assign(1.0)
+    assert not trainer.skipped_for_fp16()
+
+
+def test_fp16_divergence_is_declared_once_the_scale_bottoms_out(learnable_files, tmp_path):
+    files, count = learnable_files
+    lines = []
+    with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
+        train.train(small_config(tmp_path, max_steps=60, log_frequency=5, use_fp16=True,
+                                 initial_learning_rate=1e12),
+                    mirrored(1), files, count, print_fn=lines.append)
+    # Halving from 2^15 to 1 takes 15 skipped steps before the one that gives up.
+    diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
+    assert 16 <= diverged_at < 60
+    skipped = [re.search(r"^(\d+) step\(s\) had non-finite gradients and were skipped since "
+                         r"the last line; loss scale now (\d+)\.$", line) for line in lines
+               if "non-finite gradients" in line]
+    assert skipped and all(skipped)
+    scales = [int(m[2]) for m in skipped]
+    assert scales == sorted(scales, reverse=True) and scales[-1] < 2 ** 15
+    assert sum(int(m[1]) for m in skipped) < diverged_at
+    tags = event_tags(str(tmp_path))
+    assert tags["loss_scale"] == tags["skipped_steps"] and tags["loss_scale"][0] == 1
 
 
 def test_config_rejects_bad_values(tmp_path):
