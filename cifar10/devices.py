@@ -12,6 +12,8 @@ Logical devices can only be made before TensorFlow initialises its runtime, so
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from absl import logging
 import tensorflow as tf
 
@@ -138,6 +140,55 @@ def _multi_worker_strategy(num_gpus: int, timeout: float | None) -> tf.distribut
         logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+# CPU features (as /proc/cpuinfo names them) that run bfloat16 arithmetic natively:
+# x86's AVX512_BF16 and AMX, Arm's BF16.
+BFLOAT16_CPU_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """Whether this CPU has bfloat16 instructions; None when ``cpuinfo`` cannot be read."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return bool(set(value.split()) & set(BFLOAT16_CPU_FEATURES))
+    except OSError:
+        pass
+    return None
+
+
+def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
+                                 cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Warns, in one line, when bfloat16 will run emulated (slowly) here.
+
+    Args:
+      device_names: where the model runs (a strategy's ``extended.worker_devices``);
+        default: this process's default device, the first GPU if there is one.
+
+    Returns:
+      True when it warned.
+    """
+    names = device_names or (["/gpu:0"] if tf.config.list_logical_devices("GPU") else ["/cpu:0"])
+    if any("GPU" in name.upper() for name in names):
+        gpus = tf.config.list_physical_devices("GPU")
+        details = [tf.config.experimental.get_device_details(gpu) for gpu in gpus]
+        old = [d.get("device_name", "GPU") for d in details
+               if d.get("compute_capability", (8, 0)) < (8, 0)]
+        if not old:
+            return False
+        logging.warning("--use_bf16: %s has no bfloat16 tensor cores (those came with "
+                        "Ampere, compute capability 8.0): bfloat16 runs emulated, slower "
+                        "than float32.", old[0])
+        return True
+    if cpu_has_bfloat16(cpuinfo) is not False:
+        return False
+    logging.warning("--use_bf16: this CPU has no bfloat16 instructions (%s): TensorFlow "
+                    "emulates them, so bfloat16 is no faster than float32 here, and trains "
+                    "several times slower.", ", ".join(BFLOAT16_CPU_FEATURES[:2]))
+    return True
 
 
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:

@@ -40,6 +40,8 @@ def main(argv: list[str]) -> None:
         tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
     else:
         devices.enable_memory_growth()
+    if FLAGS.use_bf16:
+        devices.warn_if_bfloat16_is_emulated()
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records)

@@ -24,7 +24,7 @@ import tensorflow as tf
 from cifar10 import checkpoints
 from cifar10 import data
 from cifar10 import summaries
-from cifar10.config import EvalConfig
+from cifar10.config import EvalConfig, compute_dtype
 from cifar10.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.model import Model
 
@@ -93,8 +93,8 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
     start = time.monotonic()
     mtime = _mtime(checkpoint)
-    compute_dtype = tf.float16 if config.use_fp16 else tf.float32
-    model, step = checkpoints.load_model(checkpoint, config.weights, compute_dtype)
+    model, step = checkpoints.load_model(checkpoint, config.weights,
+                                         tf.as_dtype(compute_dtype(config)))
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
     correct, examples = count_correct(model, dataset)
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
@@ -172,7 +172,9 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
 
     Raises:
       NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``.
+      ValueError: both ``use_fp16`` and ``use_bf16``.
     """
+    compute_dtype(config)
     try:
         os.makedirs(config.eval_dir, exist_ok=True)
     except OSError as e:

@@ -58,6 +58,11 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
             flags.DEFINE_string(name, default, help_, **define)
         else:
             raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
+    precisions = ["use_fp16", "use_bf16"]
+    if all(name in flag_values for name in precisions):
+        flags.register_multi_flags_validator(
+            precisions, lambda values: not all(values.values()),
+            message=config.PRECISION_CONFLICT, flag_values=flag_values)
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):

@@ -54,8 +54,9 @@ class Model(tf.Module):
     Args:
       seed: seed of the truncated-normal initialisers; the same seed gives the
         same initial weights.
-      compute_dtype: ``tf.float32``, or ``tf.float16`` for mixed precision
-        (float16 activations, float32 variables, float32 logits and loss).
+      compute_dtype: ``tf.float32``, or ``tf.float16`` or ``tf.bfloat16`` for
+        mixed precision: convolutions, matmuls and activations in that type;
+        variables, LRN, logits and loss in float32.
       trainable: False for a copy that holds moving averages, not trained weights.
       lrn: the LRN implementation, ``fast_lrn`` (default) or ``reference_lrn``;
         both compute the same function.
@@ -89,6 +90,37 @@ class Model(tf.Module):
         return (tf.cast(layer.weights, self.compute_dtype),
                 tf.cast(layer.biases, self.compute_dtype))
 
+    def stages(self) -> list[tuple[str, Callable[[tf.Tensor], tf.Tensor]]]:
+        """The model's steps in order: (name, function of the previous step's output).
+
+        The first takes images in the compute dtype; the last gives float32 logits.
+        """
+        def conv(layer):
+            def apply(x):
+                w, b = self._params(layer)
+                # `+ b`, not tf.nn.bias_add: TensorFlow's CPU graph rewrite fuses the
+                # gradient of bias_add into oneDNN's Conv2DBackpropFilterWithBias, which
+                # took about twice as long as the plain filter gradient plus a separate
+                # bias sum.
+                return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b)
+            return apply
+
+        def local(layer, relu=True):
+            def apply(x):
+                w, b = self._params(layer)
+                y = tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), w) + b
+                return tf.nn.relu(y) if relu else tf.cast(y, tf.float32)
+            return apply
+
+        def pool(x):
+            return tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
+
+        return [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", self._lrn),
+                ("conv2", conv(self.conv2)),
+                ("norm2", self._lrn),  # norm2 comes before pool2, as the original
+                ("pool2", pool), ("local3", local(self.local3)), ("local4", local(self.local4)),
+                ("softmax_linear", local(self.softmax_linear, relu=False))]
+
     def activations(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """Runs the model; returns the output of each named layer.
 
@@ -100,25 +132,12 @@ class Model(tf.Module):
           dtype, 'softmax_linear': float32 logits [batch, 10]}.
         """
         x = tf.cast(images, self.compute_dtype)
+        layers = {layer.name for layer in self.layers}
         out = {}
-        w, b = self._params(self.conv1)
-        # `+ b`, not tf.nn.bias_add: TensorFlow's CPU graph rewrite fuses the gradient
-        # of bias_add into oneDNN's Conv2DBackpropFilterWithBias, which took about
-        # twice as long as the plain filter gradient plus a separate bias sum.
-        out["conv1"] = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b)
-        x = tf.nn.max_pool2d(out["conv1"], ksize=3, strides=2, padding="SAME")  # pool1
-        x = self._lrn(x)  # norm1
-        w, b = self._params(self.conv2)
-        out["conv2"] = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b)
-        x = self._lrn(out["conv2"])  # norm2 comes before pool2, as the original
-        x = tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")  # pool2
-        x = tf.reshape(x, [tf.shape(x)[0], -1])
-        w, b = self._params(self.local3)
-        out["local3"] = tf.nn.relu(tf.matmul(x, w) + b)
-        w, b = self._params(self.local4)
-        out["local4"] = tf.nn.relu(tf.matmul(out["local3"], w) + b)
-        w, b = self._params(self.softmax_linear)
-        out["softmax_linear"] = tf.cast(tf.matmul(out["local4"], w) + b, tf.float32)
+        for name, apply in self.stages():
+            x = apply(x)
+            if name in layers:
+                out[name] = x
         return out
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:

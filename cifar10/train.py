@@ -38,7 +38,8 @@ from cifar10 import fileformat as ff
 from cifar10 import summaries
 from cifar10.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
                             LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
-                            MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY, TrainConfig)
+                            MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY, TrainConfig,
+                            compute_dtype)
 from cifar10.errors import DivergedError
 from cifar10.model import Model
 
@@ -130,9 +131,8 @@ class Trainer:
         self.num_replicas = strategy.num_replicas_in_sync
         self.global_batch = config.batch_size * self.num_replicas
         self.examples_per_epoch = examples_per_epoch
-        compute_dtype = tf.float16 if config.use_fp16 else tf.float32
         with strategy.scope():
-            self.state = TrainState(config.seed, compute_dtype)
+            self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)))
             self.loss_scale = (DynamicLossScale(config.loss_scale_growth_steps)
                                if config.use_fp16 else None)
         self.variables = self.state.model.parameters()

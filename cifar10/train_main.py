@@ -64,6 +64,8 @@ def main(argv: list[str]) -> None:
         synthetic_records=FLAGS.synthetic_records)
     strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
+    if FLAGS.use_bf16:
+        devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
     config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS)
     replicas = strategy.num_replicas_in_sync
     is_chief, task = devices.worker_role(strategy)

@@ -3,6 +3,7 @@
     python scripts/benchmark.py                       # 1 replica, batch 128, float32
     python scripts/benchmark.py --num_gpus=2          # 2 replicas (logical devices on CPU)
     python scripts/benchmark.py --use_fp16 --xla
+    python scripts/benchmark.py --use_bf16            # bfloat16 compute
 
 Prints, each the median of several timed windows after a warm-up:
   (a) train step alone, on one in-memory batch (examples/sec over all replicas),
@@ -13,13 +14,17 @@ Prints, each the median of several timed windows after a warm-up:
   (d) evaluation of the test file with cifar10.evaluate.count_correct;
   (e) seconds from launching cifar10-train to its first step, data on disk;
   (f) peak resident memory of that cifar10-train process;
-  (g) the speed of this machine: float32 matmul GFLOP/s, and the compute ceiling
-      it sets for training (the train step's FLOPs per example at that rate);
+  (g) the speed of this machine: matmul GFLOP/s in the compute type (float32,
+      float16 or bfloat16), and the compute ceiling it sets for training (the
+      train step's FLOPs per example at that rate);
   (h) the SavedModel of cifar10-export serving encoded PNG images, images/sec at
       batch 1 and batch 128 (the checkpoint of (c));
   (i) cifar10-predict on a folder of PNG images, from launch to its last line;
   (j) cifar10-prepare's conversion of a folder of 32x32 PNG images in 10 class
-      folders into CIFAR-10 files, images/sec.
+      folders into CIFAR-10 files, images/sec;
+  (k) where a train step's time goes: each layer's forward and backward pass
+      (the LRNs, pools, convolutions, ...), run one layer at a time on a batch,
+      in milliseconds and as a share of their sum.
 It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 """
@@ -44,7 +49,7 @@ import tensorflow as tf  # noqa: E402
 
 from cifar10 import checkpoints, data, devices, evaluate, export, prepare  # noqa: E402
 from cifar10 import synthetic  # noqa: E402
-from cifar10.config import CROP_SIZE  # noqa: E402
+from cifar10.config import CROP_SIZE, compute_dtype as dtype_name  # noqa: E402
 from cifar10 import train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
@@ -55,6 +60,7 @@ def parse_args(argv):
     p.add_argument("--num_gpus", type=int, default=1, help="replicas (as cifar10-train)")
     p.add_argument("--batch_size", type=int, default=128, help="examples per replica")
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
+    p.add_argument("--use_bf16", action="store_true", help="bfloat16 compute")
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
     p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
     p.add_argument("--windows", type=int, default=7, help="timed windows per figure")
@@ -75,7 +81,13 @@ def parse_args(argv):
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.num_gpus < 0 or args.warmup_steps < 0:
         p.error("--num_gpus and --warmup_steps must be >= 0")
+    if args.use_fp16 and args.use_bf16:
+        p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
     return args
+
+
+def compute_dtype(args) -> tf.DType:
+    return tf.as_dtype(dtype_name(args))
 
 
 def machine() -> str:
@@ -119,9 +131,10 @@ def train_flops_per_example(model: Model) -> int:
     return total
 
 
-def matmul_gflops(windows: int, size: int = 2048, per_window: int = 10) -> float:
-    """Median GFLOP/s of float32 [size, size] matmuls on this machine."""
-    a = tf.random.stateless_normal([size, size], seed=(5, 6))
+def matmul_gflops(windows: int, size: int = 2048, per_window: int = 10,
+                  dtype: tf.DType = tf.float32) -> float:
+    """Median GFLOP/s of [size, size] matmuls of ``dtype`` on this machine."""
+    a = tf.cast(tf.random.stateless_normal([size, size], seed=(5, 6)), dtype)
     product = tf.function(lambda: tf.matmul(a, a))
     product().numpy()  # warm-up
 
@@ -140,7 +153,7 @@ def step_alone(args, strategy, train_dir):
       A function that times one window of it: examples/sec.
     """
     config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size,
-                               use_fp16=args.use_fp16, xla=args.xla)
+                               use_fp16=args.use_fp16, use_bf16=args.use_bf16, xla=args.xla)
     trainer = train.Trainer(config, strategy)
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
@@ -200,7 +213,7 @@ def end_to_end(args, strategy, train_files, count, train_dir, time_step):
     steps = warmup + args.windows * args.window_steps
     config = train.TrainConfig(train_dir=train_dir, batch_size=args.batch_size, max_steps=steps,
                                log_frequency=args.window_steps, checkpoint_steps=steps,
-                               use_fp16=args.use_fp16, xla=args.xla)
+                               use_fp16=args.use_fp16, use_bf16=args.use_bf16, xla=args.xla)
     # The report of step n gives examples/sec over the window ending at n.
     steady, first_epoch, alone = [], [], []
 
@@ -216,7 +229,7 @@ def end_to_end(args, strategy, train_files, count, train_dir, time_step):
 
 
 def evaluation(args, test_files) -> tuple[float, float]:
-    model = Model(compute_dtype=tf.float16 if args.use_fp16 else tf.float32)
+    model = Model(compute_dtype=compute_dtype(args))
     dataset = data.eval_dataset(test_files, args.batch_size)
     counter = evaluate.make_counter(model)
     counter(dataset)  # warm-up: tracing
@@ -235,7 +248,7 @@ def launch(args, data_dir, train_dir) -> tuple[float, float]:
     cmd = [program, f"--data_dir={data_dir}", f"--train_dir={train_dir}",
            f"--batch_size={args.batch_size}", f"--num_gpus={args.num_gpus}",
            f"--max_steps={args.warmup_steps + args.window_steps}", "--log_frequency=1000000",
-           f"--use_fp16={args.use_fp16}", f"--xla={args.xla}"]
+           f"--use_fp16={args.use_fp16}", f"--use_bf16={args.use_bf16}", f"--xla={args.xla}"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -305,6 +318,50 @@ def conversion(args, test_files, work) -> float:
     return args.prepare_images / seconds
 
 
+def _forward_backward(apply, variables, input_gradient: bool):
+    @tf.function
+    def forward_backward(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = apply(x)
+            total = tf.reduce_sum(tf.cast(y, tf.float32))
+        return y, tape.gradient(total, [variables, x] if input_gradient else variables)
+
+    return forward_backward
+
+
+def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
+    """Median milliseconds of each stage's forward and backward pass, one stage at a time.
+
+    Each stage gets the output of the one before (a batch of ``args.batch_size``
+    images in the compute type) and differentiates a sum of its output with
+    respect to its variables and, but for the first, its input, as the train
+    step does.
+    """
+    model = Model(compute_dtype=compute_dtype(args))
+    x = tf.cast(tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
+                                           seed=(1, 2)), model.compute_dtype)
+    times = []
+    for i, (name, apply) in enumerate(model.stages()):
+        variables = [v for layer in model.layers if layer.name == name
+                     for v in (layer.weights, layer.biases)]
+        forward_backward = _forward_backward(apply, variables, input_gradient=i > 0)
+        y, _ = forward_backward(x)  # warm-up: tracing
+
+        def once(x=x):
+            _, grads = forward_backward(x)
+            tf.nest.map_structure(lambda g: g.numpy(), grads)
+
+        seconds = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            once()
+            seconds.append(time.perf_counter() - start)
+        times.append((name, 1000 * statistics.median(seconds)))
+        x = y
+    return times
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
@@ -328,10 +385,12 @@ def _run(args, strategy, work) -> int:
     replicas = strategy.num_replicas_in_sync
     print(f"machine: {machine()}")
     print(f"setting: {replicas} replica(s) x batch {args.batch_size} = global batch "
-          f"{replicas * args.batch_size}; {'float16' if args.use_fp16 else 'float32'}; "
+          f"{replicas * args.batch_size}; {compute_dtype(args).name}; "
           f"XLA {'on' if args.xla else 'off'}; data {batches_dir} ({count} train, "
           f"{test_count} test records); median of {args.windows} windows of "
           f"{args.window_steps} steps after {args.warmup_steps} warm-up steps", flush=True)
+    if args.use_bf16:
+        devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
     time_step = step_alone(args, strategy, os.path.join(work, "step"))
     b = input_alone(args, train_files)
     c, c_first, a = end_to_end(args, strategy, train_files, count,
@@ -347,10 +406,11 @@ def _run(args, strategy, work) -> int:
         first, rss = launch(args, data_dir, os.path.join(work, "launch"))
         print(f"(e) launch to first step:    {first:9.2f} s")
         print(f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))")
-    gflops = matmul_gflops(args.windows)
+    gflops = matmul_gflops(args.windows, dtype=compute_dtype(args))
     flops = train_flops_per_example(Model())
     ceiling = gflops * 1e9 / flops
-    print(f"(g) machine speed:           {gflops:9.1f} GFLOP/s float32 matmul; at "
+    print(f"(g) machine speed:           {gflops:9.1f} GFLOP/s {compute_dtype(args).name} "
+          f"matmul; at "
           f"{flops / 1e6:.1f} MFLOP per example the compute ceiling is {ceiling:.0f} "
           f"examples/sec ((c) is {100 * c / ceiling:.0f}% of it)", flush=True)
     one, many = serving(args, os.path.join(work, "train"), test_files, work)
@@ -362,7 +422,12 @@ def _run(args, strategy, work) -> int:
           f"({args.predict_images / seconds:.0f} images/sec)", flush=True)
     rate = conversion(args, test_files, work)
     print(f"(j) cifar10-prepare:         {rate:9.1f} images/sec ({args.prepare_images} PNG "
-          f"images, 32x32, into CIFAR-10 files)")
+          f"images, 32x32, into CIFAR-10 files)", flush=True)
+    times = layer_times(args)
+    total = sum(ms for _, ms in times)
+    print(f"(k) layers, forward+backward: {total:8.1f} ms a batch of {args.batch_size}, one "
+          f"layer at a time: " + ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f}%)"
+                                           for name, ms in times))
     return 0
 
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
+from conftest import mirrored
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
 FIGURE = r"\s+([0-9.]+) "
@@ -60,18 +62,51 @@ def test_benchmark_prints_every_figure_on_generated_data():
     converted = re.search(r"\(j\) cifar10-prepare:" + FIGURE + r"images/sec \(30 PNG images, "
                           r"32x32, into CIFAR-10 files\)", out)
     assert converted and float(converted[1]) > 0
+    layers = re.search(r"^\(k\) layers, forward\+backward: +([0-9.]+) ms a batch of 16, one "
+                       r"layer at a time: (.+)$", out, re.M)
+    assert layers, out
+    shares = re.findall(r"(\w+) ([0-9.]+) ms \((\d+)%\)", layers[2])
+    assert [name for name, _, _ in shares] == [
+        "conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local4",
+        "softmax_linear"]
+    # Each of the 9 figures is rounded to 0.1 ms, and each share to 1%.
+    assert sum(float(ms) for _, ms, _ in shares) == pytest.approx(float(layers[1]), abs=0.5)
+    assert sum(int(share) for _, _, share in shares) == pytest.approx(100, abs=5)
 
 
-@pytest.mark.parametrize("argument, message", [
+@pytest.fixture(scope="module")
+def benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("arguments, message", [
     ("--windows=0", "--windows must be at least 1, got 0"),
     ("--predict_images=0", "--predict_images must be at least 1, got 0"),
     ("--num_gpus=-1", "--num_gpus and --warmup_steps must be >= 0"),
+    ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other"),
 ])
-def test_benchmark_rejects_bad_arguments(argument, message, capsys):
-    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        benchmark.parse_args([argument])
+        benchmark.parse_args(arguments.split())
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, trained_run,
+                                                                tmp_path):
+    # The figures (a)-(g) in bfloat16, in-process: the full command is tested in float32.
+    args = benchmark.parse_args(["--use_bf16", "--batch_size=8", "--window_steps=2",
+                                 "--warmup_steps=1", "--windows=1"])
+    assert benchmark.compute_dtype(args) == tf.bfloat16
+    time_step = benchmark.step_alone(args, mirrored(1), str(tmp_path))
+    assert time_step() > 0
+    _, test_files = trained_run
+    rate, seconds = benchmark.evaluation(args, test_files)
+    assert rate > 0 and seconds > 0
+    assert benchmark.matmul_gflops(1, size=128, per_window=2, dtype=tf.bfloat16) > 0
+    times = benchmark.layer_times(args, reps=1)
+    assert [name for name, _ in times][::3] == ["conv1", "conv2", "local3"]
+    assert len(times) == 9 and all(ms > 0 for _, ms in times)

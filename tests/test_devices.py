@@ -59,3 +59,52 @@ def test_the_chief_is_the_chief_task_or_else_worker_0(spec, task_type, task_id, 
     strategy = with_cluster(spec, task_type, task_id)
     assert devices.worker_role(strategy) == role
     assert devices.is_multi_worker(strategy)
+
+
+X86_FLAGS = "fpu vme sse sse2 avx avx2 fma"
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ([f"flags\t\t: {X86_FLAGS} avx512f avx512_bf16 amx_tile"], True),  # Cooper Lake on
+    ([f"flags\t\t: {X86_FLAGS} amx_bf16 amx_tile"], True),
+    (["Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics bf16 i8mm"], True),  # Arm
+    ([f"flags\t\t: {X86_FLAGS}"], False),  # AVX2 only: emulated
+    (["Features\t: fp asimd evtstrm aes"], False),
+    (["processor\t: 0"], None),  # no feature line: cannot tell
+])
+def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path, lines, expected):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n" + "\n".join(lines) + "\n")
+    assert devices.cpu_has_bfloat16(str(cpuinfo)) is expected
+    assert devices.cpu_has_bfloat16(str(tmp_path / "missing")) is None
+
+
+def test_emulated_bfloat16_is_one_warning_line_naming_the_cpu_features(tmp_path, caplog):
+    avx2, bf16 = tmp_path / "avx2", tmp_path / "bf16"
+    avx2.write_text(f"flags\t\t: {X86_FLAGS}\n")
+    bf16.write_text(f"flags\t\t: {X86_FLAGS} avx512_bf16\n")
+    assert not devices.warn_if_bfloat16_is_emulated(["/cpu:0"], cpuinfo=str(bf16))
+    assert not devices.warn_if_bfloat16_is_emulated(["/cpu:0"], cpuinfo=str(tmp_path / "none"))
+    assert not caplog.records
+    assert devices.warn_if_bfloat16_is_emulated(None, cpuinfo=str(avx2))  # default device: CPU
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "\n" not in record.getMessage()
+    assert record.getMessage() == (
+        "--use_bf16: this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): "
+        "TensorFlow emulates them, so bfloat16 is no faster than float32 here, and trains "
+        "several times slower.")
+
+
+def test_a_gpu_before_ampere_is_named_in_the_bfloat16_warning(monkeypatch, caplog):
+    gpus = {"V100": (7, 0), "A100": (8, 0)}
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: list(gpus) if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda gpu: {"device_name": f"Tesla {gpu}",
+                                     "compute_capability": gpus[gpu]})
+    assert devices.warn_if_bfloat16_is_emulated(["/job:localhost/device:GPU:0"])
+    assert caplog.records[0].getMessage().startswith(
+        "--use_bf16: Tesla V100 has no bfloat16 tensor cores (those came with Ampere, "
+        "compute capability 8.0)")
+    del gpus["V100"]
+    assert not devices.warn_if_bfloat16_is_emulated(["/job:localhost/device:GPU:0"])

@@ -13,7 +13,7 @@ import pytest
 from cli import event_tags, run, start
 from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
-from cifar10 import data, programs, synthetic, train
+from cifar10 import data, devices, programs, synthetic, train
 
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
@@ -67,6 +67,17 @@ def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(
     assert (record["step"], record["examples"], record["weights"]) == (6, RECORDS, "averages")
     assert record["precision"] == record["correct"] / RECORDS
     assert matches[0][1] == f"{record['precision']:.3f}"
+
+
+def test_use_bf16_scores_the_float32_checkpoint_and_says_when_it_is_emulated(trained, tmp_path):
+    data_dir, train_dir = trained
+    result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                            "--use_bf16"))
+    assert result.returncode == 0, result.stderr
+    matches = [m for m in map(EVAL_LINE.match, result.stdout.splitlines()) if m]
+    assert [m.groups()[1:] for m in matches] == [("6", "model.ckpt-6", str(RECORDS), "averages")]
+    emulated = [line for line in result.stderr.splitlines() if "--use_bf16:" in line]
+    assert len(emulated) == (1 if devices.cpu_has_bfloat16() is False else 0)
 
 
 def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):

@@ -34,7 +34,7 @@ def test_the_original_flag_names_and_defaults():
     assert {name: train_flags[name].default for name in train_flags} == {
         "train_dir": "/tmp/cifar10_train", "batch_size": 128, "max_steps": 1_000_000,
         "log_frequency": 10, "checkpoint_steps": 1000, "keep_checkpoints": 5,
-        "summary_steps": 100, "seed": 0, "use_fp16": False, "xla": False,
+        "summary_steps": 100, "seed": 0, "use_fp16": False, "use_bf16": False, "xla": False,
         "fresh_start": False}
     assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"
     assert eval_flags["eval_dir"].default == "/tmp/cifar10_eval"
@@ -61,3 +61,19 @@ def test_out_of_range_settings_are_refused_by_name(argv, message):
     values = flags_of(config.TrainConfig)
     with pytest.raises(flags.IllegalFlagValueError, match=message):
         values(["cifar10-train", *argv])
+
+
+@pytest.mark.parametrize("config_class", [config.TrainConfig, config.EvalConfig])
+def test_fp16_and_bf16_exclude_each_other(config_class):
+    values = flags_of(config_class)
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match="use_fp16 and use_bf16 exclude each other"):
+        values(["cifar10", "--use_fp16", "--use_bf16"])
+    required = {"train_dir": "t"} if config_class is config.TrainConfig else {
+        "checkpoint_dir": "c", "eval_dir": "e"}
+    made = {mode: config.compute_dtype(config_class(**required, use_fp16=fp16, use_bf16=bf16))
+            for mode, (fp16, bf16) in {"none": (False, False), "fp16": (True, False),
+                                         "bf16": (False, True)}.items()}
+    assert made == {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    with pytest.raises(ValueError, match="use_fp16 and use_bf16 exclude each other"):
+        config.compute_dtype(config_class(**required, use_fp16=True, use_bf16=True))

@@ -18,7 +18,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, data, synthetic, train
+from cifar10 import checkpoints, data, devices, synthetic, train
 from cifar10 import fileformat as ff
 from cli import env, event_tags, run, start
 from conftest import LAYERS, TRAIN_LINE
@@ -87,10 +87,13 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     assert latest.endswith(f"model.ckpt-{stopped}")
     assert tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stopped
 
+    # The float32 run goes on in bfloat16 (its checkpoints are float32 either way).
     resumed = run("cifar10-train", *train_args(tmp_path, f"--max_steps={stopped + 2}",
-                                               "--log_frequency=1"))
+                                               "--log_frequency=1", "--use_bf16"))
     assert resumed.returncode == 0, resumed.stderr
     assert f"at step {stopped}." in resumed.stdout
+    emulated = "--use_bf16: this CPU has no bfloat16 instructions" in resumed.stderr
+    assert emulated == (devices.cpu_has_bfloat16() is False)
     steps = [int(m[1]) for m in map(TRAIN_LINE.match, resumed.stdout.splitlines()) if m]
     assert steps == [stopped + 1, stopped + 2]
 
@@ -100,9 +103,10 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     ("--num_gpus=-1", "--num_gpus"),
     ("--max_steps=0", "--max_steps"),
     ("--no_such_flag=1", "no_such_flag"),
+    ("--use_fp16 --use_bf16", "use_fp16 and use_bf16 exclude each other"),
 ])
 def test_bad_flags_are_usage_errors(tmp_path, flag, message):
-    result = run("cifar10-train", *train_args(tmp_path), flag)
+    result = run("cifar10-train", *train_args(tmp_path), *flag.split())
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
