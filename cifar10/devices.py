@@ -172,9 +172,13 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
       True when it warned.
     """
     names = device_names or (["/gpu:0"] if tf.config.list_logical_devices("GPU") else ["/cpu:0"])
-    if any("GPU" in name.upper() for name in names):
-        gpus = tf.config.list_physical_devices("GPU")
-        details = [tf.config.experimental.get_device_details(gpu) for gpu in gpus]
+    indices = [int(name.rsplit(":", 1)[1]) for name in names if "GPU" in name.upper()]
+    if indices:
+        # Logical GPUs beyond the visible ones are slices of the first (replica_devices).
+        visible = tf.config.get_visible_devices("GPU")
+        used = {id(visible[min(i, len(visible) - 1)]): visible[min(i, len(visible) - 1)]
+                for i in indices} if visible else {}
+        details = [tf.config.experimental.get_device_details(gpu) for gpu in used.values()]
         old = [d.get("device_name", "GPU") for d in details
                if d.get("compute_capability", (8, 0)) < (8, 0)]
         if not old:
@@ -185,9 +189,9 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
         return True
     if cpu_has_bfloat16(cpuinfo) is not False:
         return False
-    logging.warning("--use_bf16: this CPU has no bfloat16 instructions (%s): TensorFlow "
-                    "emulates them, so bfloat16 is no faster than float32 here, and trains "
-                    "several times slower.", ", ".join(BFLOAT16_CPU_FEATURES[:2]))
+    logging.warning("--use_bf16: this CPU has no bfloat16 instructions (x86's avx512_bf16 or "
+                    "amx_bf16, Arm's bf16): TensorFlow emulates them, so training runs "
+                    "several times slower than in float32 here (evaluation about as fast).")
     return True
 
 

@@ -6,9 +6,7 @@ split into logical devices, which must happen before TensorFlow initialises.
 Test files import the helpers below with ``from conftest import ...``.
 """
 
-import os
 import re
-import types
 
 import pytest
 import tensorflow as tf
@@ -45,27 +43,6 @@ def learnable_files(tmp_path_factory):
                                           records_per_file=100)
     files = data.split_files(batches_dir, "train")
     return files, data.validate_files(files)
-
-
-@pytest.fixture(scope="session")
-def learned_run(learnable_files, tmp_path_factory):
-    """A run that has learned: 100 steps on ``learnable_files``, 2 replicas of batch 32.
-
-    Returns a namespace: train_dir (checkpoint at step 100, summaries every 100
-    steps), lines (what it printed), reports (its ``StepReport``s, every 10
-    steps) and test_files.
-    """
-    files, count = learnable_files
-    train_dir = tmp_path_factory.mktemp("learned_run")
-    config = train.TrainConfig(train_dir=str(train_dir), batch_size=32, max_steps=100,
-                               log_frequency=10, checkpoint_steps=100, summary_steps=100,
-                               shuffle_buffer=500)
-    lines, reports = [], []
-    train.train(config, mirrored(2), files, count, print_fn=lines.append,
-                on_report=reports.append)
-    test_files = data.split_files(os.path.dirname(files[0]), "test")
-    return types.SimpleNamespace(train_dir=train_dir, lines=lines, reports=reports,
-                                 test_files=test_files)
 
 
 @pytest.fixture(scope="session")

@@ -90,21 +90,26 @@ def test_emulated_bfloat16_is_one_warning_line_naming_the_cpu_features(tmp_path,
     (record,) = caplog.records
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert record.getMessage() == (
-        "--use_bf16: this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): "
-        "TensorFlow emulates them, so bfloat16 is no faster than float32 here, and trains "
-        "several times slower.")
+        "--use_bf16: this CPU has no bfloat16 instructions (x86's avx512_bf16 or amx_bf16, "
+        "Arm's bf16): TensorFlow emulates them, so training runs several times slower than "
+        "in float32 here (evaluation about as fast).")
 
 
 def test_a_gpu_before_ampere_is_named_in_the_bfloat16_warning(monkeypatch, caplog):
-    gpus = {"V100": (7, 0), "A100": (8, 0)}
-    monkeypatch.setattr(tf.config, "list_physical_devices",
-                        lambda kind=None: list(gpus) if kind == "GPU" else [])
+    capabilities = {"A100": (8, 0), "V100": (7, 0)}
+    visible = list(capabilities)  # /gpu:0 is the A100, /gpu:1 the V100
+    monkeypatch.setattr(tf.config, "get_visible_devices",
+                        lambda kind=None: visible if kind == "GPU" else [])
     monkeypatch.setattr(tf.config.experimental, "get_device_details",
                         lambda gpu: {"device_name": f"Tesla {gpu}",
-                                     "compute_capability": gpus[gpu]})
-    assert devices.warn_if_bfloat16_is_emulated(["/job:localhost/device:GPU:0"])
+                                     "compute_capability": capabilities[gpu]})
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:{}".format
+    assert not devices.warn_if_bfloat16_is_emulated([gpu(0)])  # the V100 is not used
+    assert not caplog.records
+    assert devices.warn_if_bfloat16_is_emulated([gpu(0), gpu(1)])
     assert caplog.records[0].getMessage().startswith(
         "--use_bf16: Tesla V100 has no bfloat16 tensor cores (those came with Ampere, "
         "compute capability 8.0)")
-    del gpus["V100"]
-    assert not devices.warn_if_bfloat16_is_emulated(["/job:localhost/device:GPU:0"])
+    visible.reverse()  # now the V100 is /gpu:0, split into logical /gpu:0 and /gpu:1
+    del visible[1]
+    assert devices.warn_if_bfloat16_is_emulated([gpu(0), gpu(1)])

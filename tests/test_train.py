@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -139,6 +140,27 @@ def small_config(train_dir, **overrides):
     return train.TrainConfig(**settings)
 
 
+@pytest.fixture(scope="module")
+def learned_run(learnable_files, tmp_path_factory):
+    """A run that has learned: 100 steps on ``learnable_files``, 2 replicas of batch 32.
+
+    Returns a namespace: train_dir (checkpoint at step 100, summaries every 100
+    steps), lines (what it printed), reports (its ``StepReport``s, every 10
+    steps) and test_files.
+    """
+    files, count = learnable_files
+    train_dir = tmp_path_factory.mktemp("learned_run")
+    config = train.TrainConfig(train_dir=str(train_dir), batch_size=32, max_steps=100,
+                               log_frequency=10, checkpoint_steps=100, summary_steps=100,
+                               shuffle_buffer=500)
+    lines, reports = [], []
+    train.train(config, mirrored(2), files, count, print_fn=lines.append,
+                on_report=reports.append)
+    test_files = data.split_files(os.path.dirname(files[0]), "test")
+    return types.SimpleNamespace(train_dir=train_dir, lines=lines, reports=reports,
+                                 test_files=test_files)
+
+
 def test_loss_falls_on_learnable_data(learned_run):
     lines, reports = learned_run.lines, learned_run.reports
     # Each logged step is a report and a progress line.
@@ -158,7 +180,8 @@ def test_loss_falls_on_learnable_data(learned_run):
     assert scalar_values(str(learned_run.train_dir), "cross_entropy (raw)")[100] < 1.5
 
 
-def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, tmp_path):
+def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, tmp_path,
+                                                                   monkeypatch):
     # bfloat16 keeps 8 significant bits: each product and activation is rounded by up
     # to 2^-9 (0.2%) of itself, so the logits move by a small fraction of their
     # spread, and the top class changes only where the best two are about that
@@ -180,11 +203,16 @@ def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, t
     assert np.all(np.abs(bf16 - f32).max(axis=1) <= 0.03 * spread)  # 0.011 measured
     assert np.mean(f32.argmax(axis=1) == bf16.argmax(axis=1)) >= 0.99
     # The evaluator in bfloat16 scores the same checkpoint the same, to that agreement.
+    loaded = []
+    load_model = checkpoints.load_model
+    monkeypatch.setattr(checkpoints, "load_model",
+                        lambda *args: loaded.append(args[2]) or load_model(*args))
     results = [evaluate.evaluate_checkpoint(checkpoint, evaluate.EvalConfig(
         checkpoint_dir=str(learned_run.train_dir), eval_dir=str(tmp_path), eval_files=files,
         num_examples=600, use_bf16=use_bf16)) for use_bf16 in (False, True)]
     assert results[0].correct > 300  # it has learned: chance is 60
     assert abs(results[1].correct - results[0].correct) <= 6
+    assert loaded == [tf.float32, tf.bfloat16]
 
 
 def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_files, tmp_path,
@@ -247,9 +275,12 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
 
 
 def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learnable_files,
-                                                                        tmp_path):
+                                                                        tmp_path, monkeypatch):
     files, count = learnable_files
-    done = []
+    done, compute = [], []
+    state_init = train.TrainState.__init__
+    monkeypatch.setattr(train.TrainState, "__init__", lambda self, seed, dtype: (
+        compute.append(dtype), state_init(self, seed, dtype))[1])
     for use_bf16, max_steps in ((True, 4), (False, 8), (True, 12)):
         lines = []
         result = train.train(small_config(tmp_path, batch_size=16, max_steps=max_steps,
@@ -265,6 +296,7 @@ def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learna
         weights = {k: v for k, v in dtypes.items() if k.startswith(("model/", "averages/"))}
         assert len(weights) == 20 and set(weights.values()) == {tf.float32}
         done.append(result)
+    assert compute == [tf.bfloat16, tf.float32, tf.bfloat16]
     saved = tf.train.load_checkpoint(done[-1].last_checkpoint)
     assert saved.get_tensor("examples_seen/.ATTRIBUTES/VARIABLE_VALUE") == 12 * 16
 
@@ -383,7 +415,7 @@ def test_config_rejects_bad_values(tmp_path):
 
 def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
     images, labels = random_batches(1, BATCH)
-    results = {}
+    results, compute = {}, {}
     for name, overrides in {"f32": {}, "xla": {"xla": True}, "f16": {"use_fp16": True},
                             "bf16": {"use_bf16": True}}.items():
         strategy = mirrored(1)
@@ -391,7 +423,10 @@ def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
         trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
         loss = trainer.step(fixed_batches(strategy, images, labels, 1))
         assert all(v.dtype == tf.float32 for v in trainer.state.checkpoint().model.parameters())
+        compute[name] = {trainer.state.model.compute_dtype, trainer.state.averages.compute_dtype}
         results[name] = (float(loss["total_loss"]), values(trainer.variables))
+    assert compute == {"f32": {tf.float32}, "xla": {tf.float32}, "f16": {tf.float16},
+                       "bf16": {tf.bfloat16}}
     f32_loss, f32_vars = results["f32"]
     assert results["xla"][0] == pytest.approx(f32_loss, rel=1e-5)
     for got, want in zip(results["xla"][1], f32_vars):
