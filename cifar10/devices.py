@@ -176,9 +176,8 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
     if indices:
         # Logical GPUs beyond the visible ones are slices of the first (replica_devices).
         visible = tf.config.get_visible_devices("GPU")
-        used = {id(visible[min(i, len(visible) - 1)]): visible[min(i, len(visible) - 1)]
-                for i in indices} if visible else {}
-        details = [tf.config.experimental.get_device_details(gpu) for gpu in used.values()]
+        used = sorted({min(i, len(visible) - 1) for i in indices}) if visible else []
+        details = [tf.config.experimental.get_device_details(visible[i]) for i in used]
         old = [d.get("device_name", "GPU") for d in details
                if d.get("compute_capability", (8, 0)) < (8, 0)]
         if not old:
