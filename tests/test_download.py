@@ -198,10 +198,12 @@ def test_batches_path_that_is_a_file_is_refused(data_dir):
 # Checksum mismatch.
 
 
+# Named ids: the tarball is made at import time, so its MD5 differs between the test
+# processes, which must collect the same test names.
 @pytest.mark.parametrize("md5,size,what", [
     ("0" * 32, None, "MD5 " + "0" * 32),
     (TARBALL_MD5, len(TARBALL) + 1, f"{len(TARBALL) + 1} bytes"),
-])
+], ids=["wrong_md5", "wrong_size"])
 def test_checksum_mismatch_is_rejected(served_tarball, data_dir, md5, size, what):
     with pytest.raises(DataError) as info:
         download.maybe_download_and_extract(
