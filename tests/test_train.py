@@ -150,9 +150,8 @@ def learned_run(learnable_files, tmp_path_factory):
     """
     files, count = learnable_files
     train_dir = tmp_path_factory.mktemp("learned_run")
-    config = train.TrainConfig(train_dir=str(train_dir), batch_size=32, max_steps=100,
-                               log_frequency=10, checkpoint_steps=100, summary_steps=100,
-                               shuffle_buffer=500)
+    config = small_config(train_dir, max_steps=100, log_frequency=10, checkpoint_steps=100,
+                          summary_steps=100)
     lines, reports = [], []
     train.train(config, mirrored(2), files, count, print_fn=lines.append,
                 on_report=reports.append)
