@@ -19,23 +19,25 @@ from cifar10 import config
 from cifar10 import fileformat as ff
 
 
-def define_data_flags() -> None:
+def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Where cifar10-train and cifar10-eval find their data."""
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
                         "Path to the CIFAR-10 data directory; the data is downloaded and "
-                        "extracted there when missing.")
+                        "extracted there when missing.", flag_values=flag_values)
     flags.DEFINE_string("data_url", None,
                         f"Where to download {ff.TARBALL_NAME} from when --data_dir lacks it "
                         f"(http, https or file://). Default: ${ff.DATA_URL_ENV}, else "
-                        f"{ff.DATA_URL}.")
+                        f"{ff.DATA_URL}.", flag_values=flag_values)
     flags.DEFINE_string("data_md5", None,
                         f"Expected MD5 of the tarball at --data_url, for a mirror of other "
-                        f"data (default: the official {ff.TARBALL_MD5}, with its size).")
+                        f"data (default: the official {ff.TARBALL_MD5}, with its size).",
+                        flag_values=flag_values)
     flags.DEFINE_boolean("synthetic_data", False,
                          "Use generated CIFAR-format data (in <data_dir>/synthetic) instead "
-                         "of the real data set: to try the toolkit offline. Not CIFAR-10.")
+                         "of the real data set: to try the toolkit offline. Not CIFAR-10.",
+                         flag_values=flag_values)
     flags.DEFINE_integer("synthetic_records", 1000, "Records per file of the generated data "
-                         "when --synthetic_data is set.", lower_bound=1)
+                         "when --synthetic_data is set.", lower_bound=1, flag_values=flag_values)
 
 
 def define_config_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -72,85 +74,95 @@ def config_from_flags(config_class: type, values: flags.FlagValues, **others: An
     return config_class(**{**settings, **others})
 
 
-def define_tf32_flag() -> None:
+def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_boolean("allow_tf32", False, "Let TensorFlow run float32 convolutions and "
                          "matmuls as TensorFloat-32 on GPUs that have it (Ampere, Hopper): "
-                         "faster, but not float32 (see README).")
+                         "faster, but not float32 (see README).", flag_values=flag_values)
 
 
-def define_train_flags() -> None:
+def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-train."""
-    define_data_flags()
-    define_config_flags(config.TrainConfig)
-    define_tf32_flag()
+    define_data_flags(flag_values)
+    define_config_flags(config.TrainConfig, flag_values)
+    define_tf32_flag(flag_values)
     flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
                          "the CPU. With fewer GPUs than asked, the replicas run on logical "
-                         "devices.", lower_bound=0)
-    flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.")
+                         "devices.", lower_bound=0, flag_values=flag_values)
+    flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.",
+                         flag_values=flag_values)
     flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
                       "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
-                      "several tasks, else mirrored (one replica per GPU of this machine).")
+                      "several tasks, else mirrored (one replica per GPU of this machine).",
+                      flag_values=flag_values)
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
-                       lower_bound=1)
+                       lower_bound=1, flag_values=flag_values)
 
 
-def define_eval_flags() -> None:
+def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-eval."""
-    define_data_flags()
-    define_config_flags(config.EvalConfig)
-    define_tf32_flag()
+    define_data_flags(flag_values)
+    define_config_flags(config.EvalConfig, flag_values)
+    define_tf32_flag(flag_values)
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
-                         "present, so as not to compete with training for GPU memory.")
+                         "present, so as not to compete with training for GPU memory.",
+                         flag_values=flag_values)
 
 
-def define_predict_flags() -> None:
+def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-predict (the images are its arguments)."""
-    _define_checkpoint_flags("Classify with")
+    _define_checkpoint_flags("Classify with", flag_values)
     flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
                          "first (at most the number of classes the run was trained on).",
-                         lower_bound=1, upper_bound=len(ff.CLASS_NAMES))
+                         lower_bound=1, upper_bound=len(ff.CLASS_NAMES), flag_values=flag_values)
     flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
                       "text: one readable line per image; jsonl: one JSON object per line; "
-                      "csv: a header row, then one row per image.")
-    flags.DEFINE_integer("batch_size", 128, "Images classified at once.", lower_bound=1)
+                      "csv: a header row, then one row per image.", flag_values=flag_values)
+    flags.DEFINE_integer("batch_size", 128, "Images classified at once.", lower_bound=1,
+                         flag_values=flag_values)
 
 
-def _define_weights_flag(verb: str) -> None:
+def _define_weights_flag(verb: str, flag_values: flags.FlagValues) -> None:
     flags.DEFINE_enum("weights", "averages", list(config.WEIGHTS),
                       f"{verb} the exponential moving averages of the weights (as the "
-                      f"original's evaluation) or the raw trained weights.")
+                      f"original's evaluation) or the raw trained weights.",
+                      flag_values=flag_values)
 
 
-def define_export_flags() -> None:
+def define_export_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-export."""
-    _define_checkpoint_flags("Export")
+    _define_checkpoint_flags("Export", flag_values)
     flags.DEFINE_string("export_dir", "/tmp/cifar10_export", "Where to write the SavedModel, "
                         "in a folder named after the checkpoint's step (as TensorFlow Serving "
-                        "expects).")
+                        "expects).", flag_values=flag_values)
     flags.DEFINE_boolean("tflite", False, "Also write model.tflite (float32, the "
-                         "predict_images signature) into the export.")
-    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export of the same step.")
+                         "predict_images signature) into the export.", flag_values=flag_values)
+    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export of the same step.",
+                         flag_values=flag_values)
 
 
-def _define_checkpoint_flags(verb: str) -> None:
+def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
     flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
-                        "Training run whose latest checkpoint is used.")
+                        "Training run whose latest checkpoint is used.", flag_values=flag_values)
     flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
-                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).")
-    _define_weights_flag(verb)
+                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).",
+                        flag_values=flag_values)
+    _define_weights_flag(verb, flag_values)
 
 
-def define_prepare_flags() -> None:
+def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-prepare."""
     flags.DEFINE_string("image_dir", None, "Folder with one subfolder of images per class "
-                        "(or train/ and test/ folders holding those, to keep a given split).")
+                        "(or train/ and test/ folders holding those, to keep a given split).",
+                        flag_values=flag_values)
     flags.DEFINE_string("data_dir", None, "Where to write cifar-10-batches-bin/, the folder "
-                        "cifar10-train and cifar10-eval read with --data_dir.")
+                        "cifar10-train and cifar10-eval read with --data_dir.",
+                        flag_values=flag_values)
     flags.DEFINE_float("test_fraction", 1 / 6, "Share of each class's images that goes to the "
                        "test set when image_dir has no train/ and test/ folders.",
-                       lower_bound=0, upper_bound=0.99)
-    flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.")
+                       lower_bound=0, upper_bound=0.99, flag_values=flag_values)
+    flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.",
+                         flag_values=flag_values)
     flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
-                         "skipping it.")
-    flags.mark_flags_as_required(["image_dir", "data_dir"])
+                         "skipping it.", flag_values=flag_values)
+    flags.mark_flags_as_required(["image_dir", "data_dir"], flag_values=flag_values)

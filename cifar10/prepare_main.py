@@ -58,8 +58,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    cifar10_flags.define_prepare_flags()
-    programs.run(PROGRAM, main, __doc__)
+    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_prepare_flags)
 
 
 if __name__ == "__main__":

@@ -109,54 +109,81 @@ def load_tensorflow(allow_tf32: bool = False):
     return tf
 
 
-def run(program: str, main: Callable[[list[str]], None], doc: str) -> None:
-    """``absl.app.run(main)`` with ``Cifar10Error`` shown as one line, exit status 1.
+def run(program: str, main: Callable[[list[str]], None], doc: str,
+        define_flags: Callable[[flags.FlagValues], None]) -> None:
+    """The process of a program: its flags defined and parsed, ``main`` called through
+    ``guarded``, the process ended with the exit status.
 
-    ``doc`` (the entry module's docstring) heads ``--help``.
+    ``doc`` (the entry module's docstring) heads ``--help``; ``define_flags`` (one of
+    ``cifar10.flags``' ``define_*_flags``) defines the program's flags.
     """
+    define_flags(flags.FLAGS)
 
-    def guarded(argv):
+    def process_main(argv: list[str]) -> int:
         # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
         # the default action would end the process on the spot.  cifar10-train
         # installs its own handlers (save, then stop) once training starts.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         # Hide absl's INFO notices (at every checkpoint save); warnings still show.
         logging.set_verbosity(logging.WARNING)
-        try:
-            main(argv)
-            return
-        except Cifar10Error as e:
-            last_line, status = f"{program}: error: {e}", 1
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM where no handler saves work
-            last_line, status = f"{program}: interrupted", 130
-        # The exception and its frames are gone now: free what the failed run still
-        # held (input pipelines, checkpoint readers), so that whatever TensorFlow
-        # prints as they go comes before the line that says what went wrong.
-        gc.collect()
-        sys.stdout.flush()
-        sys.stderr.write(last_line + "\n")
-        sys.stderr.flush()
-        sys.exit(status)
+        return guarded(program, main, argv)
 
-    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, program, doc))
+    app.run(process_main, flags_parser=lambda argv: parse_flags(argv, program, doc))
+
+
+def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
+    """Calls ``main(argv)``; returns the program's exit status.
+
+    0 when it returns; 1 for a mistake the user can fix (``Cifar10Error``, or a
+    ``UsageError`` such as a stray argument) and 130 for Ctrl-C or SIGTERM where no
+    handler saves work, each with one line on stderr, the last the program prints:
+    ``<program>: error: <message>`` or ``<program>: interrupted``.
+    """
+    try:
+        main(argv)
+        return 0
+    except (Cifar10Error, app.UsageError) as e:
+        last_line, status = f"{program}: error: {e}", 1
+        if isinstance(e, app.UsageError):
+            last_line += f" (see {program} --help)"
+    except KeyboardInterrupt:
+        last_line, status = f"{program}: interrupted", 130
+    # The exception and its frames are gone now: free what the failed run still
+    # held (input pipelines, checkpoint readers), so that whatever TensorFlow
+    # prints as they go comes before the line that says what went wrong.
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.write(last_line + "\n")
+    sys.stderr.flush()
+    return status
 
 
 _HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 _SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
 
 
-def _parse_flags(argv: list[str], program: str, doc: str) -> list[str]:
+def parse_flags(argv: list[str], program: str, doc: str,
+                flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+    """Parses ``argv`` into ``flag_values``; returns the arguments left.
+
+    ``--help`` prints the program's flags (``doc`` first) and exits with status 0; a
+    flag mistake prints ``<program>: error: <message>`` and exits with status 1.
+    """
     asked = {arg.split("=")[0] for arg in argv[1:]} & set(_HELP_FLAGS)
     if asked & set(_SHORT_HELP_FLAGS):
         # absl's short help lists only the flags of the __main__ module, which is
         # the console-script stub here; show the program's own flags instead.
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
-        print(flags.FLAGS.module_help(cifar10_flags.__name__))
+        print(flag_values.module_help(cifar10_flags.__name__))
         print("\nTry --helpfull to see absl's own flags too.")
         sys.exit(0)
     try:
-        return app.parse_flags_with_usage(argv)
+        return flag_values(argv)
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
             sys.exit(0)
         raise
+    except flags.Error as e:
+        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
+        sys.exit(1)

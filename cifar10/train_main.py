@@ -89,8 +89,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    cifar10_flags.define_train_flags()
-    programs.run(PROGRAM, main, __doc__)
+    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_train_flags)
 
 
 if __name__ == "__main__":

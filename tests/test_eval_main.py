@@ -1,4 +1,5 @@
-"""End-to-end tests of the cifar10-eval command, run as a subprocess."""
+"""End-to-end tests of the cifar10-eval command: in this process (``cli.call``), and as
+subprocesses beside a training process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import time
 
 import pytest
-from cli import event_tags, run, start
+from cli import call, event_tags, start
 from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
 from cifar10 import data, devices, programs, synthetic, train
@@ -53,8 +54,8 @@ def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(
                                                                                tmp_path):
     # Counting exactly --num_examples below the data size is tested in test_evaluate.
     data_dir, train_dir = trained
-    result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
-                                            "--num_examples=1000", "--batch_size=16"))
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                             "--num_examples=1000", "--batch_size=16"))
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "SYNTHETIC" in result.stdout
@@ -71,8 +72,8 @@ def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(
 
 def test_use_bf16_scores_the_float32_checkpoint_and_says_when_it_is_emulated(trained, tmp_path):
     data_dir, train_dir = trained
-    result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
-                                            "--use_bf16"))
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                             "--use_bf16"))
     assert result.returncode == 0, result.stderr
     matches = [m for m in map(EVAL_LINE.match, result.stdout.splitlines()) if m]
     assert [m.groups()[1:] for m in matches] == [("6", "model.ckpt-6", str(RECORDS), "averages")]
@@ -82,8 +83,8 @@ def test_use_bf16_scores_the_float32_checkpoint_and_says_when_it_is_emulated(tra
 
 def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
     data_dir, train_dir = trained
-    result = run("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
-                                            "--eval_data=bogus"))
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                             "--eval_data=bogus"))
     assert result.returncode != 0
     assert "eval_data" in result.stderr
     assert "Traceback" not in result.stderr
@@ -100,8 +101,8 @@ def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
     data_file = copy / "model.ckpt-3.data-00000-of-00001"
     with open(data_file, "r+b") as f:
         f.truncate(os.path.getsize(data_file) // 2)
-    result = run("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
-                                            f"--checkpoint={copy / 'model.ckpt-3'}"))
+    result = call("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
+                                             f"--checkpoint={copy / 'model.ckpt-3'}"))
     assert "Traceback" not in result.stderr
     assert result.returncode == 1
     errors = error_lines(result.stderr)

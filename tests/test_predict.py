@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import run
+from cli import call, run
 
 from cifar10 import checkpoints, data, predict, programs
 from cifar10 import fileformat as ff
@@ -227,7 +227,7 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     assert programs.checkpoint_to_use(str(train_dir), "given") == "given"
     # The command checks its image arguments before it loads TensorFlow.
     (tmp_path / "empty").mkdir()
-    result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp) in the folder "

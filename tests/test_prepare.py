@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import run, scalar_values
+from cli import call, run, scalar_values
 
 from cifar10 import checkpoints, data, prepare, synthetic, train
 from cifar10 import fileformat as ff
@@ -190,8 +190,8 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
     assert scalar_values(config.train_dir, "cross_entropy (raw)")[30] < 0.5
 
     test_paths = [path for path, _ in source.test]
-    result = run("cifar10-predict", f"--checkpoint_dir={config.train_dir}", "--output=csv",
-                 "--top_k=5", *test_paths)
+    result = call("cifar10-predict", f"--checkpoint_dir={config.train_dir}", "--output=csv",
+                  "--top_k=5", *test_paths)
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     assert rows[0] == "path,class_1,probability_1,class_2,probability_2,class_3,probability_3"

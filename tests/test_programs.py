@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from absl import app
+from absl import flags
 
 from cifar10 import fileformat as ff
+from cifar10 import flags as cifar10_flags
 from cifar10 import programs, synthetic
 from cifar10.errors import DataError, DivergedError
 
@@ -42,18 +45,54 @@ def test_extracted_data_is_validated_and_counted(tmp_path):
     (DataError("bad file x"), 1, "prog: error: bad file x\n"),
     (DivergedError("Model diverged with loss = NaN at step 7"), 1,
      "prog: error: Model diverged with loss = NaN at step 7\n"),
+    (app.UsageError("unexpected arguments: x"), 1,
+     "prog: error: unexpected arguments: x (see prog --help)\n"),
     (KeyboardInterrupt(), 130, "prog: interrupted\n"),  # Ctrl-C outside training
 ])
-def test_run_turns_errors_into_one_line_and_an_exit_status(error, code, stderr, capsys,
-                                                           monkeypatch):
+def test_guarded_turns_errors_into_one_line_and_an_exit_status(error, code, stderr, capsys):
     def main(argv):
+        print("started", argv)
         raise error
 
-    monkeypatch.setattr("sys.argv", ["prog"])
+    assert programs.guarded("prog", main, ["prog", "x"]) == code
+    assert capsys.readouterr() == ("started ['prog', 'x']\n", stderr)
+    assert programs.guarded("prog", lambda argv: None, ["prog"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def flag_values():
+    values = flags.FlagValues()
+    flags.DEFINE_integer("batch_size", 128, "Images per batch.", lower_bound=1,
+                         flag_values=values)
+    return values
+
+
+def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
+    values = flag_values()
+    assert programs.parse_flags(["prog", "--batch_size=3", "a"], "prog", "doc", values) == [
+        "prog", "a"]
+    assert values.batch_size == 3
+    for argv, message in [(["--batch_size=0"], "flag --batch_size=0: 0 is not a positive "
+                                               "integer"),
+                          (["--bacth_size=3"], "Unknown command line flag 'bacth_size'. "
+                                               "Did you mean: batch_size ?")]:
+        with pytest.raises(SystemExit) as exit_info:
+            programs.parse_flags(["prog", *argv], "prog", "doc", flag_values())
+        assert exit_info.value.code == 1
+        assert capsys.readouterr() == ("", f"prog: error: {message} (see prog --help)\n")
+
+
+@pytest.mark.parametrize("option", ["--help", "-h", "--helpshort"])
+def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
+    values = flag_values()
+    cifar10_flags.define_tf32_flag(values)  # a flag of cifar10.flags, which help lists
     with pytest.raises(SystemExit) as exit_info:
-        programs.run("prog", main, "doc")
-    assert exit_info.value.code == code
-    assert capsys.readouterr().err == stderr
+        programs.parse_flags(["prog", option], "prog", "Does things.", values)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("USAGE: prog [flags]\n\nDoes things.\n")
+    assert "--[no]allow_tf32" in out and "--batch_size" not in out  # the test's own flag
+    assert out.endswith("Try --helpfull to see absl's own flags too.\n")
 
 
 def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):

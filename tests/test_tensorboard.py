@@ -42,7 +42,7 @@ import urllib.request
 
 import pytest
 
-from cli import env, run
+from cli import call, env
 from conftest import LAYERS
 
 BATCH_SIZE = 16
@@ -70,15 +70,15 @@ def run_dir(tmp_path_factory):
     """RUN with RUN/train (6 steps, summaries at 3 and 6) and RUN/eval (step 6 scored)."""
     root = tmp_path_factory.mktemp("tensorboard")
     run_path, data_dir = root / "RUN", root / "data"
-    trained = run("cifar10-train", "--synthetic_data", "--synthetic_records=50",
-                  f"--data_dir={data_dir}", f"--train_dir={run_path / 'train'}",
-                  f"--batch_size={BATCH_SIZE}", f"--max_steps={MAX_STEPS}",
-                  f"--summary_steps={SUMMARY_STEPS}", f"--log_frequency={LOG_FREQUENCY}",
-                  "--checkpoint_steps=3")
+    trained = call("cifar10-train", "--synthetic_data", "--synthetic_records=50",
+                   f"--data_dir={data_dir}", f"--train_dir={run_path / 'train'}",
+                   f"--batch_size={BATCH_SIZE}", f"--max_steps={MAX_STEPS}",
+                   f"--summary_steps={SUMMARY_STEPS}", f"--log_frequency={LOG_FREQUENCY}",
+                   "--checkpoint_steps=3")
     assert trained.returncode == 0, trained.stderr
-    evaluated = run("cifar10-eval", "--run_once", "--synthetic_data", "--synthetic_records=50",
-                    f"--data_dir={data_dir}", f"--checkpoint_dir={run_path / 'train'}",
-                    f"--eval_dir={run_path / 'eval'}", "--batch_size=25")
+    evaluated = call("cifar10-eval", "--run_once", "--synthetic_data", "--synthetic_records=50",
+                     f"--data_dir={data_dir}", f"--checkpoint_dir={run_path / 'train'}",
+                     f"--eval_dir={run_path / 'eval'}", "--batch_size=25")
     assert evaluated.returncode == 0, evaluated.stderr
     return run_path
 

@@ -1,4 +1,5 @@
-"""End-to-end tests of the cifar10-train command, run as a subprocess."""
+"""End-to-end tests of the cifar10-train command: what needs a process (signals, kills)
+as a subprocess, the rest in this process (``cli.call``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import tensorflow as tf
 
 from cifar10 import checkpoints, data, devices, synthetic, train
 from cifar10 import fileformat as ff
-from cli import env, event_tags, run, start
+from cli import call, env, event_tags, run, start
 from conftest import LAYERS, TRAIN_LINE
 
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
@@ -45,7 +46,7 @@ def checkpoint_steps(train_dir):
 def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     args = train_args(tmp_path, "--max_steps=12", "--num_gpus=2", "--log_frequency=4",
                       "--checkpoint_steps=3", "--keep_checkpoints=2", "--summary_steps=6")
-    result = run("cifar10-train", *args)
+    result = call("cifar10-train", *args)
     assert result.returncode == 0, result.stderr
     assert "SYNTHETIC" in result.stdout
     assert "Sharding callback duration" not in result.stdout + result.stderr
@@ -88,8 +89,8 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     assert tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stopped
 
     # The float32 run goes on in bfloat16 (its checkpoints are float32 either way).
-    resumed = run("cifar10-train", *train_args(tmp_path, f"--max_steps={stopped + 2}",
-                                               "--log_frequency=1", "--use_bf16"))
+    resumed = call("cifar10-train", *train_args(tmp_path, f"--max_steps={stopped + 2}",
+                                                "--log_frequency=1", "--use_bf16"))
     assert resumed.returncode == 0, resumed.stderr
     assert f"at step {stopped}." in resumed.stdout
     emulated = "--use_bf16: this CPU has no bfloat16 instructions" in resumed.stderr
@@ -106,7 +107,7 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     ("--use_fp16 --use_bf16", "use_fp16 and use_bf16 exclude each other"),
 ])
 def test_bad_flags_are_usage_errors(tmp_path, flag, message):
-    result = run("cifar10-train", *train_args(tmp_path), *flag.split())
+    result = call("cifar10-train", *train_args(tmp_path), *flag.split())
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -120,8 +121,8 @@ def test_corrupt_data_is_one_line_error_before_training(tmp_path):
                  "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"]:
         (batches / name).write_bytes(bytes(3073 * 2))
     (batches / "data_batch_3.bin").write_bytes(bytes(3073 + 100))
-    result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
-                 f"--train_dir={tmp_path / 'train'}", "--max_steps=1")
+    result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                  f"--train_dir={tmp_path / 'train'}", "--max_steps=1")
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if "cifar10-train: error:" in line]
     assert len(errors) == 1
@@ -133,8 +134,8 @@ def test_corrupt_data_is_one_line_error_before_training(tmp_path):
 
 def test_offline_without_data_names_the_url_and_where_to_put_the_data(tmp_path):
     url = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # port 9 (discard): nothing listens
-    result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
-                 f"--train_dir={tmp_path / 'train'}", f"--data_url={url}")
+    result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                  f"--train_dir={tmp_path / 'train'}", f"--data_url={url}")
     assert result.returncode == 1
     error = [line for line in result.stderr.splitlines() if "cifar10-train: error:" in line]
     assert len(error) == 1
@@ -145,11 +146,18 @@ def test_offline_without_data_names_the_url_and_where_to_put_the_data(tmp_path):
 @pytest.mark.parametrize("name, flag", [("cifar10-train", "--num_gpus"),
                                         ("cifar10-eval", "--eval_interval_secs")])
 def test_help_lists_the_flags(name, flag):
-    for option in ("--help", "--helpfull"):
-        result = run(name, option)
-        assert result.returncode == 0
-        assert flag in result.stdout and "--batch_size" in result.stdout
-        assert "--[no]allow_tf32" in result.stdout
+    result = call(name, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"USAGE: {name} [flags]\n\n{name}: ")
+    assert flag in result.stdout and "--batch_size" in result.stdout
+    assert "--[no]allow_tf32" in result.stdout
+
+
+def test_helpfull_lists_absls_flags_too():
+    result = run("cifar10-eval", "--helpfull")  # absl's own flag: in a process of its own
+    assert result.returncode == 0
+    assert "--eval_interval_secs" in result.stdout and "--[no]allow_tf32" in result.stdout
+    assert "--verbosity" in result.stdout
 
 
 @pytest.mark.parametrize("module, args", [
@@ -176,10 +184,10 @@ def test_downloads_missing_data_from_a_local_server_then_trains(tmp_path):
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-binary.tar.gz"
-        result = run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
-                     f"--train_dir={tmp_path / 'train'}", f"--data_url={url}",
-                     f"--data_md5={hashlib.md5(tarball).hexdigest()}", "--max_steps=2",
-                     "--batch_size=8")
+        result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                      f"--train_dir={tmp_path / 'train'}", f"--data_url={url}",
+                      f"--data_md5={hashlib.md5(tarball).hexdigest()}", "--max_steps=2",
+                      "--batch_size=8")
         server.shutdown()
     assert result.returncode == 0, result.stderr
     batches = tmp_path / "data" / "cifar-10-batches-bin"
@@ -223,7 +231,7 @@ def test_a_second_trainer_on_the_same_train_dir_is_refused_naming_the_first(tmp_
     # trainer does; that a held directory is left as it was is test_checkpoints'.
     state = train.TrainState(seed=0, compute_dtype=tf.float32)
     with checkpoints.RunDirectory(str(tmp_path / "train"), state.checkpoint(), keep=5):
-        second = run("cifar10-train", *train_args(tmp_path, "--max_steps=5"))
+        second = call("cifar10-train", *train_args(tmp_path, "--max_steps=5"))
     assert second.returncode == 1
     assert second.stderr.strip().splitlines()[-1] == (
         f"cifar10-train: error: --train_dir {tmp_path / 'train'} is in use by another trainer "
@@ -260,19 +268,17 @@ def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
     newest = checkpoint_steps(train_dir)[-1]
     shutil.copytree(train_dir, tmp_path / "copy")
 
-    # The same directory twice: resumed, and (a copy) started afresh, side by side.
-    resume = start("cifar10-train", *train_args(tmp_path, f"--max_steps={newest + 1}"))
-    fresh = start("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--fresh_start",
-                                               f"--train_dir={tmp_path / 'copy'}"))
-    (resumed, resume_err), (started, fresh_err) = [p.communicate(timeout=120)
-                                                    for p in (resume, fresh)]
-    assert resume.returncode == 0, resume_err
-    assert f"Removed what an interrupted save left in {train_dir}: {leftover}." in resumed
-    assert f"Resuming from {train_dir}/model.ckpt-{newest} at step {newest}." in resumed
+    # The same directory twice: resumed, and (a copy) started afresh.
+    resume = call("cifar10-train", *train_args(tmp_path, f"--max_steps={newest + 1}"))
+    assert resume.returncode == 0, resume.stderr
+    assert f"Removed what an interrupted save left in {train_dir}: {leftover}." in resume.stdout
+    assert f"Resuming from {train_dir}/model.ckpt-{newest} at step {newest}." in resume.stdout
     assert not (train_dir / leftover).exists()
 
-    assert fresh.returncode == 0, fresh_err
-    assert "Fresh start: removed " in started
+    fresh = call("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--fresh_start",
+                                              f"--train_dir={tmp_path / 'copy'}"))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "Fresh start: removed " in fresh.stdout
     copy = tmp_path / "copy"
     events = [n for n in os.listdir(copy) if n.startswith("events.out.")]
     assert len(events) == 1
