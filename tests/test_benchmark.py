@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -20,15 +18,20 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py"
 FIGURE = r"\s+([0-9.]+) "
 
 
-def test_benchmark_prints_every_figure_on_generated_data():
-    result = subprocess.run(
-        [sys.executable, SCRIPT, "--windows=1", "--window_steps=2", "--warmup_steps=1",
-         "--records_per_file=64", "--batch_size=16", "--predict_images=12",
-         "--prepare_images=30"],
-        capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+@pytest.fixture(scope="module")
+def benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
+    # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
+    assert benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
+                           "--records_per_file=64", "--batch_size=16", "--predict_images=12",
+                           "--prepare_images=30"]) == 0
+    out = capsys.readouterr().out
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
     assert "1 replica(s) x batch 16 = global batch 16; float32; XLA off" in out
     assert "(320 train, 64 test records)" in out
@@ -72,14 +75,6 @@ def test_benchmark_prints_every_figure_on_generated_data():
     # Each of the 9 figures is rounded to 0.1 ms, and each share to 1%.
     assert sum(float(ms) for _, ms, _ in shares) == pytest.approx(float(layers[1]), abs=0.5)
     assert sum(int(share) for _, _, share in shares) == pytest.approx(100, abs=5)
-
-
-@pytest.fixture(scope="module")
-def benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("arguments, message", [
