@@ -3,9 +3,10 @@
 The settings the library takes are ``config.TrainConfig``'s and
 ``config.EvalConfig``'s fields: their flags are made from those fields (name,
 default, help, bounds, choices).  The flags written out here are the programs'
-own (data location, devices, output).  Only the entry points call these
-functions and read ``FLAGS``; the library takes plain arguments.  Booleans are
-absl booleans, so ``--use_fp16=false`` means False.
+own (data location, devices, output).  Each ``define_*`` function defines on
+``flag_values``, absl's global ``FLAGS`` unless given (tests give their own).  Only
+the entry points call these functions and read ``FLAGS``; the library takes plain
+arguments.  Booleans are absl booleans, so ``--use_fp16=false`` means False.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""What both command-line programs share: finding the data and reporting errors.
+"""What the command-line programs share: parsing flags, finding the data and the
+checkpoint, reporting errors.
 
-Errors a user can fix (``Cifar10Error``) become one line on stderr,
-``<program>: error: <message>``, and exit status 1, never a traceback.
+Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become
+one line on stderr, ``<program>: error: <message>``, and exit status 1, never a
+traceback.  ``run`` is a program's process; ``parse_flags`` and ``guarded`` are its
+two halves, which tests also call in their own process.
 
 TensorFlow is imported (``load_tensorflow``) only once the flags are parsed and
 checked, so that ``--help`` and setting mistakes are answered at once instead of
@@ -128,7 +131,13 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         logging.set_verbosity(logging.WARNING)
         return guarded(program, main, argv)
 
-    app.run(process_main, flags_parser=lambda argv: parse_flags(argv, program, doc))
+    try:
+        app.run(process_main, flags_parser=lambda argv: parse_flags(argv, program, doc))
+    except BrokenPipeError:
+        # Whoever read the output stopped reading (``cifar10-predict photos/ | head``):
+        # stop quietly, as other command-line tools do, not with a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
 
 
 def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
@@ -176,6 +185,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
         print(flag_values.module_help(cifar10_flags.__name__))
         print("\nTry --helpfull to see absl's own flags too.")
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:
         return flag_values(argv)

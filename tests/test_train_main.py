@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from cifar10 import checkpoints, data, devices, synthetic, train
 from cifar10 import fileformat as ff
-from cli import call, env, event_tags, run, start
+from cli import call, env, event_tags, program, run, start
 from conftest import LAYERS, TRAIN_LINE
 
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
@@ -158,6 +158,15 @@ def test_helpfull_lists_absls_flags_too():
     assert result.returncode == 0
     assert "--eval_interval_secs" in result.stdout and "--[no]allow_tf32" in result.stdout
     assert "--verbosity" in result.stdout
+
+
+def test_a_reader_that_stops_reading_ends_the_program_quietly():
+    # As `cifar10-train --help | head -1` does: no traceback for the closed pipe.
+    proc = subprocess.Popen([program("cifar10-train"), "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env())
+    proc.stdout.close()  # before it writes: a program takes about a second to start
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=60), err) == (1, "")
 
 
 @pytest.mark.parametrize("module, args", [
