@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import tarfile
 import tempfile
 
 import numpy as np
 
+from cifar10 import atomic
 from cifar10 import fileformat as ff
 
 # Marker file so that tools (and people) can tell generated data from the real one.
@@ -94,18 +94,15 @@ def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0) ->
     if os.path.isdir(batches_dir):  # rewrite in place, each file replaced whole
         _write_files(batches_dir, files)
         return batches_dir
-    # Build the folder under a temporary name and rename it into place, so that
-    # another process (a trainer and an evaluator started together) never sees
-    # it half-written; if one of them got there first, its folder is kept.
-    tmp = tempfile.mkdtemp(prefix=".synthetic-", dir=data_dir)
+    # Built under a temporary name and renamed into place, so that another process
+    # (a trainer and an evaluator started together) never sees it half-written; if
+    # one of them got there first, its folder is kept.
     try:
-        _write_files(tmp, files)
-        os.rename(tmp, batches_dir)
+        with atomic.new_folder(batches_dir) as scratch:
+            _write_files(scratch, files)
     except OSError:
         if not os.path.isdir(batches_dir):
             raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return batches_dir
 
 

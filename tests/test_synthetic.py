@@ -56,6 +56,11 @@ def test_write_dataset_creates_parents_and_returns_path(tmp_path):
     got = synthetic.write_dataset(str(parent), records_per_file=3)
     assert got == os.path.join(str(parent), ff.BATCHES_DIRNAME)
     assert data.validate_files(data.split_files(got, "train")) == 15
+    assert os.listdir(parent) == [ff.BATCHES_DIRNAME]  # no scratch folder left
+    # Readable by the other users a shared data folder has, not a private temporary one.
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(got).st_mode & 0o777 == 0o777 & ~mask
 
 
 def test_validate_files_accepts_generated_data(batches_dir):
