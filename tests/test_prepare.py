@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import call, run, scalar_values
+from cli import call, run
 
 from cifar10 import checkpoints, data, prepare, synthetic, train
 from cifar10 import fileformat as ff
@@ -180,14 +180,12 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
 
     files = data.split_files(summary.batches_dir, "train")
     config = train.TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
-                               log_frequency=30, checkpoint_steps=30, summary_steps=30,
+                               log_frequency=30, checkpoint_steps=30, summary_steps=1000,
                                shuffle_buffer=100)
     train.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"), files,
                 data.validate_files(files, len(names)), print_fn=lambda line: None,
                 class_names=data.class_names(summary.batches_dir))
     assert checkpoints.class_names(config.train_dir) == names
-    # Untrained, the cross-entropy is about ln(10) = 2.3.
-    assert scalar_values(config.train_dir, "cross_entropy (raw)")[30] < 0.5
 
     test_paths = [path for path, _ in source.test]
     result = call("cifar10-predict", f"--checkpoint_dir={config.train_dir}", "--output=csv",
@@ -198,6 +196,7 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
     predicted = [row.split(",")[1] for row in rows[1:]]
     truth = [names[label] for _, label in source.test]
     assert len(predicted) == 21 and set(predicted) <= set(names)
+    # It has learned: chance is 7 of the 21 held-out images.
     assert sum(p == t for p, t in zip(predicted, truth)) >= 18, list(zip(predicted, truth))
 
 
