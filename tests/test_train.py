@@ -394,7 +394,7 @@ def test_fp16_divergence_is_declared_once_the_scale_bottoms_out(learnable_files,
     lines = []
     with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
         train.train(small_config(tmp_path, batch_size=8, max_steps=60, log_frequency=5,
-                                 summary_steps=10, use_fp16=True, initial_learning_rate=1e12),
+                                 use_fp16=True, initial_learning_rate=1e12),
                     mirrored(1), files, count, print_fn=lines.append)
     # Halving from 2^15 to 1 takes 15 skipped steps before the one that gives up.
     diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
