@@ -152,7 +152,7 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
 
 
 def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Flags of cifar10-prepare."""
+    """Flags of cifar10-prepare (--image_dir and --data_dir it requires itself)."""
     flags.DEFINE_string("image_dir", None, "Folder with one subfolder of images per class "
                         "(or train/ and test/ folders holding those, to keep a given split).",
                         flag_values=flag_values)
@@ -166,4 +166,3 @@ def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
     flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
                          "skipping it.", flag_values=flag_values)
-    flags.mark_flags_as_required(["image_dir", "data_dir"], flag_values=flag_values)

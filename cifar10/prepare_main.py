@@ -43,6 +43,12 @@ def show_progress(done: int, total: int, seconds: float) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    required = {"image_dir": "the folder of class folders to convert",
+                "data_dir": "where to write the data set"}
+    missing = [f"--{name} must be given ({what})" for name, what in required.items()
+               if not FLAGS[name].value]
+    if missing:  # (absl's required flags would say "a value other than None")
+        raise app.UsageError("; ".join(missing))
     programs.load_tensorflow()
     from cifar10 import prepare
 

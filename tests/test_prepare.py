@@ -160,6 +160,18 @@ def test_the_command_converts_and_reports(image_dir, tmp_path):
                                                 "train")) == 31
 
 
+@pytest.mark.parametrize("args, missing", [
+    ([], "--image_dir must be given (the folder of class folders to convert); --data_dir "
+         "must be given (where to write the data set)"),
+    (["--data_dir=d"], "--image_dir must be given (the folder of class folders to convert)"),
+])
+def test_the_command_names_the_folders_it_needs(args, missing):
+    result = call("cifar10-prepare", *args)
+    assert result.returncode == 1
+    assert result.stdout == "" and result.stderr == (
+        f"cifar10-prepare: error: {missing} (see cifar10-prepare --help)\n")
+
+
 def test_own_images_train_and_predict_with_their_class_names(tmp_path):
     """Class folders of PNGs and JPEGs -> records -> a short run that learns ->
     cifar10-predict names the folders' classes."""
