@@ -28,6 +28,7 @@ from cifar10 import programs
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
+define_flags = cifar10_flags.define_eval_flags  # this program's flags
 
 
 def main(argv: list[str]) -> None:
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_eval_flags)
+    programs.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

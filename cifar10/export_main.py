@@ -26,6 +26,7 @@ from cifar10 import programs
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-export"
+define_flags = cifar10_flags.define_export_flags  # this program's flags
 
 
 def main(argv: list[str]) -> None:
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_export_flags)
+    programs.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

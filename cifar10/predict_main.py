@@ -29,6 +29,7 @@ from cifar10.errors import Cifar10Error
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-predict"
+define_flags = cifar10_flags.define_predict_flags  # this program's flags
 
 
 def main(argv: list[str]) -> None:
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_predict_flags)
+    programs.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from cifar10 import programs
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-prepare"
+define_flags = cifar10_flags.define_prepare_flags  # this program's flags
 
 
 def show_progress(done: int, total: int, seconds: float) -> None:
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_prepare_flags)
+    programs.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

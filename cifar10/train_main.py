@@ -30,6 +30,7 @@ from cifar10 import programs
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
+define_flags = cifar10_flags.define_train_flags  # this program's flags
 
 
 def install_stop_handlers(stop_event: threading.Event) -> None:
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, cifar10_flags.define_train_flags)
+    programs.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

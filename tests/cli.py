@@ -18,7 +18,6 @@ from absl import flags
 from tensorboard.compat.proto import event_pb2
 
 from cifar10 import eval_main, export_main, predict_main, prepare_main, programs, train_main
-from cifar10 import flags as cifar10_flags
 
 BIN_DIR = os.path.dirname(sys.executable)
 
@@ -41,14 +40,9 @@ def run(name: str, *args: str, timeout: float = 300, **extra_env: str
                           timeout=timeout, env=env(**extra_env))
 
 
-# Each program's entry module and the function that defines its flags.
-ENTRY_POINTS = {
-    "cifar10-train": (train_main, cifar10_flags.define_train_flags),
-    "cifar10-eval": (eval_main, cifar10_flags.define_eval_flags),
-    "cifar10-predict": (predict_main, cifar10_flags.define_predict_flags),
-    "cifar10-export": (export_main, cifar10_flags.define_export_flags),
-    "cifar10-prepare": (prepare_main, cifar10_flags.define_prepare_flags),
-}
+# Each program's entry module.
+ENTRY_POINTS = {module.PROGRAM: module
+                for module in (train_main, eval_main, predict_main, export_main, prepare_main)}
 
 
 def call(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -61,9 +55,9 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
     process shows (signals, exit on SIGTERM, the console scripts, TensorFlow's start)
     stays with ``run`` and ``start``.
     """
-    module, define_flags = ENTRY_POINTS[name]
+    module = ENTRY_POINTS[name]
     values = flags.FlagValues()
-    define_flags(values)
+    module.define_flags(values)
     argv = [name, *args]
     stdout, stderr = io.StringIO(), io.StringIO()
     warnings = logging.StreamHandler(stderr)
