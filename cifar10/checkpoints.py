@@ -38,6 +38,7 @@ import time
 import uuid
 from typing import Callable, Sequence
 
+from absl import logging
 import tensorflow as tf
 
 from cifar10 import data
@@ -313,8 +314,8 @@ class RunDirectory:
                 f"--train_dir {self.directory} is in use by another trainer ({holder}); wait "
                 f"for it to finish or stop it, or choose another --train_dir") from None
         except OSError as e:  # a file system without locks (some network mounts)
-            self.print_fn(f"WARNING: cannot lock {path} ({e.strerror}): make sure no other "
-                          f"trainer uses {self.directory}.")
+            logging.warning("cannot lock %s (%s): make sure no other trainer uses %s.",
+                            path, e.strerror, self.directory)
         try:
             os.ftruncate(fd, 0)
             os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),

@@ -14,11 +14,6 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
-import os
-
-# Before TensorFlow is imported: hide its C++ INFO lines (warnings still show).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 from absl import app
 from absl import flags
 from absl import logging

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import os
 
-# Before TensorFlow is imported: hide its C++ INFO lines (warnings still show).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 from absl import app
 from absl import flags
 

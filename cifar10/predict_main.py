@@ -15,10 +15,6 @@ from __future__ import annotations
 import os
 import sys
 
-# Before TensorFlow is imported: hide its C++ lines, including a warning for each
-# file that is not an image (this program says so in its own words).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from absl import app
 from absl import flags
 

@@ -13,12 +13,7 @@ cifar10-train and cifar10-eval read.  Example:
 
 from __future__ import annotations
 
-import os
 import sys
-
-# Before TensorFlow is imported: hide its C++ lines, including a warning for each
-# file that is not an image (this program says so in its own words).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app
 from absl import flags

@@ -25,10 +25,15 @@ from absl import logging
 
 from cifar10 import flags as cifar10_flags
 from cifar10 import download
+from cifar10 import logs
 from cifar10 import synthetic
 from cifar10.errors import Cifar10Error, DataError
 
 SYNTHETIC_SUBDIR = "synthetic"
+
+# Whether TensorFlow's own log lines are shown (``run`` decides, from what the user
+# asked); quiet unless asked.
+_tensorflow_lines = False
 
 
 def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
@@ -98,7 +103,8 @@ def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str
 
 
 def load_tensorflow(allow_tf32: bool = False):
-    """Imports TensorFlow (which takes seconds) with its INFO notices hidden.
+    """Imports TensorFlow (which takes seconds), its Python warnings hidden unless
+    the user asked for TensorFlow's lines (see ``run``).
 
     The programs call it once their flags and settings are checked.  float32
     stays float32: on GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would
@@ -107,7 +113,8 @@ def load_tensorflow(allow_tf32: bool = False):
     """
     import tensorflow as tf
 
-    tf.get_logger().setLevel("WARNING")  # warnings still show
+    if not _tensorflow_lines:
+        tf.get_logger().setLevel("ERROR")
     tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
     return tf
 
@@ -127,8 +134,7 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         # the default action would end the process on the spot.  cifar10-train
         # installs its own handlers (save, then stop) once training starts.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        # Hide absl's INFO notices (at every checkpoint save); warnings still show.
-        logging.set_verbosity(logging.WARNING)
+        set_up_output(program)
         return guarded(program, main, argv)
 
     try:
@@ -138,6 +144,24 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         # stop quietly, as other command-line tools do, not with a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def set_up_output(program: str,
+                          flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Decides what else a program's process prints: TensorFlow's C++ and Python
+    log lines and absl's INFO notices only when the user asked for them (by setting
+    ``TF_CPP_MIN_LOG_LEVEL`` or passing ``--verbosity``/``-v``), and the program's
+    warnings as ``<program>: warning: ...``.  Called before TensorFlow loads.
+    """
+    global _tensorflow_lines
+    verbosity_given = flag_values["verbosity"].present
+    _tensorflow_lines = logs.tensorflow_lines_wanted(os.environ, verbosity_given)
+    if not _tensorflow_lines:
+        logs.hide_native_lines()
+    if not verbosity_given:
+        logging.set_verbosity(logging.WARNING)  # absl's INFO notices (checkpoint saves)
+    handler = logging.get_absl_handler()
+    handler.setFormatter(logs.ProgramFormatter(program, handler.python_handler.formatter))
 
 
 def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:

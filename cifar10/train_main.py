@@ -12,11 +12,6 @@ checkpoint and stop.  Examples:
 
 from __future__ import annotations
 
-import os
-
-# Before TensorFlow is imported: hide its C++ INFO lines (warnings still show).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 import signal
 import sys
 import threading
@@ -68,12 +63,6 @@ def main(argv: list[str]) -> None:
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
     config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS)
-    replicas = strategy.num_replicas_in_sync
-    is_chief, task = devices.worker_role(strategy)
-    where = (f"checkpoints and summaries in {FLAGS.train_dir}" if is_chief else
-             f"this is {task}: the chief writes checkpoints and summaries to {FLAGS.train_dir}")
-    print(f"Training on {counts['train']} examples from {batches_dir} with {replicas} "
-          f"replica(s), global batch {FLAGS.batch_size * replicas}; {where}.", flush=True)
     stop_event = threading.Event()
     install_stop_handlers(stop_event)
     result = train.train(config, strategy, data.split_files(batches_dir, "train"),

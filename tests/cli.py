@@ -17,7 +17,7 @@ import tensorflow as tf
 from absl import flags
 from tensorboard.compat.proto import event_pb2
 
-from cifar10 import eval_main, export_main, predict_main, prepare_main, programs, train_main
+from cifar10 import eval_main, export_main, logs, predict_main, prepare_main, programs, train_main
 
 BIN_DIR = os.path.dirname(sys.executable)
 
@@ -30,7 +30,10 @@ def program(name: str) -> str:
 
 
 def env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    """The programs' environment: this one, without TF_CPP_MIN_LOG_LEVEL (which would
+    ask for TensorFlow's own log lines), plus ``extra``."""
+    base = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return dict(base, PYTHONUNBUFFERED="1", **extra)
 
 
 def run(name: str, *args: str, timeout: float = 300, **extra_env: str
@@ -62,6 +65,7 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
     stdout, stderr = io.StringIO(), io.StringIO()
     warnings = logging.StreamHandler(stderr)
     warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logs.ProgramFormatter(name))
     absl_logger = logging.getLogger("absl")
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     absl_logger.addHandler(warnings)

@@ -1,0 +1,158 @@
+"""What the programs write to stderr besides their own lines.
+
+TensorFlow's C++ runtime logs to file descriptor 2 from the moment it loads:
+absl's ``WARNING: All log messages before absl::InitializeLog() ...`` line, the
+``cudart``/``cuInit`` probe of a CPU machine, oneDNN and XLA notices, tf.data
+warnings.  ``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's own logging (TensorFlow
+2.16-2.21 log through both), and there is no Python call that does, so
+``hide_native_lines`` filters the descriptor itself: Python's ``sys.stderr`` moves
+to a copy of it, and what native code writes to descriptor 2 goes through a pipe
+to a small forked process that drops those log lines and passes everything else
+on (a fatal ``F`` line, ``terminate called ...``), also after the program dies.
+
+A user who sets ``TF_CPP_MIN_LOG_LEVEL`` or passes absl's ``--verbosity`` (``-v``)
+gets TensorFlow's lines as TensorFlow writes them (``tensorflow_lines_wanted``).
+
+The programs' own warnings (absl's ``logging.warning``) read like their errors:
+``cifar10-train: warning: ...`` (``ProgramFormatter``).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import signal
+import sys
+from typing import Mapping
+
+# One C++ log line's head, as absl writes it (TensorFlow 2.17 on)
+# ``I0000 00:00:1795575350.065948    1850 port.cc:153] ...`` or
+# ``W1125 02:55:53.531089    1870 util.cc:131] ...``, and as TensorFlow's own
+# logger wrote it before (2.16): ``2026-11-25 02:59:20.839188: I path/port.cc:113] ...``.
+_HEAD = re.compile(rb"(?:([IWEF])\d{4} +\d+:\d+:\d+\.\d+ +\d+"
+                   rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])) [^ \]]+:\d+\] ")
+_PREINIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+# Lines of a crash, always passed on even right after a dropped message.
+_CRASH = (b"terminate called", b"Fatal Python error", b"Check failed", b"*** ",
+          b"Segmentation fault", b"Aborted")
+
+
+def tensorflow_lines_wanted(environ: Mapping[str, str], verbosity_given: bool) -> bool:
+    """Whether the user asked for TensorFlow's own log lines.
+
+    Args:
+      environ: the process environment (``TF_CPP_MIN_LOG_LEVEL`` set, to any value,
+        means the user chose TensorFlow's level).
+      verbosity_given: absl's ``--verbosity``/``-v`` was on the command line.
+    """
+    return "TF_CPP_MIN_LOG_LEVEL" in environ or verbosity_given
+
+
+def _severity(line: bytes) -> bytes | None:
+    """The level letter (I, W, E, F) of a C++ log line's head, else None."""
+    head = _HEAD.match(line)
+    return (head.group(1) or head.group(2)) if head else None
+
+
+class NativeLineFilter:
+    """Drops C++ log lines (levels I, W, E, with their continuation lines) from a
+    byte stream; passes on everything else, fatal ``F`` lines included."""
+
+    def __init__(self):
+        self._partial = b""
+        self._in_dropped = False  # the last line began or continued a dropped message
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Takes the next bytes of the stream; returns the bytes to pass on."""
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        return b"".join(line + b"\n" for line in lines if self._keep(line))
+
+    def close(self) -> bytes:
+        """Ends the stream; returns a last unfinished line if it is to be kept."""
+        line, self._partial = self._partial, b""
+        return line if line and self._keep(line) else b""
+
+    def _keep(self, line: bytes) -> bool:
+        severity = _severity(line)
+        if severity is not None:
+            self._in_dropped = severity != b"F"
+        elif line.startswith(_PREINIT):
+            self._in_dropped = True
+        elif line.startswith(_CRASH):
+            self._in_dropped = False
+        # Any other line continues the message before it (a C++ message may span
+        # lines: "This TensorFlow binary is optimized ...\nTo enable the following
+        # instructions ...").
+        return not self._in_dropped
+
+
+def _forward(read_fd: int, write_fd: int) -> None:
+    """Copies ``read_fd`` to ``write_fd`` through a NativeLineFilter until end of file."""
+    line_filter = NativeLineFilter()
+    writable = True
+    while True:
+        chunk = os.read(read_fd, 1 << 16)
+        kept = line_filter.feed(chunk) if chunk else line_filter.close()
+        if kept and writable:
+            try:
+                os.write(write_fd, kept)
+            except OSError:  # nobody reads stderr any more: keep draining the pipe
+                writable = False
+        if not chunk:
+            return
+
+
+def hide_native_lines() -> None:
+    """Keeps native code's log lines off stderr for the rest of this process.
+
+    Call it once, early in a program's process (before TensorFlow loads, and while
+    it has no other thread): it forks the filtering process.  Python's
+    ``sys.stderr`` (and absl's handler) then write to a copy of the original
+    descriptor 2, not through the filter.
+    """
+    sys.stderr.flush()
+    real_stderr = os.dup(2)
+    read_fd, write_fd = os.pipe()
+    if os.fork() == 0:  # the filtering process: it must never run the program's code
+        try:
+            # Ctrl-C reaches the whole process group: this process ends when the
+            # program has ended and the pipe is closed, having passed on all of it.
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            os.close(write_fd)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)
+            os.dup2(devnull, 1)
+            os.closerange(3, read_fd)
+            os.closerange(read_fd + 1, 1 << 16)
+            _forward(read_fd, 2)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    sys.stderr = io.TextIOWrapper(io.FileIO(real_stderr, "w"), encoding=sys.stderr.encoding,
+                                  errors=sys.stderr.errors, line_buffering=True,
+                                  write_through=True)
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_handler().python_handler.stream = sys.stderr
+
+
+class ProgramFormatter(logging.Formatter):
+    """Warnings as ``<program>: warning: <message>`` (errors ``...: error: ...``),
+    like the programs' one-line errors; lower levels as ``fallback`` formats them."""
+
+    def __init__(self, program: str, fallback: logging.Formatter | None = None):
+        super().__init__()
+        self.program, self.fallback = program, fallback or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.ERROR:
+            return f"{self.program}: error: {record.getMessage()}"
+        if record.levelno >= logging.WARNING:
+            return f"{self.program}: warning: {record.getMessage()}"
+        return self.fallback.format(record)
