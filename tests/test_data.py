@@ -315,6 +315,20 @@ def test_train_dataset_shapes_and_is_endless(train_files):
     assert count == 30
 
 
+def test_train_dataset_has_read_its_files_before_it_is_iterated(tmp_path):
+    """Its in-memory cache is full before training reads a batch (a cache whose first
+    pass stops early is discarded, with a warning, when training stops within its
+    first epoch): the files can go, and two epochs still come, each a permutation."""
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=30)
+    files = data.split_files(batches_dir, "train")
+    want = sorted(_file_labels(files).tolist())
+    ds = data.train_dataset(files, 10, seed=1, shuffle_buffer=20)
+    for path in files:
+        os.remove(path)
+    labels = np.concatenate([labels for _, labels in ds.take(30).as_numpy_iterator()])
+    assert sorted(labels[:150].tolist()) == want and sorted(labels[150:].tolist()) == want
+
+
 @pytest.mark.parametrize("batch_size", [0, -1])
 def test_train_dataset_rejects_bad_batch_size(train_files, batch_size):
     with pytest.raises(ValueError, match="batch_size"):
