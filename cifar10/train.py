@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import functools
 import math
+import os
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -395,6 +396,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                                    last_checkpoint=restored.path)
             if restored:
                 print_fn(f"Resuming from {restored.path} at step {start}.")
+            print_fn(_start_line(trainer, cluster, cfg.train_dir, train_files))
             run_dir.unmark_complete()
             settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
                         "classes": ", ".join(class_names), **(run_info or {})}
@@ -405,6 +407,15 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 run_dir.mark_complete(step)
             return TrainResult(start_step=start, step=step, complete=complete,
                                last_checkpoint=run_dir.latest_path())
+
+
+def _start_line(trainer: Trainer, cluster: coordination.Coordinator, train_dir: str,
+                train_files: list[str]) -> str:
+    where = (f"checkpoints and summaries in {train_dir}" if cluster.is_chief else
+             f"this is {cluster.task}: the chief writes checkpoints and summaries to {train_dir}")
+    return (f"Training on {trainer.examples_per_epoch} examples from "
+            f"{os.path.dirname(train_files[0])} with {trainer.num_replicas} replica(s), "
+            f"global batch {trainer.global_batch}; {where}.")
 
 
 def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,

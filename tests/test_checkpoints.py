@@ -181,7 +181,8 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
                          *learnable_files, print_fn=lines.append)
     assert (result.start_step, result.step) == (20, 22)
     assert lines[1] == f"Resuming from {run_dir}/model.ckpt-20 at step 20."
-    assert ": step 21, loss = " in lines[2]
+    assert lines[2].startswith("Training on 500 examples from ")
+    assert ": step 21, loss = " in lines[3]
     after = snapshot(run_dir)
     assert {name: after[name] for name in before} == before  # 10 and 20 untouched
     assert [c.step for c in checkpoints.find(str(run_dir))] == [10, 20, 21, 22]
