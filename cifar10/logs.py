@@ -12,6 +12,8 @@ on (a fatal ``F`` line, ``terminate called ...``), also after the program dies.
 
 A user who sets ``TF_CPP_MIN_LOG_LEVEL`` or passes absl's ``--verbosity`` (``-v``)
 gets TensorFlow's lines as TensorFlow writes them (``tensorflow_lines_wanted``).
+This leaves them on a machine with GPUs too, where the lines worth reading (the
+devices created, their memory) are INFO lines.
 
 The programs' own warnings (absl's ``logging.warning``) read like their errors:
 ``cifar10-train: warning: ...`` (``ProgramFormatter``).
@@ -39,15 +41,16 @@ _CRASH = (b"terminate called", b"Fatal Python error", b"Check failed", b"*** ",
           b"Segmentation fault", b"Aborted")
 
 
-def tensorflow_lines_wanted(environ: Mapping[str, str], verbosity_given: bool) -> bool:
+def tensorflow_lines_wanted(environ: Mapping[str, str], asked: bool) -> bool:
     """Whether the user asked for TensorFlow's own log lines.
 
     Args:
       environ: the process environment (``TF_CPP_MIN_LOG_LEVEL`` set, to any value,
         means the user chose TensorFlow's level).
-      verbosity_given: absl's ``--verbosity``/``-v`` was on the command line.
+      asked: the command line asked for them (absl's ``--verbosity``/``-v``, or
+        TensorFlow's placement log).
     """
-    return "TF_CPP_MIN_LOG_LEVEL" in environ or verbosity_given
+    return "TF_CPP_MIN_LOG_LEVEL" in environ or asked
 
 
 def _severity(line: bytes) -> bytes | None:

@@ -146,19 +146,27 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         sys.exit(1)
 
 
-def set_up_output(program: str,
-                          flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
+    """Whether the user asked for TensorFlow's own log lines: by setting
+    ``TF_CPP_MIN_LOG_LEVEL``, passing ``--verbosity``/``-v``, or asking for
+    TensorFlow's placement log, which is made of such lines."""
+    placement = ("log_device_placement" in flag_values
+                 and flag_values["log_device_placement"].value)
+    return logs.tensorflow_lines_wanted(os.environ,
+                                        bool(flag_values["verbosity"].present) or placement)
+
+
+def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Decides what else a program's process prints: TensorFlow's C++ and Python
-    log lines and absl's INFO notices only when the user asked for them (by setting
-    ``TF_CPP_MIN_LOG_LEVEL`` or passing ``--verbosity``/``-v``), and the program's
-    warnings as ``<program>: warning: ...``.  Called before TensorFlow loads.
+    log lines and absl's INFO notices only when asked (``tensorflow_lines_asked``),
+    and the program's warnings as ``<program>: warning: ...``.  Called before
+    TensorFlow loads.
     """
     global _tensorflow_lines
-    verbosity_given = flag_values["verbosity"].present
-    _tensorflow_lines = logs.tensorflow_lines_wanted(os.environ, verbosity_given)
+    _tensorflow_lines = tensorflow_lines_asked(flag_values)
     if not _tensorflow_lines:
         logs.hide_native_lines()
-    if not verbosity_given:
+    if not flag_values["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # absl's INFO notices (checkpoint saves)
     handler = logging.get_absl_handler()
     handler.setFormatter(logs.ProgramFormatter(program, handler.python_handler.formatter))
@@ -208,7 +216,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
         # the console-script stub here; show the program's own flags instead.
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
         print(flag_values.module_help(cifar10_flags.__name__))
-        print("\nTry --helpfull to see absl's own flags too.")
+        print("\nTry --helpfull to see absl's own flags too. TensorFlow's own log lines are "
+              "hidden;\n-v 0 (absl's --verbosity) or setting TF_CPP_MIN_LOG_LEVEL shows them.")
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:

@@ -57,14 +57,14 @@ def test_lines_of_the_programs_own_format_pass():
     assert filtered(own, 5) == own
 
 
-@pytest.mark.parametrize("environ, verbosity_given, wanted", [
+@pytest.mark.parametrize("environ, asked, wanted", [
     ({}, False, False),
     ({"TF_CPP_MIN_LOG_LEVEL": "2"}, False, True),
     ({"TF_CPP_MIN_LOG_LEVEL": "0"}, False, True),
     ({}, True, True),
 ])
-def test_tensorflow_lines_are_shown_when_asked(environ, verbosity_given, wanted):
-    assert logs.tensorflow_lines_wanted(environ, verbosity_given) is wanted
+def test_tensorflow_lines_are_shown_when_asked(environ, asked, wanted):
+    assert logs.tensorflow_lines_wanted(environ, asked) is wanted
 
 
 def test_the_filter_keeps_python_lines_and_outlives_a_killed_process():

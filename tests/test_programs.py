@@ -92,7 +92,9 @@ def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
     out = capsys.readouterr().out
     assert out.startswith("USAGE: prog [flags]\n\nDoes things.\n")
     assert "--[no]allow_tf32" in out and "--batch_size" not in out  # the test's own flag
-    assert out.endswith("Try --helpfull to see absl's own flags too.\n")
+    assert out.endswith("Try --helpfull to see absl's own flags too. TensorFlow's own log "
+                        "lines are hidden;\n-v 0 (absl's --verbosity) or setting "
+                        "TF_CPP_MIN_LOG_LEVEL shows them.\n")
 
 
 def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
@@ -123,3 +125,23 @@ def test_float32_is_float32_unless_tf32_is_allowed():
     finally:
         programs.load_tensorflow()
     assert not tf.config.experimental.tensor_float_32_execution_enabled()
+
+
+@pytest.mark.parametrize("args, environ, asked", [
+    ([], {}, False),
+    (["-v", "0"], {}, True),
+    (["--verbosity=-1"], {}, True),
+    (["--log_device_placement"], {}, True),  # TensorFlow's placement log is its lines
+    ([], {"TF_CPP_MIN_LOG_LEVEL": "1"}, True),
+])
+def test_tensorflow_lines_are_asked_for_by_flag_or_environment(args, environ, asked,
+                                                                monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    values = flags.FlagValues()
+    cifar10_flags.define_train_flags(values)
+    flags.DEFINE_integer("verbosity", -1, "absl's, as in every program", short_name="v",
+                         flag_values=values)
+    values(["cifar10-train", *args])
+    assert programs.tensorflow_lines_asked(values) is asked
