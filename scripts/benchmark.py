@@ -10,7 +10,8 @@ Prints, each the median of several timed windows after a warm-up:
       timed in turns with the windows of (c);
   (b) the input pipeline alone, on CIFAR-format files;
   (c) end-to-end training with cifar10.train.train (what the log line reports),
-      after a first epoch that fills the in-memory cache (its rate is shown too);
+      after a first epoch of warm-up (its rate is shown too; the in-memory cache
+      of decoded records is filled before the first step);
   (d) evaluation of the test file with cifar10.evaluate.count_correct;
   (e) seconds from launching cifar10-train to its first step, data on disk;
   (f) peak resident memory of that cifar10-train process;
@@ -42,8 +43,12 @@ import sys
 import tempfile
 import time
 
-# Before TensorFlow is imported: hide its C++ INFO lines.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from cifar10 import logs
+
+# Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
+# programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).
+if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False):
+    logs.hide_native_lines()
 
 import tensorflow as tf  # noqa: E402
 
@@ -178,10 +183,8 @@ def step_alone(args, strategy, train_dir):
 
 
 def input_alone(args, train_files) -> float:
-    it = iter(data.train_dataset(train_files, args.batch_size))
-    # Warm up past one epoch, so that the in-memory cache is filled as in training.
-    records = data.validate_files(train_files)
-    for _ in range(records // args.batch_size + 1):
+    it = iter(data.train_dataset(train_files, args.batch_size))  # fills its cache
+    for _ in range(args.warmup_steps):
         next(it)
     steps = args.window_steps * 10  # a window of 30 batches is too short to time well
 
@@ -195,8 +198,8 @@ def input_alone(args, train_files) -> float:
 def end_to_end(args, strategy, train_files, count, train_dir, time_step):
     """Examples/sec of cifar10.train.train, and of the step alone between its windows.
 
-    The first epoch reads and decodes the files while it fills the in-memory
-    cache; it is the warm-up, timed on its own.  Then each steady-state window
+    The first epoch (the shuffle buffer filling, the step traced) is the warm-up,
+    timed on its own.  Then each steady-state window
     of training (a log line) is followed by one window of ``time_step``, run
     from the log callback while training waits: the two figures are measured
     in turns over the same minutes, so a virtual machine whose speed drifts
@@ -398,7 +401,7 @@ def _run(args, strategy, work) -> int:
     print(f"(a) train step alone:        {a:9.1f} examples/sec  (timed in turns with (c))")
     print(f"(b) input pipeline alone:    {b:9.1f} examples/sec  ({b / c:.1f}x (c))")
     print(f"(c) end-to-end training:     {c:9.1f} examples/sec  ({100 * c / a:.0f}% of (a); "
-          f"first epoch, filling the cache: {c_first:.1f})", flush=True)
+          f"first epoch: {c_first:.1f})", flush=True)
     d, seconds = evaluation(args, test_files)
     print(f"(d) evaluation:              {d:9.1f} examples/sec  ({test_count} examples in "
           f"{seconds:.2f} s)", flush=True)
