@@ -99,9 +99,9 @@ def _forward(read_fd: int, write_fd: int) -> None:
     while True:
         chunk = os.read(read_fd, 1 << 16)
         kept = line_filter.feed(chunk) if chunk else line_filter.close()
-        if kept and writable:
+        while kept and writable:
             try:
-                os.write(write_fd, kept)
+                kept = kept[os.write(write_fd, kept):]
             except OSError:  # nobody reads stderr any more: keep draining the pipe
                 writable = False
         if not chunk:
@@ -117,8 +117,11 @@ def hide_native_lines() -> None:
     descriptor 2, not through the filter.
     """
     sys.stderr.flush()
-    real_stderr = os.dup(2)
-    read_fd, write_fd = os.pipe()
+    try:
+        real_stderr = os.dup(2)
+        read_fd, write_fd = os.pipe()
+    except OSError:  # no stderr to filter (closed), or no descriptors left: leave it
+        return
     if os.fork() == 0:  # the filtering process: it must never run the program's code
         try:
             # Ctrl-C reaches the whole process group: this process ends when the
