@@ -132,6 +132,23 @@ def latest(directory: str) -> Checkpoint | None:
     return found[-1] if found else None
 
 
+# The last layer's biases: one per class, so their shape tells a run's class count.
+_OUTPUTS_KEY = "model/softmax_linear/biases/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def num_outputs(checkpoint: str) -> int:
+    """The number of classes (logits) of the model in ``checkpoint``.
+
+    Raises:
+      One of ``READ_ERRORS``: the checkpoint cannot be read or holds no model of
+        this trainer's.
+    """
+    shapes = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+    if _OUTPUTS_KEY not in shapes:
+        raise ValueError(f"{checkpoint} holds no cifar10 model (no softmax_linear layer)")
+    return int(shapes[_OUTPUTS_KEY][0])
+
+
 def load_model(checkpoint: str, weights: str = "averages",
                compute_dtype: tf.DType = tf.float32) -> tuple[Model, int]:
     """A model holding the ``weights`` of ``checkpoint``, and the checkpoint's step.
@@ -148,7 +165,8 @@ def load_model(checkpoint: str, weights: str = "averages",
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    model = Model(compute_dtype=compute_dtype, trainable=False)
+    model = Model(compute_dtype=compute_dtype, trainable=False,
+                  num_classes=num_outputs(checkpoint))
     step = tf.Variable(0, dtype=tf.int64)
     # The trainer stores the averages in a second copy of the model under
     # 'averages': restoring that copy into `model` gives the averaged weights.
@@ -471,8 +489,19 @@ class RunDirectory:
         """Records the names of the classes the run trains on (the chief does).
 
         Raises:
-          Cifar10Error: the run recorded other names (it was trained on other data).
+          Cifar10Error: the run recorded other names (it was trained on other data),
+            or its newest checkpoint has a model of another number of classes.
         """
+        newest = latest(self.directory)
+        try:
+            outputs = num_outputs(newest.path) if newest else len(names)
+        except READ_ERRORS:
+            outputs = len(names)  # restore() says what is wrong with it
+        if outputs != len(names):
+            raise Cifar10Error(
+                f"the run in {self.directory} has a model of {outputs} classes "
+                f"({newest.name}) and --data_dir holds {len(names)} ({', '.join(names)}): "
+                f"train it on the data it started with, or choose another --train_dir")
         if not self.is_chief:
             return
         path = os.path.join(self.directory, CLASSES_FILE)

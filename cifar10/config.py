@@ -93,7 +93,7 @@ class TrainConfig:
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
-                               "(can help on GPU; about 2.3x slower on CPU, see README).")
+                               "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).")
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
                                        "(checkpoints, state file, event files, markers; "
                                        "nothing else) and start from step 0 (default: resume).")
@@ -116,6 +116,9 @@ class EvalConfig:
     eval_dir: str = setting(help="Directory where to write event logs and the results of "
                                  "each checkpoint.", flag_default="/tmp/cifar10_eval")
     eval_files: Sequence[str] = setting((), flag=False)  # the .bin files of eval_data
+    # The classes of eval_files' data, in label order; a checkpoint of a run trained
+    # on other classes is refused (empty: not checked).
+    class_names: Sequence[str] = setting((), flag=False)
     eval_data: str = setting("test", "Either 'test' or 'train_eval'.", choices=EVAL_DATA)
     num_examples: int = setting(10_000, "Number of examples to run.", lower_bound=1)
     batch_size: int = setting(128, "Number of images to process in a batch.", lower_bound=1)

@@ -49,7 +49,7 @@ def class_names(batches_dir: str) -> tuple[str, ...]:
 
     Raises:
       DataError: the file cannot be read, or lists no names, more than
-        ``NUM_CLASSES`` or one name twice.
+        ``MAX_CLASSES`` or one name twice.
     """
     return read_class_names(os.path.join(batches_dir, ff.META_FILE), default=ff.CLASS_NAMES)
 
@@ -73,9 +73,9 @@ def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple
     fix = "list one class name per line, in label order"
     if not names:
         raise DataError(f"{path} lists no class names: {fix}")
-    if len(names) > ff.NUM_CLASSES:
-        raise DataError(f"{path} lists {len(names)} class names and the model has "
-                        f"{ff.NUM_CLASSES} outputs: {fix}, at most {ff.NUM_CLASSES}")
+    if len(names) > ff.MAX_CLASSES:
+        raise DataError(f"{path} lists {len(names)} class names and a record's one label "
+                        f"byte holds {ff.MAX_CLASSES}: {fix}, at most {ff.MAX_CLASSES}")
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise DataError(f"{path} lists {', '.join(twice)} more than once: {fix}, each once")

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
         num_examples = available
     config = cifar10_flags.config_from_flags(
         evaluate.EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
-        num_examples=num_examples)
+        num_examples=num_examples, class_names=data.class_names(batches_dir))
     evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True))
 
 

@@ -16,7 +16,7 @@ import datetime
 import json
 import os
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -93,6 +93,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
     start = time.monotonic()
     mtime = _mtime(checkpoint)
+    _check_classes(checkpoint, config.class_names)
     model, step = checkpoints.load_model(checkpoint, config.weights,
                                          tf.as_dtype(compute_dtype(config)))
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
@@ -102,6 +103,17 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start)
+
+
+def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
+    """Raises Cifar10Error if the run of ``checkpoint`` was trained on other classes."""
+    run_dir = os.path.dirname(checkpoint)
+    trained_on = checkpoints.class_names(run_dir)
+    if data_classes and tuple(trained_on) != tuple(data_classes):
+        raise Cifar10Error(
+            f"the run in {run_dir} was trained on {len(trained_on)} classes "
+            f"({', '.join(trained_on)}) and --data_dir holds {len(data_classes)} "
+            f"({', '.join(data_classes)}): evaluate it on the data it was trained on")
 
 
 def _key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:

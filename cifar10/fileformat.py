@@ -8,6 +8,7 @@ image in row-major order.  The real files hold 10,000 records each.
 IMAGE_SIZE = 32  # height and width of a stored image
 NUM_CHANNELS = 3
 NUM_CLASSES = 10
+MAX_CLASSES = 256  # a record's label is one byte
 LABEL_BYTES = 1
 IMAGE_BYTES = IMAGE_SIZE * IMAGE_SIZE * NUM_CHANNELS  # 3,072
 RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3,073

@@ -78,7 +78,7 @@ def config_from_flags(config_class: type, values: flags.FlagValues, **others: An
 def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_boolean("allow_tf32", False, "Let TensorFlow run float32 convolutions and "
                          "matmuls as TensorFloat-32 on GPUs that have it (Ampere, Hopper): "
-                         "faster, but not float32 (see README).", flag_values=flag_values)
+                         "faster, but not float32 (see docs/training.md).", flag_values=flag_values)
 
 
 def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -115,7 +115,7 @@ def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     _define_checkpoint_flags("Classify with", flag_values)
     flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
                          "first (at most the number of classes the run was trained on).",
-                         lower_bound=1, upper_bound=len(ff.CLASS_NAMES), flag_values=flag_values)
+                         lower_bound=1, upper_bound=ff.MAX_CLASSES, flag_values=flag_values)
     flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
                       "text: one readable line per image; jsonl: one JSON object per line; "
                       "csv: a header row, then one row per image.", flag_values=flag_values)

@@ -60,12 +60,16 @@ class Model(tf.Module):
       trainable: False for a copy that holds moving averages, not trained weights.
       lrn: the LRN implementation, ``fast_lrn`` (default) or ``reference_lrn``;
         both compute the same function.
+      num_classes: the logits, one per class of the data (the tutorial's 10 for
+        CIFAR-10); only the last layer's shape depends on it.
     """
 
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
-                 trainable: bool = True, lrn: Callable[[tf.Tensor], tf.Tensor] | None = None):
+                 trainable: bool = True, lrn: Callable[[tf.Tensor], tf.Tensor] | None = None,
+                 num_classes: int = ff.NUM_CLASSES):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
+        self.num_classes = num_classes
         self._lrn = lrn or fast_lrn
         # The tutorial's layers: weights drawn from a truncated normal of `stddev`,
         # biases set to `bias`, L2 weight decay `wd` (0: none).
@@ -78,7 +82,7 @@ class Model(tf.Module):
                             seed=(seed, 3))
         self.local4 = layer("local4", shape=[384, 192], stddev=0.04, bias=0.1, wd=0.004,
                             seed=(seed, 4))
-        self.softmax_linear = layer("softmax_linear", shape=[192, ff.NUM_CLASSES],
+        self.softmax_linear = layer("softmax_linear", shape=[192, num_classes],
                                     stddev=1 / 192.0, bias=0.0, wd=0.0, seed=(seed, 5))
         self.layers = [self.conv1, self.conv2, self.local3, self.local4, self.softmax_linear]
 

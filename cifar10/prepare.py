@@ -97,9 +97,12 @@ def _check_classes(folder: str, names: Sequence[str]) -> None:
     if not names:
         raise Cifar10Error(f"no class folders in {folder}: put the images of each class in a "
                            f"folder of its own ({folder}/cat/*.jpg, {folder}/dog/*.jpg, ...)")
-    if len(names) > ff.NUM_CLASSES:
-        raise Cifar10Error(f"{folder} has {len(names)} class folders; the model has "
-                           f"{ff.NUM_CLASSES} outputs, so at most {ff.NUM_CLASSES} classes")
+    if len(names) == 1:
+        raise Cifar10Error(f"{folder} has one class folder ({names[0]}): a classifier needs "
+                           f"at least 2 classes, each in a folder of its own")
+    if len(names) > ff.MAX_CLASSES:
+        raise Cifar10Error(f"{folder} has {len(names)} class folders; a CIFAR record's one "
+                           f"label byte holds at most {ff.MAX_CLASSES} classes")
 
 
 def _images(folder: str, required: bool) -> list[str]:

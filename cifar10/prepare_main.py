@@ -36,6 +36,13 @@ def show_progress(done: int, total: int, seconds: float) -> None:
     sys.stderr.flush()
 
 
+def named(names: tuple[str, ...], shown: int = 12) -> str:
+    """The class names, or for many the first and last few of them."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown - 2])}, ..., {', '.join(names[-2:])}"
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -49,12 +56,14 @@ def main(argv: list[str]) -> None:
     from cifar10 import prepare
 
     source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    print(f"Found {len(source.train) + len(source.test):,} images of "
+          f"{len(source.class_names)} classes in {FLAGS.image_dir}.", flush=True)
     summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                               progress=show_progress)
     for path, why in summary.skipped:
         print(f"{PROGRAM}: skipped {path}: {why}", file=sys.stderr, flush=True)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
-          f"of {len(summary.class_names)} classes ({', '.join(summary.class_names)}) to "
+          f"of {len(summary.class_names)} classes ({named(summary.class_names)}) to "
           f"{summary.batches_dir}; skipped {len(summary.skipped)} unreadable images.",
           flush=True)
 

@@ -65,12 +65,13 @@ def moving_average_decay(step) -> tf.Tensor:
 class TrainState(tf.Module):
     """Everything a checkpoint holds: weights, their averages, step, loss averages."""
 
-    def __init__(self, seed: int, compute_dtype: tf.DType):
+    def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES):
         super().__init__(name="train_state")
-        self.model = Model(seed=seed, compute_dtype=compute_dtype)
+        self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes)
         # The averages live in a second, untrained copy of the model, so that the
         # evaluator restores them with tf.train.Checkpoint(averages=Model()).
-        self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False)
+        self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,
+                              num_classes=num_classes)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # Examples trained on over all replicas and workers: the learning rate
         # counts these, so a run resumed with another replica count keeps its
@@ -122,10 +123,12 @@ class Trainer:
       config: the run's settings.
       strategy: one replica per device; ``devices.make_strategy`` makes one.
       examples_per_epoch: examples in the training set (for the LR schedule).
+      num_classes: classes of the data: the model's outputs.
     """
 
     def __init__(self, config: TrainConfig, strategy: tf.distribute.Strategy,
-                 examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN):
+                 examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
+                 num_classes: int = ff.NUM_CLASSES):
         config.check()
         self.config = config
         self.strategy = strategy
@@ -133,7 +136,8 @@ class Trainer:
         self.global_batch = config.batch_size * self.num_replicas
         self.examples_per_epoch = examples_per_epoch
         with strategy.scope():
-            self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)))
+            self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),
+                                    num_classes)
             self.loss_scale = (DynamicLossScale(config.loss_scale_growth_steps)
                                if config.use_fp16 else None)
         self.variables = self.state.model.parameters()
@@ -376,7 +380,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
         no checkpoint restores), or training failed (e.g. another worker was lost).
     """
     cfg = config
-    trainer = Trainer(cfg, strategy, examples_per_epoch)
+    trainer = Trainer(cfg, strategy, examples_per_epoch, num_classes=len(class_names))
     with coordination.Coordinator(strategy, stop_event) as cluster:
         cluster.refuse_fresh_start(cfg.fresh_start, cfg.train_dir)
         run_dir = checkpoints.RunDirectory(cfg.train_dir, trainer.state.checkpoint(),

@@ -122,9 +122,9 @@ def test_class_names_come_from_the_meta_file_or_are_cifar10s(tmp_path):
 
 @pytest.mark.parametrize("text, error", [
     ("\n\n", "lists no class names: list one class name per line, in label order$"),
-    ("".join(f"c{i}\n" for i in range(11)),
-     "lists 11 class names and the model has 10 outputs: list one class name per line, "
-     "in label order, at most 10$"),
+    ("".join(f"c{i}\n" for i in range(257)),
+     "lists 257 class names and a record's one label byte holds 256: list one class name "
+     "per line, in label order, at most 256$"),
     ("ant\nbee\nant\n", "lists ant more than once: list one class name per line, in label "
                          "order, each once$"),
 ])

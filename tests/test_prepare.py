@@ -126,11 +126,26 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     with pytest.raises(Cifar10Error, match=r"^the class folder .*eel holds no images \(\.png"):
         prepare.find_source(str(image_dir))
     many = tmp_path / "many"
+    for i in range(257):  # a record's label is one byte
+        (many / f"class{i:03d}").mkdir(parents=True)
+    with pytest.raises(Cifar10Error, match=r"has 257 class folders; a CIFAR record's one label "
+                                           r"byte holds at most 256 classes$"):
+        prepare.find_source(str(many))
+    one = tmp_path / "one"
+    write_png(one / "cat" / "0.png", class_image(0, 0))
+    with pytest.raises(Cifar10Error, match=r"has one class folder \(cat\): a classifier needs "
+                                           r"at least 2 classes"):
+        prepare.find_source(str(one))
+
+
+def test_eleven_classes_are_taken(tmp_path):
+    many = tmp_path / "many"
     for i in range(11):
         write_png(many / f"class{i:02d}" / "0.png", class_image(0, i))
-    with pytest.raises(Cifar10Error, match=r"has 11 class folders; the model has 10 outputs, "
-                                           r"so at most 10 classes$"):
-        prepare.find_source(str(many))
+        write_png(many / f"class{i:02d}" / "1.png", class_image(1, i))
+    source = prepare.find_source(str(many), test_fraction=0.5)
+    assert source.class_names == tuple(f"class{i:02d}" for i in range(11))
+    assert sorted(label for _, label in source.train + source.test) == sorted(list(range(11)) * 2)
 
 
 def test_an_existing_data_folder_is_kept(image_dir, tmp_path):

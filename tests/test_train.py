@@ -190,7 +190,7 @@ def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, t
     # to 2^-9 (0.2%) of itself, so the logits move by a small fraction of their
     # spread, and the top class changes only where the best two are about that
     # close, which a trained model's seldom are (99.8% agreement on the 10,000 real
-    # test images at 20,000 steps; see README). Variables and logits are float32.
+    # test images at 20,000 steps; see docs/results.md). Variables and logits are float32.
     checkpoint = checkpoints.latest(str(learned_run.train_dir)).path
     files = learned_run.test_files + data.split_files(
         os.path.dirname(learned_run.test_files[0]), "train")
@@ -285,8 +285,8 @@ def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learna
     files, count = learnable_files
     done, compute = [], []
     state_init = train.TrainState.__init__
-    monkeypatch.setattr(train.TrainState, "__init__", lambda self, seed, dtype: (
-        compute.append(dtype), state_init(self, seed, dtype))[1])
+    monkeypatch.setattr(train.TrainState, "__init__", lambda self, seed, dtype, classes: (
+        compute.append(dtype), state_init(self, seed, dtype, classes))[1])
     for use_bf16, max_steps in ((True, 4), (False, 8), (True, 12)):
         lines = []
         result = train.train(small_config(tmp_path, batch_size=16, max_steps=max_steps,
