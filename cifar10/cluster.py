@@ -74,8 +74,8 @@ def read_tf_config(text: str | None = None) -> dict | None:
 
 
 def _tf_config_error(problem: str) -> Cifar10Error:
-    return Cifar10Error(f"TF_CONFIG {problem}; expected the form {TF_CONFIG_EXAMPLE} (see the "
-                        f"README section 'Training on several machines')")
+    return Cifar10Error(f"TF_CONFIG {problem}; expected the form {TF_CONFIG_EXAMPLE} (see "
+                        f"docs/multi-machine.md)")
 
 
 def cluster_workers(tf_config: str | None = None) -> int:
@@ -106,7 +106,7 @@ def strategy_kind(kind: str, tf_config: str | None = None) -> str:
         return "multi_worker" if workers > 1 else "mirrored"
     if kind == "multi_worker" and workers < 1:
         raise Cifar10Error("--strategy=multi_worker needs TF_CONFIG naming the cluster and "
-                           "this task; see the README section 'Training on several machines'")
+                           "this task; see docs/multi-machine.md")
     return kind
 
 

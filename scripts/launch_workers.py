@@ -10,7 +10,7 @@ passed on to every worker (they save a checkpoint at one step and stop).  The
 exit status is 0 when every worker exits 0, else the first non-zero status.
 
 On real machines, start ``cifar10-train`` on each host with its own TF_CONFIG
-instead (README, "Training on several machines").
+instead (docs/multi-machine.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The benchmark script runs offline on generated data and prints every figure.
 
-No timing is asserted here: the figures are for people to read (README,
-"Performance"); this only checks that the command works and reports them all.
+No timing is asserted here: the figures are for people to read (docs/performance.md);
+this only checks that the command works and reports them all.
 """
 
 from __future__ import annotations

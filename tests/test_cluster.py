@@ -54,7 +54,7 @@ def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, pr
     message = str(err.value)
     assert message.startswith(f"TF_CONFIG {problem}")
     assert EXPECTED_FORM in message
-    assert message.endswith("(see the README section 'Training on several machines')")
+    assert message.endswith("(see docs/multi-machine.md)")
     assert "\n" not in message and "None" not in message
 
 
@@ -92,7 +92,7 @@ def test_strategy_kind_resolves_auto_from_the_number_of_tasks(kind, tf_config, r
 def test_strategy_kind_refuses_multi_worker_without_tf_config_and_checks_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(Cifar10Error, match=r"^--strategy=multi_worker needs TF_CONFIG naming "
-                                           r"the cluster and this task; see the README"):
+                                           r"the cluster and this task; see docs/multi-machine.md"):
         cluster.strategy_kind("multi_worker")
     with pytest.raises(Cifar10Error, match=r'^TF_CONFIG has no "task"'):
         cluster.strategy_kind("mirrored", json.dumps({"cluster": TWO}))
