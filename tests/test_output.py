@@ -1,0 +1,113 @@
+"""What the programs print: their own lines only.
+
+Each of the five programs runs as a process, as a user starts it, on generated
+data and with TF_CPP_MIN_LOG_LEVEL removed from its environment (``cli.env``):
+none of TensorFlow's or absl's C++ lines may reach its output, its completion line
+comes once, and its warnings read ``<program>: warning: ...``.  A user who sets
+TF_CPP_MIN_LOG_LEVEL or passes ``-v`` gets TensorFlow's lines back.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cli import run
+
+# A C++ log line of TensorFlow 2.17 on (absl), or of 2.16 (TensorFlow's own logger),
+# absl's line before its logging starts, and what the CUDA probe of a CPU machine says.
+NATIVE = re.compile(r"^[IWEF]\d{4} +\d+:\d+:\d+\.\d+ +\d+ [^ ]+:\d+\]"
+                    r"|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] [^ ]+:\d+\]"
+                    r"|absl::InitializeLog|CUDA|cuInit|cudart", re.M)
+CLASSES = ("cat", "dog", "ship")
+NO_GPU = not tf.config.list_physical_devices("GPU")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{program: its result}: prepare → train → eval → predict → export, each a process."""
+    root = tmp_path_factory.mktemp("output")
+    rng = np.random.default_rng(3)
+    images = []
+    for label, name in enumerate(CLASSES):
+        for i in range(8):
+            path = root / "photos" / name / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            tf.io.write_file(str(path), tf.io.encode_png(pixels))
+            images.append(str(path))
+    data_dir, train_dir = root / "data", root / "train"
+    results = {"cifar10-prepare": run("cifar10-prepare", f"--image_dir={root / 'photos'}",
+                                      f"--data_dir={data_dir}")}
+    results["cifar10-train"] = run("cifar10-train", f"--data_dir={data_dir}",
+                                   f"--train_dir={train_dir}", "--max_steps=4", "--batch_size=8",
+                                   "--summary_steps=1000")
+    results["cifar10-eval"] = run("cifar10-eval", f"--data_dir={data_dir}",
+                                  f"--checkpoint_dir={train_dir}", f"--eval_dir={root / 'eval'}",
+                                  "--run_once", "--batch_size=8")
+    results["cifar10-predict"] = run("cifar10-predict", f"--checkpoint_dir={train_dir}",
+                                     "--top_k=1", *images[:3])
+    results["cifar10-export"] = run("cifar10-export", f"--checkpoint_dir={train_dir}",
+                                    f"--export_dir={root / 'export'}")
+    return {"root": root, "images": images[:3], **results}
+
+
+# Each program's line that says it is done.
+COMPLETION = {
+    "cifar10-prepare": r"^Wrote \d+ training and \d+ test records of 3 classes \(cat, dog, ship\)",
+    "cifar10-train": r"^Training complete at step 4; saved .*/model\.ckpt-4\.$",
+    "cifar10-eval": r"precision @ 1 = \d\.\d{3} \(step 4, model\.ckpt-4, \d+ examples, averages",
+    "cifar10-predict": r"/photos/cat/0\.png: \w+ \d\.\d{3}$",
+    "cifar10-export": r"^Exported .*/model\.ckpt-4 \(averages weights\) to .*/export/4: ",
+}
+
+
+@pytest.mark.parametrize("program", sorted(COMPLETION))
+def test_a_normal_run_prints_only_its_own_lines_and_its_completion_once(runs, program):
+    result = runs[program]
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert not NATIVE.findall(output), output
+    assert "Traceback" not in output
+    assert len(re.findall(COMPLETION[program], output, re.M)) == 1, output
+    # Its own warnings, if any, in its own format (absl's would start "W1125 12:00:00").
+    for line in result.stderr.splitlines():
+        assert not re.match(r"[IWEF]\d{4} ", line), line
+
+
+@pytest.mark.skipif(not NO_GPU, reason="the warning of a machine without a GPU")
+def test_the_trainers_warning_is_a_plain_line(runs):
+    assert runs["cifar10-train"].stderr.splitlines() == [
+        "cifar10-train: warning: --num_gpus=1 but this machine has no GPU: training on the CPU."]
+
+
+def test_nothing_about_training_comes_before_the_run_is_known_to_go_ahead(runs):
+    lines = runs["cifar10-train"].stdout.splitlines()
+    assert lines[0].startswith("Training on ") and lines[0].endswith(
+        f"with 1 replica(s), global batch 8; checkpoints and summaries in {runs['root']}/train.")
+
+
+def test_verbosity_brings_tensorflows_lines_back(runs):
+    root = runs["root"]
+    result = run("cifar10-predict", "-v", "0", f"--checkpoint_dir={root / 'train'}",
+                 "--top_k=1", *runs["images"])
+    assert result.returncode == 0, result.stderr
+    assert NATIVE.search(result.stderr), result.stderr
+    assert len(re.findall(COMPLETION["cifar10-predict"], result.stdout, re.M)) == 1
+
+
+def test_training_that_stops_within_its_first_epoch_leaves_no_cache_warning(tmp_path):
+    """TensorFlow's lines asked for (TF_CPP_MIN_LOG_LEVEL=0): they are there, but not
+    tf.data's warning about a cache not read to its end, which training used to end
+    with when it stopped before an epoch was through (more records than the 20,000 of
+    the shuffle buffer, a few steps)."""
+    result = run("cifar10-train", "--synthetic_data", "--synthetic_records=5000",
+                 f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+                 "--max_steps=2", "--batch_size=8", "--summary_steps=1000",
+                 TF_CPP_MIN_LOG_LEVEL="0")
+    assert result.returncode == 0, result.stderr
+    assert "Training on 25000 examples" in result.stdout
+    assert NATIVE.search(result.stderr), result.stderr
+    assert "being cached" not in result.stderr and "cache_dataset_ops" not in result.stderr
+    assert result.stdout.count("Training complete at step 2") == 1
