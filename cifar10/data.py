@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from cifar10 import cifar100
 from cifar10 import fileformat as ff
 from cifar10.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
 from cifar10.errors import DataError
@@ -126,6 +127,10 @@ def _refuse(path: str, problem: str) -> None:
 
 def _how_to_redo(batches_dir: str) -> str:
     """Advice for a damaged data folder: download CIFAR-10 again, or convert one's images again."""
+    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
+                                         for label in ff.CIFAR100_LABELS}:
+        return (f"delete {batches_dir} so that it is made again from the extracted "
+                f"CIFAR-100 data")
     try:
         own = class_names(batches_dir) != ff.CLASS_NAMES
     except DataError:

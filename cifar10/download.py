@@ -1,8 +1,9 @@
-"""Fetching and unpacking the CIFAR-10 binary tarball, safely.
+"""Fetching and unpacking a data set's binary tarball, safely.
 
-This module owns getting ``cifar-10-batches-bin`` onto disk: choosing the URL
-(``--data_url`` flag, then the ``CIFAR10_DATA_URL`` environment variable, then
-the official address), downloading the tarball with a checksum check, and
+This module owns getting ``cifar-10-batches-bin`` (or CIFAR-100's
+``cifar-100-binary``: the archive is a ``fileformat.Archive``) onto disk: choosing
+the URL (``--data_url`` flag, then the ``CIFAR10_DATA_URL`` environment variable
+for CIFAR-10, then the official address), downloading the tarball with a checksum check, and
 extracting it without letting any member land outside the data directory.
 It does not look inside the ``.bin`` files; validating them is done elsewhere.
 
@@ -41,23 +42,23 @@ from cifar10.errors import DataError
 # Seconds a blocked connect or read may take before the download gives up.
 SOCKET_TIMEOUT_S = 60.0
 _CHUNK_BYTES = 1 << 20
-_PART_PREFIX = ff.TARBALL_NAME + ".part-"
 _EXTRACT_PREFIX = ".cifar-10-extract-"
 
 
-def resolve_url(url: str | None) -> str:
+def resolve_url(url: str | None, archive: ff.Archive = ff.CIFAR10) -> str:
     """Returns the URL to download the tarball from.
 
     Args:
       url: an explicit URL (e.g. from ``--data_url``); wins when non-empty.
+      archive: the data set.
 
     Returns:
-      ``url`` if non-empty, else the ``CIFAR10_DATA_URL`` environment variable if
-      set and non-empty, else the official ``fileformat.DATA_URL``.
+      ``url`` if non-empty, else the archive's environment variable
+      (``CIFAR10_DATA_URL``) if set and non-empty, else the official address.
     """
     if url:
         return url
-    return os.environ.get(ff.DATA_URL_ENV) or ff.DATA_URL
+    return (archive.url_env and os.environ.get(archive.url_env)) or archive.url
 
 
 def file_md5(path: str) -> str:
@@ -75,8 +76,10 @@ def maybe_download_and_extract(
     md5: str | None = None,
     size: int | None = None,
     progress: bool = True,
+    archive: ff.Archive = ff.CIFAR10,
 ) -> str:
-    """Makes sure ``data_dir/cifar-10-batches-bin`` exists, fetching it if needed.
+    """Makes sure ``data_dir/cifar-10-batches-bin`` exists, fetching it if needed
+    (for another ``archive``, its folder).
 
     An existing ``cifar-10-batches-bin`` directory is returned as is, without
     network access.  Otherwise an existing ``cifar-10-binary.tar.gz`` in
@@ -91,16 +94,17 @@ def maybe_download_and_extract(
         MD5 and size are expected and ``size`` is ignored.
       size: expected size in bytes, checked only when ``md5`` is given too.
       progress: whether to show download progress on stderr.
+      archive: the data set (``fileformat.CIFAR10`` or ``CIFAR100``).
 
     Returns:
-      The path of the ``cifar-10-batches-bin`` folder.
+      The path of the extracted folder.
 
     Raises:
       DataError: the data directory cannot be created, the download fails, a
         tarball does not match the expected checksum, is unreadable, unsafe or
         lacks the ``cifar-10-batches-bin`` folder.
     """
-    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    batches_dir = os.path.join(data_dir, archive.folder)
     if os.path.isdir(batches_dir):
         return batches_dir
     if os.path.lexists(batches_dir):
@@ -109,14 +113,14 @@ def maybe_download_and_extract(
             f"data can be extracted there."
         )
     if md5 is None:
-        md5, size = ff.TARBALL_MD5, ff.TARBALL_BYTES
+        md5, size = archive.md5, archive.size
     _make_dir(data_dir)
-    tarball = os.path.join(data_dir, ff.TARBALL_NAME)
+    tarball = os.path.join(data_dir, archive.tarball)
     if os.path.exists(tarball):
         _verify(tarball, md5, size)
     else:
-        _download(resolve_url(url), data_dir, md5, size, progress)
-    _safe_extract(tarball, data_dir)
+        _download(resolve_url(url, archive), data_dir, md5, size, progress, archive)
+    _safe_extract(tarball, data_dir, archive)
     return batches_dir
 
 
@@ -175,13 +179,16 @@ def _report_progress(name: str, done: int, total: int | None) -> None:
     sys.stderr.flush()
 
 
-def _download_failed(url: str, dest_dir: str, reason: str) -> DataError:
+def _download_failed(url: str, dest_dir: str, reason: str, archive: ff.Archive) -> DataError:
     return DataError(
-        f"could not download {url} ({reason}). Put {ff.TARBALL_NAME} in {dest_dir}, "
-        f"or extract it there so that {os.path.join(dest_dir, ff.BATCHES_DIRNAME)} "
-        f"exists, or point --data_url or {ff.DATA_URL_ENV} at a mirror or a "
-        f"file:// path."
+        f"could not download {url} ({reason}). Put {archive.tarball} in {dest_dir}, "
+        f"or extract it there so that {os.path.join(dest_dir, archive.folder)} "
+        f"exists, or point {_url_settings(archive)} at a mirror or a file:// path."
     )
+
+
+def _url_settings(archive: ff.Archive) -> str:
+    return f"--data_url or {archive.url_env}" if archive.url_env else "--data_url"
 
 
 def _content_length(response) -> int | None:
@@ -222,9 +229,10 @@ def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
 
 
 def _download(
-    url: str, dest_dir: str, expected_md5: str, expected_size: int | None, progress: bool
+    url: str, dest_dir: str, expected_md5: str, expected_size: int | None, progress: bool,
+    archive: ff.Archive,
 ) -> str:
-    """Downloads ``url`` to ``dest_dir/cifar-10-binary.tar.gz`` and checks it.
+    """Downloads ``url`` to ``dest_dir/<archive.tarball>`` and checks it.
 
     The data goes to a temporary ``.part-*`` file in ``dest_dir`` that is renamed
     to the final name only once its size and MD5 match; on any failure or
@@ -236,26 +244,26 @@ def _download(
     Raises:
       DataError: the download failed or the file is not the expected one.
     """
-    final = os.path.join(dest_dir, ff.TARBALL_NAME)
+    final = os.path.join(dest_dir, archive.tarball)
     try:
-        fd, part = tempfile.mkstemp(prefix=_PART_PREFIX, dir=dest_dir)
+        fd, part = tempfile.mkstemp(prefix=f"{archive.tarball}.part-", dir=dest_dir)
     except OSError as e:
         raise DataError(f"cannot write a file in {dest_dir}: {_reason(e)}") from e
     try:
         try:
             with os.fdopen(fd, "wb") as out:
                 with urllib.request.urlopen(url, timeout=SOCKET_TIMEOUT_S) as response:
-                    got_size, got_md5 = _stream(response, out, ff.TARBALL_NAME, progress)
+                    got_size, got_md5 = _stream(response, out, archive.tarball, progress)
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
             # URLError, HTTPError, timeouts and refused connections are OSErrors;
             # ValueError is a URL urllib cannot parse.
-            raise _download_failed(url, dest_dir, _reason(e)) from e
+            raise _download_failed(url, dest_dir, _reason(e), archive) from e
         problem = _mismatch(got_size, got_md5, expected_md5, expected_size)
         if problem:
             raise DataError(
                 f"the file downloaded from {url} is not the expected tarball ({problem}). "
-                f"Check --data_url or {ff.DATA_URL_ENV}, or put the right "
-                f"{ff.TARBALL_NAME} in {dest_dir}."
+                f"Check {_url_settings(archive)}, or put the right "
+                f"{archive.tarball} in {dest_dir}."
             )
         os.replace(part, final)
     finally:
@@ -283,8 +291,9 @@ def _check_member(member: tarfile.TarInfo, dest: str) -> None:
     raise DataError(f"unsafe member {name!r}: it {problem}")
 
 
-def _safe_extract(tarball: str, data_dir: str) -> str:
-    """Extracts ``cifar-10-batches-bin`` from ``tarball`` into ``data_dir``.
+def _safe_extract(tarball: str, data_dir: str, archive: ff.Archive = ff.CIFAR10) -> str:
+    """Extracts the archive's folder (``cifar-10-batches-bin``) from ``tarball`` into
+    ``data_dir``.
 
     Every member is checked before anything is written; the tarball is unpacked
     into a temporary directory inside ``data_dir`` (removed at the end) and the
@@ -297,7 +306,7 @@ def _safe_extract(tarball: str, data_dir: str) -> str:
       DataError: the tarball is unreadable, holds an unsafe member or lacks the
         folder.
     """
-    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    batches_dir = os.path.join(data_dir, archive.folder)
     tmp_dir = tempfile.mkdtemp(prefix=_EXTRACT_PREFIX, dir=data_dir)
     try:
         try:
@@ -319,11 +328,11 @@ def _safe_extract(tarball: str, data_dir: str) -> str:
             ) from e
         except OSError as e:
             raise DataError(f"cannot extract {tarball} into {data_dir}: {_reason(e)}") from e
-        extracted = os.path.join(tmp_dir, ff.BATCHES_DIRNAME)
+        extracted = os.path.join(tmp_dir, archive.folder)
         if not os.path.isdir(extracted):
             raise DataError(
-                f"{tarball} has no {ff.BATCHES_DIRNAME}/ folder; it is not the CIFAR-10 "
-                f"binary tarball. Delete it and get {ff.TARBALL_NAME} again."
+                f"{tarball} has no {archive.folder}/ folder; it is not the {archive.title} "
+                f"binary tarball. Delete it and get {archive.tarball} again."
             )
         try:
             os.replace(extracted, batches_dir)

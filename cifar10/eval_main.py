@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
         devices.warn_if_bfloat16_is_emulated()
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records)
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
     available = counts["test" if FLAGS.eval_data == "test" else "train"]
     num_examples = FLAGS.num_examples
     if num_examples > available:

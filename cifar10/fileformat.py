@@ -1,9 +1,11 @@
-"""Facts of the CIFAR-10 binary distribution: file names and record layout.
+"""Facts of the CIFAR-10 (and CIFAR-100) binary distributions: file names and record layout.
 
 Each ``.bin`` file holds records of 3,073 bytes: one label byte (0-9) followed
 by 3,072 image bytes, the 1,024 red, then green, then blue values of a 32x32
 image in row-major order.  The real files hold 10,000 records each.
 """
+
+import dataclasses
 
 IMAGE_SIZE = 32  # height and width of a stored image
 NUM_CHANNELS = 3
@@ -35,6 +37,36 @@ TARBALL_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 # Environment variable that overrides DATA_URL (a mirror, a local server or a
 # file:// path); the --data_url flag overrides both.
 DATA_URL_ENV = "CIFAR10_DATA_URL"
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Archive:
+    """A data set's binary tarball, as its authors publish it."""
+
+    name: str  # the --dataset value
+    title: str  # its name in prose
+    url: str
+    tarball: str
+    md5: str
+    size: int | None  # bytes; None where not published
+    folder: str  # what the tarball extracts to
+    url_env: str | None  # environment variable that overrides ``url``, if any
+
+
+CIFAR10 = Archive("cifar10", "CIFAR-10", DATA_URL, TARBALL_NAME, TARBALL_MD5, TARBALL_BYTES, BATCHES_DIRNAME,
+                  DATA_URL_ENV)
+# CIFAR-100: train.bin (50,000 records) and test.bin (10,000), each record a coarse
+# label byte (20 superclasses), a fine label byte (100 classes), then the image as
+# in CIFAR-10; the class names in coarse_label_names.txt and fine_label_names.txt.
+CIFAR100 = Archive("cifar100", "CIFAR-100", "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",
+                   "cifar-100-binary.tar.gz", "03b5dce01913d631647c71ecec9e9cb8", None,
+                   "cifar-100-binary", None)
+ARCHIVES = {archive.name: archive for archive in (CIFAR10, CIFAR100)}
+CIFAR100_FILES = {"train": "train.bin", "test": "test.bin"}
+CIFAR100_LABEL_BYTES = 2
+CIFAR100_LABELS = {"coarse": 0, "fine": 1}  # the label's byte in a record
+CIFAR100_NAMES_FILES = {"coarse": "coarse_label_names.txt", "fine": "fine_label_names.txt"}
 
 # Which files each evaluation split reads.
 SPLIT_FILES = {"train": TRAIN_FILES, "train_eval": TRAIN_FILES, "test": TEST_FILES}

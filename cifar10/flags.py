@@ -23,22 +23,38 @@ from cifar10 import fileformat as ff
 def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Where cifar10-train and cifar10-eval find their data."""
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
-                        "Path to the CIFAR-10 data directory; the data is downloaded and "
+                        "Path to the data directory; the data is downloaded and "
                         "extracted there when missing.", flag_values=flag_values)
+    flags.DEFINE_enum("dataset", ff.CIFAR10.name, sorted(ff.ARCHIVES),
+                      "The data set: cifar10, or cifar100 (100 classes, or 20 superclasses "
+                      "with --label=coarse).", flag_values=flag_values)
+    flags.DEFINE_enum("label", "fine", sorted(ff.CIFAR100_LABELS),
+                      "With --dataset=cifar100: train on its fine labels (100 classes) or its "
+                      "coarse ones (20 superclasses).", flag_values=flag_values)
     flags.DEFINE_string("data_url", None,
-                        f"Where to download {ff.TARBALL_NAME} from when --data_dir lacks it "
-                        f"(http, https or file://). Default: ${ff.DATA_URL_ENV}, else "
-                        f"{ff.DATA_URL}.", flag_values=flag_values)
+                        f"Where to download the data set's tarball from when --data_dir lacks "
+                        f"it (http, https or file://). Default for cifar10: "
+                        f"${ff.DATA_URL_ENV}, else {ff.DATA_URL}; for cifar100: "
+                        f"{ff.CIFAR100.url}.", flag_values=flag_values)
     flags.DEFINE_string("data_md5", None,
                         f"Expected MD5 of the tarball at --data_url, for a mirror of other "
-                        f"data (default: the official {ff.TARBALL_MD5}, with its size).",
-                        flag_values=flag_values)
+                        f"data (default: the official one, for cifar10 {ff.TARBALL_MD5} with "
+                        f"its size, for cifar100 {ff.CIFAR100.md5}).", flag_values=flag_values)
     flags.DEFINE_boolean("synthetic_data", False,
                          "Use generated CIFAR-format data (in <data_dir>/synthetic) instead "
                          "of the real data set: to try the toolkit offline. Not CIFAR-10.",
                          flag_values=flag_values)
     flags.DEFINE_integer("synthetic_records", 1000, "Records per file of the generated data "
                          "when --synthetic_data is set.", lower_bound=1, flag_values=flag_values)
+    flags.register_multi_flags_validator(
+        ["dataset", "label"],
+        lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
+        message="--label=coarse applies to --dataset=cifar100 only", flag_values=flag_values)
+    flags.register_multi_flags_validator(
+        ["dataset", "synthetic_data"],
+        lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
+        message="--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 "
+                "or --synthetic_data", flag_values=flag_values)
 
 
 def define_config_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:

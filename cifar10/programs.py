@@ -23,6 +23,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from cifar10 import cifar100
+from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
 from cifar10 import download
 from cifar10 import logs
@@ -38,12 +40,14 @@ _tensorflow_lines = False
 
 def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
                  use_synthetic: bool = False,
-                 synthetic_records: int = 1000, print_fn=print) -> tuple[str, dict[str, int]]:
+                 synthetic_records: int = 1000, print_fn=print, dataset: str = "cifar10",
+                 label: str = "fine") -> tuple[str, dict[str, int]]:
     """Finds, fetches if needed, and validates the data of a program.
 
     With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
-    (written when missing) and a notice says so; otherwise the real data set is
-    downloaded and extracted under ``data_dir`` when missing.
+    (written when missing) and a notice says so; otherwise the real data set
+    (``dataset``: 'cifar10' or 'cifar100', the latter with its ``label``: 'fine' or
+    'coarse') is downloaded and extracted under ``data_dir`` when missing.
 
     Returns:
       (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
@@ -66,6 +70,10 @@ def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
                 raise DataError(f"cannot write generated data in {os.path.dirname(batches_dir)} "
                                 f"({e.strerror or e}); choose a --data_dir you can "
                                 f"write") from e
+    elif dataset == ff.CIFAR100.name:
+        extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
+                                                        archive=ff.CIFAR100)
+        batches_dir = cifar100.batches_dir(extracted, data_dir, label)
     else:
         batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
     num_classes = len(data.class_names(batches_dir))

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> None:
 
     batches_dir, counts = programs.prepare_data(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records)
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
     strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
     if FLAGS.use_bf16:

@@ -1,0 +1,147 @@
+"""CIFAR-100: downloaded from a local HTTP server as its published tarball (a
+generated one here), MD5-checked, extracted safely, and trained on with its fine
+(100 classes) or coarse (20 superclasses) labels."""
+
+import functools
+import hashlib
+import http.server
+import io
+import os
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+
+from cli import call
+from cifar10 import checkpoints, cifar100, data
+from cifar10 import fileformat as ff
+from cifar10.errors import DataError
+from conftest import EVAL_LINE
+
+FINE = [f"fine{i:02d}" for i in range(100)]
+COARSE = [f"coarse{i:02d}" for i in range(20)]
+
+
+def records(count: int, seed: int) -> bytes:
+    """``count`` CIFAR-100 records: coarse label, fine label, 3,072 image bytes."""
+    rng = np.random.default_rng(seed)
+    fine = np.arange(count) % 100
+    out = np.zeros((count, 2 + ff.IMAGE_BYTES), np.uint8)
+    out[:, 0], out[:, 1] = fine // 5, fine
+    out[:, 2:] = rng.integers(0, 256, (count, ff.IMAGE_BYTES))
+    return out.tobytes()
+
+
+@pytest.fixture(scope="module")
+def tarball() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, payload in [("train.bin", records(300, 1)), ("test.bin", records(100, 2)),
+                              ("fine_label_names.txt", "\n".join(FINE).encode() + b"\n"),
+                              ("coarse_label_names.txt", "\n".join(COARSE).encode() + b"\n")]:
+            info = tarfile.TarInfo(f"{ff.CIFAR100.folder}/{name}")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def url(tarball, tmp_path_factory):
+    """The tarball's address on a local HTTP server."""
+    root = tmp_path_factory.mktemp("server")
+    (root / ff.CIFAR100.tarball).write_bytes(tarball)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{ff.CIFAR100.tarball}"
+    server.shutdown()
+    thread.join()
+
+
+def test_records_keep_the_chosen_label_and_the_image(tmp_path):
+    path = tmp_path / "train.bin"
+    path.write_bytes(records(7, 3))
+    raw = np.frombuffer(records(7, 3), np.uint8).reshape(7, -1)
+    for label, index in (("coarse", 0), ("fine", 1)):
+        got = cifar100.read_records(str(path), label)
+        assert got.shape == (7, ff.RECORD_BYTES)
+        np.testing.assert_array_equal(got[:, 0], raw[:, index])
+        np.testing.assert_array_equal(got[:, 1:], raw[:, 2:])
+    path.write_bytes(records(7, 3)[:-5])
+    with pytest.raises(DataError, match=r"not a whole number of 3,074-byte CIFAR-100 records"):
+        cifar100.read_records(str(path), "fine")
+
+
+def test_a_wrong_md5_is_refused_and_nothing_is_kept(url, tmp_path):
+    """The generated tarball is not the published one: the official MD5 refuses it."""
+    result = call("cifar10-train", "--dataset=cifar100", f"--data_url={url}",
+                  f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+                  "--max_steps=1")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"cifar10-train: error: the file downloaded from {url} is not the "
+                           f"expected tarball (got ")
+    assert f"expected MD5 {ff.CIFAR100.md5})" in last
+    assert os.listdir(tmp_path / "data") == []
+
+
+@pytest.mark.parametrize("label, names", [("fine", FINE), ("coarse", COARSE)])
+def test_download_extract_train_and_evaluate_with_either_label(url, tarball, tmp_path, label,
+                                                              names):
+    md5 = hashlib.md5(tarball).hexdigest()
+    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
+    flags = ["--dataset=cifar100", f"--label={label}", f"--data_url={url}",
+             f"--data_md5={md5}", f"--data_dir={data_dir}"]
+    trained = call("cifar10-train", *flags, f"--train_dir={train_dir}", "--max_steps=2",
+                   "--batch_size=8", "--summary_steps=1000")
+    assert trained.returncode == 0, trained.stderr
+    derived = data_dir / cifar100.batches_dir_name(label)
+    assert f"Training on 300 examples from {derived} " in trained.stdout
+    assert sorted(os.listdir(data_dir)) == sorted(
+        [ff.CIFAR100.tarball, ff.CIFAR100.folder, cifar100.batches_dir_name(label)])
+    assert data.class_names(str(derived)) == tuple(names)
+    assert [os.path.getsize(p) for p in data.split_files(str(derived), "train")] == \
+        [60 * ff.RECORD_BYTES] * 5
+    assert checkpoints.class_names(str(train_dir)) == tuple(names)
+    assert checkpoints.num_outputs(str(train_dir / "model.ckpt-2")) == len(names)
+
+    evaluated = call("cifar10-eval", *flags, f"--checkpoint_dir={train_dir}",
+                     f"--eval_dir={tmp_path / 'eval'}", "--run_once", "--batch_size=50")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert EVAL_LINE.match(evaluated.stdout.strip().splitlines()[-1])
+    assert ", 100 examples, " in evaluated.stdout
+
+
+def test_the_other_label_of_the_same_data_is_another_run(url, tarball, tmp_path):
+    md5 = hashlib.md5(tarball).hexdigest()
+    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
+    flags = ["--dataset=cifar100", f"--data_url={url}", f"--data_md5={md5}",
+             f"--data_dir={data_dir}", f"--train_dir={train_dir}", "--batch_size=8"]
+    assert call("cifar10-train", *flags, "--max_steps=1").returncode == 0
+    coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
+    assert coarse.returncode == 1
+    assert coarse.stderr.strip().splitlines()[-1].startswith(
+        f"cifar10-train: error: the run in {train_dir} has a model of 100 classes "
+        f"(model.ckpt-1) and --data_dir holds 20 (coarse00, coarse01, ")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--label=coarse"], "--label=coarse applies to --dataset=cifar100 only"),
+    (["--dataset=cifar100", "--synthetic_data"],
+     "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
+     "--synthetic_data"),
+    (["--dataset=cifar1000"], "--dataset"),
+])
+def test_bad_data_set_flags_are_usage_errors(tmp_path, flags, message):
+    result = call("cifar10-train", f"--data_dir={tmp_path}", *flags)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("cifar10-train: error: ") and message in last, last
+    assert not os.listdir(tmp_path)
