@@ -61,8 +61,9 @@ def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_
     assert {c["class"] for c in ranked} == set(names)
     assert sum(c["probability"] for c in ranked) == pytest.approx(1.0, abs=1e-4)
 
+    tflite = ["--tflite"] if num_classes == 3 else []  # the TFLite model follows too
     exported = call("cifar10-export", f"--checkpoint_dir={train_dir}",
-                    f"--export_dir={tmp_path / 'export'}")
+                    f"--export_dir={tmp_path / 'export'}", *tflite)
     assert exported.returncode == 0, exported.stderr
     loaded = tf.saved_model.load(str(tmp_path / "export" / "2"))
     for name in ("serving_default", "predict_images"):
@@ -71,6 +72,17 @@ def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_
     out = loaded.signatures["serving_default"](images=tf.constant([open(image[0], "rb").read()]))
     assert out["probabilities"].shape == (1, num_classes)
     assert out["class_names"].numpy()[0].decode() in names
+    if tflite:
+        runner = tf.lite.Interpreter(
+            model_path=str(tmp_path / "export" / "2" / "model.tflite")).get_signature_runner(
+                "predict_images")
+        pixels = tf.io.decode_png(open(image[0], "rb").read()).numpy()[None].astype(np.float32)
+        by_tflite = runner(images=pixels)
+        assert by_tflite["probabilities"].shape == (1, num_classes)
+        np.testing.assert_allclose(by_tflite["probabilities"],
+                                   loaded.signatures["predict_images"](
+                                       images=tf.constant(pixels))["probabilities"].numpy(),
+                                   atol=1e-4)
 
 
 def test_the_tutorials_model_is_unchanged_for_ten_classes(trained_run):
