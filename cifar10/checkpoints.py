@@ -44,7 +44,7 @@ import tensorflow as tf
 from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10.config import WEIGHTS
-from cifar10.errors import Cifar10Error, first_line, io_error, io_advice
+from cifar10.errors import Cifar10Error, first_line, io_error, io_advice, listed
 from cifar10.model import Model
 
 PREFIX = "model.ckpt"
@@ -500,7 +500,7 @@ class RunDirectory:
         if outputs != len(names):
             raise Cifar10Error(
                 f"the run in {self.directory} has a model of {outputs} classes "
-                f"({newest.name}) and --data_dir holds {len(names)} ({', '.join(names)}): "
+                f"({newest.name}) and --data_dir holds {len(names)} ({listed(names)}): "
                 f"train it on the data it started with, or choose another --train_dir")
         if not self.is_chief:
             return
@@ -512,7 +512,7 @@ class RunDirectory:
         if recorded != tuple(names):
             raise Cifar10Error(
                 f"the run in {self.directory} was trained on the classes "
-                f"({', '.join(recorded)}) and --data_dir holds ({', '.join(names)}): train it "
+                f"({listed(recorded)}) and --data_dir holds ({listed(names)}): train it "
                 f"on the data it started with, or choose another --train_dir")
 
 

@@ -11,6 +11,7 @@ It uses only the standard library, so that every module can import it cheaply.
 import errno
 import os
 import re
+from typing import Sequence
 
 
 class Cifar10Error(Exception):
@@ -64,3 +65,10 @@ def io_advice(error: BaseException) -> str:
     if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
         return "choose a directory you can write, or change its permissions"
     return ""
+
+
+def listed(names: Sequence[str], shown: int = 12) -> str:
+    """Names for a one-line message: all of them, or for many the first and last few."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown - 2])}, ..., {', '.join(names[-2:])}"

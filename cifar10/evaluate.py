@@ -25,7 +25,7 @@ from cifar10 import checkpoints
 from cifar10 import data
 from cifar10 import summaries
 from cifar10.config import EvalConfig, compute_dtype
-from cifar10.errors import Cifar10Error, first_line, io_advice, io_error
+from cifar10.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.model import Model
 
 RESULTS_FILE = "results.jsonl"
@@ -112,8 +112,8 @@ def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
     if data_classes and tuple(trained_on) != tuple(data_classes):
         raise Cifar10Error(
             f"the run in {run_dir} was trained on {len(trained_on)} classes "
-            f"({', '.join(trained_on)}) and --data_dir holds {len(data_classes)} "
-            f"({', '.join(data_classes)}): evaluate it on the data it was trained on")
+            f"({listed(trained_on)}) and --data_dir holds {len(data_classes)} "
+            f"({listed(data_classes)}): evaluate it on the data it was trained on")
 
 
 def _key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:

@@ -20,6 +20,7 @@ from absl import flags
 
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs
+from cifar10.errors import listed
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-prepare"
@@ -34,13 +35,6 @@ def show_progress(done: int, total: int, seconds: float) -> None:
     elif done == total or done % 10_000 == 0:
         sys.stderr.write(line + "\n")
     sys.stderr.flush()
-
-
-def named(names: tuple[str, ...], shown: int = 12) -> str:
-    """The class names, or for many the first and last few of them."""
-    if len(names) <= shown:
-        return ", ".join(names)
-    return f"{', '.join(names[:shown - 2])}, ..., {', '.join(names[-2:])}"
 
 
 def main(argv: list[str]) -> None:
@@ -63,7 +57,7 @@ def main(argv: list[str]) -> None:
     for path, why in summary.skipped:
         print(f"{PROGRAM}: skipped {path}: {why}", file=sys.stderr, flush=True)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
-          f"of {len(summary.class_names)} classes ({named(summary.class_names)}) to "
+          f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
           f"{summary.batches_dir}; skipped {len(summary.skipped)} unreadable images.",
           flush=True)
 

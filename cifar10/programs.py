@@ -33,8 +33,8 @@ from cifar10.errors import Cifar10Error, DataError
 
 SYNTHETIC_SUBDIR = "synthetic"
 
-# Whether TensorFlow's own log lines are shown (``run`` decides, from what the user
-# asked); quiet unless asked.
+# Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
+# user asked); quiet unless asked.
 _tensorflow_lines = False
 
 

@@ -11,7 +11,7 @@ from absl import flags
 from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
 from cifar10 import programs, synthetic
-from cifar10.errors import DataError, DivergedError
+from cifar10.errors import DataError, DivergedError, listed
 
 
 def test_synthetic_data_is_generated_once_and_announced(tmp_path):
@@ -145,3 +145,9 @@ def test_tensorflow_lines_are_asked_for_by_flag_or_environment(args, environ, as
                          flag_values=values)
     values(["cifar10-train", *args])
     assert programs.tensorflow_lines_asked(values) is asked
+
+
+def test_long_class_lists_are_shortened_in_one_line_messages():
+    assert listed(["cat", "dog"]) == "cat, dog"
+    names = [f"c{i}" for i in range(100)]
+    assert listed(names) == "c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, ..., c98, c99"
