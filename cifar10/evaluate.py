@@ -19,6 +19,7 @@ import time
 from typing import Callable, Sequence
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from cifar10 import checkpoints
@@ -49,6 +50,11 @@ class EvalResult:
     eval_data: str
     wall_time: float  # seconds since the epoch when the evaluation ended
     seconds: float  # how long it took
+    # [true class][predicted class] counts over exactly the evaluated examples: it
+    # sums to ``examples`` and its diagonal to ``correct``.
+    confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)
+    # {name, count, recall, precision} of each class, in label order (``per_class``).
+    per_class: list[dict] = dataclasses.field(default_factory=list)
 
     def line(self) -> str:
         """The original's output line, plus which step and checkpoint it scored."""
@@ -57,29 +63,39 @@ class EvalResult:
             os.path.basename(self.checkpoint), self.examples, self.weights)
 
 
-def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
-    """A function: dataset -> (correct top-1 predictions, examples) of ``model``.
+def make_scorer(model: Model) -> Callable[[tf.data.Dataset], np.ndarray]:
+    """A function: dataset -> the confusion matrix of ``model`` on it, int64
+    [true class, predicted class], one row and column per output of the model.
 
-    The whole pass over the dataset runs in one ``tf.function`` (traced once per
-    model and dataset structure), with no Python work per batch.  It is a
+    The prediction is the highest logit (the first class of a tie).  The whole
+    pass over the dataset runs in one ``tf.function`` (traced once per model and
+    dataset structure), with no Python work per batch.  It is a
     ``Dataset.reduce``, not a loop that AutoGraph converts: AutoGraph needs the
     source file, and without it (changed under a running program, or not
     installed) its fallback would trace the loop forever.
     """
+    num_classes = model.num_classes
 
-    def add(totals, batch):
+    def add(confusion, batch):
         images, labels = batch
-        hits = tf.math.in_top_k(tf.cast(labels, tf.int32), model(images), k=1)
-        return (totals[0] + tf.reduce_sum(tf.cast(hits, tf.int64)),
-                totals[1] + tf.size(labels, out_type=tf.int64))
+        predicted = tf.argmax(model(images), axis=1, output_type=tf.int32)
+        return confusion + tf.math.confusion_matrix(
+            tf.cast(labels, tf.int32), predicted, num_classes=num_classes, dtype=tf.int64)
 
     @tf.function(autograph=False)
-    def count(dataset):
-        return dataset.reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), add)
+    def score(dataset):
+        return dataset.reduce(tf.zeros([num_classes, num_classes], tf.int64), add)
+
+    return lambda dataset: score(dataset).numpy()
+
+
+def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
+    """A function: dataset -> (correct top-1 predictions, examples) of ``model``."""
+    scorer = make_scorer(model)
 
     def counter(dataset: tf.data.Dataset) -> tuple[int, int]:
-        correct, total = count(dataset)
-        return int(correct), int(total)
+        confusion = scorer(dataset)
+        return int(np.trace(confusion)), int(confusion.sum())
 
     return counter
 
@@ -87,6 +103,43 @@ def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
 def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
     """(correct top-1 predictions, examples) over every batch of ``dataset``."""
     return make_counter(model)(dataset)
+
+
+def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """Each class's {name, count, recall, precision} from a confusion matrix.
+
+    ``count`` is the class's examples; ``recall`` the share of them predicted as the
+    class (its accuracy); ``precision`` the share of the examples predicted as the
+    class that are of it, None when none was.  Outputs beyond ``names`` (a run
+    trained when the model always had 10) are named ``output <i>``.
+    """
+    rows = []
+    for i in range(confusion.shape[0]):
+        count, predicted, right = (int(confusion[i].sum()), int(confusion[:, i].sum()),
+                                   int(confusion[i, i]))
+        rows.append({"name": names[i] if i < len(names) else f"output {i}", "count": count,
+                     "recall": right / count if count else None,
+                     "precision": right / predicted if predicted else None})
+    return rows
+
+
+def class_table(result: EvalResult, max_matrix_classes: int = 20) -> list[str]:
+    """The per-class figures of ``result`` as text lines, and its confusion matrix
+    when it has at most ``max_matrix_classes`` classes (wider would not read)."""
+    width = max(len("class"), *(len(c["name"]) for c in result.per_class))
+    figure = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = [f"{'class':<{width}}  {'count':>6}  {'recall':>6}  {'precision':>9}"]
+    lines += [f"{c['name']:<{width}}  {c['count']:>6}  {figure(c['recall']):>6}  "
+              f"{figure(c['precision']):>9}" for c in result.per_class]
+    if len(result.per_class) <= max_matrix_classes:
+        cell = max(5, len(str(max(max(row) for row in result.confusion_matrix))))
+        lines.append("confusion matrix (rows: true class; columns: predicted class, "
+                     "as numbered):")
+        lines.append(f"{'':<{width + 4}}" + "".join(
+            f"{i:>{cell + 1}}" for i in range(len(result.per_class))))
+        lines += [f"{i:>2}  {c['name']:<{width}}" + "".join(f"{n:>{cell + 1}}" for n in row)
+                  for i, (c, row) in enumerate(zip(result.per_class, result.confusion_matrix))]
+    return lines
 
 
 def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
@@ -97,12 +150,15 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     model, step = checkpoints.load_model(checkpoint, config.weights,
                                          tf.as_dtype(compute_dtype(config)))
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
-    correct, examples = count_correct(model, dataset)
+    confusion = make_scorer(model)(dataset)
+    correct, examples = int(np.trace(confusion)), int(confusion.sum())
+    names = config.class_names or checkpoints.class_names(os.path.dirname(checkpoint))
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
                       precision=correct / max(examples, 1),
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=time.time(),
-                      seconds=time.monotonic() - start)
+                      seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
+                      per_class=per_class(confusion, names))
 
 
 def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
@@ -213,6 +269,8 @@ def _run_once(config, writer, print_fn) -> EvalResult:
         raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
     record(result, config.eval_dir, writer)
     print_fn(result.line())
+    for line in class_table(result):  # one evaluation: its classes too (not when polling)
+        print_fn(line)
     return result
 
 

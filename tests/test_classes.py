@@ -51,7 +51,14 @@ def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_
     evaluated = call("cifar10-eval", f"--data_dir={data_dir}", f"--checkpoint_dir={train_dir}",
                      f"--eval_dir={tmp_path / 'eval'}", "--run_once", "--batch_size=8")
     assert evaluated.returncode == 0, evaluated.stderr
-    assert EVAL_LINE.match(evaluated.stdout.strip().splitlines()[-1])
+    out = evaluated.stdout.splitlines()
+    assert EVAL_LINE.match(out[0])
+    # Then a row per class, and the confusion matrix up to 20 classes (wider would not read).
+    assert out[1].split() == ["class", "count", "recall", "precision"]
+    assert [row.split()[0] for row in out[2:2 + num_classes]] == list(names)
+    assert ("confusion matrix (rows: true class; columns: predicted class, as numbered):"
+            in out) == (num_classes <= 20)
+    assert len(out) == 2 + num_classes + (2 + num_classes if num_classes <= 20 else 0)
 
     predicted = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl",
                      f"--top_k={num_classes}", *image)

@@ -154,6 +154,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
     assert steps == sorted(steps) and steps[-1] == 40
     assert [r["checkpoint"] for r in results(eval_dir)][-1] == str(train_dir / "model.ckpt-40")
     assert [int(m[2]) for m in map(EVAL_LINE.match, eval_out.splitlines()) if m] == steps
+    assert "confusion matrix" not in eval_out  # polling prints the precision lines only
     assert event_tags(str(eval_dir))["Precision @ 1"] == steps
     assert (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
             f"stopping.") in eval_out

@@ -26,7 +26,8 @@ from cifar10.model import Model
 
 RECORDS = 50  # records per generated file: the test split holds 50 examples
 RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
-               "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns"}
+               "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns", "confusion_matrix",
+               "per_class"}
 DATA_SUFFIX = ".data-00000-of-00001"
 
 
@@ -235,7 +236,10 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     assert len(results) == 1
     result = results[0]
     assert (result.step, result.checkpoint, result.examples) == (6, run.ckpt6, 37)
-    assert len(lines) == 1
+    # The precision line, then the class table (a header and 10 rows) and the
+    # confusion matrix (a title, the column numbers and 10 rows).
+    assert len(lines) == 1 + 11 + 12
+    assert lines[1:] == evaluate.class_table(result)
     match = EVAL_LINE.match(lines[0])
     assert match, lines[0]
     assert match.groups()[1:] == ("6", "model.ckpt-6", "37", "averages")
@@ -442,3 +446,51 @@ def test_poll_returns_when_should_stop(run, tmp_path):
     results = evaluate.evaluate(config_of(run, tmp_path / "eval"), sleep=FakeSleep(),
                                 should_stop=lambda: True)
     assert results == []
+
+
+# --- per-class figures and the confusion matrix ---------------------------------
+
+
+def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path):
+    """Forced outcome: zero last-layer weights and a bias only for cat (3): every
+    image is predicted cat, so the matrix has the class counts in cat's column."""
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
+    test_files = data.split_files(batches_dir, "test")
+    labels = np.concatenate([labels.numpy() for _, labels in data.eval_dataset(test_files, 50)])
+    counts = np.bincount(labels, minlength=10)  # 23 records: 3 of classes 0-2, 2 of the rest
+    assert counts.tolist() == [3, 3, 3, 2, 2, 2, 2, 2, 2, 2]
+    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    for model in (state.model, state.averages):
+        model.softmax_linear.weights.assign(tf.zeros([192, 10]))
+        model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
+    state.step.assign(9)
+    train_dir = tmp_path / "train"
+    state.checkpoint().write(str(train_dir / "model.ckpt-9"))
+    lines = []
+    [result] = evaluate.evaluate(evaluate.EvalConfig(
+        checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval"), eval_files=test_files,
+        num_examples=23, batch_size=8, run_once=True,
+        class_names=data.class_names(batches_dir)), print_fn=lines.append)
+
+    want = np.zeros((10, 10), int)
+    want[:, 3] = counts
+    assert result.confusion_matrix == want.tolist()
+    assert (result.correct, result.examples) == (2, 23)  # the diagonal; the sum
+    assert result.precision == pytest.approx(2 / 23)
+    names = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+             "truck")
+    assert result.per_class == [
+        {"name": name, "count": int(count), "recall": 1.0 if i == 3 else 0.0,
+         "precision": 2 / 23 if i == 3 else None}
+        for i, (name, count) in enumerate(zip(names, counts))]
+    assert results_lines(tmp_path / "eval") == [dataclasses.asdict(result)]
+    assert lines[1:6] == ["class        count  recall  precision",
+                          "airplane         3   0.000          -",
+                          "automobile       3   0.000          -",
+                          "bird             3   0.000          -",
+                          "cat              2   1.000      0.087"]
+    assert lines[12:15] == [
+        "confusion matrix (rows: true class; columns: predicted class, as numbered):",
+        "                   0     1     2     3     4     5     6     7     8     9",
+        " 0  airplane       0     0     0     3     0     0     0     0     0     0"]
+    assert len(lines) == 24
