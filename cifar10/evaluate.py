@@ -31,6 +31,9 @@ from cifar10.model import Model
 
 RESULTS_FILE = "results.jsonl"
 PRECISION_TAG = "Precision @ 1"
+PER_CLASS_PREFIX = "per_class"  # per_class/recall/<class>, per_class/precision/<class>
+PR_CURVE_PREFIX = "pr_curve"  # pr_curve/<class>/pr_curves (the plugin adds its suffix)
+PR_THRESHOLDS = 201  # the PR curves' thresholds, 0 to 1 in steps of 0.005
 # How often the polling loop looks for a new checkpoint (an evaluation still
 # waits --eval_interval_secs after the previous one).
 POLL_SECS = 2.0
@@ -55,6 +58,17 @@ class EvalResult:
     confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)
     # {name, count, recall, precision} of each class, in label order (``per_class``).
     per_class: list[dict] = dataclasses.field(default_factory=list)
+    # For the PR curves, not results.jsonl: per class, how many of its own examples
+    # ([0]) and of the others ([1]) had each probability of it, in PR_THRESHOLDS
+    # buckets ([2, classes, PR_THRESHOLDS]).
+    probability_histograms: np.ndarray | None = dataclasses.field(default=None, repr=False,
+                                                                 compare=False)
+
+    def as_record(self) -> dict:
+        """The line of results.jsonl."""
+        record = dataclasses.asdict(self)
+        del record["probability_histograms"]
+        return record
 
     def line(self) -> str:
         """The original's output line, plus which step and checkpoint it scored."""
@@ -63,9 +77,11 @@ class EvalResult:
             os.path.basename(self.checkpoint), self.examples, self.weights)
 
 
-def make_scorer(model: Model) -> Callable[[tf.data.Dataset], np.ndarray]:
-    """A function: dataset -> the confusion matrix of ``model`` on it, int64
-    [true class, predicted class], one row and column per output of the model.
+def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
+    """A function: dataset -> (the confusion matrix of ``model`` on it, int64 [true
+    class, predicted class], one row and column per output of the model; the
+    histograms of each class's softmax probability over its own examples and over
+    the others', int64 [2, classes, PR_THRESHOLDS]).
 
     The prediction is the highest logit (the first class of a tie).  The whole
     pass over the dataset runs in one ``tf.function`` (traced once per model and
@@ -76,17 +92,35 @@ def make_scorer(model: Model) -> Callable[[tf.data.Dataset], np.ndarray]:
     """
     num_classes = model.num_classes
 
-    def add(confusion, batch):
+    def add(totals, batch):
+        confusion, histograms = totals
         images, labels = batch
-        predicted = tf.argmax(model(images), axis=1, output_type=tf.int32)
-        return confusion + tf.math.confusion_matrix(
-            tf.cast(labels, tf.int32), predicted, num_classes=num_classes, dtype=tf.int64)
+        labels = tf.cast(labels, tf.int32)
+        logits = model(images)
+        predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+        confusion += tf.math.confusion_matrix(labels, predicted, num_classes=num_classes,
+                                              dtype=tf.int64)
+        # Bucket i holds probabilities in [i, i + 1) / (PR_THRESHOLDS - 1).
+        buckets = tf.clip_by_value(
+            tf.cast(tf.floor(tf.nn.softmax(logits) * (PR_THRESHOLDS - 1)), tf.int32),
+            0, PR_THRESHOLDS - 1)
+        counts = tf.one_hot(buckets, PR_THRESHOLDS, dtype=tf.int64)  # [batch, classes, T]
+        own = tf.one_hot(labels, num_classes, dtype=tf.int64)[:, :, None]
+        histograms += tf.stack([tf.reduce_sum(counts * own, 0),
+                                tf.reduce_sum(counts * (1 - own), 0)])
+        return confusion, histograms
 
     @tf.function(autograph=False)
     def score(dataset):
-        return dataset.reduce(tf.zeros([num_classes, num_classes], tf.int64), add)
+        return dataset.reduce(
+            (tf.zeros([num_classes, num_classes], tf.int64),
+             tf.zeros([2, num_classes, PR_THRESHOLDS], tf.int64)), add)
 
-    return lambda dataset: score(dataset).numpy()
+    def scorer(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        confusion, histograms = score(dataset)
+        return confusion.numpy(), histograms.numpy()
+
+    return scorer
 
 
 def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
@@ -94,7 +128,7 @@ def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
     scorer = make_scorer(model)
 
     def counter(dataset: tf.data.Dataset) -> tuple[int, int]:
-        confusion = scorer(dataset)
+        confusion, _ = scorer(dataset)
         return int(np.trace(confusion)), int(confusion.sum())
 
     return counter
@@ -150,7 +184,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     model, step = checkpoints.load_model(checkpoint, config.weights,
                                          tf.as_dtype(compute_dtype(config)))
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
-    confusion = make_scorer(model)(dataset)
+    confusion, histograms = make_scorer(model)(dataset)
     correct, examples = int(np.trace(confusion)), int(confusion.sum())
     names = config.class_names or checkpoints.class_names(os.path.dirname(checkpoint))
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
@@ -158,7 +192,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
-                      per_class=per_class(confusion, names))
+                      per_class=per_class(confusion, names), probability_histograms=histograms)
 
 
 def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
@@ -200,20 +234,50 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
 
 
 def record(result: EvalResult, eval_dir: str, writer) -> None:
-    """Writes ``Precision @ 1`` at the checkpoint's step and appends to results.jsonl."""
+    """Writes ``Precision @ 1``, each class's recall and precision and PR curve at the
+    checkpoint's step, and appends the result to results.jsonl."""
     path = os.path.join(eval_dir, RESULTS_FILE)
     try:
         with writer.as_default():
             tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
+            _class_summaries(result)
         writer.flush()
         with open(path, "a+b") as f:
             # A line cut short by a crash must not swallow this one.
             if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
                 f.write(b"\n")
-            f.write((json.dumps(dataclasses.asdict(result)) + "\n").encode())
+            f.write((json.dumps(result.as_record()) + "\n").encode())
     except (OSError, tf.errors.OpError) as e:
         raise io_error(f"cannot record the result of {result.checkpoint} in", eval_dir,
                        e) from e
+
+
+def _class_summaries(result: EvalResult) -> None:
+    """Each class's recall and precision (scalars under ``per_class/``) and its
+    precision-recall curve (TensorBoard's PR-curve plugin, ``pr_curve/<class>``)."""
+    for figures in result.per_class:
+        for kind in ("recall", "precision"):
+            if figures[kind] is not None:
+                tf.summary.scalar(f"{PER_CLASS_PREFIX}/{kind}/{figures['name']}", figures[kind],
+                                  step=result.step)
+    if result.probability_histograms is None:
+        return
+    from tensorboard.plugins.pr_curve import summary as pr_curve
+
+    own, others = result.probability_histograms
+    for figures, positives, negatives in zip(result.per_class, own, others):
+        # At threshold i / (T - 1): the examples whose probability is that or more.
+        tp = np.cumsum(positives[::-1])[::-1].astype(np.float64)
+        fp = np.cumsum(negatives[::-1])[::-1].astype(np.float64)
+        fn, tn = positives.sum() - tp, negatives.sum() - fp
+        precision = np.divide(tp, tp + fp, out=np.ones_like(tp), where=tp + fp > 0)
+        recall = np.divide(tp, tp + fn, out=np.zeros_like(tp), where=tp + fn > 0)
+        summary = pr_curve.raw_data_pb(
+            f"{PR_CURVE_PREFIX}/{figures['name']}", true_positive_counts=tp,
+            false_positive_counts=fp, true_negative_counts=tn, false_negative_counts=fn,
+            precision=precision, recall=recall, num_thresholds=PR_THRESHOLDS,
+            display_name=figures["name"])
+        tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=result.step)
 
 
 class NoCheckpointError(Cifar10Error):

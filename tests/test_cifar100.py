@@ -115,8 +115,9 @@ def test_download_extract_train_and_evaluate_with_either_label(url, tarball, tmp
     evaluated = call("cifar10-eval", *flags, f"--checkpoint_dir={train_dir}",
                      f"--eval_dir={tmp_path / 'eval'}", "--run_once", "--batch_size=50")
     assert evaluated.returncode == 0, evaluated.stderr
-    assert EVAL_LINE.match(evaluated.stdout.strip().splitlines()[-1])
-    assert ", 100 examples, " in evaluated.stdout
+    out = evaluated.stdout.splitlines()
+    assert EVAL_LINE.match(out[0]) and ", 100 examples, " in out[0]
+    assert [row.split()[0] for row in out[2:2 + len(names)]] == names  # the class table
 
 
 def test_the_other_label_of_the_same_data_is_another_run(url, tarball, tmp_path):

@@ -182,7 +182,7 @@ def test_record_appends_a_json_line_and_a_scalar_at_the_step(run, tmp_path):
     writer.close()
     lines = results_lines(tmp_path)
     assert [set(line) for line in lines] == [RESULT_KEYS, RESULT_KEYS]
-    assert lines[0] == dataclasses.asdict(result)
+    assert lines[0] == result.as_record()
     assert (lines[0]["step"], lines[0]["examples"], lines[0]["eval_data"]) == (6, RECORDS, "test")
     assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
         6: pytest.approx(result.precision), 3: 0.25}
@@ -246,7 +246,7 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     assert f"precision @ 1 = {result.precision:.3f} " in lines[0]
     assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
         6: pytest.approx(result.precision)}
-    assert results_lines(tmp_path) == [dataclasses.asdict(result)]
+    assert results_lines(tmp_path) == [result.as_record()]
 
 
 def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
@@ -256,7 +256,7 @@ def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
     assert (result.step, result.checkpoint, result.weights) == (3, run.ckpt3, "raw")
     assert EVAL_LINE.match(lines[0]).groups()[1:] == ("3", "model.ckpt-3", str(result.examples),
                                                  "raw")
-    assert results_lines(tmp_path) == [dataclasses.asdict(result)]
+    assert results_lines(tmp_path) == [result.as_record()]
     missing = os.path.join(os.path.dirname(run.ckpt3), "model.ckpt-4")
     with pytest.raises(Cifar10Error, match=f"^cannot evaluate checkpoint {re.escape(missing)}: "):
         evaluate.evaluate(config_of(run, tmp_path / "eval", checkpoint=missing))
@@ -483,7 +483,7 @@ def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path)
         {"name": name, "count": int(count), "recall": 1.0 if i == 3 else 0.0,
          "precision": 2 / 23 if i == 3 else None}
         for i, (name, count) in enumerate(zip(names, counts))]
-    assert results_lines(tmp_path / "eval") == [dataclasses.asdict(result)]
+    assert results_lines(tmp_path / "eval") == [result.as_record()]
     assert lines[1:6] == ["class        count  recall  precision",
                           "airplane         3   0.000          -",
                           "automobile       3   0.000          -",
@@ -494,3 +494,47 @@ def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path)
         "                   0     1     2     3     4     5     6     7     8     9",
         " 0  airplane       0     0     0     3     0     0     0     0     0     0"]
     assert len(lines) == 24
+
+
+def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
+    """Read back with TensorBoard's own event reader: a recall and a precision scalar
+    per class under per_class/, and a PR curve per class for its PR-curve plugin."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
+    test_files = data.split_files(batches_dir, "test")
+    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    for model in (state.model, state.averages):  # always "cat", as above
+        model.softmax_linear.weights.assign(tf.zeros([192, 10]))
+        model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
+    state.step.assign(9)
+    state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
+    names = data.class_names(batches_dir)
+    evaluate.evaluate(evaluate.EvalConfig(
+        checkpoint_dir=str(tmp_path / "train"), eval_dir=str(tmp_path / "eval"),
+        eval_files=test_files, num_examples=23, batch_size=8, run_once=True, class_names=names),
+        print_fn=lambda line: None)
+
+    events = event_accumulator.EventAccumulator(
+        str(tmp_path / "eval"), size_guidance={event_accumulator.TENSORS: 0}).Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {f"per_class/recall/{name}" for name in names} <= tags
+    assert {f"per_class/precision/{name}" for name in names} & tags == {"per_class/precision/cat"}
+    curves = set(events.PluginTagToContent("pr_curves"))
+    assert curves == {f"pr_curve/{name}/pr_curves" for name in names}  # the plugin's suffix
+    value = lambda tag: tf.make_ndarray(events.Tensors(tag)[0].tensor_proto)  # noqa: E731
+    assert [e.step for e in events.Tensors("per_class/recall/cat")] == [9]
+    assert float(value("per_class/recall/cat")) == 1.0
+    assert float(value("per_class/recall/dog")) == 0.0
+    assert float(value("per_class/precision/cat")) == pytest.approx(2 / 23)
+    # Rows: true positives, false positives, true negatives, false negatives,
+    # precision, recall, at the thresholds 0, 0.005, ..., 1.
+    cat = value("pr_curve/cat/pr_curves")
+    assert cat.shape == (6, evaluate.PR_THRESHOLDS)
+    assert cat[0, 0] == 2 and cat[1, 0] == 21  # every image is above threshold 0
+    assert cat[5, 0] == 1.0 and cat[4, 0] == pytest.approx(2 / 23)
+    assert cat[0, -1] == 0 and cat[3, -1] == 2  # none is certain: the cat probability < 1
+    dog = value("pr_curve/dog/pr_curves")
+    # Dog's probability is 1 / (e^5 + 9) = 0.0064 for every image: at or above 0.005,
+    # below 0.01.
+    assert dog[0, :3].tolist() == [2, 2, 0] and dog[1, :3].tolist() == [21, 21, 0]
