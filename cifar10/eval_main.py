@@ -29,7 +29,8 @@ define_flags = cifar10_flags.define_eval_flags  # this program's flags
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)  # now that flags are parsed
+    # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
+    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     from cifar10 import data, devices, evaluate
 
     if FLAGS.eval_on_cpu:

@@ -40,6 +40,16 @@ POLL_SECS = 2.0
 
 
 @dataclasses.dataclass
+class Misclassified:
+    """Test images the model got wrong: uint8 [n, 32, 32, 3], their labels and the
+    classes predicted."""
+
+    images: np.ndarray
+    labels: list[int]
+    predicted: list[int]
+
+
+@dataclasses.dataclass
 class EvalResult:
     """The score of one checkpoint."""
 
@@ -63,11 +73,14 @@ class EvalResult:
     # buckets ([2, classes, PR_THRESHOLDS]).
     probability_histograms: np.ndarray | None = dataclasses.field(default=None, repr=False,
                                                                  compare=False)
+    # For the grid of misclassified images, not results.jsonl (``misclassified``).
+    misclassified: Misclassified | None = dataclasses.field(default=None, repr=False,
+                                                           compare=False)
 
     def as_record(self) -> dict:
         """The line of results.jsonl."""
         record = dataclasses.asdict(self)
-        del record["probability_histograms"]
+        del record["probability_histograms"], record["misclassified"]
         return record
 
     def line(self) -> str:
@@ -139,6 +152,39 @@ def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
     return make_counter(model)(dataset)
 
 
+def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
+                  batch_size: int = 128) -> Misclassified:
+    """``count`` of the first ``num_examples`` records of ``files`` that ``model``
+    classifies wrong, in class order: each class's first one in file order, then
+    each class's second, and so on.  From one checkpoint to the next they are mostly
+    the same images, so that their grid can be watched over a run."""
+    quota = -(-count // model.num_classes)
+    found: dict[int, list[tuple[np.ndarray, int]]] = {}
+    for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
+        guesses = tf.argmax(model(data.eval_batch(batch)), axis=1, output_type=tf.int32).numpy()
+        for i in np.flatnonzero(guesses != batch_labels.numpy()):
+            wrong = found.setdefault(int(batch_labels[i]), [])
+            if len(wrong) < quota:
+                wrong.append((batch[i].numpy(), int(guesses[i])))
+        if len(found) == model.num_classes and all(len(w) == quota for w in found.values()):
+            break
+    chosen = _round_robin(found, count)
+    return Misclassified(np.stack([image for _, image, _ in chosen]) if chosen
+                         else np.zeros((0, 32, 32, 3), np.uint8),
+                         [label for label, _, _ in chosen], [guess for _, _, guess in chosen])
+
+
+def _round_robin(found: dict[int, list[tuple[np.ndarray, int]]], count: int
+                 ) -> list[tuple[int, np.ndarray, int]]:
+    """(label, image, guess): each class's first, then each class's second, ...,
+    ``count`` in all, in class order."""
+    picked = [(rank, label, image, guess) for label in sorted(found)
+              for rank, (image, guess) in enumerate(found[label])]
+    picked = sorted(picked, key=lambda p: (p[0], p[1]))[:count]
+    return [(label, image, guess) for _, label, image, guess in sorted(
+        picked, key=lambda p: (p[1], p[0]))]
+
+
 def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
     """Each class's {name, count, recall, precision} from a confusion matrix.
 
@@ -192,7 +238,11 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
-                      per_class=per_class(confusion, names), probability_histograms=histograms)
+                      per_class=per_class(confusion, names), probability_histograms=histograms,
+                      misclassified=misclassified(model, config.eval_files, config.num_examples,
+                                                  config.misclassified_images,
+                                                  config.batch_size)
+                      if config.misclassified_images else None)
 
 
 def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
@@ -241,6 +291,7 @@ def record(result: EvalResult, eval_dir: str, writer) -> None:
         with writer.as_default():
             tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
             _class_summaries(result)
+            _pictures(result, eval_dir)
         writer.flush()
         with open(path, "a+b") as f:
             # A line cut short by a crash must not swallow this one.
@@ -278,6 +329,33 @@ def _class_summaries(result: EvalResult) -> None:
             precision=precision, recall=recall, num_thresholds=PR_THRESHOLDS,
             display_name=figures["name"])
         tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=result.step)
+
+
+CONFUSION_IMAGE_TAG = "confusion_matrix"
+MISCLASSIFIED_IMAGE_TAG = "misclassified"
+
+
+def _pictures(result: EvalResult, eval_dir: str) -> None:
+    """The confusion matrix as a heat map and the misclassified images as a grid: as
+    TensorBoard images, and as PNG files named by step in ``eval_dir`` (a file of
+    that name already there is kept; the new one gets a number)."""
+    if not result.confusion_matrix:
+        return
+    from cifar10 import plots  # matplotlib: the evaluator's alone
+
+    names = [c["name"] for c in result.per_class]
+    where = f"{os.path.basename(result.checkpoint)}, {result.weights} weights"
+    pictures = [(CONFUSION_IMAGE_TAG, plots.confusion_png(
+        result.confusion_matrix, names,
+        f"Confusion matrix, {where}: precision @ 1 = {result.precision:.3f}"))]
+    if result.misclassified is not None and len(result.misclassified.labels):
+        wrong = result.misclassified
+        pictures.append((MISCLASSIFIED_IMAGE_TAG, plots.misclassified_png(
+            wrong.images, [names[i] for i in wrong.labels], [names[i] for i in wrong.predicted],
+            f"Misclassified test images (true → predicted), {where}")))
+    for tag, png in pictures:
+        tf.summary.image(tag, tf.io.decode_png(png, channels=3)[None], step=result.step)
+        plots.write_new(eval_dir, f"{tag}-step{result.step}", png)
 
 
 class NoCheckpointError(Cifar10Error):

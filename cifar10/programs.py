@@ -110,15 +110,21 @@ def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str
     return latest.path
 
 
-def load_tensorflow(allow_tf32: bool = False):
+def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     """Imports TensorFlow (which takes seconds), its Python warnings hidden unless
-    the user asked for TensorFlow's lines (see ``run``).
+    the user asked for TensorFlow's lines (see ``set_up_output``).
 
     The programs call it once their flags and settings are checked.  float32
     stays float32: on GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would
     otherwise run float32 convolutions and matmuls with 10-bit mantissas;
-    ``allow_tf32`` lets it.
+    ``allow_tf32`` lets it.  Only a program that draws (``plots``: cifar10-eval)
+    lets TensorFlow load matplotlib.
     """
+    if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
+        # Keras, which TensorFlow loads, imports matplotlib.pyplot when it is
+        # installed, for a plotting helper no program here uses: 0.65 s of every
+        # start.  None in sys.modules makes that import fail, which Keras allows.
+        sys.modules["matplotlib"] = None
     import tensorflow as tf
 
     if not _tensorflow_lines:

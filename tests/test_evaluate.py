@@ -11,6 +11,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 import types
 
@@ -538,3 +540,62 @@ def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
     # Dog's probability is 1 / (e^5 + 9) = 0.0064 for every image: at or above 0.005,
     # below 0.01.
     assert dog[0, :3].tolist() == [2, 2, 0] and dog[1, :3].tolist() == [21, 21, 0]
+
+
+def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
+    test_files = data.split_files(batches_dir, "test")
+    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    for model in (state.model, state.averages):  # always "cat": 21 of the 23 are wrong
+        model.softmax_linear.weights.assign(tf.zeros([192, 10]))
+        model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
+    state.step.assign(9)
+    state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "confusion_matrix-step9.png").write_bytes(b"the user's own file")
+    config = evaluate.EvalConfig(
+        checkpoint_dir=str(tmp_path / "train"), eval_dir=str(eval_dir), eval_files=test_files,
+        num_examples=23, batch_size=8, run_once=True, misclassified_images=5,
+        class_names=data.class_names(batches_dir))
+    [result] = evaluate.evaluate(config, print_fn=lambda line: None)
+
+    # Each class's first wrong one in file order, in class order, 5 in all: cats are
+    # never wrong, so airplane, automobile, bird, deer, dog.
+    assert result.misclassified.labels == [0, 1, 2, 4, 5]
+    records = list(data.read_records(test_files).as_numpy_iterator())
+    first = {}
+    for image, label in records:
+        first.setdefault(int(label), image)
+    np.testing.assert_array_equal(result.misclassified.images,
+                                  np.stack([first[k] for k in (0, 1, 2, 4, 5)]))
+    assert result.misclassified.predicted == [3] * 5
+    assert result.misclassified.images.shape == (5, 32, 32, 3)
+    assert sorted(os.listdir(eval_dir)) == [
+        "confusion_matrix-step9-2.png", "confusion_matrix-step9.png",
+        *sorted(n for n in os.listdir(eval_dir) if n.startswith("events.")),
+        "misclassified-step9.png", "results.jsonl"]
+    assert (eval_dir / "confusion_matrix-step9.png").read_bytes() == b"the user's own file"
+    for name in ("confusion_matrix-step9-2.png", "misclassified-step9.png"):
+        image = tf.io.decode_png((eval_dir / name).read_bytes())
+        assert image.shape[0] > 200 and image.shape[1] > 200 and image.shape[2] in (3, 4)
+    events = event_accumulator.EventAccumulator(
+        str(eval_dir), size_guidance={event_accumulator.TENSORS: 0}).Reload()
+    assert {"confusion_matrix", "misclassified"} <= set(events.PluginTagToContent("images"))
+    assert [e.step for e in events.Tensors("misclassified")] == [9]
+
+
+@pytest.mark.parametrize("plots", [False, True])
+def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
+    """Keras imports matplotlib.pyplot when it is installed (0.65 s of each start):
+    the programs that do not draw keep it out, and TensorFlow works without it."""
+    script = ("import sys; from cifar10 import programs; "
+              f"tf = programs.load_tensorflow(plots={plots}); "
+              "blocked = 'matplotlib' in sys.modules and sys.modules['matplotlib'] is None; "
+              "blocked or __import__('cifar10.plots'); "  # the evaluator can draw
+              "print(blocked, int(tf.reduce_sum([1, 2])))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == [str(not plots), "3"], out.stderr

@@ -82,6 +82,14 @@ def test_the_trainers_warning_is_a_plain_line(runs):
         "cifar10-train: warning: --num_gpus=1 but this machine has no GPU: training on the CPU."]
 
 
+def test_the_evaluator_draws_its_pictures_as_png_files(runs):
+    names = sorted(p.name for p in (runs["root"] / "eval").glob("*.png"))
+    assert names[0] == "confusion_matrix-step4.png"
+    assert names[1:] in ([], ["misclassified-step4.png"])  # if it got any wrong
+    for name in names:
+        assert tf.io.decode_png((runs["root"] / "eval" / name).read_bytes()).shape[2] in (3, 4)
+
+
 def test_nothing_about_training_comes_before_the_run_is_known_to_go_ahead(runs):
     lines = runs["cifar10-train"].stdout.splitlines()
     assert lines[0].startswith("Training on ") and lines[0].endswith(

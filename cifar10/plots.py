@@ -1,0 +1,92 @@
+"""The evaluator's pictures: the confusion matrix as a heat map, and a grid of
+misclassified test images, as PNG bytes.
+
+They are drawn with matplotlib (its Agg backend: no screen), which only the
+evaluator imports: cifar10-train never loads it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
+from matplotlib import figure  # noqa: E402
+import numpy as np  # noqa: E402
+
+from cifar10.errors import Cifar10Error  # noqa: E402
+
+
+def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], title: str) -> bytes:
+    """A heat map of ``confusion`` (true classes as rows, predicted as columns), the
+    class names on both axes and the counts in the cells (up to 30 classes)."""
+    matrix = np.asarray(confusion)
+    n = len(matrix)
+    size = max(4.0, 0.45 * n + 2.5)
+    fig = figure.Figure(figsize=(size, size * 0.9), dpi=100)
+    ax = fig.add_subplot()
+    image = ax.imshow(matrix, cmap="Blues")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ticks = np.arange(n)
+    labels = [names[i] if i < len(names) else f"output {i}" for i in range(n)]
+    ax.set_xticks(ticks, labels, rotation=90 if n > 10 else 45, ha="right" if n <= 10 else "center",
+                  fontsize=8)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    ax.set_title(title, fontsize=10)
+    if n <= 30:
+        threshold = matrix.max() / 2 if matrix.size else 0
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
+                        color="white" if matrix[i, j] > threshold else "black")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequence[str],
+                      title: str) -> bytes:
+    """A grid of uint8 images [n, 32, 32, 3], each labelled ``true → predicted``."""
+    count = len(images)
+    columns = min(8, max(count, 1))
+    rows = max(1, -(-count // columns))
+    fig = figure.Figure(figsize=(1.6 * columns, 2.0 * rows + 0.5), dpi=100)
+    fig.suptitle(title, fontsize=10)
+    for k in range(rows * columns):
+        ax = fig.add_subplot(rows, columns, k + 1)
+        ax.axis("off")
+        if k < count:
+            ax.imshow(images[k], interpolation="nearest")
+            ax.set_title(f"{true[k]} →\n{predicted[k]}", fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _png(fig: figure.Figure) -> bytes:
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def write_new(directory: str, stem: str, png: bytes) -> str:
+    """Writes ``png`` as ``<stem>.png`` in ``directory``, or ``<stem>-2.png`` ... when
+    that name is taken: a file of that name is never replaced.  Returns the path.
+
+    Raises:
+      Cifar10Error: the file cannot be written.
+    """
+    for n in range(1, 1000):
+        path = os.path.join(directory, f"{stem}.png" if n == 1 else f"{stem}-{n}.png")
+        try:
+            with open(path, "xb") as f:
+                f.write(png)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise Cifar10Error(f"cannot write {path} ({e.strerror or e})") from e
+    raise Cifar10Error(f"cannot write {stem}.png in {directory}: 999 files of that name exist")
