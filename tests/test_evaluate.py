@@ -453,21 +453,26 @@ def test_poll_returns_when_should_stop(run, tmp_path):
 # --- per-class figures and the confusion matrix ---------------------------------
 
 
-def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path):
-    """Forced outcome: zero last-layer weights and a bias only for cat (3): every
-    image is predicted cat, so the matrix has the class counts in cat's column."""
+def always_cat_run(tmp_path):
+    """(data folder, test files, train_dir) of a run whose model.ckpt-9 always says cat
+    (3): zero last-layer weights and a bias for cat alone; 23 test records."""
     batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
-    test_files = data.split_files(batches_dir, "test")
-    labels = np.concatenate([labels.numpy() for _, labels in data.eval_dataset(test_files, 50)])
-    counts = np.bincount(labels, minlength=10)  # 23 records: 3 of classes 0-2, 2 of the rest
-    assert counts.tolist() == [3, 3, 3, 2, 2, 2, 2, 2, 2, 2]
     state = train.TrainState(seed=0, compute_dtype=tf.float32)
     for model in (state.model, state.averages):
         model.softmax_linear.weights.assign(tf.zeros([192, 10]))
         model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
     state.step.assign(9)
-    train_dir = tmp_path / "train"
-    state.checkpoint().write(str(train_dir / "model.ckpt-9"))
+    state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
+    return batches_dir, data.split_files(batches_dir, "test"), tmp_path / "train"
+
+
+def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path):
+    """Forced outcome: zero last-layer weights and a bias only for cat (3): every
+    image is predicted cat, so the matrix has the class counts in cat's column."""
+    batches_dir, test_files, train_dir = always_cat_run(tmp_path)
+    labels = np.concatenate([labels.numpy() for _, labels in data.eval_dataset(test_files, 50)])
+    counts = np.bincount(labels, minlength=10)  # 23 records: 3 of classes 0-2, 2 of the rest
+    assert counts.tolist() == [3, 3, 3, 2, 2, 2, 2, 2, 2, 2]
     lines = []
     [result] = evaluate.evaluate(evaluate.EvalConfig(
         checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval"), eval_files=test_files,
@@ -503,14 +508,7 @@ def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
     per class under per_class/, and a PR curve per class for its PR-curve plugin."""
     from tensorboard.backend.event_processing import event_accumulator
 
-    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
-    test_files = data.split_files(batches_dir, "test")
-    state = train.TrainState(seed=0, compute_dtype=tf.float32)
-    for model in (state.model, state.averages):  # always "cat", as above
-        model.softmax_linear.weights.assign(tf.zeros([192, 10]))
-        model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
-    state.step.assign(9)
-    state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
+    batches_dir, test_files, _ = always_cat_run(tmp_path)
     names = data.class_names(batches_dir)
     evaluate.evaluate(evaluate.EvalConfig(
         checkpoint_dir=str(tmp_path / "train"), eval_dir=str(tmp_path / "eval"),
@@ -545,14 +543,7 @@ def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
 def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator
 
-    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
-    test_files = data.split_files(batches_dir, "test")
-    state = train.TrainState(seed=0, compute_dtype=tf.float32)
-    for model in (state.model, state.averages):  # always "cat": 21 of the 23 are wrong
-        model.softmax_linear.weights.assign(tf.zeros([192, 10]))
-        model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
-    state.step.assign(9)
-    state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
+    batches_dir, test_files, _ = always_cat_run(tmp_path)  # 21 of the 23 are wrong
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     (eval_dir / "confusion_matrix-step9.png").write_bytes(b"the user's own file")
