@@ -17,7 +17,6 @@ matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
 import numpy as np  # noqa: E402
 
-from cifar10.errors import Cifar10Error  # noqa: E402
 
 
 def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], title: str) -> bytes:
@@ -77,16 +76,19 @@ def write_new(directory: str, stem: str, png: bytes) -> str:
     that name is taken: a file of that name is never replaced.  Returns the path.
 
     Raises:
-      Cifar10Error: the file cannot be written.
+      OSError: the file cannot be written (what was written of it is removed).
     """
     for n in range(1, 1000):
         path = os.path.join(directory, f"{stem}.png" if n == 1 else f"{stem}-{n}.png")
         try:
-            with open(path, "xb") as f:
-                f.write(png)
-            return path
+            f = open(path, "xb")
         except FileExistsError:
             continue
-        except OSError as e:
-            raise Cifar10Error(f"cannot write {path} ({e.strerror or e})") from e
-    raise Cifar10Error(f"cannot write {stem}.png in {directory}: 999 files of that name exist")
+        try:
+            with f:
+                f.write(png)
+        except OSError:
+            os.remove(path)  # this call made it: half a picture is no use to anyone
+            raise
+        return path
+    raise FileExistsError(f"999 files named {stem}*.png in {directory}")
