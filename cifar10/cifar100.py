@@ -12,6 +12,7 @@ with as many outputs as names, the evaluator) is the same for both data sets.
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 
@@ -76,10 +77,7 @@ def batches_dir(extracted: str, data_dir: str, label: str) -> str:
             for name, part in zip(ff.TRAIN_FILES, np.array_split(train, len(ff.TRAIN_FILES))):
                 part.tofile(os.path.join(scratch, name))
             test.tofile(os.path.join(scratch, ff.TEST_FILES[0]))
-            with open(names, encoding="utf-8") as f:
-                text = f.read()
-            with open(os.path.join(scratch, ff.META_FILE), "w", encoding="utf-8") as f:
-                f.write(text)
+            shutil.copyfile(names, os.path.join(scratch, ff.META_FILE))
     except OSError as e:
         if os.path.isdir(target):  # another process wrote it meanwhile
             return target

@@ -162,10 +162,11 @@ def misclassified(model: Model, files: Sequence[str], num_examples: int, count: 
     found: dict[int, list[tuple[np.ndarray, int]]] = {}
     for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
         guesses = tf.argmax(model(data.eval_batch(batch)), axis=1, output_type=tf.int32).numpy()
-        for i in np.flatnonzero(guesses != batch_labels.numpy()):
-            wrong = found.setdefault(int(batch_labels[i]), [])
+        images, labels = batch.numpy(), batch_labels.numpy()
+        for i in np.flatnonzero(guesses != labels):
+            wrong = found.setdefault(int(labels[i]), [])
             if len(wrong) < quota:
-                wrong.append((batch[i].numpy(), int(guesses[i])))
+                wrong.append((images[i], int(guesses[i])))
         if len(found) == model.num_classes and all(len(w) == quota for w in found.values()):
             break
     chosen = _round_robin(found, count)
@@ -226,13 +227,12 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files."""
     start = time.monotonic()
     mtime = _mtime(checkpoint)
-    _check_classes(checkpoint, config.class_names)
+    names = _run_classes(checkpoint, config.class_names)
     model, step = checkpoints.load_model(checkpoint, config.weights,
                                          tf.as_dtype(compute_dtype(config)))
     dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
     confusion, histograms = make_scorer(model)(dataset)
     correct, examples = int(np.trace(confusion)), int(confusion.sum())
-    names = config.class_names or checkpoints.class_names(os.path.dirname(checkpoint))
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
                       precision=correct / max(examples, 1),
                       correct=correct, examples=examples, weights=config.weights,
@@ -245,8 +245,12 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       if config.misclassified_images else None)
 
 
-def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
-    """Raises Cifar10Error if the run of ``checkpoint`` was trained on other classes."""
+def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
+    """The class names the run of ``checkpoint`` was trained on.
+
+    Raises:
+      Cifar10Error: ``data_classes`` (when given) are other classes.
+    """
     run_dir = os.path.dirname(checkpoint)
     trained_on = checkpoints.class_names(run_dir)
     if data_classes and tuple(trained_on) != tuple(data_classes):
@@ -254,6 +258,7 @@ def _check_classes(checkpoint: str, data_classes: Sequence[str]) -> None:
             f"the run in {run_dir} was trained on {len(trained_on)} classes "
             f"({listed(trained_on)}) and --data_dir holds {len(data_classes)} "
             f"({listed(data_classes)}): evaluate it on the data it was trained on")
+    return trained_on
 
 
 def _key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:
