@@ -24,7 +24,11 @@ setup(
     packages=find_packages(include=["cifar10", "cifar10.*"]),
     python_requires=">=3.10",
     install_requires=requirements("requirements.txt"),
-    extras_require={"test": requirements("requirements-test.txt")},
+    extras_require={
+        "test": requirements("requirements-test.txt"),
+        # TensorBoard's Profile tab, to read cifar10-train --profile_steps' traces.
+        "profile": ["tensorboard-plugin-profile>=2.16"],
+    },
     entry_points={
         "console_scripts": [
             "cifar10-train=cifar10.train_main:run",

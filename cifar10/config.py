@@ -94,6 +94,8 @@ class TrainConfig:
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
                                "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).")
+    # (first, last): the steps --profile_steps traces with TensorFlow's profiler.
+    profile_steps: tuple[int, int] | None = setting(None, flag=False)
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
                                        "(checkpoints, state file, event files, markers; "
                                        "nothing else) and start from step 0 (default: resume).")
@@ -105,6 +107,41 @@ class TrainConfig:
                      "keep_checkpoints", "summary_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.profile_steps is not None:
+            check_profile_steps(self.profile_steps, self.max_steps)
+
+
+def parse_profile_steps(text: str) -> tuple[int, int]:
+    """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N).
+
+    Raises:
+      ValueError: not one or two whole numbers, or not a window of steps.
+    """
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        first, last = int(parts[0]), int(parts[-1])
+    except ValueError:
+        raise ValueError(f"expected FIRST,LAST: two step numbers such as 11,20, "
+                         f"got {text!r}") from None
+    check_profile_steps((first, last))
+    return first, last
+
+
+def check_profile_steps(window: tuple[int, int], max_steps: int | None = None) -> None:
+    """Raises ValueError unless ``window`` is (first, last) with 1 <= first <= last
+    (<= max_steps)."""
+    first, last = window
+    if first < 1:
+        raise ValueError(f"the first step to profile must be at least 1, got {first} "
+                         f"(steps count from 1, as the log lines)")
+    if last < first:
+        raise ValueError(f"the last step to profile, {last}, comes before the first, "
+                         f"{first}: give FIRST,LAST with FIRST <= LAST")
+    if max_steps is not None and last > max_steps:
+        raise ValueError(f"the last step to profile, {last}, is beyond max_steps={max_steps}: "
+                         f"profile earlier steps or raise --max_steps")
 
 
 @dataclasses.dataclass

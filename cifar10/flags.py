@@ -97,11 +97,44 @@ def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          "faster, but not float32 (see docs/training.md).", flag_values=flag_values)
 
 
+class _StepWindowParser(flags.ArgumentParser):
+    """--profile_steps' value: "FIRST,LAST" (or one step) as a (first, last) tuple."""
+
+    def parse(self, argument):
+        if isinstance(argument, tuple):
+            return argument
+        return config.parse_profile_steps(argument)
+
+    def flag_type(self) -> str:
+        return "FIRST,LAST"
+
+
+class _StepWindowSerializer(flags.ArgumentSerializer):
+    def serialize(self, value) -> str:
+        return f"{value[0]},{value[1]}"
+
+
+def _window_within_max_steps(values: dict) -> bool:
+    if values["profile_steps"] is not None:
+        try:
+            config.check_profile_steps(values["profile_steps"], values["max_steps"])
+        except ValueError as e:
+            raise flags.ValidationError(str(e)) from None
+    return True
+
+
 def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-train."""
     define_data_flags(flag_values)
     define_config_flags(config.TrainConfig, flag_values)
     define_tf32_flag(flag_values)
+    flags.DEFINE(_StepWindowParser(), "profile_steps", None,
+                 "Trace steps FIRST to LAST (both included, e.g. 11,20) with TensorFlow's "
+                 "profiler into <train_dir>/plugins/profile, for TensorBoard's Profile tab "
+                 "(pip install 'cifar10[profile]'); default: no trace.",
+                 flag_values=flag_values, serializer=_StepWindowSerializer())
+    flags.register_multi_flags_validator(["profile_steps", "max_steps"],
+                                         _window_within_max_steps, flag_values=flag_values)
     flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
                          "the CPU. With fewer GPUs than asked, the replicas run on logical "
                          "devices.", lower_bound=0, flag_values=flag_values)

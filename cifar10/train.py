@@ -36,6 +36,7 @@ from cifar10 import checkpoints
 from cifar10 import coordination
 from cifar10 import data
 from cifar10 import fileformat as ff
+from cifar10 import profiling
 from cifar10 import summaries
 from cifar10.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
                             LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
@@ -432,12 +433,15 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     save = functools.partial(_save, trainer, run_dir)
     cluster.watch(lambda: save(int(trainer.state.step.numpy())))
     done = start  # the last step completed
+    profile = profiling.StepWindow(cfg.profile_steps, cfg.train_dir if run_dir.is_chief else None,
+                                   start, print_fn)
     try:
         with summaries.file_writer(cfg.train_dir if run_dir.is_chief else None):
             summaries.write_run_config(settings, step=start)
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
             for step in range(start + 1, cfg.max_steps + 1):
+                profile.before(step)
                 losses = trainer.step(iterator, with_summaries=step % cfg.summary_steps == 0)
                 if step == start + 1:
                     tf.summary.trace_export("train_step", step=start)
@@ -447,6 +451,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                         f"Model diverged with loss = NaN at step {step} (loss {loss}); "
                         f"{run_dir.describe_latest('the last good checkpoint')}")
                 done = step
+                profile.after(step)
                 progress.step_done(step, loss, log=step % cfg.log_frequency == 0
                                    or step in (start + 1, cfg.max_steps))
                 if step % cfg.checkpoint_steps == 0 or step == cfg.max_steps:
@@ -457,6 +462,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     except tf.errors.OpError as e:
         raise cluster.failure(e, done, run_dir.describe_latest()) from e
     finally:
+        profile.close()
         # Stop the input pipeline here, not at some later garbage collection (the
         # traced step keeps this frame alive); see input_options for its cost.
         del iterator

@@ -62,7 +62,8 @@ def main(argv: list[str]) -> None:
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
-    config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS)
+    config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS,
+                                              profile_steps=FLAGS.profile_steps)
     stop_event = threading.Event()
     install_stop_handlers(stop_event)
     result = train.train(config, strategy, data.split_files(batches_dir, "train"),

@@ -1,0 +1,184 @@
+"""cifar10-train --profile_steps: a profiler trace of a window of steps, where
+TensorBoard's Profile tab finds it, and training unchanged around it."""
+
+import argparse
+import glob
+import importlib.metadata
+import os
+import socket
+import threading
+
+import pytest
+import tensorflow as tf
+
+import cli
+from cifar10 import config, profiling, train
+from conftest import TRAIN_LINE, mirrored
+
+
+def small_config(train_dir, **overrides):
+    settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=6, log_frequency=1,
+                    checkpoint_steps=3, summary_steps=1000, shuffle_buffer=100)
+    return train.TrainConfig(**{**settings, **overrides})
+
+
+def traces(train_dir):
+    """The .xplane.pb files under <train_dir>/plugins/profile/<run>/."""
+    return sorted(glob.glob(os.path.join(str(train_dir), "plugins", "profile", "*",
+                                         "*.xplane.pb")))
+
+
+@pytest.mark.parametrize("text, window", [("11,20", (11, 20)), (" 3 , 4 ", (3, 4)),
+                                          ("7", (7, 7)), ("1,1", (1, 1))])
+def test_profile_steps_are_parsed_as_a_window(text, window):
+    assert config.parse_profile_steps(text) == window
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x", "expected FIRST,LAST: two step numbers such as 11,20, got 'x'"),
+    ("1,2,3", "expected FIRST,LAST: two step numbers such as 11,20, got '1,2,3'"),
+    ("", "expected FIRST,LAST: two step numbers such as 11,20, got ''"),
+    ("0,3", "the first step to profile must be at least 1, got 0"),
+    ("5,3", "the last step to profile, 3, comes before the first, 5"),
+])
+def test_bad_profile_steps_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        config.parse_profile_steps(text)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("5,x", "flag --profile_steps=5,x: expected FIRST,LAST: two step numbers such as 11,20"),
+    ("4,2", "flag --profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
+    ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps "
+             "or raise --max_steps"),
+])
+def test_cifar10_train_refuses_a_bad_window_in_one_line(value, message, tmp_path):
+    result = cli.call("cifar10-train", f"--profile_steps={value}", "--max_steps=10",
+                      f"--train_dir={tmp_path / 'train'}", "--synthetic_data",
+                      f"--data_dir={tmp_path / 'data'}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1
+    assert lines[-1].startswith("cifar10-train: error: ") and message in lines[-1]
+    assert lines[-1].endswith("(see cifar10-train --help)")
+    assert not (tmp_path / "train").exists()
+
+
+def test_library_config_checks_the_window_against_max_steps(tmp_path):
+    with pytest.raises(ValueError, match="the last step to profile, 7, is beyond max_steps=6"):
+        small_config(tmp_path, profile_steps=(2, 7)).check()
+
+
+@pytest.fixture(scope="module")
+def profiled_run(learnable_files, tmp_path_factory):
+    """Six steps on 2 replicas with steps 3 to 4 traced: (train_dir, lines, result)."""
+    files, count = learnable_files
+    train_dir = tmp_path_factory.mktemp("profiled") / "train"
+    lines = []
+    result = train.train(small_config(train_dir, profile_steps=(3, 4)), mirrored(2), files,
+                         count, print_fn=lines.append)
+    return train_dir, lines, result
+
+
+def test_a_window_writes_one_trace_of_both_replicas_and_training_goes_on(profiled_run):
+    train_dir, lines, result = profiled_run
+    (trace,) = traces(train_dir)
+    assert os.path.basename(trace) == f"{socket.gethostname()}.xplane.pb"
+    with open(trace, "rb") as f:
+        content = f.read()
+    assert b"replica_1/" in content and b"device:CPU:1" in content  # the second replica's ops
+    steps = [int(TRAIN_LINE.match(line)[1]) for line in lines if TRAIN_LINE.match(line)]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert (result.step, result.complete) == (6, True)
+    assert os.path.exists(os.path.join(train_dir, "model.ckpt-6.index"))
+    said = [line for line in lines if line.startswith("Profiled")]
+    assert said == [f"Profiled steps 3 to 4: the trace is in "
+                    f"{os.path.join(train_dir, 'plugins', 'profile')}, for TensorBoard's "
+                    f"Profile tab."]
+    # The line comes right after step 4 is run, before its progress line.
+    assert lines.index(said[0]) == [i for i, line in enumerate(lines) if "step 4," in line][0] - 1
+
+
+def test_tensorboards_profile_plugin_lists_the_trace(profiled_run):
+    # Found as TensorBoard finds it: the "profile" entry point of its plugin group.
+    (loader,) = [entry.load() for entry in importlib.metadata.entry_points(
+        group="tensorboard_plugins") if entry.name == "profile"] or [None]
+    if loader is None:
+        pytest.skip("the profile extra (pip install '.[profile]') is not installed")
+    from tensorboard.plugins import base_plugin
+
+    train_dir, _, _ = profiled_run
+    context = base_plugin.TBContext(logdir=str(train_dir.parent), data_provider=None,
+                                    flags=argparse.Namespace(master_tpu_unsecure_channel=""))
+    plugin = loader().load(context)
+    (run,) = plugin.runs_imp()
+    run_dir = os.path.basename(os.path.dirname(traces(train_dir)[0]))
+    assert run == f"train/{run_dir}"
+    tools = plugin.run_tools_imp(run)
+    assert any(tool.startswith("trace_viewer") for tool in tools)
+    assert "op_profile" in tools
+    assert plugin.host_impl(run, "trace_viewer") == [{"hostname": socket.gethostname()}]
+
+
+def test_a_run_stopped_inside_the_window_keeps_the_trace_of_the_steps_it_ran(
+        learnable_files, tmp_path):
+    files, count = learnable_files
+    stop, lines = threading.Event(), []
+
+    def print_and_stop(line):
+        lines.append(line)
+        if "step 3," in line:
+            stop.set()
+
+    result = train.train(small_config(tmp_path, max_steps=20, profile_steps=(2, 10)),
+                         mirrored(1), files, count, stop_event=stop, print_fn=print_and_stop)
+    assert (result.step, result.stopped) == (3, True)
+    assert len(traces(tmp_path)) == 1
+    assert f"Profiled steps 2 to 3: the trace is in {tmp_path}/plugins/profile, for " \
+           f"TensorBoard's Profile tab." in lines
+
+
+def test_a_resumed_run_traces_what_is_left_of_its_window_or_warns_it_has_passed(
+        learnable_files, tmp_path, caplog):
+    files, count = learnable_files
+    train.train(small_config(tmp_path, max_steps=3), mirrored(1), files, count,
+                print_fn=lambda line: None)
+    lines = []
+    train.train(small_config(tmp_path, max_steps=5, profile_steps=(2, 4)), mirrored(1), files,
+                count, print_fn=lines.append)
+    assert [line for line in lines if line.startswith("Profiled")] == [
+        f"Profiled step 4: the trace is in {tmp_path}/plugins/profile, for TensorBoard's "
+        f"Profile tab."]
+    assert len(traces(tmp_path)) == 1
+    lines.clear()
+    train.train(small_config(tmp_path, max_steps=6, profile_steps=(2, 4)), mirrored(1), files,
+                count, print_fn=lines.append)
+    assert not [line for line in lines if line.startswith("Profiled")]
+    assert len(traces(tmp_path)) == 1
+    assert ("--profile_steps=2,4 lies before step 6, where this run resumes: no profile is "
+            "taken. Pass a later window to profile this run.") in caplog.text
+
+
+def test_a_profiler_that_cannot_start_costs_the_trace_not_the_run(learnable_files, tmp_path,
+                                                                   caplog):
+    files, count = learnable_files
+    other = tmp_path / "other"
+    tf.profiler.experimental.start(str(other))  # someone else's profiler in this process
+    try:
+        result = train.train(small_config(tmp_path / "train", max_steps=3,
+                                          profile_steps=(1, 2)),
+                             mirrored(1), files, count, print_fn=lambda line: None)
+    finally:
+        tf.profiler.experimental.stop()
+    assert (result.step, result.complete) == (3, True)
+    assert traces(tmp_path / "train") == []
+    assert "cannot start the profiler for --profile_steps" in caplog.text
+    assert "training goes on without a profile" in caplog.text
+
+
+def test_a_worker_that_writes_nothing_traces_nothing(tmp_path):
+    window = profiling.StepWindow((1, 2), None, 0, print_fn=pytest.fail)
+    assert not window.active()
+    window.before(1)
+    window.after(1)
+    window.close()
+    assert not window.running
