@@ -1,16 +1,30 @@
 """Folders that appear whole: written under a temporary name, renamed when complete.
 
 A reader (a trainer finding its data, TensorFlow Serving polling for versions)
-never sees half of one, and a failure or an interruption leaves nothing behind.
+never sees half of one, and a failure or an interruption leaves nothing behind,
+except after ``kill -9`` or a power cut: then the scratch folder stays, and
+``remove_leftovers`` removes it at the next run, because it can prove who made it.
+
+The proof: a scratch folder ``.<name>-incomplete-<random>`` holds a marker file
+naming ``<name>``, and the process writing it holds a lock (``flock``) on that
+marker until the folder is complete.  The system drops the lock when the process
+dies, however it dies; so a marked folder whose lock can be taken is a leftover,
+and one whose lock is held is being written by a live process and is left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import re
 import shutil
 import tempfile
 from typing import Iterator
+
+MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
+_SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
 
 
 @contextlib.contextmanager
@@ -24,14 +38,67 @@ def new_folder(target: str) -> Iterator[str]:
       OSError: the scratch folder cannot be made, or the rename fails.
     """
     parent = os.path.dirname(target) or "."
+    name = os.path.basename(target)
     os.makedirs(parent, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-incomplete-", dir=parent)
+    scratch = tempfile.mkdtemp(prefix=f".{name}-incomplete-", dir=parent)
+    marker = None
     try:
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(scratch, 0o777 & ~mask)
+        marker = open(os.path.join(scratch, MARKER), "w")
+        fcntl.flock(marker, fcntl.LOCK_EX)
+        marker.write(json.dumps({"for": name, "pid": os.getpid()}) + "\n")
+        marker.flush()
         yield scratch
+        os.remove(marker.name)
         os.rename(scratch, target)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    finally:
+        if marker is not None:
+            marker.close()  # drops the lock
+
+
+def remove_leftovers(parent: str) -> list[str]:
+    """Removes the scratch folders in ``parent`` that ``new_folder`` left when its
+    process died; returns their names, sorted.
+
+    Only a folder named ``.<name>-incomplete-*`` that holds a marker for ``<name>``
+    whose lock no live process holds is removed; anything else stays, among
+    them the scratch folder of a ``new_folder`` still at work.  A folder that
+    cannot be inspected or removed stays too.
+    """
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _SCRATCH.fullmatch(name)
+        path = os.path.join(parent, name)
+        if match and not os.path.islink(path) and _abandoned(path, match["name"]):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                removed.append(name)
+    return removed
+
+
+def _abandoned(scratch: str, name: str) -> bool:
+    """Whether ``scratch`` holds ``new_folder``'s marker for ``name``, unlocked."""
+    marker = os.path.join(scratch, MARKER)
+    if os.path.islink(marker) or not os.path.isfile(marker):
+        return False
+    try:
+        with open(marker) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # its writer is alive
+            try:
+                return json.loads(f.readline()).get("for") == name
+            except (ValueError, AttributeError):
+                return False
+    except OSError:
+        return False

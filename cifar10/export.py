@@ -62,12 +62,14 @@ class ServingModule(tf.Module):
 
 def export(checkpoint: str, export_dir: str, weights: str = "averages",
            class_names: Sequence[str] = ff.CLASS_NAMES, overwrite: bool = False,
-           tflite: bool = False) -> str:
+           tflite: bool = False, print_fn=print) -> str:
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
 
     The version folder is written under a temporary name and renamed when
     complete (``atomic.new_folder``), so that a server polling ``export_dir``
-    never loads half of it.
+    never loads half of it.  What an export killed before its rename left in
+    ``export_dir`` is removed first, one line (``print_fn``) says so; only
+    folders ``atomic.remove_leftovers`` proves to be such leftovers.
 
     Raises:
       Cifar10Error: the checkpoint cannot be read; the version folder exists
@@ -75,6 +77,10 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
         cannot be written.
     """
     model, step = checkpoints.read_model(checkpoint, weights)
+    removed = atomic.remove_leftovers(export_dir)
+    if removed:
+        print_fn(f"Removed what an interrupted export left in {export_dir}: "
+                 f"{', '.join(removed)}.")
     target = os.path.join(export_dir, str(step))
     if os.path.lexists(target):
         if not overwrite:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -159,3 +161,60 @@ def test_a_run_of_fewer_classes_is_served_among_its_own_classes(trained_run, tmp
     for row, prediction in zip(probabilities, expected):
         np.testing.assert_allclose(row[list(prediction.labels)], prediction.probabilities,
                                    atol=1e-6)
+
+
+def test_an_export_killed_midway_is_cleaned_up_by_the_next_and_nothing_else_is(trained_run,
+                                                                               tmp_path):
+    from cli import call, start
+
+    from cifar10 import atomic
+
+    train_dir, _ = trained_run
+    export_dir = tmp_path / "export"
+    killed = start("cifar10-export", f"--checkpoint_dir={train_dir}",
+                   f"--export_dir={export_dir}", "--tflite")
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(export_dir / ".6-incomplete-*" / atomic.MARKER)):
+            assert killed.poll() is None and time.monotonic() < deadline, "no export started"
+            time.sleep(0.005)
+    finally:
+        killed.kill()
+        killed.communicate()
+    (leftover,) = [name for name in os.listdir(export_dir) if name.startswith(".6-incomplete-")]
+    # What the export cannot prove it wrote stays: a folder without its marker, a
+    # marker for another name, a file, and the scratch folder of an export at work.
+    (export_dir / ".6-incomplete-notmine").mkdir()
+    (export_dir / ".6-incomplete-notmine" / "data").write_text("a user's")
+    other = export_dir / ".7-incomplete-abc"
+    other.mkdir()
+    (other / atomic.MARKER).write_text(json.dumps({"for": "8"}) + "\n")
+    (export_dir / ".6-incomplete-file").write_text("a user's")
+    with atomic.new_folder(str(export_dir / "9")) as at_work:
+        result = call("cifar10-export", f"--checkpoint_dir={train_dir}",
+                      f"--export_dir={export_dir}")
+        assert os.path.isdir(at_work)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"Removed what an interrupted export left in {export_dir}: {leftover}.")
+    assert sorted(os.listdir(export_dir)) == [
+        ".6-incomplete-file", ".6-incomplete-notmine", ".7-incomplete-abc", "6", "9"]
+    assert (export_dir / ".6-incomplete-notmine" / "data").read_text() == "a user's"
+    assert "saved_model.pb" in os.listdir(export_dir / "6")
+    assert os.listdir(export_dir / "9") == []  # the marker goes before the rename
+
+
+def test_a_new_folder_left_by_a_dead_process_is_removed_only_once_its_lock_is_free(tmp_path):
+    from cifar10 import atomic
+
+    script = ("import os, sys; from cifar10 import atomic\n"
+              "with atomic.new_folder(sys.argv[1]):\n"
+              "    print('in', flush=True); os.kill(os.getpid(), 9)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == -9 and out.stdout == "in\n"
+    (scratch,) = os.listdir(tmp_path)
+    assert re.fullmatch(r"\.data-incomplete-\w+", scratch)
+    assert atomic.remove_leftovers(str(tmp_path)) == [scratch]
+    assert os.listdir(tmp_path) == []
+    assert atomic.remove_leftovers(str(tmp_path / "missing")) == []
