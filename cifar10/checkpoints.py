@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from cifar10 import data
 from cifar10 import fileformat as ff
+from cifar10 import runrecord
 from cifar10.config import WEIGHTS
 from cifar10.errors import Cifar10Error, first_line, io_error, io_advice, listed
 from cifar10.model import Model
@@ -66,8 +67,10 @@ _TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+\.v2")
 # Temporary names of the atomic writes of the state file (this module's and
 # TensorFlow's), of the complete marker and of the class names.
+# The trainer's own small files besides checkpoints: each is written as <name>.tmp first.
+_RECORDS = (COMPLETE_FILE, CLASSES_FILE, runrecord.FLAGS_FILE, runrecord.ENVIRONMENT_FILE)
 _STATE_TMP = re.compile(r"checkpoint\.tmp[0-9a-f]{32}")
-_MARKER_TMP = re.compile(f"({re.escape(COMPLETE_FILE)}|{re.escape(CLASSES_FILE)})\\.tmp")
+_MARKER_TMP = re.compile(f"({'|'.join(re.escape(name) for name in _RECORDS)})\\.tmp")
 _STATE_LINE = re.compile(r'^model_checkpoint_path:\s*"([^"]*)"\s*$', re.MULTILINE)
 
 
@@ -249,7 +252,7 @@ def completed_step(directory: str) -> int | None:
 
 def _own_files(directory: str) -> list[str]:
     """The names in ``directory`` that this trainer writes (matched exactly), sorted."""
-    exact = {STATE_FILE, COMPLETE_FILE, CLASSES_FILE}
+    exact = {STATE_FILE, *_RECORDS}
     patterns = (_INDEX, _DATA, _TEMP_DIR, _EVENTS, _STATE_TMP, _MARKER_TMP)
     return sorted(name for name in _listdir(directory)
                   if name in exact or any(p.fullmatch(name) for p in patterns))

@@ -89,6 +89,11 @@ class TrainConfig:
                                     "averages, loss and updates; no loss scaling). Fast on "
                                     "CPUs with AVX512_BF16 or AMX and on GPUs from Ampere on; "
                                     "emulated, and slower than float32, elsewhere.")
+    deterministic: bool = setting(
+        False, "Make the run reproducible: TensorFlow's op determinism and a data order and "
+               "distortions fixed by --seed, also across a stop and resume, so that two runs "
+               "with the same flags on the same machine and TensorFlow write identical "
+               "checkpoints (see docs/training.md; slower on GPUs).")
     initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False)
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)

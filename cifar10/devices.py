@@ -12,6 +12,7 @@ Logical devices can only be made before TensorFlow initialises its runtime, so
 
 from __future__ import annotations
 
+import platform
 from typing import Sequence
 
 from absl import logging
@@ -215,3 +216,39 @@ def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
     if "chief" in cluster:
         return task_type == "chief", f"{task_type} {task_id}"
     return task_type in (None, "worker") and task_id == 0, f"{task_type} {task_id}"
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Worker processes that train together: 1 without a cluster."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver else {}
+    return max(1, sum(len(cluster.get(job, ())) for job in ("chief", "worker")))
+
+
+def describe(device_names: Sequence[str]) -> list[dict[str, str]]:
+    """{'name', 'kind'} of each device: the GPU's model as TensorFlow reports it
+    (e.g. 'NVIDIA A100-SXM4-40GB'), or this machine's CPU model for a CPU device."""
+    gpus = tf.config.list_physical_devices("GPU")
+    described = []
+    for name in device_names:
+        spec = tf.DeviceSpec.from_string(name)
+        if spec.device_type == "GPU" and gpus:
+            details = tf.config.experimental.get_device_details(
+                gpus[min(spec.device_index or 0, len(gpus) - 1)])
+            kind = details.get("device_name", "GPU")
+        else:
+            kind = cpu_model() if spec.device_type == "CPU" else str(spec.device_type)
+        described.append({"name": name, "kind": kind})
+    return described
+
+
+def cpu_model() -> str:
+    """This machine's CPU model (Linux's /proc/cpuinfo), else what Python knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return "CPU: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU: " + (platform.processor() or platform.machine() or "unknown")

@@ -14,6 +14,8 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -51,7 +53,8 @@ def main(argv: list[str]) -> None:
     config = cifar10_flags.config_from_flags(
         evaluate.EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
         num_examples=num_examples, class_names=data.class_names(batches_dir))
-    evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True))
+    evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True),
+                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
 
 
 def run() -> None:

@@ -24,6 +24,8 @@ import tensorflow as tf
 
 from cifar10 import checkpoints
 from cifar10 import data
+from cifar10 import devices
+from cifar10 import runrecord
 from cifar10 import summaries
 from cifar10.config import EvalConfig, compute_dtype
 from cifar10.errors import Cifar10Error, first_line, io_advice, io_error, listed
@@ -370,7 +372,8 @@ class NoCheckpointError(Cifar10Error):
 def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
              sleep: Callable[[float], None] = time.sleep,
              should_stop: Callable[[], bool] = lambda: False,
-             clock: Callable[[], float] = time.monotonic) -> list[EvalResult]:
+             clock: Callable[[], float] = time.monotonic,
+             flags_text: str | None = None, command: Sequence[str] = ()) -> list[EvalResult]:
     """Scores checkpoints of ``config.checkpoint_dir`` until training is done.
 
     With ``run_once``, scores the latest checkpoint (or ``checkpoint``, when
@@ -380,7 +383,10 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     the trainer has marked the run complete and its final checkpoint is scored,
     after ``eval_timeout`` seconds without a new checkpoint, or when
     ``should_stop()`` is true.  ``sleep`` and ``clock`` (seconds, for the
-    intervals and the timeout) are the waiting and the time it uses.
+    intervals and the timeout) are the waiting and the time it uses.  Each call
+    appends its start to ``eval_dir``'s environment.jsonl, with the command line
+    ``command``, and ``flags_text`` (the program's flags in flagfile format, if
+    given) to its flags.txt (``runrecord``).
 
     Returns:
       The results of this call, in order.
@@ -395,6 +401,10 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     except OSError as e:
         raise io_error("cannot create --eval_dir", config.eval_dir, e,
                        io_advice(e) or "choose a directory you can write") from e
+    gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
+    runrecord.record_start(config.eval_dir, runrecord.environment(
+        "cifar10-eval", command, devices.describe(gpus[:1] or ["/device:CPU:0"]),
+        tf.__version__), flags_text)
     with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)

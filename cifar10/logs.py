@@ -150,7 +150,9 @@ def hide_native_lines() -> None:
 
 class ProgramFormatter(logging.Formatter):
     """Warnings as ``<program>: warning: <message>`` (errors ``...: error: ...``),
-    like the programs' one-line errors; lower levels as ``fallback`` formats them."""
+    like the programs' one-line errors; a warning logged with ``extra={"notice":
+    True}`` (a change the user made, not a problem) as ``<program>: notice: ...``;
+    lower levels as ``fallback`` formats them."""
 
     def __init__(self, program: str, fallback: logging.Formatter | None = None):
         super().__init__()
@@ -160,5 +162,6 @@ class ProgramFormatter(logging.Formatter):
         if record.levelno >= logging.ERROR:
             return f"{self.program}: error: {record.getMessage()}"
         if record.levelno >= logging.WARNING:
-            return f"{self.program}: warning: {record.getMessage()}"
+            kind = "notice" if getattr(record, "notice", False) else "warning"
+            return f"{self.program}: {kind}: {record.getMessage()}"
         return self.fallback.format(record)

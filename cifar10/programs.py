@@ -244,3 +244,22 @@ def parse_flags(argv: list[str], program: str, doc: str,
         message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
+
+
+def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
+                  not_replayed: tuple[str, ...] = ("fresh_start",)) -> str:
+    """The program's flags and their values, one per line in absl's flagfile format
+    (``--name=value``, ``--name`` / ``--noname``), as ``--flagfile`` reads them.
+
+    Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
+    that delete something) is written as false, so that replaying the file never
+    does that again.
+    """
+    lines = []
+    for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
+        if flag.name in not_replayed:
+            lines.append(f"--no{flag.name}")
+        elif flag.value is not None:
+            lines.append(flag.serialize())
+    return "".join(f"{line}\n" for line in lines)
+

@@ -30,13 +30,16 @@ import threading
 import time
 from typing import Callable, Iterator, Sequence
 
+from absl import logging
 import tensorflow as tf
 
 from cifar10 import checkpoints
 from cifar10 import coordination
 from cifar10 import data
+from cifar10 import devices
 from cifar10 import fileformat as ff
 from cifar10 import profiling
+from cifar10 import runrecord
 from cifar10 import summaries
 from cifar10.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
                             LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
@@ -131,6 +134,9 @@ class Trainer:
                  examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
                  num_classes: int = ff.NUM_CLASSES):
         config.check()
+        if config.deterministic:
+            # Process-wide: every op from here on runs deterministically (or raises).
+            tf.config.experimental.enable_op_determinism()
         self.config = config
         self.strategy = strategy
         self.num_replicas = strategy.num_replicas_in_sync
@@ -157,15 +163,26 @@ class Trainer:
 
         The input position is not checkpointed (it would mean saving the shuffle
         buffer); instead a resumed run seeds its input with the step it starts
-        at, so that it does not replay the order the run began with.
+        at, so that it does not replay the order the run began with.  A
+        ``deterministic`` run instead rebuilds the order it began with and skips
+        the batches of the steps already done, so that it goes on exactly as an
+        uninterrupted run would (with the same batch size and replicas).
         """
         cfg = self.config
-        seed = (cfg.seed * 1_000_003 + start_step) % (2**31 - 1)
-        return self.strategy.distribute_datasets_from_function(
-            lambda ctx: data.train_dataset(train_files, cfg.batch_size, seed=seed,
-                                           shuffle_buffer=cfg.shuffle_buffer,
-                                           input_context=ctx),
-            input_options(self.strategy))
+        if cfg.deterministic:
+            seed, skip_steps = cfg.seed % (2**31 - 1), start_step
+        else:
+            seed, skip_steps = (cfg.seed * 1_000_003 + start_step) % (2**31 - 1), 0
+
+        def pipeline(ctx):
+            # A pipeline feeds one replica, or each of its worker's replicas in turn.
+            per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+            return data.train_dataset(train_files, cfg.batch_size, seed=seed,
+                                      shuffle_buffer=cfg.shuffle_buffer, input_context=ctx,
+                                      skip_batches=skip_steps * per_step)
+
+        return self.strategy.distribute_datasets_from_function(pipeline,
+                                                               input_options(self.strategy))
 
     def settings(self) -> dict:
         """What the run's config does not say: replicas, global batch, data, TensorFlow."""
@@ -348,7 +365,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
           examples_per_epoch: int, stop_event: threading.Event | None = None,
           print_fn=print, run_info: dict | None = None,
           class_names: Sequence[str] = ff.CLASS_NAMES,
-          on_report: Callable[[StepReport], None] | None = None) -> TrainResult:
+          on_report: Callable[[StepReport], None] | None = None,
+          flags_text: str | None = None, command: Sequence[str] = ()) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
     Takes the lock of ``config.train_dir`` (one trainer per directory), with
@@ -374,6 +392,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
         ``train_dir`` for cifar10-predict and cifar10-export.
       on_report: called with the figures of each logged step (``StepReport``),
         after its progress line is printed.
+      flags_text: the program's flags in flagfile format, recorded per start in
+        ``train_dir``'s flags.txt (``runrecord``); None records no flags.
+      command: the command line, for the start's environment record.
 
     Raises:
       DivergedError: the loss became NaN or infinite.
@@ -401,6 +422,10 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                                    last_checkpoint=restored.path)
             if restored:
                 print_fn(f"Resuming from {restored.path} at step {start}.")
+            if run_dir.is_chief:
+                _record_start(trainer, cfg.train_dir, train_files, class_names, start,
+                              resumed=restored is not None, flags_text=flags_text,
+                              command=command)
             print_fn(_start_line(trainer, cluster, cfg.train_dir, train_files))
             run_dir.unmark_complete()
             settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
@@ -412,6 +437,39 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                 run_dir.mark_complete(step)
             return TrainResult(start_step=start, step=step, complete=complete,
                                last_checkpoint=run_dir.latest_path())
+
+
+def trained_settings(trainer: Trainer, train_files: list[str],
+                     class_names: Sequence[str]) -> dict:
+    """The settings of a start that change what is trained (``runrecord``), and the
+    class count and step limit."""
+    cfg = trainer.config
+    return {"batch_size": cfg.batch_size, "global_batch": trainer.global_batch,
+            "num_replicas": trainer.num_replicas,
+            "num_workers": devices.num_workers(trainer.strategy),
+            "precision": compute_dtype(cfg),
+            "data_dir": os.path.abspath(os.path.dirname(train_files[0])),
+            "num_classes": len(class_names), "examples_per_epoch": trainer.examples_per_epoch,
+            "initial_learning_rate": cfg.initial_learning_rate, "seed": cfg.seed,
+            "deterministic": cfg.deterministic, "xla": cfg.xla, "max_steps": cfg.max_steps}
+
+
+def _record_start(trainer: Trainer, train_dir: str, train_files: list[str],
+                  class_names: Sequence[str], start: int, resumed: bool,
+                  flags_text: str | None, command: Sequence[str]) -> None:
+    """Appends this start to the run's flags.txt and environment.jsonl; on resume,
+    one notice per trained setting that changed since the start before."""
+    settings = trained_settings(trainer, train_files, class_names)
+    before = runrecord.last_record(train_dir) if resumed else None
+    changed = runrecord.changes(before and before.get("settings"), settings)
+    for change in changed:
+        logging.warning(runrecord.describe_change(change, start, train_dir), extra={"notice": True})
+    record = runrecord.environment(
+        "cifar10-train", command, devices.describe(trainer.strategy.extended.worker_devices),
+        tf.__version__)
+    record.update(start_step=start, num_replicas=trainer.num_replicas,
+                  num_workers=settings["num_workers"], settings=settings, changes=changed)
+    runrecord.record_start(train_dir, record, flags_text)
 
 
 def _start_line(trainer: Trainer, cluster: coordination.Coordinator, train_dir: str,

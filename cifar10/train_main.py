@@ -71,7 +71,8 @@ def main(argv: list[str]) -> None:
                          print_fn=lambda line: print(line, flush=True),
                          run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
                                    "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32},
-                         class_names=data.class_names(batches_dir))
+                         class_names=data.class_names(batches_dir),
+                         flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
     saved = f"; saved {result.last_checkpoint}" if result.last_checkpoint else ""
     if result.stopped:
         print(f"Stopped at step {result.step}{saved}. Run the same command again to resume.")

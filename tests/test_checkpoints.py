@@ -239,8 +239,8 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
                          *learnable_files, print_fn=lines.append)
     assert result.start_step == 0 and result.step == 2
     # 3 checkpoints x 2 files, state file, event file, complete marker, class
-    # names, 2 leftovers.
-    assert lines[0] == f"Fresh start: removed 12 files of the earlier run from {run_dir}."
+    # names, environment record, 2 leftovers.
+    assert lines[0] == f"Fresh start: removed 13 files of the earlier run from {run_dir}."
     names = set(os.listdir(run_dir))
     assert set(USER_FILES) | {"my_folder"} <= names
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
@@ -378,8 +378,11 @@ def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path,
         eval_config = evaluate.EvalConfig(checkpoint_dir=str(train_dir), eval_dir=str(eval_dir),
                                           eval_files=test_files, num_examples=10,
                                           run_once=True)
-        with pytest.raises(Cifar10Error, match=f"cannot write summaries in {eval_dir} "):
+        with pytest.raises(Cifar10Error) as err:
             evaluate.evaluate(eval_config, print_fn=lambda line: None)
+        assert str(err.value) == (f"cannot record the run's start in {eval_dir}/environment.jsonl"
+                                  f" (Read-only file system); choose a directory on a "
+                                  f"writable file system")
         with pytest.raises(Cifar10Error, match=f"cannot create --eval_dir {disk}/new "
                                                r"\(Read-only file system\); choose a "
                                                r"directory on a writable file system"):

@@ -565,7 +565,7 @@ def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files
     assert result.misclassified.predicted == [3] * 5
     assert result.misclassified.images.shape == (5, 32, 32, 3)
     assert sorted(os.listdir(eval_dir)) == [
-        "confusion_matrix-step9-2.png", "confusion_matrix-step9.png",
+        "confusion_matrix-step9-2.png", "confusion_matrix-step9.png", "environment.jsonl",
         *sorted(n for n in os.listdir(eval_dir) if n.startswith("events.")),
         "misclassified-step9.png", "results.jsonl"]
     assert (eval_dir / "confusion_matrix-step9.png").read_bytes() == b"the user's own file"

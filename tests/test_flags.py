@@ -35,7 +35,7 @@ def test_the_original_flag_names_and_defaults():
         "train_dir": "/tmp/cifar10_train", "batch_size": 128, "max_steps": 1_000_000,
         "log_frequency": 10, "checkpoint_steps": 1000, "keep_checkpoints": 5,
         "summary_steps": 100, "seed": 0, "use_fp16": False, "use_bf16": False, "xla": False,
-        "fresh_start": False}
+        "deterministic": False, "fresh_start": False}
     assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"
     assert eval_flags["eval_dir"].default == "/tmp/cifar10_eval"
     assert eval_flags["eval_interval_secs"].default == 300

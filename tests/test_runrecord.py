@@ -1,0 +1,243 @@
+"""What a run records about how it was made: flags.txt, environment.jsonl, notices of
+changed settings on resume, and --deterministic runs that repeat bit for bit."""
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import cli
+from cifar10 import programs, runrecord, train_main
+from cifar10.errors import Cifar10Error
+from conftest import TRAIN_LINE
+
+
+def train_args(tmp_path, *extra, train_dir="train"):
+    return (f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / train_dir}",
+            "--synthetic_data", "--synthetic_records=50", "--batch_size=16", *extra)
+
+
+def records(directory):
+    with open(os.path.join(directory, runrecord.ENVIRONMENT_FILE)) as f:
+        return [json.loads(line) for line in f]
+
+
+def parsed(argv):
+    """The cifar10 flags of cifar10-train parsed from ``argv``, as {name: value}."""
+    values = flags.FlagValues()
+    train_main.define_flags(values)
+    values(["cifar10-train", *argv])
+    return {flag.name: flag.value
+            for flag in values.get_flags_for_module("cifar10.flags")}
+
+
+def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
+    args = train_args(tmp_path, "--max_steps=2", "--seed=3", "--log_frequency=1",
+                      "--checkpoint_steps=2", "--keep_checkpoints=4", "--use_bf16",
+                      "--fresh_start")
+    first = cli.call("cifar10-train", *args)
+    assert first.returncode == 0, first.stderr
+    flags_txt = tmp_path / "train" / runrecord.FLAGS_FILE
+    text = flags_txt.read_text()
+    assert re.fullmatch(r"# cifar10-train, started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 on "
+                        r"\S+ at step 0", text.splitlines()[0])
+    assert "--batch_size=16\n" in text and "--use_bf16\n" in text and "--seed=3\n" in text
+    # The same flags, except that a replay never deletes the run it replays.
+    expected = {**parsed(args), "fresh_start": False}
+    assert parsed([f"--flagfile={flags_txt}"]) == expected
+
+    # A replay with one flag changed resumes the run; the file keeps both starts and
+    # a replay of it gives the latest start's flags.
+    again = cli.call("cifar10-train", f"--flagfile={flags_txt}", "--max_steps=3")
+    assert again.returncode == 0, again.stderr
+    assert f"Resuming from {tmp_path / 'train' / 'model.ckpt-2'} at step 2." in again.stdout
+    text = flags_txt.read_text()
+    headers = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(headers) == 2 and headers[1].endswith(" at step 2")
+    assert parsed([f"--flagfile={flags_txt}"]) == {**expected, "max_steps": 3}
+    assert "notice" not in again.stderr
+
+
+def test_a_resume_with_another_batch_size_says_so_once_and_records_it(tmp_path):
+    first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
+    assert first.returncode == 0, first.stderr
+    resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=4"),
+                       "--batch_size=8")  # the later value wins
+    assert resumed.returncode == 0, resumed.stderr
+    environment = tmp_path / "train" / runrecord.ENVIRONMENT_FILE
+    notices = [line for line in resumed.stderr.splitlines() if ": notice: " in line]
+    assert notices == [
+        f"cifar10-train: notice: batch_size (the batch size per replica) changed from 16 to 8; "
+        f"the run goes on from step 2 with 8 (recorded in {environment})"]
+    before, after = records(tmp_path / "train")
+    assert (before["start_step"], before["changes"]) == (0, [])
+    assert after["start_step"] == 2
+    assert after["changes"] == [{"setting": "batch_size", "from": 16, "to": 8}]
+    assert (before["settings"]["global_batch"], after["settings"]["global_batch"]) == (16, 8)
+
+
+def test_each_start_records_its_environment(tmp_path):
+    result = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=1", "--num_gpus=2"))
+    assert result.returncode == 0, result.stderr
+    (record,) = records(tmp_path / "train")
+    assert record["program"] == "cifar10-train"
+    assert record["tensorflow"] == tf.__version__
+    assert record["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["cifar10"] and record["host"] and record["platform"]
+    assert record["command"] == ["cifar10-train", *train_args(tmp_path, "--max_steps=1",
+                                                              "--num_gpus=2")]
+    assert datetime.datetime.fromisoformat(record["start_time"]).tzinfo is not None
+    assert [d["name"].rsplit("/", 1)[-1] for d in record["devices"]] == ["device:CPU:0",
+                                                                         "device:CPU:1"]
+    assert all(d["kind"].startswith("CPU") for d in record["devices"])
+    assert (record["num_replicas"], record["num_workers"], record["start_step"]) == (2, 1, 0)
+    assert record["settings"] == {
+        "batch_size": 16, "global_batch": 32, "num_replicas": 2, "num_workers": 1,
+        "precision": "float32",
+        "data_dir": str(tmp_path / "data" / "synthetic" / "cifar-10-batches-bin"),
+        "num_classes": 10, "examples_per_epoch": 250, "initial_learning_rate": 0.1,
+        "seed": 0, "deterministic": False, "xla": False, "max_steps": 1}
+
+
+def test_the_evaluator_records_its_flags_and_environment_per_start(tmp_path):
+    trained = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=1"))
+    assert trained.returncode == 0, trained.stderr
+    args = (f"--checkpoint_dir={tmp_path / 'train'}", f"--eval_dir={tmp_path / 'eval'}",
+            f"--data_dir={tmp_path / 'data'}", "--synthetic_data", "--synthetic_records=50",
+            "--run_once", "--num_examples=20", "--misclassified_images=0")
+    for _ in range(2):
+        result = cli.call("cifar10-eval", *args)
+        assert result.returncode == 0, result.stderr
+    text = (tmp_path / "eval" / runrecord.FLAGS_FILE).read_text()
+    assert [line.split(",")[0] for line in text.splitlines() if line.startswith("#")] == [
+        "# cifar10-eval"] * 2
+    assert "--num_examples=20\n" in text and "--run_once\n" in text
+    starts = records(tmp_path / "eval")
+    assert [r["program"] for r in starts] == ["cifar10-eval"] * 2
+    assert starts[0]["command"] == ["cifar10-eval", *args]
+
+
+def test_changes_compare_only_what_both_starts_recorded():
+    before = {"batch_size": 128, "num_replicas": 1, "seed": 0}
+    now = {"batch_size": 128, "num_replicas": 4, "seed": 0, "precision": "bfloat16"}
+    assert runrecord.changes(before, now) == [{"setting": "num_replicas", "from": 1, "to": 4}]
+    assert runrecord.changes(None, now) == []
+    change = {"setting": "deterministic", "from": False, "to": True}
+    assert runrecord.describe_change(change, 7, "/r") == (
+        "deterministic (deterministic mode) changed from false to true; the run goes on from "
+        "step 7 with true (recorded in /r/environment.jsonl)")
+
+
+def test_a_record_that_cannot_be_written_is_one_line_and_leaves_the_old_file(tmp_path):
+    record = runrecord.environment("cifar10-train", ["x"], [], "2.x")
+    runrecord.record_start(str(tmp_path), record, "--seed=1\n")
+    (tmp_path / "flags.txt.tmp").mkdir()  # in the way of the next write
+    with pytest.raises(Cifar10Error) as err:
+        runrecord.record_start(str(tmp_path), record, "--seed=2\n")
+    assert str(err.value).startswith(f"cannot record the run's start in {tmp_path}/flags.txt (")
+    assert "\n" not in str(err.value)
+    assert (tmp_path / "flags.txt").read_text().endswith("--seed=1\n")
+    assert runrecord.last_record(str(tmp_path)) == record
+
+
+# -- --deterministic ----------------------------------------------------------------
+
+
+def losses(stdout):
+    """(step, loss) of each progress line: the log without its times and speeds."""
+    return [(int(m[1]), line.split("loss = ")[1].split(" ")[0])
+            for line in stdout.splitlines() if (m := TRAIN_LINE.match(line))]
+
+
+def weights(checkpoint):
+    reader = tf.train.load_checkpoint(str(checkpoint))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+
+
+def assert_same_weights(a, b):
+    a, b = weights(a), weights(b)
+    assert sorted(a) == sorted(b) and len(a) > 20
+    as_bytes = lambda v: v if isinstance(v, bytes) else v.tobytes()  # noqa: E731
+    different = [key for key in a if as_bytes(a[key]) != as_bytes(b[key])]
+    assert not different
+
+
+@pytest.fixture(scope="module")
+def deterministic_runs(tmp_path_factory):
+    """Deterministic runs as processes, two at a time: for 1 and 2 replicas, two
+    uninterrupted runs of 6 steps, and one stopped at 3 and resumed to 6."""
+    root = tmp_path_factory.mktemp("deterministic")
+    common = [f"--data_dir={root / 'data'}", "--synthetic_data", "--synthetic_records=100",
+              "--batch_size=16", "--log_frequency=1", "--checkpoint_steps=3",
+              "--deterministic", "--seed=5"]
+    prepared = cli.run("cifar10-train", *common, "--max_steps=1",
+                       f"--train_dir={root / 'warmup'}")  # writes the data once
+    assert prepared.returncode == 0, prepared.stderr
+
+    def start(name, replicas, max_steps):
+        return cli.start("cifar10-train", *common, f"--num_gpus={replicas}",
+                         f"--max_steps={max_steps}", f"--train_dir={root / name}")
+
+    outputs = {}
+    for replicas in (1, 2):
+        names = (f"a{replicas}", f"b{replicas}")
+        batches = (lambda: [start(n, replicas, 6) for n in names],
+                   lambda: [start(f"stopped{replicas}", replicas, 3)],
+                   lambda: [start(f"stopped{replicas}", replicas, 6)])
+        for batch in batches:
+            for process in batch():
+                out, err = process.communicate(timeout=300)
+                assert process.returncode == 0, err
+                name = process.args[-1].rsplit("/", 1)[-1]
+                outputs[name] = outputs.get(name, "") + out
+    return root, outputs
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_two_deterministic_runs_write_identical_checkpoints_and_losses(deterministic_runs,
+                                                                       replicas):
+    root, outputs = deterministic_runs
+    a, b = outputs[f"a{replicas}"], outputs[f"b{replicas}"]
+    assert [step for step, _ in losses(a)] == [1, 2, 3, 4, 5, 6]
+    assert losses(a) == losses(b)
+    for step in (3, 6):
+        assert_same_weights(root / f"a{replicas}" / f"model.ckpt-{step}",
+                            root / f"b{replicas}" / f"model.ckpt-{step}")
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_stopped_and_resumed_deterministic_run_equals_an_uninterrupted_one(
+        deterministic_runs, replicas):
+    root, outputs = deterministic_runs
+    resumed = outputs[f"stopped{replicas}"]
+    assert "Resuming from" in resumed
+    assert losses(resumed) == losses(outputs[f"a{replicas}"])
+    assert_same_weights(root / f"stopped{replicas}" / "model.ckpt-6",
+                        root / f"a{replicas}" / "model.ckpt-6")
+
+
+def test_replica_counts_give_different_runs(deterministic_runs):
+    """Not a promise across replica counts: the data is sharded per replica."""
+    root, _ = deterministic_runs
+    a1, a2 = weights(root / "a1" / "model.ckpt-6"), weights(root / "a2" / "model.ckpt-6")
+    assert any(not np.array_equal(a1[k], a2[k]) for k in a1 if "conv1" in k and "VARIABLE" in k)
+
+
+def test_deterministic_mode_turns_on_tensorflows_op_determinism():
+    script = ("import tensorflow as tf; from cifar10 import train; "
+              "c = train.TrainConfig(train_dir='x', deterministic=True); "
+              "before = tf.config.experimental.is_op_determinism_enabled() "
+              "if hasattr(tf.config.experimental, 'is_op_determinism_enabled') else False; "
+              "train.Trainer(c, tf.distribute.get_strategy()); "
+              "from tensorflow.python.framework import config; "
+              "print(before, config.is_op_determinism_enabled())")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=cli.env())
+    assert out.stdout.split() == ["False", "True"], out.stderr
