@@ -28,6 +28,9 @@ MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
 INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
+# Steps per call into TensorFlow (--steps_per_loop): measured in docs/performance.md.
+STEPS_PER_LOOP = 100
+
 CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
 MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)
@@ -77,6 +80,11 @@ class TrainConfig:
                               lower_bound=1)
     max_steps: int = setting(1_000_000, "Number of batches to run.", lower_bound=1)
     log_frequency: int = setting(10, "How often to log results to the console.", lower_bound=1)
+    steps_per_loop: int = setting(
+        STEPS_PER_LOOP, "Run up to this many steps in one call into TensorFlow; the host "
+        "reads the loss only where a loop ends, which is also at every log line, summary, "
+        "checkpoint, profile window edge and --max_steps, so these do not depend on it. 1: "
+        "one call per step.", lower_bound=1)
     checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
                                           "the last step).", lower_bound=1)
     keep_checkpoints: int = setting(5, "How many recent checkpoints to keep.", lower_bound=1)
@@ -102,14 +110,15 @@ class TrainConfig:
     # (first, last): the steps --profile_steps traces with TensorFlow's profiler.
     profile_steps: tuple[int, int] | None = setting(None, flag=False)
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
-                                       "(checkpoints, state file, event files, markers; "
-                                       "nothing else) and start from step 0 (default: resume).")
+                                       "(checkpoints, state file, event files, markers, run "
+                                       "records; nothing else) and start from step 0 "
+                                       "(default: resume).")
 
     def check(self) -> None:
         """Raises ValueError naming the first setting out of range."""
         compute_dtype(self)
-        for name in ("batch_size", "max_steps", "log_frequency", "checkpoint_steps",
-                     "keep_checkpoints", "summary_steps"):
+        for name in ("batch_size", "max_steps", "log_frequency", "steps_per_loop",
+                     "checkpoint_steps", "keep_checkpoints", "summary_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.profile_steps is not None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import math
 import os
 import threading
 import time
@@ -142,6 +141,7 @@ class Trainer:
         self.num_replicas = strategy.num_replicas_in_sync
         self.global_batch = config.batch_size * self.num_replicas
         self.examples_per_epoch = examples_per_epoch
+        self.input_options = input_options(strategy)  # how batches reach the replicas
         with strategy.scope():
             self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),
                                     num_classes)
@@ -155,6 +155,10 @@ class Trainer:
         self._step_fns = {
             False: tf.function(lambda it: self._distributed_step(it, with_summaries=False)),
             True: tf.function(lambda it: self._distributed_step(it, with_summaries=True)),
+        }
+        self._loop_fns = {
+            False: tf.function(lambda it, n: self._loop(it, n, with_summaries=False)),
+            True: tf.function(lambda it, n: self._loop(it, n, with_summaries=True)),
         }
 
     def dataset(self, train_files: list[str], start_step: int = 0
@@ -181,8 +185,7 @@ class Trainer:
                                       shuffle_buffer=cfg.shuffle_buffer, input_context=ctx,
                                       skip_batches=skip_steps * per_step)
 
-        return self.strategy.distribute_datasets_from_function(pipeline,
-                                                               input_options(self.strategy))
+        return self.strategy.distribute_datasets_from_function(pipeline, self.input_options)
 
     def settings(self) -> dict:
         """What the run's config does not say: replicas, global batch, data, TensorFlow."""
@@ -283,6 +286,50 @@ class Trainer:
         """
         return self._step_fns[with_summaries](iterator)
 
+    def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False
+                  ) -> tuple[dict[str, tf.Tensor], int]:
+        """Runs ``num_steps`` updates in one call into TensorFlow (a loop).
+
+        The loop stops early after a step whose loss is not finite (unless
+        ``--use_fp16``'s loss scale skipped it and can still go down).  With
+        ``with_summaries`` its last step writes the training summaries.
+
+        Returns:
+          (the losses of the last step run, as ``step``'s; the step whose loss was
+          not finite, or 0).
+        """
+        losses, diverged = self._loop_fns[with_summaries](
+            iterator, tf.constant(num_steps, tf.int32))
+        return losses, int(diverged)
+
+    def _diverged(self, total_loss: tf.Tensor) -> tf.Tensor:
+        """After a step: whether its loss says the run diverged (``skipped_for_fp16``'s
+        rule, on the device)."""
+        bad = tf.logical_not(tf.math.is_finite(total_loss))
+        if self.loss_scale is not None:
+            bad = tf.logical_and(bad, self.loss_scale.scale.read_value() <= 1.0)
+        return bad
+
+    def _loop(self, iterator, num_steps, with_summaries):
+        zero = tf.constant(0.0)
+        losses = {"cross_entropy": zero, "total_loss": zero}
+        diverged = tf.constant(0, tf.int64)
+        for _ in tf.range(num_steps - 1 if with_summaries else num_steps):
+            losses = self._distributed_step(iterator, with_summaries=False)
+            if self._diverged(losses["total_loss"]):
+                diverged = self.state.step.read_value()
+                break
+        if with_summaries:
+            # The last step writes the summaries, unless the loop stopped on a
+            # diverged step (no tf.cond here: it would prefix the summaries' tags).
+            going = tf.equal(diverged, 0)
+            with tf.summary.record_if(going):
+                last = self._distributed_step(iterator, with_summaries=True)
+            diverged = tf.where(tf.logical_and(going, self._diverged(last["total_loss"])),
+                                self.state.step.read_value(), diverged)
+            losses = {k: tf.where(going, last[k], v) for k, v in losses.items()}
+        return losses, diverged
+
 
 @dataclasses.dataclass
 class TrainResult:
@@ -339,8 +386,9 @@ class _Progress:
         tf.summary.scalar("loss_scale", value, step=step)
         tf.summary.scalar("skipped_steps", skipped, step=step)
 
-    def step_done(self, step: int, loss: float, log: bool) -> None:
-        self.steps += 1
+    def steps_done(self, step: int, count: int, loss: float, log: bool) -> None:
+        """``count`` more steps are done, the last of them ``step`` with ``loss``."""
+        self.steps += count
         if not log:
             return
         duration = time.monotonic() - self.start
@@ -481,10 +529,33 @@ def _start_line(trainer: Trainer, cluster: coordination.Coordinator, train_dir: 
             f"global batch {trainer.global_batch}; {where}.")
 
 
+def loop_end(done: int, start: int, config: TrainConfig) -> int:
+    """The last step of the loop that follows step ``done`` in a run that started
+    at ``start``: ``steps_per_loop`` steps on, or sooner where the host has work:
+    the first step, a log line, summaries, a checkpoint, ``max_steps``, and each
+    edge of the profile window (a loop ends before its first step and at its last)."""
+    cfg = config
+    def next_multiple(k):
+        return (done // k + 1) * k
+    ends = [done + cfg.steps_per_loop, cfg.max_steps, next_multiple(cfg.log_frequency),
+            next_multiple(cfg.summary_steps), next_multiple(cfg.checkpoint_steps)]
+    if done == start:
+        ends.append(start + 1)
+    if cfg.profile_steps:
+        ends += [step for step in (cfg.profile_steps[0] - 1, cfg.profile_steps[1])
+                 if step > done]
+    return min(ends)
+
+
 def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 cluster: coordination.Coordinator, train_files: list[str], start: int,
                 settings: dict, print_fn, on_report) -> int:
-    """Steps from ``start`` to ``max_steps`` or a stop; returns the step reached."""
+    """Steps from ``start`` to ``max_steps`` or a stop, in loops of up to
+    ``steps_per_loop`` steps (``loop_end``); returns the step reached.
+
+    The host reads the losses, checks for a stop and saves only where a loop
+    ends, so a stop request is honoured within ``steps_per_loop`` steps.
+    """
     cfg = trainer.config
     iterator = iter(trainer.dataset(train_files, start))
     progress = _Progress(trainer, print_fn, on_report)
@@ -498,22 +569,24 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
             summaries.write_run_config(settings, step=start)
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
-            for step in range(start + 1, cfg.max_steps + 1):
-                profile.before(step)
-                losses = trainer.step(iterator, with_summaries=step % cfg.summary_steps == 0)
-                if step == start + 1:
+            while done < cfg.max_steps:
+                end = loop_end(done, start, cfg)
+                profile.before(done + 1)
+                losses, diverged = trainer.run_steps(
+                    iterator, end - done, with_summaries=end % cfg.summary_steps == 0)
+                if done == start:
                     tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
-                if not math.isfinite(loss) and not trainer.skipped_for_fp16():
+                if diverged:
                     raise DivergedError(
-                        f"Model diverged with loss = NaN at step {step} (loss {loss}); "
+                        f"Model diverged with loss = NaN at step {diverged} (loss {loss}); "
                         f"{run_dir.describe_latest('the last good checkpoint')}")
-                done = step
-                profile.after(step)
-                progress.step_done(step, loss, log=step % cfg.log_frequency == 0
-                                   or step in (start + 1, cfg.max_steps))
-                if step % cfg.checkpoint_steps == 0 or step == cfg.max_steps:
-                    save(step)
+                profile.after(end)
+                progress.steps_done(end, end - done, loss, log=end % cfg.log_frequency == 0
+                                    or end in (start + 1, cfg.max_steps))
+                done = end
+                if end % cfg.checkpoint_steps == 0 or end == cfg.max_steps:
+                    save(end)
                 if cluster.should_stop():
                     break
             save(done)  # stopped between checkpoints: keep the work done
@@ -527,15 +600,32 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     return done
 
 
-def input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptions | None:
-    """One input pipeline per replica, on this machine's CPU, where TensorFlow allows it.
+def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None
+                  ) -> tf.distribute.InputOptions | None:
+    """How the batches reach the replicas of ``strategy``, by the kind of its devices
+    (``device_type``, 'GPU' or 'CPU', the kind of its first device by default).
 
-    Each replica then reads its own shard of the records, and the batches reach the
-    step without TensorFlow's multi-device iterator: on CPUs that doubles the speed
-    of small steps, and deleting that iterator can wait for up to a minute in
-    TensorFlow 2.21. Only MirroredStrategy accepts this: MultiWorkerMirroredStrategy
-    takes one pipeline per worker, OneDeviceStrategy its default.
+    GPU replicas: one pipeline per worker, whose batches TensorFlow's multi-device
+    iterator copies to each GPU ahead of the step (fetch to device), so that a step
+    of a few milliseconds does not wait for its batch to cross the bus.
+
+    CPU replicas (MirroredStrategy): one pipeline per replica, each reading its own
+    shard of the records, and no device copy, the batch already being in host
+    memory: measured on CPUs, that doubles the speed of small steps, and deleting
+    the multi-device iterator can wait for up to a minute in TensorFlow 2.21.
+    MultiWorkerMirroredStrategy takes one pipeline per worker, OneDeviceStrategy its
+    default (None).
     """
+    if device_type is None:
+        try:
+            first = strategy.extended.worker_devices[0]
+        except (RuntimeError, NotImplementedError, AttributeError, IndexError):
+            first = "/device:CPU:0"  # the default strategy has no device list
+        device_type = tf.DeviceSpec.from_string(first).device_type or "CPU"
+    if device_type == "GPU":
+        return tf.distribute.InputOptions(
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER,
+            experimental_fetch_to_device=True, experimental_per_replica_buffer_size=2)
     if isinstance(strategy, tf.distribute.MirroredStrategy):
         return tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,

@@ -29,7 +29,7 @@ define_flags = cifar10_flags.define_train_flags  # this program's flags
 
 
 def install_stop_handlers(stop_event: threading.Event) -> None:
-    """SIGINT/SIGTERM: finish the step, save, exit; a second signal stops at once."""
+    """SIGINT/SIGTERM: finish the loop of steps under way, save, exit; a second signal stops at once."""
 
     def handler(signum, frame):
         if stop_event.is_set():
@@ -37,7 +37,7 @@ def install_stop_handlers(stop_event: threading.Event) -> None:
             signal.raise_signal(signum)
             return
         stop_event.set()
-        print(f"Received {signal.Signals(signum).name}: finishing the current step and "
+        print(f"Received {signal.Signals(signum).name}: finishing the current steps and "
               f"saving a checkpoint (send it again to stop at once).", flush=True)
 
     signal.signal(signal.SIGINT, handler)

@@ -25,7 +25,12 @@ Prints, each the median of several timed windows after a warm-up:
       folders into CIFAR-10 files, images/sec;
   (k) where a train step's time goes: each layer's forward and backward pass
       (the LRNs, pools, convolutions, ...), run one layer at a time on a batch,
-      in milliseconds and as a share of their sum.
+      in milliseconds and as a share of their sum;
+  (l) --deterministic training, as a ratio to normal training (timed in turns),
+      and what a resumed deterministic run spends skipping the steps done;
+  (m) the time of a step at batch 1 per replica, where the host's share shows as it
+      would on a GPU, with --steps_per_loop=1 and the default, timed in turns, for 1
+      and 4 replicas (each count in a process of its own).
 It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 """
@@ -33,6 +38,7 @@ directory when --data_dir is not given, so it runs offline.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -54,7 +60,7 @@ import tensorflow as tf  # noqa: E402
 
 from cifar10 import checkpoints, data, devices, evaluate, export, prepare  # noqa: E402
 from cifar10 import synthetic  # noqa: E402
-from cifar10.config import CROP_SIZE, compute_dtype as dtype_name  # noqa: E402
+from cifar10.config import CROP_SIZE, STEPS_PER_LOOP, compute_dtype as dtype_name  # noqa: E402
 from cifar10 import train  # noqa: E402
 from cifar10 import fileformat as ff  # noqa: E402
 from cifar10.model import Model  # noqa: E402
@@ -79,9 +85,12 @@ def parse_args(argv):
                    help="PNG images in the folder of (i)")
     p.add_argument("--prepare_images", type=int, default=6000,
                    help="PNG images converted in (j)")
+    p.add_argument("--loop_window_steps", type=int, default=300,
+                   help="steps per timed window of (m)")
+    p.add_argument("--loop_only", action="store_true", help=argparse.SUPPRESS)  # (m)'s processes
     args = p.parse_args(argv)
     for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images",
-                 "prepare_images"):
+                 "prepare_images", "loop_window_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.num_gpus < 0 or args.warmup_steps < 0:
@@ -321,6 +330,41 @@ def conversion(args, test_files, work) -> float:
     return args.prepare_images / seconds
 
 
+def determinism(args, strategy, train_files, count, work, turns: int = 2
+                ) -> tuple[float, float, float]:
+    """(l): end-to-end examples/sec of normal and of --deterministic training, runs of
+    each in turns (medians of their windows after one warm-up window), and the
+    seconds a pipeline resumed at step 1,000 takes to reach its first batch."""
+    from tensorflow.python.framework import config as tf_config  # to turn it off again
+
+    windows = max(2, args.windows // 2)
+    rates = {False: [], True: []}
+    for turn in range(turns):
+        for deterministic in (False, True):
+            config = train.TrainConfig(
+                train_dir=os.path.join(work, f"determinism-{turn}-{deterministic}"),
+                batch_size=args.batch_size, max_steps=(windows + 1) * args.window_steps,
+                log_frequency=args.window_steps, checkpoint_steps=10**9,
+                use_fp16=args.use_fp16, use_bf16=args.use_bf16, xla=args.xla,
+                deterministic=deterministic)
+            reports = []
+            try:
+                train.train(config, strategy, train_files, count, print_fn=lambda line: None,
+                            on_report=reports.append)
+            finally:
+                tf_config.disable_op_determinism()
+            rates[deterministic] += [r.examples_per_sec for r in reports
+                                     if r.step > args.window_steps]
+    start = time.perf_counter()
+    ds = data.train_dataset(train_files, args.batch_size, skip_batches=1000)
+    next(iter(ds))
+    resumed = time.perf_counter() - start
+    start = time.perf_counter()
+    next(iter(data.train_dataset(train_files, args.batch_size)))
+    fresh = time.perf_counter() - start
+    return statistics.median(rates[False]), statistics.median(rates[True]), resumed - fresh
+
+
 def _forward_backward(apply, variables, input_gradient: bool):
     @tf.function
     def forward_backward(x):
@@ -365,11 +409,60 @@ def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
     return times
 
 
+def loop_step_times(args, strategy, work, turns: int = 2) -> dict[int, float]:
+    """(m), in this process's strategy: {steps_per_loop: median ms per step} at batch
+    1 per replica, for 1 and the default, runs of each in turns (windows of
+    ``loop_window_steps`` after one warm-up window)."""
+    batches_dir = synthetic.write_dataset(os.path.join(work, "loop-data"), records_per_file=200)
+    files = data.split_files(batches_dir, "train")
+    count = data.validate_files(files)
+    window = args.loop_window_steps
+    times = {1: [], STEPS_PER_LOOP: []}
+    for turn in range(turns):
+        for steps_per_loop in times:
+            config = train.TrainConfig(
+                train_dir=os.path.join(work, f"loop-{turn}-{steps_per_loop}"), batch_size=1,
+                max_steps=(args.windows + 1) * window, log_frequency=window,
+                checkpoint_steps=10**9, summary_steps=10**9, steps_per_loop=steps_per_loop,
+                use_fp16=args.use_fp16, use_bf16=args.use_bf16, xla=args.xla,
+                initial_learning_rate=0.001)  # batch 1 diverges at 0.1; the time is the same
+            reports = []
+            train.train(config, strategy, files, count, print_fn=lambda line: None,
+                        on_report=reports.append)
+            times[steps_per_loop] += [1000 * r.sec_per_batch * strategy.num_replicas_in_sync
+                                      for r in reports if r.step > window]
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def loop_figure(args) -> str:
+    """(m)'s line: loop_step_times for 1 and 4 replicas, each in its own process."""
+    parts = []
+    for replicas in (1, 4):
+        command = [sys.executable, os.path.abspath(__file__), "--loop_only",
+                   f"--num_gpus={replicas}", f"--windows={args.windows}",
+                   f"--loop_window_steps={args.loop_window_steps}",
+                   *[f"--{name}" for name in ("use_fp16", "use_bf16", "xla")
+                     if getattr(args, name)]]
+        out = subprocess.run(command, capture_output=True, text=True, check=False,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        if out.returncode != 0:
+            raise RuntimeError(f"(m) with {replicas} replicas failed: {out.stderr.strip()}")
+        times = json.loads(out.stdout.strip().splitlines()[-1])
+        one, default = times["1"], times[str(STEPS_PER_LOOP)]
+        parts.append(f"{replicas} replica(s) {one:.2f} ms with 1, {default:.2f} ms with "
+                     f"{STEPS_PER_LOOP} ({default / one:.2f}x)")
+    return "; ".join(parts)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
     work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
     try:
+        if args.loop_only:
+            times = loop_step_times(args, strategy, work)
+            print(json.dumps({str(k): v for k, v in times.items()}))
+            return 0
         return _run(args, strategy, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -432,7 +525,13 @@ def _run(args, strategy, work) -> int:
     total = sum(ms for _, ms in times)
     print(f"(k) layers, forward+backward: {total:8.1f} ms a batch of {args.batch_size}, one "
           f"layer at a time: " + ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f}%)"
-                                           for name, ms in times))
+                                           for name, ms in times), flush=True)
+    normal, exact, skip = determinism(args, strategy, train_files, count, work)
+    print(f"(l) --deterministic:         {exact:9.1f} examples/sec, {exact / normal:.2f}x "
+          f"normal training's {normal:.1f} (in turns); a resume at step 1000 spends "
+          f"{skip:.2f} s skipping the batches done", flush=True)
+    print(f"(m) ms per step at batch 1 per replica, --steps_per_loop 1 and default: "
+          f"{loop_figure(args)}", flush=True)
     return 0
 
 

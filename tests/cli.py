@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from typing import Callable
 from unittest import mock
 
 import tensorflow as tf
@@ -88,6 +90,22 @@ def start(name: str, *args: str, **extra_env: str) -> subprocess.Popen:
     """Starts an installed program with stdout piped line by line."""
     return subprocess.Popen([program(name), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env(**extra_env), bufsize=1)
+
+
+def sigterm_when(process: subprocess.Popen, printed: Callable[[str], bool],
+                 delay: float = 0.0) -> tuple[str, str]:
+    """Sends SIGTERM to a ``start``ed program once it prints a line for which
+    ``printed`` is true (and ``delay`` seconds more); returns its (stdout, stderr),
+    the lines before that one left out of stdout."""
+    try:
+        for line in process.stdout:
+            if printed(line.strip()):
+                time.sleep(delay)
+                process.send_signal(signal.SIGTERM)
+                break
+        return process.communicate(timeout=120)
+    finally:
+        process.kill()
 
 
 def events(log_dir: str):

@@ -30,7 +30,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
     assert benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
                            "--records_per_file=64", "--batch_size=16", "--predict_images=12",
-                           "--prepare_images=30"]) == 0
+                           "--prepare_images=30", "--loop_window_steps=3"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
     assert "1 replica(s) x batch 16 = global batch 16; float32; XLA off" in out
@@ -75,6 +75,22 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # Each of the 9 figures is rounded to 0.1 ms, and each share to 1%.
     assert sum(float(ms) for _, ms, _ in shares) == pytest.approx(float(layers[1]), abs=0.5)
     assert sum(int(share) for _, _, share in shares) == pytest.approx(100, abs=5)
+    exact = re.search(r"^\(l\) --deterministic:" + FIGURE + r"examples/sec, ([0-9.]+)x normal "
+                      r"training's ([0-9.]+) \(in turns\); a resume at step 1000 spends "
+                      r"(-?[0-9.]+) s skipping the batches done$", out, re.M)
+    assert exact, out
+    assert float(exact[2]) == pytest.approx(float(exact[1]) / float(exact[3]), abs=0.01)
+    loop = re.search(r"^\(m\) ms per step at batch 1 per replica, --steps_per_loop 1 and "
+                     r"default: 1 replica\(s\) ([0-9.]+) ms with 1, ([0-9.]+) ms with 100 "
+                     r"\(([0-9.]+)x\); 4 replica\(s\) ([0-9.]+) ms with 1, ([0-9.]+) ms with "
+                     r"100 \(([0-9.]+)x\)$", out, re.M)
+    assert loop, out
+    for one, default, ratio in ((1, 2, 3), (4, 5, 6)):
+        assert float(loop[ratio]) == pytest.approx(float(loop[default]) / float(loop[one]),
+                                                   abs=0.01)
+    # The benchmark turns op determinism off again for what follows in this process.
+    from tensorflow.python.framework import config as tf_config
+    assert not tf_config.is_op_determinism_enabled()
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -33,7 +33,8 @@ def test_the_original_flag_names_and_defaults():
     train_flags, eval_flags = flags_of(config.TrainConfig), flags_of(config.EvalConfig)
     assert {name: train_flags[name].default for name in train_flags} == {
         "train_dir": "/tmp/cifar10_train", "batch_size": 128, "max_steps": 1_000_000,
-        "log_frequency": 10, "checkpoint_steps": 1000, "keep_checkpoints": 5,
+        "log_frequency": 10, "steps_per_loop": 100, "checkpoint_steps": 1000,
+        "keep_checkpoints": 5,
         "summary_steps": 100, "seed": 0, "use_fp16": False, "use_bf16": False, "xla": False,
         "deterministic": False, "fresh_start": False}
     assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"

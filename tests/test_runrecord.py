@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import flags
 
 import cli
-from cifar10 import programs, runrecord, train_main
+from cifar10 import runrecord, train_main
 from cifar10.errors import Cifar10Error
 from conftest import TRAIN_LINE
 

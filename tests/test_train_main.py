@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from cifar10 import checkpoints, data, devices, synthetic, train
 from cifar10 import fileformat as ff
-from cli import call, env, event_tags, program, run, start
+from cli import call, env, event_tags, program, run, sigterm_when, start
 from conftest import LAYERS, TRAIN_LINE
 
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
@@ -73,14 +73,8 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
                       "--checkpoint_steps=100000")
     proc = start("cifar10-train", *args)
-    try:
-        for line in proc.stdout:
-            if TRAIN_LINE.match(line.strip()) and int(TRAIN_LINE.match(line.strip())[1]) >= 3:
-                proc.send_signal(signal.SIGTERM)
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    out, err = sigterm_when(proc, lambda line: bool(TRAIN_LINE.match(line))
+                            and int(TRAIN_LINE.match(line)[1]) >= 3)
     assert proc.returncode == 0, err
     stopped = int(re.search(r"Stopped at step (\d+)", out)[1])
     assert stopped >= 3

@@ -1,0 +1,153 @@
+"""The training loop of --steps_per_loop: several steps per call into TensorFlow,
+loops that end where the host has work, the same run whatever their length."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cli
+from cifar10 import train
+from cifar10.errors import DivergedError
+from conftest import TRAIN_LINE, mirrored
+
+
+def small_config(train_dir, **overrides):
+    settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=20, log_frequency=3,
+                    checkpoint_steps=5, summary_steps=1000, shuffle_buffer=300)
+    return train.TrainConfig(**{**settings, **overrides})
+
+
+def loops(config, start=0):
+    """The (first, last) steps of each loop of a run from ``start``."""
+    done, spans = start, []
+    while done < config.max_steps:
+        end = train.loop_end(done, start, config)
+        spans.append((done + 1, end))
+        done = end
+    return spans
+
+
+def test_loops_end_at_every_step_where_the_host_has_work():
+    config = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
+                          checkpoint_steps=12, summary_steps=8, profile_steps=(20, 21))
+    assert loops(config) == [(1, 1), (2, 8), (9, 10), (11, 12), (13, 16), (17, 19), (20, 20),
+                             (21, 21), (22, 24), (25, 30)]
+    # A resumed run: its first step is logged; then the same rule.
+    assert loops(config, start=13)[:3] == [(14, 14), (15, 16), (17, 19)]
+    assert loops(small_config("x", max_steps=5, steps_per_loop=1)) == [(s, s) for s in
+                                                                       range(1, 6)]
+    long = small_config("x", max_steps=1000, steps_per_loop=100, log_frequency=1000,
+                        checkpoint_steps=1000, summary_steps=1000)
+    assert loops(long) == [(1, 1), (2, 101)] + [(s, s + 99) for s in range(102, 902, 100)] + [
+        (902, 1000)]
+
+
+def losses_of(lines):
+    return [(int(m[1]), line.split("loss = ")[1].split(" ")[0])
+            for line in lines if (m := TRAIN_LINE.match(line))]
+
+
+def weights(checkpoint):
+    reader = tf.train.load_checkpoint(checkpoint)
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if k.startswith(("model/", "averages/", "loss_averages/", "step/", "examples"))}
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_files,
+                                                                      tmp_path, replicas):
+    files, count = learnable_files
+    lines, finals = {}, {}
+    for steps_per_loop in (1, 7):
+        train_dir, out = tmp_path / f"loop{steps_per_loop}", []
+        for max_steps in (11, 20):  # stopped at 11, resumed to 20
+            train.train(small_config(train_dir, max_steps=max_steps, summary_steps=4,
+                                     steps_per_loop=steps_per_loop),
+                        mirrored(replicas), files, count, print_fn=out.append)
+        lines[steps_per_loop] = losses_of(out)
+        finals[steps_per_loop] = weights(str(train_dir / "model.ckpt-20"))
+        assert {n for n in os.listdir(train_dir) if n.endswith(".index")} == {
+            f"model.ckpt-{s}.index" for s in (5, 10, 11, 15, 20)}
+    assert [s for s, _ in lines[1]] == [1, 3, 6, 9, 11, 12, 15, 18, 20]
+    assert lines[7] == lines[1]
+    assert sorted(finals[7]) == sorted(finals[1])
+    for key, value in finals[1].items():
+        np.testing.assert_array_equal(finals[7][key], value, err_msg=key)
+
+
+def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_files,
+                                                                   tmp_path):
+    files, count = learnable_files
+    tags = {}
+    for steps_per_loop in (1, 7):
+        train_dir = tmp_path / f"loop{steps_per_loop}"
+        train.train(small_config(train_dir, max_steps=12, summary_steps=4,
+                                 steps_per_loop=steps_per_loop),
+                    mirrored(1), files, count, print_fn=lambda line: None)
+        tags[steps_per_loop] = cli.event_tags(str(train_dir))
+    assert tags[7] == tags[1]
+    assert tags[7]["learning_rate"] == [4, 8, 12]
+    assert tags[7]["examples_per_sec"] == [1, 3, 6, 9, 12]
+
+
+def test_a_nan_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
+        learnable_files, tmp_path, monkeypatch):
+    files, count = learnable_files
+    original = train.Trainer._distributed_step
+
+    def poisoned(self, iterator, with_summaries):  # step 13's loss is NaN
+        losses = original(self, iterator, with_summaries)
+        bad = tf.equal(self.state.step, 13)
+        return {k: tf.where(bad, tf.constant(float("nan")), v) for k, v in losses.items()}
+
+    monkeypatch.setattr(train.Trainer, "_distributed_step", poisoned)
+    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
+    assert loops(config)[3] == (11, 15)  # step 13 is inside a loop
+    lines = []
+    with pytest.raises(DivergedError) as err:
+        train.train(config, mirrored(2), files, count, print_fn=lines.append)
+    assert str(err.value) == (f"Model diverged with loss = NaN at step 13 (loss nan); the last "
+                              f"good checkpoint is {tmp_path / 'model.ckpt-10'}")
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
+    assert [s for s, _ in losses_of(lines)] == [1, 10]
+
+
+def test_the_input_of_gpu_replicas_is_fetched_to_the_device_and_trains(learnable_files,
+                                                                        tmp_path):
+    """What only GPU replicas take, forced on two CPU replicas."""
+    files, count = learnable_files
+    strategy = mirrored(2)
+    options = train.input_options(strategy, device_type="GPU")
+    assert options.experimental_fetch_to_device
+    assert options.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_WORKER
+    cpu = train.input_options(strategy)
+    assert not cpu.experimental_fetch_to_device
+    assert cpu.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_REPLICA
+
+    trainer = train.Trainer(small_config(tmp_path), strategy, count)
+    trainer.input_options = options
+    iterator = iter(trainer.dataset(files))
+    images, labels = next(iterator)
+    assert [v.device.endswith(f"CPU:{i}") for i, v in
+            enumerate(strategy.experimental_local_results(images))] == [True, True]
+    assert [v.shape for v in strategy.experimental_local_results(images)] == [
+        (16, 24, 24, 3)] * 2
+    losses, diverged = trainer.run_steps(iterator, 5)
+    assert diverged == 0 and np.isfinite(float(losses["total_loss"]))
+    assert int(trainer.state.step.numpy()) == 5
+
+
+def test_sigterm_mid_loop_stops_at_the_loop_end_with_a_checkpoint(tmp_path):
+    process = cli.start("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                        f"--train_dir={tmp_path / 'train'}", "--synthetic_data",
+                        "--synthetic_records=50", "--batch_size=4", "--steps_per_loop=40",
+                        "--log_frequency=100000", "--checkpoint_steps=100000")
+    # Step 1 is a loop of its own; the next loop is steps 2 to 41.
+    out, err = cli.sigterm_when(process, TRAIN_LINE.match, delay=0.3)
+    assert process.returncode == 0, err
+    last = out.strip().splitlines()[-1]
+    step = int(last.split("Stopped at step ")[1].split(";")[0])
+    assert (step - 1) % 40 == 0 and step > 1, last
+    assert os.path.exists(tmp_path / "train" / f"model.ckpt-{step}.index")
