@@ -195,10 +195,15 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
     return True
 
 
+def _cluster(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
+    """The strategy's cluster, {job: [task addresses]}; empty without one."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver.cluster_spec().as_dict() if resolver else {}
+
+
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     """True for a strategy whose replicas span several worker processes."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return bool(resolver and resolver.cluster_spec().as_dict())
+    return bool(_cluster(strategy))
 
 
 def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
@@ -208,10 +213,10 @@ def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
     task 'chief' if the cluster has one, else 'worker' 0.  Without a cluster
     (one machine), this process is the chief.
     """
-    resolver = getattr(strategy, "cluster_resolver", None)
-    cluster = resolver.cluster_spec().as_dict() if resolver else {}
+    cluster = _cluster(strategy)
     if not cluster:
         return True, "chief"
+    resolver = strategy.cluster_resolver
     task_type, task_id = resolver.task_type, resolver.task_id or 0
     if "chief" in cluster:
         return task_type == "chief", f"{task_type} {task_id}"
@@ -220,8 +225,7 @@ def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
     """Worker processes that train together: 1 without a cluster."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    cluster = resolver.cluster_spec().as_dict() if resolver else {}
+    cluster = _cluster(strategy)
     return max(1, sum(len(cluster.get(job, ())) for job in ("chief", "worker")))
 
 
