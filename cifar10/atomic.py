@@ -1,4 +1,5 @@
-"""Folders that appear whole: written under a temporary name, renamed when complete.
+"""Files and folders that appear whole: written under a temporary name, renamed
+when complete.
 
 A reader (a trainer finding its data, TensorFlow Serving polling for versions)
 never sees half of one, and a failure or an interruption leaves nothing behind,
@@ -25,6 +26,26 @@ from typing import Iterator
 
 MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
 _SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
+
+
+def write_text(path: str, text: str, tmp: str | None = None) -> None:
+    """Writes ``text`` to ``path`` through ``tmp`` (default ``<path>.tmp``), renamed
+    over ``path`` when written, so that a reader sees the old file or the new one.
+
+    Raises:
+      OSError: the write or the rename failed; ``tmp`` is removed.
+    """
+    tmp = tmp or f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 @contextlib.contextmanager

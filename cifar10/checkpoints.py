@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
+from cifar10 import atomic
 from cifar10 import data
 from cifar10 import fileformat as ff
 from cifar10 import runrecord
@@ -226,14 +227,8 @@ def _write_state(directory: str, checkpoints: list[Checkpoint]) -> None:
 
 def _write_atomically(path: str, tmp: str, text: str) -> None:
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic.write_text(path, text, tmp)
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise io_error("cannot write", path, e) from e
 
 

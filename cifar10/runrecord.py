@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import cifar10
+from cifar10 import atomic
 from cifar10.errors import io_error
 
 FLAGS_FILE = "flags.txt"
@@ -122,7 +123,6 @@ def record_start(directory: str, record: Mapping[str, Any], flags_text: str | No
 
 def _append(path: str, text: str) -> None:
     """Appends ``text`` to ``path`` by writing the whole new file and renaming it."""
-    tmp = f"{path}.tmp"
     try:
         try:
             with open(path, encoding="utf-8") as f:
@@ -131,12 +131,6 @@ def _append(path: str, text: str) -> None:
             old = ""
         if old and not old.endswith("\n"):
             old += "\n"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(old + text)
-        os.replace(tmp, path)
+        atomic.write_text(path, old + text)
     except (OSError, UnicodeDecodeError) as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise io_error("cannot record the run's start in", path, e) from e
