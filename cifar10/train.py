@@ -152,10 +152,6 @@ class Trainer:
         # update (merge_call) stays outside the compiled cluster.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
                               else self._gradients)
-        self._step_fns = {
-            False: tf.function(lambda it: self._distributed_step(it, with_summaries=False)),
-            True: tf.function(lambda it: self._distributed_step(it, with_summaries=True)),
-        }
         self._loop_fns = {
             False: tf.function(lambda it, n: self._loop(it, n, with_summaries=False)),
             True: tf.function(lambda it, n: self._loop(it, n, with_summaries=True)),
@@ -276,15 +272,19 @@ class Trainer:
     def skipped_for_fp16(self) -> bool:
         """After a step with a non-finite loss: it was skipped by the dynamic loss
         scale, which can still go down (else the run has diverged)."""
-        return self.loss_scale is not None and float(self.loss_scale.scale.numpy()) > 1.0
+        return self.loss_scale is not None and bool(self._scale_can_fall())
+
+    def _scale_can_fall(self) -> tf.Tensor:
+        return self.loss_scale.scale.read_value() > 1.0
 
     def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, tf.Tensor]:
-        """Runs one synchronous update on the next batch of ``iterator``.
+        """Runs one synchronous update on the next batch of ``iterator`` (a loop of one
+        step: ``run_steps``).
 
         Returns:
           {'cross_entropy', 'total_loss'}: the step's losses over the global batch.
         """
-        return self._step_fns[with_summaries](iterator)
+        return self.run_steps(iterator, 1, with_summaries)[0]
 
     def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False
                   ) -> tuple[dict[str, tf.Tensor], int]:
@@ -303,11 +303,11 @@ class Trainer:
         return losses, int(diverged)
 
     def _diverged(self, total_loss: tf.Tensor) -> tf.Tensor:
-        """After a step: whether its loss says the run diverged (``skipped_for_fp16``'s
-        rule, on the device)."""
+        """After a step: whether its loss says the run diverged: not finite, and not
+        a step ``skipped_for_fp16``."""
         bad = tf.logical_not(tf.math.is_finite(total_loss))
         if self.loss_scale is not None:
-            bad = tf.logical_and(bad, self.loss_scale.scale.read_value() <= 1.0)
+            bad = tf.logical_and(bad, tf.logical_not(self._scale_can_fall()))
         return bad
 
     def _loop(self, iterator, num_steps, with_summaries):
