@@ -458,33 +458,43 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: li
                                            fresh_start=cfg.fresh_start, print_fn=print_fn)
         with run_dir:
             run_dir.record_class_names(class_names)
-            restored = run_dir.restore()
-            start = restored.step if restored else 0
-            cluster.check_same_start(start, cfg.train_dir)
-            if start >= cfg.max_steps:
-                print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
-                         f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to "
-                         f"train further or pass --fresh_start to start over.")
-                run_dir.mark_complete(start)
-                return TrainResult(start_step=start, step=start, complete=True,
-                                   last_checkpoint=restored.path)
-            if restored:
-                print_fn(f"Resuming from {restored.path} at step {start}.")
-            if run_dir.is_chief:
-                _record_start(trainer, cfg.train_dir, train_files, class_names, start,
-                              resumed=restored is not None, flags_text=flags_text,
-                              command=command)
-            print_fn(_start_line(trainer, cluster, cfg.train_dir, train_files))
-            run_dir.unmark_complete()
-            settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
-                        "classes": ", ".join(class_names), **(run_info or {})}
-            step = _train_loop(trainer, run_dir, cluster, train_files, start, settings,
-                               print_fn, on_report)
-            complete = step == cfg.max_steps
-            if complete:
-                run_dir.mark_complete(step)
-            return TrainResult(start_step=start, step=step, complete=complete,
-                               last_checkpoint=run_dir.latest_path())
+            return _resume_and_train(trainer, run_dir, cluster, train_files, class_names,
+                                     print_fn, run_info, on_report, flags_text, command)
+
+
+def _resume_and_train(trainer: Trainer, run_dir: checkpoints.RunDirectory,
+                      cluster: coordination.Coordinator, train_files: list[str],
+                      class_names: Sequence[str], print_fn, run_info, on_report,
+                      flags_text, command) -> TrainResult:
+    """``train`` once the run directory is locked: restores, records the start,
+    trains, marks the run complete."""
+    cfg = trainer.config
+    restored = run_dir.restore()
+    start = restored.step if restored else 0
+    cluster.check_same_start(start, cfg.train_dir)
+    if start >= cfg.max_steps:
+        print_fn(f"Training in {cfg.train_dir} is already complete at step {start} "
+                 f"(max_steps={cfg.max_steps}); nothing to do. Raise --max_steps to "
+                 f"train further or pass --fresh_start to start over.")
+        run_dir.mark_complete(start)
+        return TrainResult(start_step=start, step=start, complete=True,
+                           last_checkpoint=restored.path)
+    if restored:
+        print_fn(f"Resuming from {restored.path} at step {start}.")
+    if run_dir.is_chief:
+        _record_start(trainer, cfg.train_dir, train_files, class_names, start,
+                      resumed=restored is not None, flags_text=flags_text, command=command)
+    print_fn(_start_line(trainer, cluster, cfg.train_dir, train_files))
+    run_dir.unmark_complete()
+    settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
+                "classes": ", ".join(class_names), **(run_info or {})}
+    step = _train_loop(trainer, run_dir, cluster, train_files, start, settings, print_fn,
+                       on_report)
+    complete = step == cfg.max_steps
+    if complete:
+        run_dir.mark_complete(step)
+    return TrainResult(start_step=start, step=step, complete=complete,
+                       last_checkpoint=run_dir.latest_path())
 
 
 def trained_settings(trainer: Trainer, train_files: list[str],
@@ -562,10 +572,10 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     save = functools.partial(_save, trainer, run_dir)
     cluster.watch(lambda: save(int(trainer.state.step.numpy())))
     done = start  # the last step completed
-    profile = profiling.StepWindow(cfg.profile_steps, cfg.train_dir if run_dir.is_chief else None,
-                                   start, print_fn)
+    logdir = cfg.train_dir if run_dir.is_chief else None  # the chief writes, the others not
+    profile = profiling.StepWindow(cfg.profile_steps, logdir, start, print_fn)
     try:
-        with summaries.file_writer(cfg.train_dir if run_dir.is_chief else None):
+        with summaries.file_writer(logdir):
             summaries.write_run_config(settings, step=start)
             # The first call traces the step: record its graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
