@@ -203,13 +203,13 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
 def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-prepare (--image_dir and --data_dir it requires itself)."""
     flags.DEFINE_string("image_dir", None, "Folder with one subfolder of images per class "
-                        "(or train/ and test/ folders holding those, to keep a given split).",
-                        flag_values=flag_values)
+                        "(or train/ beside test/, val/, valid/ or validation/, each holding "
+                        "those, to keep a given split).", flag_values=flag_values)
     flags.DEFINE_string("data_dir", None, "Where to write cifar-10-batches-bin/, the folder "
                         "cifar10-train and cifar10-eval read with --data_dir.",
                         flag_values=flag_values)
     flags.DEFINE_float("test_fraction", 1 / 6, "Share of each class's images that goes to the "
-                       "test set when image_dir has no train/ and test/ folders.",
+                       "test set when image_dir holds class folders alone (no split folders).",
                        lower_bound=0, upper_bound=0.99, flag_values=flag_values)
     flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.",
                          flag_values=flag_values)
