@@ -1,39 +1,34 @@
 """A folder of class folders as CIFAR-10 binary files: cifar10-prepare's library.
 
-``image_dir/<class>/*.jpg`` (or ``image_dir/train/<class>/…`` and
-``image_dir/test/<class>/…`` to keep a given split) becomes
+``find_source`` (``cifar10.imagefiles``) finds the classes and images of
+``image_dir`` and their split into training and test, knowing the layouts people
+use: ``image_dir/<class>/*.jpg``, split at random, or ``image_dir/train/<class>/``
+beside ``test/``, ``val/``, ``valid/`` or ``validation/`` (ImageFolder's and
+timm's names), whose split is kept.  ``convert`` writes them as
 ``<data_dir>/cifar-10-batches-bin/`` with ``data_batch_1..5.bin``,
 ``test_batch.bin`` and ``batches.meta.txt``, the layout the trainer and the
 evaluator read.  Classes are numbered in sorted folder-name order.  Images are
 decoded and resized as ``cifar10-predict`` does (``predict.decode_files``).
+
+Finding the images and checking the output folder need no TensorFlow, so that
+the program answers a mistake at once; only ``convert`` loads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator
 
 import numpy as np
 
 from cifar10 import atomic
 from cifar10 import fileformat as ff
-from cifar10 import imagefiles
-from cifar10 import predict
 from cifar10.errors import Cifar10Error, io_advice, io_error
-
-DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
-SPLIT_FOLDERS = ("train", "test")
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """The images of a folder: class names, and (path, label) pairs per split."""
-
-    class_names: tuple[str, ...]
-    train: tuple[tuple[str, int], ...]
-    test: tuple[tuple[str, int], ...]
+from cifar10.imagefiles import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,81 +42,40 @@ class Summary:
     skipped: tuple[tuple[str, str], ...]  # (path, why) of each unreadable image
 
 
-def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
-                seed: int = 0) -> Source:
-    """The classes and images of ``image_dir``, split into train and test.
-
-    With ``train/`` and ``test/`` folders, their split is kept; otherwise each
-    class is split at random (``seed``), ``test_fraction`` of its images (rounded)
-    going to the test set.
+def check_output(data_dir: str, image_dir: str = "") -> str:
+    """The data folder ``<data_dir>/cifar-10-batches-bin`` to write, once it is known
+    that it can be: it does not exist, and ``data_dir`` is a folder that can be
+    written or made, outside ``image_dir`` (where it would become a class folder).
 
     Raises:
-      Cifar10Error: no class folders, more than 10, or a class without images.
+      Cifar10Error: one of those is not so.
     """
-    if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    if not os.path.isdir(image_dir):
-        raise Cifar10Error(f"no such folder: {image_dir}")
-    top = _subfolders(image_dir)
-    if set(SPLIT_FOLDERS) <= set(top):
-        names = sorted(set(_subfolders(os.path.join(image_dir, "train"))))
-        _check_classes(os.path.join(image_dir, "train"), names)
-        unknown = sorted(set(_subfolders(os.path.join(image_dir, "test"))) - set(names))
-        if unknown:
-            raise Cifar10Error(f"{os.path.join(image_dir, 'test')} has classes that "
-                               f"{os.path.join(image_dir, 'train')} lacks: {', '.join(unknown)}")
-        train = _labelled(os.path.join(image_dir, "train"), names, required=True)
-        test = _labelled(os.path.join(image_dir, "test"), names, required=False)
-        return Source(tuple(names), tuple(train), tuple(test))
-    _check_classes(image_dir, top)
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for label, name in enumerate(top):
-        images = _images(os.path.join(image_dir, name), required=True)
-        order = rng.permutation(len(images))
-        cut = int(round(len(images) * test_fraction))
-        test += [(images[i], label) for i in order[:cut]]
-        train += [(images[i], label) for i in order[cut:]]
-    return Source(tuple(top), tuple(train), tuple(test))
+    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    if os.path.lexists(batches_dir):
+        raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
+                           f"choose another --data_dir")
+    if image_dir and _inside(data_dir, image_dir):
+        raise Cifar10Error(f"--data_dir {data_dir} is inside --image_dir {image_dir}, where "
+                           f"the data set would be taken for images; choose a --data_dir "
+                           f"outside it")
+    existing = os.path.abspath(data_dir)  # data_dir, or the parent it would be made in
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        code = errno.ENOTDIR
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        code = errno.EACCES
+    else:
+        return batches_dir
+    # The error the write would meet, worded as convert words it.
+    error = OSError(code, os.strerror(code))
+    raise io_error("cannot write the data folder", batches_dir, error,
+                   io_advice(error) or "choose another --data_dir")
 
 
-def _subfolders(folder: str) -> list[str]:
-    try:
-        return sorted(entry.name for entry in os.scandir(folder)
-                      if entry.is_dir() and not entry.name.startswith("."))
-    except OSError as e:
-        raise io_error("cannot read the folder", folder, e) from e
-
-
-def _check_classes(folder: str, names: Sequence[str]) -> None:
-    if not names:
-        raise Cifar10Error(f"no class folders in {folder}: put the images of each class in a "
-                           f"folder of its own ({folder}/cat/*.jpg, {folder}/dog/*.jpg, ...)")
-    if len(names) == 1:
-        raise Cifar10Error(f"{folder} has one class folder ({names[0]}): a classifier needs "
-                           f"at least 2 classes, each in a folder of its own")
-    if len(names) > ff.MAX_CLASSES:
-        raise Cifar10Error(f"{folder} has {len(names)} class folders; a CIFAR record's one "
-                           f"label byte holds at most {ff.MAX_CLASSES} classes")
-
-
-def _images(folder: str, required: bool) -> list[str]:
-    try:
-        return imagefiles.find_images([folder])
-    except Cifar10Error:
-        if required:
-            raise Cifar10Error(f"the class folder {folder} holds no images "
-                               f"({', '.join(imagefiles.IMAGE_EXTENSIONS)})") from None
-        return []
-
-
-def _labelled(split_dir: str, names: Sequence[str], required: bool) -> list[tuple[str, int]]:
-    pairs = []
-    for label, name in enumerate(names):
-        folder = os.path.join(split_dir, name)
-        if os.path.isdir(folder) or required:
-            pairs += [(path, label) for path in _images(folder, required)]
-    return pairs
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
 
 
 def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
@@ -130,7 +84,8 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
 
     The training records are shuffled (``seed``) and spread over the five
     ``data_batch`` files; the test records keep class order in ``test_batch.bin``.
-    The folder is written under a temporary name and renamed when complete.
+    The folder is written under a temporary name and renamed when complete; if
+    that fails, the folders made for it (``data_dir`` and its parents) are removed.
 
     Args:
       progress: called now and then with (images done, images in all, seconds).
@@ -142,14 +97,12 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
         every image of the training set is unreadable, or ``data_dir`` cannot be
         written.
     """
-    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
-    if os.path.lexists(batches_dir):
-        raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
-                           f"choose another --data_dir")
+    batches_dir = check_output(data_dir)
     # The scratch folder is made first, so that an unwritable data_dir is found
     # before the images are decoded, not after.
     try:
-        with atomic.new_folder(batches_dir) as scratch:
+        with _made_folders_removed_on_failure(data_dir), \
+                atomic.new_folder(batches_dir) as scratch:
             files, summary = _records(source, seed, strict, progress)
             for name, content in files.items():
                 with open(os.path.join(scratch, name), "wb") as f:
@@ -160,9 +113,30 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     return dataclasses.replace(summary, batches_dir=batches_dir)
 
 
+@contextlib.contextmanager
+def _made_folders_removed_on_failure(folder: str) -> Iterator[None]:
+    """Removes ``folder`` and the parents of it that do not exist yet, if the block
+    fails and they are empty (what the block made there is its own to remove)."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.lexists(path):
+        missing.append(path)  # deepest first
+        path = os.path.dirname(path)
+    try:
+        yield
+    except BaseException:
+        for path in missing:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        raise
+
+
 def _records(source: Source, seed: int, strict: bool, progress
              ) -> tuple[dict[str, bytes], Summary]:
     """The contents of the data folder's files, and the summary (without its folder)."""
+    from cifar10 import predict  # TensorFlow, loaded only to decode the images
+
     pairs = source.train + source.test
     records, skipped = [], []
     start = time.monotonic()

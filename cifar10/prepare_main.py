@@ -1,7 +1,8 @@
 """cifar10-prepare: your own images as a CIFAR-10-format data set.
 
-Turns a folder of class folders (my_photos/<class>/*.jpg, or my_photos/train/<class>
-and my_photos/test/<class> to keep a given split) into the binary files that
+Turns a folder of class folders (my_photos/<class>/*.jpg, split at random by
+--test_fraction; or my_photos/train/<class>/ beside my_photos/test/<class>/, val/,
+valid/ or validation/, to keep a given split) into the binary files that
 cifar10-train and cifar10-eval read.  Example:
 
     cifar10-prepare --image_dir=my_photos --data_dir=/data/my10
@@ -19,6 +20,7 @@ from absl import app
 from absl import flags
 
 from cifar10 import flags as cifar10_flags
+from cifar10 import prepare
 from cifar10 import programs
 from cifar10.errors import listed
 
@@ -46,12 +48,15 @@ def main(argv: list[str]) -> None:
                if not FLAGS[name].value]
     if missing:  # (absl's required flags would say "a value other than None")
         raise app.UsageError("; ".join(missing))
-    programs.load_tensorflow()
-    from cifar10 import prepare
-
+    # The folders are checked before TensorFlow loads (seconds), so that a mistake
+    # in them is answered at once.
     source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
+    print(source.layout)
     print(f"Found {len(source.train) + len(source.test):,} images of "
-          f"{len(source.class_names)} classes in {FLAGS.image_dir}.", flush=True)
+          f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
+          f"training, {len(source.test):,} for testing.", flush=True)
+    programs.load_tensorflow()
     summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                               progress=show_progress)
     for path, why in summary.skipped:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
+import cli
 import numpy as np
 import pytest
 import tensorflow as tf
 from cli import call, run
 
-from cifar10 import checkpoints, data, prepare, synthetic, train
+from cifar10 import checkpoints, data, predict, prepare, synthetic, train
 from cifar10 import fileformat as ff
 from cifar10.errors import Cifar10Error
 
@@ -83,18 +86,70 @@ def test_class_folders_become_cifar_files_split_per_class(image_dir, tmp_path):
             os.path.join(again.batches_dir, name), "rb").read()
 
 
-def test_train_and_test_folders_keep_their_split(tmp_path):
-    root = tmp_path / "photos"
-    for split, count in (("train", 4), ("test", 2)):
-        for label, name in enumerate(["ant", "bee"]):
-            for i in range(count):
-                write_png(root / split / name / f"{i}.png", class_image(label, i))
-    source = prepare.find_source(str(root), test_fraction=0.5)
-    assert source.class_names == ("ant", "bee")
-    assert sorted(os.path.basename(os.path.dirname(p)) + "/" + os.path.basename(p)
-                  for p, _ in source.test) == ["ant/0.png", "ant/1.png", "bee/0.png", "bee/1.png"]
-    assert len(source.train) == 8
-    assert all(os.sep + "train" + os.sep in p for p, _ in source.train)
+def write_folders(root, counts):
+    """{"train/ant": 3, ...}: root/train/ant/0.png .. 2.png, images of their class."""
+    for folder, count in counts.items():
+        label = sorted({f.split("/")[-1] for f in counts}).index(folder.split("/")[-1])
+        for i in range(count):
+            write_png(root / folder / f"{i}.png", class_image(label, i))
+    return root
+
+
+@pytest.mark.parametrize("train, test", [("train", "test"), ("train", "val"),
+                                         ("train", "valid"), ("train", "validation")])
+def test_the_command_keeps_the_split_of_split_folders_and_says_so(tmp_path, train, test):
+    root = write_folders(tmp_path / "photos", {f"{train}/ant": 4, f"{train}/bee": 3,
+                                               f"{test}/ant": 2, f"{test}/bee": 1})
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    batches_dir = tmp_path / "d" / ff.BATCHES_DIRNAME
+    assert result.stdout.splitlines() == [
+        f"Found split folders {train}/ and {test}/: {test}/ is the test set.",
+        f"Found 10 images of 2 classes in {root}: 7 for training, 3 for testing.",
+        f"Wrote 7 training and 3 test records of 2 classes (ant, bee) to {batches_dir}; "
+        f"skipped 0 unreadable images."]
+    test_labels, test_images = records(batches_dir, ff.TEST_FILES)
+    assert test_labels.tolist() == [0, 0, 1]
+    assert [int(image[0, 0, 1]) for image in test_images] == [0, 1, 0]  # the images' numbers
+    labels, _ = records(batches_dir, ff.TRAIN_FILES)
+    assert sorted(labels.tolist()) == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_the_command_splits_class_folders_alone_by_the_test_fraction(image_dir, tmp_path):
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0.25")
+    assert result.returncode == 0, result.stderr
+    # 12, 6 and 18 images: 3, 2 (1.5 rounded to even) and 4 (4.5 rounded to even) to test.
+    assert result.stdout.splitlines() == [
+        "Found class folders and no split folders: 25% of each class's images, chosen at "
+        "random, go to the test set (--test_fraction, --seed).",
+        f"Found 36 images of 3 classes in {image_dir}: 27 for training, 9 for testing.",
+        f"Wrote 27 training and 9 test records of 3 classes (bird, cat, dog) to "
+        f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 0 unreadable images."]
+    test_labels, _ = records(tmp_path / "d" / ff.BATCHES_DIRNAME, ff.TEST_FILES)
+    assert np.bincount(test_labels).tolist() == [3, 2, 4]
+
+
+@pytest.mark.parametrize("folders, error", [
+    (["train/a", "train/b", "test/a", "val/a"],
+     "{root} has both test/ and val/: which one is the test set is unclear; keep one and "
+     "move the others out of {root}"),
+    (["train/a", "train/b", "val/a", "cat", "dog"],
+     "{root} has train/ beside other folders (cat, dog): it can hold split folders or class "
+     "folders, not both; move one or the other out of it"),
+    (["train/a", "train/b"],
+     "{root} has train/ but no test/, val/, valid/ or validation/ beside it: add the test "
+     "images as {root}/test/<class>/, or point --image_dir at {root}/train to split its "
+     "classes by --test_fraction"),
+])
+def test_the_command_refuses_an_ambiguous_layout_and_writes_nothing(tmp_path, folders, error):
+    root = write_folders(tmp_path / "photos", {folder: 1 for folder in folders})
+    result = call("cifar10-prepare", f"--image_dir={root}",
+                  f"--data_dir={tmp_path / 'new' / 'd'}")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == f"cifar10-prepare: error: {error.format(root=root)}\n"
+    assert sorted(os.listdir(tmp_path)) == ["photos"]
 
 
 def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, tmp_path):
@@ -119,7 +174,7 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(Cifar10Error, match=r"^no class folders in .*empty: put the images"):
         prepare.find_source(str(tmp_path / "empty"))
-    with pytest.raises(Cifar10Error, match=r"^no such folder: "):
+    with pytest.raises(Cifar10Error, match=r"missing does not exist: point --image_dir at "):
         prepare.find_source(str(tmp_path / "missing"))
     (image_dir / "eel").mkdir()
     (image_dir / "eel" / "notes.txt").write_text("no images here")
@@ -230,10 +285,73 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
 def test_an_unwritable_data_dir_is_one_line_before_any_image_is_decoded(image_dir, tmp_path,
                                                                       monkeypatch):
     (tmp_path / "a_file").write_text("not a folder")
-    monkeypatch.setattr(prepare.predict, "decode_files", lambda paths: pytest.fail("decoded"))
+    monkeypatch.setattr(predict, "decode_files", lambda paths: pytest.fail("decoded"))
     target = tmp_path / "a_file" / "data"
     with pytest.raises(Cifar10Error) as info:
         prepare.convert(prepare.find_source(str(image_dir)), str(target))
     assert str(info.value) == (f"cannot write the data folder {target / ff.BATCHES_DIRNAME} "
                                f"(Not a directory); choose another --data_dir")
     assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("case", ["missing image_dir", "ambiguous layout", "existing data"])
+def test_mistakes_in_the_folders_are_answered_before_tensorflow_loads(image_dir, tmp_path, case):
+    """The program as a process, its imports listed (python -X importtime): the error
+    comes without TensorFlow, which takes seconds to load, and nothing is left behind."""
+    data_dir = tmp_path / "new" / "d"
+    if case == "missing image_dir":
+        image_dir = tmp_path / "nonexistent"
+        error = (f"{image_dir} does not exist: point --image_dir at the folder that holds one "
+                 f"folder of images per class")
+    elif case == "ambiguous layout":
+        (image_dir / "train").mkdir()
+        error = (f"{image_dir} has train/ beside other folders (bird, cat, dog): it can hold "
+                 f"split folders or class folders, not both; move one or the other out of it")
+    else:
+        data_dir = tmp_path / "d"
+        (data_dir / ff.BATCHES_DIRNAME).mkdir(parents=True)
+        error = (f"{data_dir / ff.BATCHES_DIRNAME} exists: it is not replaced; move it aside or "
+                 f"choose another --data_dir")
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", cli.program("cifar10-prepare"),
+         f"--image_dir={image_dir}", f"--data_dir={data_dir}"],
+        capture_output=True, text=True, timeout=120, env=cli.env())
+    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    own_lines = [line for line in result.stderr.splitlines()
+                 if not line.startswith("import time:")]
+    assert "cifar10.prepare" in imported and "numpy" in imported  # (the listing works)
+    assert [name for name in imported if name.split(".")[0] in ("tensorflow", "keras")] == []
+    assert (result.returncode, result.stdout, own_lines) == (
+        1, "", [f"cifar10-prepare: error: {error}"])
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_failed_conversion_leaves_no_folder_it_made(image_dir, tmp_path):
+    (tmp_path / "kept").mkdir()
+    (image_dir / "cat" / "broken.png").write_bytes(b"\x89PNG broken")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", "--strict",
+                  f"--data_dir={tmp_path / 'kept' / 'new' / 'deeper'}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-prepare: error: cannot read {image_dir / 'cat' / 'broken.png'}: not an image "
+        f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one (--strict: nothing "
+        f"written)")
+    assert os.listdir(tmp_path / "kept") == []  # made by the user, so kept
+
+
+def test_a_data_dir_that_cannot_hold_the_data_set_is_refused(image_dir, tmp_path):
+    with pytest.raises(Cifar10Error) as info:
+        prepare.check_output(str(image_dir / "cat" / "data"), str(image_dir))
+    assert str(info.value) == (
+        f"--data_dir {image_dir / 'cat' / 'data'} is inside --image_dir {image_dir}, where the "
+        f"data set would be taken for images; choose a --data_dir outside it")
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(Cifar10Error) as info:
+        prepare.check_output(str(tmp_path / "a_file"), str(image_dir))
+    assert str(info.value) == (f"cannot write the data folder "
+                               f"{tmp_path / 'a_file' / ff.BATCHES_DIRNAME} (Not a directory); "
+                               f"choose another --data_dir")
+    assert prepare.check_output(str(tmp_path / "new" / "d"), str(image_dir)) == str(
+        tmp_path / "new" / "d" / ff.BATCHES_DIRNAME)
+    assert not (tmp_path / "new").exists()
