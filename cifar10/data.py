@@ -16,128 +16,17 @@ Downloading lives in ``download``; this module never touches the network.
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
-import numpy as np
 import tensorflow as tf
 
-from cifar10 import cifar100
 from cifar10 import fileformat as ff
 from cifar10.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
-from cifar10.errors import DataError
+from cifar10.datafolder import (  # noqa: F401 (their home before)
+    batches_dir_of, class_names, read_class_names, split_files, validate_files)
 
 TRAIN_PARALLEL_BATCHES = 2  # batches distorted at once
 TRAIN_PREFETCH_BATCHES = 4  # distorted batches kept ready for the train step
-
-
-def batches_dir_of(data_dir: str) -> str:
-    """The ``cifar-10-batches-bin`` folder under ``data_dir``."""
-    return os.path.join(data_dir, ff.BATCHES_DIRNAME)
-
-
-def split_files(batches_dir: str, split: str) -> list[str]:
-    """Paths of the ``.bin`` files of ``split`` ('train', 'train_eval' or 'test')."""
-    if split not in ff.SPLIT_FILES:
-        raise ValueError(f"split must be one of {sorted(ff.SPLIT_FILES)}, got {split!r}")
-    return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
-
-
-def class_names(batches_dir: str) -> tuple[str, ...]:
-    """The class names of a data folder in label order, from its ``batches.meta.txt``.
-
-    CIFAR-10's names when the folder has no such file.
-
-    Raises:
-      DataError: the file cannot be read, or lists no names, more than
-        ``MAX_CLASSES`` or one name twice.
-    """
-    return read_class_names(os.path.join(batches_dir, ff.META_FILE), default=ff.CLASS_NAMES)
-
-
-def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The names in a class names file (one per line, in label order; blank lines ignored).
-
-    Returns ``default`` when the file does not exist (raises DataError if None).
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        if default is None:
-            raise DataError(f"missing class names file {path}") from None
-        return default
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"cannot read the class names in {path} "
-                        f"({getattr(e, 'strerror', None) or e})") from e
-    names = tuple(line.strip() for line in text.splitlines() if line.strip())
-    fix = "list one class name per line, in label order"
-    if not names:
-        raise DataError(f"{path} lists no class names: {fix}")
-    if len(names) > ff.MAX_CLASSES:
-        raise DataError(f"{path} lists {len(names)} class names and a record's one label "
-                        f"byte holds {ff.MAX_CLASSES}: {fix}, at most {ff.MAX_CLASSES}")
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise DataError(f"{path} lists {', '.join(twice)} more than once: {fix}, each once")
-    return names
-
-
-def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
-    """Checks that every file exists and holds whole records with labels below ``num_classes``.
-
-    Args:
-      paths: the ``.bin`` files to check.
-      num_classes: how many classes the data set has (``len(class_names(...))``).
-
-    Returns:
-      The total number of records in ``paths``.
-
-    Raises:
-      DataError: naming the first bad file, its size and what was expected.
-    """
-    total = 0
-    for path in paths:
-        if not os.path.isfile(path):
-            _refuse(path, f"missing data file {path}: expected a CIFAR-10 binary file of "
-                          f"{ff.RECORD_BYTES:,}-byte records")
-        size = os.path.getsize(path)
-        if size == 0:
-            _refuse(path, f"empty data file {path} (0 bytes; the real files are "
-                          f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
-        if size % ff.RECORD_BYTES:
-            _refuse(path, f"truncated or corrupt data file {path}: {size:,} bytes is not a "
-                          f"whole number of {ff.RECORD_BYTES:,}-byte records (the real files "
-                          f"are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
-        labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
-        bad = np.flatnonzero(labels >= num_classes)
-        if bad.size:
-            named = (f" ({ff.META_FILE} names {num_classes} classes)"
-                     if num_classes < ff.NUM_CLASSES else "")
-            _refuse(path, f"corrupt data file {path}: record {bad[0]} has label "
-                          f"{labels[bad[0]]}, expected 0-{num_classes - 1}{named}")
-        total += labels.shape[0]
-    return total
-
-
-def _refuse(path: str, problem: str) -> None:
-    """Raises DataError: ``problem``, and how to get a sound data folder."""
-    raise DataError(f"{problem}; {_how_to_redo(os.path.dirname(path))}")
-
-
-def _how_to_redo(batches_dir: str) -> str:
-    """Advice for a damaged data folder: download CIFAR-10 again, or convert one's images again."""
-    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
-                                         for label in ff.CIFAR100_LABELS}:
-        return (f"delete {batches_dir} so that it is made again from the extracted "
-                f"CIFAR-100 data")
-    try:
-        own = class_names(batches_dir) != ff.CLASS_NAMES
-    except DataError:
-        own = True
-    if own:
-        return f"make {batches_dir} again with cifar10-prepare from your images"
-    return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
 def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

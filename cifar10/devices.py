@@ -44,15 +44,17 @@ def _split(physical, count: int, memory_limit: int | None) -> None:
         pass  # runtime already initialised; the check in replica_devices decides
 
 
-def replica_devices(num_gpus: int) -> list[str]:
+def replica_devices(num_gpus: int | None) -> list[str]:
     """Returns one device name per replica for ``--num_gpus=num_gpus``.
 
     Args:
-      num_gpus: replicas wanted; 0 means one replica on the CPU.
+      num_gpus: replicas wanted; 0 means one replica on the CPU; None (the flag left
+        at its default) one replica, on the CPU without a word where there is no GPU.
 
     Raises:
       Cifar10Error: TensorFlow was already initialised with too few devices.
     """
+    asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
         raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
     if num_gpus == 0:
@@ -75,7 +77,8 @@ def replica_devices(num_gpus: int) -> list[str]:
             pass  # runtime already initialised; the check below decides
         _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
     elif num_gpus == 1:
-        logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
+        if asked:  # left at its default, one CPU replica is what the user has and gets
+            logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
     else:
         logging.warning(
             "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
@@ -91,12 +94,13 @@ def replica_devices(num_gpus: int) -> list[str]:
     return [d.name for d in logical[:num_gpus]]
 
 
-def make_strategy(num_gpus: int, log_device_placement: bool = False, kind: str = "auto",
+def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None) -> tf.distribute.Strategy:
     """The distribution strategy of a training run.
 
     Args:
-      num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica.
+      num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica, None
+        the flag's default (one replica, quietly on the CPU where there is no GPU).
       log_device_placement: turn on TensorFlow's placement log.
       kind: 'auto' (multi_worker when ``TF_CONFIG`` names several tasks, else
         mirrored), 'mirrored' (MirroredStrategy, one replica per device),
@@ -123,7 +127,9 @@ def make_strategy(num_gpus: int, log_device_placement: bool = False, kind: str =
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
-def _multi_worker_strategy(num_gpus: int, timeout: float | None) -> tf.distribute.Strategy:
+def _multi_worker_strategy(num_gpus: int | None, timeout: float | None
+                           ) -> tf.distribute.Strategy:
+    asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU")
     if num_gpus == 0:
         tf.config.set_visible_devices([], "GPU")
@@ -137,7 +143,7 @@ def _multi_worker_strategy(num_gpus: int, timeout: float | None) -> tf.distribut
             f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
             f"and this one has none (MultiWorkerMirroredStrategy runs one replica per worker "
             f"on a CPU): use --num_gpus=1 and more workers")
-    else:
+    elif asked:
         logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)

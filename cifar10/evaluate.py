@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shutil
 import time
 from typing import Callable, Sequence
 
@@ -396,11 +397,23 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
       ValueError: both ``use_fp16`` and ``use_bf16``.
     """
     compute_dtype(config)
+    created = not os.path.lexists(config.eval_dir)
     try:
         os.makedirs(config.eval_dir, exist_ok=True)
     except OSError as e:
         raise io_error("cannot create --eval_dir", config.eval_dir, e,
                        io_advice(e) or "choose a directory you can write") from e
+    try:
+        return _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command)
+    except BaseException:
+        # An evaluation that failed before it recorded a result leaves no directory
+        # it created (its records and event file would only say that it started).
+        if created and not os.path.exists(os.path.join(config.eval_dir, RESULTS_FILE)):
+            shutil.rmtree(config.eval_dir, ignore_errors=True)
+        raise
+
+
+def _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command):
     gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
     runrecord.record_start(config.eval_dir, runrecord.environment(
         "cifar10-eval", command, devices.describe(gpus[:1] or ["/device:CPU:0"]),

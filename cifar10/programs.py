@@ -1,5 +1,5 @@
-"""What the command-line programs share: parsing flags, finding the data and the
-checkpoint, reporting errors.
+"""What the command-line programs share: parsing flags, finding the checkpoint,
+reporting errors (the data they read is found by ``getdata``).
 
 Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become
 one line on stderr, ``<program>: error: <message>``, and exit status 1, never a
@@ -23,73 +23,17 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from cifar10 import cifar100
-from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
-from cifar10 import download
 from cifar10 import logs
-from cifar10 import synthetic
-from cifar10.errors import Cifar10Error, DataError
+from cifar10.errors import Cifar10Error
 
-SYNTHETIC_SUBDIR = "synthetic"
+# The flags whose values are paths on this machine.
+PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
+              "export_dir", "image_dir")
 
 # Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
 # user asked); quiet unless asked.
 _tensorflow_lines = False
-
-
-def prepare_data(data_dir: str, url: str | None = None, md5: str | None = None,
-                 use_synthetic: bool = False,
-                 synthetic_records: int = 1000, print_fn=print, dataset: str = "cifar10",
-                 label: str = "fine") -> tuple[str, dict[str, int]]:
-    """Finds, fetches if needed, and validates the data of a program.
-
-    With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
-    (written when missing) and a notice says so; otherwise the real data set
-    (``dataset``: 'cifar10' or 'cifar100', the latter with its ``label``: 'fine' or
-    'coarse') is downloaded and extracted under ``data_dir`` when missing.
-
-    Returns:
-      (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
-
-    Raises:
-      DataError: the data cannot be fetched or a file is missing or corrupt.
-    """
-    load_tensorflow()
-    from cifar10 import data
-
-    generated = False
-    if use_synthetic:
-        batches_dir = data.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
-        generated = not os.path.isdir(batches_dir)
-        if generated:
-            try:
-                synthetic.write_dataset(os.path.dirname(batches_dir),
-                                        records_per_file=synthetic_records)
-            except OSError as e:
-                raise DataError(f"cannot write generated data in {os.path.dirname(batches_dir)} "
-                                f"({e.strerror or e}); choose a --data_dir you can "
-                                f"write") from e
-    elif dataset == ff.CIFAR100.name:
-        extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
-                                                        archive=ff.CIFAR100)
-        batches_dir = cifar100.batches_dir(extracted, data_dir, label)
-    else:
-        batches_dir = download.maybe_download_and_extract(data_dir, url=url, md5=md5)
-    num_classes = len(data.class_names(batches_dir))
-    counts = {split: data.validate_files(data.split_files(batches_dir, split), num_classes)
-              for split in ("train", "test")}
-    if use_synthetic and not generated and counts["test"] != synthetic_records:
-        print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
-                 f"used as it is (--synthetic_records={synthetic_records} applies only "
-                 f"when it is generated: delete the folder to regenerate).")
-    if use_synthetic:
-        print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
-                 f"(generated, not the real CIFAR-10 images; results say nothing about "
-                 f"CIFAR-10).")
-    elif synthetic.is_synthetic(batches_dir):
-        print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
-    return batches_dir, counts
 
 
 def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str:
@@ -242,8 +186,29 @@ def parse_flags(argv: list[str], program: str, doc: str,
         raise
     except flags.Error as e:
         message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        message = _other_programs_flagfile(argv, program) or message
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
+
+
+def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
+    """The error for ``--flagfile=`` naming another program's flags.txt (the run
+    records of cifar10-train, say, given to cifar10-eval), or None."""
+    for arg in argv[1:]:
+        if arg.startswith("--flagfile="):
+            path = arg.split("=", 1)[1]
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    header = f.readline()
+            except OSError:
+                continue
+            other = header[2:].split(",")[0] if header.startswith("# ") else ""
+            if other.startswith("cifar10-") and other != program:
+                run_dir = os.path.dirname(os.path.abspath(path))
+                return (f"--flagfile={path} holds {other}'s flags, not {program}'s; "
+                        f"{program} reads the data settings of the run it is given by "
+                        f"itself: pass --checkpoint_dir={run_dir} instead")
+    return None
 
 
 def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
@@ -251,7 +216,7 @@ def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
     """The program's flags and their values, one per line in absl's flagfile format
     (``--name=value``, ``--name`` / ``--noname``), as ``--flagfile`` reads them.
 
-    Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
+    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
     that delete something) is written as false, so that replaying the file never
     does that again.
     """
@@ -259,6 +224,9 @@ def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
     for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
         if flag.name in not_replayed:
             lines.append(f"--no{flag.name}")
+        elif flag.name in PATH_FLAGS and isinstance(flag.value, str):
+            # Absolute, so that a replay from another directory finds the same run.
+            lines.append(f"--{flag.name}={os.path.abspath(flag.value)}")
         elif flag.value is not None:
             lines.append(flag.serialize())
     return "".join(f"{line}\n" for line in lines)

@@ -134,3 +134,34 @@ def _append(path: str, text: str) -> None:
         atomic.write_text(path, old + text)
     except (OSError, UnicodeDecodeError) as e:
         raise io_error("cannot record the run's start in", path, e) from e
+
+
+def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
+    """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt, as
+    {name: value as written} (``--name`` gives 'true', ``--noname`` 'false'), or None
+    when there is no such file or start.
+
+    Lines that are not flags are skipped: a damaged file gives what it still holds.
+    """
+    try:
+        with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
+                  errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    latest: dict[str, str] | None = None
+    current: dict[str, str] | None = None  # the flags of the start being read
+    for line in text.splitlines():
+        if line.startswith("# "):
+            # A start's header: '# <program>, started ...'; the flags under it are its.
+            current = {} if line[2:].split(",")[0] == program else None
+            latest = current if current is not None else latest
+        elif current is not None and line.startswith("--"):
+            name, sep, value = line[2:].partition("=")
+            if sep:
+                current[name] = value
+            elif name.startswith("no"):
+                current[name[2:]] = "false"
+            else:
+                current[name] = "true"
+    return latest

@@ -21,6 +21,7 @@ from absl import flags
 
 from cifar10 import cluster
 from cifar10 import flags as cifar10_flags
+from cifar10 import getdata
 from cifar10 import programs
 
 FLAGS = flags.FLAGS
@@ -52,13 +53,17 @@ def main(argv: list[str]) -> None:
     kind = cluster.strategy_kind(FLAGS.strategy)
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
+    # The data is found (downloaded if need be) and checked before TensorFlow loads,
+    # so that a data mistake is answered at once.
+    batches_dir, counts = getdata.prepare(
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10 import data, devices, train
 
-    batches_dir, counts = programs.prepare_data(
-        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
-    strategy = devices.make_strategy(FLAGS.num_gpus, FLAGS.log_device_placement,
+    # --num_gpus left at its default: one replica, on the CPU without a warning if need be.
+    num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
+    strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)

@@ -14,7 +14,7 @@ import pytest
 from cli import call, event_tags, start
 from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
-from cifar10 import data, devices, programs, synthetic, train
+from cifar10 import data, devices, getdata, synthetic, train
 
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
@@ -25,7 +25,7 @@ def trained(tmp_path_factory):
     """(data_dir, train_dir): synthetic data where --synthetic_data reads it; 6 steps trained."""
     root = tmp_path_factory.mktemp("eval_main")
     data_dir = root / "data"
-    batches_dir = synthetic.write_dataset(str(data_dir / programs.SYNTHETIC_SUBDIR),
+    batches_dir = synthetic.write_dataset(str(data_dir / getdata.SYNTHETIC_SUBDIR),
                                           records_per_file=RECORDS)
     files = data.split_files(batches_dir, "train")
     config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
@@ -177,7 +177,7 @@ def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, mo
 
     def prepare():
         try:
-            found.append(programs.prepare_data(data_dir, use_synthetic=True,
+            found.append(getdata.prepare(data_dir, use_synthetic=True,
                                                synthetic_records=RECORDS,
                                                print_fn=lambda line: None))
         except Exception as e:  # noqa: BLE001 - any failure is the finding
@@ -189,6 +189,6 @@ def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, mo
     for thread in threads:
         thread.join()
     assert not errors, repr(errors[0])
-    batches_dir = os.path.join(data_dir, programs.SYNTHETIC_SUBDIR, "cifar-10-batches-bin")
+    batches_dir = os.path.join(data_dir, getdata.SYNTHETIC_SUBDIR, "cifar-10-batches-bin")
     assert found == [(batches_dir, {"train": 5 * RECORDS, "test": RECORDS})] * 2
     assert os.listdir(os.path.dirname(batches_dir)) == ["cifar-10-batches-bin"]

@@ -10,20 +10,20 @@ from absl import flags
 
 from cifar10 import fileformat as ff
 from cifar10 import flags as cifar10_flags
-from cifar10 import programs, synthetic
+from cifar10 import getdata, programs, synthetic
 from cifar10.errors import DataError, DivergedError, listed
 
 
 def test_synthetic_data_is_generated_once_and_announced(tmp_path):
     lines = []
-    batches_dir, counts = programs.prepare_data(str(tmp_path), use_synthetic=True,
+    batches_dir, counts = getdata.prepare(str(tmp_path), use_synthetic=True,
                                                 synthetic_records=20, print_fn=lines.append)
     assert batches_dir == str(tmp_path / "synthetic" / ff.BATCHES_DIRNAME)
     assert counts == {"train": 100, "test": 20}
     assert synthetic.is_synthetic(batches_dir)
     assert "SYNTHETIC" in lines[0] and batches_dir in lines[0]
     stamp = os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns
-    programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=20,
+    getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=20,
                           print_fn=lines.append)
     assert os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns == stamp
 
@@ -32,13 +32,13 @@ def test_extracted_data_is_validated_and_counted(tmp_path):
     synthetic.write_dataset(str(tmp_path), records_per_file=30)
     os.remove(tmp_path / ff.BATCHES_DIRNAME / synthetic.SYNTHETIC_MARKER)  # looks real now
     lines = []
-    _, counts = programs.prepare_data(str(tmp_path), url="http://127.0.0.1:9/unused",
+    _, counts = getdata.prepare(str(tmp_path), url="http://127.0.0.1:9/unused",
                                       print_fn=lines.append)
     assert counts == {"train": 150, "test": 30}
     assert lines == []  # real-looking data: no synthetic notice
     (tmp_path / ff.BATCHES_DIRNAME / "test_batch.bin").write_bytes(b"\x00" * 3000)
     with pytest.raises(DataError, match="test_batch.bin: 3,000 bytes"):
-        programs.prepare_data(str(tmp_path), print_fn=lines.append)
+        getdata.prepare(str(tmp_path), print_fn=lines.append)
 
 
 @pytest.mark.parametrize("error, code, stderr", [
@@ -98,10 +98,10 @@ def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
 
 
 def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
-    programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=20,
+    getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=20,
                           print_fn=lambda line: None)
     lines = []
-    _, counts = programs.prepare_data(str(tmp_path), use_synthetic=True, synthetic_records=30,
+    _, counts = getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=30,
                                       print_fn=lines.append)
     assert counts == {"train": 100, "test": 20}
     assert "--synthetic_records=30 applies only when it is generated" in lines[0]
@@ -110,7 +110,7 @@ def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
 def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_path):
     (tmp_path / "a_file").write_text("not a directory")
     with pytest.raises(DataError) as err:
-        programs.prepare_data(str(tmp_path / "a_file" / "data"), use_synthetic=True,
+        getdata.prepare(str(tmp_path / "a_file" / "data"), use_synthetic=True,
                               synthetic_records=5, print_fn=lambda line: None)
     assert str(err.value) == (f"cannot write generated data in {tmp_path}/a_file/data/synthetic "
                               f"(Not a directory); choose a --data_dir you can write")
