@@ -17,10 +17,8 @@ import numpy as np
 
 from cifar10 import cifar100
 from cifar10 import fileformat as ff
+from cifar10.imagefiles import IMAGE_EXTENSIONS
 from cifar10.errors import DataError
-
-# Files whose presence makes a folder a folder of images (cifar10-prepare's input).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 
 def batches_dir_of(data_dir: str) -> str:
     """The ``cifar-10-batches-bin`` folder under ``data_dir``."""
@@ -194,7 +192,7 @@ def _holds_images(path: str, look_at: int = 200) -> bool:
             for i, entry in enumerate(entries):
                 if i == look_at:
                     break
-                if entry.name.lower().endswith(IMAGE_SUFFIXES) and entry.is_file():
+                if entry.name.lower().endswith(IMAGE_EXTENSIONS) and entry.is_file():
                     return True
     except OSError:
         pass

@@ -43,9 +43,9 @@ def runs(tmp_path_factory):
     results["cifar10-train"] = run("cifar10-train", f"--data_dir={data_dir}",
                                    f"--train_dir={train_dir}", "--max_steps=4", "--batch_size=8",
                                    "--summary_steps=1000")
-    results["cifar10-eval"] = run("cifar10-eval", f"--data_dir={data_dir}",
-                                  f"--checkpoint_dir={train_dir}", f"--eval_dir={root / 'eval'}",
-                                  "--run_once", "--batch_size=8")
+    # No --data_dir: the evaluator follows the run's own (its flags.txt).
+    results["cifar10-eval"] = run("cifar10-eval", f"--checkpoint_dir={train_dir}",
+                                  f"--eval_dir={root / 'eval'}", "--run_once", "--batch_size=8")
     results["cifar10-predict"] = run("cifar10-predict", f"--checkpoint_dir={train_dir}",
                                      "--top_k=1", *images[:3])
     results["cifar10-export"] = run("cifar10-export", f"--checkpoint_dir={train_dir}",
@@ -76,9 +76,21 @@ def test_a_normal_run_prints_only_its_own_lines_and_its_completion_once(runs, pr
         assert not re.match(r"[IWEF]\d{4} ", line), line
 
 
+@pytest.mark.skipif(not NO_GPU, reason="a machine without a GPU")
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval"])
+def test_a_plain_cpu_run_prints_no_warning(runs, program):
+    """--num_gpus left at its default is one replica, on the CPU here; the evaluator's
+    default number of examples is its data's whole test split (6 of 24 images here)."""
+    assert runs[program].stderr == ""
+
+
 @pytest.mark.skipif(not NO_GPU, reason="the warning of a machine without a GPU")
-def test_the_trainers_warning_is_a_plain_line(runs):
-    assert runs["cifar10-train"].stderr.splitlines() == [
+def test_asking_for_a_gpu_on_a_cpu_machine_is_a_plain_warning(tmp_path):
+    result = run("cifar10-train", "--num_gpus=1", "--synthetic_data", "--synthetic_records=20",
+                 f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+                 "--max_steps=1", "--batch_size=8")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
         "cifar10-train: warning: --num_gpus=1 but this machine has no GPU: training on the CPU."]
 
 

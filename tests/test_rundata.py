@@ -1,0 +1,166 @@
+"""cifar10-eval follows the run it scores: the data flags its command line leaves
+unset come from the run's flags.txt (cifar10.rundata, cifar10.runrecord)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import cli
+from conftest import EVAL_LINE
+from cifar10 import eval_main, runrecord, rundata, synthetic
+
+OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{'synthetic': (data_dir, train_dir) of a --synthetic_data run of 2 steps, 'own':
+    the same of a run on a data folder of its own}, both trained with cifar10-train."""
+    root = tmp_path_factory.mktemp("rundata")
+    synthetic.write_dataset(str(root / "own_data"), records_per_file=20)
+    made = {}
+    for kind, extra in (("synthetic", ("--synthetic_data", "--synthetic_records=20")),
+                        ("own", ())):
+        data_dir, train_dir = root / f"{kind}_data", root / f"{kind}_train"
+        result = cli.call("cifar10-train", f"--data_dir={data_dir}", f"--train_dir={train_dir}",
+                          "--max_steps=2", "--batch_size=8", *extra)
+        assert result.returncode == 0, result.stderr
+        made[kind] = data_dir, train_dir
+    return made
+
+
+def test_the_latest_start_of_the_trainer_is_read(tmp_path):
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n"
+        "--data_dir=/first\n--synthetic_data\n--max_steps=5\n"
+        "# cifar10-eval, started 2026-11-25T10:01:00+00:00 on h\n--data_dir=/eval\n"
+        "# cifar10-train, started 2026-11-25T10:02:00+00:00 on h at step 5\n"
+        "--data_dir=/second\n--nosynthetic_data\nnot a flag\n--label=fine\n")
+    assert runrecord.recorded_flags(str(tmp_path)) == {
+        "data_dir": "/second", "synthetic_data": "false", "label": "fine"}
+    assert runrecord.recorded_flags(str(tmp_path), "cifar10-eval") == {"data_dir": "/eval"}
+    assert runrecord.recorded_flags(str(tmp_path / "none")) is None
+
+
+def test_unset_flags_take_the_runs_values_and_given_ones_win_with_a_notice(tmp_path, caplog):
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n"
+        "--data_dir=/runs/data\n--synthetic_data\n--synthetic_records=20\n--batch_size=8\n")
+    values = flags.FlagValues()
+    eval_main.define_flags(values)
+    values(["cifar10-eval", "--synthetic_records=30"])
+    followed = rundata.follow_run(values, str(tmp_path), "cifar10-eval")
+    assert (values.data_dir, values.synthetic_data, values.synthetic_records) == (
+        "/runs/data", True, 30)
+    assert values.batch_size == 128  # not a data flag: the evaluator's own
+    assert followed.taken == {"synthetic_data": "true", "data_dir": "/runs/data"}
+    assert followed.describe() == (f"--synthetic_data --data_dir=/runs/data, from "
+                                   f"{tmp_path / 'flags.txt'}")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--synthetic_records=30 differs from the run it scores (--synthetic_records=20 in "
+        f"{tmp_path / 'flags.txt'}); using --synthetic_records=30."]
+
+
+def test_the_readme_offline_sequence_evaluates_without_repeating_the_data_flags(tmp_path):
+    """README: cifar10-train --synthetic_data ..., then cifar10-eval --checkpoint_dir=...
+    --run_once; as processes, and neither prints a warning on a machine without a GPU."""
+    train_dir = tmp_path / "train"
+    trained = cli.run("cifar10-train", "--synthetic_data", "--synthetic_records=40",
+                      "--max_steps=3", "--batch_size=16", f"--data_dir={tmp_path / 'data'}",
+                      f"--train_dir={train_dir}")
+    assert trained.returncode == 0, trained.stderr
+    scored = cli.run("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
+                     f"--eval_dir={tmp_path / 'eval'}")
+    assert scored.returncode == 0, scored.stderr
+    lines = scored.stdout.splitlines()
+    assert lines[0] == (f"NOTE: using SYNTHETIC CIFAR-10-format data in "
+                        f"{tmp_path / 'data' / 'synthetic' / 'cifar-10-batches-bin'} (generated, "
+                        f"not the real CIFAR-10 images; results say nothing about CIFAR-10).")
+    match = next(EVAL_LINE.match(line) for line in lines if EVAL_LINE.match(line))
+    assert match[2] == "3" and match[4] == "40"  # the whole test split of the run's data
+    if not tf.config.list_physical_devices("GPU"):
+        assert trained.stderr == "" and scored.stderr == ""
+
+
+def test_a_run_on_its_own_data_folder_is_scored_on_it(runs, tmp_path):
+    data_dir, train_dir = runs["own"]
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
+                      f"--eval_dir={tmp_path / 'eval'}")
+    assert result.returncode == 0, result.stderr
+    assert "20 examples, averages weights" in result.stdout
+    # The evaluator's own flags.txt records what it used.
+    assert f"--data_dir={data_dir}\n" in (tmp_path / "eval" / "flags.txt").read_text()
+
+
+def test_data_that_moved_is_an_error_naming_the_runs_setting(runs, tmp_path):
+    data_dir, train_dir = runs["own"]
+    moved = tmp_path / "moved"
+    shutil.copytree(data_dir, moved)
+    shutil.rmtree(data_dir)
+    try:
+        result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
+                          f"--eval_dir={tmp_path / 'eval'}", f"--data_url={OFFLINE}")
+    finally:
+        shutil.copytree(moved, data_dir)
+    last = result.stderr.splitlines()[-1]
+    assert result.returncode == 1
+    assert last.startswith(f"cifar10-eval: error: no CIFAR-10 data: --data_dir={data_dir}, as "
+                           f"the run it scores recorded (--data_dir={data_dir}, from "
+                           f"{train_dir / 'flags.txt'}) does not exist")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_a_given_data_flag_wins_with_a_notice(runs, tmp_path):
+    data_dir, train_dir = runs["synthetic"]
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
+                      f"--eval_dir={tmp_path / 'eval'}", f"--data_dir={tmp_path / 'other'}")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: notice: --data_dir={tmp_path / 'other'} differs from the run it scores "
+        f"(--data_dir={data_dir} in {train_dir / 'flags.txt'}); using "
+        f"--data_dir={tmp_path / 'other'}."]
+    assert os.path.isdir(tmp_path / "other" / "synthetic")  # the run's --synthetic_data
+
+
+def test_the_trainers_flags_txt_given_to_the_evaluator_is_one_clear_error(runs, tmp_path):
+    _, train_dir = runs["synthetic"]
+    result = cli.call("cifar10-eval", f"--flagfile={train_dir / 'flags.txt'}", "--run_once")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: --flagfile={train_dir / 'flags.txt'} holds cifar10-train's "
+        f"flags, not cifar10-eval's; cifar10-eval reads the data settings of the run it is "
+        f"given by itself: pass --checkpoint_dir={train_dir} instead (see cifar10-eval --help)"]
+
+
+def test_a_failed_evaluation_leaves_no_eval_dir_it_created(runs, tmp_path):
+    data_dir, _ = runs["synthetic"]
+    empty = tmp_path / "no_run"
+    empty.mkdir()
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={empty}", "--run_once",
+                      "--synthetic_data", f"--data_dir={data_dir}",
+                      f"--eval_dir={tmp_path / 'eval'}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"cifar10-eval: error: No checkpoint file found in {empty}")
+    assert not (tmp_path / "eval").exists()
+    # An --eval_dir that was there before stays, with what it held.
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("mine")
+    cli.call("cifar10-eval", f"--checkpoint_dir={empty}", "--run_once", "--synthetic_data",
+             f"--data_dir={data_dir}", f"--eval_dir={tmp_path / 'kept'}")
+    assert (tmp_path / "kept" / "mine.txt").read_text() == "mine"
+
+
+def test_an_asked_number_of_examples_beyond_the_data_is_still_a_warning(runs, tmp_path):
+    _, train_dir = runs["synthetic"]
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
+                      f"--eval_dir={tmp_path / 'eval'}", "--num_examples=10000")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "cifar10-eval: warning: --num_examples=10000 but the test data holds 20 examples: "
+        "evaluating 20."]
