@@ -67,8 +67,15 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
         # Keras, which TensorFlow loads, imports matplotlib.pyplot when it is
         # installed, for a plotting helper no program here uses: 0.65 s of every
-        # start.  None in sys.modules makes that import fail, which Keras allows.
+        # start.  None in sys.modules makes that import fail, which Keras allows;
+        # it is taken out again once TensorFlow (and Keras with it) is loaded, so
+        # that whoever imports matplotlib later gets it.
         sys.modules["matplotlib"] = None
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            if sys.modules.get("matplotlib", False) is None:
+                del sys.modules["matplotlib"]
     import tensorflow as tf
 
     if not _tensorflow_lines:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
+import cli
 import pytest
 from absl import app
 from absl import flags
@@ -151,3 +154,30 @@ def test_long_class_lists_are_shortened_in_one_line_messages():
     assert listed(["cat", "dog"]) == "cat, dog"
     names = [f"c{i}" for i in range(100)]
     assert listed(names) == "c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, ..., c98, c99"
+
+
+# cifar10-train run as a process, writing at its exit TensorFlow's TensorFloat-32
+# setting (which nothing changes after training starts) into the file $TF32_REPORT.
+_TF32_PROBE = """
+import atexit, os, sys
+def report():
+    tf = sys.modules["tensorflow"]
+    with open(os.environ["TF32_REPORT"], "w") as f:
+        f.write(str(tf.config.experimental.tensor_float_32_execution_enabled()))
+atexit.register(report)
+sys.argv = sys.argv[1:]
+from cifar10 import train_main
+train_main.run()
+"""
+
+
+@pytest.mark.parametrize("allow", [True, False])
+def test_allow_tf32_holds_during_the_run(tmp_path, allow):
+    result = subprocess.run(
+        [sys.executable, "-c", _TF32_PROBE, "cifar10-train", f"--allow_tf32={allow}",
+         "--synthetic_data", "--synthetic_records=10", f"--data_dir={tmp_path / 'data'}",
+         f"--train_dir={tmp_path / 'train'}", "--max_steps=1", "--batch_size=4"],
+        capture_output=True, text=True, timeout=300,
+        env=cli.env(TF32_REPORT=str(tmp_path / "tf32")))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "tf32").read_text() == str(allow)
