@@ -36,6 +36,7 @@ setup(
             "cifar10-predict=cifar10.predict_main:run",
             "cifar10-export=cifar10.export_main:run",
             "cifar10-prepare=cifar10.prepare_main:run",
+            "cifar10-launch=cifar10.launch_main:run",
         ],
     },
 )

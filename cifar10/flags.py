@@ -215,3 +215,14 @@ def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
     flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
                          "skipping it.", flag_values=flag_values)
+
+
+def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-launch (cifar10-train's flags follow a bare ``--``)."""
+    flags.DEFINE_integer("num_workers", 2, "How many cifar10-train workers to start on this "
+                         "machine, one job (worker 0 is the chief).", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_boolean("all_output", False, "Show every worker's lines. By default the "
+                         "other workers' progress lines, the same steps and losses as the "
+                         "chief's, are left out; their warnings and errors are shown.",
+                         flag_values=flag_values)
