@@ -19,7 +19,8 @@ import tensorflow as tf
 from absl import flags
 from tensorboard.compat.proto import event_pb2
 
-from cifar10 import eval_main, export_main, logs, predict_main, prepare_main, programs, train_main
+from cifar10 import (eval_main, export_main, launch_main, logs, predict_main, prepare_main,
+                     programs, train_main)
 
 BIN_DIR = os.path.dirname(sys.executable)
 
@@ -47,7 +48,8 @@ def run(name: str, *args: str, timeout: float = 300, **extra_env: str
 
 # Each program's entry module.
 ENTRY_POINTS = {module.PROGRAM: module
-                for module in (train_main, eval_main, predict_main, export_main, prepare_main)}
+                for module in (train_main, eval_main, predict_main, export_main, prepare_main,
+                               launch_main)}
 
 
 def call(name: str, *args: str) -> subprocess.CompletedProcess:

@@ -1,12 +1,11 @@
 """Multi-worker training on TensorFlow's runtime: local workers on 127.0.0.1.
 
 Each test starts real worker processes with their own TF_CONFIG, as
-scripts/launch_workers.py does, and bounds every wait.
+cifar10-launch does (once, through cifar10-launch itself), and bounds every wait.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -20,23 +19,18 @@ import pytest
 import tensorflow as tf
 
 import multi_worker_steps
-from cli import env, start
+from cli import env, run, start
 from conftest import mirrored
+from test_output import NATIVE
 from test_train import fixed_batches
-from cifar10 import checkpoints, train
-
-SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
-_spec = importlib.util.spec_from_file_location(
-    "launch_workers", os.path.join(SCRIPTS, "launch_workers.py"))
-launch_workers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(launch_workers)
+from cifar10 import checkpoints, launch, train
 
 LOG_STEP = re.compile(r": step (\d+), loss = ")
 
 
 def start_workers(num_workers, args, tmp_path, **extra_env):
     """Starts cifar10-train workers of one local cluster; returns the processes."""
-    configs = launch_workers.tf_configs(launch_workers.free_ports(num_workers))
+    configs = launch.tf_configs(launch.free_ports(num_workers))
     return [start("cifar10-train", *args, TF_CONFIG=config, TMPDIR=str(tmp_path), **extra_env)
             for config in configs]
 
@@ -77,7 +71,7 @@ def wait_for_step(proc, step, timeout=120):
 
 def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
     steps, batch = 3, 8
-    configs = launch_workers.tf_configs(launch_workers.free_ports(2))
+    configs = launch.tf_configs(launch.free_ports(2))
     script = os.path.join(os.path.dirname(__file__), "multi_worker_steps.py")
     procs = [subprocess.Popen([sys.executable, script, str(tmp_path), str(steps), str(batch)],
                               env=env(TF_CONFIG=config), stdout=subprocess.PIPE,
@@ -101,25 +95,35 @@ def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """(the launcher's result, its tmp folder): two workers trained 6 steps, saved at 3 and 6."""
+    """(cifar10-launch's result, its tmp folder): two workers trained 6 steps, saved at 3 and 6."""
     tmp_path = tmp_path_factory.mktemp("launched")
-    script = os.path.join(SCRIPTS, "launch_workers.py")
-    result = subprocess.run(
-        [sys.executable, script, "--num_workers=2", "--", *train_args(
-            tmp_path, "--max_steps=6", "--log_frequency=3", "--checkpoint_steps=3",
-            "--summary_steps=3")],
-        capture_output=True, text=True, timeout=240, env=env(TMPDIR=str(tmp_path)))
+    result = run("cifar10-launch", "--num_workers=2", "--", *train_args(
+        tmp_path, "--max_steps=6", "--log_frequency=3", "--checkpoint_steps=3",
+        "--summary_steps=3"), timeout=240, TMPDIR=str(tmp_path))
     return result, tmp_path
 
 
-def test_launcher_trains_two_workers_and_only_the_chief_writes(launched):
+def test_launcher_trains_two_workers_prints_each_line_once_and_only_the_chief_writes(launched):
     result, tmp_path = launched
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert result.stderr == ""
+    start_line, *lines = result.stdout.splitlines()
+    assert re.fullmatch(r"Starting 2 cifar10-train workers of one job on 127\.0\.0\.1, ports "
+                        r"\d+, \d+: worker 0 \(the chief\) shows the job's progress, the "
+                        r"others their warnings and errors\.", start_line), start_line
+    # The chief's lines, each once; of worker 1 (whose other lines repeat them) only
+    # its warnings, if it has any.
+    for line in lines:
+        assert line.startswith("[worker 0] ") or re.match(
+            r"\[worker 1\] cifar10-train: (warning|notice): ", line), line
+    assert len(lines) == len(set(lines))
     out = result.stdout
-    for worker in (0, 1):
-        assert f"[worker {worker}] Training complete at step 6" in out
+    assert len(re.findall(r"^\[worker 0\] Training complete at step 6\b", out, re.M)) == 1
+    assert len(re.findall(r"^\[worker 0\] .*: step 6, loss = ", out, re.M)) == 1
+    assert len(re.findall(r"^\[worker 0\] NOTE: using SYNTHETIC", out, re.M)) == 1
     assert "with 2 replica(s), global batch 16; checkpoints and summaries in" in out
-    assert "this is worker 1: the chief writes checkpoints" in out
+    assert not NATIVE.findall(out), out
+    assert "Traceback" not in out
     assert "eagerly has significant overhead" not in out  # nothing runs eagerly under it
     assert "Sharding callback duration" not in out  # absl's INFO line at every save
     train_dir = tmp_path / "train"
@@ -194,10 +198,10 @@ def test_multi_worker_without_tf_config_and_fresh_start_are_refused(tmp_path):
 
 def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, tmp_path):
     result, launched_path = launched
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     shutil.copytree(launched_path / "train", tmp_path / "train")
     # Worker 1 now sees another, empty --train_dir: it would start from step 0.
-    configs = launch_workers.tf_configs(launch_workers.free_ports(2))
+    configs = launch.tf_configs(launch.free_ports(2))
     # (absl takes the last --train_dir given.)
     args = [train_args(tmp_path, "--max_steps=9"),
             train_args(tmp_path, "--max_steps=9", f"--train_dir={tmp_path / 'other'}")]

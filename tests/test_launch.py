@@ -1,0 +1,192 @@
+"""Tests of cifar10.launch and the cifar10-launch command without TensorFlow workers.
+
+The workers here are a small Python script that prints a line to stdout and one
+to stderr and then does what the test asks (exit with a status, wait for a
+signal); tests/test_multi_worker.py runs cifar10-launch with real cifar10-train
+workers once.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from unittest import mock
+
+import pytest
+from absl import flags
+
+from cli import call, env
+from cifar10 import cluster, launch
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "launch_workers.py")
+
+WORKER = """
+import json, os, signal, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+mode, folder = sys.argv[1], sys.argv[2]
+print(f"progress of worker {index}")
+print(f"warning of worker {index}", file=sys.stderr)
+if mode == "exit":  # worker 1 first, then worker 0
+    time.sleep(0.0 if index else 1.0)
+    sys.exit(3 + index)
+if mode == "kill" and index == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode == "wait":
+    def stop(signum, frame):
+        print(f"worker {index} got {signal.Signals(signum).name}")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    open(os.path.join(folder, f"ready-{index}"), "w").close()
+    time.sleep(60)
+    sys.exit(9)
+"""
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A launch() runner with the fake worker: (mode, **launch kwargs) -> (lines, start line)."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+
+    def run(mode, num_workers=2, **kwargs):
+        out, printed = io.StringIO(), []
+        try:
+            launch.launch(num_workers, [mode, str(tmp_path)], out=out, print_fn=printed.append,
+                          command=[sys.executable, str(script)], **kwargs)
+        finally:
+            run.lines = out.getvalue().splitlines()
+        return run.lines, printed
+
+    return run
+
+
+def test_each_worker_gets_a_tf_config_of_one_local_cluster():
+    ports = launch.free_ports(3)
+    assert len(set(ports)) == 3 and all(1024 <= p < 65536 for p in ports)
+    configs = [cluster.read_tf_config(text) for text in launch.tf_configs(ports)]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(3)]
+    assert all(c["cluster"] == {"worker": [f"127.0.0.1:{p}" for p in ports]} for c in configs)
+    assert cluster.strategy_kind("auto", launch.tf_configs(ports)[1]) == "multi_worker"
+
+
+def test_the_trainer_is_the_one_next_to_the_python_that_runs_the_launcher(tmp_path):
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    assert launch.trainer_command(str(python)) == [str(python), "-m", "cifar10.train_main"]
+    trainer = tmp_path / "bin" / "cifar10-train"
+    trainer.write_text("#!/bin/sh\n")
+    assert launch.trainer_command(str(python))[1:] == ["-m", "cifar10.train_main"]  # not executable
+    trainer.chmod(0o755)
+    assert launch.trainer_command(str(python)) == [str(trainer)]
+    # This test's Python has it installed; the other way starts the same program.
+    assert launch.trainer_command() == [os.path.join(os.path.dirname(sys.executable),
+                                                     "cifar10-train")]
+    result = subprocess.run([sys.executable, "-m", "cifar10.train_main", "--help"],
+                            capture_output=True, text=True, timeout=120, env=env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("USAGE: cifar10-train [flags]")
+
+
+def test_the_chiefs_lines_are_shown_once_and_of_the_others_only_their_stderr(worker):
+    lines, printed = worker("ok")
+    [start] = printed
+    assert re.fullmatch(r"Starting 2 cifar10-train workers of one job on 127\.0\.0\.1, ports "
+                        r"\d+, \d+: worker 0 \(the chief\) shows the job's progress, the "
+                        r"others their warnings and errors\.", start), start
+    assert sorted(lines) == ["[worker 0] progress of worker 0", "[worker 0] warning of worker 0",
+                             "[worker 1] warning of worker 1"]
+    assert lines.index("[worker 0] progress of worker 0") < lines.index(
+        "[worker 0] warning of worker 0")
+
+
+def test_all_output_shows_every_workers_lines(worker):
+    lines, printed = worker("ok", num_workers=3, all_output=True)
+    assert printed[0].endswith(": every worker shows all its lines.")
+    assert sorted(lines) == sorted(f"[worker {i}] {kind} of worker {i}" for i in range(3)
+                                   for kind in ("progress", "warning"))
+
+
+def test_the_first_worker_to_fail_gives_the_exit_status(worker):
+    with pytest.raises(launch.WorkerFailed) as failed:
+        worker("exit")
+    assert str(failed.value) == "worker 1 exited with status 4, then worker 0 exited with status 3"
+    assert failed.value.status == 4
+    assert "[worker 1] warning of worker 1" in worker.lines  # its own lines say why
+    with pytest.raises(launch.WorkerFailed) as failed:
+        worker("kill")
+    assert str(failed.value) == "worker 1 was ended by SIGKILL"
+    assert failed.value.status == 128 + signal.SIGKILL
+
+
+def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker, tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+
+    def send_when_ready():
+        deadline = time.time() + 60
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=send_when_ready, daemon=True)
+    sender.start()
+    lines, _ = worker("wait", all_output=True)  # no error: both exit 0
+    sender.join()
+    got = sorted(line for line in lines if " got " in line)
+    assert got == ["[worker 0] worker 0 got SIGTERM", "[worker 1] worker 1 got SIGTERM"]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--num_workers=0"], "flag --num_workers=0: 0 is not a positive integer (see "
+                          "cifar10-launch --help)"),
+    (["--synthetic_data"], "Unknown command line flag 'synthetic_data' (see cifar10-launch "
+                           "--help)"),
+    (["--", "--max_step=3"], "cifar10-train's flags (after --): Unknown command line flag "
+                             "'max_step'. Did you mean: max_steps ? (see cifar10-train --help)"),
+    (["--", "--batch_size=0"], "cifar10-train's flags (after --): flag --batch_size=0: 0 is "
+                               "not a positive integer (see cifar10-train --help)"),
+    (["--", "--synthetic_data", "200"], "unexpected arguments for cifar10-train: 200 (after -- "
+                                        "come its flags only, e.g. -- --max_steps=300)"),
+    (["--", "--strategy=mirrored"], "--strategy=mirrored would have each worker train on its "
+                                    "own, all in one --train_dir: drop it, the workers of one "
+                                    "job use multi_worker"),
+    (["--", "--fresh_start", "--train_dir=/tmp/x"],
+     "--fresh_start is not supported with several workers (one worker could restore what the "
+     "chief is deleting); delete the checkpoints in /tmp/x by hand, or use a new --train_dir"),
+])
+def test_wrong_usage_is_one_line_before_any_worker_starts(args, error):
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", *args)
+    assert result.returncode == 1
+    assert result.stderr == f"cifar10-launch: error: {error}\n"
+    assert result.stdout == ""
+
+
+def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
+    verbosity = flags.FLAGS["verbosity"].value
+    launch.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)
+    launch.check_train_args(["--fresh_start"], num_workers=1)  # one worker may start afresh
+    assert flags.FLAGS["verbosity"].value == verbosity
+
+
+def test_the_script_is_the_same_program_and_says_where_the_package_is_missing():
+    result = subprocess.run([sys.executable, SCRIPT, "--num_workers=0"], capture_output=True,
+                            text=True, timeout=120, env=env())
+    assert (result.returncode, result.stderr) == (1, "cifar10-launch: error: flag "
+                                                  "--num_workers=0: 0 is not a positive "
+                                                  "integer (see cifar10-launch --help)\n")
+    # -S -I: a Python without the virtual environment's packages, as the system's python3.
+    result = subprocess.run([sys.executable, "-S", "-I", SCRIPT, "--num_workers=2"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"launch_workers.py: error: {sys.executable} cannot import the "
+                           f"cifar10 package (No module named 'cifar10'); run cifar10-launch")
+
