@@ -247,7 +247,7 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
     cifar10-predict names the folders' classes."""
     names = ("ant", "bee", "cow")
     labels = np.repeat(np.arange(len(names)), 40)
-    _, images = records_from_bytes(synthetic.make_records(labels, seed=1))
+    _, images = records_from_bytes(synthetic.make_records(labels, seed=1, separable=True))
     root = tmp_path / "photos"
     for i, (label, image) in enumerate(zip(labels, images)):
         path = root / names[label] / f"{i:03d}"

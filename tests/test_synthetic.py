@@ -30,9 +30,30 @@ def _eval_crops(images: np.ndarray) -> np.ndarray:
     return (crops - crops.mean(axis=1, keepdims=True)) / std
 
 
+def _nearest_class_mean(batches_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, guesses) of the test file by the nearest class mean of the training
+    files' eval crops: a cheap classifier on the pixels alone."""
+    train = [_records(p) for p in data.split_files(batches_dir, "train")]
+    train_labels = np.concatenate([l for l, _ in train])
+    train_x = _eval_crops(np.concatenate([i for _, i in train]))
+    means = np.stack([train_x[train_labels == k].mean(axis=0) for k in range(10)])
+    test_labels, test_images = _records(data.split_files(batches_dir, "test")[0])
+    test_x = _eval_crops(test_images)
+    distances = ((test_x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
+    return test_labels, distances.argmin(axis=1)
+
+
 @pytest.fixture(scope="module")
 def batches_dir(tmp_path_factory):
+    """The data of --synthetic_data (look-alike classes)."""
     return synthetic.write_dataset(str(tmp_path_factory.mktemp("data")), records_per_file=50)
+
+
+@pytest.fixture(scope="module")
+def separable_dir(tmp_path_factory):
+    """The easy data of tests."""
+    return synthetic.write_dataset(str(tmp_path_factory.mktemp("separable")),
+                                   records_per_file=50, separable=True)
 
 
 def test_write_dataset_layout(batches_dir, tmp_path):
@@ -80,8 +101,8 @@ def test_files_differ(batches_dir):
     assert len(set(contents)) == len(BIN_FILES)
 
 
-def test_images_depend_on_label(batches_dir):
-    labels, images = _records(os.path.join(batches_dir, ff.TRAIN_FILES[0]))
+def test_separable_images_depend_on_label(separable_dir):
+    labels, images = _records(os.path.join(separable_dir, ff.TRAIN_FILES[0]))
     images = images.astype(np.float64)
     mean0 = images[labels == 0].mean(axis=0)
     mean1 = images[labels == 1].mean(axis=0)
@@ -91,23 +112,51 @@ def test_images_depend_on_label(batches_dir):
     assert between > 2 * within, (between, within)
 
 
-def test_nearest_class_mean_classifies_test_file(batches_dir):
-    """The labels can be learned from the eval crops: a nearest-mean rule gets > 90%."""
-    train = [_records(p) for p in data.split_files(batches_dir, "train")]
-    train_labels = np.concatenate([l for l, _ in train])
-    train_x = _eval_crops(np.concatenate([i for _, i in train]))
-    means = np.stack([train_x[train_labels == k].mean(axis=0) for k in range(10)])
-    test_labels, test_images = _records(data.split_files(batches_dir, "test")[0])
-    test_x = _eval_crops(test_images)
-    distances = ((test_x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
-    accuracy = np.mean(distances.argmin(axis=1) == test_labels)
-    assert accuracy > 0.9, accuracy
+def test_separable_data_is_told_apart_by_a_nearest_class_mean(separable_dir):
+    """The labels of the separable data can be learned from the eval crops: a
+    nearest-mean rule gets > 90%."""
+    labels, guesses = _nearest_class_mean(separable_dir)
+    assert np.mean(guesses == labels) > 0.9
 
 
-def test_seed_determines_bytes():
-    same = synthetic.dataset_files(records_per_file=10, seed=3)
-    again = synthetic.dataset_files(records_per_file=10, seed=3)
-    other = synthetic.dataset_files(records_per_file=10, seed=4)
+def test_default_classes_overlap_most_with_their_look_alike_partners(tmp_path):
+    """On the data of --synthetic_data a nearest-mean rule is far above chance (0.1)
+    and far from perfect (0.33 here; the model reaches about 0.7 in 300 steps of
+    1,000 records per file, docs/training.md), and its mistakes fall on each class's
+    partner (1 of the 9 other classes) more than twice as often as chance would."""
+    labels, guesses = _nearest_class_mean(
+        synthetic.write_dataset(str(tmp_path), records_per_file=200))
+    assert 0.2 < np.mean(guesses == labels) < 0.6
+    wrong = guesses != labels
+    assert np.mean(guesses[wrong] == synthetic.PARTNER[labels[wrong]]) > 2 / 9
+
+
+def test_partners_are_pairs():
+    partner = synthetic.PARTNER
+    np.testing.assert_array_equal(partner[partner], np.arange(ff.NUM_CLASSES))
+    assert not np.any(partner == np.arange(ff.NUM_CLASSES))
+    names = [(ff.CLASS_NAMES[k], ff.CLASS_NAMES[partner[k]]) for k in range(ff.NUM_CLASSES)]
+    assert {("cat", "dog"), ("automobile", "truck"), ("deer", "horse")} <= set(names)
+
+
+def test_the_marker_says_which_data_and_a_marker_of_before_still_counts(tmp_path):
+    look_alike = synthetic.dataset_files(3)[synthetic.SYNTHETIC_MARKER].decode()
+    separable = synthetic.dataset_files(3, separable=True)[synthetic.SYNTHETIC_MARKER].decode()
+    assert "look-alike classes" in look_alike and "separable classes" in separable
+    assert "NOT the real CIFAR-10" in look_alike and "NOT the real CIFAR-10" in separable
+    # A folder generated before the data had look-alike classes: only the marker's text differs.
+    old = synthetic.write_dataset(str(tmp_path), records_per_file=3, separable=True)
+    with open(os.path.join(old, synthetic.SYNTHETIC_MARKER), "w") as f:
+        f.write("Generated by cifar10.synthetic: 3 records per file, seed 0. This is NOT the "
+                "real CIFAR-10 data set.\n")
+    assert synthetic.is_synthetic(old)
+
+
+@pytest.mark.parametrize("separable", [False, True])
+def test_seed_determines_bytes(separable):
+    same = synthetic.dataset_files(records_per_file=10, seed=3, separable=separable)
+    again = synthetic.dataset_files(records_per_file=10, seed=3, separable=separable)
+    other = synthetic.dataset_files(records_per_file=10, seed=4, separable=separable)
     assert same == again
     for name in BIN_FILES:
         assert same[name] != other[name]
