@@ -28,6 +28,7 @@ from cifar10 import data
 from cifar10 import devices
 from cifar10 import runrecord
 from cifar10 import summaries
+from cifar10 import synthetic
 from cifar10.config import EvalConfig, compute_dtype
 from cifar10.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.model import Model
@@ -37,6 +38,8 @@ PRECISION_TAG = "Precision @ 1"
 PER_CLASS_PREFIX = "per_class"  # per_class/recall/<class>, per_class/precision/<class>
 PR_CURVE_PREFIX = "pr_curve"  # pr_curve/<class>/pr_curves (the plugin adds its suffix)
 PR_THRESHOLDS = 201  # the PR curves' thresholds, 0 to 1 in steps of 0.005
+SYNTHETIC_SUFFIX = " on SYNTHETIC data"  # ends the precision line of generated data
+SYNTHETIC_TITLE = "SYNTHETIC data (generated, not CIFAR-10)"  # heads its pictures' titles
 # How often the polling loop looks for a new checkpoint (an evaluation still
 # waits --eval_interval_secs after the previous one).
 POLL_SECS = 2.0
@@ -66,6 +69,9 @@ class EvalResult:
     eval_data: str
     wall_time: float  # seconds since the epoch when the evaluation ended
     seconds: float  # how long it took
+    # The examples are cifar10.synthetic's generated data, not CIFAR-10: the line and
+    # the pictures say so.
+    synthetic: bool = False
     # [true class][predicted class] counts over exactly the evaluated examples: it
     # sums to ``examples`` and its diagonal to ``correct``.
     confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)
@@ -87,10 +93,20 @@ class EvalResult:
         return record
 
     def line(self) -> str:
-        """The original's output line, plus which step and checkpoint it scored."""
-        return "%s: precision @ 1 = %.3f (step %d, %s, %d examples, %s weights)" % (
+        """The original's output line, plus which step and checkpoint it scored (and
+        ``on SYNTHETIC data`` after it when it was generated data)."""
+        return "%s: precision @ 1 = %.3f (step %d, %s, %d examples, %s weights)%s" % (
             datetime.datetime.now(), self.precision, self.step,
-            os.path.basename(self.checkpoint), self.examples, self.weights)
+            os.path.basename(self.checkpoint), self.examples, self.weights,
+            SYNTHETIC_SUFFIX if self.synthetic else "")
+
+    def lines(self) -> list[str]:
+        """``line()``, then why there is no grid of misclassified images if none was wrong."""
+        if self.misclassified is None or len(self.misclassified.labels):
+            return [self.line()]
+        return [self.line(), f"No misclassified images to show for "
+                             f"{os.path.basename(self.checkpoint)}: all {self.examples} "
+                             f"examples were classified right."]
 
 
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
@@ -241,11 +257,17 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       correct=correct, examples=examples, weights=config.weights,
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
+                      synthetic=_generated(config.eval_files),
                       per_class=per_class(confusion, names), probability_histograms=histograms,
                       misclassified=misclassified(model, config.eval_files, config.num_examples,
                                                   config.misclassified_images,
                                                   config.batch_size)
                       if config.misclassified_images else None)
+
+
+def _generated(files: Sequence[str]) -> bool:
+    """``files`` are cifar10.synthetic's data (its marker file is beside them)."""
+    return any(synthetic.is_synthetic(os.path.dirname(path)) for path in files)
 
 
 def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
@@ -352,18 +374,28 @@ def _pictures(result: EvalResult, eval_dir: str) -> None:
     from cifar10 import plots  # matplotlib: the evaluator's alone
 
     names = [c["name"] for c in result.per_class]
-    where = f"{os.path.basename(result.checkpoint)}, {result.weights} weights"
+    titles = picture_titles(result)
     pictures = [(CONFUSION_IMAGE_TAG, plots.confusion_png(
-        result.confusion_matrix, names,
-        f"Confusion matrix, {where}: precision @ 1 = {result.precision:.3f}"))]
+        result.confusion_matrix, names, titles[CONFUSION_IMAGE_TAG]))]
     if result.misclassified is not None and len(result.misclassified.labels):
         wrong = result.misclassified
         pictures.append((MISCLASSIFIED_IMAGE_TAG, plots.misclassified_png(
             wrong.images, [names[i] for i in wrong.labels], [names[i] for i in wrong.predicted],
-            f"Misclassified test images (true → predicted), {where}")))
+            titles[MISCLASSIFIED_IMAGE_TAG])))
     for tag, png in pictures:
         tf.summary.image(tag, tf.io.decode_png(png, channels=3)[None], step=result.step)
         plots.write_new(eval_dir, f"{tag}-step{result.step}", png)
+
+
+def picture_titles(result: EvalResult) -> dict[str, str]:
+    """{image tag: title} of the pictures of ``result``; on generated data a first
+    line says so."""
+    where = f"{os.path.basename(result.checkpoint)}, {result.weights} weights"
+    head = f"{SYNTHETIC_TITLE}\n" if result.synthetic else ""
+    return {CONFUSION_IMAGE_TAG: f"{head}Confusion matrix, {where}: precision @ 1 = "
+                                 f"{result.precision:.3f}",
+            MISCLASSIFIED_IMAGE_TAG: f"{head}Misclassified test images (true → predicted), "
+                                     f"{where}"}
 
 
 class NoCheckpointError(Cifar10Error):
@@ -438,8 +470,8 @@ def _run_once(config, writer, print_fn) -> EvalResult:
     except checkpoints.READ_ERRORS as e:
         raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
     record(result, config.eval_dir, writer)
-    print_fn(result.line())
-    for line in class_table(result):  # one evaluation: its classes too (not when polling)
+    # One evaluation: its classes too (not when polling).
+    for line in result.lines() + class_table(result):
         print_fn(line)
     return result
 
@@ -479,7 +511,8 @@ def _poll(config, writer, print_fn, sleep, should_stop, clock) -> list[EvalResul
             done.add(_key(latest, result.checkpoint_mtime_ns, config.weights,
                           config.eval_data))
             results.append(result)
-            print_fn(result.line())
+            for line in result.lines():
+                print_fn(line)
             continue
         if latest is None and not said_waiting:
             print_fn(f"No checkpoint file found in {config.checkpoint_dir}; waiting for the "

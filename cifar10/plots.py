@@ -1,5 +1,6 @@
 """The evaluator's pictures: the confusion matrix as a heat map, and a grid of
-misclassified test images, as PNG bytes.
+misclassified test images, as PNG bytes.  Each PNG file also carries its title as
+text (its ``Title`` metadata), so that it can be found and checked without looking.
 
 They are drawn with matplotlib (its Agg backend: no screen), which only the
 evaluator imports: cifar10-train never loads it.
@@ -16,7 +17,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
 import numpy as np  # noqa: E402
-
 
 
 def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], title: str) -> bytes:
@@ -44,7 +44,7 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
                 ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
                         color="white" if matrix[i, j] > threshold else "black")
     fig.tight_layout()
-    return _png(fig)
+    return _png(fig, title)
 
 
 def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequence[str],
@@ -53,7 +53,10 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
     count = len(images)
     columns = min(8, max(count, 1))
     rows = max(1, -(-count // columns))
-    fig = figure.Figure(figsize=(1.6 * columns, 2.0 * rows + 0.5), dpi=100)
+    lines = title.count("\n") + 1
+    # At least wide enough for the title's lines, however few the images.
+    width = max(1.6 * columns, 0.075 * max(map(len, title.splitlines())))
+    fig = figure.Figure(figsize=(width, 2.0 * rows + 0.3 + 0.2 * lines), dpi=100)
     fig.suptitle(title, fontsize=10)
     for k in range(rows * columns):
         ax = fig.add_subplot(rows, columns, k + 1)
@@ -62,12 +65,12 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
             ax.imshow(images[k], interpolation="nearest")
             ax.set_title(f"{true[k]} →\n{predicted[k]}", fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return _png(fig, title)
 
 
-def _png(fig: figure.Figure) -> bytes:
+def _png(fig: figure.Figure, title: str) -> bytes:
     out = io.BytesIO()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", metadata={"Title": title})
     return out.getvalue()
 
 

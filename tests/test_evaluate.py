@@ -29,7 +29,7 @@ from cifar10.model import Model
 RECORDS = 50  # records per generated file: the test split holds 50 examples
 RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
                "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns", "confusion_matrix",
-               "per_class"}
+               "per_class", "synthetic"}
 DATA_SUFFIX = ".data-00000-of-00001"
 
 
@@ -244,7 +244,10 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     assert lines[1:] == evaluate.class_table(result)
     match = EVAL_LINE.match(lines[0])
     assert match, lines[0]
+    # Generated data (the folder has cifar10.synthetic's marker): the line says so.
     assert match.groups()[1:] == ("6", "model.ckpt-6", "37", "averages")
+    assert lines[0].endswith(") on SYNTHETIC data")
+    assert result.synthetic
     assert f"precision @ 1 = {result.precision:.3f} " in lines[0]
     assert scalar_values(str(tmp_path), evaluate.PRECISION_TAG) == {
         6: pytest.approx(result.precision)}
@@ -569,13 +572,59 @@ def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files
         *sorted(n for n in os.listdir(eval_dir) if n.startswith("events.")),
         "misclassified-step9.png", "results.jsonl"]
     assert (eval_dir / "confusion_matrix-step9.png").read_bytes() == b"the user's own file"
-    for name in ("confusion_matrix-step9-2.png", "misclassified-step9.png"):
+    titles = evaluate.picture_titles(result)
+    for name, tag in (("confusion_matrix-step9-2.png", "confusion_matrix"),
+                      ("misclassified-step9.png", "misclassified")):
         image = tf.io.decode_png((eval_dir / name).read_bytes())
         assert image.shape[0] > 200 and image.shape[1] > 200 and image.shape[2] in (3, 4)
+        # Generated data: the title's first line says so.
+        assert png_title(eval_dir / name) == titles[tag]
+        assert titles[tag].startswith("SYNTHETIC data (generated, not CIFAR-10)\n")
+    assert titles["confusion_matrix"].endswith(
+        "\nConfusion matrix, model.ckpt-9, averages weights: precision @ 1 = 0.087")
     events = event_accumulator.EventAccumulator(
         str(eval_dir), size_guidance={event_accumulator.TENSORS: 0}).Reload()
     assert {"confusion_matrix", "misclassified"} <= set(events.PluginTagToContent("images"))
     assert [e.step for e in events.Tensors("misclassified")] == [9]
+
+
+def png_title(path) -> str:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.text["Title"]
+
+
+def test_a_run_with_nothing_wrong_says_why_it_has_no_grid_and_real_data_is_not_synthetic(
+        tmp_path):
+    """Test records of cats alone, scored by the model that always says cat, in a
+    folder without the generated data's marker."""
+    _, _, train_dir = always_cat_run(tmp_path)
+    cats = tmp_path / "cats" / "test_batch.bin"
+    cats.parent.mkdir()
+    cats.write_bytes(synthetic.make_records(np.full(7, 3), separable=True))
+    lines = []
+    [result] = evaluate.evaluate(evaluate.EvalConfig(
+        checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval"), eval_files=[str(cats)],
+        num_examples=7, run_once=True), print_fn=lines.append)
+
+    assert (result.correct, result.examples, result.synthetic) == (7, 7, False)
+    assert EVAL_LINE.match(lines[0]).groups()[1:] == ("9", "model.ckpt-9", "7", "averages")
+    assert lines[0].endswith(" averages weights)")
+    assert lines[1] == ("No misclassified images to show for model.ckpt-9: all 7 examples "
+                        "were classified right.")
+    assert lines[2] == "class        count  recall  precision"
+    assert results_lines(tmp_path / "eval")[0]["synthetic"] is False
+    pictures = sorted(n for n in os.listdir(tmp_path / "eval") if n.endswith(".png"))
+    assert pictures == ["confusion_matrix-step9.png"]
+    assert png_title(tmp_path / "eval" / pictures[0]) == (
+        "Confusion matrix, model.ckpt-9, averages weights: precision @ 1 = 1.000")
+    # None asked for: nothing to explain.
+    lines = []
+    evaluate.evaluate(evaluate.EvalConfig(
+        checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval0"), eval_files=[str(cats)],
+        num_examples=7, run_once=True, misclassified_images=0), print_fn=lines.append)
+    assert EVAL_LINE.match(lines[0]) and lines[1] == "class        count  recall  precision"
 
 
 @pytest.mark.parametrize("plots", [False, True])

@@ -28,6 +28,7 @@ its route until the expected data is there (bounded), instead of sleeping.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -174,6 +175,14 @@ def scalars(server: Server, run_name: str, tag: str) -> dict[int, float]:
             in server.get("/data/plugin/scalars/scalars", run=run_name, tag=tag)}
 
 
+def png_title_and_pixels(png: bytes) -> tuple[str | None, bytes]:
+    """The Title text of a PNG (None if it has none) and its RGB pixels."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return image.text.get("Title"), image.convert("RGB").tobytes()
+
+
 def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(run_dir, tmp_path):
     with tensorboard(run_dir, tmp_path / "tensorboard.log") as server:
         runs = server.wait_for("runs train and eval", lambda: server.get("/data/runs"),
@@ -227,6 +236,21 @@ def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(run_dir,
         assert [image["step"] for image in images] == SUMMARY_AT
         png = server.raw("/data/plugin/images/individualImage?" + images[0]["query"])
         assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+        # The evaluator's pictures are the PNG files in eval_dir, whose title says the
+        # data was generated: the heat map always, the grid when any image was wrong.
+        files = {tag: run_dir / "eval" / f"{tag}-step{MAX_STEPS}.png"
+                 for tag in ("confusion_matrix", "misclassified")}
+        drawn = {tag for tag, path in files.items() if path.exists()}
+        assert "confusion_matrix" in drawn
+        assert set(server.tags("images", "eval", drawn)) == drawn
+        for tag in drawn:
+            [image] = server.get("/data/plugin/images/images", run="eval", tag=tag, sample=0)
+            assert image["step"] == MAX_STEPS
+            served = server.raw("/data/plugin/images/individualImage?" + image["query"])
+            title, pixels = png_title_and_pixels(files[tag].read_bytes())
+            assert title.startswith("SYNTHETIC data (generated, not CIFAR-10)\n"), tag
+            assert png_title_and_pixels(served)[1] == pixels, tag
 
         # Graphs dashboard: the op graph of the train step.
         info = server.wait_for(
