@@ -142,6 +142,7 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
 
     Raises:
       WorkerFailed: a worker ended with a non-zero status (the first to end so).
+      Cifar10Error: a worker could not be started (the others are stopped).
     """
     out = out or sys.stdout
     command = list(command or trainer_command())
@@ -153,8 +154,14 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     previous = _forward_signals(processes)
     try:
         for index, tf_config in enumerate(tf_configs(ports)):
-            process, stream = _start_worker([*command, *train_args], tf_config,
-                                            show_stdout=index == 0 or all_output)
+            try:
+                process, stream = _start_worker([*command, *train_args], tf_config,
+                                                show_stdout=index == 0 or all_output)
+            except OSError as e:
+                for started in processes:  # no half job left running
+                    started.kill()
+                raise Cifar10Error(f"cannot start worker {index}, {' '.join(command)} "
+                                   f"({e.strerror or e})") from e
             processes.append(process)
             relays.append(threading.Thread(target=_relay, daemon=True,
                                            args=(f"[worker {index}] ", stream, out, lock)))

@@ -124,6 +124,19 @@ def test_the_first_worker_to_fail_gives_the_exit_status(worker):
     assert failed.value.status == 128 + signal.SIGKILL
 
 
+def test_a_worker_that_cannot_start_is_one_line_and_stops_the_others():
+    first = launch._start_worker([sys.executable, "-c", "import time; time.sleep(60)"], "{}",
+                                 show_stdout=True)
+    with mock.patch.object(launch, "_start_worker", side_effect=[
+            first, OSError(11, "Resource temporarily unavailable")]):
+        with pytest.raises(launch.Cifar10Error) as failed:
+            launch.launch(2, ["--max_steps=3"], command=["cifar10-train"], out=io.StringIO(),
+                          print_fn=lambda line: None)
+    assert str(failed.value) == ("cannot start worker 1, cifar10-train (Resource temporarily "
+                                 "unavailable)")
+    assert first[0].wait(timeout=10) == -signal.SIGKILL
+
+
 def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker, tmp_path):
     before = signal.getsignal(signal.SIGTERM)
 
