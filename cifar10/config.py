@@ -177,8 +177,9 @@ class EvalConfig:
                                        "weights (as the original's evaluation) or the raw "
                                        "trained weights.", choices=WEIGHTS)
     misclassified_images: int = setting(
-        16, "How many misclassified test images to show per evaluation (the first ones in "
-            "file order, so mostly the same from one checkpoint to the next), in TensorBoard "
+        16, "How many misclassified test images to show per evaluation (each class's "
+            "first wrong ones in file order, an equal share per class, so mostly the same "
+            "from one checkpoint to the next), in TensorBoard "
             "and in a PNG file in --eval_dir; 0 for none.", lower_bound=0)
     eval_interval_secs: float = setting(300, "How often to run the eval.", lower_bound=0)
     eval_timeout: float | None = setting(None, "Stop after this many seconds without a new "

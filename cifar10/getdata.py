@@ -53,6 +53,10 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     counts = {split: datafolder.validate_files(datafolder.split_files(batches_dir, split),
                                                num_classes)
               for split in ("train", "test")}
+    if use_synthetic and not generated and not synthetic.has_look_alikes(batches_dir):
+        print_fn(f"NOTE: {batches_dir} holds generated data of an earlier, easier kind "
+                 f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
+                 f"to have the current kind generated.")
     if use_synthetic and not generated and counts["test"] != synthetic_records:
         print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
                  f"used as it is (--synthetic_records={synthetic_records} applies only "

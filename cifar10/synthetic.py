@@ -195,3 +195,15 @@ def tarball_bytes(records_per_file: int = 10, seed: int = 0, separable: bool = F
 def is_synthetic(batches_dir: str) -> bool:
     """True when ``batches_dir`` was written by this module (of any version)."""
     return os.path.exists(os.path.join(batches_dir, SYNTHETIC_MARKER))
+
+
+def has_look_alikes(batches_dir: str) -> bool:
+    """True when ``batches_dir``'s generated data has look-alike classes (the
+    ``--synthetic_data`` kind since they came in); False for separable data, or data
+    generated before."""
+    try:
+        with open(os.path.join(batches_dir, SYNTHETIC_MARKER), encoding="utf-8",
+                  errors="replace") as f:
+            return "look-alike classes" in f.read()
+    except OSError:
+        return False

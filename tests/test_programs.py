@@ -100,6 +100,21 @@ def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
                         "TF_CPP_MIN_LOG_LEVEL shows them.\n")
 
 
+def test_generated_data_of_the_earlier_easy_kind_is_used_with_a_note(tmp_path):
+    synthetic.write_dataset(str(tmp_path / getdata.SYNTHETIC_SUBDIR), records_per_file=20,
+                            separable=True)
+    lines = []
+    batches_dir, _ = getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=20,
+                                     print_fn=lines.append)
+    assert lines[0] == (f"NOTE: {batches_dir} holds generated data of an earlier, easier kind "
+                        f"(no look-alike classes: a model scores 1.000 on it); delete the "
+                        f"folder to have the current kind generated.")
+    lines.clear()
+    getdata.prepare(str(tmp_path / "new"), use_synthetic=True, synthetic_records=20,
+                    print_fn=lines.append)
+    assert not any("earlier, easier kind" in line for line in lines)
+
+
 def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
     getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=20,
                           print_fn=lambda line: None)
