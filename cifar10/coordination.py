@@ -59,9 +59,31 @@ class Coordinator:
             self._scratch = tempfile.mkdtemp(prefix=f"cifar10-{self.task.replace(' ', '')}-")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self._stop_watching()
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _stop_watching(self) -> None:
+        """At the end of a run: ends the handler's thread that waits on the chief's
+        coordination service for another worker's stop request, on every worker
+        before any exits.
+
+        TensorFlow ends that thread only when the handler is garbage collected, which
+        the thread itself prevents (its target is a method of the handler).  A worker
+        still running when the chief, host of the service, had exited got a
+        traceback from it: 'Exception in thread PeerTerminationWatcher-1: ...
+        UnavailableError: Socket closed'.  Each worker releases every worker's wait
+        and joins its own thread; the barrier after it keeps the chief up until all
+        have.  Only at a normal end, which every worker reaches at the same step.
+        """
+        handler, self._handler = self._handler, None
+        stop = getattr(handler, "_stop_cluster_wise_termination_watcher_thread", None)
+        if stop is None:
+            return
+        stop()
+        _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
 
     @property
     def save_dir(self) -> str | None:
