@@ -83,7 +83,10 @@ class Coordinator:
         if stop is None:
             return
         stop()
-        _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
+        try:
+            _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
+        except LOST_WORKER_ERRORS:
+            pass  # another worker ended otherwise (its error says so); this one has saved
 
     @property
     def save_dir(self) -> str | None:
