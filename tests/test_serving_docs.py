@@ -19,7 +19,6 @@ import os
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
