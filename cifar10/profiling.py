@@ -6,12 +6,20 @@ the optional ``profile`` install extra, tensorboard-plugin-profile).  It covers
 every device of this machine, so every replica; under several workers only the
 chief traces, into the run directory it writes.
 
+Each step of the window is marked in the trace with its number
+(``tf.profiler.experimental.Trace('train', step_num=step, _r=1)``, TensorFlow's
+step marker), so that the Profile tab's overview_page shows step times.  The
+trainer runs each step of the window as a call of its own without a TensorFlow
+loop: the profiler takes the iterations of a traced loop for the steps, which
+then carry no marker, and finds no step at all.
+
 A profiler that cannot start or save (another one is running in the process, the
 directory is full) costs the trace, never the training: one warning says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from absl import logging
@@ -21,9 +29,11 @@ import tensorflow as tf
 class StepWindow:
     """Starts the profiler before step ``first`` and stops it after step ``last``.
 
-    The trainer calls ``before(step)`` before running a step and ``after(step)``
-    once it is done; ``close()`` at the end stops a profiler still running (a run
-    stopped inside the window keeps the trace of the steps it ran).
+    The trainer calls ``before(step)`` before running a step, runs it inside
+    ``marker(step)`` and calls ``after(step)`` once it is done; ``close()`` at the
+    end stops a profiler still running (a run stopped inside the window keeps the
+    trace of the steps it ran).  ``covers(step)`` says, on every worker, whether the
+    step lies in the window.
 
     Args:
       window: (first, last) steps to trace, both included; None traces nothing.
@@ -46,6 +56,18 @@ class StepWindow:
                             f"taken. Pass a later window to profile this run.")
             self.first, self.last = 0, -1
         self.first = max(self.first, start_step + 1)
+        # The window's steps in this run, on every worker, traced or not.
+        self.window = (max(window[0], start_step + 1), window[1]) if window else (0, -1)
+
+    def covers(self, step: int) -> bool:
+        """Whether ``step`` lies in the window (a step the trainer runs alone)."""
+        return self.window[0] <= step <= self.window[1]
+
+    def marker(self, step: int):
+        """A context that marks step ``step`` in the trace while the profiler runs."""
+        if not self.running:
+            return contextlib.nullcontext()
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
     def active(self) -> bool:
         """Whether some step is still to be traced."""

@@ -21,8 +21,8 @@ The global step counts updates done: the checkpoint after 1,000 updates is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import datetime
 import functools
 import os
 import threading
@@ -46,6 +46,7 @@ from cifar10.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
                             compute_dtype)
 from cifar10.errors import DivergedError
 from cifar10.model import Model
+from cifar10.progress import StepReport, TrainResult
 
 def learning_rate(examples, examples_per_epoch: int,
                   initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
@@ -156,6 +157,12 @@ class Trainer:
             False: tf.function(lambda it, n: self._loop(it, n, with_summaries=False)),
             True: tf.function(lambda it, n: self._loop(it, n, with_summaries=True)),
         }
+        # One step without a TensorFlow loop, for the profiler's window (run_steps).
+        self._alone_fns = {
+            False: tf.function(lambda it: self._alone(it, with_summaries=False)),
+            True: tf.function(lambda it: self._alone(it, with_summaries=True)),
+        }
+        self._built: set[tuple[bool, bool]] = set()  # (with_summaries, alone) of those traced
 
     def dataset(self, train_files: list[str], start_step: int = 0
                 ) -> tf.distribute.DistributedDataset:
@@ -286,21 +293,54 @@ class Trainer:
         """
         return self.run_steps(iterator, 1, with_summaries)[0]
 
-    def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False
-                  ) -> tuple[dict[str, tf.Tensor], int]:
+    def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False,
+                  alone: bool = False) -> tuple[dict[str, tf.Tensor], int]:
         """Runs ``num_steps`` updates in one call into TensorFlow (a loop).
 
         The loop stops early after a step whose loss is not finite (unless
         ``--use_fp16``'s loss scale skipped it and can still go down).  With
         ``with_summaries`` its last step writes the training summaries.
 
+        ``alone`` runs one step (``num_steps`` must be 1) in a function without a
+        TensorFlow loop, the same step: the profiler takes the iterations of a
+        traced loop for the steps of its overview, and then drops the step marks
+        of the calls (``profiling``), finding none.
+
         Returns:
           (the losses of the last step run, as ``step``'s; the step whose loss was
           not finite, or 0).
         """
-        losses, diverged = self._loop_fns[with_summaries](
-            iterator, tf.constant(num_steps, tf.int32))
+        if alone:
+            if num_steps != 1:
+                raise ValueError(f"a step alone is one step, not {num_steps}")
+            losses, diverged = self._alone_fns[with_summaries](iterator)
+        else:
+            losses, diverged = self._loop_fns[with_summaries](
+                iterator, tf.constant(num_steps, tf.int32))
+        self._built.add((with_summaries, alone))
         return losses, int(diverged)
+
+    def prepare(self, iterator: Iterator, with_summaries: bool = False,
+                alone: bool = False) -> None:
+        """Builds the function of ``run_steps(iterator, ..., with_summaries, alone)``
+        before its first call, if not built yet, so that the time of that call is
+        its steps' time, not the tracing's (seconds; more with the summaries of
+        several replicas).
+
+        The loop without summaries is also set up in TensorFlow's runtime, by a call
+        of no steps; the others are traced only: a call would run a step.  Every
+        worker of a multi-worker run must prepare the same functions in the same order.
+        """
+        if (with_summaries, alone) in self._built:
+            return
+        if not (with_summaries or alone):
+            self.run_steps(iterator, 0)
+        elif alone:
+            self._alone_fns[with_summaries].get_concrete_function(iterator)
+        else:
+            self._loop_fns[True].get_concrete_function(iterator,
+                                                       tf.TensorSpec([], tf.int32))
+        self._built.add((with_summaries, alone))
 
     def _diverged(self, total_loss: tf.Tensor) -> tf.Tensor:
         """After a step: whether its loss says the run diverged: not finite, and not
@@ -330,50 +370,54 @@ class Trainer:
             losses = {k: tf.where(going, last[k], v) for k, v in losses.items()}
         return losses, diverged
 
-
-@dataclasses.dataclass
-class TrainResult:
-    """How a call of ``train`` ended."""
-
-    start_step: int  # the step the call started from (the restored one)
-    step: int  # the step reached
-    complete: bool  # max_steps reached; else a stop was requested before it
-    last_checkpoint: str | None  # the newest checkpoint of train_dir
-
-    @property
-    def steps_run(self) -> int:
-        return self.step - self.start_step
-
-    @property
-    def stopped(self) -> bool:
-        return not self.complete
-
-
-@dataclasses.dataclass(frozen=True)
-class StepReport:
-    """The figures of a logged step (every ``log_frequency`` steps, the first and the last)."""
-
-    step: int
-    loss: float  # the step's total loss over the global batch
-    examples_per_sec: float  # over all replicas, since the previous report
-    sec_per_batch: float  # a step's time shared among the replicas, as the original
-    learning_rate: float  # the rate of the step's update
-
-    def line(self) -> str:
-        """The original's progress line."""
-        return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)" % (
-            datetime.datetime.now(), self.step, self.loss, self.examples_per_sec,
-            self.sec_per_batch)
+    def _alone(self, iterator, with_summaries):
+        losses = self._distributed_step(iterator, with_summaries)
+        diverged = tf.where(self._diverged(losses["total_loss"]), self.state.step.read_value(),
+                            tf.constant(0, tf.int64))
+        return losses, diverged
 
 
 class _Progress:
-    """Times the steps between reports; prints each report's line, writes its
-    examples_per_sec summary and hands it to ``on_report``."""
+    """Times the steps of a run: prints each report's line (``StepReport``), writes its
+    examples_per_sec summary, hands it to ``on_report``, and gives the run's figures
+    at its end (``figures``).
 
-    def __init__(self, trainer: Trainer, print_fn, on_report):
+    The clock of the rates starts when the steps begin (``steps_begin``) and stops
+    while a step function is built (``clock_stopped``), so that no rate includes
+    tracing.  The time left is the remaining steps at the pace since the run's first
+    line (that line's own step starts the input pipeline: no measure of the rest).
+    """
+
+    def __init__(self, trainer: Trainer, start: int, print_fn, on_report):
         self.trainer, self.print_fn, self.on_report = trainer, print_fn, on_report
-        self.start, self.steps = time.monotonic(), 0
+        self.start_step = self.step = start
+        self.began = time.monotonic()  # the run's wall time counts from here
+        self.start_epoch = self._epoch()
+        self.clock = self.ended = self.began  # when the steps began and ended
+        self.last = self.began  # when the last report was done
+        self.steps = 0  # steps since the last report
+        self.first: tuple[float, int] | None = None  # (time, step) of the first report
+        self.loss: float | None = None
         self.skipped = 0  # steps skipped for non-finite gradients (--use_fp16), so far
+
+    def _epoch(self) -> float:
+        return int(self.trainer.state.examples_seen.numpy()) / self.trainer.examples_per_epoch
+
+    def steps_begin(self) -> None:
+        """The steps begin: their clock starts."""
+        self.clock = self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def clock_stopped(self):
+        """A context whose time no rate counts (building a step function)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - began
+            self.clock, self.last = self.clock + spent, self.last + spent
+            if self.first:
+                self.first = (self.first[0] + spent, self.first[1])
 
     def _loss_scale(self, step: int) -> None:
         """--use_fp16: says how many steps were skipped since the last line, if any."""
@@ -386,12 +430,23 @@ class _Progress:
         tf.summary.scalar("loss_scale", value, step=step)
         tf.summary.scalar("skipped_steps", skipped, step=step)
 
+    def _seconds_left(self, step: int, now: float) -> float | None:
+        max_steps = self.trainer.config.max_steps
+        if self.first is None:
+            self.first = (now, step)
+        first_time, first_step = self.first
+        if step == first_step or step >= max_steps:
+            return None
+        return (max_steps - step) * (now - first_time) / (step - first_step)
+
     def steps_done(self, step: int, count: int, loss: float, log: bool) -> None:
         """``count`` more steps are done, the last of them ``step`` with ``loss``."""
         self.steps += count
+        self.step, self.loss = step, loss
         if not log:
             return
-        duration = time.monotonic() - self.start
+        now = time.monotonic()
+        duration = now - self.last
         trainer = self.trainer
         before = trainer.state.examples_seen - trainer.global_batch  # this update's rate
         report = StepReport(
@@ -399,14 +454,28 @@ class _Progress:
             examples_per_sec=self.steps * trainer.global_batch / duration,
             sec_per_batch=duration / self.steps / trainer.num_replicas,
             learning_rate=float(learning_rate(before, trainer.examples_per_epoch,
-                                              trainer.config.initial_learning_rate)))
+                                              trainer.config.initial_learning_rate)),
+            max_steps=trainer.config.max_steps, epoch=self._epoch(),
+            seconds_left=self._seconds_left(step, now))
         self.print_fn(report.line())
         tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
         if trainer.loss_scale is not None:
             self._loss_scale(step)
         if self.on_report:
             self.on_report(report)
-        self.start, self.steps = time.monotonic(), 0
+        self.last, self.steps = time.monotonic(), 0
+
+    def steps_end(self) -> None:
+        """The steps are over and saved: their clock stops."""
+        self.ended = time.monotonic()
+
+    def figures(self) -> dict:
+        """The run's figures, as ``TrainResult``'s fields, once the steps ended."""
+        steps = self.step - self.start_step
+        return {"seconds": time.monotonic() - self.began, "start_epoch": self.start_epoch,
+                "epoch": self._epoch(), "loss": self.loss,
+                "examples_per_sec": (steps * self.trainer.global_batch
+                                     / max(self.ended - self.clock, 1e-9))}
 
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, train_files: list[str],
@@ -478,7 +547,8 @@ def _resume_and_train(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                  f"train further or pass --fresh_start to start over.")
         run_dir.mark_complete(start)
         return TrainResult(start_step=start, step=start, complete=True,
-                           last_checkpoint=restored.path)
+                           last_checkpoint=restored.path, train_dir=cfg.train_dir,
+                           is_chief=cluster.is_chief, task=cluster.task)
     if restored:
         print_fn(f"Resuming from {restored.path} at step {start}.")
     if run_dir.is_chief:
@@ -488,13 +558,15 @@ def _resume_and_train(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     run_dir.unmark_complete()
     settings = {**dataclasses.asdict(cfg), **trainer.settings(), "start_step": start,
                 "classes": ", ".join(class_names), **(run_info or {})}
+    progress = _Progress(trainer, start, print_fn, on_report)
     step = _train_loop(trainer, run_dir, cluster, train_files, start, settings, print_fn,
-                       on_report)
+                       progress)
     complete = step == cfg.max_steps
     if complete:
         run_dir.mark_complete(step)
     return TrainResult(start_step=start, step=step, complete=complete,
-                       last_checkpoint=run_dir.latest_path())
+                       last_checkpoint=run_dir.latest_path(), train_dir=cfg.train_dir,
+                       is_chief=cluster.is_chief, task=cluster.task, **progress.figures())
 
 
 def trained_settings(trainer: Trainer, train_files: list[str],
@@ -542,8 +614,9 @@ def _start_line(trainer: Trainer, cluster: coordination.Coordinator, train_dir: 
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
     """The last step of the loop that follows step ``done`` in a run that started
     at ``start``: ``steps_per_loop`` steps on, or sooner where the host has work:
-    the first step, a log line, summaries, a checkpoint, ``max_steps``, and each
-    edge of the profile window (a loop ends before its first step and at its last)."""
+    the first step, a log line, summaries, a checkpoint, ``max_steps``, each edge
+    of the profile window (a loop ends before its first step and at its last), and
+    each step inside it (a loop of one step, which the profiler's trace marks)."""
     cfg = config
     def next_multiple(k):
         return (done // k + 1) * k
@@ -552,14 +625,16 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
     if done == start:
         ends.append(start + 1)
     if cfg.profile_steps:
-        ends += [step for step in (cfg.profile_steps[0] - 1, cfg.profile_steps[1])
-                 if step > done]
+        first, last = cfg.profile_steps
+        ends += [step for step in (first - 1, last) if step > done]
+        if first <= done + 1 <= last:
+            ends.append(done + 1)
     return min(ends)
 
 
 def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 cluster: coordination.Coordinator, train_files: list[str], start: int,
-                settings: dict, print_fn, on_report) -> int:
+                settings: dict, print_fn, progress: _Progress) -> int:
     """Steps from ``start`` to ``max_steps`` or a stop, in loops of up to
     ``steps_per_loop`` steps (``loop_end``); returns the step reached.
 
@@ -568,7 +643,6 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     """
     cfg = trainer.config
     iterator = iter(trainer.dataset(train_files, start))
-    progress = _Progress(trainer, print_fn, on_report)
     save = functools.partial(_save, trainer, run_dir)
     cluster.watch(lambda: save(int(trainer.state.step.numpy())))
     done = start  # the last step completed
@@ -577,13 +651,12 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
     try:
         with summaries.file_writer(logdir):
             summaries.write_run_config(settings, step=start)
-            # The first call traces the step: record its graph for the Graphs dashboard.
+            # The first call records the step's graph for the Graphs dashboard.
             tf.summary.trace_on(graph=True, profiler=False)
+            progress.steps_begin()
             while done < cfg.max_steps:
                 end = loop_end(done, start, cfg)
-                profile.before(done + 1)
-                losses, diverged = trainer.run_steps(
-                    iterator, end - done, with_summaries=end % cfg.summary_steps == 0)
+                losses, diverged = _run_loop(trainer, iterator, done, end, profile, progress)
                 if done == start:
                     tf.summary.trace_export("train_step", step=start)
                 loss = float(losses["total_loss"])
@@ -600,6 +673,7 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
                 if cluster.should_stop():
                     break
             save(done)  # stopped between checkpoints: keep the work done
+            progress.steps_end()
     except tf.errors.OpError as e:
         raise cluster.failure(e, done, run_dir.describe_latest()) from e
     finally:
@@ -608,6 +682,33 @@ def _train_loop(trainer: Trainer, run_dir: checkpoints.RunDirectory,
         # traced step keeps this frame alive); see input_options for its cost.
         del iterator
     return done
+
+
+def _run_loop(trainer: Trainer, iterator: Iterator, done: int, end: int,
+              profile: profiling.StepWindow, progress: _Progress
+              ) -> tuple[dict[str, tf.Tensor], int]:
+    """Runs steps ``done + 1`` to ``end`` (``Trainer.run_steps``): a loop, or inside
+    the profile window a step alone, marked with its number in the trace.
+
+    A step function is built before its first call with the progress clock stopped
+    (``Trainer.prepare``); the window's, before the profiler starts.  Every worker
+    runs the window's steps alone, traced or not, so that all run the same functions.
+    """
+    every = trainer.config.summary_steps
+    alone = profile.covers(end)
+    kinds = [end % every == 0]
+    if alone and not profile.covers(done):  # the window begins
+        first, last = profile.window
+        with_summaries = last // every - (first - 1) // every  # summary steps in it
+        kinds = ([False] if with_summaries <= last - first else []) + (
+            [True] if with_summaries else [])
+    with progress.clock_stopped():
+        for kind in kinds:
+            trainer.prepare(iterator, with_summaries=kind, alone=alone)
+    profile.before(done + 1)
+    with profile.marker(end):
+        return trainer.run_steps(iterator, end - done, with_summaries=end % every == 0,
+                                 alone=alone)
 
 
 def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None

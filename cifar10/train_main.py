@@ -78,11 +78,8 @@ def main(argv: list[str]) -> None:
                                    "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32},
                          class_names=data.class_names(batches_dir),
                          flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
-    saved = f"; saved {result.last_checkpoint}" if result.last_checkpoint else ""
-    if result.stopped:
-        print(f"Stopped at step {result.step}{saved}. Run the same command again to resume.")
-    elif result.steps_run:
-        print(f"Training complete at step {result.step}{saved}.")
+    if result.steps_run:  # else train said the run was already complete
+        print("\n".join(result.summary()))
 
 
 def run() -> None:

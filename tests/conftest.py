@@ -20,10 +20,13 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
 LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")  # the model's, in order
-# The trainer's progress line and the evaluator's result line, exactly.
+# The trainer's progress line and the evaluator's result line, exactly. The progress
+# line is the original's (its step is group 1), then where the run is: groups 2 to 5
+# are max_steps, the percentage, the epoch and the time left (None where not known).
 TRAIN_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), loss = \d+\.\d\d "
-    r"\(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$")
+    r"\(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)"
+    r"(?: \[step \1/(\d+), (\d+\.\d)%, epoch (\d+\.\d\d)(?:, ([0-9hms. ]+) left)?\])?$")
 # The result line ends ` on SYNTHETIC data` on generated data.
 EVAL_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = (\d\.\d{3}) "

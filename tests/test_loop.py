@@ -11,6 +11,7 @@ import cli
 from cifar10 import train
 from cifar10.errors import DivergedError
 from conftest import TRAIN_LINE, mirrored
+from test_train import fixed_batches, random_batches
 
 
 def small_config(train_dir, **overrides):
@@ -38,6 +39,11 @@ def test_loops_end_at_every_step_where_the_host_has_work():
     assert loops(config, start=13)[:3] == [(14, 14), (15, 16), (17, 19)]
     assert loops(small_config("x", max_steps=5, steps_per_loop=1)) == [(s, s) for s in
                                                                        range(1, 6)]
+    # Each step of a profile window is a loop of its own, which the trace marks.
+    window = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
+                          checkpoint_steps=30, summary_steps=30, profile_steps=(12, 15))
+    assert loops(window) == [(1, 1), (2, 8), (9, 10), (11, 11), (12, 12), (13, 13), (14, 14),
+                             (15, 15), (16, 20), (21, 27), (28, 30)]
     long = small_config("x", max_steps=1000, steps_per_loop=100, log_frequency=1000,
                         checkpoint_steps=1000, summary_steps=1000)
     assert loops(long) == [(1, 1), (2, 101)] + [(s, s + 99) for s in range(102, 902, 100)] + [
@@ -75,6 +81,30 @@ def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_
     assert sorted(finals[7]) == sorted(finals[1])
     for key, value in finals[1].items():
         np.testing.assert_array_equal(finals[7][key], value, err_msg=key)
+
+
+def test_a_step_alone_is_the_same_step_as_in_a_loop(tmp_path):
+    """The profile window's steps (run_steps' ``alone``) against a loop's, on two
+    replicas, with summaries on the last step: the same losses, weights bit for bit."""
+    images, labels = random_batches(3, 2 * 8)
+    results = []
+    for alone in (False, True):
+        strategy = mirrored(2)
+        trainer = train.Trainer(small_config(tmp_path / str(alone), batch_size=8), strategy,
+                                1000)
+        iterator = fixed_batches(strategy, images, labels, 3)
+        with tf.summary.create_file_writer(str(tmp_path / f"events{alone}")).as_default():
+            out = [trainer.run_steps(iterator, 1, with_summaries=step == 3, alone=alone)
+                   for step in (1, 2, 3)]
+        results.append(([float(losses["total_loss"]) for losses, _ in out],
+                        [v.numpy() for v in trainer.variables]))
+        assert [diverged for _, diverged in out] == [0, 0, 0]
+        assert cli.event_tags(str(tmp_path / f"events{alone}"))["learning_rate"] == [3]
+    assert results[1][0] == results[0][0]
+    for alone_value, loop_value in zip(results[1][1], results[0][1]):
+        np.testing.assert_array_equal(alone_value, loop_value)
+    with pytest.raises(ValueError, match="a step alone is one step, not 2"):
+        trainer.run_steps(iterator, 2, alone=True)
 
 
 def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_files,
@@ -147,7 +177,7 @@ def test_sigterm_mid_loop_stops_at_the_loop_end_with_a_checkpoint(tmp_path):
     # Step 1 is a loop of its own; the next loop is steps 2 to 41.
     out, err = cli.sigterm_when(process, TRAIN_LINE.match, delay=0.3)
     assert process.returncode == 0, err
-    last = out.strip().splitlines()[-1]
-    step = int(last.split("Stopped at step ")[1].split(";")[0])
-    assert (step - 1) % 40 == 0 and step > 1, last
+    (stopped,) = [line for line in out.splitlines() if line.startswith("Stopped at step ")]
+    step = int(stopped.split("Stopped at step ")[1].split(";")[0])
+    assert (step - 1) % 40 == 0 and step > 1, stopped
     assert os.path.exists(tmp_path / "train" / f"model.ckpt-{step}.index")

@@ -149,6 +149,15 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_a_worker_killed_later_s
         assert code == 0, err[-3000:]
         stops.append(int(re.search(r"Stopped at step (\d+)", out)[1]))
     assert stops[0] == stops[1] >= 5
+    # Only the chief says it saved and how to evaluate; worker 1 says who saves.
+    train_dir = tmp_path / "train"
+    ends = [[line for line in out.splitlines() if line.startswith("Stopped at step ")]
+            for _, out, _ in results]
+    assert ends == [[f"Stopped at step {stops[0]}; saved {train_dir}/model.ckpt-{stops[0]}. "
+                     f"Run the same command again to resume."],
+                    [f"Stopped at step {stops[0]} (this is worker 1: the chief saves the "
+                     f"checkpoints in {train_dir}). Run the same command again to resume."]]
+    assert ["Evaluate it: " in out for _, out, _ in results] == [True, False]
     latest = tf.train.latest_checkpoint(str(tmp_path / "train"))
     assert latest.endswith(f"model.ckpt-{stops[0]}")
     reader = tf.train.load_checkpoint(latest)

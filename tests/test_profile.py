@@ -5,6 +5,7 @@ import argparse
 import glob
 import importlib.metadata
 import os
+import re
 import socket
 import threading
 
@@ -98,13 +99,84 @@ def test_a_window_writes_one_trace_of_both_replicas_and_training_goes_on(profile
     assert lines.index(said[0]) == [i for i, line in enumerate(lines) if "step 4," in line][0] - 1
 
 
-def test_tensorboards_profile_plugin_lists_the_trace(profiled_run):
+def varint(buf, i):
+    value = shift = 0
+    while True:
+        byte, i = buf[i], i + 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def fields(message):
+    """The (field number, value) pairs of a protocol buffer message's bytes."""
+    i = 0
+    while i < len(message):
+        key, i = varint(message, i)
+        kind = key & 7
+        if kind == 0:
+            value, i = varint(message, i)
+        elif kind == 2:
+            size, i = varint(message, i)
+            value, i = message[i:i + size], i + size
+        else:  # fixed 64 or 32 bits
+            size = 8 if kind == 1 else 4
+            value, i = message[i:i + size], i + size
+        yield key >> 3, value
+
+
+def metadata_names(plane, field):
+    """{id: name} of an XPlane's event (field 4) or stat (field 5) metadata map."""
+    names = {}
+    for number, entry in plane:
+        if number == field:
+            entry = dict(fields(entry))
+            names[entry.get(1, 0)] = dict(fields(entry.get(2, b""))).get(2, b"")
+    return names
+
+
+def step_marks(trace):
+    """The step numbers of the host's 'train' events in an .xplane.pb file.
+
+    Read by the field numbers of TensorFlow's xplane.proto, a saved format: XSpace
+    planes=1; XPlane name=2, lines=3, event_metadata=4 and stat_metadata=5 (maps
+    of id=1 to a message whose name=2); XLine events=4; XEvent metadata_id=1,
+    stats=4; XStat metadata_id=1, int64_value=4.  (The generated module moves
+    between TensorFlow versions.)
+    """
+    with open(trace, "rb") as f:
+        space = f.read()
+    steps = []
+    for number, plane in fields(space):
+        plane = list(fields(plane))
+        if number != 1 or dict(plane).get(2) != b"/host:CPU":
+            continue
+        events, stats = metadata_names(plane, 4), metadata_names(plane, 5)
+        for line in (value for n, value in plane if n == 3):
+            for event in (list(fields(value)) for n, value in fields(line) if n == 4):
+                if events.get(dict(event).get(1, 0)) == b"train":
+                    values = {stats.get(dict(fields(s)).get(1, 0)): dict(fields(s)).get(4)
+                              for n, s in event if n == 4}
+                    steps.append(values[b"step_num"])
+    return sorted(steps)
+
+
+def test_the_trace_marks_each_step_of_the_window(profiled_run):
+    train_dir, _, _ = profiled_run
+    (trace,) = traces(train_dir)
+    assert step_marks(trace) == [3, 4]
+
+
+def test_tensorboards_profile_plugin_lists_the_trace_and_its_step_times(profiled_run):
     # Found as TensorBoard finds it: the "profile" entry point of its plugin group.
     (loader,) = [entry.load() for entry in importlib.metadata.entry_points(
         group="tensorboard_plugins") if entry.name == "profile"] or [None]
     if loader is None:
         pytest.skip("the profile extra (pip install '.[profile]') is not installed")
     from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+    from werkzeug import wrappers
 
     train_dir, _, _ = profiled_run
     context = base_plugin.TBContext(logdir=str(train_dir.parent), data_provider=None,
@@ -115,8 +187,16 @@ def test_tensorboards_profile_plugin_lists_the_trace(profiled_run):
     assert run == f"train/{run_dir}"
     tools = plugin.run_tools_imp(run)
     assert any(tool.startswith("trace_viewer") for tool in tools)
-    assert "op_profile" in tools
+    assert "op_profile" in tools and "overview_page" in tools
     assert plugin.host_impl(run, "trace_viewer") == [{"hostname": socket.gethostname()}]
+    # The overview page, as the tab asks for it: the step times of the two steps.
+    request = wrappers.Request(werkzeug_test.EnvironBuilder(query_string={
+        "run": run, "tag": "overview_page", "host": socket.gethostname()}).get_environ())
+    overview = plugin.data_impl(request)[0]
+    overview = overview.decode() if isinstance(overview, bytes) else overview
+    assert "No step marker observed" not in overview
+    average = float(re.search(r'"steptime_ms_average":"([\d.]+)"', overview)[1])
+    assert average > 0
 
 
 def test_a_run_stopped_inside_the_window_keeps_the_trace_of_the_steps_it_ran(
@@ -132,7 +212,8 @@ def test_a_run_stopped_inside_the_window_keeps_the_trace_of_the_steps_it_ran(
     result = train.train(small_config(tmp_path, max_steps=20, profile_steps=(2, 10)),
                          mirrored(1), files, count, stop_event=stop, print_fn=print_and_stop)
     assert (result.step, result.stopped) == (3, True)
-    assert len(traces(tmp_path)) == 1
+    (trace,) = traces(tmp_path)
+    assert step_marks(trace) == [2, 3]
     assert f"Profiled steps 2 to 3: the trace is in {tmp_path}/plugins/profile, for " \
            f"TensorBoard's Profile tab." in lines
 

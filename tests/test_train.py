@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import types
 
 import numpy as np
@@ -145,19 +146,20 @@ def small_config(train_dir, **overrides):
 def learned_run(learnable_files, tmp_path_factory):
     """A run that has learned: 100 steps on ``learnable_files``, 2 replicas of batch 16.
 
-    Returns a namespace: train_dir (checkpoint at step 100), lines (what it printed), reports (its ``StepReport``s, every 10
-    steps) and test_files.
+    Returns a namespace: train_dir (checkpoint at step 100), lines (what it printed),
+    reports (its ``StepReport``s, every 10 steps), result (its ``TrainResult``) and
+    test_files.
     """
     files, count = learnable_files
     train_dir = tmp_path_factory.mktemp("learned_run")
     config = small_config(train_dir, batch_size=16, max_steps=100, log_frequency=10,
                           checkpoint_steps=100)
     lines, reports = [], []
-    train.train(config, mirrored(2), files, count, print_fn=lines.append,
-                on_report=reports.append)
+    result = train.train(config, mirrored(2), files, count, print_fn=lines.append,
+                         on_report=reports.append)
     test_files = data.split_files(os.path.dirname(files[0]), "test")
     return types.SimpleNamespace(train_dir=train_dir, lines=lines, reports=reports,
-                                 test_files=test_files)
+                                 test_files=test_files, result=result)
 
 
 def test_loss_falls_on_learnable_data(learned_run):
@@ -182,6 +184,68 @@ def test_loss_falls_on_learnable_data(learned_run):
     xent = float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels, model(images))))
     assert step == 100 and len(labels) == 100 and xent < 1.5
+
+
+def test_each_line_says_where_the_run_is(learned_run):
+    reports, lines = learned_run.reports, learned_run.lines
+    progress = [m for m in map(TRAIN_LINE.match, lines) if m]
+    assert len(progress) == len(reports) == 11
+    for report, match in zip(reports, progress):
+        # 100 steps of a global batch of 32 (2 replicas x 16) on 500 examples.
+        epoch = report.step * 32 / 500
+        assert (report.max_steps, report.epoch) == (100, pytest.approx(epoch))
+        assert match.groups()[:4] == (str(report.step), "100", f"{report.step:.1f}",
+                                      f"{epoch:.2f}")
+        assert (match[5] is None) == (report.seconds_left is None)
+    # No time left on the first line (its step is no measure of the pace), nor the last.
+    assert [r.step for r in reports if r.seconds_left is None] == [1, 100]
+    assert all(0 < r.seconds_left < 600 for r in reports[1:-1])
+    assert progress[3][0].endswith(f"[step 30/100, 30.0%, epoch 1.92, "
+                                   f"{progress[3][5]} left]")
+
+
+def test_a_run_gives_the_figures_of_its_summary(learned_run):
+    result, reports = learned_run.result, learned_run.reports
+    assert (result.start_step, result.step, result.complete) == (0, 100, True)
+    assert result.last_checkpoint == str(learned_run.train_dir / "model.ckpt-100")
+    assert (result.train_dir, result.is_chief, result.task) == (
+        str(learned_run.train_dir), True, "chief")
+    assert (result.start_epoch, result.epoch) == (0.0, pytest.approx(100 * 32 / 500))
+    assert result.loss == reports[-1].loss
+    # The mean counts the steps over their clock, which the wall time includes.
+    steps_time = 100 * 32 / result.examples_per_sec
+    assert 0 < steps_time < result.seconds
+    assert result.summary()[1].startswith("This run: 100 steps (epoch 0.00 to 6.40) in ")
+
+
+def test_the_first_line_counts_its_step_not_the_tracing(learnable_files, tmp_path,
+                                                        monkeypatch):
+    files, count = learnable_files
+    prepare, run_steps = train.Trainer.prepare, train.Trainer.run_steps
+    traced_before = []  # per call that runs steps: had its function been traced?
+
+    def slow_prepare(self, iterator, with_summaries=False, alone=False):
+        prepare(self, iterator, with_summaries, alone)
+        time.sleep(2.0)  # tracing that takes longer still: not on the clock either
+
+    def counting_run_steps(self, iterator, num_steps, with_summaries=False, alone=False):
+        if num_steps:  # not prepare's call of no steps
+            fn = self._loop_fns[with_summaries]
+            traced_before.append(fn.experimental_get_tracing_count())
+        return run_steps(self, iterator, num_steps, with_summaries, alone)
+
+    monkeypatch.setattr(train.Trainer, "prepare", slow_prepare)
+    monkeypatch.setattr(train.Trainer, "run_steps", counting_run_steps)
+    reports = []
+    train.train(small_config(tmp_path, batch_size=16, max_steps=4, log_frequency=1,
+                             summary_steps=4), mirrored(1), files, count,
+                print_fn=lambda line: None, on_report=reports.append)
+    # Each step function was traced before its first call (step 1's, then step 4's
+    # with summaries), and the clock stood still meanwhile: a line that counted the
+    # 2 seconds would say more than 2 sec/batch.
+    assert traced_before == [1, 1, 1, 1]
+    assert [r.step for r in reports] == [1, 2, 3, 4]
+    assert all(r.sec_per_batch < 2.0 for r in reports), reports
 
 
 def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, tmp_path,
@@ -277,6 +341,9 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
                         f"replica(s), global batch 32; checkpoints and summaries in {tmp_path}.")
     assert "step 11," in lines[2]
     assert (second.step, second.steps_run) == (15, 5)
+    # Its epochs count on from the resumed state: 32 examples a step, 500 an epoch.
+    assert (second.start_epoch, second.epoch) == (10 * 32 / 500, 15 * 32 / 500)
+    assert second.summary()[1].startswith("This run: 5 steps (epoch 0.64 to 0.96) in ")
     assert second.last_checkpoint.endswith("model.ckpt-15")
 
 

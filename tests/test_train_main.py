@@ -63,8 +63,14 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     assert tags["learning_rate"] == [6, 12]
     assert tags["conv1/sparsity"] == [6, 12]
     assert tags["examples_per_sec"] == [1, 4, 8, 12]
-    assert result.stdout.strip().splitlines()[-1] == (
-        f"Training complete at step 12; saved {train_dir}/model.ckpt-12.")
+    # The run's summary: 12 steps of 2 x 16 examples on 250 (50 records a file).
+    last_loss = re.search(r"loss = (\d+\.\d\d)", result.stdout.splitlines()[-4])[1]
+    ended, figures, evaluate = result.stdout.strip().splitlines()[-3:]
+    assert ended == f"Training complete at step 12; saved {train_dir}/model.ckpt-12."
+    assert re.fullmatch(r"This run: 12 steps \(epoch 0\.00 to 1\.54\) in [\dhms. ]+, "
+                        r"\d+\.\d examples/sec on average, final loss (\d+\.\d\d)\.",
+                        figures)[1] == last_loss
+    assert evaluate == f"Evaluate it: cifar10-eval --checkpoint_dir={train_dir} --run_once"
     # A rerun of a complete run: test_train.test_completed_run_is_reported_not_trained_further;
     # --fresh_start from the command line: test_kill_during_a_save_then_resume_or_fresh_start.
 
@@ -78,6 +84,13 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     assert proc.returncode == 0, err
     stopped = int(re.search(r"Stopped at step (\d+)", out)[1])
     assert stopped >= 3
+    train_dir = tmp_path / "train"
+    assert out.strip().splitlines()[-3:] == [
+        f"Stopped at step {stopped}; saved {train_dir}/model.ckpt-{stopped}. Run the same "
+        f"command again to resume.",
+        out.strip().splitlines()[-2],
+        f"Evaluate it: cifar10-eval --checkpoint_dir={train_dir} --run_once"]
+    assert out.strip().splitlines()[-2].startswith(f"This run: {stopped} steps (epoch 0.00 to ")
     latest = tf.train.latest_checkpoint(str(tmp_path / "train"))
     assert latest.endswith(f"model.ckpt-{stopped}")
     assert tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == stopped
