@@ -6,33 +6,46 @@ this only checks that the command works and reports them all.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import re
+import subprocess
+import sys
+import types
 
 import pytest
 import tensorflow as tf
 from conftest import mirrored
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
+from cifar10 import devices
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
+SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
 FIGURE = r"\s+([0-9.]+) "
 
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """scripts/benchmark.py and its figures' package ``bench``, imported as running
+    the script would (its folder first on sys.path)."""
+    sys.path.insert(0, SCRIPTS)
+    try:
+        names = ("benchmark", "bench.measure", "bench.training", "bench.compute",
+                 "bench.programs")
+        yield types.SimpleNamespace(**{name.split(".")[-1]: importlib.import_module(name)
+                                       for name in names})
+    finally:
+        sys.path.remove(SCRIPTS)
 
 
 def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
-    assert benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
+    assert benchmark.benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
                            "--records_per_file=64", "--batch_size=16", "--predict_images=12",
                            "--prepare_images=30", "--loop_window_steps=3"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
+    assert out.startswith(f"machine: {devices.cpu_model().removeprefix('CPU: ')}; ")
     assert "1 replica(s) x batch 16 = global batch 16; float32; XLA off" in out
     assert "(320 train, 64 test records)" in out
     for label in ("(a) train step alone:", "(b) input pipeline alone:",
@@ -101,7 +114,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
 ])
 def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        benchmark.parse_args(arguments.split())
+        benchmark.benchmark.parse_args(arguments.split())
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -109,15 +122,47 @@ def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
 def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, trained_run,
                                                                 tmp_path):
     # The figures (a)-(g) in bfloat16, in-process: the full command is tested in float32.
-    args = benchmark.parse_args(["--use_bf16", "--batch_size=8", "--window_steps=2",
+    args = benchmark.benchmark.parse_args(["--use_bf16", "--batch_size=8", "--window_steps=2",
                                  "--warmup_steps=1", "--windows=1"])
-    assert benchmark.compute_dtype(args) == tf.bfloat16
-    time_step = benchmark.step_alone(args, mirrored(1), str(tmp_path))
+    assert benchmark.measure.compute_dtype(args) == tf.bfloat16
+    time_step = benchmark.training.step_alone(args, mirrored(1), str(tmp_path))
     assert time_step() > 0
     _, test_files = trained_run
-    rate, seconds = benchmark.evaluation(args, test_files)
+    rate, seconds = benchmark.programs.evaluation(args, test_files)
     assert rate > 0 and seconds > 0
-    assert benchmark.matmul_gflops(1, size=128, per_window=2, dtype=tf.bfloat16) > 0
-    times = benchmark.layer_times(args, reps=1)
+    assert benchmark.compute.matmul_gflops(1, size=128, per_window=2, dtype=tf.bfloat16) > 0
+    times = benchmark.compute.layer_times(args, reps=1)
     assert [name for name, _ in times][::3] == ["conv1", "conv2", "local3"]
     assert len(times) == 9 and all(ms > 0 for _, ms in times)
+
+
+
+def test_medians_are_taken_over_windows_timed_by_the_one_clock(benchmark, monkeypatch):
+    measure = benchmark.measure
+    # The clock read before and after each call: windows of 1, 4 and 2 s, twice,
+    # then one call of 3 s.
+    ticks = iter([0, 1, 10, 14, 20, 22, 30, 31, 40, 44, 50, 52, 60, 63])
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    # 8 examples a window: 8, 2 and 4 examples/sec.
+    assert measure.median_rate(lambda: calls.append(1), 3, 8) == 4
+    assert measure.median_seconds(lambda: calls.append(1), 3) == 2
+    assert len(calls) == 6
+    assert measure.timed(divmod, 7, 2) == ((3, 1), 3)
+
+
+def test_bad_arguments_are_refused_before_tensorflow_loads(tmp_path):
+    # Run from another folder, as the script is run as a file; the error is the last line.
+    show = ("import runpy, sys\n"
+            "sys.argv = sys.argv[1:]\n"
+            "try:\n"
+            "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "finally:\n"
+            "    print('tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", show, SCRIPT, "--batch_size=0"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "benchmark.py: error: --batch_size must be at least 1, got 0")
+    assert result.stdout == "False\n"

@@ -1,0 +1,87 @@
+"""(g) the machine's matmul rate and the compute ceiling it sets for training;
+(k) where a train step's time goes, layer by layer."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from bench import measure
+from cifar10.config import CROP_SIZE
+from cifar10.model import Model
+
+
+def train_flops_per_example(model: Model) -> int:
+    """FLOPs of one example's training step in the convolutions and matmuls.
+
+    Each layer's multiply-adds (its weights times the output positions they are
+    applied at, taken from a forward pass) count twice (a multiply and an add)
+    for the forward pass, the weight gradient and, for every layer but conv1
+    (the images need no gradient), the input gradient.  LRN, pooling, ReLU and
+    the updates are memory-bound and left out.
+    """
+    acts = model.activations(tf.zeros([1, CROP_SIZE, CROP_SIZE, 3]))
+    total = 0
+    for i, layer in enumerate(model.layers):
+        positions = acts[layer.name].shape[1:-1].num_elements()  # 1 for a matmul layer
+        passes = 2 if i == 0 else 3
+        total += 2 * passes * positions * layer.weights.shape.num_elements()
+    return total
+
+
+def matmul_gflops(windows: int, size: int = 2048, per_window: int = 10,
+                  dtype: tf.DType = tf.float32) -> float:
+    """(g): median GFLOP/s of [size, size] matmuls of ``dtype`` on this machine."""
+    a = tf.cast(tf.random.stateless_normal([size, size], seed=(5, 6)), dtype)
+    product = tf.function(lambda: tf.matmul(a, a))
+    product().numpy()  # warm-up
+
+    def window() -> None:
+        for _ in range(per_window):
+            out = product()
+        out.numpy()
+
+    return measure.median_rate(window, windows, per_window * 2 * size**3) / 1e9
+
+
+def _forward_backward(apply, variables, input_gradient: bool):
+    @tf.function
+    def forward_backward(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = apply(x)
+            total = tf.reduce_sum(tf.cast(y, tf.float32))
+        return y, tape.gradient(total, [variables, x] if input_gradient else variables)
+
+    return forward_backward
+
+
+def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, float]:
+    """(the stage's output, the median milliseconds of its forward and backward pass)."""
+    y, _ = forward_backward(x)  # warm-up: tracing
+
+    def once() -> None:
+        _, grads = forward_backward(x)
+        tf.nest.map_structure(lambda g: g.numpy(), grads)
+
+    return y, 1000 * measure.median_seconds(once, reps)
+
+
+def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
+    """(k): median milliseconds of each stage's forward and backward pass, one stage
+    at a time.
+
+    Each stage gets the output of the one before (a batch of ``args.batch_size``
+    images in the compute type) and differentiates a sum of its output with
+    respect to its variables and, but for the first, its input, as the train
+    step does.
+    """
+    model = Model(compute_dtype=measure.compute_dtype(args))
+    x = tf.cast(tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
+                                           seed=(1, 2)), model.compute_dtype)
+    times = []
+    for i, (name, apply) in enumerate(model.stages()):
+        variables = [v for layer in model.layers if layer.name == name
+                     for v in (layer.weights, layer.biases)]
+        x, ms = _stage_ms(_forward_backward(apply, variables, input_gradient=i > 0), x, reps)
+        times.append((name, ms))
+    return times

@@ -1,0 +1,77 @@
+"""What every figure of the benchmark measures with: one clock, medians over
+windows, and training runs that print nothing but report their rates."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from cifar10 import devices, train
+from cifar10.config import compute_dtype as dtype_name
+
+
+def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
+    """(what ``run(*args, **kwargs)`` returns, the seconds it took): the benchmark's
+    one clock."""
+    start = time.perf_counter()
+    result = run(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def rate(run_window: Callable[[], Any], examples: int) -> float:
+    """Examples/sec of one call of ``run_window``, which handles ``examples``."""
+    _, seconds = timed(run_window)
+    return examples / seconds
+
+
+def median_rate(run_window: Callable[[], Any], windows: int, examples_per_window: int
+                ) -> float:
+    """Median examples/sec of ``windows`` calls of ``run_window``."""
+    return statistics.median(rate(run_window, examples_per_window) for _ in range(windows))
+
+
+def median_seconds(run: Callable[[], Any], windows: int) -> float:
+    """Median seconds of ``windows`` calls of ``run``."""
+    return statistics.median(timed(run)[1] for _ in range(windows))
+
+
+def train_config(args, train_dir: str, **settings) -> train.TrainConfig:
+    """A TrainConfig with the benchmark's batch size (unless ``settings`` give one),
+    precision and XLA."""
+    settings.setdefault("batch_size", args.batch_size)
+    return train.TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16,
+                             use_bf16=args.use_bf16, xla=args.xla, **settings)
+
+
+def train_reports(config: train.TrainConfig, strategy: tf.distribute.Strategy,
+                  files: list[str], count: int,
+                  on_report: Callable[[Any], None] | None = None) -> list:
+    """The reports (``StepReport``, one a log line) of a cifar10.train.train run
+    that prints nothing; ``on_report`` is called with each as it comes, while
+    training waits."""
+    reports = []
+
+    def collect(report) -> None:
+        reports.append(report)
+        if on_report:
+            on_report(report)
+
+    train.train(config, strategy, files, count, print_fn=lambda line: None, on_report=collect)
+    return reports
+
+
+def compute_dtype(args) -> tf.DType:
+    return tf.as_dtype(dtype_name(args))
+
+
+def machine() -> str:
+    """This machine, TensorFlow and Python, on one line."""
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    return (f"{devices.cpu_model().removeprefix('CPU: ')}; {os.cpu_count()} cores; "
+            f"{gpus} GPU(s); TensorFlow {tf.__version__}; "
+            f"Python {platform.python_version()}")

@@ -1,0 +1,170 @@
+"""The benchmark's run: the data it times on, then one small function per figure
+that measures it and gives its printed line(s), in the order they print."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from bench import compute, measure, options, programs, training
+from cifar10 import data, devices, synthetic
+from cifar10.config import STEPS_PER_LOOP
+from cifar10.model import Model
+
+
+@dataclasses.dataclass
+class Setting:
+    """What the figures share: the settings, the data, and (c)'s rate for (g)."""
+    args: object
+    strategy: tf.distribute.Strategy
+    work: str  # a temporary folder, removed at the end
+    data_dir: str
+    batches_dir: str
+    train_files: list[str]
+    test_files: list[str]
+    count: int
+    test_count: int
+    end_to_end: float = 0.0  # (c), set by figure_training
+
+    @property
+    def train_dir(self) -> str:
+        """The run of (c), whose checkpoint (h) and (i) use."""
+        return os.path.join(self.work, "train")
+
+
+def prepare_setting(args, strategy: tf.distribute.Strategy, work: str) -> Setting:
+    """The data of --data_dir, or full-size generated data in ``work``."""
+    data_dir = args.data_dir
+    if data_dir is None:
+        data_dir = work
+        synthetic.write_dataset(data_dir, records_per_file=args.records_per_file)
+    batches_dir = data.batches_dir_of(data_dir)
+    train_files = data.split_files(batches_dir, "train")
+    test_files = data.split_files(batches_dir, "test")
+    return Setting(args, strategy, work, data_dir, batches_dir, train_files, test_files,
+                 data.validate_files(train_files), data.validate_files(test_files))
+
+
+def heading(s: Setting) -> list[str]:
+    args, replicas = s.args, s.strategy.num_replicas_in_sync
+    return [f"machine: {measure.machine()}",
+            (f"setting: {replicas} replica(s) x batch {args.batch_size} = global batch "
+             f"{replicas * args.batch_size}; {measure.compute_dtype(args).name}; "
+             f"XLA {'on' if args.xla else 'off'}; data {s.batches_dir} ({s.count} train, "
+             f"{s.test_count} test records); median of {args.windows} windows of "
+             f"{args.window_steps} steps after {args.warmup_steps} warm-up steps")]
+
+
+def figure_training(s: Setting) -> list[str]:
+    """(a), (b), (c): (a) is timed in turns with (c)'s windows."""
+    time_step = training.step_alone(s.args, s.strategy, os.path.join(s.work, "step"))
+    rate_b = training.input_alone(s.args, s.train_files)
+    c, c_first, a = training.end_to_end(s.args, s.strategy, s.train_files, s.count,
+                                        s.train_dir, time_step)
+    s.end_to_end = c
+    return [f"(a) train step alone:        {a:9.1f} examples/sec  (timed in turns with (c))",
+            f"(b) input pipeline alone:    {rate_b:9.1f} examples/sec  ({rate_b / c:.1f}x (c))",
+            (f"(c) end-to-end training:     {c:9.1f} examples/sec  ({100 * c / a:.0f}% of (a); "
+             f"first epoch: {c_first:.1f})")]
+
+
+def figure_evaluation(s: Setting) -> list[str]:
+    rate, seconds = programs.evaluation(s.args, s.test_files)
+    return [(f"(d) evaluation:              {rate:9.1f} examples/sec  ({s.test_count} examples "
+             f"in {seconds:.2f} s)")]
+
+
+def figure_launch(s: Setting) -> list[str]:
+    """(e), (f), unless --skip_launch."""
+    if s.args.skip_launch:
+        return []
+    first, rss = programs.launch(s.args, s.data_dir, os.path.join(s.work, "launch"))
+    return [f"(e) launch to first step:    {first:9.2f} s",
+            f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))"]
+
+
+def figure_speed(s: Setting) -> list[str]:
+    # float16 has no fast CPU matmul, so its runs keep float32's rate as the reference.
+    matmul_dtype = tf.bfloat16 if s.args.use_bf16 else tf.float32
+    gflops = compute.matmul_gflops(s.args.windows, dtype=matmul_dtype)
+    flops = compute.train_flops_per_example(Model())
+    ceiling = gflops * 1e9 / flops
+    return [(f"(g) machine speed:           {gflops:9.1f} GFLOP/s {matmul_dtype.name} matmul; "
+             f"at {flops / 1e6:.1f} MFLOP per example the compute ceiling is {ceiling:.0f} "
+             f"examples/sec ((c) is {100 * s.end_to_end / ceiling:.0f}% of it)")]
+
+
+def figure_serving(s: Setting) -> list[str]:
+    one, many = programs.serving(s.args, s.train_dir, s.test_files, s.work)
+    return [(f"(h) serving (SavedModel):    {one:9.1f} images/sec at batch 1, {many:.1f} at "
+             f"batch 128 (PNG bytes in)")]
+
+
+def figure_predict(s: Setting) -> list[str]:
+    seconds = programs.predict_folder(s.args, s.train_dir, s.test_files, s.work)
+    images = s.args.predict_images
+    return [(f"(i) cifar10-predict:         {seconds:9.2f} s for a folder of {images} PNG "
+             f"images, launch to last line ({images / seconds:.0f} images/sec)")]
+
+
+def figure_prepare(s: Setting) -> list[str]:
+    rate = programs.conversion(s.args, s.test_files, s.work)
+    return [(f"(j) cifar10-prepare:         {rate:9.1f} images/sec ({s.args.prepare_images} "
+             f"PNG images, 32x32, into CIFAR-10 files)")]
+
+
+def figure_layers(s: Setting) -> list[str]:
+    times = compute.layer_times(s.args)
+    total = sum(ms for _, ms in times)
+    layers = ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f}%)" for name, ms in times)
+    return [(f"(k) layers, forward+backward: {total:8.1f} ms a batch of {s.args.batch_size}, "
+             f"one layer at a time: {layers}")]
+
+
+def figure_determinism(s: Setting) -> list[str]:
+    normal, exact, skip = options.determinism(s.args, s.strategy, s.train_files, s.count,
+                                              s.work)
+    return [(f"(l) --deterministic:         {exact:9.1f} examples/sec, {exact / normal:.2f}x "
+             f"normal training's {normal:.1f} (in turns); a resume at step 1000 spends "
+             f"{skip:.2f} s skipping the batches done")]
+
+
+def figure_loop(s: Setting) -> list[str]:
+    """(m): 1 and 4 replicas, each count in a process of its own."""
+    parts = []
+    for replicas in (1, 4):
+        one, default = options.loop_times_in_process(s.args, replicas)
+        parts.append(f"{replicas} replica(s) {one:.2f} ms with 1, {default:.2f} ms with "
+                     f"{STEPS_PER_LOOP} ({default / one:.2f}x)")
+    return ["(m) ms per step at batch 1 per replica, --steps_per_loop 1 and default: "
+            + "; ".join(parts)]
+
+
+# In the order they print; figure_speed needs figure_training's (c).
+FIGURES = (figure_training, figure_evaluation, figure_launch, figure_speed, figure_serving,
+           figure_predict, figure_prepare, figure_layers, figure_determinism, figure_loop)
+
+
+def run(args) -> int:
+    """Measures and prints every figure (only (m)'s own with --loop_only)."""
+    strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
+    work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
+    try:
+        if args.loop_only:
+            print(options.loop_times_json(options.loop_step_times(args, strategy, work)))
+            return 0
+        setting = prepare_setting(args, strategy, work)
+        for line in heading(setting):
+            print(line, flush=True)
+        if args.use_bf16:
+            devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
+        for figure in FIGURES:
+            for line in figure(setting):
+                print(line, flush=True)
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
