@@ -155,22 +155,6 @@ def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, n
     return scorer
 
 
-def make_counter(model: Model) -> Callable[[tf.data.Dataset], tuple[int, int]]:
-    """A function: dataset -> (correct top-1 predictions, examples) of ``model``."""
-    scorer = make_scorer(model)
-
-    def counter(dataset: tf.data.Dataset) -> tuple[int, int]:
-        confusion, _ = scorer(dataset)
-        return int(np.trace(confusion)), int(confusion.sum())
-
-    return counter
-
-
-def count_correct(model: Model, dataset: tf.data.Dataset) -> tuple[int, int]:
-    """(correct top-1 predictions, examples) over every batch of ``dataset``."""
-    return make_counter(model)(dataset)
-
-
 def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
                   batch_size: int = 128) -> Misclassified:
     """``count`` of the first ``num_examples`` records of ``files`` that ``model``
