@@ -175,7 +175,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
     ``--help`` prints the program's flags (``doc`` first) and exits with status 0; a
     flag mistake prints ``<program>: error: <message>`` and exits with status 1.
     """
-    asked = {arg.split("=")[0] for arg in argv[1:]} & set(_HELP_FLAGS)
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
+    asked = {arg.split("=")[0] for arg in own} & set(_HELP_FLAGS)
     if asked & set(_SHORT_HELP_FLAGS):
         # absl's short help lists only the flags of the __main__ module, which is
         # the console-script stub here; show the program's own flags instead.
