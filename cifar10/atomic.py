@@ -58,6 +58,32 @@ def new_folder(target: str) -> Iterator[str]:
     Raises:
       OSError: the scratch folder cannot be made, or the rename fails.
     """
+    with _marked(target) as (scratch, marker):
+        yield scratch
+        os.remove(marker)
+        os.rename(scratch, target)
+
+
+@contextlib.contextmanager
+def scratch_folder(target: str) -> Iterator[str]:
+    """Yields a scratch folder beside ``target``, for work that ends in ``target`` (a
+    file the block moves out of it, say); removed when the block ends, however it
+    ends, or by ``remove_leftovers`` after a ``kill -9``.
+
+    Raises:
+      OSError: the scratch folder cannot be made.
+    """
+    with _marked(target) as (scratch, _):
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _marked(target: str) -> Iterator[tuple[str, str]]:
+    """(scratch folder ``.<name>-incomplete-*`` beside ``target``, its marker file), the
+    marker locked until the block ends; the folder is removed if the block raises."""
     parent = os.path.dirname(target) or "."
     name = os.path.basename(target)
     os.makedirs(parent, exist_ok=True)
@@ -71,9 +97,7 @@ def new_folder(target: str) -> Iterator[str]:
         fcntl.flock(marker, fcntl.LOCK_EX)
         marker.write(json.dumps({"for": name, "pid": os.getpid()}) + "\n")
         marker.flush()
-        yield scratch
-        os.remove(marker.name)
-        os.rename(scratch, target)
+        yield scratch, marker.name
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

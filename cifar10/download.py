@@ -31,18 +31,17 @@ import os
 import shutil
 import sys
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
 
+from cifar10 import atomic
 from cifar10 import fileformat as ff
 from cifar10.errors import DataError
 
 # Seconds a blocked connect or read may take before the download gives up.
 SOCKET_TIMEOUT_S = 60.0
 _CHUNK_BYTES = 1 << 20
-_EXTRACT_PREFIX = ".cifar-10-extract-"
 
 
 def resolve_url(url: str | None, archive: ff.Archive = ff.CIFAR10) -> str:
@@ -179,8 +178,12 @@ def _report_progress(name: str, done: int, total: int | None) -> None:
     sys.stderr.flush()
 
 
+class DownloadFailed(DataError):
+    """The tarball could not be fetched (no network, no such file, a server error)."""
+
+
 def _download_failed(url: str, dest_dir: str, reason: str, archive: ff.Archive) -> DataError:
-    return DataError(
+    return DownloadFailed(
         f"could not download {url} ({reason}). Put {archive.tarball} in {dest_dir}, "
         f"or extract it there so that {os.path.join(dest_dir, archive.folder)} "
         f"exists, or point {_url_settings(archive)} at a mirror or a file:// path."
@@ -234,9 +237,10 @@ def _download(
 ) -> str:
     """Downloads ``url`` to ``dest_dir/<archive.tarball>`` and checks it.
 
-    The data goes to a temporary ``.part-*`` file in ``dest_dir`` that is renamed
-    to the final name only once its size and MD5 match; on any failure or
-    interruption it is removed.
+    The data goes to a file in a scratch folder in ``dest_dir``
+    (``atomic.scratch_folder``) and is moved to the final name only once its size
+    and MD5 match; on any failure or interruption the scratch folder is removed,
+    and after a ``kill -9`` the next run removes it (``atomic.remove_leftovers``).
 
     Returns:
       The path of the downloaded tarball.
@@ -246,29 +250,26 @@ def _download(
     """
     final = os.path.join(dest_dir, archive.tarball)
     try:
-        fd, part = tempfile.mkstemp(prefix=f"{archive.tarball}.part-", dir=dest_dir)
+        with atomic.scratch_folder(final) as scratch:
+            part = os.path.join(scratch, archive.tarball)
+            try:
+                with open(part, "wb") as out, \
+                        urllib.request.urlopen(url, timeout=SOCKET_TIMEOUT_S) as response:
+                    got_size, got_md5 = _stream(response, out, archive.tarball, progress)
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+                # URLError, HTTPError, timeouts and refused connections are OSErrors;
+                # ValueError is a URL urllib cannot parse.
+                raise _download_failed(url, dest_dir, _reason(e), archive) from e
+            problem = _mismatch(got_size, got_md5, expected_md5, expected_size)
+            if problem:
+                raise DataError(
+                    f"the file downloaded from {url} is not the expected tarball ({problem}). "
+                    f"Check {_url_settings(archive)}, or put the right "
+                    f"{archive.tarball} in {dest_dir}."
+                )
+            os.replace(part, final)
     except OSError as e:
         raise DataError(f"cannot write a file in {dest_dir}: {_reason(e)}") from e
-    try:
-        try:
-            with os.fdopen(fd, "wb") as out:
-                with urllib.request.urlopen(url, timeout=SOCKET_TIMEOUT_S) as response:
-                    got_size, got_md5 = _stream(response, out, archive.tarball, progress)
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-            # URLError, HTTPError, timeouts and refused connections are OSErrors;
-            # ValueError is a URL urllib cannot parse.
-            raise _download_failed(url, dest_dir, _reason(e), archive) from e
-        problem = _mismatch(got_size, got_md5, expected_md5, expected_size)
-        if problem:
-            raise DataError(
-                f"the file downloaded from {url} is not the expected tarball ({problem}). "
-                f"Check {_url_settings(archive)}, or put the right "
-                f"{archive.tarball} in {dest_dir}."
-            )
-        os.replace(part, final)
-    finally:
-        if os.path.exists(part):
-            os.remove(part)
     return final
 
 
@@ -296,8 +297,10 @@ def _safe_extract(tarball: str, data_dir: str, archive: ff.Archive = ff.CIFAR10)
     ``data_dir``.
 
     Every member is checked before anything is written; the tarball is unpacked
-    into a temporary directory inside ``data_dir`` (removed at the end) and the
-    folder is renamed into place, so it never appears half extracted.
+    into a scratch folder of ``atomic.new_folder`` in ``data_dir``, renamed into
+    place when complete, so the folder never appears half extracted, and a scratch
+    folder that a killed extraction left is removed by the next run
+    (``atomic.remove_leftovers``).
 
     Returns:
       The path of the extracted ``cifar-10-batches-bin`` folder.
@@ -307,38 +310,43 @@ def _safe_extract(tarball: str, data_dir: str, archive: ff.Archive = ff.CIFAR10)
         folder.
     """
     batches_dir = os.path.join(data_dir, archive.folder)
-    tmp_dir = tempfile.mkdtemp(prefix=_EXTRACT_PREFIX, dir=data_dir)
     try:
-        try:
-            with tarfile.open(tarball, "r:*") as tar:
-                members = tar.getmembers()
-                for member in members:
-                    try:
-                        _check_member(member, tmp_dir)
-                    except DataError as e:
-                        raise DataError(f"refusing to extract {tarball}: {e}") from None
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(tmp_dir, members=members, filter="data")
-                else:  # Python without extraction filters; members checked above.
-                    tar.extractall(tmp_dir, members=members)
-        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise DataError(
-                f"cannot read {tarball} ({_reason(e)}); it is corrupt or not a tarball. "
-                f"Delete it so that it is downloaded again."
-            ) from e
-        except OSError as e:
+        with atomic.new_folder(batches_dir) as scratch:
+            _extract_into(tarball, scratch, archive)
+    except OSError as e:
+        if not os.path.isdir(batches_dir):  # else another process won the race
             raise DataError(f"cannot extract {tarball} into {data_dir}: {_reason(e)}") from e
-        extracted = os.path.join(tmp_dir, archive.folder)
-        if not os.path.isdir(extracted):
-            raise DataError(
-                f"{tarball} has no {archive.folder}/ folder; it is not the {archive.title} "
-                f"binary tarball. Delete it and get {archive.tarball} again."
-            )
-        try:
-            os.replace(extracted, batches_dir)
-        except OSError as e:
-            if not os.path.isdir(batches_dir):  # else another process won the race
-                raise DataError(f"cannot create {batches_dir}: {_reason(e)}") from e
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
     return batches_dir
+
+
+def _extract_into(tarball: str, scratch: str, archive: ff.Archive) -> None:
+    """Unpacks ``tarball`` in ``scratch`` and keeps only its ``archive.folder``'s files,
+    which become ``scratch``'s own."""
+    unpacked = os.path.join(scratch, ".unpacked")
+    os.mkdir(unpacked)
+    try:
+        with tarfile.open(tarball, "r:*") as tar:
+            members = tar.getmembers()
+            for member in members:
+                try:
+                    _check_member(member, unpacked)
+                except DataError as e:
+                    raise DataError(f"refusing to extract {tarball}: {e}") from None
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(unpacked, members=members, filter="data")
+            else:  # Python without extraction filters; members checked above.
+                tar.extractall(unpacked, members=members)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise DataError(
+            f"cannot read {tarball} ({_reason(e)}); it is corrupt or not a tarball. "
+            f"Delete it so that it is downloaded again."
+        ) from e
+    extracted = os.path.join(unpacked, archive.folder)
+    if not os.path.isdir(extracted):
+        raise DataError(
+            f"{tarball} has no {archive.folder}/ folder; it is not the {archive.title} "
+            f"binary tarball. Delete it and get {archive.tarball} again."
+        )
+    for name in os.listdir(extracted):
+        os.rename(os.path.join(extracted, name), os.path.join(scratch, name))
+    shutil.rmtree(unpacked)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from cifar10 import atomic
 from cifar10 import cifar100
 from cifar10 import datafolder
 from cifar10 import download
@@ -41,6 +42,8 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt.
     """
+    _remove_leftovers(os.path.join(data_dir, SYNTHETIC_SUBDIR) if use_synthetic else data_dir,
+                      print_fn)
     generated = False
     if use_synthetic:
         batches_dir = datafolder.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
@@ -70,6 +73,15 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     return batches_dir, counts
 
 
+def _remove_leftovers(folder: str, print_fn) -> None:
+    """Removes the scratch folders that a download, extraction or conversion killed
+    with ``kill -9`` left in ``folder`` (only those it proves are such), and says so."""
+    removed = atomic.remove_leftovers(folder)
+    if removed:
+        print_fn(f"NOTE: removed what an interrupted download or conversion left in "
+                 f"{folder}: {', '.join(removed)}.")
+
+
 def _write_synthetic(folder: str, records_per_file: int) -> None:
     try:
         synthetic.write_dataset(folder, records_per_file=records_per_file)
@@ -85,7 +97,7 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
     found = datafolder.find_batches_dir(data_dir, archive.folder,
                                         itself=archive is ff.CIFAR10)
     if found:
-        return found
+        return cifar100.batches_dir(found, data_dir, label) if archive is ff.CIFAR100 else found
     datafolder.refuse_non_data(data_dir, followed)
     existed = os.path.exists(data_dir)
     try:
@@ -94,8 +106,10 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
     except DataError as e:
         if existed:
             raise
-        _remove_if_empty(data_dir)
-        raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
+        _remove_if_empty(data_dir)  # made for the download: not left behind
+        if isinstance(e, download.DownloadFailed):
+            raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
+        raise
     if archive is ff.CIFAR100:
         return cifar100.batches_dir(extracted, data_dir, label)
     return extracted

@@ -423,3 +423,71 @@ def test_extraction_without_tarfile_filters(served_tarball, http_root, tmp_path,
             progress=False)
     assert not (tmp_path / "evil.bin").exists()
     assert _leftovers(other) == []
+
+
+class _StallingHandler(http.server.BaseHTTPRequestHandler):
+    """Announces the tarball, sends its first 1,000 bytes, then waits (up to 60 s)."""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(TARBALL)))
+        self.end_headers()
+        self.wfile.write(TARBALL[:1000])
+        self.wfile.flush()
+        self.server.stalled.wait(60)
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+_KILLED_DOWNLOAD = """
+import sys
+from cifar10 import download
+download.maybe_download_and_extract(sys.argv[1], url=sys.argv[2], md5=sys.argv[3],
+                                    progress=False)
+"""
+
+
+def test_a_download_killed_with_sigkill_is_cleaned_up_by_the_next_run(tmp_path):
+    """kill -9 in the middle of a download leaves its scratch folder; the next run
+    (getdata.prepare, as the programs call it) removes it and says so, and leaves a
+    look-alike that it did not make."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cifar10 import getdata
+
+    server, thread = _serve(_StallingHandler)
+    server.stalled = threading.Event()
+    data_dir = tmp_path / "data"
+    url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-binary.tar.gz"
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_DOWNLOAD, str(data_dir), url,
+                                TARBALL_MD5])
+    try:
+        deadline = time.monotonic() + 60
+        while not list(data_dir.glob(".cifar-10-binary.tar.gz-incomplete-*/*.tar.gz")):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+        server.stalled.set()
+        _stop(server, thread)
+    left = [p.name for p in data_dir.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".cifar-10-binary.tar.gz-incomplete-")
+    foreign = data_dir / ".cifar-10-binary.tar.gz-incomplete-mine"  # no marker: not ours
+    foreign.mkdir()
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "c.tar.gz").write_bytes(TARBALL)
+    lines = []
+    batches_dir, _ = getdata.prepare(str(data_dir), url=(tmp_path / "www" / "c.tar.gz").as_uri(),
+                                     md5=TARBALL_MD5, print_fn=lines.append)
+    assert lines[0] == (f"NOTE: removed what an interrupted download or conversion left in "
+                        f"{data_dir}: {left[0]}.")
+    assert sorted(p.name for p in data_dir.iterdir()) == sorted(
+        [foreign.name, "cifar-10-batches-bin", "cifar-10-binary.tar.gz"])
+    assert sorted(os.listdir(batches_dir)) == sorted(
+        [*ff.TRAIN_FILES, *ff.TEST_FILES, "batches.meta.txt", synthetic.SYNTHETIC_MARKER])
