@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from cifar10 import atomic
 from cifar10 import flags as cifar10_flags
 from cifar10 import prepare
 from cifar10 import programs
@@ -56,6 +57,10 @@ def main(argv: list[str]) -> None:
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)
+    removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
+    if removed:
+        print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
+              f"{', '.join(removed)}.")
     programs.load_tensorflow()
     summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                               progress=show_progress)

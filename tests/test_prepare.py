@@ -213,10 +213,22 @@ def test_an_existing_data_folder_is_kept(image_dir, tmp_path):
     assert sorted(os.listdir(tmp_path / "data")) == [ff.BATCHES_DIRNAME]
 
 
+# A conversion killed with kill -9 while it writes its folder (atomic.new_folder).
+_KILLED = ("import os, signal, sys; from cifar10 import atomic; "
+           "cm = atomic.new_folder(sys.argv[1]); cm.__enter__(); os.kill(os.getpid(), signal.SIGKILL)")
+
+
 def test_the_command_converts_and_reports(image_dir, tmp_path):
     (image_dir / "dog" / "broken.png").write_bytes(b"\x89PNG broken")
+    killed = subprocess.run([sys.executable, "-c", _KILLED,
+                             str(tmp_path / "d" / ff.BATCHES_DIRNAME)])
+    assert killed.returncode == -9
+    [left] = os.listdir(tmp_path / "d")
     result = run("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
     assert result.returncode == 0, result.stderr
+    assert (f"Removed what an interrupted conversion left in {tmp_path / 'd'}: {left}."
+            in result.stdout.splitlines())
+    assert os.listdir(tmp_path / "d") == [ff.BATCHES_DIRNAME]
     assert "Traceback" not in result.stderr
     # Seed 0 puts the broken image among dog's 3 test images (19 / 6, rounded).
     assert result.stdout.strip().splitlines()[-1] == (
