@@ -103,7 +103,7 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
     try:
         extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
                                                         archive=archive)
-    except DataError as e:
+    except BaseException as e:  # a failure, or Ctrl-C / SIGTERM during the download
         if existed:
             raise
         _remove_if_empty(data_dir)  # made for the download: not left behind
