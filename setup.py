@@ -31,12 +31,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "cifar10-train=cifar10.train_main:run",
-            "cifar10-eval=cifar10.eval_main:run",
-            "cifar10-predict=cifar10.predict_main:run",
-            "cifar10-export=cifar10.export_main:run",
-            "cifar10-prepare=cifar10.prepare_main:run",
-            "cifar10-launch=cifar10.launch_main:run",
+            "cifar10-train=cifar10.cli.train_main:run",
+            "cifar10-eval=cifar10.cli.eval_main:run",
+            "cifar10-predict=cifar10.cli.predict_main:run",
+            "cifar10-export=cifar10.cli.export_main:run",
+            "cifar10-prepare=cifar10.cli.prepare_main:run",
+            "cifar10-launch=cifar10.cli.launch_main:run",
         ],
     },
 )

@@ -1,9 +1,20 @@
 """cifar10: a TensorFlow 2 port of the classic TensorFlow CIFAR-10 tutorial.
 
-The data flows one way: ``data`` (download, records, tf.data pipelines) ->
-``model`` (the tutorial's convnet and loss) -> ``train`` (MirroredStrategy
-trainer, checkpoints, summaries) -> ``evaluate`` (precision of the averaged
-weights).  The command-line programs live in ``train_main`` and ``eval_main``.
+The package's folders are its parts, and depend on each other one way, from the
+programs down to the core:
+
+* ``cli``: the programs (cifar10-train, -eval, -predict, -export, -prepare,
+  -launch): thin entry points, their flags, what they share;
+* ``training``, ``evaluation``, ``serving``: the trainer, the evaluator, and using
+  a trained model (classifying image files, exporting);
+* ``runs`` (a run's directory: checkpoints, records, summaries), ``distribute``
+  (devices, cluster, several workers), ``model`` (the tutorial's convnet and
+  loss) and ``data`` (the binary format, data folders, download, generated data,
+  own images, the tf.data pipelines);
+* ``core``: settings, errors, whole-file writes, the programs' output; no
+  TensorFlow.
+
+docs/development.md has the map, module by module.
 """
 
 __version__ = "0.1.0"

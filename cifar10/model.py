@@ -20,8 +20,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from cifar10 import fileformat as ff
-from cifar10.config import LRN_ALPHA, LRN_BETA, LRN_BIAS, LRN_DEPTH_RADIUS
+from cifar10.data import fileformat as ff
+from cifar10.core.config import LRN_ALPHA, LRN_BETA, LRN_BIAS, LRN_DEPTH_RADIUS
 
 
 

@@ -9,11 +9,11 @@ Prints, each the median of several timed windows after a warm-up:
   (a) train step alone, on one in-memory batch (examples/sec over all replicas),
       timed in turns with the windows of (c);
   (b) the input pipeline alone, on CIFAR-format files;
-  (c) end-to-end training with cifar10.train.train (what the log line reports),
+  (c) end-to-end training with cifar10.training.train.train (what the log line reports),
       after a first epoch of warm-up (its rate is shown too; the in-memory cache
       of decoded records is filled before the first step);
   (d) evaluation of the test file with the evaluator's scoring pass
-      (cifar10.evaluate.make_scorer);
+      (cifar10.evaluation.evaluate.make_scorer);
   (e) seconds from launching cifar10-train to its first step, data on disk;
   (f) peak resident memory of that cifar10-train process;
   (g) the speed of this machine: float32 matmul GFLOP/s (bfloat16 with
@@ -46,8 +46,8 @@ import argparse
 import os
 import sys
 
-from cifar10 import logs
-from cifar10.fileformat import RECORDS_PER_REAL_FILE
+from cifar10.core import logs
+from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
 
 # Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
 # programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).

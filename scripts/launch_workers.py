@@ -10,7 +10,7 @@ the installed cifar10-launch runs from any shell.
 import sys
 
 try:
-    from cifar10 import launch_main
+    from cifar10.cli import launch_main
 except ImportError as e:
     sys.exit(f"launch_workers.py: error: {sys.executable} cannot import the cifar10 package "
              f"({e}); run cifar10-launch, or this script with the Python the package is "

@@ -17,7 +17,8 @@ import hashlib
 import os
 import sys
 
-from cifar10 import fileformat, synthetic
+from cifar10.data import fileformat
+from cifar10.data import synthetic
 
 
 def main(argv=None) -> int:

@@ -19,8 +19,14 @@ import tensorflow as tf
 from absl import flags
 from tensorboard.compat.proto import event_pb2
 
-from cifar10 import (eval_main, export_main, launch_main, logs, predict_main, prepare_main,
-                     programs, train_main)
+from cifar10.cli import eval_main
+from cifar10.cli import export_main
+from cifar10.cli import launch_main
+from cifar10.core import logs
+from cifar10.cli import predict_main
+from cifar10.cli import prepare_main
+from cifar10.cli import programs
+from cifar10.cli import train_main
 
 BIN_DIR = os.path.dirname(sys.executable)
 

@@ -11,7 +11,9 @@ import re
 import pytest
 import tensorflow as tf
 
-from cifar10 import data, synthetic, train
+from cifar10.data import pipeline as data
+from cifar10.data import synthetic
+from cifar10.training import train
 
 NUM_LOGICAL_CPUS = 4
 

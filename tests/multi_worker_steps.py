@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-from cifar10 import devices, train
+from cifar10.distribute import devices
+from cifar10.training import train
 
 
 def batches(num_steps: int, global_batch: int):

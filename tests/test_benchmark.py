@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from conftest import mirrored
 
-from cifar10 import devices
+from cifar10.distribute import devices
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
 SCRIPT = os.path.join(SCRIPTS, "benchmark.py")

@@ -1,4 +1,4 @@
-"""Tests of cifar10.checkpoints: the run directory keeps a user's work.
+"""Tests of cifar10.runs.checkpoints: the run directory keeps a user's work.
 
 One short run (30 steps, checkpoints at 10, 20 and 30) is shared by the module;
 each test works on a copy.  The tests of full and read-only file systems mount a
@@ -19,9 +19,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, data, evaluate, synthetic, train
-from cifar10 import fileformat as ff
-from cifar10.errors import Cifar10Error
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.evaluation import evaluate
+from cifar10.data import synthetic
+from cifar10.training import train
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import Cifar10Error
 from conftest import LAYERS, mirrored
 
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",

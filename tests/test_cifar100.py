@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from cli import call
-from cifar10 import checkpoints, cifar100, data
-from cifar10 import fileformat as ff
-from cifar10.errors import DataError
+from cifar10.runs import checkpoints
+from cifar10.data import cifar100
+from cifar10.data import pipeline as data
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import DataError
 from conftest import EVAL_LINE
 
 FINE = [f"fine{i:02d}" for i in range(100)]

@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 from cli import call
-from cifar10 import checkpoints, train
-from cifar10 import fileformat as ff
+from cifar10.runs import checkpoints
+from cifar10.training import train
+from cifar10.data import fileformat as ff
 from conftest import EVAL_LINE
 
 

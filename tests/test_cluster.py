@@ -1,4 +1,4 @@
-"""Tests of cifar10.cluster: TF_CONFIG is checked before TensorFlow reads it."""
+"""Tests of cifar10.distribute.cluster: TF_CONFIG is checked before TensorFlow reads it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cifar10 import cluster
-from cifar10.errors import Cifar10Error
+from cifar10.distribute import cluster
+from cifar10.core.errors import Cifar10Error
 from cli import env
 
 EXPECTED_FORM = ('expected the form {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '

@@ -1,4 +1,4 @@
-"""Tests of cifar10.data: records, file checks, preprocessing and the pipelines."""
+"""Tests of cifar10.data.pipeline: records, file checks, preprocessing and the pipelines."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import config, data
-from cifar10 import fileformat as ff
-from cifar10 import synthetic
-from cifar10.errors import DataError
+from cifar10.core import config
+from cifar10.data import pipeline as data
+from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
+from cifar10.core.errors import DataError
 from conftest import mirrored
 
 SIZE = ff.IMAGE_SIZE

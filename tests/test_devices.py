@@ -1,4 +1,4 @@
-"""Tests of cifar10.devices: replica devices, the strategies, the worker's role.
+"""Tests of cifar10.distribute.devices: replica devices, the strategies, the worker's role.
 
 In-process, on the four logical CPUs of conftest.py (TensorFlow is initialised by
 then, so more devices than those cannot be made).
@@ -11,8 +11,8 @@ import types
 import pytest
 import tensorflow as tf
 
-from cifar10 import devices
-from cifar10.errors import Cifar10Error
+from cifar10.distribute import devices
+from cifar10.core.errors import Cifar10Error
 
 
 def test_replicas_run_on_the_cpu_or_on_its_logical_devices():

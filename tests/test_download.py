@@ -1,4 +1,4 @@
-"""Tests of cifar10.download against a local HTTP server and file:// URLs."""
+"""Tests of cifar10.data.download against a local HTTP server and file:// URLs."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cifar10 import download
-from cifar10 import fileformat as ff
-from cifar10 import synthetic
-from cifar10.errors import DataError
+from cifar10.data import download
+from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
+from cifar10.core.errors import DataError
 
 RECORDS = 5
 TARBALL = synthetic.tarball_bytes(records_per_file=RECORDS)
@@ -442,7 +442,7 @@ class _StallingHandler(http.server.BaseHTTPRequestHandler):
 
 _KILLED_DOWNLOAD = """
 import sys
-from cifar10 import download
+from cifar10.data import download
 download.maybe_download_and_extract(sys.argv[1], url=sys.argv[2], md5=sys.argv[3],
                                     progress=False)
 """
@@ -457,7 +457,7 @@ def test_a_download_killed_with_sigkill_is_cleaned_up_by_the_next_run(tmp_path):
     import sys
     import time
 
-    from cifar10 import getdata
+    from cifar10.data import getdata
 
     server, thread = _serve(_StallingHandler)
     server.stalled = threading.Event()

@@ -14,7 +14,11 @@ import pytest
 from cli import call, event_tags, start
 from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
-from cifar10 import data, devices, getdata, synthetic, train
+from cifar10.data import pipeline as data
+from cifar10.distribute import devices
+from cifar10.data import getdata
+from cifar10.data import synthetic
+from cifar10.training import train
 
 RECORDS = 50
 ERROR = "cifar10-eval: error:"

@@ -1,4 +1,4 @@
-"""Tests of cifar10.evaluate: restoring weights, exact counting, results, polling.
+"""Tests of cifar10.evaluation.evaluate: restoring weights, exact counting, results, polling.
 
 One short training run (6 steps, checkpoints at 3 and 6) is shared by the whole
 module; tests that change its directory work on a copy.
@@ -22,8 +22,12 @@ import tensorflow as tf
 from cli import scalar_values
 from conftest import EVAL_LINE, mirrored
 
-from cifar10 import checkpoints, data, evaluate, synthetic, train
-from cifar10.errors import Cifar10Error
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.evaluation import evaluate
+from cifar10.data import synthetic
+from cifar10.training import train
+from cifar10.core.errors import Cifar10Error
 from cifar10.model import Model
 
 RECORDS = 50  # records per generated file: the test split holds 50 examples
@@ -244,7 +248,7 @@ def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_pa
     assert lines[1:] == evaluate.class_table(result)
     match = EVAL_LINE.match(lines[0])
     assert match, lines[0]
-    # Generated data (the folder has cifar10.synthetic's marker): the line says so.
+    # Generated data (the folder has cifar10.data.synthetic's marker): the line says so.
     assert match.groups()[1:] == ("6", "model.ckpt-6", "37", "averages")
     assert lines[0].endswith(") on SYNTHETIC data")
     assert result.synthetic
@@ -632,10 +636,10 @@ def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
     """Keras imports matplotlib.pyplot when it is installed (0.65 s of each start):
     the programs that do not draw keep it out while TensorFlow loads, TensorFlow works
     without it, and matplotlib can still be imported after (a library user's)."""
-    script = ("import sys; from cifar10 import programs; "
+    script = ("import sys; from cifar10.cli import programs; "
               f"tf = programs.load_tensorflow(plots={plots}); "
               "loaded = 'matplotlib.pyplot' in sys.modules; "
-              "__import__('cifar10.plots'); "  # the evaluator's drawing, importable after
+              "__import__('cifar10.evaluation.plots'); "  # the evaluator's drawing, importable after
               "print(loaded, int(tf.reduce_sum([1, 2])), sys.modules['matplotlib'] is not None)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)

@@ -1,4 +1,4 @@
-"""Tests of cifar10.export and the cifar10-export command."""
+"""Tests of cifar10.serving.export and the cifar10-export command."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import tensorflow as tf
 from cli import env, program, run
 from test_predict import records_of, write_pngs
 
-from cifar10 import checkpoints, export, predict
-from cifar10.errors import Cifar10Error
+from cifar10.runs import checkpoints
+from cifar10.serving import export
+from cifar10.serving import predict
+from cifar10.core.errors import Cifar10Error
 
 # Run in a fresh process: loads the export with TensorFlow alone (no cifar10 code)
 # and prints what each signature and the TFLite interpreter give.
@@ -167,7 +169,7 @@ def test_an_export_killed_midway_is_cleaned_up_by_the_next_and_nothing_else_is(t
                                                                                tmp_path):
     from cli import call, start
 
-    from cifar10 import atomic
+    from cifar10.core import atomic
 
     train_dir, _ = trained_run
     export_dir = tmp_path / "export"
@@ -205,9 +207,9 @@ def test_an_export_killed_midway_is_cleaned_up_by_the_next_and_nothing_else_is(t
 
 
 def test_a_new_folder_left_by_a_dead_process_is_removed_only_once_its_lock_is_free(tmp_path):
-    from cifar10 import atomic
+    from cifar10.core import atomic
 
-    script = ("import os, sys; from cifar10 import atomic\n"
+    script = ("import os, sys; from cifar10.core import atomic\n"
               "with atomic.new_folder(sys.argv[1]):\n"
               "    print('in', flush=True); os.kill(os.getpid(), 9)\n")
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")],

@@ -1,4 +1,4 @@
-"""Tests of cifar10.flags and cifar10.config: the flags are made from the config fields."""
+"""Tests of cifar10.cli.flags and cifar10.core.config: the flags are made from the config fields."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from absl import flags
 
-from cifar10 import config
-from cifar10 import flags as cifar10_flags
+from cifar10.core import config
+from cifar10.cli import flags as cifar10_flags
 
 
 def flags_of(config_class):

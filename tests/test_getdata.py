@@ -1,4 +1,4 @@
-"""Finding a program's data before TensorFlow loads (cifar10.getdata, cifar10.datafolder):
+"""Finding a program's data before TensorFlow loads (cifar10.data.getdata, cifar10.data.folder):
 the data folder itself is taken, the common mistakes get one line with the fix."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import sys
 import pytest
 from cli import env
 
-from cifar10 import datafolder, getdata, synthetic
-from cifar10.errors import DataError
+from cifar10.data import folder as datafolder
+from cifar10.data import getdata
+from cifar10.data import synthetic
+from cifar10.core.errors import DataError
 
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 
@@ -83,7 +85,7 @@ _PROBE = """
 import atexit, os, sys
 atexit.register(lambda: os.write(2, b"tensorflow loaded: %d\\n" % ("tensorflow" in sys.modules)))
 sys.argv = sys.argv[1:]
-from cifar10 import {module}
+from cifar10.cli import {module}
 {module}.run()
 """
 

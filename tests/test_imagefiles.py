@@ -1,4 +1,4 @@
-"""Tests of cifar10.imagefiles: which files a command line names."""
+"""Tests of cifar10.data.imagefiles: which files a command line names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from cifar10 import imagefiles
-from cifar10.errors import Cifar10Error
+from cifar10.data import imagefiles
+from cifar10.core.errors import Cifar10Error
 
 
 def test_files_as_given_and_folders_searched_recursively_by_extension(tmp_path):

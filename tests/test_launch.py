@@ -1,4 +1,4 @@
-"""Tests of cifar10.launch and the cifar10-launch command without TensorFlow workers.
+"""Tests of cifar10.cli.workers and the cifar10-launch command without TensorFlow workers.
 
 The workers here are a small Python script that prints a line to stdout and one
 to stderr and then does what the test asks (exit with a status, wait for a
@@ -22,7 +22,8 @@ import pytest
 from absl import flags
 
 from cli import call, env
-from cifar10 import cluster, launch
+from cifar10.distribute import cluster
+from cifar10.cli import workers as launch
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "launch_workers.py")
 
@@ -78,16 +79,16 @@ def test_each_worker_gets_a_tf_config_of_one_local_cluster():
 def test_the_trainer_is_the_one_next_to_the_python_that_runs_the_launcher(tmp_path):
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
-    assert launch.trainer_command(str(python)) == [str(python), "-m", "cifar10.train_main"]
+    assert launch.trainer_command(str(python)) == [str(python), "-m", "cifar10.cli.train_main"]
     trainer = tmp_path / "bin" / "cifar10-train"
     trainer.write_text("#!/bin/sh\n")
-    assert launch.trainer_command(str(python))[1:] == ["-m", "cifar10.train_main"]  # not executable
+    assert launch.trainer_command(str(python))[1:] == ["-m", "cifar10.cli.train_main"]  # not executable
     trainer.chmod(0o755)
     assert launch.trainer_command(str(python)) == [str(trainer)]
     # This test's Python has it installed; the other way starts the same program.
     assert launch.trainer_command() == [os.path.join(os.path.dirname(sys.executable),
                                                      "cifar10-train")]
-    result = subprocess.run([sys.executable, "-m", "cifar10.train_main", "--help"],
+    result = subprocess.run([sys.executable, "-m", "cifar10.cli.train_main", "--help"],
                             capture_output=True, text=True, timeout=120, env=env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("USAGE: cifar10-train [flags]")

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from cifar10 import logs
+from cifar10.core import logs
 
 # Lines as TensorFlow 2.21 (absl) and 2.16 (its own logger) write them on a CPU machine.
 PREINIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -73,7 +73,7 @@ def test_the_filter_keeps_python_lines_and_outlives_a_killed_process():
     comes out (the filtering process drains the pipe after its writer is gone)."""
     script = textwrap.dedent(f"""
         import os, signal, sys
-        from cifar10 import logs
+        from cifar10.core import logs
         logs.hide_native_lines()
         os.write(2, {NOISE!r})
         print("a Python line", file=sys.stderr)
@@ -89,7 +89,7 @@ def test_absl_warnings_go_to_the_new_stderr_in_the_program_format():
     script = textwrap.dedent("""
         import logging as std_logging, sys
         from absl import flags, logging
-        from cifar10 import logs
+        from cifar10.core import logs
         flags.FLAGS(["cifar10-x"])
         logging.use_absl_handler()
         logs.hide_native_lines()

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import cli
-from cifar10 import train
-from cifar10.errors import DivergedError
+from cifar10.training import train
+from cifar10.core.errors import DivergedError
 from conftest import TRAIN_LINE, mirrored
 from test_train import fixed_batches, random_batches
 

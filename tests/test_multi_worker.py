@@ -23,7 +23,9 @@ from cli import env, run, start
 from conftest import mirrored
 from test_output import NATIVE
 from test_train import fixed_batches
-from cifar10 import checkpoints, launch, train
+from cifar10.runs import checkpoints
+from cifar10.cli import workers as launch
+from cifar10.training import train
 
 LOG_STEP = re.compile(r": step (\d+), loss = ")
 

@@ -1,4 +1,4 @@
-"""Tests of cifar10.predict and the cifar10-predict command."""
+"""Tests of cifar10.serving.predict and the cifar10-predict command."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import pytest
 import tensorflow as tf
 from cli import call, run
 
-from cifar10 import checkpoints, data, predict, programs
-from cifar10 import fileformat as ff
-from cifar10.errors import Cifar10Error
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.serving import predict
+from cifar10.cli import programs
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import Cifar10Error
 
 def records_of(test_files):
     images, labels = zip(*((x.numpy(), int(y)) for x, y in data.read_records(test_files)))

@@ -1,4 +1,4 @@
-"""Tests of cifar10.prepare and the cifar10-prepare command."""
+"""Tests of cifar10.data.prepare and the cifar10-prepare command."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ import pytest
 import tensorflow as tf
 from cli import call, run
 
-from cifar10 import checkpoints, data, predict, prepare, synthetic, train
-from cifar10 import fileformat as ff
-from cifar10.errors import Cifar10Error
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.serving import predict
+from cifar10.data import prepare
+from cifar10.data import synthetic
+from cifar10.training import train
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import Cifar10Error
 
 
 def write_png(path, image):
@@ -214,7 +219,7 @@ def test_an_existing_data_folder_is_kept(image_dir, tmp_path):
 
 
 # A conversion killed with kill -9 while it writes its folder (atomic.new_folder).
-_KILLED = ("import os, signal, sys; from cifar10 import atomic; "
+_KILLED = ("import os, signal, sys; from cifar10.core import atomic; "
            "cm = atomic.new_folder(sys.argv[1]); cm.__enter__(); os.kill(os.getpid(), signal.SIGKILL)")
 
 
@@ -332,7 +337,7 @@ def test_mistakes_in_the_folders_are_answered_before_tensorflow_loads(image_dir,
                 if line.startswith("import time:")]
     own_lines = [line for line in result.stderr.splitlines()
                  if not line.startswith("import time:")]
-    assert "cifar10.prepare" in imported and "numpy" in imported  # (the listing works)
+    assert "cifar10.data.prepare" in imported and "numpy" in imported  # (the listing works)
     assert [name for name in imported if name.split(".")[0] in ("tensorflow", "keras")] == []
     assert (result.returncode, result.stdout, own_lines) == (
         1, "", [f"cifar10-prepare: error: {error}"])

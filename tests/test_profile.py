@@ -13,7 +13,9 @@ import pytest
 import tensorflow as tf
 
 import cli
-from cifar10 import config, profiling, train
+from cifar10.core import config
+from cifar10.training import profiling
+from cifar10.training import train
 from conftest import TRAIN_LINE, mirrored
 
 

@@ -1,4 +1,4 @@
-"""Tests of cifar10.programs: data preparation and one-line errors of the programs."""
+"""Tests of cifar10.cli.programs: data preparation and one-line errors of the programs."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pytest
 from absl import app
 from absl import flags
 
-from cifar10 import fileformat as ff
-from cifar10 import flags as cifar10_flags
-from cifar10 import getdata, programs, synthetic
-from cifar10.errors import DataError, DivergedError, listed
+from cifar10.data import fileformat as ff
+from cifar10.cli import flags as cifar10_flags
+from cifar10.data import getdata
+from cifar10.cli import programs
+from cifar10.data import synthetic
+from cifar10.core.errors import DataError, DivergedError, listed
 
 
 def test_synthetic_data_is_generated_once_and_announced(tmp_path):
@@ -88,7 +90,7 @@ def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
 @pytest.mark.parametrize("option", ["--help", "-h", "--helpshort"])
 def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
     values = flag_values()
-    cifar10_flags.define_tf32_flag(values)  # a flag of cifar10.flags, which help lists
+    cifar10_flags.define_tf32_flag(values)  # a flag of cifar10.cli.flags, which help lists
     with pytest.raises(SystemExit) as exit_info:
         programs.parse_flags(["prog", option], "prog", "Does things.", values)
     assert exit_info.value.code == 0
@@ -181,7 +183,7 @@ def report():
         f.write(str(tf.config.experimental.tensor_float_32_execution_enabled()))
 atexit.register(report)
 sys.argv = sys.argv[1:]
-from cifar10 import train_main
+from cifar10.cli import train_main
 train_main.run()
 """
 

@@ -1,4 +1,4 @@
-"""How the trainer words its progress lines and the end of a run (cifar10.progress).
+"""How the trainer words its progress lines and the end of a run (cifar10.training.progress).
 
 What train measures for them (steps, epochs, rates, time left) is tested in
 test_train.py; the lines of a real run in test_train_main.py.
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cifar10 import progress
+from cifar10.training import progress
 from conftest import TRAIN_LINE
 
 

@@ -1,5 +1,5 @@
 """cifar10-eval follows the run it scores: the data flags its command line leaves
-unset come from the run's flags.txt (cifar10.rundata, cifar10.runrecord)."""
+unset come from the run's flags.txt (cifar10.cli.follow, cifar10.runs.records)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from absl import flags
 
 import cli
 from conftest import EVAL_LINE
-from cifar10 import eval_main, runrecord, rundata, synthetic
+from cifar10.cli import eval_main
+from cifar10.runs import records as runrecord
+from cifar10.cli import follow as rundata
+from cifar10.data import synthetic
 
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 

@@ -14,8 +14,9 @@ import tensorflow as tf
 from absl import flags
 
 import cli
-from cifar10 import runrecord, train_main
-from cifar10.errors import Cifar10Error
+from cifar10.runs import records as runrecord
+from cifar10.cli import train_main
+from cifar10.core.errors import Cifar10Error
 from conftest import TRAIN_LINE
 
 
@@ -35,7 +36,7 @@ def parsed(argv):
     train_main.define_flags(values)
     values(["cifar10-train", *argv])
     return {flag.name: flag.value
-            for flag in values.get_flags_for_module("cifar10.flags")}
+            for flag in values.get_flags_for_module("cifar10.cli.flags")}
 
 
 def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
@@ -231,7 +232,7 @@ def test_replica_counts_give_different_runs(deterministic_runs):
 
 
 def test_deterministic_mode_turns_on_tensorflows_op_determinism():
-    script = ("import tensorflow as tf; from cifar10 import train; "
+    script = ("import tensorflow as tf; from cifar10.training import train; "
               "c = train.TrainConfig(train_dir='x', deterministic=True); "
               "before = tf.config.experimental.is_op_determinism_enabled() "
               "if hasattr(tf.config.experimental, 'is_op_determinism_enabled') else False; "

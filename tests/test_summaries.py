@@ -1,4 +1,4 @@
-"""Tests of cifar10.summaries: histograms TensorBoard can read, image scaling."""
+"""Tests of cifar10.runs.summaries: histograms TensorBoard can read, image scaling."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from cifar10 import summaries
+from cifar10.runs import summaries
 
 
 def test_histogram_counts_like_numpy_and_reads_back_as_a_histogram(tmp_path):

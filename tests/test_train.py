@@ -1,4 +1,4 @@
-"""Tests of cifar10.train: the distributed step, schedules, checkpoints and resume.
+"""Tests of cifar10.training.train: the distributed step, schedules, checkpoints and resume.
 
 Replicas run on the logical CPU devices made in conftest.py.
 """
@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, data, evaluate, train
-from cifar10.errors import Cifar10Error, DivergedError
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.evaluation import evaluate
+from cifar10.training import train
+from cifar10.core.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 from cli import event_tags
 from conftest import TRAIN_LINE, mirrored

@@ -19,8 +19,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from cifar10 import checkpoints, data, devices, synthetic, train
-from cifar10 import fileformat as ff
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.distribute import devices
+from cifar10.data import synthetic
+from cifar10.training import train
+from cifar10.data import fileformat as ff
 from cli import call, env, event_tags, program, run, sigterm_when, start
 from conftest import LAYERS, TRAIN_LINE
 
@@ -182,7 +186,7 @@ def test_a_reader_that_stops_reading_ends_the_program_quietly():
 ])
 def test_help_and_flag_mistakes_are_answered_before_tensorflow_loads(module, args):
     check = (f"import sys; sys.argv = ['prog', *{args!r}]\n"
-             f"from cifar10 import {module}\n"
+             f"from cifar10.cli import {module}\n"
              f"try:\n    {module}.run()\n"
              f"finally:\n    print('tensorflow' in sys.modules, file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,

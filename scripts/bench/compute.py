@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from bench import measure
-from cifar10.config import CROP_SIZE
+from cifar10.core.config import CROP_SIZE
 from cifar10.model import Model
 
 

@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from cifar10 import devices, train
-from cifar10.config import compute_dtype as dtype_name
+from cifar10.distribute import devices
+from cifar10.training import train
+from cifar10.core.config import compute_dtype as dtype_name
 
 
 def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
@@ -51,7 +52,7 @@ def train_config(args, train_dir: str, **settings) -> train.TrainConfig:
 def train_reports(config: train.TrainConfig, strategy: tf.distribute.Strategy,
                   files: list[str], count: int,
                   on_report: Callable[[Any], None] | None = None) -> list:
-    """The reports (``StepReport``, one a log line) of a cifar10.train.train run
+    """The reports (``StepReport``, one a log line) of a cifar10.training.train.train run
     that prints nothing; ``on_report`` is called with each as it comes, while
     training waits."""
     reports = []

@@ -12,8 +12,9 @@ import sys
 import tensorflow as tf
 
 from bench import measure
-from cifar10 import data, synthetic
-from cifar10.config import STEPS_PER_LOOP
+from cifar10.data import pipeline as data
+from cifar10.data import synthetic
+from cifar10.core.config import STEPS_PER_LOOP
 
 # The entry point, which (m) starts once per replica count with --loop_only.
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -11,7 +11,11 @@ import sys
 import tensorflow as tf
 
 from bench import measure
-from cifar10 import checkpoints, data, evaluate, export, prepare
+from cifar10.runs import checkpoints
+from cifar10.data import pipeline as data
+from cifar10.evaluation import evaluate
+from cifar10.serving import export
+from cifar10.data import prepare
 from cifar10.model import Model
 
 
@@ -99,7 +103,7 @@ def predict_folder(args, train_dir: str, test_files: list[str], work: str) -> fl
 
 
 def conversion(args, test_files: list[str], work: str) -> float:
-    """(j): images/sec of cifar10.prepare converting 10 class folders of 32x32 PNGs."""
+    """(j): images/sec of cifar10.data.prepare converting 10 class folders of 32x32 PNGs."""
     folder = os.path.join(work, "prepare")
     records = data.read_records(test_files).repeat().take(args.prepare_images)
     for i, (image, label) in enumerate(records):

@@ -11,8 +11,10 @@ import tempfile
 import tensorflow as tf
 
 from bench import compute, measure, options, programs, training
-from cifar10 import data, devices, synthetic
-from cifar10.config import STEPS_PER_LOOP
+from cifar10.data import pipeline as data
+from cifar10.distribute import devices
+from cifar10.data import synthetic
+from cifar10.core.config import STEPS_PER_LOOP
 from cifar10.model import Model
 
 

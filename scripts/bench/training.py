@@ -8,8 +8,9 @@ from typing import Callable
 import tensorflow as tf
 
 from bench import measure
-from cifar10 import data, train
-from cifar10.config import CROP_SIZE
+from cifar10.data import pipeline as data
+from cifar10.training import train
+from cifar10.core.config import CROP_SIZE
 
 
 def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str
@@ -55,7 +56,7 @@ def input_alone(args, train_files: list[str]) -> float:
 def end_to_end(args, strategy: tf.distribute.Strategy, train_files: list[str], count: int,
                train_dir: str, time_step: Callable[[], float]
                ) -> tuple[float, float, float]:
-    """(c): examples/sec of cifar10.train.train, and (a) between its windows.
+    """(c): examples/sec of cifar10.training.train.train, and (a) between its windows.
 
     The first epoch (the shuffle buffer filling, the step traced) is the warm-up,
     timed on its own.  Then each steady-state window

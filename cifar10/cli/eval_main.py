@@ -1,0 +1,84 @@
+"""cifar10-eval: precision @ 1 of a training run's checkpoints, as they appear.
+
+Runs beside cifar10-train (another process, possibly another machine seeing the
+same directory), scores each new checkpoint once with the moving-average
+weights, and stops when training is complete.  Examples:
+
+    cifar10-eval --checkpoint_dir=/tmp/cifar10_train --eval_dir=/tmp/cifar10_eval
+    cifar10-eval --run_once --synthetic_data        # score the latest checkpoint
+    cifar10-eval --checkpoint=/tmp/cifar10_train/model.ckpt-10000 --weights=raw
+"""
+
+# This file is intentionally short: it parses flags and calls
+# cifar10.evaluation.evaluate.evaluate, where the work is.
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from cifar10.cli import flags as cifar10_flags
+from cifar10.data import getdata
+from cifar10.cli import programs
+from cifar10.cli import follow as rundata
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-eval"
+define_flags = cifar10_flags.define_eval_flags  # this program's flags
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    # The data the run was trained on, unless the command line says otherwise; found
+    # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
+    run_dir = os.path.dirname(FLAGS.checkpoint) if FLAGS.checkpoint else FLAGS.checkpoint_dir
+    followed = rundata.follow_run(FLAGS, run_dir, PROGRAM)
+    batches_dir, counts = getdata.prepare(
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
+        followed=followed.describe() if followed else "")
+    # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
+    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    from cifar10.data import pipeline as data
+    from cifar10.distribute import devices
+    from cifar10.evaluation import evaluate
+
+    if FLAGS.eval_on_cpu:
+        tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
+    else:
+        devices.enable_memory_growth()
+    if FLAGS.use_bf16:
+        devices.warn_if_bfloat16_is_emulated()
+    num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
+                                        counts, FLAGS.eval_data)
+    config = cifar10_flags.config_from_flags(
+        evaluate.EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
+        num_examples=num_examples, class_names=data.class_names(batches_dir))
+    evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True),
+                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+
+
+def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_data: str) -> int:
+    """How many examples to score: ``asked`` when the command line ``given`` it (at most
+    what the data holds, with a warning); by default the whole test split, or the
+    original's 10,000 of the training split (``train_eval``)."""
+    available = counts["test" if eval_data == "test" else "train"]
+    if not given:
+        return available if eval_data == "test" else min(asked, available)
+    if asked > available:
+        logging.warning("--num_examples=%d but the %s data holds %d examples: evaluating %d.",
+                        asked, eval_data, available, available)
+    return min(asked, available)
+
+
+def run() -> None:
+    programs.run(PROGRAM, main, __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()

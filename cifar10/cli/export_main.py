@@ -1,0 +1,50 @@
+"""cifar10-export: a trained model as a SavedModel for TensorFlow Serving (and TFLite).
+
+Writes the latest checkpoint of a training run (its moving-average weights, as
+cifar10-eval) to <export_dir>/<step>/, with the preprocessing in the graph.
+Examples:
+
+    cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export
+    cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export --tflite
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.serving.export.export,
+# where the work is.
+
+from __future__ import annotations
+
+import os
+
+from absl import app
+from absl import flags
+
+from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import programs
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-export"
+define_flags = cifar10_flags.define_export_flags  # this program's flags
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.load_tensorflow()
+    from cifar10.runs import checkpoints
+    from cifar10.serving import export
+
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
+                           class_names=checkpoints.class_names(os.path.dirname(checkpoint)),
+                           overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)
+    tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
+    print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",
+          flush=True)
+
+
+def run() -> None:
+    programs.run(PROGRAM, main, __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()

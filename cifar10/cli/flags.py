@@ -1,0 +1,228 @@
+"""The absl flags of the command-line programs (names and defaults of the original).
+
+The settings the library takes are ``config.TrainConfig``'s and
+``config.EvalConfig``'s fields: their flags are made from those fields (name,
+default, help, bounds, choices).  The flags written out here are the programs'
+own (data location, devices, output).  Each ``define_*`` function defines on
+``flag_values``, absl's global ``FLAGS`` unless given (tests give their own).  Only
+the entry points call these functions and read ``FLAGS``; the library takes plain
+arguments.  Booleans are absl booleans, so ``--use_fp16=false`` means False.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from absl import flags
+
+from cifar10.distribute import cluster
+from cifar10.core import config
+from cifar10.data import fileformat as ff
+
+
+def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Where cifar10-train and cifar10-eval find their data."""
+    flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
+                        "Path to the data directory; the data is downloaded and "
+                        "extracted there when missing.", flag_values=flag_values)
+    flags.DEFINE_enum("dataset", ff.CIFAR10.name, sorted(ff.ARCHIVES),
+                      "The data set: cifar10, or cifar100 (100 classes, or 20 superclasses "
+                      "with --label=coarse).", flag_values=flag_values)
+    flags.DEFINE_enum("label", "fine", sorted(ff.CIFAR100_LABELS),
+                      "With --dataset=cifar100: train on its fine labels (100 classes) or its "
+                      "coarse ones (20 superclasses).", flag_values=flag_values)
+    flags.DEFINE_string("data_url", None,
+                        f"Where to download the data set's tarball from when --data_dir lacks "
+                        f"it (http, https or file://). Default for cifar10: "
+                        f"${ff.DATA_URL_ENV}, else {ff.DATA_URL}; for cifar100: "
+                        f"{ff.CIFAR100.url}.", flag_values=flag_values)
+    flags.DEFINE_string("data_md5", None,
+                        f"Expected MD5 of the tarball at --data_url, for a mirror of other "
+                        f"data (default: the official one, for cifar10 {ff.TARBALL_MD5} with "
+                        f"its size, for cifar100 {ff.CIFAR100.md5}).", flag_values=flag_values)
+    flags.DEFINE_boolean("synthetic_data", False,
+                         "Use generated CIFAR-format data (in <data_dir>/synthetic) instead "
+                         "of the real data set: to try the toolkit offline. Not CIFAR-10.",
+                         flag_values=flag_values)
+    flags.DEFINE_integer("synthetic_records", 1000, "Records per file of the generated data "
+                         "when --synthetic_data is set.", lower_bound=1, flag_values=flag_values)
+    flags.register_multi_flags_validator(
+        ["dataset", "label"],
+        lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
+        message="--label=coarse applies to --dataset=cifar100 only", flag_values=flag_values)
+    flags.register_multi_flags_validator(
+        ["dataset", "synthetic_data"],
+        lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
+        message="--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 "
+                "or --synthetic_data", flag_values=flag_values)
+
+
+def define_config_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """One flag per setting of ``config_class`` (``config.setting``), named as the field."""
+    define = {"flag_values": flag_values}
+    for field in config.flag_fields(config_class):
+        meta = field.metadata
+        name, default, help_ = field.name, meta["flag_default"], meta["help"]
+        bounds = {k: meta[k] for k in ("lower_bound", "upper_bound") if meta[k] is not None}
+        kind = str(field.type)
+        if meta["choices"]:
+            flags.DEFINE_enum(name, default, list(meta["choices"]), help_, **define)
+        elif kind.startswith("bool"):
+            flags.DEFINE_boolean(name, default, help_, **define)
+        elif kind.startswith("int"):
+            flags.DEFINE_integer(name, default, help_, **bounds, **define)
+        elif kind.startswith("float"):
+            flags.DEFINE_float(name, default, help_, **bounds, **define)
+        elif kind.startswith("str"):
+            flags.DEFINE_string(name, default, help_, **define)
+        else:
+            raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
+    precisions = ["use_fp16", "use_bf16"]
+    if all(name in flag_values for name in precisions):
+        flags.register_multi_flags_validator(
+            precisions, lambda values: not all(values.values()),
+            message=config.PRECISION_CONFLICT, flag_values=flag_values)
+
+
+def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):
+    """A ``config_class`` with the flags' values of its settings; ``others`` set the rest
+    or override them."""
+    settings = {f.name: values[f.name].value for f in config.flag_fields(config_class)}
+    return config_class(**{**settings, **others})
+
+
+def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    flags.DEFINE_boolean("allow_tf32", False, "Let TensorFlow run float32 convolutions and "
+                         "matmuls as TensorFloat-32 on GPUs that have it (Ampere, Hopper): "
+                         "faster, but not float32 (see docs/training.md).", flag_values=flag_values)
+
+
+class _StepWindowParser(flags.ArgumentParser):
+    """--profile_steps' value: "FIRST,LAST" (or one step) as a (first, last) tuple."""
+
+    def parse(self, argument):
+        if isinstance(argument, tuple):
+            return argument
+        return config.parse_profile_steps(argument)
+
+    def flag_type(self) -> str:
+        return "FIRST,LAST"
+
+
+class _StepWindowSerializer(flags.ArgumentSerializer):
+    def serialize(self, value) -> str:
+        return f"{value[0]},{value[1]}"
+
+
+def _window_within_max_steps(values: dict) -> bool:
+    if values["profile_steps"] is not None:
+        try:
+            config.check_profile_steps(values["profile_steps"], values["max_steps"])
+        except ValueError as e:
+            raise flags.ValidationError(str(e)) from None
+    return True
+
+
+def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-train."""
+    define_data_flags(flag_values)
+    define_config_flags(config.TrainConfig, flag_values)
+    define_tf32_flag(flag_values)
+    flags.DEFINE(_StepWindowParser(), "profile_steps", None,
+                 "Trace steps FIRST to LAST (both included, e.g. 11,20) with TensorFlow's "
+                 "profiler into <train_dir>/plugins/profile, for TensorBoard's Profile tab "
+                 "(pip install 'cifar10[profile]'); default: no trace.",
+                 flag_values=flag_values, serializer=_StepWindowSerializer())
+    flags.register_multi_flags_validator(["profile_steps", "max_steps"],
+                                         _window_within_max_steps, flag_values=flag_values)
+    flags.DEFINE_integer("num_gpus", 1, "How many GPUs (model replicas) to use; 0 trains on "
+                         "the CPU. With fewer GPUs than asked, the replicas run on logical "
+                         "devices.", lower_bound=0, flag_values=flag_values)
+    flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.",
+                         flag_values=flag_values)
+    flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
+                      "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
+                      "several tasks, else mirrored (one replica per GPU of this machine).",
+                      flag_values=flag_values)
+    flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
+                       "long for another one stops with an error instead of hanging.",
+                       lower_bound=1, flag_values=flag_values)
+
+
+def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-eval."""
+    define_data_flags(flag_values)
+    define_config_flags(config.EvalConfig, flag_values)
+    define_tf32_flag(flag_values)
+    flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
+                         "present, so as not to compete with training for GPU memory.",
+                         flag_values=flag_values)
+
+
+def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-predict (the images are its arguments)."""
+    _define_checkpoint_flags("Classify with", flag_values)
+    flags.DEFINE_integer("top_k", 3, "How many classes to print per image, most probable "
+                         "first (at most the number of classes the run was trained on).",
+                         lower_bound=1, upper_bound=ff.MAX_CLASSES, flag_values=flag_values)
+    flags.DEFINE_enum("output", "text", ["text", "jsonl", "csv"],
+                      "text: one readable line per image; jsonl: one JSON object per line; "
+                      "csv: a header row, then one row per image.", flag_values=flag_values)
+    flags.DEFINE_integer("batch_size", 128, "Images classified at once.", lower_bound=1,
+                         flag_values=flag_values)
+
+
+def _define_weights_flag(verb: str, flag_values: flags.FlagValues) -> None:
+    flags.DEFINE_enum("weights", "averages", list(config.WEIGHTS),
+                      f"{verb} the exponential moving averages of the weights (as the "
+                      f"original's evaluation) or the raw trained weights.",
+                      flag_values=flag_values)
+
+
+def define_export_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-export."""
+    _define_checkpoint_flags("Export", flag_values)
+    flags.DEFINE_string("export_dir", "/tmp/cifar10_export", "Where to write the SavedModel, "
+                        "in a folder named after the checkpoint's step (as TensorFlow Serving "
+                        "expects).", flag_values=flag_values)
+    flags.DEFINE_boolean("tflite", False, "Also write model.tflite (float32, the "
+                         "predict_images signature) into the export.", flag_values=flag_values)
+    flags.DEFINE_boolean("overwrite", False, "Replace an earlier export of the same step.",
+                         flag_values=flag_values)
+
+
+def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
+    flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
+                        "Training run whose latest checkpoint is used.", flag_values=flag_values)
+    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
+                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).",
+                        flag_values=flag_values)
+    _define_weights_flag(verb, flag_values)
+
+
+def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-prepare (--image_dir and --data_dir it requires itself)."""
+    flags.DEFINE_string("image_dir", None, "Folder with one subfolder of images per class "
+                        "(or train/ beside test/, val/, valid/ or validation/, each holding "
+                        "those, to keep a given split).", flag_values=flag_values)
+    flags.DEFINE_string("data_dir", None, "Where to write cifar-10-batches-bin/, the folder "
+                        "cifar10-train and cifar10-eval read with --data_dir.",
+                        flag_values=flag_values)
+    flags.DEFINE_float("test_fraction", 1 / 6, "Share of each class's images that goes to the "
+                       "test set when image_dir holds class folders alone (no split folders).",
+                       lower_bound=0, upper_bound=0.99, flag_values=flag_values)
+    flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.",
+                         flag_values=flag_values)
+    flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
+                         "skipping it.", flag_values=flag_values)
+
+
+def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Flags of cifar10-launch (cifar10-train's flags follow a bare ``--``)."""
+    flags.DEFINE_integer("num_workers", 2, "How many cifar10-train workers to start on this "
+                         "machine, one job (worker 0 is the chief).", lower_bound=1,
+                         flag_values=flag_values)
+    flags.DEFINE_boolean("all_output", False, "Show every worker's lines. By default the "
+                         "other workers' progress lines, the same steps and losses as the "
+                         "chief's, are left out; their warnings and errors are shown.",
+                         flag_values=flag_values)

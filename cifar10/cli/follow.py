@@ -1,0 +1,99 @@
+"""The data a training run was trained on, for the programs that score it.
+
+cifar10-eval scores a run on the data it was trained on without being told again:
+the data flags that the command line leaves unset take the values the run's
+latest start recorded in ``<train_dir>/flags.txt`` (``runrecord``).  A flag given
+on the command line wins; where its value differs from the run's, one notice line
+says so.  No TensorFlow: this runs before it loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from absl import flags
+from absl import logging
+
+from cifar10.data import fileformat as ff
+from cifar10.runs import records as runrecord
+from cifar10.core.errors import Cifar10Error
+
+# The flags that say which data a run read, in the order they are described.
+DATA_FLAGS = ("dataset", "label", "synthetic_data", "data_dir", "synthetic_records",
+              "data_url", "data_md5")
+
+
+@dataclasses.dataclass
+class Followed:
+    """What a program took from a run's record."""
+
+    source: str  # the run's flags.txt
+    taken: dict[str, str]  # {flag: value as recorded} of the flags taken from it
+
+    def describe(self) -> str:
+        """'--data_dir=/x --synthetic_data, from runs/a/flags.txt', or '' if none."""
+        if not self.taken:
+            return ""
+        shown = " ".join(_as_flag(name, value) for name, value in self.taken.items())
+        return f"{shown}, from {self.source}"
+
+
+def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
+               names: tuple[str, ...] = DATA_FLAGS) -> Followed | None:
+    """Sets each flag of ``names`` that the command line left unset to the value the
+    training run in ``run_dir`` recorded; returns what was taken (None: no record).
+
+    A flag given on the command line keeps its value; a notice (absl warning marked
+    as a notice) says where it differs from the run's.
+
+    Raises:
+      Cifar10Error: the resulting data flags contradict each other.
+    """
+    recorded = runrecord.recorded_flags(run_dir)
+    if recorded is None:
+        return None
+    source = os.path.join(run_dir, runrecord.FLAGS_FILE)
+    taken: dict[str, str] = {}
+    for name in names:
+        if name not in recorded or name not in flag_values:
+            continue
+        flag = flag_values[name]
+        try:
+            value = flag.parser.parse(recorded[name])
+        except (ValueError, flags.Error):
+            logging.warning("%s records --%s=%s, which %s does not take; using %s.",
+                            source, name, recorded[name], program, _shown(name, flag.value))
+            continue
+        if flag.present:
+            if flag.value != value:
+                logging.warning("%s differs from the run it scores (%s in %s); using %s.",
+                                _as_flag(name, flag.value), _as_flag(name, value), source,
+                                _shown(name, flag.value), extra={"notice": True})
+        elif flag.value != value:
+            flag.value = value
+            taken[name] = recorded[name]
+    _check_together(flag_values, source)
+    return Followed(source, taken)
+
+
+def _check_together(flag_values: flags.FlagValues, source: str) -> None:
+    """The flags' multi-flag rules (``flags.define_data_flags``), after following."""
+    dataset, label = flag_values["dataset"].value, flag_values["label"].value
+    if dataset != ff.CIFAR100.name and label != "fine":
+        raise Cifar10Error(f"--label={label} applies to --dataset=cifar100 only "
+                           f"(the run's data flags are in {source})")
+    if dataset == ff.CIFAR100.name and flag_values["synthetic_data"].value:
+        raise Cifar10Error(f"--synthetic_data generates CIFAR-10-format data and "
+                           f"--dataset=cifar100 was asked (the run's data flags are in "
+                           f"{source}): drop one of them")
+
+
+def _as_flag(name: str, value) -> str:
+    if isinstance(value, bool) or value in ("true", "false"):
+        return f"--{name}" if value in (True, "true") else f"--no{name}"
+    return f"--{name}={value}"
+
+
+def _shown(name: str, value) -> str:
+    return _as_flag(name, value) if value is not None else f"--{name}'s default"

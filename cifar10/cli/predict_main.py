@@ -1,0 +1,63 @@
+"""cifar10-predict: the classes of image files, by a trained cifar10 model.
+
+Classifies PNG, JPEG, GIF and BMP files of any size with the latest checkpoint
+of a training run (its moving-average weights, as cifar10-eval).  Examples:
+
+    cifar10-predict cat.png dog.jpg photos/
+    cifar10-predict --checkpoint_dir=runs/a/train --top_k=1 --output=jsonl photos/ > preds.jsonl
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.serving.predict,
+# where the work is.
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from cifar10.cli import flags as cifar10_flags
+from cifar10.data import imagefiles
+from cifar10.cli import programs
+from cifar10.core.errors import Cifar10Error
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-predict"
+define_flags = cifar10_flags.define_predict_flags  # this program's flags
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise app.UsageError("name the image files or folders to classify")
+    paths = imagefiles.find_images(argv[1:])
+    programs.load_tensorflow()
+    from cifar10.runs import checkpoints
+    from cifar10.serving import predict
+
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
+    names = checkpoints.class_names(os.path.dirname(checkpoint))
+    show = predict.FORMATTERS[FLAGS.output]
+    if FLAGS.output == "csv":
+        print(predict.csv_header(FLAGS.top_k, len(names)), flush=True)
+    failed = 0
+    for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k,
+                                        num_classes=len(names)):
+        if isinstance(result, predict.Failure):
+            failed += 1
+            print(f"{PROGRAM}: cannot read {result.path}: {result.reason}", file=sys.stderr,
+                  flush=True)
+        else:
+            print(show(result, names), flush=True)
+    if failed:
+        raise Cifar10Error(f"{failed} of {len(paths)} images could not be read (see above)")
+
+
+def run() -> None:
+    programs.run(PROGRAM, main, __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,80 @@
+"""cifar10-prepare: your own images as a CIFAR-10-format data set.
+
+Turns a folder of class folders (my_photos/<class>/*.jpg, split at random by
+--test_fraction; or my_photos/train/<class>/ beside my_photos/test/<class>/, val/,
+valid/ or validation/, to keep a given split) into the binary files that
+cifar10-train and cifar10-eval read.  Example:
+
+    cifar10-prepare --image_dir=my_photos --data_dir=/data/my10
+    cifar10-train --data_dir=/data/my10 --train_dir=runs/my10/train
+"""
+
+# This file is intentionally short: it parses flags and calls cifar10.data.prepare,
+# where the work is.
+
+from __future__ import annotations
+
+import sys
+
+from absl import app
+from absl import flags
+
+from cifar10.core import atomic
+from cifar10.cli import flags as cifar10_flags
+from cifar10.data import prepare
+from cifar10.cli import programs
+from cifar10.core.errors import listed
+
+FLAGS = flags.FLAGS
+PROGRAM = "cifar10-prepare"
+define_flags = cifar10_flags.define_prepare_flags  # this program's flags
+
+
+def show_progress(done: int, total: int, seconds: float) -> None:
+    rate = done / seconds if seconds > 0 else 0.0
+    line = f"{done:,}/{total:,} images ({rate:,.0f} images/s)"
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + line + ("\n" if done == total else ""))
+    elif done == total or done % 10_000 == 0:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    required = {"image_dir": "the folder of class folders to convert",
+                "data_dir": "where to write the data set"}
+    missing = [f"--{name} must be given ({what})" for name, what in required.items()
+               if not FLAGS[name].value]
+    if missing:  # (absl's required flags would say "a value other than None")
+        raise app.UsageError("; ".join(missing))
+    # The folders are checked before TensorFlow loads (seconds), so that a mistake
+    # in them is answered at once.
+    source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
+    print(source.layout)
+    print(f"Found {len(source.train) + len(source.test):,} images of "
+          f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
+          f"training, {len(source.test):,} for testing.", flush=True)
+    removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
+    if removed:
+        print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
+              f"{', '.join(removed)}.")
+    programs.load_tensorflow()
+    summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
+                              progress=show_progress)
+    for path, why in summary.skipped:
+        print(f"{PROGRAM}: skipped {path}: {why}", file=sys.stderr, flush=True)
+    print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
+          f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
+          f"{summary.batches_dir}; skipped {len(summary.skipped)} unreadable images.",
+          flush=True)
+
+
+def run() -> None:
+    programs.run(PROGRAM, main, __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,241 @@
+"""What the command-line programs share: parsing flags, finding the checkpoint,
+reporting errors (the data they read is found by ``getdata``).
+
+Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become
+one line on stderr, ``<program>: error: <message>``, and exit status 1, never a
+traceback.  ``run`` is a program's process; ``parse_flags`` and ``guarded`` are its
+two halves, which tests also call in their own process.
+
+TensorFlow is imported (``load_tensorflow``) only once the flags are parsed and
+checked, so that ``--help`` and setting mistakes are answered at once instead of
+after seconds of loading.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from cifar10.cli import flags as cifar10_flags
+from cifar10.core import logs
+from cifar10.core.errors import Cifar10Error
+
+# The flags whose values are paths on this machine.
+PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
+              "export_dir", "image_dir")
+
+# Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
+# user asked); quiet unless asked.
+_tensorflow_lines = False
+
+
+def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str:
+    """``checkpoint`` if given, else the latest checkpoint of ``checkpoint_dir``.
+
+    Raises:
+      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint.
+    """
+    if checkpoint:
+        return checkpoint
+    from cifar10.runs import checkpoints
+
+    latest = checkpoints.latest(checkpoint_dir)
+    if latest is None:
+        raise Cifar10Error(
+            f"No checkpoint found in {checkpoint_dir}: train first (cifar10-train "
+            f"--train_dir={checkpoint_dir}) or point --checkpoint_dir at a training run")
+    return latest.path
+
+
+def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
+    """Imports TensorFlow (which takes seconds), its Python warnings hidden unless
+    the user asked for TensorFlow's lines (see ``set_up_output``).
+
+    The programs call it once their flags and settings are checked.  float32
+    stays float32: on GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would
+    otherwise run float32 convolutions and matmuls with 10-bit mantissas;
+    ``allow_tf32`` lets it.  Only a program that draws (``plots``: cifar10-eval)
+    lets TensorFlow load matplotlib.
+    """
+    if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
+        # Keras, which TensorFlow loads, imports matplotlib.pyplot when it is
+        # installed, for a plotting helper no program here uses: 0.65 s of every
+        # start.  None in sys.modules makes that import fail, which Keras allows;
+        # it is taken out again once TensorFlow (and Keras with it) is loaded, so
+        # that whoever imports matplotlib later gets it.
+        sys.modules["matplotlib"] = None
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            if sys.modules.get("matplotlib", False) is None:
+                del sys.modules["matplotlib"]
+    import tensorflow as tf
+
+    if not _tensorflow_lines:
+        tf.get_logger().setLevel("ERROR")
+    tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
+    return tf
+
+
+def run(program: str, main: Callable[[list[str]], None], doc: str,
+        define_flags: Callable[[flags.FlagValues], None]) -> None:
+    """The process of a program: its flags defined and parsed, ``main`` called through
+    ``guarded``, the process ended with the exit status.
+
+    ``doc`` (the entry module's docstring) heads ``--help``; ``define_flags`` (one of
+    ``cifar10.cli.flags``' ``define_*_flags``) defines the program's flags.
+    """
+    define_flags(flags.FLAGS)
+
+    def process_main(argv: list[str]) -> int:
+        # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
+        # the default action would end the process on the spot.  cifar10-train
+        # installs its own handlers (save, then stop) once training starts.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        set_up_output(program)
+        return guarded(program, main, argv)
+
+    try:
+        app.run(process_main, flags_parser=lambda argv: parse_flags(argv, program, doc))
+    except BrokenPipeError:
+        # Whoever read the output stopped reading (``cifar10-predict photos/ | head``):
+        # stop quietly, as other command-line tools do, not with a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
+    """Whether the user asked for TensorFlow's own log lines: by setting
+    ``TF_CPP_MIN_LOG_LEVEL``, passing ``--verbosity``/``-v``, or asking for
+    TensorFlow's placement log, which is made of such lines."""
+    placement = ("log_device_placement" in flag_values
+                 and flag_values["log_device_placement"].value)
+    return logs.tensorflow_lines_wanted(os.environ,
+                                        bool(flag_values["verbosity"].present) or placement)
+
+
+def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Decides what else a program's process prints: TensorFlow's C++ and Python
+    log lines and absl's INFO notices only when asked (``tensorflow_lines_asked``),
+    and the program's warnings as ``<program>: warning: ...``.  Called before
+    TensorFlow loads.
+    """
+    global _tensorflow_lines
+    _tensorflow_lines = tensorflow_lines_asked(flag_values)
+    if not _tensorflow_lines:
+        logs.hide_native_lines()
+    if not flag_values["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # absl's INFO notices (checkpoint saves)
+    handler = logging.get_absl_handler()
+    handler.setFormatter(logs.ProgramFormatter(program, handler.python_handler.formatter))
+
+
+def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
+    """Calls ``main(argv)``; returns the program's exit status.
+
+    0 when it returns; 1 for a mistake the user can fix (``Cifar10Error``, or a
+    ``UsageError`` such as a stray argument) and 130 for Ctrl-C or SIGTERM where no
+    handler saves work, each with one line on stderr, the last the program prints:
+    ``<program>: error: <message>`` or ``<program>: interrupted``.
+    """
+    try:
+        main(argv)
+        return 0
+    except (Cifar10Error, app.UsageError) as e:
+        last_line, status = f"{program}: error: {e}", 1
+        if isinstance(e, app.UsageError):
+            last_line += f" (see {program} --help)"
+    except KeyboardInterrupt:
+        last_line, status = f"{program}: interrupted", 130
+    # The exception and its frames are gone now: free what the failed run still
+    # held (input pipelines, checkpoint readers), so that whatever TensorFlow
+    # prints as they go comes before the line that says what went wrong.
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.write(last_line + "\n")
+    sys.stderr.flush()
+    return status
+
+
+_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+_SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
+
+
+def parse_flags(argv: list[str], program: str, doc: str,
+                flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+    """Parses ``argv`` into ``flag_values``; returns the arguments left.
+
+    ``--help`` prints the program's flags (``doc`` first) and exits with status 0; a
+    flag mistake prints ``<program>: error: <message>`` and exits with status 1.
+    """
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
+    asked = {arg.split("=")[0] for arg in own} & set(_HELP_FLAGS)
+    if asked & set(_SHORT_HELP_FLAGS):
+        # absl's short help lists only the flags of the __main__ module, which is
+        # the console-script stub here; show the program's own flags instead.
+        print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
+        print(flag_values.module_help(cifar10_flags.__name__))
+        print("\nTry --helpfull to see absl's own flags too. TensorFlow's own log lines are "
+              "hidden;\n-v 0 (absl's --verbosity) or setting TF_CPP_MIN_LOG_LEVEL shows them.")
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        sys.exit(0)
+    try:
+        return flag_values(argv)
+    except SystemExit:
+        if asked:  # absl exits with status 1 after --helpfull; help is not an error
+            sys.exit(0)
+        raise
+    except flags.Error as e:
+        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        message = _other_programs_flagfile(argv, program) or message
+        sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
+        sys.exit(1)
+
+
+def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
+    """The error for ``--flagfile=`` naming another program's flags.txt (the run
+    records of cifar10-train, say, given to cifar10-eval), or None."""
+    for arg in argv[1:]:
+        if arg.startswith("--flagfile="):
+            path = arg.split("=", 1)[1]
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    header = f.readline()
+            except OSError:
+                continue
+            other = header[2:].split(",")[0] if header.startswith("# ") else ""
+            if other.startswith("cifar10-") and other != program:
+                run_dir = os.path.dirname(os.path.abspath(path))
+                return (f"--flagfile={path} holds {other}'s flags, not {program}'s; "
+                        f"{program} reads the data settings of the run it is given by "
+                        f"itself: pass --checkpoint_dir={run_dir} instead")
+    return None
+
+
+def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
+                  not_replayed: tuple[str, ...] = ("fresh_start",)) -> str:
+    """The program's flags and their values, one per line in absl's flagfile format
+    (``--name=value``, ``--name`` / ``--noname``), as ``--flagfile`` reads them.
+
+    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
+    that delete something) is written as false, so that replaying the file never
+    does that again.
+    """
+    lines = []
+    for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
+        if flag.name in not_replayed:
+            lines.append(f"--no{flag.name}")
+        elif flag.name in PATH_FLAGS and isinstance(flag.value, str):
+            # Absolute, so that a replay from another directory finds the same run.
+            lines.append(f"--{flag.name}={os.path.abspath(flag.value)}")
+        elif flag.value is not None:
+            lines.append(flag.serialize())
+    return "".join(f"{line}\n" for line in lines)
+

@@ -1,0 +1,258 @@
+"""One multi-worker job on this machine: cifar10-launch's library.
+
+``launch`` starts N ``cifar10-train`` workers, each with a free port on 127.0.0.1
+and a ``TF_CONFIG`` naming the whole cluster and its own index (worker 0 is the
+chief, which writes the checkpoints and summaries), passes SIGINT and SIGTERM on
+to every worker, and ends with the first worker that failed.
+
+What it shows: the workers run the same synchronous steps, so each of them
+prints the same lines (the data notice, every logged step and its loss, the end
+of the run).  Shown from every worker, each of those lines came N times.  The
+chief's lines are the job's: they are shown, prefixed ``[worker 0]``; of the
+other workers only their stderr is, their own warnings and errors, prefixed
+``[worker i]`` (``all_output`` shows all their lines too).
+
+The trainer is the ``cifar10-train`` installed next to the Python that runs this
+(a package's console scripts go into its interpreter's ``bin`` folder), else
+that Python's ``-m cifar10.cli.train_main``: whichever Python the launcher runs in,
+the workers run the same package in the same one.  Nothing here loads TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Sequence, TextIO
+
+from absl import flags
+from absl import logging  # noqa: F401  (defines absl's --verbosity and the like)
+
+from cifar10.distribute import cluster
+from cifar10.cli import flags as cifar10_flags
+from cifar10.core.errors import Cifar10Error
+
+TRAINER = "cifar10-train"
+TRAINER_MODULE = "cifar10.cli.train_main"
+HOST = "127.0.0.1"
+# Flags every program takes from absl (its help flags are answered before parsing).
+_ABSL_MODULES = ("absl.logging",)
+_HELP = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+# How often the launcher looks whether a worker has ended.
+_POLL_SECS = 0.1
+
+
+class WorkerFailed(Cifar10Error):
+    """A worker ended with a non-zero status; ``status`` is the launcher's exit status
+    (a worker's own, or 128 + the signal that ended it)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_configs(ports: Sequence[int]) -> list[str]:
+    """The ``TF_CONFIG`` of each worker of a local cluster on ``ports``."""
+    workers = {"worker": [f"{HOST}:{port}" for port in ports]}
+    return [json.dumps({"cluster": workers, "task": {"type": "worker", "index": i}})
+            for i in range(len(ports))]
+
+
+def trainer_command(python: str | None = None) -> list[str]:
+    """How to start cifar10-train with ``python`` (default: this one)'s package.
+
+    The console script next to the interpreter when it is there (a virtual
+    environment's ``bin``), else ``python -m cifar10.cli.train_main`` (a package
+    installed with ``pip install --user``, whose scripts are elsewhere).
+    """
+    python = python or sys.executable
+    installed = os.path.join(os.path.dirname(python), TRAINER)
+    if os.path.isfile(installed) and os.access(installed, os.X_OK):
+        return [installed]
+    return [python, "-m", TRAINER_MODULE]
+
+
+def check_train_args(args: Sequence[str], num_workers: int) -> None:
+    """Refuses, before any worker starts, what every worker would refuse (each with
+    the same line) or what would not make one job.
+
+    Raises:
+      Cifar10Error: a flag cifar10-train does not take or a bad value of one; an
+        argument that is not a flag; ``--help``; with several workers, a
+        ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
+    """
+    if any(arg.split("=")[0] in _HELP for arg in args):
+        raise Cifar10Error(f"{TRAINER} --help lists the flags that go after --")
+    values = flags.FlagValues()
+    cifar10_flags.define_train_flags(values)
+    for module in _ABSL_MODULES:
+        for flag in flags.FLAGS.get_flags_for_module(module):
+            # A copy: parsing here leaves this process's own settings alone.
+            values[flag.name] = copy.deepcopy(flag)
+    try:
+        rest = values([TRAINER, *args])
+    except flags.Error as e:
+        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise Cifar10Error(f"{TRAINER}'s flags (after --): {message} (see {TRAINER} "
+                           f"--help)") from None
+    if len(rest) > 1:
+        raise Cifar10Error(f"unexpected arguments for {TRAINER}: {' '.join(rest[1:])} (after "
+                           f"-- come its flags only, e.g. -- --max_steps=300)")
+    if num_workers > 1:
+        if values["strategy"].value not in ("auto", "multi_worker"):
+            raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "
+                               f"train on its own, all in one --train_dir: drop it, the "
+                               f"workers of one job use multi_worker")
+        if values["fresh_start"].value:
+            cluster.refuse_fresh_start("multi_worker", values["train_dir"].value)
+
+
+def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False,
+           command: Sequence[str] | None = None, out: TextIO | None = None,
+           print_fn: Callable[[str], None] = print) -> None:
+    """Runs ``num_workers`` workers of one job to their end.
+
+    Args:
+      num_workers: workers to start (each one replica per its ``--num_gpus``).
+      train_args: the flags of every worker.
+      all_output: also show the other workers' stdout, not only the chief's.
+      command: the trainer (default ``trainer_command()``).
+      out: where the workers' lines go (default: ``sys.stdout``).
+      print_fn: where the launcher's own line goes.
+
+    Raises:
+      WorkerFailed: a worker ended with a non-zero status (the first to end so).
+      Cifar10Error: a worker could not be started (the others are stopped).
+    """
+    out = out or sys.stdout
+    command = list(command or trainer_command())
+    ports = free_ports(num_workers)
+    print_fn(_start_line(ports, all_output))
+    processes: list[subprocess.Popen] = []
+    relays: list[threading.Thread] = []
+    lock = threading.Lock()
+    previous = _forward_signals(processes)
+    try:
+        for index, tf_config in enumerate(tf_configs(ports)):
+            try:
+                process, stream = _start_worker([*command, *train_args], tf_config,
+                                                show_stdout=index == 0 or all_output)
+            except OSError as e:
+                for started in processes:  # no half job left running
+                    started.kill()
+                raise Cifar10Error(f"cannot start worker {index}, {' '.join(command)} "
+                                   f"({e.strerror or e})") from e
+            processes.append(process)
+            relays.append(threading.Thread(target=_relay, daemon=True,
+                                           args=(f"[worker {index}] ", stream, out, lock)))
+            relays[-1].start()
+        ended = _wait(processes)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    for relay in relays:
+        relay.join(timeout=5)
+    failed = [(index, status) for index, status in ended if status != 0]
+    if failed:
+        raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
+                           _exit_status(failed[0][1]))
+
+
+def _start_line(ports: Sequence[int], all_output: bool) -> str:
+    where = f"{HOST}, port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}"
+    if len(ports) == 1:
+        return f"Starting 1 {TRAINER} worker on {where}."
+    shown = ("every worker shows all its lines" if all_output else
+             "worker 0 (the chief) shows the job's progress, the others their warnings "
+             "and errors")
+    return f"Starting {len(ports)} {TRAINER} workers of one job on {where}: {shown}."
+
+
+def _start_worker(argv: Sequence[str], tf_config: str, show_stdout: bool
+                  ) -> tuple[subprocess.Popen, TextIO]:
+    """A worker process and the stream of its lines to show (stdout and stderr
+    together, or stderr alone)."""
+    env = dict(os.environ, TF_CONFIG=tf_config, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        argv, env=env, text=True, errors="replace", bufsize=1,
+        stdout=subprocess.PIPE if show_stdout else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if show_stdout else subprocess.PIPE,
+        # Its own session: a Ctrl-C in the terminal reaches the worker once, through
+        # _forward_signals, not twice (a second signal stops a worker without saving).
+        start_new_session=True)
+    return process, process.stdout if show_stdout else process.stderr
+
+
+def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock) -> None:
+    """Writes each line of ``stream`` to ``out`` with ``prefix``, whole lines at a time."""
+    writable = True
+    for line in stream:
+        if not writable:
+            continue  # keep reading, so that the worker never blocks on a full pipe
+        try:
+            with lock:
+                out.write(prefix + line if line.endswith("\n") else f"{prefix}{line}\n")
+                out.flush()
+        except (OSError, ValueError):  # nobody reads the output any more (| head)
+            writable = False
+
+
+def _forward_signals(processes: list[subprocess.Popen]) -> dict:
+    """SIGINT and SIGTERM passed on to every running process of ``processes`` (the
+    list as it is when the signal comes); returns the handlers replaced."""
+
+    def forward(signum, frame):
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    return {signum: signal.signal(signum, forward) for signum in (signal.SIGINT,
+                                                                  signal.SIGTERM)}
+
+
+def _wait(processes: Sequence[subprocess.Popen]) -> list[tuple[int, int]]:
+    """(index, return code) of each process, in the order they ended."""
+    running, ended = dict(enumerate(processes)), []
+    while running:
+        for index, process in list(running.items()):
+            if process.poll() is not None:
+                ended.append((index, process.returncode))
+                del running[index]
+        if running:
+            time.sleep(_POLL_SECS)
+    return ended
+
+
+def _ending(index: int, status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"worker {index} was ended by {name}"
+    return f"worker {index} exited with status {status}"
+
+
+def _exit_status(status: int) -> int:
+    """A return code as a shell reports it: 128 + the signal for a process it ended."""
+    return 128 - status if status < 0 else status

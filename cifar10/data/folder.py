@@ -1,0 +1,209 @@
+"""A data folder on disk: where its files are, what they hold, and what is wrong
+with a folder that is not one.  No TensorFlow: the programs check their data with
+it before TensorFlow loads, so that a mistake is answered at once.
+
+A data folder is CIFAR-10's ``cifar-10-batches-bin`` layout: ``data_batch_1.bin``
+to ``data_batch_5.bin`` (training), ``test_batch.bin`` and, for data other than
+CIFAR-10's, ``batches.meta.txt`` (the class names).  ``--data_dir`` names the
+folder that holds it; ``find_batches_dir`` also takes the data folder itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from cifar10.data import cifar100
+from cifar10.data import fileformat as ff
+from cifar10.data.imagefiles import IMAGE_EXTENSIONS
+from cifar10.core.errors import DataError
+
+def batches_dir_of(data_dir: str) -> str:
+    """The ``cifar-10-batches-bin`` folder under ``data_dir``."""
+    return os.path.join(data_dir, ff.BATCHES_DIRNAME)
+
+
+def split_files(batches_dir: str, split: str) -> list[str]:
+    """Paths of the ``.bin`` files of ``split`` ('train', 'train_eval' or 'test')."""
+    if split not in ff.SPLIT_FILES:
+        raise ValueError(f"split must be one of {sorted(ff.SPLIT_FILES)}, got {split!r}")
+    return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
+
+
+def class_names(batches_dir: str) -> tuple[str, ...]:
+    """The class names of a data folder in label order, from its ``batches.meta.txt``.
+
+    CIFAR-10's names when the folder has no such file.
+
+    Raises:
+      DataError: the file cannot be read, or lists no names, more than
+        ``MAX_CLASSES`` or one name twice.
+    """
+    return read_class_names(os.path.join(batches_dir, ff.META_FILE), default=ff.CLASS_NAMES)
+
+
+def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The names in a class names file (one per line, in label order; blank lines ignored).
+
+    Returns ``default`` when the file does not exist (raises DataError if None).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        if default is None:
+            raise DataError(f"missing class names file {path}") from None
+        return default
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot read the class names in {path} "
+                        f"({getattr(e, 'strerror', None) or e})") from e
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    fix = "list one class name per line, in label order"
+    if not names:
+        raise DataError(f"{path} lists no class names: {fix}")
+    if len(names) > ff.MAX_CLASSES:
+        raise DataError(f"{path} lists {len(names)} class names and a record's one label "
+                        f"byte holds {ff.MAX_CLASSES}: {fix}, at most {ff.MAX_CLASSES}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise DataError(f"{path} lists {', '.join(twice)} more than once: {fix}, each once")
+    return names
+
+
+def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
+    """Checks that every file exists and holds whole records with labels below ``num_classes``.
+
+    Args:
+      paths: the ``.bin`` files to check.
+      num_classes: how many classes the data set has (``len(class_names(...))``).
+
+    Returns:
+      The total number of records in ``paths``.
+
+    Raises:
+      DataError: naming the first bad file, its size and what was expected.
+    """
+    total = 0
+    for path in paths:
+        if not os.path.isfile(path):
+            _refuse(path, f"missing data file {path}: expected a CIFAR-10 binary file of "
+                          f"{ff.RECORD_BYTES:,}-byte records")
+        size = os.path.getsize(path)
+        if size == 0:
+            _refuse(path, f"empty data file {path} (0 bytes; the real files are "
+                          f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
+        if size % ff.RECORD_BYTES:
+            _refuse(path, f"truncated or corrupt data file {path}: {size:,} bytes is not a "
+                          f"whole number of {ff.RECORD_BYTES:,}-byte records (the real files "
+                          f"are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
+        labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
+        bad = np.flatnonzero(labels >= num_classes)
+        if bad.size:
+            named = (f" ({ff.META_FILE} names {num_classes} classes)"
+                     if num_classes < ff.NUM_CLASSES else "")
+            _refuse(path, f"corrupt data file {path}: record {bad[0]} has label "
+                          f"{labels[bad[0]]}, expected 0-{num_classes - 1}{named}")
+        total += labels.shape[0]
+    return total
+
+
+def _refuse(path: str, problem: str) -> None:
+    """Raises DataError: ``problem``, and how to get a sound data folder."""
+    raise DataError(f"{problem}; {_how_to_redo(os.path.dirname(path))}")
+
+
+def _how_to_redo(batches_dir: str) -> str:
+    """Advice for a damaged data folder: download CIFAR-10 again, or convert one's images again."""
+    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
+                                         for label in ff.CIFAR100_LABELS}:
+        return (f"delete {batches_dir} so that it is made again from the extracted "
+                f"CIFAR-100 data")
+    try:
+        own = class_names(batches_dir) != ff.CLASS_NAMES
+    except DataError:
+        own = True
+    if own:
+        return f"make {batches_dir} again with cifar10-prepare from your images"
+    return f"delete {batches_dir} so that it is downloaded and extracted again"
+
+
+
+
+def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
+                     itself: bool = True) -> str | None:
+    """``data_dir/folder`` if it is a directory; with ``itself``, ``data_dir`` when it is
+    a data folder itself (it holds a data set's ``.bin`` files); else None."""
+    batches_dir = os.path.join(data_dir, folder)
+    if os.path.isdir(batches_dir):
+        return batches_dir
+    if itself and _holds_records(data_dir):
+        return data_dir
+    return None
+
+
+def _holds_records(path: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, name))
+               for name in (*ff.TRAIN_FILES, *ff.TEST_FILES))
+
+
+def refuse_non_data(data_dir: str, followed: str = "") -> None:
+    """Raises DataError when ``data_dir`` cannot be where data is downloaded: a file, or
+    a folder of images (which cifar10-prepare converts) — instead of a download error."""
+    origin = f" ({followed})" if followed else ""
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
+                        f"folder that holds {ff.BATCHES_DIRNAME}/")
+    images = image_folders(data_dir)
+    if images:
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds image folders ({', '.join(images)}), not "
+            f"CIFAR-format data: convert them with cifar10-prepare --image_dir={data_dir} "
+            f"--data_dir=<a new folder>, then pass that folder as --data_dir")
+
+
+def image_folders(path: str, limit: int = 3) -> list[str]:
+    """Up to ``limit`` names of what in ``path`` holds image files: '.' for ``path``
+    itself, then its subfolders that hold images directly (class folders) or in their
+    own subfolders (train/<class>/...)."""
+    found = ["."] if _holds_images(path) else []
+    for sub in _subfolders(path):
+        here = os.path.join(path, sub)
+        if len(found) == limit:
+            break
+        if _holds_images(here) or any(_holds_images(os.path.join(here, s))
+                                      for s in _subfolders(here)[:20]):
+            found.append(sub + "/")
+    return found
+
+
+def _subfolders(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return []
+
+
+def _holds_images(path: str, look_at: int = 200) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            for i, entry in enumerate(entries):
+                if i == look_at:
+                    break
+                if entry.name.lower().endswith(IMAGE_EXTENSIONS) and entry.is_file():
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def missing_data_dir(data_dir: str, archive: ff.Archive, followed: str,
+                     error: Exception) -> str:
+    """The error for a ``data_dir`` that does not exist and could not be filled."""
+    origin = f", as the run it scores recorded ({followed})" if followed else ""
+    return (f"no {archive.title} data: --data_dir={data_dir}{origin} does not exist, and "
+            f"downloading it there failed: {error}. Pass --data_dir=<the folder that holds "
+            f"{archive.folder}/> (or that folder itself), or --synthetic_data to try the "
+            f"programs on generated data")

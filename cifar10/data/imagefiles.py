@@ -1,0 +1,209 @@
+"""Image files on disk: those named on a command line (files as given, folders
+searched), and those of a folder of class folders, split into training and test
+(cifar10-prepare's input).
+
+Kept free of TensorFlow, so that a program can check its arguments before
+loading it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+import numpy as np
+
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import Cifar10Error, io_error, listed
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
+DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
+TRAIN_FOLDER = "train"
+TEST_FOLDERS = ("test", "val", "valid", "validation")  # any of these is the test set
+_ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
+
+
+def find_images(paths: Sequence[str]) -> list[str]:
+    """The image files named by ``paths``: files as given, folders searched recursively.
+
+    In folders only files ending in one of ``IMAGE_EXTENSIONS`` (any case) are
+    taken, in sorted order; a file named directly is taken whatever its name.
+
+    Raises:
+      Cifar10Error: a path does not exist, or a folder holds no image.
+    """
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            images = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(path) for name in names
+                if name.lower().endswith(IMAGE_EXTENSIONS))
+            if not images:
+                raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
+                                   f"{path} or its subfolders")
+            found.extend(images)
+        elif os.path.exists(path):
+            found.append(path)
+        else:
+            raise Cifar10Error(f"no such file or folder: {path}")
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """The images of a folder: class names, and (path, label) pairs per split."""
+
+    class_names: tuple[str, ...]
+    train: tuple[tuple[str, int], ...]
+    test: tuple[tuple[str, int], ...]
+    layout: str = ""  # one line: the layout found and where the test set comes from
+
+
+def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
+                seed: int = 0) -> Source:
+    """The classes and images of ``image_dir``, split into train and test.
+
+    With split folders (``split_folders``) their split is kept; otherwise each
+    class folder is split at random (``seed``), ``test_fraction`` of its images
+    (rounded) going to the test set.
+
+    Raises:
+      Cifar10Error: ``image_dir`` is not a folder, its layout is ambiguous, it has
+        no class folders or more than 256, a class holds no images, or the test
+        folder holds none.
+    """
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    if not os.path.isdir(image_dir):
+        state = "is a file, not a folder" if os.path.exists(image_dir) else "does not exist"
+        raise Cifar10Error(f"{image_dir} {state}: point --image_dir at {_ONE_FOLDER_PER_CLASS}")
+    top = _subfolders(image_dir)
+    splits = split_folders(image_dir, top)
+    if splits:
+        return _kept_split(image_dir, *splits)
+    return _random_split(image_dir, top, test_fraction, seed)
+
+
+def split_folders(image_dir: str, names: Sequence[str]) -> tuple[str, str] | None:
+    """(training folder, test folder) of a folder whose subfolders are ``names``;
+    None when they are class folders alone (none is named as a split folder).
+
+    ``train`` and the test folders (``TEST_FOLDERS``) are recognised in any case.
+
+    Raises:
+      Cifar10Error: an ambiguous layout: two test folders (``test/`` and ``val/``),
+        ``train/`` beside class folders, ``train/`` without a test folder, or a
+        test folder without ``train/``.
+    """
+    train = [name for name in names if name.lower() == TRAIN_FOLDER]
+    tests = [name for name in names if name.lower() in TEST_FOLDERS]
+    others = [name for name in names if name not in train + tests]
+    if not train and not tests:
+        return None
+    if len(tests) > 1:
+        raise Cifar10Error(
+            f"{image_dir} has {'both ' if len(tests) == 2 else ''}{_slashed(tests)}: which "
+            f"one is the test set is unclear; keep one and move the others out of {image_dir}")
+    if not train:
+        raise Cifar10Error(
+            f"{image_dir} has {tests[0]}/ but no train/ beside it: put the training images "
+            f"in {os.path.join(image_dir, 'train', '<class>')}/, or rename {tests[0]}/ if it "
+            f"is a class")
+    if others:
+        raise Cifar10Error(
+            f"{image_dir} has {train[0]}/ beside other folders ({listed(others)}): it can hold "
+            f"split folders or class folders, not both; move one or the other out of it")
+    if not tests:
+        raise Cifar10Error(
+            f"{image_dir} has {train[0]}/ but no {_slashed(TEST_FOLDERS, 'or')} beside it: "
+            f"add the test images as {os.path.join(image_dir, 'test', '<class>')}/, or point "
+            f"--image_dir at {os.path.join(image_dir, train[0])} to split its classes by "
+            f"--test_fraction")
+    return train[0], tests[0]
+
+
+def _slashed(names: Sequence[str], last: str = "and") -> str:
+    """'test/ and val/'; 'test/, val/, valid/ or validation/'."""
+    names = [f"{name}/" for name in names]
+    return f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
+    train_dir, test_dir = (os.path.join(image_dir, name) for name in (train_name, test_name))
+    names = _subfolders(train_dir)
+    _check_classes(train_dir, names)
+    unknown = sorted(set(_subfolders(test_dir)) - set(names))
+    if unknown:
+        raise Cifar10Error(f"{test_dir} has classes that {train_dir} lacks: "
+                           f"{', '.join(unknown)}")
+    train = _labelled(train_dir, names, required=True)
+    test = _labelled(test_dir, names, required=False)
+    if not test:
+        raise Cifar10Error(
+            f"{test_dir} holds no images in class folders: put the test images in "
+            f"{os.path.join(test_dir, '<class>')}/ as in {train_dir}, or point --image_dir at "
+            f"{train_dir} to split its classes by --test_fraction")
+    return Source(tuple(names), tuple(train), tuple(test),
+                  f"Found split folders {train_name}/ and {test_name}/: {test_name}/ is the "
+                  f"test set.")
+
+
+def _random_split(image_dir: str, names: Sequence[str], test_fraction: float,
+                  seed: int) -> Source:
+    _check_classes(image_dir, names)
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label, name in enumerate(names):
+        images = _images(os.path.join(image_dir, name), required=True)
+        order = rng.permutation(len(images))
+        cut = int(round(len(images) * test_fraction))
+        test += [(images[i], label) for i in order[:cut]]
+        train += [(images[i], label) for i in order[cut:]]
+    if test_fraction:
+        split = (f"{100 * test_fraction:.3g}% of each class's images, chosen at random, go to "
+                 f"the test set (--test_fraction, --seed)")
+    else:
+        split = "all images go to the training set (--test_fraction=0)"
+    return Source(tuple(names), tuple(train), tuple(test),
+                  f"Found class folders and no split folders: {split}.")
+
+
+def _subfolders(folder: str) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(folder)
+                      if entry.is_dir() and not entry.name.startswith("."))
+    except OSError as e:
+        raise io_error("cannot read the folder", folder, e) from e
+
+
+def _check_classes(folder: str, names: Sequence[str]) -> None:
+    if not names:
+        raise Cifar10Error(f"no class folders in {folder}: put the images of each class in a "
+                           f"folder of its own ({folder}/cat/*.jpg, {folder}/dog/*.jpg, ...)")
+    if len(names) == 1:
+        raise Cifar10Error(f"{folder} has one class folder ({names[0]}): a classifier needs "
+                           f"at least 2 classes, each in a folder of its own")
+    if len(names) > ff.MAX_CLASSES:
+        raise Cifar10Error(f"{folder} has {len(names)} class folders; a CIFAR record's one "
+                           f"label byte holds at most {ff.MAX_CLASSES} classes")
+
+
+def _images(folder: str, required: bool) -> list[str]:
+    try:
+        return find_images([folder])
+    except Cifar10Error:
+        if required:
+            raise Cifar10Error(f"the class folder {folder} holds no images "
+                               f"({', '.join(IMAGE_EXTENSIONS)})") from None
+        return []
+
+
+def _labelled(split_dir: str, names: Sequence[str], required: bool) -> list[tuple[str, int]]:
+    pairs = []
+    for label, name in enumerate(names):
+        folder = os.path.join(split_dir, name)
+        if os.path.isdir(folder) or required:
+            pairs += [(path, label) for path in _images(folder, required)]
+    return pairs

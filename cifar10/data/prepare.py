@@ -1,0 +1,163 @@
+"""A folder of class folders as CIFAR-10 binary files: cifar10-prepare's library.
+
+``find_source`` (``cifar10.data.imagefiles``) finds the classes and images of
+``image_dir`` and their split into training and test, knowing the layouts people
+use: ``image_dir/<class>/*.jpg``, split at random, or ``image_dir/train/<class>/``
+beside ``test/``, ``val/``, ``valid/`` or ``validation/`` (ImageFolder's and
+timm's names), whose split is kept.  ``convert`` writes them as
+``<data_dir>/cifar-10-batches-bin/`` with ``data_batch_1..5.bin``,
+``test_batch.bin`` and ``batches.meta.txt``, the layout the trainer and the
+evaluator read.  Classes are numbered in sorted folder-name order.  Images are
+decoded and resized as ``cifar10-predict`` does (``predict.decode_files``).
+
+Finding the images and checking the output folder need no TensorFlow, so that
+the program answers a mistake at once; only ``convert`` loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+
+from cifar10.core import atomic
+from cifar10.data import fileformat as ff
+from cifar10.core.errors import Cifar10Error, io_advice, io_error
+from cifar10.data.imagefiles import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What ``convert`` wrote."""
+
+    batches_dir: str
+    class_names: tuple[str, ...]
+    train_records: int
+    test_records: int
+    skipped: tuple[tuple[str, str], ...]  # (path, why) of each unreadable image
+
+
+def check_output(data_dir: str, image_dir: str = "") -> str:
+    """The data folder ``<data_dir>/cifar-10-batches-bin`` to write, once it is known
+    that it can be: it does not exist, and ``data_dir`` is a folder that can be
+    written or made, outside ``image_dir`` (where it would become a class folder).
+
+    Raises:
+      Cifar10Error: one of those is not so.
+    """
+    batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    if os.path.lexists(batches_dir):
+        raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
+                           f"choose another --data_dir")
+    if image_dir and _inside(data_dir, image_dir):
+        raise Cifar10Error(f"--data_dir {data_dir} is inside --image_dir {image_dir}, where "
+                           f"the data set would be taken for images; choose a --data_dir "
+                           f"outside it")
+    existing = os.path.abspath(data_dir)  # data_dir, or the parent it would be made in
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        code = errno.ENOTDIR
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        code = errno.EACCES
+    else:
+        return batches_dir
+    # The error the write would meet, worded as convert words it.
+    error = OSError(code, os.strerror(code))
+    raise io_error("cannot write the data folder", batches_dir, error,
+                   io_advice(error) or "choose another --data_dir")
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
+            progress: Callable[[int, int, float], None] | None = None) -> Summary:
+    """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``.
+
+    The training records are shuffled (``seed``) and spread over the five
+    ``data_batch`` files; the test records keep class order in ``test_batch.bin``.
+    The folder is written under a temporary name and renamed when complete; if
+    that fails, the folders made for it (``data_dir`` and its parents) are removed.
+
+    Args:
+      progress: called now and then with (images done, images in all, seconds).
+      strict: an unreadable image is an error (nothing is written) instead of
+        being skipped.
+
+    Raises:
+      Cifar10Error: the output folder exists, an image is unreadable (``strict``),
+        every image of the training set is unreadable, or ``data_dir`` cannot be
+        written.
+    """
+    batches_dir = check_output(data_dir)
+    # The scratch folder is made first, so that an unwritable data_dir is found
+    # before the images are decoded, not after.
+    try:
+        with _made_folders_removed_on_failure(data_dir), \
+                atomic.new_folder(batches_dir) as scratch:
+            files, summary = _records(source, seed, strict, progress)
+            for name, content in files.items():
+                with open(os.path.join(scratch, name), "wb") as f:
+                    f.write(content)
+    except OSError as e:
+        raise io_error("cannot write the data folder", batches_dir, e,
+                       io_advice(e) or "choose another --data_dir") from e
+    return dataclasses.replace(summary, batches_dir=batches_dir)
+
+
+@contextlib.contextmanager
+def _made_folders_removed_on_failure(folder: str) -> Iterator[None]:
+    """Removes ``folder`` and the parents of it that do not exist yet, if the block
+    fails and they are empty (what the block made there is its own to remove)."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.lexists(path):
+        missing.append(path)  # deepest first
+        path = os.path.dirname(path)
+    try:
+        yield
+    except BaseException:
+        for path in missing:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        raise
+
+
+def _records(source: Source, seed: int, strict: bool, progress
+             ) -> tuple[dict[str, bytes], Summary]:
+    """The contents of the data folder's files, and the summary (without its folder)."""
+    from cifar10.serving import predict  # TensorFlow, loaded only to decode the images
+
+    pairs = source.train + source.test
+    records, skipped = [], []
+    start = time.monotonic()
+    decoded = predict.decode_files([path for path, _ in pairs])
+    for done, ((path, label), (_, image, why)) in enumerate(zip(pairs, decoded), 1):
+        if image is None:
+            if strict:
+                raise Cifar10Error(f"cannot read {path}: {why} (--strict: nothing written)")
+            skipped.append((path, why))
+            records.append(None)
+        else:
+            records.append(bytes([label]) + image.transpose(2, 0, 1).tobytes())
+        if progress and (done % 1000 == 0 or done == len(pairs)):
+            progress(done, len(pairs), time.monotonic() - start)
+    train = [r for r in records[:len(source.train)] if r is not None]
+    test = [r for r in records[len(source.train):] if r is not None]
+    if not train:
+        raise Cifar10Error("no training image could be read: nothing written")
+    order = np.random.default_rng(seed).permutation(len(train))
+    files = {name: b"".join(train[i] for i in part) for name, part in
+             zip(ff.TRAIN_FILES, np.array_split(order, len(ff.TRAIN_FILES)))}
+    files[ff.TEST_FILES[0]] = b"".join(test)
+    files[ff.META_FILE] = ("\n".join(source.class_names) + "\n").encode()
+    return files, Summary("", source.class_names, len(train), len(test), tuple(skipped))

@@ -1,0 +1,1 @@
+"""Devices, the cluster and the strategy; coordination of several workers."""

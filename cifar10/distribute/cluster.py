@@ -1,0 +1,123 @@
+"""The cluster a training run belongs to, read from ``TF_CONFIG`` without TensorFlow.
+
+TensorFlow reads ``TF_CONFIG`` in every distribution strategy and answers a mistake
+in it with a traceback; this module checks it first, and decides which strategy a
+run uses, so that the programs can refuse a bad setting before loading TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from cifar10.core.errors import Cifar10Error
+
+STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
+TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                     '"task": {"type": "worker", "index": 0}}')
+_TASK_TYPES = ("chief", "worker")
+
+
+def read_tf_config(text: str | None = None) -> dict | None:
+    """The ``TF_CONFIG`` environment variable, checked before TensorFlow reads it.
+
+    Args:
+      text: the value to check (default: the environment's).
+
+    Returns:
+      The parsed value; None when the variable is not set.
+
+    Raises:
+      Cifar10Error: one line saying what is wrong and showing the expected form.
+    """
+    text = os.environ.get("TF_CONFIG") if text is None else text
+    if text is None:
+        return None
+    if not text.strip():
+        raise _tf_config_error("is set but empty: unset it to train on one machine, or name "
+                               "the cluster and this task")
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise _tf_config_error(f"is not a JSON object ({e})") from e
+    if not isinstance(config, dict):
+        raise _tf_config_error("is not a JSON object")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict) or not cluster:
+        raise _tf_config_error('has no "cluster" naming the tasks')
+    for task_type, addresses in cluster.items():
+        if task_type not in _TASK_TYPES:
+            raise _tf_config_error(f'names a "{task_type}" task: only "chief" and "worker" '
+                                   f"tasks are supported")
+        if not isinstance(addresses, list) or not addresses or not all(
+                isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
+            raise _tf_config_error(f'cluster "{task_type}" must be a list of "host:port" '
+                                   f"strings")
+    if len(cluster.get("chief", [])) > 1:
+        raise _tf_config_error('names more than one "chief"')
+    task = config.get("task")
+    if not isinstance(task, dict):
+        raise _tf_config_error('has no "task" saying which task this process is')
+    task_type, index = task.get("type"), task.get("index")
+    if "type" not in task:
+        raise _tf_config_error('task has no "type"')
+    if task_type not in cluster:
+        raise _tf_config_error(f'task type {json.dumps(task_type)} is not in the cluster '
+                               f'(it has {", ".join(cluster)})')
+    count = len(cluster[task_type])
+    if "index" not in task:
+        raise _tf_config_error('task has no "index"')
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+        raise _tf_config_error(f'task index {json.dumps(index)} is not one of the {count} '
+                               f'"{task_type}" tasks (0 to {count - 1})')
+    return config
+
+
+def _tf_config_error(problem: str) -> Cifar10Error:
+    return Cifar10Error(f"TF_CONFIG {problem}; expected the form {TF_CONFIG_EXAMPLE} (see "
+                        f"docs/multi-machine.md)")
+
+
+def cluster_workers(tf_config: str | None = None) -> int:
+    """Number of tasks (chief + workers) in ``TF_CONFIG``; 0 when it is unset.
+
+    Raises:
+      Cifar10Error: ``TF_CONFIG`` is set but not a valid cluster (``read_tf_config``).
+    """
+    config = read_tf_config(tf_config)
+    if config is None:
+        return 0
+    return sum(len(addresses) for addresses in config["cluster"].values())
+
+
+def strategy_kind(kind: str, tf_config: str | None = None) -> str:
+    """The strategy ``kind`` ('auto' resolved) that a run with this ``TF_CONFIG`` uses.
+
+    'auto' is 'multi_worker' when ``TF_CONFIG`` names several tasks, else 'mirrored'.
+
+    Raises:
+      ValueError: ``kind`` is not one of ``STRATEGIES``.
+      Cifar10Error: ``TF_CONFIG`` is not a valid cluster, or 'multi_worker' without it.
+    """
+    if kind not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {kind!r}")
+    workers = cluster_workers(tf_config)  # checked whatever the kind: TensorFlow reads it
+    if kind == "auto":
+        return "multi_worker" if workers > 1 else "mirrored"
+    if kind == "multi_worker" and workers < 1:
+        raise Cifar10Error("--strategy=multi_worker needs TF_CONFIG naming the cluster and "
+                           "this task; see docs/multi-machine.md")
+    return kind
+
+
+def refuse_fresh_start(kind: str, train_dir: str) -> None:
+    """Several workers cannot start afresh: one could restore what the chief deletes.
+
+    Raises:
+      Cifar10Error: ``kind`` (as ``strategy_kind`` returns it) is 'multi_worker'.
+    """
+    if kind == "multi_worker":
+        raise Cifar10Error(
+            "--fresh_start is not supported with several workers (one worker could restore "
+            f"what the chief is deleting); delete the checkpoints in {train_dir} by hand, "
+            "or use a new --train_dir")

@@ -1,0 +1,171 @@
+"""What training on several workers needs besides the train step.
+
+What it owns: each worker's scratch directory (where the workers other than the
+chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
+that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
+the check that every worker restored the same step, and the error a lost worker
+becomes.  With one worker it only watches the local stop request.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from typing import Callable
+
+import tensorflow as tf
+
+from cifar10.distribute import cluster
+from cifar10.distribute import devices
+from cifar10.core.errors import Cifar10Error, first_line
+
+# What a collective operation raises when a peer worker is gone or unreachable.
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                      tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+class _Preempted(Exception):
+    """Raised by the preemption handler's exit_fn once every worker has saved."""
+
+
+def _raise_preempted():
+    raise _Preempted()
+
+
+class Coordinator:
+    """The workers of one training run, as seen from one of them.
+
+    Use as a context manager: under a multi-worker strategy, entering makes this
+    worker's scratch directory and leaving removes it.
+
+    Args:
+      strategy: the run's distribution strategy.
+      stop_event: set (e.g. by a signal handler) to stop after the current step.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy,
+                 stop_event: threading.Event | None = None):
+        self.strategy = strategy
+        self.stop_event = stop_event or threading.Event()
+        self.multi_worker = devices.is_multi_worker(strategy)
+        self.is_chief, self.task = devices.worker_role(strategy)
+        self._scratch: str | None = None
+        self._handler = None
+
+    def __enter__(self) -> "Coordinator":
+        if self.multi_worker:
+            self._scratch = tempfile.mkdtemp(prefix=f"cifar10-{self.task.replace(' ', '')}-")
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self._stop_watching()
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _stop_watching(self) -> None:
+        """At the end of a run: ends the handler's thread that waits on the chief's
+        coordination service for another worker's stop request, on every worker
+        before any exits.
+
+        TensorFlow ends that thread only when the handler is garbage collected, which
+        the thread itself prevents (its target is a method of the handler).  A worker
+        still running when the chief, host of the service, had exited got a
+        traceback from it: 'Exception in thread PeerTerminationWatcher-1: ...
+        UnavailableError: Socket closed'.  Each worker releases every worker's wait
+        and joins its own thread; the barrier after it keeps the chief up until all
+        have.  Only at a normal end, which every worker reaches at the same step.
+        """
+        handler, self._handler = self._handler, None
+        stop = getattr(handler, "_stop_cluster_wise_termination_watcher_thread", None)
+        if stop is None:
+            return
+        stop()
+        try:
+            _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
+        except LOST_WORKER_ERRORS:
+            pass  # another worker ended otherwise (its error says so); this one has saved
+
+    @property
+    def save_dir(self) -> str | None:
+        """Where this worker saves its checkpoints: None for the chief (the run's
+        directory), a scratch folder for the others."""
+        return None if self.is_chief else os.path.join(self._scratch, "checkpoints")
+
+    def refuse_fresh_start(self, fresh_start: bool, train_dir: str) -> None:
+        """Several workers cannot start afresh (``cluster.refuse_fresh_start``)."""
+        if fresh_start and self.multi_worker:
+            cluster.refuse_fresh_start("multi_worker", train_dir)
+
+    def check_same_start(self, start: int, train_dir: str) -> None:
+        """Stops every worker when they did not all restore the same step.
+
+        Workers restore from what each sees as ``train_dir``; if that is not one
+        shared directory, they would train different weights together.  The mean
+        and the mean square of the restored steps over all replicas tell: equal
+        steps have zero variance.
+        """
+        if not self.multi_worker:
+            return
+        mean, square = _mean_and_square(self.strategy, tf.constant(float(start), tf.float64))
+        if float(square) - float(mean) ** 2 > 0.5:
+            raise Cifar10Error(
+                f"the workers restored different steps (this one {start}, mean "
+                f"{float(mean):g}): --train_dir {train_dir} must be one directory shared by "
+                f"every worker")
+
+    def watch(self, save: Callable[[], None]) -> None:
+        """Makes a stop request on any worker save (with ``save``) on all of them.
+
+        The handler counts its calls from a variable it restores from its own
+        manager: an empty one per start, so that every worker counts from 0 (the
+        chief's would restore the count of an earlier stop, the others' not, and
+        a second stop would then never meet).  Saving is the trainer's.
+        """
+        if not self.multi_worker:
+            return
+        manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(), os.path.join(self._scratch, "preemption"), max_to_keep=1)
+        self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            self.strategy.cluster_resolver, manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                termination_watcher_fn=self.stop_event.is_set, exit_fn=_raise_preempted,
+                grace_period=0, save_fn=lambda *_: save()))
+
+    def should_stop(self) -> bool:
+        """After a step: True when the run must stop here (all workers at once).
+
+        One worker alone must not stop: under multi-worker the handler decides,
+        and it has saved on every worker when it says so.
+        """
+        if self._handler is None:
+            return self.stop_event.is_set()
+        try:
+            self._handler.save_checkpoint_if_preempted()
+        except _Preempted:
+            return True
+        return False
+
+    def failure(self, error: tf.errors.OpError, step: int, last_checkpoint: str) -> Cifar10Error:
+        """The one-line error of a run that TensorFlow stopped at ``step``."""
+        if self.multi_worker and isinstance(error, LOST_WORKER_ERRORS):
+            return Cifar10Error(
+                f"training stopped at step {step}: lost another worker or the connection to "
+                f"it ({first_line(error)}); {last_checkpoint}; start every worker again to "
+                f"resume")
+        return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; "
+                            f"{last_checkpoint}")
+
+
+def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):
+    """The mean of ``value`` and of its square over all replicas, in one graph (a
+    collective run eagerly costs more and makes TensorFlow warn)."""
+
+    @tf.function
+    def reduce():
+        per_replica = strategy.run(lambda: (value, value * value))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+    return reduce()

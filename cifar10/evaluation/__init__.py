@@ -1,0 +1,1 @@
+"""The evaluator: scoring checkpoints, recording the results, pictures, polling a run."""

@@ -1,0 +1,1 @@
+"""A run's directory: checkpoints (found, read, written), its records and its TensorBoard summaries."""

@@ -1,0 +1,167 @@
+"""What a run records about how it was made: its flags and its environment, per start.
+
+In the run's directory (``--train_dir``, or ``--eval_dir`` for cifar10-eval):
+
+* ``flags.txt``: the program's effective flags at each start, in absl's flagfile
+  format under a ``#`` header line per start, oldest first.  Replaying it
+  (``--flagfile=flags.txt``) gives the latest start's flags, since a later value
+  of a flag wins.
+* ``environment.jsonl``: one JSON object per start: versions, host, devices,
+  command line, time, the settings that change what is trained, and how they
+  changed since the start before (``changes``).
+
+Both files are appended to by rewriting them whole under a temporary name, so
+that a crash leaves the old or the new file, never half of one.  This module
+imports no TensorFlow: the callers give it the devices.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+import cifar10
+from cifar10.core import atomic
+from cifar10.core.errors import io_error
+
+FLAGS_FILE = "flags.txt"
+ENVIRONMENT_FILE = "environment.jsonl"
+
+# Settings of a training run that change what is trained, with the words that
+# name them.  A run resumed with another value of one goes on with it, and says so.
+TRAINED_SETTINGS = {
+    "batch_size": "the batch size per replica",
+    "num_replicas": "the number of replicas",
+    "num_workers": "the number of workers",
+    "precision": "the compute precision",
+    "data_dir": "the training data",
+    "examples_per_epoch": "the examples per epoch (which the learning-rate schedule counts)",
+    "initial_learning_rate": "the initial learning rate",
+    "seed": "the seed",
+    "deterministic": "deterministic mode",
+    "xla": "XLA compilation",
+}
+
+
+def now() -> str:
+    """The time, UTC, as ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[str, str]],
+                tensorflow_version: str, start_time: str | None = None) -> dict[str, Any]:
+    """The environment of a start: program, versions, host, devices, command, time."""
+    return {
+        "program": program,
+        "start_time": start_time or now(),
+        "cifar10": cifar10.__version__,
+        "tensorflow": tensorflow_version,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "command": list(command),
+        "devices": [dict(d) for d in devices],
+    }
+
+
+def last_record(directory: str) -> dict[str, Any] | None:
+    """The newest object of ``directory``'s environment.jsonl, or None when there is
+    none (a run from before this file, or a line that does not parse)."""
+    try:
+        with open(os.path.join(directory, ENVIRONMENT_FILE), encoding="utf-8") as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+        record = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def changes(before: Mapping[str, Any] | None, now_: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trained settings whose value differs between two starts' ``settings``:
+    [{'setting', 'from', 'to'}], in TRAINED_SETTINGS' order.  A setting that the
+    earlier start did not record is not a change."""
+    if not before:
+        return []
+    return [{"setting": name, "from": before[name], "to": now_.get(name)}
+            for name in TRAINED_SETTINGS if name in before and before[name] != now_.get(name)]
+
+
+def describe_change(change: Mapping[str, Any], step: int, directory: str) -> str:
+    """One line for a change: '<setting> (...) changed from X to Y; ...'."""
+    new = _shown(change["to"])
+    return (f"{change['setting']} ({TRAINED_SETTINGS[change['setting']]}) changed from "
+            f"{_shown(change['from'])} to {new}; the run goes on from step {step} with {new} "
+            f"(recorded in {os.path.join(directory, ENVIRONMENT_FILE)})")
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) \
+        else str(value)
+
+
+def record_start(directory: str, record: Mapping[str, Any], flags_text: str | None) -> None:
+    """Appends ``record`` to environment.jsonl and, if given, ``flags_text`` under a
+    header line to flags.txt, both in ``directory``.
+
+    Raises:
+      Cifar10Error: a file cannot be written (one line, with the reason).
+    """
+    if flags_text is not None:
+        header = (f"# {record['program']}, started {record['start_time']} on {record['host']}"
+                  + (f" at step {record['start_step']}" if "start_step" in record else "")
+                  + "\n")
+        _append(os.path.join(directory, FLAGS_FILE), header + flags_text.rstrip("\n") + "\n")
+    _append(os.path.join(directory, ENVIRONMENT_FILE), json.dumps(record, sort_keys=False) + "\n")
+
+
+def _append(path: str, text: str) -> None:
+    """Appends ``text`` to ``path`` by writing the whole new file and renaming it."""
+    try:
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        except FileNotFoundError:
+            old = ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        atomic.write_text(path, old + text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise io_error("cannot record the run's start in", path, e) from e
+
+
+def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
+    """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt, as
+    {name: value as written} (``--name`` gives 'true', ``--noname`` 'false'), or None
+    when there is no such file or start.
+
+    Lines that are not flags are skipped: a damaged file gives what it still holds.
+    """
+    try:
+        with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
+                  errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    latest: dict[str, str] | None = None
+    current: dict[str, str] | None = None  # the flags of the start being read
+    for line in text.splitlines():
+        if line.startswith("# "):
+            # A start's header: '# <program>, started ...'; the flags under it are its.
+            current = {} if line[2:].split(",")[0] == program else None
+            latest = current if current is not None else latest
+        elif current is not None and line.startswith("--"):
+            name, sep, value = line[2:].partition("=")
+            if sep:
+                current[name] = value
+            elif name.startswith("no"):
+                current[name[2:]] = "false"
+            else:
+                current[name] = "true"
+    return latest

@@ -1,0 +1,128 @@
+"""TensorBoard summaries of training, with the original tutorial's tag names.
+
+Tags written by ``write_train_summaries`` (no replica prefixes):
+  learning_rate; cross_entropy, cross_entropy (raw), total_loss, total_loss (raw);
+  <layer>/activations (histogram) and <layer>/sparsity for conv1, conv2, local3,
+  local4, softmax_linear; a histogram of every variable (conv1/weights, ...) and
+  of its gradient (conv1/weights/gradients); images (the first training images).
+The trainer adds examples_per_sec from Python, the graph of the train step
+(Graphs dashboard) and its settings (``write_run_config``: the ``run_config``
+text and the HParams dashboard), so that one run can be told from another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Mapping
+
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+from cifar10.core.errors import io_advice, io_error
+
+MAX_IMAGES = 3  # as tf.summary.image's default in the original
+HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
+
+
+def histogram(tag: str, values: tf.Tensor, step, buckets: int = HISTOGRAM_BUCKETS) -> None:
+    """A histogram summary, as ``tf.summary.histogram`` writes, at a fraction of its memory.
+
+    ``tf.summary.histogram`` counts with a float64 one-hot matrix of
+    [values, buckets]: 1.1 GB for conv1's activations of a batch of 128, which
+    made summary steps take over a gigabyte.  ``tf.histogram_fixed_width``
+    counts in place; the output (rows of left edge, right edge, count) and its
+    metadata are the histogram plugin's own, so TensorBoard draws it as usual.
+    """
+    values = tf.reshape(tf.cast(values, tf.float64), [-1])
+    # Non-finite values (a step that --use_fp16 skips, or one that diverges) are left
+    # out: they have no bucket, and a NaN range would fail the step.
+    finite = tf.math.is_finite(values)
+    values = tf.cond(tf.reduce_all(finite), lambda: values,
+                     lambda: tf.boolean_mask(values, finite))
+    some = tf.size(values) > 0
+    low = tf.where(some, tf.reduce_min(values), tf.constant(0.0, tf.float64))
+    high = tf.where(some, tf.reduce_max(values), tf.constant(0.0, tf.float64))
+    high = tf.where(high > low, high, low + 1.0)  # one distinct value: a unit-wide range
+    counts = tf.histogram_fixed_width(values, tf.stack([low, high]), nbins=buckets)
+    edges = tf.linspace(low, high, buckets + 1)
+    buckets_tensor = tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
+    tf.summary.write(tag, buckets_tensor, step=step,
+                     metadata=histogram_metadata.create_summary_metadata(tag, ""))
+
+
+def variable_tag(var: tf.Variable) -> str:
+    """'conv1/weights' for the variable 'conv1/weights:0'."""
+    return var.name.split(":")[0]
+
+
+def displayable(images: tf.Tensor) -> tf.Tensor:
+    """Rescales standardised images to [0, 1] per image for the image dashboard."""
+    images = tf.cast(images, tf.float32)
+    low = tf.reduce_min(images, axis=[1, 2, 3], keepdims=True)
+    high = tf.reduce_max(images, axis=[1, 2, 3], keepdims=True)
+    return (images - low) / tf.maximum(high - low, 1e-6)
+
+
+def write_train_summaries(step, learning_rate, losses, loss_averages, activations,
+                          variables, gradients, images) -> None:
+    """Writes one step's summaries to the default writer (inside a tf.function)."""
+    tf.summary.scalar("learning_rate", learning_rate, step=step)
+    for name, value in losses.items():
+        tf.summary.scalar(f"{name} (raw)", value, step=step)
+        tf.summary.scalar(name, loss_averages[name], step=step)
+    for layer, x in activations.items():
+        histogram(f"{layer}/activations", x, step=step)
+        tf.summary.scalar(f"{layer}/sparsity", tf.math.zero_fraction(x), step=step)
+    for var, grad in zip(variables, gradients):
+        histogram(variable_tag(var), var, step=step)
+        histogram(f"{variable_tag(var)}/gradients", grad, step=step)
+    tf.summary.image("images", displayable(images[:MAX_IMAGES]), step=step,
+                     max_outputs=MAX_IMAGES)
+
+
+def _is_hparam(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str))
+
+
+def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = True) -> None:
+    """Records a run's settings in the default writer.
+
+    A markdown table as the text summary ``run_config`` (Text dashboard) and,
+    with ``hparams``, the scalar-like settings in the HParams dashboard.
+    """
+    rows = "\n".join(f"| {key} | `{value}` |" for key, value in sorted(settings.items()))
+    tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
+    if hparams:
+        hparams_api.hparams({k: v for k, v in settings.items() if _is_hparam(v)})
+
+
+@contextlib.contextmanager
+def file_writer(logdir: str | None) -> Iterator[tf.summary.SummaryWriter]:
+    """A summary writer for ``logdir`` as the default writer; None: one that writes nothing.
+
+    It is closed (and flushed) at the end.  Failing to create or flush the event
+    file (a directory that is not writable, a full disk) is a one-line
+    ``Cifar10Error``, unless another error is already on its way out.
+    """
+    if logdir is None:
+        writer = tf.summary.create_noop_writer()
+    else:
+        try:
+            writer = tf.summary.create_file_writer(logdir)
+        except tf.errors.OpError as e:
+            raise io_error("cannot write summaries in", logdir, e,
+                           io_advice(e) or "choose a directory you can write") from e
+    failed = False
+    try:
+        with writer.as_default():
+            yield writer
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        try:
+            writer.close()
+        except tf.errors.OpError as e:
+            if not failed:
+                raise io_error("cannot write summaries in", logdir, e) from e

@@ -1,0 +1,1 @@
+"""Using a trained model: classifying image files, exporting a SavedModel and TFLite."""

@@ -1,0 +1,114 @@
+"""A trained model as a SavedModel for TensorFlow Serving, and for TFLite.
+
+The export is a numbered version folder, ``<export_dir>/<step>/``, the layout
+TensorFlow Serving polls.  Its preprocessing is in the graph and is
+``cifar10.serving.predict``'s, so the served model classifies an image exactly as
+``cifar10-predict`` does.  Signatures:
+
+* ``serving_default``: ``images``, a batch of encoded images (tf.string: PNG,
+  JPEG, GIF or BMP, any size) -> ``probabilities`` [N, C], ``classes`` [N]
+  (int64) and ``class_names`` [N] (tf.string), where C is the number of
+  classes the run was trained on (10 for CIFAR-10);
+* ``predict_images``: ``images``, decoded RGB images float32 [N, H, W, 3] with
+  values 0-255 -> the same outputs.  ``model.tflite`` (``--tflite``) has this
+  signature.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Sequence
+
+import tensorflow as tf
+
+from cifar10.core import atomic
+from cifar10.runs import checkpoints
+from cifar10.data import fileformat as ff
+from cifar10.serving import predict
+from cifar10.core.errors import Cifar10Error, first_line, io_error
+from cifar10.model import Model
+
+TFLITE_FILE = "model.tflite"
+
+
+class ServingModule(tf.Module):
+    """The model's weights and the two serving functions."""
+
+    def __init__(self, model: Model, class_names: Sequence[str]):
+        super().__init__(name="cifar10_serving")
+        self.model = model
+        self.class_names = tf.constant(list(class_names))
+        self.classify = predict.make_classifier(model, len(class_names))
+
+    def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = self.classify(images)
+        classes = tf.argmax(probabilities, axis=1)
+        return {"probabilities": probabilities, "classes": classes,
+                "class_names": tf.gather(self.class_names, classes)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    def predict_encoded(self, images):
+        decoded = tf.map_fn(predict.decode_image, images,
+                            fn_output_signature=tf.TensorSpec([ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3],
+                                                              tf.uint8))
+        return self._outputs(decoded)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32,
+                                                 name="images")])
+    def predict_images(self, images):
+        return self._outputs(predict.resize_to_cifar(images))
+
+
+def export(checkpoint: str, export_dir: str, weights: str = "averages",
+           class_names: Sequence[str] = ff.CLASS_NAMES, overwrite: bool = False,
+           tflite: bool = False, print_fn=print) -> str:
+    """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
+
+    The version folder is written under a temporary name and renamed when
+    complete (``atomic.new_folder``), so that a server polling ``export_dir``
+    never loads half of it.  What an export killed before its rename left in
+    ``export_dir`` is removed first, one line (``print_fn``) says so; only
+    folders ``atomic.remove_leftovers`` proves to be such leftovers.
+
+    Raises:
+      Cifar10Error: the checkpoint cannot be read; the version folder exists
+        (and ``overwrite`` is False, or it is not a SavedModel); ``export_dir``
+        cannot be written.
+    """
+    model, step = checkpoints.read_model(checkpoint, weights)
+    removed = atomic.remove_leftovers(export_dir)
+    if removed:
+        print_fn(f"Removed what an interrupted export left in {export_dir}: "
+                 f"{', '.join(removed)}.")
+    target = os.path.join(export_dir, str(step))
+    if os.path.lexists(target):
+        if not overwrite:
+            raise Cifar10Error(f"{target} exists (an export of step {step}): pass --overwrite "
+                               f"to replace it, or choose another --export_dir")
+        if not os.path.isfile(os.path.join(target, "saved_model.pb")):
+            raise Cifar10Error(f"{target} exists and is not a SavedModel: it is not replaced; "
+                               f"move it aside or choose another --export_dir")
+    try:
+        with atomic.new_folder(target) as scratch:
+            module = ServingModule(model, class_names)
+            signatures = {"serving_default": module.predict_encoded,
+                          "predict_images": module.predict_images}
+            tf.saved_model.save(module, scratch, signatures=signatures)
+            if tflite:
+                _write_tflite(scratch)
+            if os.path.lexists(target):  # an earlier export, replaced (--overwrite)
+                shutil.rmtree(target)
+    except OSError as e:
+        raise io_error("cannot write the export folder", target, e) from e
+    except tf.errors.OpError as e:
+        raise Cifar10Error(f"cannot write the export {target}: {first_line(e)}") from e
+    return target
+
+
+def _write_tflite(saved_model_dir: str) -> None:
+    """``model.tflite`` from the ``predict_images`` signature, float32."""
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        saved_model_dir, signature_keys=["predict_images"])
+    with open(os.path.join(saved_model_dir, TFLITE_FILE), "wb") as f:
+        f.write(converter.convert())

@@ -1,0 +1,1 @@
+"""The trainer: the replicated step, the loop that runs it, progress lines, profiling."""
