@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
 
 import numpy as np
 import pytest
@@ -70,92 +69,6 @@ def test_raw_weights_of_an_earlier_checkpoint_give_other_probabilities(trained_r
     np.testing.assert_allclose(np.ravel(got), want.max(axis=1), atol=1e-6)
     other = [r.probabilities for r in predict.predict_files(averaged, paths, top_k=1)]
     assert not np.allclose(got, other)
-
-
-def image(seed, height=32, width=32):
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def decoded(encoded: bytes) -> np.ndarray:
-    return predict.decode_image(tf.constant(encoded)).numpy()
-
-
-def bmp_bytes(rgb: np.ndarray) -> bytes:
-    """A 24-bit uncompressed BMP (rows bottom-up, BGR, padded to 4 bytes)."""
-    height, width, _ = rgb.shape
-    pad = b"\0" * ((4 - width * 3 % 4) % 4)
-    pixels = b"".join(rgb[y, :, ::-1].tobytes() + pad for y in range(height - 1, -1, -1))
-    header = struct.pack("<2sIHHI", b"BM", 54 + len(pixels), 0, 0, 54)
-    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(pixels), 2835, 2835,
-                       0, 0)
-    return header + info + pixels
-
-
-def gif_bytes(frames: list[np.ndarray], palette: np.ndarray) -> bytes:
-    """A GIF89a of palette-index frames [H, W] (values 0-3) over a 4-colour palette.
-
-    LZW with 3-bit codes: a clear code before every two pixels keeps the code
-    table from growing, the simplest valid encoding.
-    """
-    height, width = frames[0].shape
-    out = [b"GIF89a", struct.pack("<HHBBB", width, height, 0x91, 0, 0), palette.tobytes()]
-    for frame in frames:
-        codes = []
-        pixels = frame.ravel().tolist()
-        for i in range(0, len(pixels), 2):
-            codes += [4, *pixels[i:i + 2]]  # 4: clear
-        codes.append(5)  # end of information
-        bits = sum(code << (3 * i) for i, code in enumerate(codes))
-        packed = bits.to_bytes((3 * len(codes) + 7) // 8, "little")
-        blocks = b"".join(bytes([len(packed[i:i + 255])]) + packed[i:i + 255]
-                          for i in range(0, len(packed), 255))
-        out += [b"\x2c", struct.pack("<HHHHB", 0, 0, width, height, 0), b"\x02", blocks, b"\x00"]
-    out.append(b"\x3b")
-    return b"".join(out)
-
-
-def test_a_gif_gives_its_first_frame():
-    palette = np.array([[0, 0, 0], [255, 0, 0], [0, 255, 0], [20, 40, 250]], np.uint8)
-    rng = np.random.default_rng(3)
-    first, second = rng.integers(0, 4, (2, 32, 32))
-    assert np.array_equal(decoded(gif_bytes([first, second], palette)), palette[first])
-
-
-def test_a_32x32_image_is_kept_and_a_larger_one_area_averaged():
-    small = image(0)
-    assert np.array_equal(decoded(tf.io.encode_png(small).numpy()), small)
-    # Each pixel repeated 2x2: the area average of each 2x2 block is the pixel.
-    large = np.kron(small, np.ones((2, 2, 1), np.uint8))
-    assert np.array_equal(decoded(tf.io.encode_png(large).numpy()), small)
-    # Odd sizes: a flat image stays flat.
-    flat = np.full((45, 37, 3), 77, np.uint8)
-    assert np.array_equal(decoded(tf.io.encode_png(flat).numpy()), np.full((32, 32, 3), 77))
-
-
-@pytest.mark.parametrize("height, width", [(45, 37), (100, 80), (17, 50), (1, 1), (96, 96)])
-def test_resizing_is_tf_image_area_resizing_rounded(height, width):
-    images = np.random.default_rng(height).integers(0, 256, (2, height, width, 3))
-    want = tf.image.resize(images.astype(np.float32), [32, 32], method="area").numpy()
-    got = predict.resize_to_cifar(images).numpy()
-    assert got.shape == (2, 32, 32, 3) and got.dtype == np.uint8
-    # Equal up to float rounding: a value within 1e-4 of a half may round either way.
-    assert np.all(np.abs(got - want) <= 0.5 + 1e-4)
-    assert np.array_equal(got, np.round(want)) or np.mean(got != np.round(want)) < 1e-3
-
-
-def test_grayscale_rgba_bmp_and_jpeg_become_rgb():
-    rgb = image(1)
-    gray = rgb[:, :, :1]
-    assert np.array_equal(decoded(tf.io.encode_png(gray).numpy()), np.repeat(gray, 3, axis=2))
-    rgba = np.concatenate([rgb, np.full((32, 32, 1), 255, np.uint8)], axis=2)
-    assert np.array_equal(decoded(tf.io.encode_png(rgba).numpy()), rgb)
-    assert np.array_equal(decoded(bmp_bytes(rgb)), rgb)
-    smooth = np.broadcast_to(np.linspace(0, 255, 64, dtype=np.uint8)[:, None, None],
-                             (64, 48, 3)).copy()
-    from_jpeg = decoded(tf.io.encode_jpeg(smooth, quality=95).numpy())
-    assert from_jpeg.shape == (32, 32, 3) and from_jpeg.dtype == np.uint8
-    want = decoded(tf.io.encode_png(smooth).numpy()).astype(int)
-    assert np.abs(from_jpeg.astype(int) - want).max() <= 8  # lossy, but the same picture
 
 
 def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tmp_path):

@@ -8,7 +8,7 @@ timm's names), whose split is kept.  ``convert`` writes them as
 ``<data_dir>/cifar-10-batches-bin/`` with ``data_batch_1..5.bin``,
 ``test_batch.bin`` and ``batches.meta.txt``, the layout the trainer and the
 evaluator read.  Classes are numbered in sorted folder-name order.  Images are
-decoded and resized as ``cifar10-predict`` does (``predict.decode_files``).
+decoded and resized as ``cifar10-predict`` does (``images.decode_files``).
 
 Finding the images and checking the output folder need no TensorFlow, so that
 the program answers a mistake at once; only ``convert`` loads it.
@@ -135,12 +135,12 @@ def _made_folders_removed_on_failure(folder: str) -> Iterator[None]:
 def _records(source: Source, seed: int, strict: bool, progress
              ) -> tuple[dict[str, bytes], Summary]:
     """The contents of the data folder's files, and the summary (without its folder)."""
-    from cifar10.serving import predict  # TensorFlow, loaded only to decode the images
+    from cifar10.data import images as image_files  # TensorFlow, loaded only to decode the images
 
     pairs = source.train + source.test
     records, skipped = [], []
     start = time.monotonic()
-    decoded = predict.decode_files([path for path, _ in pairs])
+    decoded = image_files.decode_files([path for path, _ in pairs])
     for done, ((path, label), (_, image, why)) in enumerate(zip(pairs, decoded), 1):
         if image is None:
             if strict:

@@ -25,6 +25,7 @@ import tensorflow as tf
 from cifar10.core import atomic
 from cifar10.runs import checkpoints
 from cifar10.data import fileformat as ff
+from cifar10.data import images as image_files
 from cifar10.serving import predict
 from cifar10.core.errors import Cifar10Error, first_line, io_error
 from cifar10.model import Model
@@ -49,7 +50,7 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
     def predict_encoded(self, images):
-        decoded = tf.map_fn(predict.decode_image, images,
+        decoded = tf.map_fn(image_files.decode_image, images,
                             fn_output_signature=tf.TensorSpec([ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3],
                                                               tf.uint8))
         return self._outputs(decoded)
@@ -57,7 +58,7 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32,
                                                  name="images")])
     def predict_images(self, images):
-        return self._outputs(predict.resize_to_cifar(images))
+        return self._outputs(image_files.resize_to_cifar(images))
 
 
 def export(checkpoint: str, export_dir: str, weights: str = "averages",

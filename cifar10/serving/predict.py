@@ -1,8 +1,7 @@
 """Class predictions of a trained model for image files: cifar10-predict's library.
 
 An image file of any size and colour mode becomes what the evaluator sees:
-decoded by TensorFlow (PNG, JPEG, GIF's first frame, BMP) into RGB, resized to
-32x32 with area averaging and rounded to uint8 as a CIFAR-10 record holds it,
+decoded and resized to 32x32 as a CIFAR-10 record holds it (``data.images``),
 then ``data.eval_batch`` (central 24x24 crop, per-image standardisation).  A
 32x32 image is not resized, so a test record written out losslessly is
 classified exactly as ``cifar10-eval`` classifies it.
@@ -21,10 +20,8 @@ import tensorflow as tf
 
 from cifar10.data import pipeline as data
 from cifar10.data import fileformat as ff
+from cifar10.data import images as image_files
 from cifar10.model import Model
-
-DECODE_PARALLEL = 2  # images decoded at once
-
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
@@ -43,37 +40,6 @@ class Failure:
     reason: str
 
 
-def resize_to_cifar(images: tf.Tensor) -> tf.Tensor:
-    """RGB images [N, H, W, 3] of any size and type (values 0-255) as uint8 [N, 32, 32, 3].
-
-    Area averaging: each output pixel is the mean of the input area it covers,
-    with fractional weights at the edges, as ``tf.image.resize(method='area')``;
-    then rounded to whole values as a CIFAR-10 record stores them.  A 32x32
-    image is only rounded.  Written as two matrix products (rows, then columns)
-    so that TFLite, which has no area resizing, runs it too.
-    """
-    images = tf.cast(images, tf.float32)
-    rows = _area_weights(tf.shape(images)[1])
-    cols = _area_weights(tf.shape(images)[2])
-    out = tf.einsum("ih,nhwc,jw->nijc", rows, images, cols)
-    return tf.cast(tf.clip_by_value(tf.round(out), 0.0, 255.0), tf.uint8)
-
-
-def _area_weights(size: tf.Tensor) -> tf.Tensor:
-    """float32 [32, size]: the share of input pixel j in output pixel i, summing to 1."""
-    scale = tf.cast(size, tf.float32) / ff.IMAGE_SIZE
-    starts = tf.range(ff.IMAGE_SIZE, dtype=tf.float32)[:, None] * scale
-    pixels = tf.range(tf.cast(size, tf.float32))[None, :]
-    overlap = tf.minimum(starts + scale, pixels + 1.0) - tf.maximum(starts, pixels)
-    return tf.maximum(overlap, 0.0) / scale
-
-
-def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3]."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return tf.ensure_shape(resize_to_cifar(image[None])[0], [ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3])
-
-
 def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
     """A function: uint8 images [N, 32, 32, 3] -> float32 class probabilities [N, num_classes].
 
@@ -88,26 +54,6 @@ def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
         return tf.nn.softmax(logits[:, :num_classes])
 
     return probabilities
-
-
-def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
-    """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
-
-    The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time;
-    a file that cannot be read or decoded gives None and a one-line reason,
-    and the others go on.
-    """
-    images = data.without_autotuning(
-        tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
-        .map(lambda path: decode_image(tf.io.read_file(path)),
-             num_parallel_calls=DECODE_PARALLEL, deterministic=True)
-        .prefetch(2 * DECODE_PARALLEL))
-    iterator = iter(images)
-    for path in paths:
-        try:
-            yield path, next(iterator).numpy(), ""
-        except tf.errors.OpError as e:
-            yield path, None, _reason(e)
 
 
 def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
@@ -133,7 +79,7 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                              tuple(float(row[i]) for i in labels))
         pending.clear()
 
-    for path, image, reason in decode_files(paths):
+    for path, image, reason in image_files.decode_files(paths):
         if image is None:
             yield Failure(path, reason)
             continue
@@ -142,16 +88,6 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
             yield from flush()
     if pending:
         yield from flush()
-
-
-def _reason(error: tf.errors.OpError) -> str:
-    if isinstance(error, tf.errors.NotFoundError):
-        return "no such file"
-    if isinstance(error, tf.errors.PermissionDeniedError):
-        return "permission denied"
-    if isinstance(error, tf.errors.FailedPreconditionError):
-        return "not a regular file"
-    return "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
 
 
 def format_text(prediction: Prediction, class_names: Sequence[str]) -> str:

@@ -1,0 +1,79 @@
+"""Image files as CIFAR-10 images: decoded by TensorFlow (PNG, JPEG, GIF's first
+frame, BMP) into RGB, resized to 32x32 with area averaging and rounded to uint8,
+as a CIFAR-10 record holds them.  cifar10-prepare converts folders of images with
+it, cifar10-predict classifies image files, and the exported SavedModel decodes
+the images it is sent with the same functions.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cifar10.data import fileformat as ff
+from cifar10.data import pipeline
+
+DECODE_PARALLEL = 2  # images decoded at once
+
+
+def resize_to_cifar(images: tf.Tensor) -> tf.Tensor:
+    """RGB images [N, H, W, 3] of any size and type (values 0-255) as uint8 [N, 32, 32, 3].
+
+    Area averaging: each output pixel is the mean of the input area it covers,
+    with fractional weights at the edges, as ``tf.image.resize(method='area')``;
+    then rounded to whole values as a CIFAR-10 record stores them.  A 32x32
+    image is only rounded.  Written as two matrix products (rows, then columns)
+    so that TFLite, which has no area resizing, runs it too.
+    """
+    images = tf.cast(images, tf.float32)
+    rows = _area_weights(tf.shape(images)[1])
+    cols = _area_weights(tf.shape(images)[2])
+    out = tf.einsum("ih,nhwc,jw->nijc", rows, images, cols)
+    return tf.cast(tf.clip_by_value(tf.round(out), 0.0, 255.0), tf.uint8)
+
+
+def _area_weights(size: tf.Tensor) -> tf.Tensor:
+    """float32 [32, size]: the share of input pixel j in output pixel i, summing to 1."""
+    scale = tf.cast(size, tf.float32) / ff.IMAGE_SIZE
+    starts = tf.range(ff.IMAGE_SIZE, dtype=tf.float32)[:, None] * scale
+    pixels = tf.range(tf.cast(size, tf.float32))[None, :]
+    overlap = tf.minimum(starts + scale, pixels + 1.0) - tf.maximum(starts, pixels)
+    return tf.maximum(overlap, 0.0) / scale
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3]."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return tf.ensure_shape(resize_to_cifar(image[None])[0], [ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3])
+
+
+def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
+    """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
+
+    The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time;
+    a file that cannot be read or decoded gives None and a one-line reason,
+    and the others go on.
+    """
+    images = pipeline.without_autotuning(
+        tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
+        .map(lambda path: decode_image(tf.io.read_file(path)),
+             num_parallel_calls=DECODE_PARALLEL, deterministic=True)
+        .prefetch(2 * DECODE_PARALLEL))
+    iterator = iter(images)
+    for path in paths:
+        try:
+            yield path, next(iterator).numpy(), ""
+        except tf.errors.OpError as e:
+            yield path, None, _reason(e)
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    if isinstance(error, tf.errors.NotFoundError):
+        return "no such file"
+    if isinstance(error, tf.errors.PermissionDeniedError):
+        return "permission denied"
+    if isinstance(error, tf.errors.FailedPreconditionError):
+        return "not a regular file"
+    return "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
