@@ -133,7 +133,7 @@ class Model(tf.Module):
 
         Returns:
           {'conv1', 'conv2', 'local3', 'local4': activations in the compute
-          dtype, 'softmax_linear': float32 logits [batch, 10]}.
+          dtype, 'softmax_linear': float32 logits [batch, num_classes]}.
         """
         x = tf.cast(images, self.compute_dtype)
         layers = {layer.name for layer in self.layers}
@@ -145,7 +145,7 @@ class Model(tf.Module):
         return out
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
-        """``inference``: float32 logits [batch, 10] of standardised images."""
+        """``inference``: float32 logits [batch, num_classes] of standardised images."""
         return self.activations(images)["softmax_linear"]
 
     def weight_decay(self) -> tf.Tensor:
