@@ -1,1 +1,8 @@
-"""A run's directory: checkpoints (found, read, written), its records and its TensorBoard summaries."""
+"""A training run's directory (``--train_dir``) and what is in it.
+
+Read side (evaluation, serving): ``checkpoints``.  The trainer's side: ``rundir``
+(``RunDirectory``: open, restore, save, markers), ``lock`` (one trainer per
+directory), ``resume`` (which checkpoint to go on from), ``statefile``
+(TensorFlow's ``checkpoint`` file), ``cleanup`` (leftovers, ``--fresh_start``).
+Both sides: ``records`` (flags.txt, environment.jsonl), ``summaries``.
+"""

@@ -1,0 +1,80 @@
+"""One trainer per run directory: the lock file ``cifar10-train.lock``.
+
+The lock is an ``flock`` on the file, which belongs to the open file: the kernel
+releases it when the process ends in any way, kill -9 included, so a stale lock
+cannot remain.  The file itself stays (removing it would let two processes lock
+two files); it says who holds it, for the error line of the trainer refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import socket
+import time
+
+from absl import logging
+
+from cifar10.core.errors import Cifar10Error, io_error
+
+LOCK_FILE = "cifar10-train.lock"
+
+
+class TrainerLock:
+    """The lock of the run directory ``directory`` (its ``--train_dir``)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.path = os.path.join(directory, LOCK_FILE)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Takes the lock, or raises naming the trainer that holds it.
+
+        On a file system without locks (some network mounts) it warns and goes on.
+
+        Raises:
+          Cifar10Error: another trainer holds the lock, or the directory is not writable.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise io_error("cannot write in --train_dir", self.directory, e) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise Cifar10Error(
+                f"--train_dir {self.directory} is in use by another trainer ({holder}); wait "
+                f"for it to finish or stop it, or choose another --train_dir") from None
+        except OSError as e:
+            logging.warning("cannot lock %s (%s): make sure no other trainer uses %s.",
+                            self.path, e.strerror, self.directory)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                     "started": time.time()}).encode())
+        except OSError as e:
+            os.close(fd)
+            raise io_error("cannot write", self.path, e) from e
+        self._fd = fd
+
+    def release(self) -> None:
+        """Releases the lock, if held (the file stays)."""
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+
+
+def _holder(fd: int) -> str:
+    """'PID 123 on host h, started 2026-11-23 10:00:00' from the lock file, if it says."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        holder = json.loads(os.read(fd, 4096).decode())
+        started = datetime.datetime.fromtimestamp(holder["started"]).strftime("%Y-%m-%d %H:%M:%S")
+        return f"PID {holder['pid']} on host {holder['host']}, started {started}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "it did not say which"

@@ -1,0 +1,205 @@
+"""The trainer's handle on its run directory: opening it (lock, cleanup), restoring,
+saving, and the small files that say what the run is (complete marker, class names).
+
+The pieces live beside it: ``lock`` (one trainer per directory), ``cleanup``
+(leftovers, ``--fresh_start``), ``resume`` (which checkpoint to go on from),
+``statefile`` (TensorFlow's ``checkpoint`` file); ``checkpoints`` is the read side
+and lists the files of a run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+from cifar10.core import atomic
+from cifar10.core.errors import Cifar10Error, io_advice, io_error, listed
+from cifar10.data.folder import read_class_names
+from cifar10.runs import cleanup, resume, statefile
+from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, PREFIX, READ_ERRORS,
+                                      Checkpoint, checkpoint_path, find, latest, num_outputs)
+from cifar10.runs.lock import TrainerLock
+
+
+class RunDirectory:
+    """The trainer's handle on its ``train_dir``: lock, restore, save, markers.
+
+    Use as a context manager: entering creates the directory, takes the lock, and
+    removes the leftovers of interrupted saves, or with ``fresh_start`` every file
+    of the earlier run; leaving releases the lock.
+
+    Under a multi-worker strategy only the chief writes ``train_dir``; every
+    other worker restores from it but saves into ``save_dir`` (its own scratch
+    directory), takes no lock and writes no state file or marker.
+
+    Args:
+      directory: the run's ``train_dir``.
+      checkpoint: the objects a checkpoint holds (``TrainState.checkpoint()``).
+      keep: how many checkpoints to keep.
+      save_dir: where a non-chief worker saves; None for the chief.
+      fresh_start: remove the earlier run's files on entering (chief only).
+      print_fn: where notices go.
+    """
+
+    def __init__(self, directory: str, checkpoint: tf.train.Checkpoint, keep: int,
+                 save_dir: str | None = None, fresh_start: bool = False,
+                 print_fn: Callable[[str], None] = print):
+        self.directory = directory
+        self.fresh_start = fresh_start
+        self.checkpoint = checkpoint
+        self.keep = keep
+        self.is_chief = save_dir is None
+        self.save_dir = save_dir or directory
+        self.print_fn = print_fn
+        self.saved_step: int | None = None  # the step of the last checkpoint restored or saved
+        self._lock = TrainerLock(directory)
+
+    def __enter__(self) -> "RunDirectory":
+        if self.is_chief:
+            self._open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def _open(self) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            raise io_error("cannot create --train_dir", self.directory, e,
+                           io_advice(e) or "choose a directory you can write") from e
+        self._lock.acquire()
+        if self.fresh_start:
+            removed = cleanup.remove_run(self.directory)
+            self.print_fn(f"Fresh start: removed {removed} files of the earlier run from "
+                          f"{self.directory}.")
+        elif removed := cleanup.remove_leftovers(self.directory):
+            self.print_fn(f"Removed what an interrupted save left in {self.directory}: "
+                          f"{', '.join(removed)}.")
+
+    def restore(self) -> Checkpoint | None:
+        """Restores the newest checkpoint that restores completely (``resume.restore``).
+
+        Returns:
+          The checkpoint restored; None when the directory holds no checkpoint.
+
+        Raises:
+          Cifar10Error: the directory holds checkpoints and none restores.
+        """
+        restored = resume.restore(self.directory, self.checkpoint, self.print_fn,
+                                  rewrite_state=self.is_chief)
+        if restored:
+            self.saved_step = restored.step
+        return restored
+
+    def latest_path(self) -> str | None:
+        """The prefix of the newest complete checkpoint of the run directory, or None."""
+        found = latest(self.directory)
+        return found.path if found else None
+
+    def describe_latest(self, label: str = "the last checkpoint") -> str:
+        """'<label> is <path>', or that no checkpoint exists yet (for error lines)."""
+        path = self.latest_path()
+        return f"{label} is {path}" if path else "no checkpoint was written yet"
+
+    def save(self, step: int) -> None:
+        """Saves the checkpoint of ``step`` and drops the ones beyond ``keep``.
+
+        TensorFlow writes into ``model.ckpt-<step>_temp/`` and moves the files into
+        place at the end; a save that fails leaves nothing behind.  Checkpoints
+        with a later step than ``step`` (left by an earlier run that went further
+        before its newer checkpoints were lost) are not touched.
+
+        Raises:
+          Cifar10Error: the checkpoint cannot be written (disk full, read-only, ...).
+        """
+        if step == self.saved_step:
+            return
+        try:
+            self.checkpoint.write(checkpoint_path(self.save_dir, step))
+        except (OSError, tf.errors.OpError) as e:
+            _remove_partial(self.save_dir, step)
+            advice = "; ".join(filter(None, [io_advice(e), self.describe_latest()]))
+            raise io_error(f"cannot write checkpoint {PREFIX}-{step} in", self.save_dir, e,
+                           advice) from e
+        self.saved_step = step
+        kept = _drop_beyond(self.save_dir, step, self.keep)
+        if self.is_chief:
+            statefile.write(self.directory, kept)
+
+    def mark_complete(self, step: int) -> None:
+        """Records that the run reached its ``max_steps`` at ``step`` (the chief does)."""
+        if self.is_chief:
+            _write(os.path.join(self.directory, COMPLETE_FILE),
+                   json.dumps({"step": step, "time": time.time()}))
+
+    def unmark_complete(self) -> None:
+        """The run goes on: it is no longer complete (the chief removes the marker)."""
+        if self.is_chief:
+            cleanup.delete(self.directory, COMPLETE_FILE)
+
+    def record_class_names(self, names: Sequence[str]) -> None:
+        """Records the names of the classes the run trains on (the chief does).
+
+        Raises:
+          Cifar10Error: the run recorded other names (it was trained on other data),
+            or its newest checkpoint has a model of another number of classes.
+        """
+        _check_class_count(self.directory, names)
+        if not self.is_chief:
+            return
+        path = os.path.join(self.directory, CLASSES_FILE)
+        if not os.path.exists(path):
+            _write(path, "".join(f"{name}\n" for name in names))
+            return
+        recorded = read_class_names(path)
+        if recorded != tuple(names):
+            raise Cifar10Error(
+                f"the run in {self.directory} was trained on the classes "
+                f"({listed(recorded)}) and --data_dir holds ({listed(names)}): train it "
+                f"on the data it started with, or choose another --train_dir")
+
+
+def _drop_beyond(directory: str, step: int, keep: int) -> list[Checkpoint]:
+    """Removes the checkpoints older than the ``keep`` newest up to ``step``; returns those."""
+    found = find(directory)
+    kept = [c for c in found if c.step <= step][-keep:]
+    for old in found:
+        if old.step < kept[0].step:
+            for name in cleanup.checkpoint_files(directory, old.step):
+                cleanup.delete(directory, name)
+    return kept
+
+
+def _remove_partial(directory: str, step: int) -> None:
+    """Removes what a failed save of ``step`` left, keeping the save's error to report."""
+    for name in cleanup.checkpoint_files(directory, step):
+        with contextlib.suppress(Cifar10Error):
+            cleanup.delete(directory, name)
+
+
+def _check_class_count(directory: str, names: Sequence[str]) -> None:
+    """Raises when the newest checkpoint's model has another number of classes."""
+    newest = latest(directory)
+    try:
+        outputs = num_outputs(newest.path) if newest else len(names)
+    except READ_ERRORS:
+        outputs = len(names)  # restoring says what is wrong with it
+    if outputs != len(names):
+        raise Cifar10Error(
+            f"the run in {directory} has a model of {outputs} classes "
+            f"({newest.name}) and --data_dir holds {len(names)} ({listed(names)}): "
+            f"train it on the data it started with, or choose another --train_dir")
+
+
+def _write(path: str, text: str) -> None:
+    """Writes one of the run's small files through ``<path>.tmp``."""
+    try:
+        atomic.write_text(path, text, path + ".tmp")
+    except OSError as e:
+        raise io_error("cannot write", path, e) from e

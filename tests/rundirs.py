@@ -1,0 +1,55 @@
+"""Helpers of the run-directory tests: a copy of a trained run with files of a
+user's beside it, snapshots that show what changed, and a small training config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+from cifar10.core.config import TrainConfig
+
+# A user's files that merely start like the trainer's: nothing may touch them.
+USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
+              "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt",
+              "class_names.txt.bak")
+
+
+def copy_run(trained, copy):
+    """A copy of the run directory ``trained`` at ``copy``, with USER_FILES beside it."""
+    shutil.copytree(trained, copy)
+    for name in USER_FILES:
+        (copy / name).write_text("mine")
+    return copy
+
+
+def snapshot(directory):
+    """{name: (size, mtime)} of every file under ``directory``."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            out[os.path.relpath(path, directory)] = (os.path.getsize(path),
+                                                     os.stat(path).st_mtime_ns)
+    return out
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def leave_an_interrupted_save(train_dir, step):
+    """What a kill during TensorFlow's save of ``step`` leaves behind."""
+    temp = train_dir / f"model.ckpt-{step}_temp"
+    temp.mkdir()
+    (temp / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 1000)
+    (train_dir / f"checkpoint.tmp{uuid.uuid4().hex}").write_text("half")
+
+
+def config(train_dir, **overrides):
+    """A short training run's config: batch 16, 30 steps, a checkpoint every 10."""
+    settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=30, log_frequency=1,
+                    checkpoint_steps=10, summary_steps=1000, shuffle_buffer=200)
+    settings.update(overrides)
+    return TrainConfig(**settings)

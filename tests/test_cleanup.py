@@ -1,0 +1,63 @@
+"""Tests of cifar10.runs.cleanup: only the files the trainer writes are removed,
+matched by their exact names; a user's look-alikes and folders stay."""
+
+from __future__ import annotations
+
+import os
+
+from cifar10.runs import cleanup
+from rundirs import USER_FILES, leave_an_interrupted_save
+
+# What a run directory of the trainer's holds, by kind (a leftover of each kind of
+# interrupted write among them).
+CHECKPOINT_FILES = ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001",
+                    "model.ckpt-6.index", "model.ckpt-6.data-00000-of-00002",
+                    "model.ckpt-6.data-00001-of-00002")
+RECORDS = ("checkpoint", "training_complete.json", "class_names.txt", "flags.txt",
+           "environment.jsonl", "events.out.tfevents.1700000000.host.example.123.0.v2")
+LEFTOVERS = ("model.ckpt-9_temp", "checkpoint.tmp" + "0" * 32, "class_names.txt.tmp",
+             "environment.jsonl.tmp", "flags.txt.tmp", "training_complete.json.tmp")
+MORE_USER_FILES = ("cifar10-train.lock", "checkpoint.tmp", "model.ckpt-9_temp.zip",
+                   "model.ckpt-3.data-0-of-1", "events.out.tfevents.1.v2", "flags.txt.tmp.bak")
+
+
+def make_run(directory):
+    for name in CHECKPOINT_FILES + RECORDS + LEFTOVERS[1:] + USER_FILES + MORE_USER_FILES:
+        (directory / name).write_text("x")
+    (directory / LEFTOVERS[0]).mkdir()
+    (directory / LEFTOVERS[0] / "part-00000-of-00001.index").write_text("x")
+    (directory / "my_folder").mkdir()
+    (directory / "my_folder" / "model.ckpt-3.index").write_text("mine")
+    return directory
+
+
+def test_own_files_are_exactly_the_trainers(tmp_path):
+    assert cleanup.own_files(str(make_run(tmp_path))) == sorted(
+        CHECKPOINT_FILES + RECORDS + LEFTOVERS)
+    assert cleanup.own_files(str(tmp_path / "missing")) == []
+
+
+def test_remove_leftovers_removes_only_what_writes_cut_short_left(tmp_path):
+    make_run(tmp_path)
+    assert cleanup.remove_leftovers(str(tmp_path)) == sorted(LEFTOVERS)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        CHECKPOINT_FILES + RECORDS + USER_FILES + MORE_USER_FILES + ("my_folder",))
+    assert cleanup.remove_leftovers(str(tmp_path)) == []
+
+
+def test_remove_run_leaves_the_lock_the_users_files_and_folders(tmp_path):
+    make_run(tmp_path)
+    assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS + LEFTOVERS)
+    assert sorted(os.listdir(tmp_path)) == sorted(USER_FILES + MORE_USER_FILES + ("my_folder",))
+    assert (tmp_path / "my_folder" / "model.ckpt-3.index").read_text() == "mine"
+
+
+def test_checkpoint_files_are_its_index_data_and_temporary_folder(tmp_path):
+    make_run(tmp_path)
+    leave_an_interrupted_save(tmp_path, step=3)
+    assert sorted(cleanup.checkpoint_files(str(tmp_path), 3)) == [
+        "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index", "model.ckpt-3_temp"]
+    assert sorted(cleanup.checkpoint_files(str(tmp_path), 6)) == sorted(CHECKPOINT_FILES[2:])
+    cleanup.delete(str(tmp_path), "model.ckpt-3_temp")
+    cleanup.delete(str(tmp_path), "model.ckpt-3_temp")  # gone already: fine
+    assert not (tmp_path / "model.ckpt-3_temp").exists()

@@ -1,0 +1,162 @@
+"""Tests of cifar10.runs.resume: a resumed run goes on from the newest checkpoint that
+restores, says why when that is not the one the state file names, and never
+silently starts over.
+
+Each test damages a copy of the small trained run (conftest's ``trained_run``:
+checkpoints at steps 3 and 6, complete at 6).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10.core.errors import Cifar10Error
+from cifar10.runs import checkpoints, rundir
+from cifar10.runs.lock import LOCK_FILE
+from cifar10.training import controller
+from cifar10.training.run import TrainData
+from cifar10.training.state import TrainState
+from conftest import mirrored
+from rundirs import config, copy_run, snapshot, truncate
+
+
+@pytest.fixture
+def run_dir(trained_run, tmp_path):
+    """A copy of the trained run, with files of a user's beside it."""
+    return copy_run(trained_run[0], tmp_path / "train")
+
+
+def restore_into_new_state(train_dir, lines):
+    state = TrainState(seed=1, compute_dtype=tf.float32)
+    restored = rundir.RunDirectory(str(train_dir), state.checkpoint(), keep=5,
+                                   print_fn=lines.append).restore()
+    return restored, state
+
+
+def delete_state(d):
+    os.remove(d / "checkpoint")
+
+
+def empty_state(d):
+    (d / "checkpoint").write_text("")
+
+
+def garble_state(d):
+    (d / "checkpoint").write_bytes(b"\x00\xffnot a state file{")
+
+
+def delete_newest(d):
+    for name in os.listdir(d):
+        if name.startswith("model.ckpt-6."):
+            os.remove(d / name)
+
+
+def truncate_newest(d):
+    truncate(d / "model.ckpt-6.data-00000-of-00001")
+
+
+def state_names_an_older_one(d):
+    (d / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+
+
+@pytest.mark.parametrize("damage, step, reason", [
+    (delete_state, 6, "the state file {d}/checkpoint is missing"),
+    (empty_state, 6, "the state file {d}/checkpoint is empty"),
+    (garble_state, 6, "the state file {d}/checkpoint cannot be parsed"),
+    (delete_newest, 3, "the state file names model.ckpt-6, which is gone"),
+    (truncate_newest, 3, "model.ckpt-6 does not restore ("),
+    (state_names_an_older_one, 6, "the state file names model.ckpt-3, an older one"),
+])
+def test_restore_takes_the_newest_checkpoint_that_restores_and_says_why(run_dir, damage, step,
+                                                                        reason):
+    damage(run_dir)
+    lines = []
+    restored, state = restore_into_new_state(run_dir, lines)
+    assert restored == checkpoints.Checkpoint(step, str(run_dir / f"model.ckpt-{step}"))
+    assert state.step.numpy() == step
+    saved = tf.train.load_checkpoint(restored.path)
+    np.testing.assert_array_equal(state.model.conv1.weights.numpy(), saved.get_tensor(
+        "model/conv1/weights/.ATTRIBUTES/VARIABLE_VALUE"))
+    [line] = lines
+    assert line.startswith(f"Using {restored.path}, the newest checkpoint that restores: ")
+    assert reason.format(d=run_dir) in line
+    # The state file is rewritten: TensorFlow's own reader agrees now.
+    assert tf.train.latest_checkpoint(str(run_dir)) == restored.path
+
+
+def test_a_worker_that_is_not_the_chief_does_not_rewrite_the_state_file(run_dir, tmp_path):
+    state_names_an_older_one(run_dir)
+    state = TrainState(seed=1, compute_dtype=tf.float32)
+    lines = []
+    restored = rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
+                                   save_dir=str(tmp_path / "scratch"),
+                                   print_fn=lines.append).restore()
+    assert restored.step == 6 and len(lines) == 1
+    assert (run_dir / "checkpoint").read_text() == 'model_checkpoint_path: "model.ckpt-3"\n'
+
+
+def test_a_run_whose_checkpoints_were_all_deleted_starts_over_saying_so(run_dir):
+    for name in os.listdir(run_dir):
+        if name.startswith("model.ckpt-") and not name.endswith((".txt", ".bak")):
+            os.remove(run_dir / name)
+    lines = []
+    restored, state = restore_into_new_state(run_dir, lines)
+    assert restored is None and state.step.numpy() == 0
+    assert lines == [f"Starting from step 0: no checkpoint is left in {run_dir} (the state "
+                     f"file names model.ckpt-6, which is gone)."]
+
+
+def test_an_intact_run_resumes_without_a_notice(run_dir):
+    lines = []
+    restored, _ = restore_into_new_state(run_dir, lines)
+    assert restored.step == 6 and lines == []
+
+
+def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
+        run_dir, learnable_files):
+    """The user's natural fix after 'cannot restore model.ckpt-6': delete it."""
+    delete_newest(run_dir)
+    before = {n: t for n, t in snapshot(run_dir).items() if n.startswith("model.ckpt-")}
+    lines = []
+    result = controller.train(config(run_dir, max_steps=5, checkpoint_steps=1), mirrored(),
+                              TrainData(*learnable_files), print_fn=lines.append)
+    assert (result.start_step, result.step) == (3, 5)
+    assert lines[1] == f"Resuming from {run_dir}/model.ckpt-3 at step 3."
+    assert lines[2].startswith("Training on 500 examples from ")
+    assert ": step 4, loss = " in lines[3]
+    after = snapshot(run_dir)
+    assert {name: after[name] for name in before} == before  # 3 untouched
+    assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 4, 5]
+
+
+@pytest.mark.parametrize("damage, listed", [
+    ("truncate every checkpoint", ["model.ckpt-6 does not restore (",
+                                   "model.ckpt-3 does not restore ("]),
+    ("only incomplete checkpoints", ["model.ckpt-6 is incomplete (no .data file)",
+                                     "model.ckpt-3 is incomplete (no .index file)"]),
+])
+def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learnable_files, damage,
+                                                                   listed):
+    for step in (3, 6):
+        if damage.startswith("truncate"):
+            truncate(run_dir / f"model.ckpt-{step}.data-00000-of-00001")
+    if damage.startswith("only"):
+        os.remove(run_dir / "model.ckpt-6.data-00000-of-00001")
+        os.remove(run_dir / "model.ckpt-3.index")
+    before = snapshot(run_dir)
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(config(run_dir, max_steps=40), mirrored(), TrainData(*learnable_files),
+                         print_fn=lambda line: None)
+    message = str(err.value)
+    assert message.startswith(f"no checkpoint in {run_dir} can be restored: ")
+    assert all(item in message for item in listed), message
+    assert "move them aside or choose another --train_dir" in message
+    assert "\n" not in message
+    after = snapshot(run_dir)
+    assert {n: after[n] for n in before if n != LOCK_FILE} == {
+        n: s for n, s in before.items() if n != LOCK_FILE}
+    assert set(after) - set(before) <= {LOCK_FILE}

@@ -1,0 +1,244 @@
+"""Tests of cifar10.runs.rundir: the trainer's run directory keeps a user's work:
+fresh starts and leftovers remove only the trainer's files, saving keeps the
+newest checkpoints, full and read-only disks are one line, the class names are
+recorded and checked.
+
+Tests that damage a run work on a copy of conftest's ``trained_run``
+(checkpoints at steps 3 and 6, complete at 6).  The tests of full and read-only
+file systems mount a small tmpfs, which needs root; elsewhere they are skipped,
+saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+
+import pytest
+import tensorflow as tf
+
+from cifar10.core.errors import Cifar10Error
+from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
+from cifar10.data.folder import split_files
+from cifar10.evaluation import evaluate
+from cifar10.runs import checkpoints, rundir
+from cifar10.training import controller
+from cifar10.training.run import TrainData
+from cifar10.training.state import TrainState
+from conftest import mirrored
+from rundirs import USER_FILES, config, copy_run, leave_an_interrupted_save
+
+
+@pytest.fixture
+def run_dir(trained_run, tmp_path):
+    """A copy of the trained run, with files of a user's beside it."""
+    return copy_run(trained_run[0], tmp_path / "train")
+
+
+# --- fresh_start, leftovers, retention --------------------------------------------
+
+
+def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files):
+    leave_an_interrupted_save(run_dir, step=9)
+    (run_dir / "my_folder").mkdir()
+    (run_dir / "my_folder" / "model.ckpt-5.index").write_text("mine too")
+    lines = []
+    result = controller.train(config(run_dir, max_steps=2, fresh_start=True), mirrored(),
+                              TrainData(*learnable_files), print_fn=lines.append)
+    assert result.start_step == 0 and result.step == 2
+    # 2 checkpoints x 2 files, state file, event file, complete marker, class
+    # names, environment record, 2 leftovers.
+    assert lines[0] == f"Fresh start: removed 11 files of the earlier run from {run_dir}."
+    names = set(os.listdir(run_dir))
+    assert set(USER_FILES) | {"my_folder"} <= names
+    assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
+    assert (run_dir / "my_folder" / "model.ckpt-5.index").read_text() == "mine too"
+    assert [c.step for c in checkpoints.find(str(run_dir))] == [2]
+    assert not [n for n in names if "_temp" in n or ".tmp" in n]
+
+
+def test_leftovers_of_an_interrupted_save_are_removed_when_the_run_resumes(run_dir):
+    leave_an_interrupted_save(run_dir, step=9)
+    lines = []
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
+                             print_fn=lines.append) as directory:
+        assert directory.restore().step == 6
+    assert lines[0].startswith(f"Removed what an interrupted save left in {run_dir}: "
+                               f"checkpoint.tmp")
+    assert lines[0].endswith(", model.ckpt-9_temp.")
+    assert not (run_dir / "model.ckpt-9_temp").exists()
+    assert set(USER_FILES) <= set(os.listdir(run_dir))
+
+
+def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run_dir):
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
+                             print_fn=lambda line: None) as directory:
+        directory.save(4)  # as a run resumed at 3 would; 6 is later
+        assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 4, 6]
+        directory.save(5)
+    assert [c.step for c in checkpoints.find(str(run_dir))] == [4, 5, 6]
+    assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
+    assert set(USER_FILES) <= set(os.listdir(run_dir))
+
+
+# --- stops and messages --------------------------------------------------------------
+
+
+def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_path, learnable_files):
+    stop = threading.Event()
+    stop.set()
+    result = controller.train(config(tmp_path / "train", max_steps=100), mirrored(),
+                              TrainData(*learnable_files), stop_event=stop,
+                              print_fn=lambda line: None)
+    assert (result.step, result.stopped) == (1, True)
+    assert result.last_checkpoint == str(tmp_path / "train" / "model.ckpt-1")
+
+
+def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable_files):
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(config(tmp_path / "train", initial_learning_rate=1e12), mirrored(),
+                         TrainData(*learnable_files), print_fn=lambda line: None)
+    assert str(err.value).endswith("no checkpoint was written yet")
+    assert "None" not in str(err.value)
+
+
+# --- full and read-only file systems -------------------------------------------------
+
+
+@contextlib.contextmanager
+def tmpfs(path, size):
+    """A tmpfs of ``size`` mounted at ``path`` (skips the test where that is not allowed)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill or make read-only needs root")
+    os.makedirs(path)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, learnable_files):
+    # A checkpoint holds the weights and their averages: 2 x 1,068,298 float32, 8.5 MB.
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        train_dir = disk / "train"
+        with pytest.raises(Cifar10Error) as err:
+            controller.train(config(train_dir, checkpoint_steps=1), mirrored(),
+                             TrainData(*learnable_files), print_fn=lambda line: None)
+        message = str(err.value)
+        assert message.startswith(f"cannot write checkpoint model.ckpt-3 in {train_dir} (")
+        assert "free some disk space and run the same command again" in message
+        assert message.endswith(f"the last checkpoint is {train_dir}/model.ckpt-2")
+        assert not [n for n in os.listdir(train_dir) if n.startswith("model.ckpt-3")]
+        assert checkpoints.load_model(str(train_dir / "model.ckpt-2"))[1] == 2
+        # The rerun on the still full disk: the same one line, the same checkpoint kept.
+        with pytest.raises(Cifar10Error) as again:
+            controller.train(config(train_dir, checkpoint_steps=1), mirrored(),
+                             TrainData(*learnable_files), print_fn=lambda line: None)
+        assert str(again.value) == message
+        # With room again, it goes on from model.ckpt-2.
+        os.remove(train_dir / "model.ckpt-1.index")
+        os.remove(train_dir / "model.ckpt-1.data-00000-of-00001")
+        result = controller.train(config(train_dir, max_steps=3, checkpoint_steps=1), mirrored(),
+                                  TrainData(*learnable_files), print_fn=lambda line: None)
+        assert (result.start_step, result.step) == (2, 3)
+
+
+def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path, learnable_files):
+    with tmpfs(tmp_path / "disk", "40m") as disk:
+        train_dir, eval_dir = disk / "train", disk / "eval"
+        controller.train(config(train_dir, max_steps=2, checkpoint_steps=2), mirrored(),
+                         TrainData(*learnable_files), print_fn=lambda line: None)
+        eval_dir.mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        with pytest.raises(Cifar10Error) as err:
+            controller.train(config(train_dir, max_steps=4), mirrored(),
+                             TrainData(*learnable_files), print_fn=lambda line: None)
+        assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Read-only file "
+                                  f"system); choose a directory on a writable file system")
+        test_files = [f.replace("data_batch_1", "test_batch") for f in learnable_files[0][:1]]
+        eval_config = evaluate.EvalConfig(checkpoint_dir=str(train_dir), eval_dir=str(eval_dir),
+                                          eval_files=test_files, num_examples=10,
+                                          run_once=True)
+        with pytest.raises(Cifar10Error) as err:
+            evaluate.evaluate(eval_config, print_fn=lambda line: None)
+        assert str(err.value) == (f"cannot record the run's start in {eval_dir}/environment.jsonl"
+                                  f" (Read-only file system); choose a directory on a "
+                                  f"writable file system")
+        with pytest.raises(Cifar10Error, match=f"cannot create --eval_dir {disk}/new "
+                                               r"\(Read-only file system\); choose a "
+                                               r"directory on a writable file system"):
+            evaluate.evaluate(evaluate.EvalConfig(**{**eval_config.__dict__,
+                                                     "eval_dir": str(disk / "new")}))
+
+
+def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path):
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=10)
+    checkpoint_dir = tmp_path / "train"
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        eval_dir = disk / "eval"
+
+        def disk_fills_while_the_trainer_saves(seconds):
+            with open(disk / "filler", "wb", buffering=0) as f:
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * 4096)
+            shutil.copytree(trained_run[0], checkpoint_dir)
+
+        config_ = evaluate.EvalConfig(checkpoint_dir=str(checkpoint_dir), eval_dir=str(eval_dir),
+                                      eval_files=split_files(batches_dir, "test"),
+                                      num_examples=10)
+        with pytest.raises(Cifar10Error) as err:
+            evaluate.evaluate(config_, print_fn=lambda line: None,
+                              sleep=disk_fills_while_the_trainer_saves)
+        assert str(err.value) == (
+            f"cannot record the result of {checkpoint_dir}/model.ckpt-6 in {eval_dir} (No "
+            f"space left on device); free some disk space and run the same command again")
+
+
+def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable_files):
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere; the read-only file system test covers root")
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    train_dir.chmod(0o500)
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(config(train_dir), mirrored(), TrainData(*learnable_files),
+                         print_fn=lambda line: None)
+    assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
+                              f"choose a directory you can write, or change its permissions")
+
+
+# --- the run's class names -----------------------------------------------------------
+
+
+def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_path):
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    assert checkpoints.trained_class_names(str(tmp_path)) == ff.CLASS_NAMES  # none recorded
+    with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
+        directory.record_class_names(("ant", "bee"))
+        directory.record_class_names(("ant", "bee"))  # resumed on the same data
+    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert checkpoints.trained_class_names(str(tmp_path)) == ("ant", "bee")
+    with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
+        with pytest.raises(Cifar10Error) as info:
+            directory.record_class_names(("ant", "bee", "cow"))
+    assert str(info.value) == (
+        f"the run in {tmp_path} was trained on the classes (ant, bee) and --data_dir holds "
+        f"(ant, bee, cow): train it on the data it started with, or choose another --train_dir")
+    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    # A worker that is not the chief writes nothing in train_dir.
+    other = tmp_path / "worker"
+    with rundir.RunDirectory(str(other), state.checkpoint(), keep=5,
+                             save_dir=str(tmp_path / "scratch")) as directory:
+        directory.record_class_names(("cow",))
+    assert not (other / checkpoints.CLASSES_FILE).exists()
