@@ -111,7 +111,7 @@ def test_download_extract_train_and_evaluate_with_either_label(url, tarball, tmp
     assert data.class_names(str(derived)) == tuple(names)
     assert [os.path.getsize(p) for p in data.split_files(str(derived), "train")] == \
         [60 * ff.RECORD_BYTES] * 5
-    assert checkpoints.class_names(str(train_dir)) == tuple(names)
+    assert checkpoints.trained_class_names(str(train_dir)) == tuple(names)
     assert checkpoints.num_outputs(str(train_dir / "model.ckpt-2")) == len(names)
 
     evaluated = call("cifar10-eval", *flags, f"--checkpoint_dir={train_dir}",

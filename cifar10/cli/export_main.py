@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
     target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
-                           class_names=checkpoints.class_names(os.path.dirname(checkpoint)),
+                           class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),
                            overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)
     tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
     print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",
