@@ -9,7 +9,7 @@ Prints, each the median of several timed windows after a warm-up:
   (a) train step alone, on one in-memory batch (examples/sec over all replicas),
       timed in turns with the windows of (c);
   (b) the input pipeline alone, on CIFAR-format files;
-  (c) end-to-end training with cifar10.training.train.train (what the log line reports),
+  (c) end-to-end training with cifar10.training.controller.train (what the log line reports),
       after a first epoch of warm-up (its rate is shown too; the in-memory cache
       of decoded records is filled before the first step);
   (d) evaluation of the test file with the evaluator's scoring pass

@@ -13,7 +13,9 @@ import tensorflow as tf
 
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 
 NUM_LOGICAL_CPUS = 4
 
@@ -58,9 +60,10 @@ def trained_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("trained_run")
     batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=20)
     files = data.split_files(batches_dir, "train")
-    config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
-                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                               shuffle_buffer=100)
+    config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
+                         checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
+                         shuffle_buffer=100)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)
+    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+                     print_fn=lambda line: None)
     return root / "train", data.split_files(batches_dir, "test")

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 
 from cifar10.distribute import devices
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training.engine import Trainer
 
 
 def batches(num_steps: int, global_batch: int):
@@ -35,8 +36,8 @@ def main(out_dir: str, num_steps: int, batch: int) -> None:
         rows = slice(ctx.input_pipeline_id * batch, (ctx.input_pipeline_id + 1) * batch)
         return tf.data.Dataset.from_tensor_slices((images[:, rows], labels[:, rows]))
 
-    config = train.TrainConfig(train_dir=out_dir, batch_size=batch)
-    trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+    config = TrainConfig(train_dir=out_dir, batch_size=batch)
+    trainer = Trainer(config, strategy, examples_per_epoch=1000)
     iterator = iter(strategy.distribute_datasets_from_function(dataset))
     for _ in range(num_steps):
         trainer.step(iterator)

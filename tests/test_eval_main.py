@@ -18,7 +18,9 @@ from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
@@ -32,11 +34,12 @@ def trained(tmp_path_factory):
     batches_dir = synthetic.write_dataset(str(data_dir / getdata.SYNTHETIC_SUBDIR),
                                           records_per_file=RECORDS)
     files = data.split_files(batches_dir, "train")
-    config = train.TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
-                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                               shuffle_buffer=300)
+    config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
+                         checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
+                         shuffle_buffer=300)
     strategy = mirrored()
-    train.train(config, strategy, files, data.validate_files(files), print_fn=lambda line: None)
+    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+                     print_fn=lambda line: None)
     return data_dir, root / "train"
 
 

@@ -26,7 +26,10 @@ from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
 from cifar10.evaluation import evaluate
 from cifar10.data import synthetic
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
+from cifar10.training.state import TrainState
 from cifar10.core.errors import Cifar10Error
 from cifar10.model import Model
 
@@ -46,11 +49,12 @@ def run(tmp_path_factory):
     files = data.split_files(batches_dir, "train")
     count = data.validate_files(files)
     train_dir = str(root / "train")
-    config = train.TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
-                               checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                               shuffle_buffer=300)
+    config = TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
+                         checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
+                         shuffle_buffer=300)
     strategy = mirrored()
-    result = train.train(config, strategy, files, count, print_fn=lambda line: None)
+    result = controller.train(config, strategy, TrainData(files, count),
+                              print_fn=lambda line: None)
     assert result.complete and checkpoints.completed_step(train_dir) == 6
     return types.SimpleNamespace(
         train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
@@ -464,7 +468,7 @@ def always_cat_run(tmp_path):
     """(data folder, test files, train_dir) of a run whose model.ckpt-9 always says cat
     (3): zero last-layer weights and a bias for cat alone; 23 test records."""
     batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
-    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    state = TrainState(seed=0, compute_dtype=tf.float32)
     for model in (state.model, state.averages):
         model.softmax_linear.weights.assign(tf.zeros([192, 10]))
         model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)

@@ -8,7 +8,12 @@ import pytest
 import tensorflow as tf
 
 import cli
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.distribute import devices
+from cifar10.training import controller
+from cifar10.training.engine import Trainer
+from cifar10.training.run import TrainData
+from cifar10.training.step import ReplicatedStep
 from cifar10.core.errors import DivergedError
 from conftest import TRAIN_LINE, mirrored
 from test_train import fixed_batches, random_batches
@@ -17,14 +22,14 @@ from test_train import fixed_batches, random_batches
 def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=20, log_frequency=3,
                     checkpoint_steps=5, summary_steps=1000, shuffle_buffer=300)
-    return train.TrainConfig(**{**settings, **overrides})
+    return TrainConfig(**{**settings, **overrides})
 
 
 def loops(config, start=0):
     """The (first, last) steps of each loop of a run from ``start``."""
     done, spans = start, []
     while done < config.max_steps:
-        end = train.loop_end(done, start, config)
+        end = controller.loop_end(done, start, config)
         spans.append((done + 1, end))
         done = end
     return spans
@@ -69,9 +74,9 @@ def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_
     for steps_per_loop in (1, 7):
         train_dir, out = tmp_path / f"loop{steps_per_loop}", []
         for max_steps in (11, 20):  # stopped at 11, resumed to 20
-            train.train(small_config(train_dir, max_steps=max_steps, summary_steps=4,
-                                     steps_per_loop=steps_per_loop),
-                        mirrored(replicas), files, count, print_fn=out.append)
+            controller.train(small_config(train_dir, max_steps=max_steps, summary_steps=4,
+                                          steps_per_loop=steps_per_loop),
+                             mirrored(replicas), TrainData(files, count), print_fn=out.append)
         lines[steps_per_loop] = losses_of(out)
         finals[steps_per_loop] = weights(str(train_dir / "model.ckpt-20"))
         assert {n for n in os.listdir(train_dir) if n.endswith(".index")} == {
@@ -90,8 +95,7 @@ def test_a_step_alone_is_the_same_step_as_in_a_loop(tmp_path):
     results = []
     for alone in (False, True):
         strategy = mirrored(2)
-        trainer = train.Trainer(small_config(tmp_path / str(alone), batch_size=8), strategy,
-                                1000)
+        trainer = Trainer(small_config(tmp_path / str(alone), batch_size=8), strategy, 1000)
         iterator = fixed_batches(strategy, images, labels, 3)
         with tf.summary.create_file_writer(str(tmp_path / f"events{alone}")).as_default():
             out = [trainer.run_steps(iterator, 1, with_summaries=step == 3, alone=alone)
@@ -113,9 +117,9 @@ def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_f
     tags = {}
     for steps_per_loop in (1, 7):
         train_dir = tmp_path / f"loop{steps_per_loop}"
-        train.train(small_config(train_dir, max_steps=12, summary_steps=4,
-                                 steps_per_loop=steps_per_loop),
-                    mirrored(1), files, count, print_fn=lambda line: None)
+        controller.train(small_config(train_dir, max_steps=12, summary_steps=4,
+                                      steps_per_loop=steps_per_loop),
+                         mirrored(1), TrainData(files, count), print_fn=lambda line: None)
         tags[steps_per_loop] = cli.event_tags(str(train_dir))
     assert tags[7] == tags[1]
     assert tags[7]["learning_rate"] == [4, 8, 12]
@@ -125,19 +129,19 @@ def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_f
 def test_a_nan_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
         learnable_files, tmp_path, monkeypatch):
     files, count = learnable_files
-    original = train.Trainer._distributed_step
+    original = ReplicatedStep.__call__
 
-    def poisoned(self, iterator, with_summaries):  # step 13's loss is NaN
+    def poisoned(self, iterator, with_summaries=False):  # step 13's loss is NaN
         losses = original(self, iterator, with_summaries)
         bad = tf.equal(self.state.step, 13)
         return {k: tf.where(bad, tf.constant(float("nan")), v) for k, v in losses.items()}
 
-    monkeypatch.setattr(train.Trainer, "_distributed_step", poisoned)
+    monkeypatch.setattr(ReplicatedStep, "__call__", poisoned)
     config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
     assert loops(config)[3] == (11, 15)  # step 13 is inside a loop
     lines = []
     with pytest.raises(DivergedError) as err:
-        train.train(config, mirrored(2), files, count, print_fn=lines.append)
+        controller.train(config, mirrored(2), TrainData(files, count), print_fn=lines.append)
     assert str(err.value) == (f"Model diverged with loss = NaN at step 13 (loss nan); the last "
                               f"good checkpoint is {tmp_path / 'model.ckpt-10'}")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
@@ -149,14 +153,14 @@ def test_the_input_of_gpu_replicas_is_fetched_to_the_device_and_trains(learnable
     """What only GPU replicas take, forced on two CPU replicas."""
     files, count = learnable_files
     strategy = mirrored(2)
-    options = train.input_options(strategy, device_type="GPU")
+    options = devices.input_options(strategy, device_type="GPU")
     assert options.experimental_fetch_to_device
     assert options.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_WORKER
-    cpu = train.input_options(strategy)
+    cpu = devices.input_options(strategy)
     assert not cpu.experimental_fetch_to_device
     assert cpu.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_REPLICA
 
-    trainer = train.Trainer(small_config(tmp_path), strategy, count)
+    trainer = Trainer(small_config(tmp_path), strategy, count)
     trainer.input_options = options
     iterator = iter(trainer.dataset(files))
     images, labels = next(iterator)

@@ -25,7 +25,8 @@ from test_output import NATIVE
 from test_train import fixed_batches
 from cifar10.runs import checkpoints
 from cifar10.cli import workers as launch
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training.engine import Trainer
 
 LOG_STEP = re.compile(r": step (\d+), loss = ")
 
@@ -84,8 +85,8 @@ def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
 
     images, labels = multi_worker_steps.batches(steps, 2 * batch)
     strategy = mirrored(2)
-    trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "one"), batch_size=batch),
-                            strategy, examples_per_epoch=1000)
+    trainer = Trainer(TrainConfig(train_dir=str(tmp_path / "one"), batch_size=batch),
+                      strategy, examples_per_epoch=1000)
     iterator = fixed_batches(strategy, images, labels, steps)
     for _ in range(steps):
         trainer.step(iterator)

@@ -15,14 +15,16 @@ import tensorflow as tf
 import cli
 from cifar10.core import config
 from cifar10.training import profiling
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 from conftest import TRAIN_LINE, mirrored
 
 
 def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=6, log_frequency=1,
                     checkpoint_steps=3, summary_steps=1000, shuffle_buffer=100)
-    return train.TrainConfig(**{**settings, **overrides})
+    return TrainConfig(**{**settings, **overrides})
 
 
 def traces(train_dir):
@@ -77,8 +79,8 @@ def profiled_run(learnable_files, tmp_path_factory):
     files, count = learnable_files
     train_dir = tmp_path_factory.mktemp("profiled") / "train"
     lines = []
-    result = train.train(small_config(train_dir, profile_steps=(3, 4)), mirrored(2), files,
-                         count, print_fn=lines.append)
+    result = controller.train(small_config(train_dir, profile_steps=(3, 4)), mirrored(2),
+                              TrainData(files, count), print_fn=lines.append)
     return train_dir, lines, result
 
 
@@ -211,8 +213,9 @@ def test_a_run_stopped_inside_the_window_keeps_the_trace_of_the_steps_it_ran(
         if "step 3," in line:
             stop.set()
 
-    result = train.train(small_config(tmp_path, max_steps=20, profile_steps=(2, 10)),
-                         mirrored(1), files, count, stop_event=stop, print_fn=print_and_stop)
+    result = controller.train(small_config(tmp_path, max_steps=20, profile_steps=(2, 10)),
+                              mirrored(1), TrainData(files, count), stop_event=stop,
+                              print_fn=print_and_stop)
     assert (result.step, result.stopped) == (3, True)
     (trace,) = traces(tmp_path)
     assert step_marks(trace) == [2, 3]
@@ -223,18 +226,18 @@ def test_a_run_stopped_inside_the_window_keeps_the_trace_of_the_steps_it_ran(
 def test_a_resumed_run_traces_what_is_left_of_its_window_or_warns_it_has_passed(
         learnable_files, tmp_path, caplog):
     files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=3), mirrored(1), files, count,
-                print_fn=lambda line: None)
+    controller.train(small_config(tmp_path, max_steps=3), mirrored(1), TrainData(files, count),
+                     print_fn=lambda line: None)
     lines = []
-    train.train(small_config(tmp_path, max_steps=5, profile_steps=(2, 4)), mirrored(1), files,
-                count, print_fn=lines.append)
+    controller.train(small_config(tmp_path, max_steps=5, profile_steps=(2, 4)), mirrored(1),
+                     TrainData(files, count), print_fn=lines.append)
     assert [line for line in lines if line.startswith("Profiled")] == [
         f"Profiled step 4: the trace is in {tmp_path}/plugins/profile, for TensorBoard's "
         f"Profile tab."]
     assert len(traces(tmp_path)) == 1
     lines.clear()
-    train.train(small_config(tmp_path, max_steps=6, profile_steps=(2, 4)), mirrored(1), files,
-                count, print_fn=lines.append)
+    controller.train(small_config(tmp_path, max_steps=6, profile_steps=(2, 4)), mirrored(1),
+                     TrainData(files, count), print_fn=lines.append)
     assert not [line for line in lines if line.startswith("Profiled")]
     assert len(traces(tmp_path)) == 1
     assert ("--profile_steps=2,4 lies before step 6, where this run resumes: no profile is "
@@ -247,9 +250,9 @@ def test_a_profiler_that_cannot_start_costs_the_trace_not_the_run(learnable_file
     other = tmp_path / "other"
     tf.profiler.experimental.start(str(other))  # someone else's profiler in this process
     try:
-        result = train.train(small_config(tmp_path / "train", max_steps=3,
-                                          profile_steps=(1, 2)),
-                             mirrored(1), files, count, print_fn=lambda line: None)
+        result = controller.train(small_config(tmp_path / "train", max_steps=3,
+                                               profile_steps=(1, 2)),
+                                  mirrored(1), TrainData(files, count), print_fn=lambda line: None)
     finally:
         tf.profiler.experimental.stop()
     assert (result.step, result.complete) == (3, True)

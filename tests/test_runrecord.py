@@ -232,11 +232,12 @@ def test_replica_counts_give_different_runs(deterministic_runs):
 
 
 def test_deterministic_mode_turns_on_tensorflows_op_determinism():
-    script = ("import tensorflow as tf; from cifar10.training import train; "
-              "c = train.TrainConfig(train_dir='x', deterministic=True); "
+    script = ("import tensorflow as tf; from cifar10.core.config import TrainConfig; "
+              "from cifar10.training.engine import Trainer; "
+              "c = TrainConfig(train_dir='x', deterministic=True); "
               "before = tf.config.experimental.is_op_determinism_enabled() "
               "if hasattr(tf.config.experimental, 'is_op_determinism_enabled') else False; "
-              "train.Trainer(c, tf.distribute.get_strategy()); "
+              "Trainer(c, tf.distribute.get_strategy()); "
               "from tensorflow.python.framework import config; "
               "print(before, config.is_op_determinism_enabled())")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""Tests of cifar10.training.train: the distributed step, schedules, checkpoints and resume.
+"""Tests of the trainer (cifar10.training): the replicated step, the schedules, the
+controller's runs: checkpoints, resume, stop, divergence.
 
 Replicas run on the logical CPU devices made in conftest.py.
 """
@@ -15,10 +16,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoints, rundir
 from cifar10.data import pipeline as data
 from cifar10.evaluation import evaluate
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.distribute import devices
+from cifar10.training import controller
+from cifar10.training import schedule
+from cifar10.training.engine import Trainer
+from cifar10.training.run import TrainData
+from cifar10.training.state import TrainState
 from cifar10.core.errors import Cifar10Error, DivergedError
 from cifar10.model import Model
 from cli import event_tags
@@ -31,7 +38,7 @@ def fixed_batches(strategy, images, labels, num_steps):
     """An iterator that gives replica r of step s the r-th slice of step s's batch.
 
     ``images``: [num_steps, global_batch, 24, 24, 3].  Each replica has its own
-    input pipeline, as in training (``train.input_options``).
+    input pipeline, as in training (``devices.input_options``).
     """
     n = strategy.num_replicas_in_sync
     per_replica = images.shape[1] // n
@@ -41,7 +48,7 @@ def fixed_batches(strategy, images, labels, num_steps):
         return tf.data.Dataset.from_tensor_slices((images[:num_steps, part],
                                                    labels[:num_steps, part]))
 
-    return iter(strategy.distribute_datasets_from_function(ds_fn, train.input_options(strategy)))
+    return iter(strategy.distribute_datasets_from_function(ds_fn, devices.input_options(strategy)))
 
 
 def random_batches(num_steps, global_batch, seed=0):
@@ -57,8 +64,8 @@ def values(variables):
 
 def run_steps(num_replicas, per_replica_batch, images, labels, tmp_path):
     strategy = mirrored(num_replicas)
-    config = train.TrainConfig(train_dir=str(tmp_path), batch_size=per_replica_batch)
-    trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+    config = TrainConfig(train_dir=str(tmp_path), batch_size=per_replica_batch)
+    trainer = Trainer(config, strategy, examples_per_epoch=1000)
     it = fixed_batches(strategy, images, labels, images.shape[0])
     losses = [trainer.step(it) for _ in range(images.shape[0])]
     return trainer, losses
@@ -103,7 +110,7 @@ def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
     epoch = 50_000
     boundary = 350 * epoch  # examples seen at the first decay: 17,500,000
     last_before = (boundary - 1) // global_batch  # 136,718 for 128; 34,179 for 512
-    lr = lambda step: float(train.learning_rate(step * global_batch, epoch))  # noqa: E731
+    lr = lambda step: float(schedule.learning_rate(step * global_batch, epoch))  # noqa: E731
     assert lr(0) == pytest.approx(0.1)
     assert lr(last_before) == pytest.approx(0.1)
     assert lr(last_before + 1) == pytest.approx(0.01)
@@ -113,17 +120,17 @@ def test_learning_rate_decays_every_350_epochs_of_examples(global_batch):
 def test_learning_rate_boundaries_do_not_depend_on_the_replica_count():
     # 4 replicas x 128 reach 350 epochs (17,500,000 examples) at a quarter of the
     # steps of 1 x 128: after step 136,719 = ceil(17,500,000 / 128).
-    assert float(train.learning_rate(136_719 * 128, 50_000)) == pytest.approx(0.01)
-    assert float(train.learning_rate(136_719 // 4 * 512, 50_000)) == pytest.approx(0.1)
-    assert float(train.learning_rate((136_719 // 4 + 1) * 512, 50_000)) == pytest.approx(0.01)
+    assert float(schedule.learning_rate(136_719 * 128, 50_000)) == pytest.approx(0.01)
+    assert float(schedule.learning_rate(136_719 // 4 * 512, 50_000)) == pytest.approx(0.1)
+    assert float(schedule.learning_rate((136_719 // 4 + 1) * 512, 50_000)) == pytest.approx(0.01)
 
 
 def test_moving_averages_follow_the_formula(tmp_path):
     k = 4
     images, labels = random_batches(k, BATCH)
     strategy = mirrored(1)
-    trainer = train.Trainer(train.TrainConfig(train_dir=str(tmp_path), batch_size=BATCH),
-                            strategy, examples_per_epoch=1000)
+    trainer = Trainer(TrainConfig(train_dir=str(tmp_path), batch_size=BATCH), strategy,
+                      examples_per_epoch=1000)
     expected = values(trainer.variables)  # averages start at the initial weights
     it = fixed_batches(strategy, images, labels, k)
     for step in range(1, k + 1):
@@ -133,8 +140,8 @@ def test_moving_averages_follow_the_formula(tmp_path):
                     for a, v in zip(expected, values(trainer.variables))]
     for got, want in zip(values(trainer.state.averages.parameters()), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
-    assert float(train.moving_average_decay(1)) == pytest.approx(2 / 11)
-    assert float(train.moving_average_decay(10**6)) == pytest.approx(0.9999)
+    assert float(schedule.moving_average_decay(1)) == pytest.approx(2 / 11)
+    assert float(schedule.moving_average_decay(10**6)) == pytest.approx(0.9999)
 
 
 def small_config(train_dir, **overrides):
@@ -142,7 +149,7 @@ def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=32, max_steps=20, log_frequency=5,
                     checkpoint_steps=10, summary_steps=1000, shuffle_buffer=500)
     settings.update(overrides)
-    return train.TrainConfig(**settings)
+    return TrainConfig(**settings)
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +165,8 @@ def learned_run(learnable_files, tmp_path_factory):
     config = small_config(train_dir, batch_size=16, max_steps=100, log_frequency=10,
                           checkpoint_steps=100)
     lines, reports = [], []
-    result = train.train(config, mirrored(2), files, count, print_fn=lines.append,
-                         on_report=reports.append)
+    result = controller.train(config, mirrored(2), TrainData(files, count),
+                              print_fn=lines.append, on_report=reports.append)
     test_files = data.split_files(os.path.dirname(files[0]), "test")
     return types.SimpleNamespace(train_dir=train_dir, lines=lines, reports=reports,
                                  test_files=test_files, result=result)
@@ -224,7 +231,7 @@ def test_a_run_gives_the_figures_of_its_summary(learned_run):
 def test_the_first_line_counts_its_step_not_the_tracing(learnable_files, tmp_path,
                                                         monkeypatch):
     files, count = learnable_files
-    prepare, run_steps = train.Trainer.prepare, train.Trainer.run_steps
+    prepare, run_steps = Trainer.prepare, Trainer.run_steps
     traced_before = []  # per call that runs steps: had its function been traced?
 
     def slow_prepare(self, iterator, with_summaries=False, alone=False):
@@ -237,12 +244,12 @@ def test_the_first_line_counts_its_step_not_the_tracing(learnable_files, tmp_pat
             traced_before.append(fn.experimental_get_tracing_count())
         return run_steps(self, iterator, num_steps, with_summaries, alone)
 
-    monkeypatch.setattr(train.Trainer, "prepare", slow_prepare)
-    monkeypatch.setattr(train.Trainer, "run_steps", counting_run_steps)
+    monkeypatch.setattr(Trainer, "prepare", slow_prepare)
+    monkeypatch.setattr(Trainer, "run_steps", counting_run_steps)
     reports = []
-    train.train(small_config(tmp_path, batch_size=16, max_steps=4, log_frequency=1,
-                             summary_steps=4), mirrored(1), files, count,
-                print_fn=lambda line: None, on_report=reports.append)
+    controller.train(small_config(tmp_path, batch_size=16, max_steps=4, log_frequency=1,
+                                  summary_steps=4), mirrored(1), TrainData(files, count),
+                     print_fn=lambda line: None, on_report=reports.append)
     # Each step function was traced before its first call (step 1's, then step 4's
     # with summaries), and the clock stood still meanwhile: a line that counted the
     # 2 seconds would say more than 2 sec/batch.
@@ -297,7 +304,7 @@ def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_fil
         return real(*args, input_context=input_context, **kwargs)
 
     monkeypatch.setattr(data, "train_dataset", recording)
-    trainer = train.Trainer(small_config(tmp_path, batch_size=4), mirrored(2), count)
+    trainer = Trainer(small_config(tmp_path, batch_size=4), mirrored(2), count)
     images, labels = next(iter(trainer.dataset(files)))
     assert [(c.input_pipeline_id, c.num_input_pipelines) for c in contexts] == [(0, 2), (1, 2)]
     local = trainer.strategy.experimental_local_results(images)
@@ -309,24 +316,24 @@ def test_each_replica_reads_its_own_shard_through_its_own_pipeline(learnable_fil
 def test_one_device_strategy_trains_with_its_default_input(learnable_files, tmp_path):
     files, count = learnable_files
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    assert train.input_options(strategy) is None  # it refuses per-replica pipelines
-    result = train.train(small_config(tmp_path, max_steps=2, checkpoint_steps=2), strategy,
-                         files, count, print_fn=lambda line: None)
+    assert devices.input_options(strategy) is None  # it refuses per-replica pipelines
+    result = controller.train(small_config(tmp_path, max_steps=2, checkpoint_steps=2),
+                              strategy, TrainData(files, count), print_fn=lambda line: None)
     assert (result.step, result.complete) == (2, True)
     assert result.last_checkpoint == str(tmp_path / "model.ckpt-2")
 
 
 def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_files, tmp_path):
     files, count = learnable_files
-    first = train.train(small_config(tmp_path, max_steps=10), mirrored(1), files, count,
-                        print_fn=lambda line: None)
+    first = controller.train(small_config(tmp_path, max_steps=10), mirrored(1),
+                             TrainData(files, count), print_fn=lambda line: None)
     assert (first.step, first.complete) == (10, True)
     saved = tf.train.load_checkpoint(first.last_checkpoint)
 
     lines = []
     config = small_config(tmp_path, max_steps=15)
-    trainer = train.Trainer(config, mirrored(1), count)
-    run_dir = checkpoints.RunDirectory(str(tmp_path), trainer.state.checkpoint(), keep=5)
+    trainer = Trainer(config, mirrored(1), count)
+    run_dir = rundir.RunDirectory(str(tmp_path), trainer.state.checkpoint(), keep=5)
     assert run_dir.restore() == checkpoints.Checkpoint(10, first.last_checkpoint)
     assert trainer.state.step.numpy() == 10
     for layer in trainer.state.model.layers:
@@ -338,7 +345,8 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
                           kind)
             np.testing.assert_array_equal(avg.numpy(), saved.get_tensor("averages/" + name))
 
-    second = train.train(config, mirrored(1), files, count, print_fn=lines.append)
+    second = controller.train(config, mirrored(1), TrainData(files, count),
+                              print_fn=lines.append)
     assert lines[0] == f"Resuming from {first.last_checkpoint} at step 10."
     assert lines[1] == (f"Training on {count} examples from {os.path.dirname(files[0])} with 1 "
                         f"replica(s), global batch 32; checkpoints and summaries in {tmp_path}.")
@@ -354,14 +362,15 @@ def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learna
                                                                         tmp_path, monkeypatch):
     files, count = learnable_files
     done, compute = [], []
-    state_init = train.TrainState.__init__
-    monkeypatch.setattr(train.TrainState, "__init__", lambda self, seed, dtype, classes: (
+    state_init = TrainState.__init__
+    monkeypatch.setattr(TrainState, "__init__", lambda self, seed, dtype, classes: (
         compute.append(dtype), state_init(self, seed, dtype, classes))[1])
     for use_bf16, max_steps in ((True, 4), (False, 8), (True, 12)):
         lines = []
-        result = train.train(small_config(tmp_path, batch_size=16, max_steps=max_steps,
-                                          log_frequency=1, checkpoint_steps=4, use_bf16=use_bf16),
-                             mirrored(1), files, count, print_fn=lines.append)
+        config = small_config(tmp_path, batch_size=16, max_steps=max_steps, log_frequency=1,
+                              checkpoint_steps=4, use_bf16=use_bf16)
+        result = controller.train(config, mirrored(1), TrainData(files, count),
+                                  print_fn=lines.append)
         if done:
             assert lines[0] == f"Resuming from {done[-1].last_checkpoint} at step {done[-1].step}."
         losses = [float(m[0].split("loss = ")[1].split()[0])
@@ -379,12 +388,12 @@ def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learna
 
 def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path):
     files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=5), mirrored(1), files, count,
-                print_fn=lambda line: None)
+    controller.train(small_config(tmp_path, max_steps=5), mirrored(1), TrainData(files, count),
+                     print_fn=lambda line: None)
     assert checkpoints.completed_step(str(tmp_path)) == 5
     lines = []
-    again = train.train(small_config(tmp_path, max_steps=5), mirrored(1), files, count,
-                        print_fn=lines.append)
+    again = controller.train(small_config(tmp_path, max_steps=5), mirrored(1),
+                             TrainData(files, count), print_fn=lines.append)
     assert (again.step, again.steps_run, again.complete) == (5, 0, True)
     assert len(lines) == 1 and "already complete at step 5" in lines[0]  # no "Training on"
 
@@ -397,8 +406,9 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
         if "step 5," in line:
             stop.set()
 
-    result = train.train(small_config(tmp_path, max_steps=1000), mirrored(1), files, count,
-                         stop_event=stop, print_fn=print_and_stop)
+    result = controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
+                              TrainData(files, count), stop_event=stop,
+                              print_fn=print_and_stop)
     assert (result.step, result.stopped, result.complete) == (5, True, False)
     assert result.last_checkpoint.endswith("model.ckpt-5")
     assert checkpoints.completed_step(str(tmp_path)) is None
@@ -406,12 +416,12 @@ def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
 
 def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, tmp_path):
     files, count = learnable_files
-    train.train(small_config(tmp_path, max_steps=10), mirrored(1), files, count,
-                print_fn=lambda line: None)
+    controller.train(small_config(tmp_path, max_steps=10), mirrored(1), TrainData(files, count),
+                     print_fn=lambda line: None)
     with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
-        train.train(small_config(tmp_path, max_steps=30, checkpoint_steps=1,
-                                 initial_learning_rate=1e12),
-                    mirrored(1), files, count, print_fn=lambda line: None)
+        controller.train(small_config(tmp_path, max_steps=30, checkpoint_steps=1,
+                                      initial_learning_rate=1e12),
+                         mirrored(1), TrainData(files, count), print_fn=lambda line: None)
     diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
     assert 10 < diverged_at < 30
     latest = tf.train.latest_checkpoint(str(tmp_path))
@@ -430,17 +440,16 @@ def test_fp16_skips_a_step_with_non_finite_gradients_halves_the_scale_and_grows_
     # finite, but conv1's weight gradient takes the pixel itself: NaN.
     images[1, 0, 0, 0, 0] = np.nan
     strategy = mirrored(2)
-    config = train.TrainConfig(train_dir=str(tmp_path), batch_size=BATCH, use_fp16=True,
-                               loss_scale_growth_steps=2)
-    trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+    config = TrainConfig(train_dir=str(tmp_path), batch_size=BATCH, use_fp16=True,
+                         loss_scale_growth_steps=2)
+    trainer = Trainer(config, strategy, examples_per_epoch=1000)
     scale = trainer.loss_scale
     it = fixed_batches(strategy, images, labels, 4)
     assert float(scale.scale.numpy()) == 2.0 ** 15
 
     assert np.isfinite(float(trainer.step(it)["total_loss"]))
     after_one = values(trainer.variables), values(trainer.state.averages.parameters())
-    trainer.step(it)
-    assert trainer.skipped_for_fp16()  # were the loss NaN: not a divergence yet
+    assert trainer.run_steps(it, 1)[1] == 0  # skipped, not diverged
     # Skipped on every replica: no weight, average or example count moved.
     for got, want in zip(values(trainer.variables), after_one[0]):
         np.testing.assert_array_equal(got, want)
@@ -456,18 +465,36 @@ def test_fp16_skips_a_step_with_non_finite_gradients_halves_the_scale_and_grows_
     trainer.step(it)  # two in a row: doubled
     assert float(scale.scale.numpy()) == 2.0 ** 15
     assert trainer.state.examples_seen.numpy() == 3 * 2 * BATCH
-    # At the bottom the scale cannot go lower: a non-finite loss is a divergence.
-    scale.scale.assign(1.0)
-    assert not trainer.skipped_for_fp16()
+
+
+def test_fp16_a_non_finite_loss_is_a_skipped_step_until_the_scale_cannot_fall(tmp_path):
+    images, labels = random_batches(6, BATCH)
+    strategy = mirrored(1)
+    trainer = Trainer(TrainConfig(train_dir=str(tmp_path), batch_size=BATCH, use_fp16=True),
+                      strategy, examples_per_epoch=1000)
+    it = fixed_batches(strategy, images, labels, 6)
+    # NaN logits: from here on every loss and every gradient is NaN.
+    softmax_biases = trainer.variables[-1]
+    softmax_biases.assign(tf.fill(softmax_biases.shape, float("nan")))
+    losses, diverged = trainer.run_steps(it, 1)
+    assert np.isnan(float(losses["total_loss"])) and diverged == 0  # the scale can halve
+    assert float(trainer.loss_scale.scale.numpy()) == 2.0 ** 14
+    # From 4: step 2 halves it to 2, step 3 to 1, where it cannot fall: the loop of
+    # five steps ends there, on a divergence.
+    trainer.loss_scale.scale.assign(4.0)
+    losses, diverged = trainer.run_steps(it, 5)
+    assert np.isnan(float(losses["total_loss"])) and diverged == 3
+    assert trainer.state.step.numpy() == 3 and trainer.state.examples_seen.numpy() == 0
+    assert int(trainer.loss_scale.skipped.numpy()) == 3
 
 
 def test_fp16_divergence_is_declared_once_the_scale_bottoms_out(learnable_files, tmp_path):
     files, count = learnable_files
     lines = []
     with pytest.raises(DivergedError, match=r"Model diverged with loss = NaN") as err:
-        train.train(small_config(tmp_path, batch_size=8, max_steps=60, log_frequency=5,
-                                 use_fp16=True, initial_learning_rate=1e12),
-                    mirrored(1), files, count, print_fn=lines.append)
+        controller.train(small_config(tmp_path, batch_size=8, max_steps=60, log_frequency=5,
+                                      use_fp16=True, initial_learning_rate=1e12),
+                         mirrored(1), TrainData(files, count), print_fn=lines.append)
     # Halving from 2^15 to 1 takes 15 skipped steps before the one that gives up.
     diverged_at = int(re.search(r"at step (\d+)", str(err.value))[1])
     assert 16 <= diverged_at < 60
@@ -486,7 +513,7 @@ def test_config_rejects_bad_values(tmp_path):
     strategy = mirrored(1)
     for name in ("batch_size", "max_steps", "checkpoint_steps"):
         with pytest.raises(ValueError, match=name):
-            train.Trainer(small_config(tmp_path, **{name: 0}), strategy)
+            Trainer(small_config(tmp_path, **{name: 0}), strategy)
 
 
 def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
@@ -495,8 +522,8 @@ def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
     for name, overrides in {"f32": {}, "xla": {"xla": True}, "f16": {"use_fp16": True},
                             "bf16": {"use_bf16": True}}.items():
         strategy = mirrored(1)
-        config = train.TrainConfig(train_dir=str(tmp_path / name), batch_size=BATCH, **overrides)
-        trainer = train.Trainer(config, strategy, examples_per_epoch=1000)
+        config = TrainConfig(train_dir=str(tmp_path / name), batch_size=BATCH, **overrides)
+        trainer = Trainer(config, strategy, examples_per_epoch=1000)
         loss = trainer.step(fixed_batches(strategy, images, labels, 1))
         assert all(v.dtype == tf.float32 for v in trainer.state.checkpoint().model.parameters())
         compute[name] = {trainer.state.model.compute_dtype, trainer.state.averages.compute_dtype}
@@ -526,18 +553,18 @@ def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path
     one, _ = run_steps(1, 4 * BATCH, images[:1], labels[:1], tmp_path / "a")
     assert one.state.examples_seen.numpy() == 4 * BATCH
     # Resume the same state with 4 replicas of BATCH: the count goes on in examples.
-    four = train.Trainer(train.TrainConfig(train_dir=str(tmp_path / "b"), batch_size=BATCH),
-                         mirrored(4), examples_per_epoch=1000)
+    four = Trainer(TrainConfig(train_dir=str(tmp_path / "b"), batch_size=BATCH), mirrored(4),
+                   examples_per_epoch=1000)
     four.state.checkpoint().read(one.state.checkpoint().write(str(tmp_path / "ck"))).assert_consumed()
     four.step(fixed_batches(four.strategy, images[1:2], labels[1:2], 1))
     assert four.state.step.numpy() == 2
     assert four.state.examples_seen.numpy() == 8 * BATCH
     # 350 epochs of 1,000 examples: the first decay comes after 350,000 examples.
     four.state.examples_seen.assign(350_000 - 1)
-    assert float(train.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
+    assert float(schedule.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
         pytest.approx(0.1)
     four.state.examples_seen.assign(350_000)
-    assert float(train.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
+    assert float(schedule.learning_rate(four.state.examples_seen, four.examples_per_epoch)) == \
         pytest.approx(0.01)
 
 
@@ -545,5 +572,5 @@ def test_unwritable_train_dir_is_a_one_line_error(learnable_files, tmp_path):
     files, count = learnable_files
     (tmp_path / "a_file").write_text("not a directory")
     with pytest.raises(Cifar10Error, match=r"cannot create --train_dir .*a_file/run"):
-        train.train(small_config(tmp_path / "a_file" / "run"), mirrored(1), files, count,
-                    print_fn=lambda line: None)
+        controller.train(small_config(tmp_path / "a_file" / "run"), mirrored(1),
+                         TrainData(files, count), print_fn=lambda line: None)

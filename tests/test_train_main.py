@@ -19,11 +19,11 @@ import time
 import pytest
 import tensorflow as tf
 
-from cifar10.runs import checkpoints
+from cifar10.runs import rundir
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.data import synthetic
-from cifar10.training import train
+from cifar10.training.state import TrainState
 from cifar10.data import fileformat as ff
 from cli import call, env, event_tags, program, run, sigterm_when, start
 from conftest import LAYERS, TRAIN_LINE
@@ -248,9 +248,9 @@ def wait_for_log_step(proc, step, timeout=120):
 
 def test_a_second_trainer_on_the_same_train_dir_is_refused_naming_the_first(tmp_path):
     # The first "trainer" is this test process, holding the directory's lock as a
-    # trainer does; that a held directory is left as it was is test_checkpoints'.
-    state = train.TrainState(seed=0, compute_dtype=tf.float32)
-    with checkpoints.RunDirectory(str(tmp_path / "train"), state.checkpoint(), keep=5):
+    # trainer does; that a held directory is left as it was is test_lock's.
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    with rundir.RunDirectory(str(tmp_path / "train"), state.checkpoint(), keep=5):
         second = call("cifar10-train", *train_args(tmp_path, "--max_steps=5"))
     assert second.returncode == 1
     assert second.stderr.strip().splitlines()[-1] == (

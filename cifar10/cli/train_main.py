@@ -8,7 +8,7 @@ checkpoint and stop.  Examples:
 """
 
 # This file is intentionally short: it parses flags, installs the signal
-# handlers and calls cifar10.training.train.train, where the work is.
+# handlers and calls cifar10.training.controller.train, where the work is.
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import threading
 from absl import app
 from absl import flags
 
+from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
@@ -61,7 +62,8 @@ def main(argv: list[str]) -> None:
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.data import pipeline as data
     from cifar10.distribute import devices
-    from cifar10.training import train
+    from cifar10.training import controller
+    from cifar10.training.run import TrainData
 
     # --num_gpus left at its default: one replica, on the CPU without a warning if need be.
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
@@ -69,19 +71,27 @@ def main(argv: list[str]) -> None:
                                      FLAGS.strategy, FLAGS.worker_timeout_secs)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
-    config = cifar10_flags.config_from_flags(train.TrainConfig, FLAGS,
+    config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,
                                               profile_steps=FLAGS.profile_steps)
+    train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
+                           data.class_names(batches_dir))
     stop_event = threading.Event()
     install_stop_handlers(stop_event)
-    result = train.train(config, strategy, data.split_files(batches_dir, "train"),
-                         counts["train"], stop_event=stop_event,
-                         print_fn=lambda line: print(line, flush=True),
-                         run_info={"command": " ".join(sys.argv), "data_dir": batches_dir,
-                                   "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32},
-                         class_names=data.class_names(batches_dir),
-                         flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+    result = controller.train(config, strategy, train_data, stop_event=stop_event,
+                              print_fn=lambda line: print(line, flush=True),
+                              invocation=_invocation(batches_dir))
     if result.steps_run:  # else train said the run was already complete
         print("\n".join(result.summary()))
+
+
+def _invocation(batches_dir: str):
+    """What the run records of this program: its command line and flags (per start,
+    in train_dir), and settings TensorBoard shows with the run's config."""
+    from cifar10.training.run import Invocation
+
+    return Invocation(command=sys.argv, flags_text=programs.flagfile_text(FLAGS),
+                      settings={"command": " ".join(sys.argv), "data_dir": batches_dir,
+                                "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32})
 
 
 def run() -> None:

@@ -10,7 +10,7 @@ tangle with warnings, notices and the ``[worker i]`` prefixes of several workers
 
 The end of a run that trained is one summary (``TrainResult.summary``): how it
 ended and where the checkpoint is, the run's figures, and the command that
-evaluates it.  No TensorFlow here: ``train`` measures, this module words.
+evaluates it.  No TensorFlow here: ``meter`` measures, this module words.
 """
 
 from __future__ import annotations

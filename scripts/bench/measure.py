@@ -12,8 +12,10 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from cifar10.distribute import devices
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 
 
 def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
@@ -41,18 +43,18 @@ def median_seconds(run: Callable[[], Any], windows: int) -> float:
     return statistics.median(timed(run)[1] for _ in range(windows))
 
 
-def train_config(args, train_dir: str, **settings) -> train.TrainConfig:
+def train_config(args, train_dir: str, **settings) -> TrainConfig:
     """A TrainConfig with the benchmark's batch size (unless ``settings`` give one),
     precision and XLA."""
     settings.setdefault("batch_size", args.batch_size)
-    return train.TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16,
-                             use_bf16=args.use_bf16, xla=args.xla, **settings)
+    return TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16,
+                       use_bf16=args.use_bf16, xla=args.xla, **settings)
 
 
-def train_reports(config: train.TrainConfig, strategy: tf.distribute.Strategy,
+def train_reports(config: TrainConfig, strategy: tf.distribute.Strategy,
                   files: list[str], count: int,
                   on_report: Callable[[Any], None] | None = None) -> list:
-    """The reports (``StepReport``, one a log line) of a cifar10.training.train.train run
+    """The reports (``StepReport``, one a log line) of a cifar10.training.controller.train run
     that prints nothing; ``on_report`` is called with each as it comes, while
     training waits."""
     reports = []
@@ -62,7 +64,8 @@ def train_reports(config: train.TrainConfig, strategy: tf.distribute.Strategy,
         if on_report:
             on_report(report)
 
-    train.train(config, strategy, files, count, print_fn=lambda line: None, on_report=collect)
+    controller.train(config, strategy, TrainData(files, count), print_fn=lambda line: None,
+                     on_report=collect)
     return reports
 
 

@@ -9,8 +9,9 @@ import tensorflow as tf
 
 from bench import measure
 from cifar10.data import pipeline as data
-from cifar10.training import train
 from cifar10.core.config import CROP_SIZE
+from cifar10.distribute import devices
+from cifar10.training.engine import Trainer
 
 
 def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str
@@ -20,14 +21,14 @@ def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str
     Returns:
       A function that times one window of it: examples/sec.
     """
-    trainer = train.Trainer(measure.train_config(args, train_dir), strategy)
+    trainer = Trainer(measure.train_config(args, train_dir), strategy)
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     labels = tf.random.stateless_uniform([args.batch_size], (3, 4), 0, 10, tf.int32)
     # Fed as training is fed: one pipeline per replica, no autotuning.
     batches = data.without_autotuning(tf.data.Dataset.from_tensors((images, labels)).repeat())
     it = iter(strategy.distribute_datasets_from_function(lambda ctx: batches,
-                                                         train.input_options(strategy)))
+                                                         devices.input_options(strategy)))
 
     def window(steps: int) -> None:
         for _ in range(steps):
@@ -56,7 +57,7 @@ def input_alone(args, train_files: list[str]) -> float:
 def end_to_end(args, strategy: tf.distribute.Strategy, train_files: list[str], count: int,
                train_dir: str, time_step: Callable[[], float]
                ) -> tuple[float, float, float]:
-    """(c): examples/sec of cifar10.training.train.train, and (a) between its windows.
+    """(c): examples/sec of cifar10.training.controller.train, and (a) between its windows.
 
     The first epoch (the shuffle buffer filling, the step traced) is the warm-up,
     timed on its own.  Then each steady-state window
