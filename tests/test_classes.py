@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from cli import call
 from cifar10.runs import checkpoints
-from cifar10.training import train
+from cifar10.training.state import TrainState
 from cifar10.data import fileformat as ff
 from conftest import EVAL_LINE
 
@@ -40,7 +40,7 @@ def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_
     trained = call("cifar10-train", f"--data_dir={data_dir}", f"--train_dir={train_dir}",
                    "--max_steps=2", "--batch_size=8", "--summary_steps=1000")
     assert trained.returncode == 0, trained.stderr
-    names = checkpoints.class_names(str(train_dir))
+    names = checkpoints.trained_class_names(str(train_dir))
     assert names == tuple(f"class{i:03d}" for i in range(num_classes))
     ckpt = str(train_dir / "model.ckpt-2")
     assert checkpoints.num_outputs(ckpt) == num_classes
@@ -97,7 +97,7 @@ def test_the_tutorials_model_is_unchanged_for_ten_classes(trained_run):
     """CIFAR-10 runs keep the tutorial's model (1,068,298 parameters; a checkpoint of
     before the class count followed the data has the same variables and shapes)."""
     train_dir, _ = trained_run
-    state = train.TrainState(seed=0, compute_dtype=tf.float32)
+    state = TrainState(seed=0, compute_dtype=tf.float32)
     assert sum(int(np.prod(v.shape)) for v in state.model.parameters()) == 1_068_298
     ckpt = checkpoints.latest(str(train_dir)).path
     assert checkpoints.num_outputs(ckpt) == ff.NUM_CLASSES
@@ -112,7 +112,7 @@ def old_three_class_run(tmp_path):
     data_dir, train_dir = tmp_path / "data", tmp_path / "train"
     assert call("cifar10-prepare", f"--image_dir={tmp_path / 'photos'}",
                 f"--data_dir={data_dir}", "--test_fraction=0.34").returncode == 0
-    state = train.TrainState(seed=0, compute_dtype=tf.float32, num_classes=10)
+    state = TrainState(seed=0, compute_dtype=tf.float32, num_classes=10)
     os.makedirs(train_dir)
     state.checkpoint().write(str(train_dir / "model.ckpt-5"))
     (train_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')

@@ -17,7 +17,9 @@ from cifar10.data import pipeline as data
 from cifar10.serving import predict
 from cifar10.data import prepare
 from cifar10.data import synthetic
-from cifar10.training import train
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import Cifar10Error
 
@@ -278,13 +280,14 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
     assert data.class_names(summary.batches_dir) == names
 
     files = data.split_files(summary.batches_dir, "train")
-    config = train.TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
-                               log_frequency=30, checkpoint_steps=30, summary_steps=1000,
-                               shuffle_buffer=100)
-    train.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"), files,
-                data.validate_files(files, len(names)), print_fn=lambda line: None,
-                class_names=data.class_names(summary.batches_dir))
-    assert checkpoints.class_names(config.train_dir) == names
+    config = TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
+                         log_frequency=30, checkpoint_steps=30, summary_steps=1000,
+                         shuffle_buffer=100)
+    controller.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"),
+                     TrainData(files, data.validate_files(files, len(names)),
+                               data.class_names(summary.batches_dir)),
+                     print_fn=lambda line: None)
+    assert checkpoints.trained_class_names(config.train_dir) == names
 
     test_paths = [path for path, _ in source.test]
     result = call("cifar10-predict", f"--checkpoint_dir={config.train_dir}", "--output=csv",
