@@ -568,6 +568,38 @@ def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path
         pytest.approx(0.01)
 
 
+def test_op_determinism_is_on_for_a_deterministic_run_only_and_as_found_after_it(
+        learnable_files, tmp_path):
+    """TensorFlow's op determinism is the whole process's: a --deterministic run turns
+    it on for its steps and leaves it as it found it, also when it fails."""
+    from tensorflow.python.framework import config as tf_config  # its reading is not public
+    files, count = learnable_files
+    (tmp_path / "a_file").write_text("not a directory")
+    during, after = [], []
+
+    def record(report):
+        during.append(tf_config.is_op_determinism_enabled())
+
+    try:
+        for name, deterministic in (("on", True), ("off", False), ("a_file/run", True)):
+            config = small_config(tmp_path / name, max_steps=2, log_frequency=1,
+                                  deterministic=deterministic)
+            try:
+                controller.train(config, mirrored(1), TrainData(files, count),
+                                 print_fn=lambda line: None, on_report=record)
+            except Cifar10Error:
+                assert name == "a_file/run"  # cannot create --train_dir
+            after.append(tf_config.is_op_determinism_enabled())
+        assert (during, after) == ([True, True, False, False], [False, False, False])
+        # Found on (the caller's choice, or TF_DETERMINISTIC_OPS=1): left on.
+        tf.config.experimental.enable_op_determinism()
+        with controller.op_determinism(True):
+            pass
+        assert tf_config.is_op_determinism_enabled()
+    finally:
+        tf_config.disable_op_determinism()  # the rest of the session runs as usual
+
+
 def test_unwritable_train_dir_is_a_one_line_error(learnable_files, tmp_path):
     files, count = learnable_files
     (tmp_path / "a_file").write_text("not a directory")

@@ -7,13 +7,16 @@ resumes and records the start (``run``), then runs the trainer's loops of up to
 host has work (``loop_end``), and there small objects act: the progress meter
 (lines, rates; ``meter``), the saver (checkpoints), the profiler's window
 (``profiling``) and the workers' stop (``coordination``).  A NaN or infinite loss
-stops the run.  It reads no flags: ``train_main`` builds a ``TrainConfig``.
+stops the run.  A ``deterministic`` run takes TensorFlow's op determinism for its
+own time (``op_determinism``).  It reads no flags: ``train_main`` builds a
+``TrainConfig``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 import tensorflow as tf
 
@@ -64,27 +67,68 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
       Cifar10Error: the run directory cannot be used (in use, unwritable, full,
         no checkpoint restores), or training failed (e.g. another worker was lost).
     """
-    trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
-    with coordination.Coordinator(strategy, stop_event) as cluster, \
-            _run_directory(trainer, cluster, print_fn) as run_dir:
-        run_dir.record_class_names(data.class_names)
-        restored = run_dir.restore()
-        start = restored.step if restored else 0
-        cluster.check_same_start(start, config.train_dir)
-        if start >= config.max_steps:
-            return _already_complete(config, cluster, run_dir, restored, print_fn)
-        settings = run.begin(trainer, cluster, data, restored, invocation or Invocation(),
-                             print_fn)
-        run_dir.unmark_complete()
-        controller = _Controller(trainer, cluster, run_dir, start, print_fn, on_report)
-        step = controller.run(data.files, settings)
-        complete = step == config.max_steps
-        if complete:
-            run_dir.mark_complete(step)
-        return TrainResult(start_step=start, step=step, complete=complete,
-                           last_checkpoint=run_dir.latest_path(), train_dir=config.train_dir,
-                           is_chief=cluster.is_chief, task=cluster.task,
-                           **controller.meter.figures())
+    with op_determinism(config.deterministic):
+        trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
+        with coordination.Coordinator(strategy, stop_event) as cluster, \
+                _run_directory(trainer, cluster, print_fn) as run_dir:
+            run_dir.record_class_names(data.class_names)
+            restored = run_dir.restore()
+            start = restored.step if restored else 0
+            cluster.check_same_start(start, config.train_dir)
+            if start >= config.max_steps:
+                return _already_complete(config, cluster, run_dir, restored, print_fn)
+            settings = run.begin(trainer, cluster, data, restored,
+                                 invocation or Invocation(), print_fn)
+            run_dir.unmark_complete()
+            controller = _Controller(trainer, cluster, run_dir, start, print_fn, on_report)
+            step = controller.run(data.files, settings)
+            complete = step == config.max_steps
+            if complete:
+                run_dir.mark_complete(step)
+            return TrainResult(start_step=start, step=step, complete=complete,
+                               last_checkpoint=run_dir.latest_path(),
+                               train_dir=config.train_dir, is_chief=cluster.is_chief,
+                               task=cluster.task, **controller.meter.figures())
+
+
+@contextlib.contextmanager
+def op_determinism(enabled: bool) -> Iterator[None]:
+    """A context in which TensorFlow runs every op deterministically, or raises for
+    an op that has no deterministic kernel, if ``enabled`` (``--deterministic``).
+
+    TensorFlow's setting is the whole process's: it is turned on for the context
+    only, and left at its end as it was found (on where the caller or
+    ``TF_DETERMINISTIC_OPS=1`` turned it on), so that a deterministic run does not
+    make what the process does next (another run, the benchmark's next figure)
+    deterministic and slower.  With ``enabled`` False it is left as it is.
+    """
+    if not enabled:
+        yield
+        return
+    was_on = _set_op_determinism(True)
+    try:
+        yield
+    finally:
+        _set_op_determinism(was_on)
+
+
+def _set_op_determinism(on: bool) -> bool:
+    """Turns TensorFlow's op determinism on or off; returns whether it was on.
+
+    TensorFlow's public API only turns it on
+    (``tf.config.experimental.enable_op_determinism``); reading it and turning it
+    off are in its private ``tensorflow.python.framework.config``
+    (``is_op_determinism_enabled``, ``disable_op_determinism``, in every
+    TensorFlow this package supports).  This is the one place that reaches there.
+    """
+    from tensorflow.python.framework import config as tf_config
+
+    was_on = tf_config.is_op_determinism_enabled()
+    if on:
+        tf.config.experimental.enable_op_determinism()
+    elif was_on:
+        tf_config.disable_op_determinism()
+    return was_on
 
 
 def _run_directory(trainer: Trainer, cluster: coordination.Coordinator,

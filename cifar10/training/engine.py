@@ -36,6 +36,9 @@ from cifar10.training.step import ReplicatedStep
 class Trainer:
     """Builds the state and the replicated step under ``strategy``, and runs it.
 
+    TensorFlow's op determinism, which ``deterministic`` runs take, is the
+    process's: the caller's to turn on (``controller.op_determinism``).
+
     Args:
       config: the run's settings.
       strategy: one replica per device; ``devices.make_strategy`` makes one.
@@ -47,9 +50,6 @@ class Trainer:
                  examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
                  num_classes: int = ff.NUM_CLASSES):
         config.check()
-        if config.deterministic:
-            # Process-wide: every op from here on runs deterministically (or raises).
-            tf.config.experimental.enable_op_determinism()
         self.config, self.strategy = config, strategy
         self.examples_per_epoch = examples_per_epoch
         self.input_options = devices.input_options(strategy)  # how batches reach the replicas

@@ -21,28 +21,13 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "benchmark.py")
 
 
-def undo_op_determinism() -> None:
-    """Turns TensorFlow's op determinism off again, for the figures that follow.
-
-    Trainer.__init__ turns it on for the whole process when a run asks for
-    --deterministic, and TensorFlow has no public call that turns it off: until
-    the trainer scopes it to its run, this is the one place the benchmark
-    reaches into TensorFlow's private API.
-    """
-    from tensorflow.python.framework import config as tf_config
-    tf_config.disable_op_determinism()
-
-
 def _rates(args, strategy, train_files, count, train_dir, windows, deterministic
            ) -> list[float]:
     """Examples/sec of each window but the first (the warm-up) of a training run."""
     config = measure.train_config(args, train_dir, max_steps=(windows + 1) * args.window_steps,
                                   log_frequency=args.window_steps, checkpoint_steps=10**9,
                                   deterministic=deterministic)
-    try:
-        reports = measure.train_reports(config, strategy, train_files, count)
-    finally:
-        undo_op_determinism()
+    reports = measure.train_reports(config, strategy, train_files, count)
     return [r.examples_per_sec for r in reports if r.step > args.window_steps]
 
 
