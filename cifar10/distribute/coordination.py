@@ -148,15 +148,17 @@ class Coordinator:
             return True
         return False
 
-    def failure(self, error: tf.errors.OpError, step: int, last_checkpoint: str) -> Cifar10Error:
-        """The one-line error of a run that TensorFlow stopped at ``step``."""
+    def failure(self, error: tf.errors.OpError, step: int,
+                checkpoint: str | None) -> Cifar10Error:
+        """The one-line error of a run that TensorFlow stopped at ``step``, whose newest
+        checkpoint is ``checkpoint`` (a path; None where none was written)."""
+        last = (f"the last checkpoint is {checkpoint}" if checkpoint
+                else "no checkpoint was written yet")
         if self.multi_worker and isinstance(error, LOST_WORKER_ERRORS):
             return Cifar10Error(
                 f"training stopped at step {step}: lost another worker or the connection to "
-                f"it ({first_line(error)}); {last_checkpoint}; start every worker again to "
-                f"resume")
-        return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; "
-                            f"{last_checkpoint}")
+                f"it ({first_line(error)}); {last}; start every worker again to resume")
+        return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; {last}")
 
 
 def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):
