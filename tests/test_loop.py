@@ -126,26 +126,54 @@ def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_f
     assert tags[7]["examples_per_sec"] == [1, 3, 6, 9, 12]
 
 
-def test_a_nan_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
-        learnable_files, tmp_path, monkeypatch):
+@pytest.mark.parametrize("value, replicas, said", [
+    ("nan", 2, "Model diverged with loss = NaN at step 13"),
+    ("inf", 1, "Model diverged with an infinite loss (inf) at step 13"),
+])
+def test_a_nan_or_infinite_loss_inside_a_loop_names_its_step_and_the_last_good_checkpoint(
+        learnable_files, tmp_path, monkeypatch, value, replicas, said):
     files, count = learnable_files
     original = ReplicatedStep.__call__
 
-    def poisoned(self, iterator, with_summaries=False):  # step 13's loss is NaN
+    def poisoned(self, iterator, with_summaries=False):  # step 13's loss is NaN or inf
         losses = original(self, iterator, with_summaries)
         bad = tf.equal(self.state.step, 13)
-        return {k: tf.where(bad, tf.constant(float("nan")), v) for k, v in losses.items()}
+        return {k: tf.where(bad, tf.constant(float(value)), v) for k, v in losses.items()}
 
     monkeypatch.setattr(ReplicatedStep, "__call__", poisoned)
     config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
     assert loops(config)[3] == (11, 15)  # step 13 is inside a loop
     lines = []
     with pytest.raises(DivergedError) as err:
-        controller.train(config, mirrored(2), TrainData(files, count), print_fn=lines.append)
-    assert str(err.value) == (f"Model diverged with loss = NaN at step 13 (loss nan); the last "
-                              f"good checkpoint is {tmp_path / 'model.ckpt-10'}")
+        controller.train(config, mirrored(replicas), TrainData(files, count),
+                         print_fn=lines.append)
+    assert str(err.value) == (f"{said}; the last good checkpoint is "
+                              f"{tmp_path / 'model.ckpt-10'}")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
     assert [s for s, _ in losses_of(lines)] == [1, 10]
+
+
+def test_weights_that_are_not_finite_after_a_finite_loss_are_never_saved(
+        learnable_files, tmp_path, monkeypatch):
+    files, count = learnable_files
+    original = ReplicatedStep.__call__
+
+    def poisoned(self, iterator, with_summaries=False):  # NaN biases after step 15's update
+        losses = original(self, iterator, with_summaries)
+        biases = self.variables[1]
+        biases.assign(tf.where(tf.equal(self.state.step, 15), tf.fill(biases.shape, np.nan),
+                               biases))
+        return losses
+
+    monkeypatch.setattr(ReplicatedStep, "__call__", poisoned)
+    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
+    with pytest.raises(DivergedError) as err:  # at the loop end of step 15, its save
+        controller.train(config, mirrored(1), TrainData(files, count),
+                         print_fn=lambda line: None)
+    assert str(err.value) == (f"Model diverged: weights are not finite (NaN or infinite) at "
+                              f"step 15; the last good checkpoint is "
+                              f"{tmp_path / 'model.ckpt-10'}")
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
 
 
 def test_the_input_of_gpu_replicas_is_fetched_to_the_device_and_trains(learnable_files,

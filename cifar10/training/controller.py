@@ -15,6 +15,7 @@ own time (``op_determinism``).  It reads no flags: ``train_main`` builds a
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from typing import Callable, Iterator
 
@@ -260,9 +261,9 @@ class _Controller:
         if self.done == self.start:
             tf.summary.trace_export("train_step", step=self.start)
         if diverged:
-            raise DivergedError(
-                f"Model diverged with loss = NaN at step {diverged} (loss {loss}); "
-                f"{self.run_dir.describe_latest('the last good checkpoint')}")
+            what = "with loss = NaN" if math.isnan(loss) else f"with an infinite loss ({loss})"
+            raise DivergedError(f"Model diverged {what} at step {diverged}; "
+                                f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.profile.after(end)
         self.meter.steps_done(end, end - self.done, loss)
         self.done = end
@@ -287,6 +288,6 @@ class _Saver:
         # checkpoint is only written from weights that are all finite.
         if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.trainer.variables):
             raise DivergedError(
-                f"Model diverged with loss = NaN: weights are not finite at step {step}; "
+                f"Model diverged: weights are not finite (NaN or infinite) at step {step}; "
                 f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.run_dir.save(step)
