@@ -14,7 +14,7 @@ from cli import call, run
 
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
-from cifar10.serving import predict
+from cifar10.data import images as image_files
 from cifar10.data import prepare
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
@@ -305,7 +305,7 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
 def test_an_unwritable_data_dir_is_one_line_before_any_image_is_decoded(image_dir, tmp_path,
                                                                       monkeypatch):
     (tmp_path / "a_file").write_text("not a folder")
-    monkeypatch.setattr(predict, "decode_files", lambda paths: pytest.fail("decoded"))
+    monkeypatch.setattr(image_files, "decode_files", lambda paths: pytest.fail("decoded"))
     target = tmp_path / "a_file" / "data"
     with pytest.raises(Cifar10Error) as info:
         prepare.convert(prepare.find_source(str(image_dir)), str(target))
