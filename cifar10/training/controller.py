@@ -64,7 +64,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
         ``train_dir`` (``records``), and settings to show in TensorBoard.
 
     Raises:
-      DivergedError: the loss became NaN or infinite.
+      DivergedError: the loss, or the weights, became NaN or infinite.
       Cifar10Error: the run directory cannot be used (in use, unwritable, full,
         no checkpoint restores), or training failed (e.g. another worker was lost).
     """
@@ -81,15 +81,15 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             settings = run.begin(trainer, cluster, data, restored,
                                  invocation or Invocation(), print_fn)
             run_dir.unmark_complete()
-            controller = _Controller(trainer, cluster, run_dir, start, print_fn, on_report)
-            step = controller.run(data.files, settings)
+            loops = _Controller(trainer, cluster, run_dir, start, print_fn, on_report)
+            step = loops.run(data.files, settings)
             complete = step == config.max_steps
             if complete:
                 run_dir.mark_complete(step)
             return TrainResult(start_step=start, step=step, complete=complete,
                                last_checkpoint=run_dir.latest_path(),
                                train_dir=config.train_dir, is_chief=cluster.is_chief,
-                               task=cluster.task, **controller.meter.figures())
+                               task=cluster.task, **loops.meter.figures())
 
 
 @contextlib.contextmanager
