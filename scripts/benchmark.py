@@ -13,7 +13,7 @@ Prints, each the median of several timed windows after a warm-up:
       after a first epoch of warm-up (its rate is shown too; the in-memory cache
       of decoded records is filled before the first step);
   (d) evaluation of the test file with the evaluator's scoring pass
-      (cifar10.evaluation.evaluate.make_scorer);
+      (cifar10.evaluation.scoring.make_scorer);
   (e) seconds from launching cifar10-train to its first step, data on disk;
   (f) peak resident memory of that cifar10-train process;
   (g) the speed of this machine: float32 matmul GFLOP/s (bfloat16 with

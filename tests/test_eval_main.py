@@ -59,7 +59,7 @@ def error_lines(stderr):
 
 def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(trained,
                                                                                tmp_path):
-    # Counting exactly --num_examples below the data size is tested in test_evaluate.
+    # Counting exactly --num_examples below the data size is tested in test_scoring.
     data_dir, train_dir = trained
     result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
                                              "--num_examples=1000", "--batch_size=16"))
@@ -99,7 +99,7 @@ def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
 
 
 def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
-    # The evaluator's other errors (no checkpoint, bad data) are test_evaluate's and
+    # The evaluator's other errors (no checkpoint, bad data) are test_polling's and
     # test_data's; this one follows an error through the command to its last line.
     # --checkpoint scores that checkpoint once: not the latest (6), which is sound.
     data_dir, train_dir = trained
@@ -166,7 +166,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
     assert (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
             f"stopping.") in eval_out
 
-    # A restart after the run scores nothing: test_evaluate's poll tests.
+    # A restart after the run scores nothing: test_polling's poll tests.
 
 def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, monkeypatch):
     # The file operations of two processes, from two threads, in the worst order:

@@ -20,11 +20,12 @@ import threading
 import pytest
 import tensorflow as tf
 
+from cifar10.core.config import EvalConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.folder import split_files
-from cifar10.evaluation import evaluate
+from cifar10.evaluation import polling
 from cifar10.runs import checkpoints, rundir
 from cifar10.training import controller
 from cifar10.training.run import TrainData
@@ -166,19 +167,18 @@ def test_a_read_only_file_system_is_one_line_for_trainer_and_evaluator(tmp_path,
         assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Read-only file "
                                   f"system); choose a directory on a writable file system")
         test_files = [f.replace("data_batch_1", "test_batch") for f in learnable_files[0][:1]]
-        eval_config = evaluate.EvalConfig(checkpoint_dir=str(train_dir), eval_dir=str(eval_dir),
-                                          eval_files=test_files, num_examples=10,
-                                          run_once=True)
+        eval_config = EvalConfig(checkpoint_dir=str(train_dir), eval_dir=str(eval_dir),
+                                 eval_files=test_files, num_examples=10, run_once=True)
         with pytest.raises(Cifar10Error) as err:
-            evaluate.evaluate(eval_config, print_fn=lambda line: None)
+            polling.evaluate(eval_config, print_fn=lambda line: None)
         assert str(err.value) == (f"cannot record the run's start in {eval_dir}/environment.jsonl"
                                   f" (Read-only file system); choose a directory on a "
                                   f"writable file system")
         with pytest.raises(Cifar10Error, match=f"cannot create --eval_dir {disk}/new "
                                                r"\(Read-only file system\); choose a "
                                                r"directory on a writable file system"):
-            evaluate.evaluate(evaluate.EvalConfig(**{**eval_config.__dict__,
-                                                     "eval_dir": str(disk / "new")}))
+            polling.evaluate(EvalConfig(**{**eval_config.__dict__,
+                                           "eval_dir": str(disk / "new")}))
 
 
 def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path):
@@ -194,12 +194,11 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path)
                         f.write(b"\0" * 4096)
             shutil.copytree(trained_run[0], checkpoint_dir)
 
-        config_ = evaluate.EvalConfig(checkpoint_dir=str(checkpoint_dir), eval_dir=str(eval_dir),
-                                      eval_files=split_files(batches_dir, "test"),
-                                      num_examples=10)
+        config_ = EvalConfig(checkpoint_dir=str(checkpoint_dir), eval_dir=str(eval_dir),
+                             eval_files=split_files(batches_dir, "test"), num_examples=10)
         with pytest.raises(Cifar10Error) as err:
-            evaluate.evaluate(config_, print_fn=lambda line: None,
-                              sleep=disk_fills_while_the_trainer_saves)
+            polling.evaluate(config_, print_fn=lambda line: None,
+                             sleep=disk_fills_while_the_trainer_saves)
         assert str(err.value) == (
             f"cannot record the result of {checkpoint_dir}/model.ckpt-6 in {eval_dir} (No "
             f"space left on device); free some disk space and run the same command again")

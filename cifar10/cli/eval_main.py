@@ -10,7 +10,7 @@ weights, and stops when training is complete.  Examples:
 """
 
 # This file is intentionally short: it parses flags and calls
-# cifar10.evaluation.evaluate.evaluate, where the work is.
+# cifar10.evaluation.polling.evaluate, where the work is.
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.core.config import EvalConfig
 from cifar10.data import getdata
 from cifar10.cli import programs
 from cifar10.cli import follow as rundata
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> None:
     tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     from cifar10.data import pipeline as data
     from cifar10.distribute import devices
-    from cifar10.evaluation import evaluate
+    from cifar10.evaluation import polling
 
     if FLAGS.eval_on_cpu:
         tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
@@ -57,10 +58,10 @@ def main(argv: list[str]) -> None:
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
     config = cifar10_flags.config_from_flags(
-        evaluate.EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
+        EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
         num_examples=num_examples, class_names=data.class_names(batches_dir))
-    evaluate.evaluate(config, print_fn=lambda line: print(line, flush=True),
-                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+    polling.evaluate(config, print_fn=lambda line: print(line, flush=True),
+                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
 
 
 def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_data: str) -> int:

@@ -13,7 +13,7 @@ import tensorflow as tf
 from bench import measure
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
-from cifar10.evaluation import evaluate
+from cifar10.evaluation import scoring
 from cifar10.serving import export
 from cifar10.data import prepare
 from cifar10.model import Model
@@ -29,7 +29,7 @@ def evaluation(args, test_files: list[str]) -> tuple[float, float]:
     seconds."""
     model = Model(compute_dtype=measure.compute_dtype(args))
     dataset = data.eval_dataset(test_files, args.batch_size)
-    score = evaluate.make_scorer(model)
+    score = scoring.make_scorer(model)
     confusion, _ = score(dataset)  # warm-up: tracing
     seconds = measure.median_seconds(lambda: score(dataset), args.windows)
     return int(confusion.sum()) / seconds, seconds

@@ -1,0 +1,206 @@
+"""The evaluator as a library (``evaluate``): one checkpoint scored once, or the
+polling loop that scores each new checkpoint of a run once, beside a running
+trainer, until the trainer marks the run complete.
+
+A checkpoint already scored is not scored again, also across restarts
+(``results.jsonl`` in ``eval_dir`` remembers); ``eval_dir`` is never wiped, and one
+this call created is removed again if it fails before it recorded a result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from typing import Callable, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from cifar10.core.config import EvalConfig, compute_dtype
+from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
+from cifar10.distribute import devices
+from cifar10.evaluation import recording, scoring
+from cifar10.evaluation.result import EvalResult, class_table
+from cifar10.runs import checkpoints
+from cifar10.runs import records
+from cifar10.runs import summaries
+
+# How often the polling loop looks for a new checkpoint (an evaluation still
+# waits --eval_interval_secs after the previous one).
+POLL_SECS = 2.0
+
+
+class NoCheckpointError(Cifar10Error):
+    """--run_once found no checkpoint to evaluate."""
+
+
+def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
+             sleep: Callable[[float], None] = time.sleep,
+             should_stop: Callable[[], bool] = lambda: False,
+             clock: Callable[[], float] = time.monotonic,
+             flags_text: str | None = None, command: Sequence[str] = ()) -> list[EvalResult]:
+    """Scores checkpoints of ``config.checkpoint_dir`` until training is done.
+
+    With ``run_once``, scores the latest checkpoint (or ``checkpoint``, when
+    given, which implies ``run_once``) and returns.  Otherwise
+    polls: each new checkpoint is scored once (the newest one when several
+    appeared meanwhile), at least ``eval_interval_secs`` apart; it returns when
+    the trainer has marked the run complete and its final checkpoint is scored,
+    after ``eval_timeout`` seconds without a new checkpoint, or when
+    ``should_stop()`` is true.  ``sleep`` and ``clock`` (seconds, for the
+    intervals and the timeout) are the waiting and the time it uses.  Each call
+    appends its start to ``eval_dir``'s environment.jsonl, with the command line
+    ``command``, and ``flags_text`` (the program's flags in flagfile format, if
+    given) to its flags.txt (``runs.records``).
+
+    Returns:
+      The results of this call, in order.
+
+    Raises:
+      NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``.
+      ValueError: both ``use_fp16`` and ``use_bf16``.
+    """
+    compute_dtype(config)
+    created = not os.path.lexists(config.eval_dir)
+    try:
+        os.makedirs(config.eval_dir, exist_ok=True)
+    except OSError as e:
+        raise io_error("cannot create --eval_dir", config.eval_dir, e,
+                       io_advice(e) or "choose a directory you can write") from e
+    try:
+        return _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command)
+    except BaseException:
+        # An evaluation that failed before it recorded a result leaves no directory
+        # it created (its records and event file would only say that it started).
+        if created and not os.path.exists(os.path.join(config.eval_dir,
+                                                       recording.RESULTS_FILE)):
+            shutil.rmtree(config.eval_dir, ignore_errors=True)
+        raise
+
+
+def _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command):
+    gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
+    records.record_start(config.eval_dir, records.environment(
+        "cifar10-eval", command, devices.describe(gpus[:1] or ["/device:CPU:0"]),
+        tf.__version__), flags_text)
+    with summaries.file_writer(config.eval_dir) as writer:
+        settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
+        summaries.write_run_config(settings, step=0, hparams=False)
+        if config.run_once or config.checkpoint:
+            return [_run_once(config, writer, print_fn)]
+        return _Poller(config, writer, print_fn, sleep, clock).run(should_stop)
+
+
+def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
+    latest = config.checkpoint or _latest(config.checkpoint_dir)
+    if not latest:
+        raise NoCheckpointError(
+            f"No checkpoint file found in {config.checkpoint_dir}: train first "
+            f"(cifar10-train --train_dir={config.checkpoint_dir}) or point "
+            f"--checkpoint_dir at a training run")
+    try:
+        result = scoring.evaluate_checkpoint(latest, config)
+    except checkpoints.READ_ERRORS as e:
+        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
+    recording.record(result, config.eval_dir, writer)
+    # One evaluation: its classes too (not when polling).
+    for line in result.lines() + class_table(result):
+        print_fn(line)
+    return result
+
+
+# Not tf.train.checkpoints_iterator, which goes by the state file and names alone: this
+# also rescores a new run's same-named checkpoint, skips an unreadable one once, remembers
+# across restarts (results.jsonl) and stops when the run is complete (each is tested).
+class _Poller:
+    """The polling loop of one ``evaluate`` call and what it remembers."""
+
+    def __init__(self, config: EvalConfig, writer, print_fn: Callable[[str], None],
+                 sleep: Callable[[float], None], clock: Callable[[], float]):
+        self.config, self.writer, self.print_fn = config, writer, print_fn
+        self.sleep, self.clock = sleep, clock
+        self.results: list[EvalResult] = []
+        self.done = recording.scored_checkpoints(config.eval_dir)  # result keys
+        self.failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that could not be read
+        self.said_waiting = False
+        self.last_start: float | None = None  # when the previous evaluation started
+        self.last_new = clock()  # when a checkpoint to score was last seen
+
+    def run(self, should_stop: Callable[[], bool]) -> list[EvalResult]:
+        """Polls until the run is complete, the timeout or ``should_stop()``."""
+        while not should_stop():
+            latest = _latest(self.config.checkpoint_dir)
+            todo = bool(latest) and self._key(latest) not in self.done
+            if todo and (latest, scoring.checkpoint_mtime_ns(latest)) not in self.failed:
+                self._score(latest)
+                continue
+            if self._stopping(latest, todo):
+                break
+            self.sleep(min(POLL_SECS, self.config.eval_interval_secs) or POLL_SECS)
+        return self.results
+
+    def _score(self, latest: str) -> None:
+        """Scores ``latest``, or the newest checkpoint once ``eval_interval_secs`` have
+        passed since the previous evaluation started; one that cannot be read is
+        skipped with a warning and not tried again."""
+        self.said_waiting = False
+        self.last_new = self.clock()
+        if self.last_start is not None:
+            wait = self.last_start + self.config.eval_interval_secs - self.clock()
+            if wait > 0:
+                self.sleep(wait)
+            # A newer checkpoint may have appeared while waiting: take the newest.
+            latest = _latest(self.config.checkpoint_dir) or latest
+        self.last_start = self.clock()
+        try:
+            result = scoring.evaluate_checkpoint(latest, self.config)
+        except checkpoints.READ_ERRORS as e:
+            # Deleted by the trainer's retention meanwhile, or damaged.
+            logging.warning("Skipping checkpoint %s: %s", latest, first_line(e))
+            self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
+            return
+        recording.record(result, self.config.eval_dir, self.writer)
+        self.done.add(self._key(latest, result.checkpoint_mtime_ns))
+        self.results.append(result)
+        for line in result.lines():
+            self.print_fn(line)
+
+    def _stopping(self, latest: str | None, todo: bool) -> bool:
+        """Whether to stop now that nothing is left to score (saying why), after
+        saying once that there is no checkpoint yet."""
+        checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
+        if latest is None and not self.said_waiting:
+            self.print_fn(f"No checkpoint file found in {checkpoint_dir}; waiting for the "
+                          f"trainer to write one.")
+            self.said_waiting = True
+        if _training_finished(checkpoint_dir, latest):
+            if todo:  # it is in `failed`: unreadable
+                self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
+                              f"checkpoint {latest} could not be evaluated; stopping.")
+            else:
+                self.print_fn(f"Training in {checkpoint_dir} is complete and its final "
+                              f"checkpoint is evaluated; stopping.")
+            return True
+        if timeout is not None and self.clock() - self.last_new > timeout:
+            self.print_fn(f"No new checkpoint in {timeout:g} s; stopping.")
+            return True
+        return False
+
+    def _key(self, checkpoint: str, mtime_ns: int | None = None) -> str:
+        mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns
+        return recording.result_key(checkpoint, mtime_ns, self.config.weights,
+                                    self.config.eval_data)
+
+
+def _latest(checkpoint_dir: str) -> str | None:
+    latest = checkpoints.latest(checkpoint_dir)
+    return latest.path if latest else None
+
+
+def _training_finished(checkpoint_dir: str, latest: str | None) -> bool:
+    """The trainer marked the run complete at the step of ``latest``."""
+    final_step = checkpoints.completed_step(checkpoint_dir)
+    return bool(latest) and final_step is not None and \
+        latest == checkpoints.checkpoint_path(checkpoint_dir, final_step)

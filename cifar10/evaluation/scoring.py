@@ -1,0 +1,181 @@
+"""Scoring one checkpoint: its moving-average (or raw) weights restored, precision @ 1
+over exactly ``num_examples`` examples, the confusion matrix and each class's
+figures, the histograms of the PR curves, and the misclassified images to show.
+
+Every example is counted once: the last partial batch included, nothing counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cifar10.core.config import EvalConfig, compute_dtype
+from cifar10.core.errors import Cifar10Error, listed
+from cifar10.data import pipeline as data
+from cifar10.data import synthetic
+from cifar10.evaluation.result import EvalResult, Misclassified
+from cifar10.model import Model
+from cifar10.runs import checkpoints
+
+PR_THRESHOLDS = 201  # the PR curves' thresholds, 0 to 1 in steps of 0.005
+
+
+def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
+    """Scores one checkpoint on ``config.num_examples`` examples of the eval files.
+
+    Raises:
+      Cifar10Error: the run was trained on other classes than ``config.class_names``.
+      One of ``checkpoints.READ_ERRORS``: the checkpoint cannot be read.
+    """
+    start = time.monotonic()
+    mtime = checkpoint_mtime_ns(checkpoint)
+    names = _run_classes(checkpoint, config.class_names)
+    model, step = checkpoints.load_model(checkpoint, config.weights,
+                                         tf.as_dtype(compute_dtype(config)))
+    dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
+    confusion, histograms = make_scorer(model)(dataset)
+    correct, examples = int(np.trace(confusion)), int(confusion.sum())
+    return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
+                      precision=correct / max(examples, 1),
+                      correct=correct, examples=examples, weights=config.weights,
+                      eval_data=config.eval_data, wall_time=time.time(),
+                      seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
+                      synthetic=_generated(config.eval_files),
+                      per_class=per_class(confusion, names), probability_histograms=histograms,
+                      misclassified=misclassified(model, config.eval_files, config.num_examples,
+                                                  config.misclassified_images,
+                                                  config.batch_size)
+                      if config.misclassified_images else None)
+
+
+def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
+    """A function: dataset -> (the confusion matrix of ``model`` on it, int64 [true
+    class, predicted class], one row and column per output of the model; the
+    histograms of each class's softmax probability over its own examples and over
+    the others', int64 [2, classes, PR_THRESHOLDS]).
+
+    The prediction is the highest logit (the first class of a tie).  The whole
+    pass over the dataset runs in one ``tf.function`` (traced once per model and
+    dataset structure), with no Python work per batch.  It is a
+    ``Dataset.reduce``, not a loop that AutoGraph converts: AutoGraph needs the
+    source file, and without it (changed under a running program, or not
+    installed) its fallback would trace the loop forever.
+    """
+    num_classes = model.num_classes
+
+    def add(totals, batch):
+        confusion, histograms = totals
+        images, labels = batch
+        labels = tf.cast(labels, tf.int32)
+        logits = model(images)
+        predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+        confusion += tf.math.confusion_matrix(labels, predicted, num_classes=num_classes,
+                                              dtype=tf.int64)
+        # Bucket i holds probabilities in [i, i + 1) / (PR_THRESHOLDS - 1).
+        buckets = tf.clip_by_value(
+            tf.cast(tf.floor(tf.nn.softmax(logits) * (PR_THRESHOLDS - 1)), tf.int32),
+            0, PR_THRESHOLDS - 1)
+        counts = tf.one_hot(buckets, PR_THRESHOLDS, dtype=tf.int64)  # [batch, classes, T]
+        own = tf.one_hot(labels, num_classes, dtype=tf.int64)[:, :, None]
+        histograms += tf.stack([tf.reduce_sum(counts * own, 0),
+                                tf.reduce_sum(counts * (1 - own), 0)])
+        return confusion, histograms
+
+    @tf.function(autograph=False)
+    def score(dataset):
+        return dataset.reduce(
+            (tf.zeros([num_classes, num_classes], tf.int64),
+             tf.zeros([2, num_classes, PR_THRESHOLDS], tf.int64)), add)
+
+    def scorer(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        confusion, histograms = score(dataset)
+        return confusion.numpy(), histograms.numpy()
+
+    return scorer
+
+
+def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """Each class's {name, count, recall, precision} from a confusion matrix.
+
+    ``count`` is the class's examples; ``recall`` the share of them predicted as the
+    class (its accuracy); ``precision`` the share of the examples predicted as the
+    class that are of it, None when none was.  Outputs beyond ``names`` (a run
+    trained when the model always had 10) are named ``output <i>``.
+    """
+    rows = []
+    for i in range(confusion.shape[0]):
+        count, predicted, right = (int(confusion[i].sum()), int(confusion[:, i].sum()),
+                                   int(confusion[i, i]))
+        rows.append({"name": names[i] if i < len(names) else f"output {i}", "count": count,
+                     "recall": right / count if count else None,
+                     "precision": right / predicted if predicted else None})
+    return rows
+
+
+def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
+                  batch_size: int = 128) -> Misclassified:
+    """``count`` of the first ``num_examples`` records of ``files`` that ``model``
+    classifies wrong, in class order: each class's first one in file order, then
+    each class's second, and so on.  From one checkpoint to the next they are mostly
+    the same images, so that their grid can be watched over a run."""
+    quota = -(-count // model.num_classes)
+    found: dict[int, list[tuple[np.ndarray, int]]] = {}
+    for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
+        guesses = tf.argmax(model(data.eval_batch(batch)), axis=1, output_type=tf.int32).numpy()
+        images, labels = batch.numpy(), batch_labels.numpy()
+        for i in np.flatnonzero(guesses != labels):
+            wrong = found.setdefault(int(labels[i]), [])
+            if len(wrong) < quota:
+                wrong.append((images[i], int(guesses[i])))
+        if len(found) == model.num_classes and all(len(w) == quota for w in found.values()):
+            break
+    chosen = _round_robin(found, count)
+    return Misclassified(np.stack([image for _, image, _ in chosen]) if chosen
+                         else np.zeros((0, 32, 32, 3), np.uint8),
+                         [label for label, _, _ in chosen], [guess for _, _, guess in chosen])
+
+
+def _round_robin(found: dict[int, list[tuple[np.ndarray, int]]], count: int
+                 ) -> list[tuple[int, np.ndarray, int]]:
+    """(label, image, guess): each class's first, then each class's second, ...,
+    ``count`` in all, in class order."""
+    picked = [(rank, label, image, guess) for label in sorted(found)
+              for rank, (image, guess) in enumerate(found[label])]
+    picked = sorted(picked, key=lambda p: (p[0], p[1]))[:count]
+    return [(label, image, guess) for _, label, image, guess in sorted(
+        picked, key=lambda p: (p[1], p[0]))]
+
+
+def checkpoint_mtime_ns(checkpoint: str) -> int:
+    """The time ``checkpoint``'s index file was written (-1 when it cannot be read): it
+    tells a new run's model.ckpt-N from an earlier run's of the same name."""
+    try:
+        return os.stat(checkpoint + ".index").st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _generated(files: Sequence[str]) -> bool:
+    """``files`` are cifar10.data.synthetic's data (its marker file is beside them)."""
+    return any(synthetic.is_synthetic(os.path.dirname(path)) for path in files)
+
+
+def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
+    """The class names the run of ``checkpoint`` was trained on.
+
+    Raises:
+      Cifar10Error: ``data_classes`` (when given) are other classes.
+    """
+    run_dir = os.path.dirname(checkpoint)
+    trained_on = checkpoints.trained_class_names(run_dir)
+    if data_classes and tuple(trained_on) != tuple(data_classes):
+        raise Cifar10Error(
+            f"the run in {run_dir} was trained on {len(trained_on)} classes "
+            f"({listed(trained_on)}) and --data_dir holds {len(data_classes)} "
+            f"({listed(data_classes)}): evaluate it on the data it was trained on")
+    return trained_on

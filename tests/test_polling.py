@@ -1,0 +1,326 @@
+"""Tests of cifar10.evaluation.polling: one checkpoint (--run_once, --checkpoint), the
+polling loop beside a trainer (each checkpoint scored once, also across restarts;
+intervals, timeout, unreadable checkpoints, the run's end) and the --eval_dir it made."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+
+import pytest
+from cli import scalar_values
+from conftest import EVAL_LINE
+from evalruns import DATA_SUFFIX, config_of, results_lines, trained_run
+
+from cifar10.core.errors import Cifar10Error
+from cifar10.evaluation import polling, recording
+from cifar10.evaluation.result import class_table
+from cifar10.runs import checkpoints
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return trained_run(tmp_path_factory)
+
+
+def copy_run(run, tmp_path, complete=True):
+    """A copy of the trained run's directory (optionally without the COMPLETE marker)."""
+    train_dir = str(tmp_path / "train_copy")
+    shutil.copytree(run.train_dir, train_dir)
+    if not complete:
+        os.remove(os.path.join(train_dir, checkpoints.COMPLETE_FILE))
+    return train_dir
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def set_checkpoints(train_dir, steps):
+    """Leaves exactly the checkpoints of ``steps`` in ``train_dir``, as a trainer saving
+    them would; the files of the others wait in ``<train_dir>.aside``."""
+    aside = train_dir + ".aside"
+    os.makedirs(aside, exist_ok=True)
+    for source, dest in ((train_dir, aside), (aside, train_dir)):
+        for name in os.listdir(source):
+            step = re.match(r"model\.ckpt-(\d+)\.", name)
+            if step and (int(step[1]) in steps) == (dest == train_dir):
+                os.replace(os.path.join(source, name), os.path.join(dest, name))
+
+
+def mark_complete(train_dir, step):
+    with open(os.path.join(train_dir, checkpoints.COMPLETE_FILE), "w") as f:
+        json.dump({"step": step, "time": time.time()}, f)
+
+
+class FakeSleep:
+    """Records the waits asked for and advances ``clock`` by them, without waiting;
+    runs ``actions[i]`` at the i-th call."""
+
+    def __init__(self, *actions, limit=20):
+        self.calls = []
+        self.actions = actions
+        self.limit = limit
+        self.now = 1000.0
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, seconds):
+        self.calls.append(seconds)
+        self.now += seconds
+        if len(self.calls) <= len(self.actions):
+            self.actions[len(self.calls) - 1]()
+        if len(self.calls) > self.limit:
+            raise AssertionError(f"the poller did not stop: sleeps {self.calls}")
+
+
+# --- run_once ----------------------------------------------------------------
+
+
+def test_run_once_finds_the_checkpoints_whatever_the_state_file_says(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    for text in ("", "garbage {", 'model_checkpoint_path: "model.ckpt-99"\n', None):
+        state = os.path.join(train_dir, "checkpoint")
+        if text is None:
+            os.remove(state)
+        else:
+            with open(state, "w") as f:
+                f.write(text)
+        [result] = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                              run_once=True), print_fn=lambda line: None)
+        assert result.checkpoint == os.path.join(train_dir, "model.ckpt-6")
+
+
+def test_run_once_scores_the_latest_checkpoint_and_writes_the_scalar(run, tmp_path):
+    lines = []
+    results = polling.evaluate(config_of(run, tmp_path, run_once=True, num_examples=37,
+                                         batch_size=10), print_fn=lines.append)
+    assert len(results) == 1
+    result = results[0]
+    assert (result.step, result.checkpoint, result.examples) == (6, run.ckpt6, 37)
+    # The precision line, then the class table (a header and 10 rows) and the
+    # confusion matrix (a title, the column numbers and 10 rows).
+    assert len(lines) == 1 + 11 + 12
+    assert lines[1:] == class_table(result)
+    match = EVAL_LINE.match(lines[0])
+    assert match, lines[0]
+    # Generated data (the folder has cifar10.data.synthetic's marker): the line says so.
+    assert match.groups()[1:] == ("6", "model.ckpt-6", "37", "averages")
+    assert lines[0].endswith(") on SYNTHETIC data")
+    assert result.synthetic
+    assert f"precision @ 1 = {result.precision:.3f} " in lines[0]
+    assert scalar_values(str(tmp_path), recording.PRECISION_TAG) == {
+        6: pytest.approx(result.precision)}
+    assert results_lines(tmp_path) == [result.as_record()]
+
+
+def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
+    lines = []
+    [result] = polling.evaluate(config_of(run, tmp_path, checkpoint=run.ckpt3, weights="raw"),
+                                print_fn=lines.append)
+    assert (result.step, result.checkpoint, result.weights) == (3, run.ckpt3, "raw")
+    assert EVAL_LINE.match(lines[0]).groups()[1:] == ("3", "model.ckpt-3", str(result.examples),
+                                                 "raw")
+    assert results_lines(tmp_path) == [result.as_record()]
+    missing = os.path.join(os.path.dirname(run.ckpt3), "model.ckpt-4")
+    with pytest.raises(Cifar10Error, match=f"^cannot evaluate checkpoint {re.escape(missing)}: "):
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint=missing))
+
+
+def test_run_once_without_a_checkpoint_raises_no_checkpoint_error(run, tmp_path):
+    missing = tmp_path / "no_such_run"
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(missing),
+                                   run_once=True))
+    assert isinstance(err.value, Cifar10Error)
+    assert str(err.value).startswith(f"No checkpoint file found in {missing}")
+    assert results_lines(tmp_path / "eval") == []
+    # The --eval_dir it created is removed; one that was there is kept, with its files.
+    assert not (tmp_path / "eval").exists()
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "notes.txt").write_text("the user's")
+    with pytest.raises(polling.NoCheckpointError):
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(missing),
+                                   run_once=True))
+    assert (tmp_path / "eval" / "notes.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("part", [
+    ".index",
+    DATA_SUFFIX,
+])
+def test_run_once_on_a_corrupt_checkpoint_is_an_error_naming_it(run, tmp_path, part):
+    train_dir = copy_run(run, tmp_path)
+    latest = os.path.join(train_dir, "model.ckpt-6")
+    truncate(latest + part)
+    with pytest.raises(Cifar10Error, match=f"cannot evaluate checkpoint {re.escape(latest)}"):
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   run_once=True))
+    assert results_lines(tmp_path / "eval") == []
+
+
+# --- polling -----------------------------------------------------------------
+
+
+def completion_line(train_dir):
+    return (f"Training in {train_dir} is complete and its final checkpoint is evaluated; "
+            f"stopping.")
+
+
+def test_a_new_run_with_the_same_checkpoint_names_is_scored_again(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    eval_dir = tmp_path / "eval"
+    config = config_of(run, eval_dir, checkpoint_dir=train_dir)
+    assert [r.step for r in polling.evaluate(config, print_fn=lambda line: None,
+                                             sleep=FakeSleep())] == [6]
+    # A new run (e.g. after --fresh_start) writes model.ckpt-6 again.
+    for name in os.listdir(train_dir):
+        if name.startswith("model.ckpt-6"):
+            path = os.path.join(train_dir, name)
+            os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    again = polling.evaluate(config, print_fn=lambda line: None, sleep=FakeSleep())
+    assert [r.step for r in again] == [6]
+    assert len(results_lines(eval_dir)) == 2
+
+
+def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run, tmp_path):
+    eval_dir = tmp_path / "eval"
+    lines, sleep = [], FakeSleep()
+    results = polling.evaluate(config_of(run, eval_dir), print_fn=lines.append, sleep=sleep)
+    assert [r.step for r in results] == [6]
+    assert EVAL_LINE.match(lines[0])[3] == "model.ckpt-6"
+    assert lines[1:] == [completion_line(run.train_dir)]
+    assert sleep.calls == []
+
+    # Restarted on the same eval_dir: results.jsonl says ckpt-6 is scored already.
+    lines, sleep = [], FakeSleep()
+    assert polling.evaluate(config_of(run, eval_dir), print_fn=lines.append, sleep=sleep) == []
+    assert lines == [completion_line(run.train_dir)]
+    assert sleep.calls == []
+    assert [r["step"] for r in results_lines(eval_dir)] == [6]
+    assert scalar_values(str(eval_dir), recording.PRECISION_TAG) == {
+        6: pytest.approx(results[0].precision)}
+
+    # The raw weights are another record: scored once too.
+    raw = polling.evaluate(config_of(run, eval_dir, weights="raw"), print_fn=lines.append,
+                           sleep=sleep)
+    assert [(r.step, r.weights) for r in raw] == [(6, "raw")]
+    assert [r["weights"] for r in results_lines(eval_dir)] == ["averages", "raw"]
+
+
+def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    lines = []
+    sleep = FakeSleep()
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=1.0,
+                  eval_interval_secs=0.25), print_fn=lines.append, sleep=sleep,
+        clock=sleep.clock)
+    assert [r.step for r in results] == [6]
+    assert lines[-1] == "No new checkpoint in 1 s; stopping."
+    assert len(lines) == 2
+    assert sleep.calls == [0.25] * 5  # polls until more than 1 s has passed
+
+
+@pytest.mark.parametrize("part", [
+    ".index",
+    DATA_SUFFIX,
+])
+def test_poll_skips_a_corrupt_checkpoint_with_a_warning(run, tmp_path, caplog, part):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    latest = os.path.join(train_dir, "model.ckpt-6")
+    truncate(latest + part)
+    lines = []
+    sleep = FakeSleep()
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
+                  eval_interval_secs=0.1), print_fn=lines.append, sleep=sleep,
+        clock=sleep.clock)
+    assert results == []
+    assert results_lines(tmp_path / "eval") == []
+    assert lines == ["No new checkpoint in 0.5 s; stopping."]
+    skipped = [r.getMessage() for r in caplog.records if "Skipping checkpoint" in r.getMessage()]
+    assert len(skipped) == 1  # tried once, not again at every poll
+    assert skipped[0].startswith(f"Skipping checkpoint {latest}: ")
+
+
+def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run, tmp_path):
+    train_dir = copy_run(run, tmp_path)
+    truncate(os.path.join(train_dir, "model.ckpt-6.index"))
+    lines = []
+    results = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
+                               print_fn=lines.append, sleep=FakeSleep())
+    assert results == []
+    assert len(lines) == 1  # it stops: nothing will ever make ckpt-6 readable
+    assert "is evaluated" not in lines[0]
+    assert lines[0].endswith("final checkpoint " + os.path.join(train_dir, "model.ckpt-6")
+                             + " could not be evaluated; stopping.")
+
+
+def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    set_checkpoints(train_dir, [3])
+    lines = []
+
+    def trainer_saves_the_final_checkpoint():
+        set_checkpoints(train_dir, [3, 6])
+        mark_complete(train_dir, 6)
+
+    def interval_wait():
+        # Asked before the second evaluation, not after it.
+        assert [EVAL_LINE.match(line)[3] for line in lines] == ["model.ckpt-3"]
+
+    sleep = FakeSleep(trainer_saves_the_final_checkpoint, interval_wait)
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
+        print_fn=lines.append, sleep=sleep, clock=sleep.clock)
+    assert [r.step for r in results] == [3, 6]
+    assert sleep.calls == [polling.POLL_SECS,  # looking for a new checkpoint
+                           100 - polling.POLL_SECS]  # the rest of the interval
+    assert lines[-1] == completion_line(train_dir)
+    assert [r["step"] for r in results_lines(tmp_path / "eval")] == [3, 6]
+
+
+def test_poll_moves_to_the_newest_checkpoint_after_waiting(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for suffix in (".index", DATA_SUFFIX):  # a checkpoint 4 that is never read
+        shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                    os.path.join(train_dir, "model.ckpt-4" + suffix))
+    set_checkpoints(train_dir, [3])
+
+    def final():
+        set_checkpoints(train_dir, [3, 4, 6])
+        mark_complete(train_dir, 6)
+
+    sleep = FakeSleep(lambda: set_checkpoints(train_dir, [3, 4]), final)
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
+        print_fn=lambda line: None, sleep=sleep)
+    assert [os.path.basename(r.checkpoint) for r in results] == ["model.ckpt-3", "model.ckpt-6"]
+    assert len(sleep.calls) == 2
+
+
+def test_poll_without_a_checkpoint_says_so_once_and_waits(run, tmp_path):
+    train_dir = tmp_path / "not_yet"
+    lines = []
+    sleep = FakeSleep(lambda: None, lambda: None,
+                      lambda: shutil.copytree(run.train_dir, str(train_dir)))
+    results = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(train_dir)),
+                               print_fn=lines.append, sleep=sleep)
+    assert [r.step for r in results] == [6]
+    assert lines[0] == (f"No checkpoint file found in {train_dir}; waiting for the trainer "
+                        f"to write one.")
+    assert sum("No checkpoint file found" in line for line in lines) == 1
+    assert len(sleep.calls) == 3
+    assert lines[-1] == completion_line(str(train_dir))
+
+
+def test_poll_returns_when_should_stop(run, tmp_path):
+    results = polling.evaluate(config_of(run, tmp_path / "eval"), sleep=FakeSleep(),
+                               should_stop=lambda: True)
+    assert results == []

@@ -1,0 +1,222 @@
+"""Tests of cifar10.evaluation.recording (and plots): results.jsonl written and read back,
+TensorBoard's scalars, PR curves and images, the PNG files and their titles."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli import scalar_values
+from conftest import EVAL_LINE
+from evalruns import RECORDS, always_cat_run, config_of, results_lines, trained_run
+
+from cifar10.core.config import EvalConfig
+from cifar10.data import pipeline as data
+from cifar10.data import synthetic
+from cifar10.evaluation import polling, recording, scoring
+from cifar10.evaluation.result import EvalResult
+
+RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
+               "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns", "confusion_matrix",
+               "per_class", "synthetic"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return trained_run(tmp_path_factory)
+
+
+# --- results.jsonl -----------------------------------------------------------
+
+
+def result_of(step, **overrides):
+    fields = {"checkpoint": f"/runs/train/model.ckpt-{step}", "step": step,
+              "checkpoint_mtime_ns": 1_000 + step,
+              "precision": 0.5, "correct": 5, "examples": 10, "weights": "averages",
+              "eval_data": "test", "wall_time": time.time(), "seconds": 0.25}
+    fields.update(overrides)
+    return EvalResult(**fields)
+
+
+def test_record_appends_a_json_line_and_a_scalar_at_the_step(run, tmp_path):
+    result = scoring.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path))
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    recording.record(result, str(tmp_path), writer)
+    recording.record(result_of(3, precision=0.25), str(tmp_path), writer)
+    writer.close()
+    lines = results_lines(tmp_path)
+    assert [set(line) for line in lines] == [RESULT_KEYS, RESULT_KEYS]
+    assert lines[0] == result.as_record()
+    assert (lines[0]["step"], lines[0]["examples"], lines[0]["eval_data"]) == (6, RECORDS, "test")
+    assert scalar_values(str(tmp_path), recording.PRECISION_TAG) == {
+        6: pytest.approx(result.precision), 3: 0.25}
+
+
+def test_scored_checkpoints_ignores_a_truncated_last_line(tmp_path):
+    assert recording.scored_checkpoints(str(tmp_path)) == set()  # no results.jsonl yet
+    whole = json.dumps(dataclasses.asdict(result_of(3)))
+    cut = json.dumps(dataclasses.asdict(result_of(6)))[:40]
+    (tmp_path / recording.RESULTS_FILE).write_text(whole + "\n" + cut)
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+
+
+def test_scored_checkpoints_skips_lines_that_are_json_but_not_a_result(tmp_path):
+    whole = json.dumps(dataclasses.asdict(result_of(3)))
+    others = ["5", "[1, 2]", '"text"', "null", '{"checkpoint": 1}']
+    (tmp_path / recording.RESULTS_FILE).write_text("\n".join([*others, whole]) + "\n")
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+
+
+def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
+    cut = json.dumps(dataclasses.asdict(result_of(3)))[:40]
+    (tmp_path / recording.RESULTS_FILE).write_text(cut)  # a crash while writing step 3
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    recording.record(result_of(6), str(tmp_path), writer)
+    writer.close()
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|1006|averages|test"}
+
+
+# --- TensorBoard and the PNG files --------------------------------------------
+
+
+def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
+    """Read back with TensorBoard's own event reader: a recall and a precision scalar
+    per class under per_class/, and a PR curve per class for its PR-curve plugin."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    batches_dir, test_files, _ = always_cat_run(tmp_path)
+    names = data.class_names(batches_dir)
+    polling.evaluate(EvalConfig(
+        checkpoint_dir=str(tmp_path / "train"), eval_dir=str(tmp_path / "eval"),
+        eval_files=test_files, num_examples=23, batch_size=8, run_once=True, class_names=names),
+        print_fn=lambda line: None)
+
+    events = event_accumulator.EventAccumulator(
+        str(tmp_path / "eval"), size_guidance={event_accumulator.TENSORS: 0}).Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {f"per_class/recall/{name}" for name in names} <= tags
+    assert {f"per_class/precision/{name}" for name in names} & tags == {"per_class/precision/cat"}
+    curves = set(events.PluginTagToContent("pr_curves"))
+    assert curves == {f"pr_curve/{name}/pr_curves" for name in names}  # the plugin's suffix
+    value = lambda tag: tf.make_ndarray(events.Tensors(tag)[0].tensor_proto)  # noqa: E731
+    assert [e.step for e in events.Tensors("per_class/recall/cat")] == [9]
+    assert float(value("per_class/recall/cat")) == 1.0
+    assert float(value("per_class/recall/dog")) == 0.0
+    assert float(value("per_class/precision/cat")) == pytest.approx(2 / 23)
+    # Rows: true positives, false positives, true negatives, false negatives,
+    # precision, recall, at the thresholds 0, 0.005, ..., 1.
+    cat = value("pr_curve/cat/pr_curves")
+    assert cat.shape == (6, scoring.PR_THRESHOLDS)
+    assert cat[0, 0] == 2 and cat[1, 0] == 21  # every image is above threshold 0
+    assert cat[5, 0] == 1.0 and cat[4, 0] == pytest.approx(2 / 23)
+    assert cat[0, -1] == 0 and cat[3, -1] == 2  # none is certain: the cat probability < 1
+    dog = value("pr_curve/dog/pr_curves")
+    # Dog's probability is 1 / (e^5 + 9) = 0.0064 for every image: at or above 0.005,
+    # below 0.01.
+    assert dog[0, :3].tolist() == [2, 2, 0] and dog[1, :3].tolist() == [21, 21, 0]
+
+
+def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    batches_dir, test_files, _ = always_cat_run(tmp_path)  # 21 of the 23 are wrong
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "confusion_matrix-step9.png").write_bytes(b"the user's own file")
+    config = EvalConfig(
+        checkpoint_dir=str(tmp_path / "train"), eval_dir=str(eval_dir), eval_files=test_files,
+        num_examples=23, batch_size=8, run_once=True, misclassified_images=5,
+        class_names=data.class_names(batches_dir))
+    [result] = polling.evaluate(config, print_fn=lambda line: None)
+
+    # Each class's first wrong one in file order, in class order, 5 in all: cats are
+    # never wrong, so airplane, automobile, bird, deer, dog.
+    assert result.misclassified.labels == [0, 1, 2, 4, 5]
+    records = list(data.read_records(test_files).as_numpy_iterator())
+    first = {}
+    for image, label in records:
+        first.setdefault(int(label), image)
+    np.testing.assert_array_equal(result.misclassified.images,
+                                  np.stack([first[k] for k in (0, 1, 2, 4, 5)]))
+    assert result.misclassified.predicted == [3] * 5
+    assert result.misclassified.images.shape == (5, 32, 32, 3)
+    assert sorted(os.listdir(eval_dir)) == [
+        "confusion_matrix-step9-2.png", "confusion_matrix-step9.png", "environment.jsonl",
+        *sorted(n for n in os.listdir(eval_dir) if n.startswith("events.")),
+        "misclassified-step9.png", "results.jsonl"]
+    assert (eval_dir / "confusion_matrix-step9.png").read_bytes() == b"the user's own file"
+    titles = recording.picture_titles(result)
+    for name, tag in (("confusion_matrix-step9-2.png", "confusion_matrix"),
+                      ("misclassified-step9.png", "misclassified")):
+        image = tf.io.decode_png((eval_dir / name).read_bytes())
+        assert image.shape[0] > 200 and image.shape[1] > 200 and image.shape[2] in (3, 4)
+        # Generated data: the title's first line says so.
+        assert png_title(eval_dir / name) == titles[tag]
+        assert titles[tag].startswith("SYNTHETIC data (generated, not CIFAR-10)\n")
+    assert titles["confusion_matrix"].endswith(
+        "\nConfusion matrix, model.ckpt-9, averages weights: precision @ 1 = 0.087")
+    events = event_accumulator.EventAccumulator(
+        str(eval_dir), size_guidance={event_accumulator.TENSORS: 0}).Reload()
+    assert {"confusion_matrix", "misclassified"} <= set(events.PluginTagToContent("images"))
+    assert [e.step for e in events.Tensors("misclassified")] == [9]
+
+
+def png_title(path) -> str:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.text["Title"]
+
+
+def test_a_run_with_nothing_wrong_says_why_it_has_no_grid_and_real_data_is_not_synthetic(
+        tmp_path):
+    """Test records of cats alone, scored by the model that always says cat, in a
+    folder without the generated data's marker."""
+    _, _, train_dir = always_cat_run(tmp_path)
+    cats = tmp_path / "cats" / "test_batch.bin"
+    cats.parent.mkdir()
+    cats.write_bytes(synthetic.make_records(np.full(7, 3), separable=True))
+    lines = []
+    [result] = polling.evaluate(EvalConfig(
+        checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval"), eval_files=[str(cats)],
+        num_examples=7, run_once=True), print_fn=lines.append)
+
+    assert (result.correct, result.examples, result.synthetic) == (7, 7, False)
+    assert EVAL_LINE.match(lines[0]).groups()[1:] == ("9", "model.ckpt-9", "7", "averages")
+    assert lines[0].endswith(" averages weights)")
+    assert lines[1] == ("No misclassified images to show for model.ckpt-9: all 7 examples "
+                        "were classified right.")
+    assert lines[2] == "class        count  recall  precision"
+    assert results_lines(tmp_path / "eval")[0]["synthetic"] is False
+    pictures = sorted(n for n in os.listdir(tmp_path / "eval") if n.endswith(".png"))
+    assert pictures == ["confusion_matrix-step9.png"]
+    assert png_title(tmp_path / "eval" / pictures[0]) == (
+        "Confusion matrix, model.ckpt-9, averages weights: precision @ 1 = 1.000")
+    # None asked for: nothing to explain.
+    lines = []
+    polling.evaluate(EvalConfig(
+        checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval0"), eval_files=[str(cats)],
+        num_examples=7, run_once=True, misclassified_images=0), print_fn=lines.append)
+    assert EVAL_LINE.match(lines[0]) and lines[1] == "class        count  recall  precision"
+
+
+@pytest.mark.parametrize("plots", [False, True])
+def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
+    """Keras imports matplotlib.pyplot when it is installed (0.65 s of each start):
+    the programs that do not draw keep it out while TensorFlow loads, TensorFlow works
+    without it, and matplotlib can still be imported after (a library user's)."""
+    script = ("import sys; from cifar10.cli import programs; "
+              f"tf = programs.load_tensorflow(plots={plots}); "
+              "loaded = 'matplotlib.pyplot' in sys.modules; "
+              "__import__('cifar10.evaluation.plots'); "  # the evaluator's drawing: importable
+              "print(loaded, int(tf.reduce_sum([1, 2])), sys.modules['matplotlib'] is not None)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == [str(plots), "3", "True"], out.stderr
