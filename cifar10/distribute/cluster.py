@@ -42,7 +42,12 @@ def read_tf_config(text: str | None = None) -> dict | None:
         raise _tf_config_error(f"is not a JSON object ({e})") from e
     if not isinstance(config, dict):
         raise _tf_config_error("is not a JSON object")
-    cluster = config.get("cluster")
+    _check_cluster(config.get("cluster"))
+    _check_task(config.get("task"), config["cluster"])
+    return config
+
+
+def _check_cluster(cluster) -> None:
     if not isinstance(cluster, dict) or not cluster:
         raise _tf_config_error('has no "cluster" naming the tasks')
     for task_type, addresses in cluster.items():
@@ -55,7 +60,9 @@ def read_tf_config(text: str | None = None) -> dict | None:
                                    f"strings")
     if len(cluster.get("chief", [])) > 1:
         raise _tf_config_error('names more than one "chief"')
-    task = config.get("task")
+
+
+def _check_task(task, cluster: dict) -> None:
     if not isinstance(task, dict):
         raise _tf_config_error('has no "task" saying which task this process is')
     task_type, index = task.get("type"), task.get("index")
@@ -70,7 +77,6 @@ def read_tf_config(text: str | None = None) -> dict | None:
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
         raise _tf_config_error(f'task index {json.dumps(index)} is not one of the {count} '
                                f'"{task_type}" tasks (0 to {count - 1})')
-    return config
 
 
 def _tf_config_error(problem: str) -> Cifar10Error:
