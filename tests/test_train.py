@@ -18,8 +18,8 @@ import tensorflow as tf
 
 from cifar10.runs import checkpoints, rundir
 from cifar10.data import pipeline as data
-from cifar10.evaluation import evaluate
-from cifar10.core.config import TrainConfig
+from cifar10.evaluation import scoring
+from cifar10.core.config import EvalConfig, TrainConfig
 from cifar10.distribute import devices
 from cifar10.training import controller
 from cifar10.training import schedule
@@ -285,7 +285,7 @@ def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, t
     load_model = checkpoints.load_model
     monkeypatch.setattr(checkpoints, "load_model",
                         lambda *args: loaded.append(args[2]) or load_model(*args))
-    results = [evaluate.evaluate_checkpoint(checkpoint, evaluate.EvalConfig(
+    results = [scoring.evaluate_checkpoint(checkpoint, EvalConfig(
         checkpoint_dir=str(learned_run.train_dir), eval_dir=str(tmp_path), eval_files=files,
         num_examples=600, use_bf16=use_bf16)) for use_bf16 in (False, True)]
     assert results[0].correct > 300  # it has learned: chance is 60
