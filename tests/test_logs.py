@@ -1,7 +1,6 @@
 """TensorFlow's C++ log lines filtered off stderr, and the programs' warning format."""
 
 import logging
-import os
 import subprocess
 import sys
 import textwrap
