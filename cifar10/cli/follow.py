@@ -2,7 +2,7 @@
 
 cifar10-eval scores a run on the data it was trained on without being told again:
 the data flags that the command line leaves unset take the values the run's
-latest start recorded in ``<train_dir>/flags.txt`` (``runrecord``).  A flag given
+latest start recorded in ``<train_dir>/flags.txt`` (``runs.records``).  A flag given
 on the command line wins; where its value differs from the run's, one notice line
 says so.  No TensorFlow: this runs before it loads.
 """
@@ -16,7 +16,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.data import fileformat as ff
-from cifar10.runs import records as runrecord
+from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
 
 # The flags that say which data a run read, in the order they are described.
@@ -50,10 +50,10 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     Raises:
       Cifar10Error: the resulting data flags contradict each other.
     """
-    recorded = runrecord.recorded_flags(run_dir)
+    recorded = records.recorded_flags(run_dir)
     if recorded is None:
         return None
-    source = os.path.join(run_dir, runrecord.FLAGS_FILE)
+    source = os.path.join(run_dir, records.FLAGS_FILE)
     taken: dict[str, str] = {}
     for name in names:
         if name not in recorded or name not in flag_values:

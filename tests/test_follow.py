@@ -14,7 +14,7 @@ import cli
 from conftest import EVAL_LINE
 from cifar10.cli import eval_main
 from cifar10.runs import records as runrecord
-from cifar10.cli import follow as rundata
+from cifar10.cli import follow
 from cifar10.data import synthetic
 
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
@@ -57,7 +57,7 @@ def test_unset_flags_take_the_runs_values_and_given_ones_win_with_a_notice(tmp_p
     values = flags.FlagValues()
     eval_main.define_flags(values)
     values(["cifar10-eval", "--synthetic_records=30"])
-    followed = rundata.follow_run(values, str(tmp_path), "cifar10-eval")
+    followed = follow.follow_run(values, str(tmp_path), "cifar10-eval")
     assert (values.data_dir, values.synthetic_data, values.synthetic_records) == (
         "/runs/data", True, 30)
     assert values.batch_size == 128  # not a data flag: the evaluator's own
