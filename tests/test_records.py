@@ -83,6 +83,24 @@ def test_a_resume_with_another_batch_size_says_so_once_and_records_it(tmp_path):
     assert (before["settings"]["global_batch"], after["settings"]["global_batch"]) == (16, 8)
 
 
+@pytest.mark.parametrize("damaged", ['{"settings": 5}', '{"settings": [1]}', "5", "{not json",
+                                     '{"program": "cifar10-train"}'])
+def test_a_damaged_last_record_is_one_warning_and_the_run_resumes(tmp_path, damaged):
+    first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=1"))
+    assert first.returncode == 0, first.stderr
+    environment = tmp_path / "train" / runrecord.ENVIRONMENT_FILE
+    with open(environment, "a") as f:
+        f.write(damaged + "\n")
+    resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.splitlines() == [
+        f"cifar10-train: warning: {environment}: its last record is damaged (no settings "
+        f"object): this start's settings are not compared with the last start's; its own "
+        f"record is appended as usual."]
+    assert "Training complete at step 2" in resumed.stdout
+    assert json.loads(environment.read_text().splitlines()[-1])["start_step"] == 1
+
+
 def test_each_start_records_its_environment(tmp_path):
     result = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=1", "--num_gpus=2"))
     assert result.returncode == 0, result.stderr

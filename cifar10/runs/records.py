@@ -25,6 +25,7 @@ import socket
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from absl import logging
 
 import cifar10
 from cifar10.core import atomic
@@ -81,6 +82,23 @@ def last_record(directory: str) -> dict[str, Any] | None:
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def last_settings(directory: str) -> dict[str, Any] | None:
+    """The trained ``settings`` of the newest start in ``directory``'s environment.jsonl;
+    None when there is no such file, or (with one warning) when its last record is
+    damaged: the start goes on, and is not compared with the one before."""
+    path = os.path.join(directory, ENVIRONMENT_FILE)
+    if not os.path.exists(path):
+        return None
+    record = last_record(directory)
+    settings = record.get("settings") if record else None
+    if isinstance(settings, dict):
+        return settings
+    logging.warning("%s: its last record is damaged (no settings object): this start's "
+                    "settings are not compared with the last start's; its own record is "
+                    "appended as usual.", path)
+    return None
 
 
 def changes(before: Mapping[str, Any] | None, now_: Mapping[str, Any]) -> list[dict[str, Any]]:

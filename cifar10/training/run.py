@@ -93,8 +93,7 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     one notice per trained setting that changed since the start before."""
     train_dir = trainer.config.train_dir
     settings = _trained_settings(trainer, data)
-    before = records.last_record(train_dir) if resumed else None
-    changed = records.changes(before and before.get("settings"), settings)
+    changed = records.changes(records.last_settings(train_dir) if resumed else None, settings)
     for change in changed:
         logging.warning(records.describe_change(change, start, train_dir),
                         extra={"notice": True})
