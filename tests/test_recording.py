@@ -74,6 +74,16 @@ def test_scored_checkpoints_skips_lines_that_are_json_but_not_a_result(tmp_path)
     assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
 
 
+def test_scored_checkpoints_skips_bytes_that_are_not_utf8_with_one_warning(tmp_path, caplog):
+    whole = json.dumps(dataclasses.asdict(result_of(3))).encode()
+    (tmp_path / recording.RESULTS_FILE).write_bytes(b'{"checkpoint": "\xff\xfe"}\n' + whole
+                                                    + b"\n\x80\x81\n")
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / recording.RESULTS_FILE}: skipped 2 damaged line(s); the checkpoints "
+        f"they recorded, if any, are scored again."]
+
+
 def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
     cut = json.dumps(dataclasses.asdict(result_of(3)))[:40]
     (tmp_path / recording.RESULTS_FILE).write_text(cut)  # a crash while writing step 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -63,22 +64,26 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
     Raises:
       Cifar10Error: the file is there but cannot be read.
     """
-    keys = set()
+    keys, damaged = set(), 0
+    path = os.path.join(eval_dir, RESULTS_FILE)
     try:
-        with open(os.path.join(eval_dir, RESULTS_FILE)) as f:
+        with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is one damaged line
             for line in f:
                 try:
                     r = json.loads(line)
                     keys.add(result_key(r["checkpoint"], r["checkpoint_mtime_ns"],
                                         r["weights"], r["eval_data"]))
                 except (ValueError, KeyError, TypeError):
-                    # A line cut short by a crash, or not one of ours (not an object):
-                    # that checkpoint is scored again.
-                    continue
+                    # A line cut short by a crash, not UTF-8, or not one of ours (not an
+                    # object): that checkpoint is scored again.
+                    damaged += line.strip() != b""
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise io_error("cannot read", os.path.join(eval_dir, RESULTS_FILE), e) from e
+        raise io_error("cannot read", path, e) from e
+    if damaged:
+        logging.warning("%s: skipped %d damaged line(s); the checkpoints they recorded, if "
+                        "any, are scored again.", path, damaged)
     return keys
 
 
