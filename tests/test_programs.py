@@ -198,3 +198,18 @@ def test_allow_tf32_holds_during_the_run(tmp_path, allow):
         env=cli.env(TF32_REPORT=str(tmp_path / "tf32")))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "tf32").read_text() == str(allow)
+
+
+@pytest.mark.parametrize("program, flag", [("cifar10-train", "train_dir"),
+                                           ("cifar10-eval", "eval_dir")])
+def test_a_directory_name_that_is_not_utf8_is_one_line_and_nothing_is_written(
+        tmp_path, program, flag):
+    name = os.fsdecode(bytes(tmp_path) + b"/r\xff")  # bytes the file system allows
+    result = cli.run(program, f"--{flag}={name}", "--synthetic_data",
+                     f"--data_dir={tmp_path / 'data'}", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{program}: error: --{flag}={os.fsencode(name)!r} is not UTF-8: choose a name in "
+        f"UTF-8 (the run's records, flags.txt and environment.jsonl, are UTF-8 text) (see "
+        f"{program} --help)"]
+    assert os.listdir(tmp_path) == []

@@ -187,7 +187,9 @@ def parse_flags(argv: list[str], program: str, doc: str,
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:
-        return flag_values(argv)
+        rest = flag_values(argv)
+        _refuse_paths_not_utf8(flag_values)
+        return rest
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
             sys.exit(0)
@@ -197,6 +199,21 @@ def parse_flags(argv: list[str], program: str, doc: str,
         message = _other_programs_flagfile(argv, program) or message
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
+
+
+def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
+    """A path flag whose value is not UTF-8 (bytes the file system allows) is a flag
+    error: the runs' records (flags.txt, environment.jsonl) are UTF-8 text."""
+    for name in PATH_FLAGS:
+        value = flag_values[name].value if name in flag_values else None
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise flags.Error(
+                    f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a name in UTF-8 "
+                    f"(the run's records, flags.txt and environment.jsonl, are UTF-8 text)"
+                ) from None
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
