@@ -167,3 +167,22 @@ def test_an_asked_number_of_examples_beyond_the_data_is_still_a_warning(runs, tm
     assert result.stderr.splitlines() == [
         "cifar10-eval: warning: --num_examples=10000 but the test data holds 20 examples: "
         "evaluating 20."]
+
+
+def test_an_eval_dir_that_is_a_training_runs_directory_is_refused(runs, tmp_path):
+    _, train_dir = runs["synthetic"]
+    flags_txt = (train_dir / "flags.txt").read_text()
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", f"--eval_dir={train_dir}",
+                      "--run_once")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: --eval_dir={train_dir} is the directory of the run it scores, "
+        f"where cifar10-train keeps its checkpoints and records: choose a directory of the "
+        f"evaluator's own, such as {train_dir.parent / 'eval'}"]
+    _, other = runs["own"]
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", f"--eval_dir={other}",
+                      "--run_once")
+    assert result.stderr.splitlines()[-1].startswith(
+        f"cifar10-eval: error: --eval_dir={other} is the directory of a training run "
+        f"(cifar10-train.lock, flags.txt), where")
+    assert (train_dir / "flags.txt").read_text() == flags_txt  # nothing appended
