@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -90,6 +91,28 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
                         str(tmp_path / "folder.png"): failures.get(str(tmp_path / "folder.png"))}
     assert failures[str(tmp_path / "folder.png")] in ("not a regular file", not_an_image)
     assert [r.path for r in results if isinstance(r, predict.Prediction)] == good
+
+
+def test_a_file_name_that_is_not_utf8_is_classified_and_shown_by_its_bytes(trained_run,
+                                                                         tmp_path):
+    """As the user meets it: cifar10-predict on a folder holding such a name, as a process;
+    the others are classified too, in every output format."""
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    write_pngs(tmp_path / "photos", images[:2])
+    odd = os.path.join(os.fsencode(tmp_path / "photos"), b"r\xff.png")
+    with open(odd, "wb") as f:
+        f.write(tf.io.encode_png(images[2]).numpy())
+    for output in ("text", "jsonl", "csv"):
+        result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
+                     f"--output={output}", str(tmp_path / "photos"))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        shown = [line for line in result.stdout.splitlines() if "photos/" in line]
+        assert len(shown) == 3, result.stdout
+        if output == "jsonl":
+            shown = [json.loads(line)["path"] for line in shown]
+        assert any("photos/r\\xff.png" in line for line in shown), shown
 
 
 PREDICTION = predict.Prediction("photos/a cat, maybe.png", (3, 5), (0.9125, 0.05))

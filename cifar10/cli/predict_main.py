@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
                                         num_classes=len(names)):
         if isinstance(result, predict.Failure):
             failed += 1
-            print(f"{PROGRAM}: cannot read {result.path}: {result.reason}", file=sys.stderr,
+            print(f"{PROGRAM}: cannot read {predict.shown_path(result.path)}: {result.reason}", file=sys.stderr,
                   flush=True)
         else:
             print(show(result, names), flush=True)

@@ -7,6 +7,7 @@ the images it is sent with the same functions.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -52,12 +53,14 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
 def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
     """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
 
-    The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time;
+    The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
+    their names' bytes (a name that is not UTF-8 is read as any other);
     a file that cannot be read or decoded gives None and a one-line reason,
     and the others go on.
     """
     images = pipeline.without_autotuning(
-        tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
+        tf.data.Dataset.from_tensor_slices(tf.constant([os.fsencode(p) for p in paths],
+                                                       tf.string))
         .map(lambda path: decode_image(tf.io.read_file(path)),
              num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))

@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -90,16 +91,22 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
         yield from flush()
 
 
+def shown_path(path: str) -> str:
+    """``path`` as it can be printed: a name that is not UTF-8 shows its other bytes as
+    ``\\xNN`` (``r\\xff.png``), as the file system holds them."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def format_text(prediction: Prediction, class_names: Sequence[str]) -> str:
     """``path: cat 0.912, dog 0.051, ...``"""
     ranked = ", ".join(f"{class_names[label]} {p:.3f}"
                        for label, p in zip(prediction.labels, prediction.probabilities))
-    return f"{prediction.path}: {ranked}"
+    return f"{shown_path(prediction.path)}: {ranked}"
 
 
 def format_jsonl(prediction: Prediction, class_names: Sequence[str]) -> str:
     """One JSON object: the path and the ranked classes (label, name, probability)."""
-    return json.dumps({"path": prediction.path, "top_k": [
+    return json.dumps({"path": shown_path(prediction.path), "top_k": [
         {"label": label, "class": class_names[label], "probability": p}
         for label, p in zip(prediction.labels, prediction.probabilities)]})
 
@@ -114,7 +121,7 @@ def csv_header(top_k: int, num_classes: int = ff.NUM_CLASSES) -> str:
 
 def format_csv(prediction: Prediction, class_names: Sequence[str]) -> str:
     """One CSV row: the path, then class name and probability for each rank."""
-    row: list[object] = [prediction.path]
+    row: list[object] = [shown_path(prediction.path)]
     for label, p in zip(prediction.labels, prediction.probabilities):
         row += [class_names[label], f"{p:.6f}"]
     out = io.StringIO()
