@@ -60,7 +60,7 @@ def test_split_folders_keep_their_split_and_say_which_is_the_test_set(tmp_path, 
 
 
 def test_a_test_folder_may_lack_a_class_but_not_add_one(tmp_path):
-    root = make_files(tmp_path / "photos", {"train/ant": 2, "train/bee": 2, "val/bee": 1})
+    root = make_files(tmp_path / "photos", {"train/ant": 3, "train/bee": 2, "val/bee": 1})
     source = imagefiles.find_source(str(root))
     assert [label for _, label in source.test] == [1]
     make_files(root, {"val/cow": 1})
@@ -74,7 +74,6 @@ def test_a_test_folder_may_lack_a_class_but_not_add_one(tmp_path):
             "(--test_fraction, --seed)", (10 + 5, 2 + 1)),
     (0.5, "50% of each class's images, chosen at random, go to the test set "
           "(--test_fraction, --seed)", (6 + 3, 6 + 3)),
-    (0, "all images go to the training set (--test_fraction=0)", (18, 0)),
 ])
 def test_class_folders_alone_are_split_by_the_test_fraction(tmp_path, fraction, layout,
                                                             counts):
@@ -87,6 +86,31 @@ def test_class_folders_alone_are_split_by_the_test_fraction(tmp_path, fraction, 
         [(str(root / "cat" / f"{i}.png"), 0) for i in range(12)]
         + [(str(root / "dog" / f"{i}.png"), 1) for i in range(6)])
     assert imagefiles.find_source(str(root), test_fraction=fraction, seed=1) == source
+
+
+@pytest.mark.parametrize("files, fraction, error", [
+    ({"cat": 12, "dog": 6}, 0, "no test images in {root}: --test_fraction=0 gives no image of "
+     "any class to the test set; the evaluator needs some: add images, or raise "
+     "--test_fraction"),
+    ({"cat": 2, "dog": 2}, 1 / 6, "no test images in {root}: --test_fraction=0.166667 gives no "
+     "image of any class to the test set; the evaluator needs some: add images, or raise "
+     "--test_fraction"),
+    ({"cat": 2, "dog": 2}, 0.5, "2 training image(s) in {root}: a data folder needs at least 5, "
+     "one per data_batch file; add images"),
+    ({"train/cat": 4, "train/dog": 4, "test/cat": 1, "test/dog": 1}, 0, None),
+    ({"cat": 3, "dog\nx": 3}, 0.5, "class folder b'dog\\nx' in {root}: its name holds a line "
+     "break, a space at an end or bytes that are not UTF-8, which the class names file "
+     "(batches.meta.txt, one UTF-8 name per line) cannot hold; rename the folder"),
+])
+def test_too_few_images_and_unstorable_class_names_are_refused(tmp_path, files, fraction,
+                                                               error):
+    root = make_files(tmp_path / "photos", files)
+    if error is None:  # split folders: the fraction does not apply
+        assert len(imagefiles.find_source(str(root), test_fraction=fraction).test) == 2
+        return
+    with pytest.raises(Cifar10Error) as err:
+        imagefiles.find_source(str(root), test_fraction=fraction)
+    assert str(err.value) == error.format(root=root)
 
 
 @pytest.mark.parametrize("folders, error", [

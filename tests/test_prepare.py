@@ -162,13 +162,13 @@ def test_the_command_refuses_an_ambiguous_layout_and_writes_nothing(tmp_path, fo
 def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, tmp_path):
     write_png(image_dir / "cat" / "large.png", np.full((64, 48, 3), 90, np.uint8))
     (image_dir / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
-    source = prepare.find_source(str(image_dir), test_fraction=0)
+    source = prepare.find_source(str(image_dir), test_fraction=0.5)
     summary = prepare.convert(source, str(tmp_path / "data"))
     assert summary.skipped == ((str(image_dir / "cat" / "broken.jpg"),
                                 "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a "
                                 "damaged one"),)
-    assert (summary.train_records, summary.test_records) == (37, 0)
-    _, images = records(summary.batches_dir, ff.TRAIN_FILES)
+    assert summary.train_records + summary.test_records == 37
+    _, images = records(summary.batches_dir, ff.TRAIN_FILES + ff.TEST_FILES)
     assert sum(np.array_equal(image, np.full((32, 32, 3), 90)) for image in images) == 1
 
     with pytest.raises(Cifar10Error, match=r"^cannot read .*broken\.jpg: not an image .*"
@@ -375,3 +375,15 @@ def test_a_data_dir_that_cannot_hold_the_data_set_is_refused(image_dir, tmp_path
     assert prepare.check_output(str(tmp_path / "new" / "d"), str(image_dir)) == str(
         tmp_path / "new" / "d" / ff.BATCHES_DIRNAME)
     assert not (tmp_path / "new").exists()
+
+
+def test_the_command_refuses_data_its_trainer_would_refuse_and_writes_nothing(image_dir,
+                                                                             tmp_path):
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: no test images in {image_dir}: --test_fraction=0 gives no "
+        f"image of any class to the test set; the evaluator needs some: add images, or raise "
+        f"--test_fraction"]
+    assert not (tmp_path / "d").exists()

@@ -81,9 +81,24 @@ def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
         raise Cifar10Error(f"{image_dir} {state}: point --image_dir at {_ONE_FOLDER_PER_CLASS}")
     top = _subfolders(image_dir)
     splits = split_folders(image_dir, top)
-    if splits:
-        return _kept_split(image_dir, *splits)
-    return _random_split(image_dir, top, test_fraction, seed)
+    source = (_kept_split(image_dir, *splits) if splits
+              else _random_split(image_dir, top, test_fraction, seed))
+    check_counts(len(source.train), len(source.test), image_dir,
+                 "" if splits else f"--test_fraction={test_fraction:g}")
+    return source
+
+
+def check_counts(train: int, test: int, image_dir: str, split: str = "") -> None:
+    """Raises Cifar10Error unless there are images enough for a data folder the trainer
+    and the evaluator take: one training image per data_batch file, and a test image."""
+    if not test:
+        how = (f"{split} gives no image of any class to the test set" if split
+               else "the test folder holds no image that could be read")
+        raise Cifar10Error(f"no test images in {image_dir}: {how}; the evaluator needs some: "
+                           f"add images, or raise --test_fraction")
+    if train < len(ff.TRAIN_FILES):
+        raise Cifar10Error(f"{train} training image(s) in {image_dir}: a data folder needs at "
+                           f"least {len(ff.TRAIN_FILES)}, one per data_batch file; add images")
 
 
 def split_folders(image_dir: str, names: Sequence[str]) -> tuple[str, str] | None:
@@ -161,13 +176,18 @@ def _random_split(image_dir: str, names: Sequence[str], test_fraction: float,
         cut = int(round(len(images) * test_fraction))
         test += [(images[i], label) for i in order[:cut]]
         train += [(images[i], label) for i in order[cut:]]
-    if test_fraction:
-        split = (f"{100 * test_fraction:.3g}% of each class's images, chosen at random, go to "
-                 f"the test set (--test_fraction, --seed)")
-    else:
-        split = "all images go to the training set (--test_fraction=0)"
+    split = (f"{100 * test_fraction:.3g}% of each class's images, chosen at random, go to "
+             f"the test set (--test_fraction, --seed)")
     return Source(tuple(names), tuple(train), tuple(test),
                   f"Found class folders and no split folders: {split}.")
+
+
+def _storable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return name.strip() == name and "\n" not in name and "\r" not in name
 
 
 def _subfolders(folder: str) -> list[str]:
@@ -179,6 +199,12 @@ def _subfolders(folder: str) -> list[str]:
 
 
 def _check_classes(folder: str, names: Sequence[str]) -> None:
+    unstorable = [name for name in names if not _storable(name)]
+    if unstorable:
+        raise Cifar10Error(
+            f"class folder {os.fsencode(unstorable[0])!r} in {folder}: its name holds a line "
+            f"break, a space at an end or bytes that are not UTF-8, which the class names file "
+            f"({ff.META_FILE}, one UTF-8 name per line) cannot hold; rename the folder")
     if not names:
         raise Cifar10Error(f"no class folders in {folder}: put the images of each class in a "
                            f"folder of its own ({folder}/cat/*.jpg, {folder}/dog/*.jpg, ...)")

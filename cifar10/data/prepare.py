@@ -155,6 +155,11 @@ def _records(source: Source, seed: int, strict: bool, progress
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:
         raise Cifar10Error("no training image could be read: nothing written")
+    if len(train) < len(ff.TRAIN_FILES) or not test:
+        raise Cifar10Error(
+            f"{len(train)} training and {len(test)} test images could be read: a data folder "
+            f"needs at least {len(ff.TRAIN_FILES)} training images (one per data_batch file) "
+            f"and a test image; nothing written")
     order = np.random.default_rng(seed).permutation(len(train))
     files = {name: b"".join(train[i] for i in part) for name, part in
              zip(ff.TRAIN_FILES, np.array_split(order, len(ff.TRAIN_FILES)))}
