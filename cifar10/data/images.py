@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10.data import fileformat as ff
+from cifar10.data import imageheader
 from cifar10.data import pipeline
 
 DECODE_PARALLEL = 2  # images decoded at once
@@ -55,17 +56,21 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
-    a file that cannot be read or decoded gives None and a one-line reason,
-    and the others go on.
+    a file that cannot be read or decoded, or whose header gives more pixels than
+    ``imageheader.MAX_PIXELS``, gives None and a one-line reason, and the others go on.
     """
+    refused = [imageheader.too_large(os.fsencode(p)) for p in paths]
+    decoded = [os.fsencode(p) for p, why in zip(paths, refused) if not why]
     images = pipeline.without_autotuning(
-        tf.data.Dataset.from_tensor_slices(tf.constant([os.fsencode(p) for p in paths],
-                                                       tf.string))
+        tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
         .map(lambda path: decode_image(tf.io.read_file(path)),
              num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
-    for path in paths:
+    for path, why in zip(paths, refused):
+        if why:
+            yield path, None, why
+            continue
         try:
             yield path, next(iterator).numpy(), ""
         except tf.errors.OpError as e:

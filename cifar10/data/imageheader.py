@@ -1,0 +1,60 @@
+"""An image file's size in pixels, read from its header without decoding it, so that
+an image too large to decode safely is refused before it takes the memory (a small
+PNG can hold 12000x12000 pixels: 430 MB decoded, and more once resized).  PNG, GIF,
+BMP and JPEG; no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import struct
+
+# The most pixels an image may have to be decoded: 50 megapixels (e.g. 8660x5773),
+# about 150 MB as 8-bit RGB and 600 MB while it is resized in float32.
+MAX_PIXELS = 50_000_000
+
+# JPEG start-of-frame markers (they hold the size): C0-CF but C4, C8 and CC.
+_JPEG_FRAMES = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def pixels(path: str | bytes) -> int | None:
+    """Width x height of the image in ``path`` from its header; None when the file
+    cannot be read or its format or header is not recognised (the decoder then says)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(32)
+            if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
+                width, height = struct.unpack(">II", head[16:24])
+            elif head[:6] in (b"GIF87a", b"GIF89a"):
+                width, height = struct.unpack("<HH", head[6:10])
+            elif head[:2] == b"BM" and len(head) >= 26:
+                width, height = struct.unpack("<ii", head[18:26])
+            elif head[:2] == b"\xff\xd8":
+                f.seek(2)
+                width, height = _jpeg_size(f)
+            else:
+                return None
+    except (OSError, struct.error, ValueError):
+        return None
+    return abs(width) * abs(height)
+
+
+def _jpeg_size(f) -> tuple[int, int]:
+    """(width, height) from the first start-of-frame segment of a JPEG file at ``f``."""
+    while True:
+        marker = f.read(2)
+        if len(marker) < 2 or marker[0] != 0xFF:
+            raise ValueError("not a JPEG segment")
+        if marker[1] in _JPEG_FRAMES:
+            _, _, height, width = struct.unpack(">HBHH", f.read(7))  # length, precision
+            return width, height
+        length = struct.unpack(">H", f.read(2))[0]
+        f.seek(length - 2, 1)
+
+
+def too_large(path: str | bytes, limit: int = MAX_PIXELS) -> str:
+    """Why the image in ``path`` is not decoded ('' when it may be)."""
+    count = pixels(path)
+    if count is None or count <= limit:
+        return ""
+    return (f"{count:,} pixels, more than the {limit:,} an image may have here; scale it "
+            f"down first")
