@@ -59,10 +59,39 @@ def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
     assert again.returncode == 0, again.stderr
     assert f"Resuming from {tmp_path / 'train' / 'model.ckpt-2'} at step 2." in again.stdout
     text = flags_txt.read_text()
-    headers = [line for line in text.splitlines() if line.startswith("#")]
+    headers = [line for line in text.splitlines() if line.startswith("# cifar10-")]
     assert len(headers) == 2 and headers[1].endswith(" at step 2")
     assert parsed([f"--flagfile={flags_txt}"]) == {**expected, "max_steps": 3}
     assert "notice" not in again.stderr
+
+
+def test_flags_txt_replays_each_latest_start_exactly_from_another_directory(
+        tmp_path, monkeypatch):
+    """A flag an earlier start set and the latest left unset stays unset; relative paths
+    replay to the same run from anywhere."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    starts = [("--seed=3", "--max_steps=1", "--log_frequency=1"), ("--max_steps=2",)]
+    base = ("--train_dir=r/a1", "--data_dir=data", "--synthetic_data",
+            "--synthetic_records=50", "--batch_size=16")
+    flags_txt = tmp_path / "a" / "r" / "a1" / runrecord.FLAGS_FILE
+    for extra in starts:
+        monkeypatch.chdir(tmp_path / "a")
+        result = cli.call("cifar10-train", *base, *extra)
+        assert result.returncode == 0, result.stderr
+        expected = {**parsed([*base, *extra]), "fresh_start": False,
+                    "train_dir": str(tmp_path / "a" / "r" / "a1"),
+                    "data_dir": str(tmp_path / "a" / "data")}
+        monkeypatch.chdir(tmp_path / "b")
+        assert parsed([f"--flagfile={flags_txt}"]) == expected
+    text = flags_txt.read_text()
+    assert "# --seed=3\n" in text and "\n--seed=3\n" not in text  # kept, as history
+    assert runrecord.recorded_flags(str(flags_txt.parent))["max_steps"] == "2"
+    # Replayed from elsewhere, it resumes the same run (not a new one beside it).
+    again = cli.call("cifar10-train", f"--flagfile={flags_txt}", "--max_steps=3")
+    assert again.returncode == 0, again.stderr
+    assert "Resuming from" in again.stdout and not (tmp_path / "b" / "r").exists()
 
 
 def test_a_resume_with_another_batch_size_says_so_once_and_records_it(tmp_path):
@@ -134,7 +163,7 @@ def test_the_evaluator_records_its_flags_and_environment_per_start(tmp_path):
         result = cli.call("cifar10-eval", *args)
         assert result.returncode == 0, result.stderr
     text = (tmp_path / "eval" / runrecord.FLAGS_FILE).read_text()
-    assert [line.split(",")[0] for line in text.splitlines() if line.startswith("#")] == [
+    assert [line.split(",")[0] for line in text.splitlines() if line.startswith("# cifar10-")] == [
         "# cifar10-eval"] * 2
     assert "--num_examples=20\n" in text and "--run_once\n" in text
     starts = records(tmp_path / "eval")

@@ -135,23 +135,37 @@ def record_start(directory: str, record: Mapping[str, Any], flags_text: str | No
         header = (f"# {record['program']}, started {record['start_time']} on {record['host']}"
                   + (f" at step {record['start_step']}" if "start_step" in record else "")
                   + "\n")
-        _append(os.path.join(directory, FLAGS_FILE), header + flags_text.rstrip("\n") + "\n")
+        _append(os.path.join(directory, FLAGS_FILE), header + flags_text.rstrip("\n") + "\n",
+                earlier=_commented)
     _append(os.path.join(directory, ENVIRONMENT_FILE), json.dumps(record, sort_keys=False) + "\n")
 
 
-def _append(path: str, text: str) -> None:
-    """Appends ``text`` to ``path`` by writing the whole new file and renaming it."""
+def _append(path: str, text: str, earlier=lambda old: old) -> None:
+    """Appends ``text`` to ``path`` by writing the whole new file and renaming it; what
+    was there goes through ``earlier`` first.  Bytes of it that are not UTF-8 become
+    U+FFFD, with one warning: a damaged record never stops a start."""
     try:
         try:
-            with open(path, encoding="utf-8") as f:
-                old = f.read()
+            with open(path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
-            old = ""
+            raw = b""
+        old = raw.decode("utf-8", "replace")
+        if old.encode("utf-8") != raw:
+            logging.warning("%s holds bytes that are not UTF-8; they are kept as U+FFFD.", path)
         if old and not old.endswith("\n"):
             old += "\n"
-        atomic.write_text(path, old + text)
-    except (OSError, UnicodeDecodeError) as e:
+        atomic.write_text(path, earlier(old) + text)
+    except OSError as e:
         raise io_error("cannot record the run's start in", path, e) from e
+
+
+def _commented(text: str) -> str:
+    """flags.txt's earlier starts with their flag lines commented out (``# --name=...``),
+    so that ``--flagfile=flags.txt`` replays the latest start alone, exactly: a flag
+    that an earlier start set and the latest left unset stays unset."""
+    return "".join("# " + line if line.startswith("--") else line
+                   for line in text.splitlines(keepends=True))
 
 
 def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
@@ -170,11 +184,14 @@ def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, 
     latest: dict[str, str] | None = None
     current: dict[str, str] | None = None  # the flags of the start being read
     for line in text.splitlines():
-        if line.startswith("# "):
+        if line.startswith("# --"):  # a flag of an earlier start (``_commented``)
+            line = line[2:]
+        elif line.startswith("# "):
             # A start's header: '# <program>, started ...'; the flags under it are its.
             current = {} if line[2:].split(",")[0] == program else None
             latest = current if current is not None else latest
-        elif current is not None and line.startswith("--"):
+            continue
+        if current is not None and line.startswith("--"):
             name, sep, value = line[2:].partition("=")
             if sep:
                 current[name] = value
