@@ -147,3 +147,22 @@ def _abandoned(scratch: str, name: str) -> bool:
                 return False
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def made_folders_removed_on_failure(folder: str) -> Iterator[None]:
+    """Removes ``folder`` and the parents of it that do not exist yet, if the block
+    fails and they are empty (what the block made there is its own to remove)."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.lexists(path):
+        missing.append(path)  # deepest first
+        path = os.path.dirname(path)
+    try:
+        yield
+    except BaseException:
+        for path in missing:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        raise

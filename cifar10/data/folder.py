@@ -129,8 +129,6 @@ def _how_to_redo(batches_dir: str) -> str:
     return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
-
-
 def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
                      itself: bool = True) -> str | None:
     """``data_dir/folder`` if it is a directory; with ``itself``, ``data_dir`` when it is

@@ -23,9 +23,9 @@ SYNTHETIC_SUBDIR = "synthetic"
 
 
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
-                 use_synthetic: bool = False,
-                 synthetic_records: int = 1000, print_fn=print, dataset: str = "cifar10",
-                 label: str = "fine", followed: str = "") -> tuple[str, dict[str, int]]:
+            use_synthetic: bool = False, synthetic_records: int = 1000, print_fn=print,
+            dataset: str = "cifar10", label: str = "fine",
+            followed: str = "") -> tuple[str, dict[str, int]]:
     """Finds, fetches if needed, and validates the data of a program, without TensorFlow.
 
     With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
@@ -33,7 +33,7 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     (``dataset``: 'cifar10' or 'cifar100', the latter with its ``label``: 'fine' or
     'coarse') is downloaded and extracted under ``data_dir`` when missing.  A
     ``data_dir`` that is itself a CIFAR-10-format data folder is taken as it is.
-    ``followed`` (``rundata.Followed.describe()``) names the run settings the data
+    ``followed`` (``cli.follow.Followed.describe()``) names the run settings the data
     flags came from, for the error that says the data is missing.
 
     Returns:
@@ -42,35 +42,52 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt.
     """
-    _remove_leftovers(os.path.join(data_dir, SYNTHETIC_SUBDIR) if use_synthetic else data_dir,
-                      print_fn)
-    generated = False
     if use_synthetic:
-        batches_dir = datafolder.batches_dir_of(os.path.join(data_dir, SYNTHETIC_SUBDIR))
-        generated = not os.path.isdir(batches_dir)
-        if generated:
-            _write_synthetic(os.path.dirname(batches_dir), synthetic_records)
+        batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn)
     else:
+        _remove_leftovers(data_dir, print_fn)
         batches_dir = _real_data(data_dir, url, md5, dataset, label, followed)
     num_classes = len(datafolder.class_names(batches_dir))
     counts = {split: datafolder.validate_files(datafolder.split_files(batches_dir, split),
                                                num_classes)
               for split in ("train", "test")}
-    if use_synthetic and not generated and not synthetic.has_look_alikes(batches_dir):
-        print_fn(f"NOTE: {batches_dir} holds generated data of an earlier, easier kind "
-                 f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
-                 f"to have the current kind generated.")
-    if use_synthetic and not generated and counts["test"] != synthetic_records:
-        print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
-                 f"used as it is (--synthetic_records={synthetic_records} applies only "
-                 f"when it is generated: delete the folder to regenerate).")
     if use_synthetic:
-        print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
-                 f"(generated, not the real CIFAR-10 images; results say nothing about "
-                 f"CIFAR-10).")
+        _synthetic_notes(batches_dir, generated, counts["test"], synthetic_records, print_fn)
     elif synthetic.is_synthetic(batches_dir):
         print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
     return batches_dir, counts
+
+
+def _synthetic_data(data_dir: str, records_per_file: int, print_fn) -> tuple[str, bool]:
+    """(the generated data folder under ``data_dir``, whether it was written now)."""
+    folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
+    _remove_leftovers(folder, print_fn)
+    batches_dir = datafolder.batches_dir_of(folder)
+    if os.path.isdir(batches_dir):
+        return batches_dir, False
+    try:
+        synthetic.write_dataset(folder, records_per_file=records_per_file)
+    except OSError as e:
+        raise DataError(f"cannot write generated data in {folder} ({e.strerror or e}); "
+                        f"choose a --data_dir you can write") from e
+    return batches_dir, True
+
+
+def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,
+                     records_per_file: int, print_fn) -> None:
+    """What a run on generated data is told: that it is not CIFAR-10, and whether the
+    folder it found is of another kind or size than it would write."""
+    if not generated and not synthetic.has_look_alikes(batches_dir):
+        print_fn(f"NOTE: {batches_dir} holds generated data of an earlier, easier kind "
+                 f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
+                 f"to have the current kind generated.")
+    if not generated and test_records != records_per_file:
+        print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
+                 f"used as it is (--synthetic_records={records_per_file} applies only "
+                 f"when it is generated: delete the folder to regenerate).")
+    print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
+             f"(generated, not the real CIFAR-10 images; results say nothing about "
+             f"CIFAR-10).")
 
 
 def _remove_leftovers(folder: str, print_fn) -> None:
@@ -80,14 +97,6 @@ def _remove_leftovers(folder: str, print_fn) -> None:
     if removed:
         print_fn(f"NOTE: removed what an interrupted download or conversion left in "
                  f"{folder}: {', '.join(removed)}.")
-
-
-def _write_synthetic(folder: str, records_per_file: int) -> None:
-    try:
-        synthetic.write_dataset(folder, records_per_file=records_per_file)
-    except OSError as e:
-        raise DataError(f"cannot write generated data in {folder} ({e.strerror or e}); "
-                        f"choose a --data_dir you can write") from e
 
 
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
@@ -101,23 +110,14 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
     datafolder.refuse_non_data(data_dir, followed)
     existed = os.path.exists(data_dir)
     try:
-        extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
-                                                        archive=archive)
-    except BaseException as e:  # a failure, or Ctrl-C / SIGTERM during the download
+        # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the download.
+        with atomic.made_folders_removed_on_failure(data_dir):
+            extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
+                                                            archive=archive)
+    except download.DownloadFailed as e:
         if existed:
             raise
-        _remove_if_empty(data_dir)  # made for the download: not left behind
-        if isinstance(e, download.DownloadFailed):
-            raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
-        raise
+        raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
     if archive is ff.CIFAR100:
         return cifar100.batches_dir(extracted, data_dir, label)
     return extracted
-
-
-def _remove_if_empty(folder: str) -> None:
-    """Removes ``folder`` (which this program created) if nothing is in it."""
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass

@@ -16,12 +16,11 @@ the program answers a mistake at once; only ``convert`` loads it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
@@ -101,7 +100,7 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     # The scratch folder is made first, so that an unwritable data_dir is found
     # before the images are decoded, not after.
     try:
-        with _made_folders_removed_on_failure(data_dir), \
+        with atomic.made_folders_removed_on_failure(data_dir), \
                 atomic.new_folder(batches_dir) as scratch:
             files, summary = _records(source, seed, strict, progress)
             for name, content in files.items():
@@ -111,25 +110,6 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
         raise io_error("cannot write the data folder", batches_dir, e,
                        io_advice(e) or "choose another --data_dir") from e
     return dataclasses.replace(summary, batches_dir=batches_dir)
-
-
-@contextlib.contextmanager
-def _made_folders_removed_on_failure(folder: str) -> Iterator[None]:
-    """Removes ``folder`` and the parents of it that do not exist yet, if the block
-    fails and they are empty (what the block made there is its own to remove)."""
-    missing, path = [], os.path.abspath(folder)
-    while not os.path.lexists(path):
-        missing.append(path)  # deepest first
-        path = os.path.dirname(path)
-    try:
-        yield
-    except BaseException:
-        for path in missing:
-            try:
-                os.rmdir(path)
-            except OSError:
-                break
-        raise
 
 
 def _records(source: Source, seed: int, strict: bool, progress
