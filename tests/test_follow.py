@@ -14,6 +14,7 @@ import cli
 from conftest import EVAL_LINE
 from cifar10.cli import eval_main
 from cifar10.runs import records as runrecord
+from cifar10.core.errors import Cifar10Error
 from cifar10.cli import follow
 from cifar10.data import synthetic
 
@@ -186,3 +187,18 @@ def test_an_eval_dir_that_is_a_training_runs_directory_is_refused(runs, tmp_path
         f"cifar10-eval: error: --eval_dir={other} is the directory of a training run "
         f"(cifar10-train.lock, flags.txt), where")
     assert (train_dir / "flags.txt").read_text() == flags_txt  # nothing appended
+
+
+def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_path):
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n"
+        "--dataset=cifar100\n--label=coarse\n")
+    values = flags.FlagValues()
+    eval_main.define_flags(values)
+    values(["cifar10-eval", "--synthetic_data"])
+    with pytest.raises(Cifar10Error) as error:
+        follow.follow_run(values, str(tmp_path), "cifar10-eval")
+    assert str(error.value) == (
+        f"flags dataset=cifar100, synthetic_data=True: --synthetic_data generates "
+        f"CIFAR-10-format data: drop --dataset=cifar100 or --synthetic_data (the run's data "
+        f"flags are in {tmp_path / 'flags.txt'})")

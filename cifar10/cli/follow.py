@@ -15,7 +15,6 @@ import os
 from absl import flags
 from absl import logging
 
-from cifar10.data import fileformat as ff
 from cifar10.runs import lock
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
@@ -95,15 +94,12 @@ def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
 
 
 def _check_together(flag_values: flags.FlagValues, source: str) -> None:
-    """The flags' multi-flag rules (``flags.define_data_flags``), after following."""
-    dataset, label = flag_values["dataset"].value, flag_values["label"].value
-    if dataset != ff.CIFAR100.name and label != "fine":
-        raise Cifar10Error(f"--label={label} applies to --dataset=cifar100 only "
-                           f"(the run's data flags are in {source})")
-    if dataset == ff.CIFAR100.name and flag_values["synthetic_data"].value:
-        raise Cifar10Error(f"--synthetic_data generates CIFAR-10-format data and "
-                           f"--dataset=cifar100 was asked (the run's data flags are in "
-                           f"{source}): drop one of them")
+    """The flags' own rules (``flags.define_data_flags``' validators), run again on the
+    values taken from the run."""
+    try:
+        flag_values.validate_all_flags()
+    except flags.Error as e:
+        raise Cifar10Error(f"{e} (the run's data flags are in {source})") from None
 
 
 def _as_flag(name: str, value) -> str:

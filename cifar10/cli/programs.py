@@ -26,6 +26,7 @@ from absl import logging
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
+from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
@@ -227,7 +228,7 @@ def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
                     header = f.readline()
             except OSError:
                 continue
-            other = header[2:].split(",")[0] if header.startswith("# ") else ""
+            other = records.header_program(header)
             if other.startswith("cifar10-") and other != program:
                 run_dir = os.path.dirname(os.path.abspath(path))
                 return (f"--flagfile={path} holds {other}'s flags, not {program}'s; "

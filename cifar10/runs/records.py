@@ -168,6 +168,11 @@ def _commented(text: str) -> str:
                    for line in text.splitlines(keepends=True))
 
 
+def header_program(line: str) -> str:
+    """The program of a flags.txt start header ('# cifar10-train, started ...'), or ''."""
+    return line[2:].split(",")[0] if line.startswith("# ") else ""
+
+
 def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
     """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt, as
     {name: value as written} (``--name`` gives 'true', ``--noname`` 'false'), or None
@@ -188,7 +193,7 @@ def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, 
             line = line[2:]
         elif line.startswith("# "):
             # A start's header: '# <program>, started ...'; the flags under it are its.
-            current = {} if line[2:].split(",")[0] == program else None
+            current = {} if header_program(line) == program else None
             latest = current if current is not None else latest
             continue
         if current is not None and line.startswith("--"):
