@@ -150,22 +150,9 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     print_fn(_start_line(ports, all_output))
     processes: list[subprocess.Popen] = []
     relays: list[threading.Thread] = []
-    lock = threading.Lock()
     previous = _forward_signals(processes)
     try:
-        for index, tf_config in enumerate(tf_configs(ports)):
-            try:
-                process, stream = _start_worker([*command, *train_args], tf_config,
-                                                show_stdout=index == 0 or all_output)
-            except OSError as e:
-                for started in processes:  # no half job left running
-                    started.kill()
-                raise Cifar10Error(f"cannot start worker {index}, {' '.join(command)} "
-                                   f"({e.strerror or e})") from e
-            processes.append(process)
-            relays.append(threading.Thread(target=_relay, daemon=True,
-                                           args=(f"[worker {index}] ", stream, out, lock)))
-            relays[-1].start()
+        _start_all(command, train_args, ports, all_output, out, processes, relays)
         ended = _wait(processes)
     finally:
         for signum, handler in previous.items():
@@ -176,6 +163,27 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     if failed:
         raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
                            _exit_status(failed[0][1]))
+
+
+def _start_all(command: list[str], train_args: Sequence[str], ports: Sequence[int],
+               all_output: bool, out: TextIO, processes: list[subprocess.Popen],
+               relays: list[threading.Thread]) -> None:
+    """Starts the workers into ``processes`` (which the signal forwarding sees as they
+    come), each with a thread in ``relays`` that prefixes its lines into ``out``."""
+    lock = threading.Lock()
+    for index, tf_config in enumerate(tf_configs(ports)):
+        try:
+            process, stream = _start_worker([*command, *train_args], tf_config,
+                                            show_stdout=index == 0 or all_output)
+        except OSError as e:
+            for started in processes:  # no half job left running
+                started.kill()
+            raise Cifar10Error(f"cannot start worker {index}, {' '.join(command)} "
+                               f"({e.strerror or e})") from e
+        processes.append(process)
+        relays.append(threading.Thread(target=_relay, daemon=True,
+                                       args=(f"[worker {index}] ", stream, out, lock)))
+        relays[-1].start()
 
 
 def _start_line(ports: Sequence[int], all_output: bool) -> str:
