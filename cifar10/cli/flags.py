@@ -16,6 +16,7 @@ from typing import Any
 from absl import flags
 
 from cifar10.distribute import cluster
+from cifar10.distribute import slurm
 from cifar10.core import config
 from cifar10.data import fileformat as ff
 
@@ -141,12 +142,16 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.",
                          flag_values=flag_values)
     flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
-                      "How replicas are distributed: auto is multi_worker when TF_CONFIG names "
-                      "several tasks, else mirrored (one replica per GPU of this machine).",
+                      "How replicas are distributed: auto is multi_worker when TF_CONFIG or "
+                      "srun names several tasks, else mirrored (one replica per GPU of this machine).",
                       flag_values=flag_values)
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
                        lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_integer("slurm_port_base", slurm.DEFAULT_PORT_BASE, "Under srun: the port "
+                         "of each node's first task; task SLURM_LOCALID of a node listens on "
+                         "this + SLURM_LOCALID.", lower_bound=1024, upper_bound=65000,
+                         flag_values=flag_values)
 
 
 def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -68,7 +68,8 @@ def main(argv: list[str]) -> None:
     # --num_gpus left at its default: one replica, on the CPU without a warning if need be.
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
     strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
-                                     FLAGS.strategy, FLAGS.worker_timeout_secs)
+                                     FLAGS.strategy, FLAGS.worker_timeout_secs,
+                                     FLAGS.slurm_port_base)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
     config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,

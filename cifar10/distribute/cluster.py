@@ -1,8 +1,10 @@
-"""The cluster a training run belongs to, read from ``TF_CONFIG`` without TensorFlow.
+"""The cluster a training run belongs to, read from ``TF_CONFIG`` or from the Slurm
+job step that started it (``slurm.py``), without TensorFlow.
 
 TensorFlow reads ``TF_CONFIG`` in every distribution strategy and answers a mistake
 in it with a traceback; this module checks it first, and decides which strategy a
 run uses, so that the programs can refuse a bad setting before loading TensorFlow.
+``TF_CONFIG``, when set, wins over Slurm's variables.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 
 from cifar10.core.errors import Cifar10Error
+from cifar10.distribute import slurm
 
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
 TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
@@ -84,26 +87,43 @@ def _tf_config_error(problem: str) -> Cifar10Error:
                         f"docs/multi-machine.md)")
 
 
-def cluster_workers(tf_config: str | None = None) -> int:
-    """Number of tasks (chief + workers) in ``TF_CONFIG``; 0 when it is unset.
+def cluster_source(tf_config: str | None = None) -> str | None:
+    """Where the cluster of this run is named: 'tf_config' (``TF_CONFIG`` is set, or
+    ``tf_config`` given: it wins), 'slurm' (``srun`` started this process), else None.
 
     Raises:
-      Cifar10Error: ``TF_CONFIG`` is set but not a valid cluster (``read_tf_config``).
+      Cifar10Error: ``TF_CONFIG`` is set but not a valid cluster, or Slurm's
+        variables are not a job step this program can train in (``slurm.read_task``).
     """
-    config = read_tf_config(tf_config)
-    if config is None:
-        return 0
-    return sum(len(addresses) for addresses in config["cluster"].values())
+    if read_tf_config(tf_config) is not None:
+        return "tf_config"
+    return "slurm" if slurm.read_task() is not None else None
+
+
+def cluster_workers(tf_config: str | None = None) -> int:
+    """Number of tasks (chief + workers) in ``TF_CONFIG``, else of the Slurm job step
+    that started this process; 0 when neither names a cluster.
+
+    Raises:
+      Cifar10Error: as ``cluster_source``.
+    """
+    source = cluster_source(tf_config)
+    if source == "tf_config":
+        config = read_tf_config(tf_config)
+        return sum(len(addresses) for addresses in config["cluster"].values())
+    return slurm.read_task().num_tasks if source == "slurm" else 0
 
 
 def strategy_kind(kind: str, tf_config: str | None = None) -> str:
-    """The strategy ``kind`` ('auto' resolved) that a run with this ``TF_CONFIG`` uses.
+    """The strategy ``kind`` ('auto' resolved) that a run with this ``TF_CONFIG`` (or
+    in this Slurm job step) uses.
 
-    'auto' is 'multi_worker' when ``TF_CONFIG`` names several tasks, else 'mirrored'.
+    'auto' is 'multi_worker' when ``TF_CONFIG`` or the Slurm job step names several
+    tasks, else 'mirrored'.
 
     Raises:
       ValueError: ``kind`` is not one of ``STRATEGIES``.
-      Cifar10Error: ``TF_CONFIG`` is not a valid cluster, or 'multi_worker' without it.
+      Cifar10Error: ``TF_CONFIG`` is not a valid cluster, or 'multi_worker' without one.
     """
     if kind not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {kind!r}")
@@ -112,7 +132,7 @@ def strategy_kind(kind: str, tf_config: str | None = None) -> str:
         return "multi_worker" if workers > 1 else "mirrored"
     if kind == "multi_worker" and workers < 1:
         raise Cifar10Error("--strategy=multi_worker needs TF_CONFIG naming the cluster and "
-                           "this task; see docs/multi-machine.md")
+                           "this task; see docs/multi-machine.md (under Slurm: start it with srun)")
     return kind
 
 

@@ -20,6 +20,8 @@ from absl import logging
 import tensorflow as tf
 
 from cifar10.distribute import cluster
+from cifar10.distribute import resolver
+from cifar10.distribute import slurm
 from cifar10.core.errors import Cifar10Error
 
 # Memory of each logical GPU when several replicas share one physical GPU.
@@ -96,7 +98,8 @@ def replica_devices(num_gpus: int | None) -> list[str]:
 
 
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
-                  worker_timeout_secs: float | None = None) -> tf.distribute.Strategy:
+                  worker_timeout_secs: float | None = None,
+                  slurm_port_base: int = slurm.DEFAULT_PORT_BASE) -> tf.distribute.Strategy:
     """The distribution strategy of a training run.
 
     Args:
@@ -110,6 +113,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
       worker_timeout_secs: multi_worker only: a collective operation waiting this
         long for another worker fails, so that a lost worker stops the others
         with an error instead of a hang.
+      slurm_port_base: under ``srun``, the port of a node's first task (``slurm.py``).
 
     Raises:
       Cifar10Error: a setting this machine or ``TF_CONFIG`` cannot serve.
@@ -117,7 +121,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
     if kind == "multi_worker":
-        return _multi_worker_strategy(num_gpus, worker_timeout_secs)
+        return _multi_worker_strategy(num_gpus, worker_timeout_secs, slurm_port_base)
     devices = replica_devices(num_gpus)
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0])
@@ -128,10 +132,12 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
-def _multi_worker_strategy(num_gpus: int | None, timeout: float | None
+def _multi_worker_strategy(num_gpus: int | None, timeout: float | None, port_base: int
                            ) -> tf.distribute.Strategy:
-    asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
-    gpus = tf.config.list_physical_devices("GPU")
+    cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None) if not Slurm
+    asked, num_gpus = num_gpus is not None, num_gpus if num_gpus is not None else (
+        len(task_gpus) if task_gpus else 1)
+    gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
     if num_gpus == 0:
         tf.config.set_visible_devices([], "GPU")
     elif len(gpus) >= num_gpus:
@@ -147,7 +153,8 @@ def _multi_worker_strategy(num_gpus: int | None, timeout: float | None
     elif asked:
         logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
+                                                     communication_options=options)
 
 
 def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None
