@@ -30,6 +30,7 @@ from absl import logging
 import cifar10
 from cifar10.core import atomic
 from cifar10.core.errors import io_error
+from cifar10.distribute import slurm
 
 FLAGS_FILE = "flags.txt"
 ENVIRONMENT_FILE = "environment.jsonl"
@@ -57,7 +58,8 @@ def now() -> str:
 
 def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[str, str]],
                 tensorflow_version: str, start_time: str | None = None) -> dict[str, Any]:
-    """The environment of a start: program, versions, host, devices, command, time."""
+    """The environment of a start: program, versions, host, devices, command, time,
+    and under Slurm its job and step (``slurm.job_record``)."""
     return {
         "program": program,
         "start_time": start_time or now(),
@@ -69,6 +71,7 @@ def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[
         "host": socket.gethostname(),
         "command": list(command),
         "devices": [dict(d) for d in devices],
+        **slurm.job_record(),  # the Slurm job and step, under Slurm
     }
 
 
