@@ -13,6 +13,8 @@ import re
 import uuid
 from typing import Sequence
 
+from absl import logging
+
 from cifar10.core import atomic
 from cifar10.core.errors import io_error
 from cifar10.runs.checkpoints import CHECKPOINT_NAME, PREFIX, Checkpoint
@@ -20,6 +22,8 @@ from cifar10.runs.checkpoints import CHECKPOINT_NAME, PREFIX, Checkpoint
 STATE_FILE = "checkpoint"
 # The temporary names of its atomic writes: this module's and TensorFlow's.
 TEMP_FILE = re.compile(r"checkpoint\.tmp[0-9a-f]{32}")
+# The state files found to be folders, each warned about once per process.
+_warned: set[str] = set()
 _LATEST_LINE = re.compile(r'^model_checkpoint_path:\s*"([^"]*)"\s*$', re.MULTILINE)
 
 
@@ -54,14 +58,24 @@ def write(directory: str, checkpoints: Sequence[Checkpoint]) -> None:
     """Writes the state file: the last of ``checkpoints`` is the latest, all are listed.
 
     Paths are relative, as TensorFlow's CheckpointManager writes them, so that a
-    run directory can be moved.  Written to a temporary file and renamed.
+    run directory can be moved.  Written to a temporary file and renamed.  A folder
+    of that name (not the trainer's) is left alone, with one warning: the run goes
+    on without a state file, which only TensorFlow's own tools need.
 
     Raises:
       Cifar10Error: the file cannot be written.
     """
+    path = os.path.join(directory, STATE_FILE)
+    if os.path.isdir(path):
+        if path not in _warned:
+            _warned.add(path)
+            logging.warning("%s is a folder, not TensorFlow's state file: it is left alone "
+                            "and the run goes on without a state file (tf.train."
+                            "latest_checkpoint will not find its checkpoints); move the "
+                            "folder away to have the state file written again.", path)
+        return
     lines = [f'model_checkpoint_path: "{checkpoints[-1].name}"']
     lines += [f'all_model_checkpoint_paths: "{c.name}"' for c in checkpoints]
-    path = os.path.join(directory, STATE_FILE)
     try:
         atomic.write_text(path, "\n".join(lines) + "\n", f"{path}.tmp{uuid.uuid4().hex}")
     except OSError as e:
