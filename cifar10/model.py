@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from cifar10 import precision
 from cifar10.data import fileformat as ff
 from cifar10.core.config import LRN_ALPHA, LRN_BETA, LRN_BIAS, LRN_DEPTH_RADIUS
 
@@ -55,8 +56,9 @@ class Model(tf.Module):
       seed: seed of the truncated-normal initialisers; the same seed gives the
         same initial weights.
       compute_dtype: ``tf.float32``, or ``tf.float16`` or ``tf.bfloat16`` for
-        mixed precision: convolutions, matmuls and activations in that type;
-        variables, LRN, logits and loss in float32.
+        mixed precision: convolutions and matmuls in that type, the other layers
+        as ``cifar10.precision`` chooses for it; variables, logits and loss in
+        float32.
       trainable: False for a copy that holds moving averages, not trained weights.
       lrn: the LRN implementation, ``fast_lrn`` (default) or ``reference_lrn``;
         both compute the same function.
@@ -69,6 +71,7 @@ class Model(tf.Module):
                  num_classes: int = ff.NUM_CLASSES):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
+        self.stage_dtypes = precision.stage_dtypes(self.compute_dtype)
         self.num_classes = num_classes
         self._lrn = lrn or fast_lrn
         # The tutorial's layers: weights drawn from a truncated normal of `stddev`,
@@ -91,13 +94,14 @@ class Model(tf.Module):
         return [v for layer in self.layers for v in (layer.weights, layer.biases)]
 
     def _params(self, layer: _Layer) -> tuple[tf.Tensor, tf.Tensor]:
-        return (tf.cast(layer.weights, self.compute_dtype),
-                tf.cast(layer.biases, self.compute_dtype))
+        dtype = self.stage_dtypes[layer.name]
+        return tf.cast(layer.weights, dtype), tf.cast(layer.biases, dtype)
 
     def stages(self) -> list[tuple[str, Callable[[tf.Tensor], tf.Tensor]]]:
         """The model's steps in order: (name, function of the previous step's output).
 
-        The first takes images in the compute dtype; the last gives float32 logits.
+        Each casts its input to its own precision (``precision.stage_dtypes``); the
+        last gives float32 logits.
         """
         def conv(layer):
             def apply(x):
@@ -119,30 +123,45 @@ class Model(tf.Module):
         def pool(x):
             return tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
 
-        return [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", self._lrn),
-                ("conv2", conv(self.conv2)),
-                ("norm2", self._lrn),  # norm2 comes before pool2, as the original
-                ("pool2", pool), ("local3", local(self.local3)), ("local4", local(self.local4)),
-                ("softmax_linear", local(self.softmax_linear, relu=False))]
+        stages = [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", self._lrn),
+                  ("conv2", conv(self.conv2)),
+                  ("norm2", self._lrn),  # norm2 comes before pool2, as the original
+                  ("pool2", pool), ("local3", local(self.local3)),
+                  ("local4", local(self.local4)),
+                  ("softmax_linear", local(self.softmax_linear, relu=False))]
+        return [(name, self._in_own_dtype(name, apply)) for name, apply in stages]
 
-    def activations(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Runs the model; returns the output of each named layer.
+    def _in_own_dtype(self, name: str, apply: Callable[[tf.Tensor], tf.Tensor]):
+        """``apply`` on its input cast to the stage's precision (no-op when it is already)."""
+        dtype = self.stage_dtypes[name]
+        return lambda x: apply(tf.cast(x, dtype))
+
+    def stage_outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Runs the model; returns the output of every stage, in the stage's precision.
 
         Args:
           images: float [batch, 24, 24, 3] standardised images.
 
         Returns:
-          {'conv1', 'conv2', 'local3', 'local4': activations in the compute
-          dtype, 'softmax_linear': float32 logits [batch, num_classes]}.
+          {stage name: its output}, in the order of ``stages()``; each in the dtype
+          ``precision.stage_dtypes`` gives the stage, but 'softmax_linear': float32
+          logits [batch, num_classes].
         """
-        x = tf.cast(images, self.compute_dtype)
-        layers = {layer.name for layer in self.layers}
+        x = images
         out = {}
         for name, apply in self.stages():
-            x = apply(x)
-            if name in layers:
-                out[name] = x
+            x = out[name] = apply(x)
         return out
+
+    def activations(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Runs the model; returns the output of each named layer.
+
+        Returns:
+          {'conv1', 'conv2', 'local3', 'local4': activations in the layer's
+          precision, 'softmax_linear': float32 logits [batch, num_classes]}.
+        """
+        outputs = self.stage_outputs(images)
+        return {layer.name: outputs[layer.name] for layer in self.layers}
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
         """``inference``: float32 logits [batch, num_classes] of standardised images."""

@@ -1,0 +1,49 @@
+"""The precision each stage of the model computes in, for each compute type.
+
+With ``--use_bf16`` not every layer is faster in bfloat16, and one is less
+exact: the choice is made layer by layer, from the per-layer times (the
+benchmark's (k)) that docs/performance.md records for each CPU kind measured.
+
+- conv1, conv2, local3, local4, softmax_linear: bfloat16.  Convolutions and
+  matmuls are what AVX512_BF16 and AMX speed up (oneDNN's bfloat16 kernels).
+- pool1, pool2: float32.  Max pooling's gradient in bfloat16 loses small
+  contributions where the 3x3, stride-2 windows overlap (four windows adding
+  1 + 3/256 give 1.0 in bfloat16, 1.0117 in float32, oneDNN 3.7), and pooling
+  does no arithmetic that bfloat16 could speed up.
+- norm1, norm2 (LRN): float32.  TensorFlow has no bfloat16 LRN kernel on the
+  CPU; the port's banded-matmul LRN was 1.5-1.7x slower in bfloat16 than in
+  float32 on AMD Zen 4, and a float16 or bfloaf16 sum of squares loses range.
+- The loss (softmax cross-entropy) and the logits: float32.
+
+float16 (``--use_fp16``, for GPUs) keeps its earlier rule: everything in float16
+but LRN (computed in float32 inside ``fast_lrn``), the logits and the loss.
+Variables stay float32 in every case, so checkpoints are interchangeable.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+STAGES = ("conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local4",
+          "softmax_linear")
+
+# Stages that run in float32 under bfloat16, and why (see the module docstring).
+BFLOAT16_IN_FLOAT32 = {
+    "pool1": "max pooling's gradient is inexact in bfloat16 where windows overlap",
+    "norm1": "no bfloat16 LRN kernel; slower than float32 where measured",
+    "norm2": "no bfloat16 LRN kernel; slower than float32 where measured",
+    "pool2": "max pooling's gradient is inexact in bfloat16 where windows overlap",
+}
+
+
+def stage_dtypes(compute_dtype: tf.DType) -> dict[str, tf.DType]:
+    """{stage name: the dtype its input is cast to and it computes in}.
+
+    Args:
+      compute_dtype: the run's compute type: float32, float16 or bfloat16.
+    """
+    compute_dtype = tf.as_dtype(compute_dtype)
+    dtypes = {name: compute_dtype for name in STAGES}
+    if compute_dtype == tf.bfloat16:
+        dtypes.update({name: tf.float32 for name in BFLOAT16_IN_FLOAT32})
+    return dtypes

@@ -1,0 +1,107 @@
+"""Tests of cifar10.precision: the precision each layer computes in under --use_bf16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10 import model as model_lib
+from cifar10 import precision
+
+BF16 = {"conv1": tf.bfloat16, "pool1": tf.float32, "norm1": tf.float32,
+        "conv2": tf.bfloat16, "norm2": tf.float32, "pool2": tf.float32,
+        "local3": tf.bfloat16, "local4": tf.bfloat16,
+        "softmax_linear": tf.float32}  # the logits: float32 whatever the policy
+
+
+def _images(n: int, seed: int = 0) -> tf.Tensor:
+    return tf.random.stateless_normal([n, 24, 24, 3], seed=(seed, 17))
+
+
+def test_each_layers_output_under_bf16_is_in_the_policys_precision():
+    model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16)
+    outputs = model.stage_outputs(_images(2))
+    assert list(outputs) == list(precision.STAGES)
+    assert {name: t.dtype for name, t in outputs.items()} == BF16
+    assert all(v.dtype == tf.float32 for v in model.parameters())  # checkpoints stay float32
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+def test_float32_and_float16_run_every_layer_in_their_own_type(dtype):
+    outputs = model_lib.Model(seed=1, compute_dtype=dtype).stage_outputs(_images(2))
+    assert [t.dtype for t in outputs.values()] == [dtype] * 8 + [tf.float32]
+
+
+def test_the_policy_gives_a_reason_for_every_layer_it_keeps_in_float32():
+    dtypes = precision.stage_dtypes(tf.bfloat16)
+    in_float32 = {name for name, dtype in dtypes.items() if dtype == tf.float32}
+    assert in_float32 == set(precision.BFLOAT16_IN_FLOAT32) == {"pool1", "norm1", "norm2",
+                                                                 "pool2"}
+    assert all(reason.strip() for reason in precision.BFLOAT16_IN_FLOAT32.values())
+
+
+def _loss_and_gradients(model, images, labels):
+    with tf.GradientTape() as tape:
+        loss = model.loss(model(images), labels).total
+    return float(loss), tape.gradient(loss, model.parameters())
+
+
+def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights():
+    # bfloat16 keeps 8 significant bits: each rounding moves a value by up to 2^-9 of
+    # itself. On these images the loss moved by under 1e-6 of itself; the gradients,
+    # small at initialisation and summed over many rounded products, moved by 0.3%
+    # (softmax_linear) to 19% (conv1, conv2) of their norm, in directions at cosine
+    # 0.98 or more to float32's. A layer in a type that cannot hold its values
+    # (a float16 sum of squares overflows) or a wrong gradient is far outside this.
+    images, labels = _images(16, seed=4), tf.range(16) % 10
+    loss32, grads32 = _loss_and_gradients(model_lib.Model(seed=3), images, labels)
+    loss16, grads16 = _loss_and_gradients(model_lib.Model(seed=3, compute_dtype=tf.bfloat16),
+                                          images, labels)
+    assert loss16 == pytest.approx(loss32, rel=1e-3)
+    for g16, g32 in zip(grads16, grads32):
+        assert g16.dtype == tf.float32
+        a, b = g16.numpy().ravel(), g32.numpy().ravel()
+        assert np.linalg.norm(a - b) < 0.25 * np.linalg.norm(b)
+        assert a @ b > 0.97 * np.linalg.norm(a) * np.linalg.norm(b)
+
+
+def _overlapping_pool_gradient(model):
+    """pool1's gradient at a value that is the maximum of four overlapping windows.
+
+    The input is 0 but 1 at (row 2, column 2), which the 3x3, stride-2 windows at
+    output (0..1, 0..1) share; the gradient arriving from norm1 is 1 at output
+    (0, 0) and 1/256 at the three others: 1 + 3/256 = 1.01171875 in float32, which
+    bfloat16 (8 significant bits) cannot add up in that order: 1 + 1/256 rounds
+    back to 1, three times.
+    """
+    pool = dict(model.stages())["pool1"]
+    x = np.zeros([1, 24, 24, 64], np.float32)
+    x[0, 2, 2, :] = 1.0
+    upstream = np.zeros([1, 12, 12, 64], np.float32)
+    upstream[0, :2, :2, :] = 1 / 256
+    upstream[0, 0, 0, :] = 1.0
+    x = tf.cast(tf.constant(x), model.stage_dtypes["conv1"])  # as conv1 hands it on
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = pool(x)
+    return tape.gradient(y, x, output_gradients=tf.cast(upstream, y.dtype))
+
+
+def test_the_pooling_gradient_under_bf16_adds_up_where_windows_overlap():
+    grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16))
+    assert grad.dtype == tf.bfloat16  # conv1's type: rounded once, after the sum
+    expected = tf.cast(tf.constant(1 + 3 / 256), tf.bfloat16)  # 1.015625
+    np.testing.assert_array_equal(grad.numpy()[0, 2, 2].astype(np.float32),
+                                  np.full(64, float(expected), np.float32))
+    assert float(expected) != 1.0
+    assert np.count_nonzero(grad.numpy().astype(np.float32)) == 64  # nothing else moved
+    exact = _overlapping_pool_gradient(model_lib.Model())
+    assert float(exact[0, 2, 2, 0]) == 1 + 3 / 256
+
+
+def test_bfloat16_pooling_would_lose_the_overlapping_contributions(monkeypatch):
+    # Why pool1 and pool2 stay float32: the same gradient in bfloat16 gives 1.0.
+    monkeypatch.delitem(precision.BFLOAT16_IN_FLOAT32, "pool1")
+    grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16))
+    assert float(grad[0, 2, 2, 0]) == 1.0
