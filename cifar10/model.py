@@ -106,11 +106,7 @@ class Model(tf.Module):
         def conv(layer):
             def apply(x):
                 w, b = self._params(layer)
-                # `+ b`, not tf.nn.bias_add: TensorFlow's CPU graph rewrite fuses the
-                # gradient of bias_add into oneDNN's Conv2DBackpropFilterWithBias, which
-                # took about twice as long as the plain filter gradient plus a separate
-                # bias sum.
-                return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b)
+                return tf.nn.relu(_add_bias(tf.nn.conv2d(x, w, 1, "SAME"), b))
             return apply
 
         def local(layer, relu=True):
@@ -187,6 +183,25 @@ class Model(tf.Module):
         xent /= tf.cast(global_batch or tf.shape(labels)[0], tf.float32)
         wd = self.weight_decay()
         return LossParts(total=xent + wd / num_replicas, cross_entropy=xent, weight_decay=wd)
+
+
+@tf.custom_gradient
+def _add_bias(y: tf.Tensor, bias: tf.Tensor):
+    """``y + bias`` (bias over the last axis), whose bias gradient is a matmul.
+
+    Not tf.nn.bias_add: TensorFlow's CPU graph rewrite fuses the gradient of
+    bias_add into oneDNN's Conv2DBackpropFilterWithBias, which took about twice as
+    long as the plain filter gradient plus a separate bias sum.  And the bias sum
+    as a row of ones times the gradient: Eigen's sum over the batch, rows and
+    columns of conv1's gradient took longer than oneDNN's matmul (a step 4% less
+    CPU time in float32 and in bfloat16; docs/performance.md).  The forward ``+``
+    still fuses with the convolution and its ReLU.
+    """
+    def grad(upstream):
+        rows = tf.reshape(upstream, [-1, upstream.shape[-1]])
+        ones = tf.ones([1, tf.shape(rows)[0]], rows.dtype)
+        return upstream, tf.reshape(tf.matmul(ones, rows), [-1])
+    return y + bias, grad
 
 
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

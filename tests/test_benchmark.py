@@ -31,7 +31,7 @@ def benchmark():
     sys.path.insert(0, SCRIPTS)
     try:
         names = ("benchmark", "bench.measure", "bench.training", "bench.compute",
-                 "bench.programs")
+                 "bench.programs", "bench.report")
         yield types.SimpleNamespace(**{name.split(".")[-1]: importlib.import_module(name)
                                        for name in names})
     finally:
@@ -131,6 +131,32 @@ def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, train
     times = benchmark.compute.layer_times(args, reps=1)
     assert [name for name, _ in times][::3] == ["conv1", "conv2", "local3"]
     assert len(times) == 9 and all(ms > 0 for _, ms in times)
+
+
+def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmark,
+                                                                        monkeypatch):
+    args = benchmark.benchmark.parse_args(["--use_bf16", "--batch_size=4"])
+    calls = []
+
+    def fake_stage_ms(forward_backward, x, reps):  # float32 2 ms a stage, bfloat16 1 ms
+        calls.append(x.dtype)
+        return forward_backward(x)[0], 2.0 if len(calls) % 2 else 1.0
+
+    monkeypatch.setattr(benchmark.compute, "_stage_ms", fake_stage_ms)
+    lines = benchmark.report.figure_layers_bf16(types.SimpleNamespace(args=args))
+    assert len(calls) == 18  # the two types in turns, stage by stage
+    assert calls[:4] == [tf.float32, tf.bfloat16, tf.float32, tf.bfloat16]
+    assert lines[0] == ("(k) layers, forward+backward, a batch of 4, one layer at a time, "
+                        "float32 against --use_bf16 (the precision each layer runs in):")
+    rows = [line.split() for line in lines[1:]]
+    assert [row[0] for row in rows] == ["conv1", "pool1", "norm1", "conv2", "norm2",
+                                        "pool2", "local3", "local4", "softmax_linear",
+                                        "total"]
+    assert rows[0] == ["conv1", "2.0", "ms", "1.0", "ms", "bfloat16", "2.00x"]
+    assert [row[5] for row in rows[:9]] == ["bfloat16", "float32", "float32", "bfloat16",
+                                           "float32", "float32", "bfloat16", "bfloat16",
+                                           "bfloat16"]
+    assert rows[9] == ["total", "18.0", "ms", "9.0", "ms", "2.00x"]
 
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from bench import measure
+from cifar10 import precision
 from cifar10.core.config import CROP_SIZE
 from cifar10.model import Model
 
@@ -68,20 +69,31 @@ def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, flo
 
 def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
     """(k): median milliseconds of each stage's forward and backward pass, one stage
-    at a time.
+    at a time, in the run's compute type.
 
     Each stage gets the output of the one before (a batch of ``args.batch_size``
-    images in the compute type) and differentiates a sum of its output with
-    respect to its variables and, but for the first, its input, as the train
+    images, in the type that stage hands on) and differentiates a sum of its output
+    with respect to its variables and, but for the first, its input, as the train
     step does.
     """
-    model = Model(compute_dtype=measure.compute_dtype(args))
-    x = tf.cast(tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
-                                           seed=(1, 2)), model.compute_dtype)
-    times = []
-    for i, (name, apply) in enumerate(model.stages()):
-        variables = [v for layer in model.layers if layer.name == name
-                     for v in (layer.weights, layer.biases)]
-        x, ms = _stage_ms(_forward_backward(apply, variables, input_gradient=i > 0), x, reps)
-        times.append((name, ms))
+    return layer_times_by_type(args, [measure.compute_dtype(args)], reps)[0]
+
+
+def layer_times_by_type(args, dtypes: list[tf.DType], reps: int = 5
+                        ) -> list[list[tuple[str, float]]]:
+    """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
+    (so that a change in the machine's load touches them alike)."""
+    models = [Model(compute_dtype=dtype) for dtype in dtypes]
+    images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
+                                        seed=(1, 2))
+    inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]
+    times = [[] for _ in models]
+    for i, name in enumerate(precision.STAGES):
+        for k, model in enumerate(models):
+            apply = dict(model.stages())[name]
+            variables = [v for layer in model.layers if layer.name == name
+                         for v in (layer.weights, layer.biases)]
+            inputs[k], ms = _stage_ms(_forward_backward(apply, variables, input_gradient=i > 0),
+                                      inputs[k], reps)
+            times[k].append((name, ms))
     return times

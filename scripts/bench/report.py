@@ -11,6 +11,7 @@ import tempfile
 import tensorflow as tf
 
 from bench import compute, measure, options, programs, training
+from cifar10 import precision
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.data import synthetic
@@ -120,11 +121,28 @@ def figure_prepare(s: Setting) -> list[str]:
 
 
 def figure_layers(s: Setting) -> list[str]:
+    if s.args.use_bf16:
+        return figure_layers_bf16(s)
     times = compute.layer_times(s.args)
     total = sum(ms for _, ms in times)
     layers = ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f}%)" for name, ms in times)
     return [(f"(k) layers, forward+backward: {total:8.1f} ms a batch of {s.args.batch_size}, "
              f"one layer at a time: {layers}")]
+
+
+def figure_layers_bf16(s: Setting) -> list[str]:
+    """(k) in float32 and with --use_bf16, side by side, and each layer's precision."""
+    in_float32, in_bf16 = compute.layer_times_by_type(s.args, [tf.float32, tf.bfloat16])
+    dtypes = precision.stage_dtypes(tf.bfloat16)
+    lines = [(f"(k) layers, forward+backward, a batch of {s.args.batch_size}, one layer at a "
+              f"time, float32 against --use_bf16 (the precision each layer runs in):")]
+    for (name, ms32), (_, ms16) in zip(in_float32, in_bf16):
+        lines.append(f"    {name:15s} {ms32:7.1f} ms  {ms16:7.1f} ms {dtypes[name].name:9s}"
+                     f" {ms32 / ms16:5.2f}x")
+    total32, total16 = (sum(ms for _, ms in times) for times in (in_float32, in_bf16))
+    lines.append(f"    {'total':15s} {total32:7.1f} ms  {total16:7.1f} ms {'':9s}"
+                 f" {total32 / total16:5.2f}x")
+    return lines
 
 
 def figure_determinism(s: Setting) -> list[str]:
