@@ -7,10 +7,13 @@ it where a test damages it.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import cli
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.data import fileformat as ff
 from cifar10.data import folder
@@ -78,3 +81,87 @@ def test_the_runs_class_names_are_its_own_file_not_the_datas(tmp_path):
     with pytest.raises(DataError, match=f"^{tmp_path / checkpoints.CLASSES_FILE} lists ant "
                                         f"more than once: "):
         checkpoints.trained_class_names(str(tmp_path))
+
+
+FIX = ("write the run's 10 class names {where}, one per line in label order (the "
+       "batches.meta.txt of the data it was trained on)")
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"airplane\nautom\xffbile\n", "is not UTF-8 text (byte 0xff at offset 14)"),
+    (b"", "lists no class names"),
+    ("".join(f"c{i}\n" for i in range(11)).encode(),
+     "lists 11 class names and the run's model has 10 classes"),
+    (None, "is a folder, not a class names file"),
+])
+def test_a_damaged_class_names_file_is_one_line_naming_it_and_the_fix(trained_run, tmp_path,
+                                                                     content, problem):
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    path = run_dir / checkpoints.CLASSES_FILE
+    if content is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    where = "in a file of that name" if content is None else "in it"
+    with pytest.raises(DataError) as info:
+        checkpoints.trained_class_names(str(run_dir))  # the newest model's 10 classes
+    assert str(info.value) == f"{path} {problem}: {FIX.format(where=where)}"
+    # Given the data's names (the evaluator), one warning, and the run goes on with them.
+    names = tuple(f"k{i}" for i in range(10))
+    assert checkpoints.trained_class_names(str(run_dir), fallback=names) == names
+
+
+def test_a_run_of_other_than_ten_classes_without_its_class_names_file_is_one_line(tmp_path):
+    assert checkpoints.recorded_class_names(str(tmp_path), 10) == (None, "")
+    assert checkpoints.recorded_class_names(str(tmp_path), 3) == (
+        None, "is missing and the run's model has 3 classes")
+    (tmp_path / checkpoints.CLASSES_FILE).write_text("ant\nbee\ncow\n")
+    assert checkpoints.recorded_class_names(str(tmp_path), 5) == (
+        None, "lists 3 class names and the run's model has 5 classes")
+    # A run of before the model's outputs followed the data: 10 of them, its 3 names.
+    assert checkpoints.recorded_class_names(str(tmp_path), 10) == (("ant", "bee", "cow"), "")
+    (tmp_path / checkpoints.CLASSES_FILE).unlink()
+    with pytest.raises(DataError, match="class_names.txt is missing and the run's model has "
+                                        "3 classes: write the run's 3 class names in it"):
+        checkpoints.trained_class_names(str(tmp_path), num_classes=3)
+
+
+def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(trained_run,
+                                                                               tmp_path):
+    """cifar10-predict and cifar10-export stop with one line (they printed and exported
+    names a model of 10 classes does not have); cifar10-eval goes on with the data's
+    names and says so once; cifar10-train resumes and writes the file again, saying so."""
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    path = run_dir / checkpoints.CLASSES_FILE
+    path.write_text("".join(f"c{i}\n" for i in range(11)))
+    problem = f"{path} lists 11 class names and the run's model has 10 classes"
+    image = tmp_path / "cat.png"
+    image.write_bytes(tf.io.encode_png(np.zeros((32, 32, 3), np.uint8)).numpy())
+
+    predicted = cli.run("cifar10-predict", f"--checkpoint_dir={run_dir}", str(image))
+    assert (predicted.returncode, predicted.stdout) == (1, "")
+    assert predicted.stderr.splitlines() == [
+        f"cifar10-predict: error: {problem}: {FIX.format(where='in it')}"]
+    exported = cli.call("cifar10-export", f"--checkpoint_dir={run_dir}",
+                        f"--export_dir={tmp_path / 'export'}")
+    assert (exported.returncode, exported.stderr) == (
+        1, f"cifar10-export: error: {problem}: {FIX.format(where='in it')}\n")
+    assert not (tmp_path / "export").exists()
+
+    data_dir = os.path.dirname(os.path.dirname(trained_run[1][0]))
+    evaluated = cli.call("cifar10-eval", f"--checkpoint_dir={run_dir}", "--run_once",
+                         f"--eval_dir={tmp_path / 'eval'}", f"--data_dir={data_dir}")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert [line for line in evaluated.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-eval: warning: {problem}: the run's 10 classes are taken to be the data's "
+        f"({', '.join(ff.CLASS_NAMES)})."]
+
+    resumed = cli.call("cifar10-train", f"--train_dir={run_dir}", f"--data_dir={data_dir}",
+                       "--max_steps=7", "--batch_size=16")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Resuming from {run_dir / 'model.ckpt-6'} at step 6." in resumed.stdout
+    assert [line for line in resumed.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-train: warning: {problem}: it is written again with --data_dir's class "
+        f"names ({', '.join(ff.CLASS_NAMES)})."]
+    assert path.read_text() == "".join(f"{name}\n" for name in ff.CLASS_NAMES)

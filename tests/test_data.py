@@ -14,6 +14,7 @@ from cifar10.data import pipeline as data
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.core.errors import DataError
+import cli
 from conftest import mirrored
 
 SIZE = ff.IMAGE_SIZE
@@ -133,6 +134,75 @@ def test_bad_class_names_files_are_one_line_errors(tmp_path, text, error):
     (tmp_path / ff.META_FILE).write_text(text)
     with pytest.raises(DataError, match=f"^{tmp_path / ff.META_FILE} {error}"):
         data.class_names(str(tmp_path))
+
+
+@pytest.mark.parametrize("content, error", [
+    (b"ant\n\xffbee\n", "is not UTF-8 text (byte 0xff at offset 4): list one class name per "
+                        "line, in label order, in UTF-8"),
+    (None, "is a folder, not a class names file; run cifar10-prepare again to make {dir} "
+           "from your images"),
+])
+def test_a_names_file_that_cannot_be_read_is_one_line_naming_it_and_the_fix(tmp_path, content,
+                                                                             error):
+    path = tmp_path / ff.META_FILE
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(DataError) as info:
+        data.class_names(str(tmp_path))
+    assert str(info.value) == f"{path} {error.format(dir=tmp_path)}"
+
+
+def _prepared(folder, names, records_per_file=(6, 6, 6, 6, 6, 4)):
+    """A data folder as cifar10-prepare writes it, of ``names``."""
+    folder.mkdir(parents=True)
+    (folder / ff.META_FILE).write_text("".join(f"{name}\n" for name in names))
+    for name, count in zip(ff.TRAIN_FILES + ff.TEST_FILES, records_per_file):
+        _write(folder / name, [_record(i % len(names), 0, 0, 0) for i in range(count)])
+    return folder
+
+
+def test_a_damaged_file_of_other_data_is_told_by_that_datas_sizes(tmp_path):
+    """Data of cifar10-prepare's or made from CIFAR-100: its own record counts and the
+    way to make it again, not CIFAR-10's file size."""
+    own = _prepared(tmp_path / "own", ("ant", "bee", "cow"), (6, 6, 7, 6, 6, 4))
+    (own / "data_batch_2.bin").write_bytes(b"")
+    (own / "test_batch.bin").write_bytes(b"\0" * 5000)
+    with pytest.raises(DataError) as info:
+        data.validate_files(data.split_files(str(own), "train"), 3)
+    assert str(info.value) == (
+        f"empty data file {own / 'data_batch_2.bin'} (0 bytes; data made by cifar10-prepare: "
+        f"its other files hold 6 to 7 records of 3,073 bytes); run cifar10-prepare again to "
+        f"make {own} from your images")
+    with pytest.raises(DataError) as info:
+        data.validate_files(data.split_files(str(own), "test"), 3)
+    assert str(info.value) == (
+        f"truncated or corrupt data file {own / 'test_batch.bin'}: 5,000 bytes is not a whole "
+        f"number of 3,073-byte records (data made by cifar10-prepare: its other files hold 6 "
+        f"to 7 records of 3,073 bytes); run cifar10-prepare again to make {own} from your "
+        f"images")
+    fine = _prepared(tmp_path / "cifar-100-fine-batches-bin", [f"c{i}" for i in range(100)])
+    (fine / "data_batch_5.bin").write_bytes(b"")
+    with pytest.raises(DataError) as info:
+        data.validate_files(data.split_files(str(fine), "train"), 100)
+    assert str(info.value) == (
+        f"empty data file {fine / 'data_batch_5.bin'} (0 bytes; data made from CIFAR-100: its "
+        f"other files hold 6 records of 3,073 bytes); delete {fine} so that it is made again "
+        f"from the extracted CIFAR-100 data")
+
+
+def test_the_trainer_speaks_of_prepared_data_when_a_file_of_it_is_empty(tmp_path):
+    own = _prepared(tmp_path / "data" / ff.BATCHES_DIRNAME, ("ant", "bee", "cow"))
+    (own / "data_batch_3.bin").write_bytes(b"")
+    result = cli.run("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                     f"--train_dir={tmp_path / 'train'}", "--max_steps=1", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: empty data file {own / 'data_batch_3.bin'} (0 bytes; data made "
+        f"by cifar10-prepare: its other files hold 6 records of 3,073 bytes); run "
+        f"cifar10-prepare again to make {own} from your images"]
+    assert not (tmp_path / "train").exists()
 
 
 # validate_files
@@ -491,4 +561,4 @@ def test_labels_beyond_the_named_classes_are_refused_with_advice_for_own_data(tm
         data.validate_files([path], num_classes=2)
     assert str(info.value) == (
         f"corrupt data file {path}: record 2 has label 2, expected 0-1 (batches.meta.txt names "
-        f"2 classes); make {tmp_path} again with cifar10-prepare from your images")
+        f"2 classes); run cifar10-prepare again to make {tmp_path} from your images")

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
-    names = checkpoints.trained_class_names(os.path.dirname(checkpoint))
+    names = checkpoints.trained_class_names(os.path.dirname(checkpoint), model.num_classes)
     show = predict.FORMATTERS[FLAGS.output]
     if FLAGS.output == "csv":
         print(predict.csv_header(FLAGS.top_k, len(names)), flush=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from cifar10.data import cifar100
 from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS
 from cifar10.core.errors import DataError
 
@@ -38,10 +39,16 @@ def class_names(batches_dir: str) -> tuple[str, ...]:
     CIFAR-10's names when the folder has no such file.
 
     Raises:
-      DataError: the file cannot be read, or lists no names, more than
-        ``MAX_CLASSES`` or one name twice.
+      DataError: the file cannot be read (a folder in its place, not UTF-8), or lists
+        no names, more than ``MAX_CLASSES`` or one name twice: one line naming it
+        and the fix.
     """
-    return read_class_names(os.path.join(batches_dir, ff.META_FILE), default=ff.CLASS_NAMES)
+    path = os.path.join(batches_dir, ff.META_FILE)
+    names, problem, fix = class_names_in(path)
+    if problem:
+        raise DataError(f"{path} {problem}: {fix}" if fix else
+                        f"{path} {problem}; {_how_to_redo(batches_dir)}")
+    return names or ff.CLASS_NAMES
 
 
 def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -49,27 +56,49 @@ def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple
 
     Returns ``default`` when the file does not exist (raises DataError if None).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
+    names, problem, fix = class_names_in(path)
+    if problem:
+        raise DataError(f"{path} {problem}" + (f": {fix}" if fix else ""))
+    if names is None:
         if default is None:
-            raise DataError(f"missing class names file {path}") from None
+            raise DataError(f"missing class names file {path}")
         return default
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"cannot read the class names in {path} "
-                        f"({getattr(e, 'strerror', None) or e})") from e
+    return names
+
+
+_FIX = "list one class name per line, in label order"
+
+
+def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
+    """(the names in the class names file ``path``, or None; what is wrong with it, or '';
+    how to fix its text, or '' where the file itself is the problem).
+
+    A missing file is (None, '', ''): no names, and nothing wrong.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None, "", ""
+    except IsADirectoryError:
+        return None, "is a folder, not a class names file", ""
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})", ""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", \
+            f"{_FIX}, in UTF-8"
     names = tuple(line.strip() for line in text.splitlines() if line.strip())
-    fix = "list one class name per line, in label order"
     if not names:
-        raise DataError(f"{path} lists no class names: {fix}")
+        return None, "lists no class names", _FIX
     if len(names) > ff.MAX_CLASSES:
-        raise DataError(f"{path} lists {len(names)} class names and a record's one label "
-                        f"byte holds {ff.MAX_CLASSES}: {fix}, at most {ff.MAX_CLASSES}")
+        return None, (f"lists {len(names)} class names and a record's one label byte holds "
+                      f"{ff.MAX_CLASSES}"), f"{_FIX}, at most {ff.MAX_CLASSES}"
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
-        raise DataError(f"{path} lists {', '.join(twice)} more than once: {fix}, each once")
-    return names
+        return None, f"lists {', '.join(twice)} more than once", f"{_FIX}, each once"
+    return names, "", ""
 
 
 def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
@@ -88,16 +117,15 @@ def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> i
     total = 0
     for path in paths:
         if not os.path.isfile(path):
-            _refuse(path, f"missing data file {path}: expected a CIFAR-10 binary file of "
-                          f"{ff.RECORD_BYTES:,}-byte records")
+            _refuse(path, f"missing data file {path}: expected a CIFAR-10-format binary file "
+                          f"of {ff.RECORD_BYTES:,}-byte records")
         size = os.path.getsize(path)
         if size == 0:
-            _refuse(path, f"empty data file {path} (0 bytes; the real files are "
-                          f"{ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
+            _refuse(path, f"empty data file {path} (0 bytes; {_expected_size(path)})")
         if size % ff.RECORD_BYTES:
             _refuse(path, f"truncated or corrupt data file {path}: {size:,} bytes is not a "
-                          f"whole number of {ff.RECORD_BYTES:,}-byte records (the real files "
-                          f"are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes)")
+                          f"whole number of {ff.RECORD_BYTES:,}-byte records "
+                          f"({_expected_size(path)})")
         labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
         bad = np.flatnonzero(labels >= num_classes)
         if bad.size:
@@ -115,18 +143,60 @@ def _refuse(path: str, problem: str) -> None:
 
 
 def _how_to_redo(batches_dir: str) -> str:
-    """Advice for a damaged data folder: download CIFAR-10 again, or convert one's images again."""
-    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
-                                         for label in ff.CIFAR100_LABELS}:
+    """Advice for a damaged data folder: download CIFAR-10 again, or make it again."""
+    kind = data_kind(batches_dir)
+    if kind == "cifar100":
         return (f"delete {batches_dir} so that it is made again from the extracted "
                 f"CIFAR-100 data")
-    try:
-        own = class_names(batches_dir) != ff.CLASS_NAMES
-    except DataError:
-        own = True
-    if own:
-        return f"make {batches_dir} again with cifar10-prepare from your images"
+    if kind == "own":
+        return f"run cifar10-prepare again to make {batches_dir} from your images"
     return f"delete {batches_dir} so that it is downloaded and extracted again"
+
+
+def data_kind(batches_dir: str) -> str:
+    """Whose data a data folder holds: 'cifar10' (CIFAR-10's, or generated with its
+    names), 'cifar100' (made from CIFAR-100) or 'own' (made by cifar10-prepare: other
+    class names; with a damaged names file, files not of CIFAR-10's size)."""
+    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
+                                         for label in ff.CIFAR100_LABELS}:
+        return "cifar100"
+    names, problem, _ = class_names_in(os.path.join(batches_dir, ff.META_FILE))
+    if problem:
+        real = ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES
+        return "cifar10" if real in _record_file_sizes(batches_dir).values() else "own"
+    return "own" if names and names != ff.CLASS_NAMES else "cifar10"
+
+
+def _expected_size(path: str) -> str:
+    """What a data file of its folder's data should hold, for the error about one that
+    is empty or cut short: CIFAR-10's size, or what the folder's other files hold."""
+    batches_dir, name = os.path.split(path)
+    kind = data_kind(batches_dir)
+    if kind == "cifar10" and not synthetic.is_synthetic(batches_dir):
+        return f"the real files are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes"
+    whose = {"cifar100": "data made from CIFAR-100", "own": "data made by cifar10-prepare",
+             "cifar10": "generated data"}[kind]
+    sizes = {n: size for n, size in _record_file_sizes(batches_dir).items() if n != name}
+    split = ff.TRAIN_FILES if name in ff.TRAIN_FILES else ff.TEST_FILES
+    counts = sorted(size // ff.RECORD_BYTES for n, size in sizes.items() if n in split) \
+        or sorted(size // ff.RECORD_BYTES for size in sizes.values())
+    if not counts:
+        return f"{whose}, of whole {ff.RECORD_BYTES:,}-byte records"
+    held = f"{counts[0]:,}" if counts[0] == counts[-1] else f"{counts[0]:,} to {counts[-1]:,}"
+    return f"{whose}: its other files hold {held} records of {ff.RECORD_BYTES:,} bytes"
+
+
+def _record_file_sizes(batches_dir: str) -> dict[str, int]:
+    """{name: size} of the folder's data files that hold whole records."""
+    sizes = {}
+    for name in (*ff.TRAIN_FILES, *ff.TEST_FILES):
+        try:
+            size = os.path.getsize(os.path.join(batches_dir, name))
+        except OSError:
+            continue
+        if size and size % ff.RECORD_BYTES == 0:
+            sizes[name] = size
+    return sizes
 
 
 def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,

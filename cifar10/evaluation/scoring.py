@@ -172,7 +172,7 @@ def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...
       Cifar10Error: ``data_classes`` (when given) are other classes.
     """
     run_dir = os.path.dirname(checkpoint)
-    trained_on = checkpoints.trained_class_names(run_dir)
+    trained_on = checkpoints.trained_class_names(run_dir, fallback=data_classes or None)
     if data_classes and tuple(trained_on) != tuple(data_classes):
         raise Cifar10Error(
             f"the run in {run_dir} was trained on {len(trained_on)} classes "

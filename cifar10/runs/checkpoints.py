@@ -30,13 +30,15 @@ import dataclasses
 import json
 import os
 import re
+from typing import Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from cifar10.core.config import WEIGHTS
-from cifar10.core.errors import Cifar10Error, first_line, io_error
+from cifar10.core.errors import Cifar10Error, DataError, first_line, io_error, listed
 from cifar10.data import fileformat as ff
-from cifar10.data.folder import read_class_names
+from cifar10.data.folder import class_names_in
 from cifar10.model import Model
 
 PREFIX = "model.ckpt"
@@ -173,16 +175,81 @@ def read_model(checkpoint: str, weights: str = "averages") -> tuple[Model, int]:
         raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {first_line(e)}") from e
 
 
-def trained_class_names(directory: str) -> tuple[str, ...]:
+def trained_class_names(directory: str, num_classes: int | None = None,
+                        fallback: Sequence[str] | None = None) -> tuple[str, ...]:
     """The class names the run in ``directory`` recorded in its class_names.txt (the
     classes it was trained on); CIFAR-10's if it recorded none.
 
     Not the names of a data folder: those are ``data.folder.class_names``.
 
+    Args:
+      directory: the run directory.
+      num_classes: the classes of the run's model (``num_outputs``); by default those
+        of its newest checkpoint, when one can be read.
+      fallback: names to use, with one warning, when the file is damaged and they
+        are as many as the model's classes (the evaluator's data's names).
+
     Raises:
-      DataError: the file is unreadable or malformed.
+      DataError: the file is damaged (a folder in its place, not UTF-8, no names,
+        a name twice) or lists another number of names than the model has classes:
+        one line naming it and the fix.
     """
-    return read_class_names(os.path.join(directory, CLASSES_FILE), default=ff.CLASS_NAMES)
+    if num_classes is None:
+        num_classes = _newest_model_classes(directory)
+    names, problem = recorded_class_names(directory, num_classes)
+    if not problem:
+        return names or ff.CLASS_NAMES
+    path = os.path.join(directory, CLASSES_FILE)
+    count = f"{num_classes} " if num_classes else ""
+    if fallback is not None and len(fallback) == (num_classes or len(fallback)):
+        if path not in _warned:
+            _warned.add(path)
+            logging.warning("%s %s: the run's %sclasses are taken to be the data's (%s).",
+                            path, problem, count, listed(list(fallback)))
+        return tuple(fallback)
+    where = "in a file of that name" if os.path.isdir(path) else "in it"
+    raise DataError(f"{path} {problem}: write the run's {count}class names {where}, one per "
+                    f"line in label order (the {ff.META_FILE} of the data it was trained on)")
+
+
+# The damaged class names files warned about, each once per process.
+_warned: set[str] = set()
+
+
+def recorded_class_names(directory: str, num_classes: int | None = None
+                         ) -> tuple[tuple[str, ...] | None, str]:
+    """(the names the run in ``directory`` recorded, or None; what is wrong with its
+    class_names.txt, or '').
+
+    No file is (None, '') for a model of CIFAR-10's 10 classes (or of unknown
+    classes: ``num_classes`` None); it is a problem for a model of another count, as
+    a file listing other than ``num_classes`` names is (but for fewer names and 10
+    classes: a run of before the model's outputs followed the data's classes).
+    """
+    names, problem, _ = class_names_in(os.path.join(directory, CLASSES_FILE))
+    if problem:
+        return None, problem
+    if names is None:
+        if num_classes in (None, ff.NUM_CLASSES):
+            return None, ""
+        return None, f"is missing and the run's model has {num_classes} classes"
+    # Fewer names than a model of 10 classes: a run of when the model always had
+    # CIFAR-10's 10 outputs, whatever the data's classes (it predicts among its own).
+    legacy = num_classes == ff.NUM_CLASSES and len(names) < num_classes
+    if num_classes is not None and len(names) != num_classes and not legacy:
+        return None, (f"lists {len(names)} class names and the run's model has "
+                      f"{num_classes} classes")
+    return names, ""
+
+
+def _newest_model_classes(directory: str) -> int | None:
+    """The classes of the model of the newest checkpoint in ``directory``; None when
+    there is none or it cannot be read."""
+    newest = latest(directory)
+    try:
+        return num_outputs(newest.path) if newest else None
+    except READ_ERRORS:
+        return None
 
 
 def completed_step(directory: str) -> int | None:

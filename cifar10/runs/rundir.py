@@ -16,13 +16,14 @@ import time
 from typing import Callable, Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_advice, io_error, listed
-from cifar10.data.folder import read_class_names
 from cifar10.runs import cleanup, resume, statefile
 from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, PREFIX, READ_ERRORS,
-                                      Checkpoint, checkpoint_path, find, latest, num_outputs)
+                                      Checkpoint, checkpoint_path, find, latest, num_outputs,
+                                      recorded_class_names)
 from cifar10.runs.lock import TrainerLock
 
 
@@ -154,10 +155,21 @@ class RunDirectory:
         if not self.is_chief:
             return
         path = os.path.join(self.directory, CLASSES_FILE)
-        if not os.path.exists(path):
+        # With a checkpoint, the model's classes are the data's (checked above): a
+        # file of another count is damaged, as is one that cannot be read.
+        recorded, problem = recorded_class_names(
+            self.directory, len(names) if latest(self.directory) else None)
+        if recorded is None:
+            if problem and os.path.isdir(path):
+                logging.warning("%s %s: the run goes on without recording its class names "
+                                "(cifar10-predict and cifar10-export read them); move the "
+                                "folder away to have them recorded.", path, problem)
+                return
+            if problem and os.path.exists(path):
+                logging.warning("%s %s: it is written again with --data_dir's class names "
+                                "(%s).", path, problem, listed(list(names)))
             _write(path, "".join(f"{name}\n" for name in names))
             return
-        recorded = read_class_names(path)
         if recorded != tuple(names):
             raise Cifar10Error(
                 f"the run in {self.directory} was trained on the classes "
