@@ -94,6 +94,44 @@ def test_flags_txt_replays_each_latest_start_exactly_from_another_directory(
     assert "Resuming from" in again.stdout and not (tmp_path / "b" / "r").exists()
 
 
+@pytest.mark.parametrize("program, value, problem", [
+    ("cifar10-train", "/ d a=b ", "ends with white space, which would be dropped"),
+    ("cifar10-eval", "/d\n--max_steps=9", "holds a line break, which would end its line"),
+])
+def test_a_value_flags_txt_cannot_replay_is_one_line_and_nothing_is_written(
+        tmp_path, program, value, problem):
+    """absl reads a flag file line by line and strips each line: a replay gave another
+    --data_dir (its last space dropped), or set a flag from inside a value."""
+    value = f"{tmp_path}{value}"
+    result = cli.run(program, f"--data_dir={value}", "--synthetic_data",
+                     f"--train_dir={tmp_path / 'train'}" if program == "cifar10-train" else
+                     f"--eval_dir={tmp_path / 'eval'}", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{program}: error: --data_dir={value!r} {problem} in the run's flags.txt (one flag "
+        f"per line, replayed with --flagfile): choose a value without it (see {program} "
+        f"--help)"]
+    assert os.listdir(tmp_path) == []
+
+
+def test_values_with_spaces_inside_and_equals_signs_replay_as_they_were(tmp_path, monkeypatch):
+    """Also for the evaluator, which reads the run's data flags from flags.txt as absl
+    does: a line ends at a line feed only, not at U+2028 (str.splitlines split there)."""
+    monkeypatch.chdir(tmp_path)
+    data_dir = " d a=b\u2028c"
+    args = (f"--data_dir={data_dir}", "--train_dir=r 1=x", "--synthetic_data",
+            "--synthetic_records=50", "--batch_size=16", "--max_steps=1")
+    result = cli.call("cifar10-train", *args)
+    assert result.returncode == 0, result.stderr
+    flags_txt = tmp_path / "r 1=x" / runrecord.FLAGS_FILE
+    assert (tmp_path / data_dir).is_dir()
+    assert parsed([f"--flagfile={flags_txt}"]) == {
+        **parsed(args), "fresh_start": False, "train_dir": str(tmp_path / "r 1=x"),
+        "data_dir": str(tmp_path / data_dir)}
+    assert runrecord.recorded_flags(str(flags_txt.parent))["data_dir"] == str(
+        tmp_path / data_dir)
+
+
 def test_a_resume_with_another_batch_size_says_so_once_and_records_it(tmp_path):
     first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
     assert first.returncode == 0, first.stderr

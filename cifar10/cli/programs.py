@@ -32,6 +32,9 @@ from cifar10.runs import records
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
               "export_dir", "image_dir")
 
+# The programs that record their flags in flags.txt (``flagfile_text``), for replay.
+RECORDING_PROGRAMS = ("cifar10-train", "cifar10-eval")
+
 # Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
 # user asked); quiet unless asked.
 _tensorflow_lines = False
@@ -190,6 +193,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
     try:
         rest = flag_values(argv)
         _refuse_paths_not_utf8(flag_values)
+        if program in RECORDING_PROGRAMS:
+            _refuse_values_flags_txt_cannot_hold(flag_values)
         return rest
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
@@ -215,6 +220,25 @@ def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
                     f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a name in UTF-8 "
                     f"(the run's records, flags.txt and environment.jsonl, are UTF-8 text)"
                 ) from None
+
+
+def _refuse_values_flags_txt_cannot_hold(flag_values: flags.FlagValues) -> None:
+    """A string flag whose value flags.txt cannot give back on replay is a flag error:
+    absl reads a flag file a line at a time (``\\n``, ``\\r``) and strips each line, so
+    a line break would split the value (and could set another flag) and white space
+    at its end would be dropped."""
+    for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
+        value = flag.value
+        if not isinstance(value, str):
+            continue
+        if "\n" in value or "\r" in value:
+            problem = "holds a line break, which would end its line"
+        elif value != value.rstrip():
+            problem = "ends with white space, which would be dropped"
+        else:
+            continue
+        raise flags.Error(f"--{flag.name}={value!r} {problem} in the run's flags.txt (one "
+                          f"flag per line, replayed with --flagfile): choose a value without it")
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:

@@ -167,8 +167,8 @@ def _commented(text: str) -> str:
     """flags.txt's earlier starts with their flag lines commented out (``# --name=...``),
     so that ``--flagfile=flags.txt`` replays the latest start alone, exactly: a flag
     that an earlier start set and the latest left unset stays unset."""
-    return "".join("# " + line if line.startswith("--") else line
-                   for line in text.splitlines(keepends=True))
+    return "\n".join("# " + line if line.startswith("--") else line
+                     for line in text.split("\n"))
 
 
 def header_program(line: str) -> str:
@@ -191,7 +191,9 @@ def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, 
         return None
     latest: dict[str, str] | None = None
     current: dict[str, str] | None = None  # the flags of the start being read
-    for line in text.splitlines():
+    # Lines as absl's --flagfile reads them: ended by \n or \r only (the file is read
+    # with universal newlines), stripped.
+    for line in (line.strip() for line in text.split("\n")):
         if line.startswith("# --"):  # a flag of an earlier start (``_commented``)
             line = line[2:]
         elif line.startswith("# "):
