@@ -220,3 +220,16 @@ def test_a_new_folder_left_by_a_dead_process_is_removed_only_once_its_lock_is_fr
     assert atomic.remove_leftovers(str(tmp_path)) == [scratch]
     assert os.listdir(tmp_path) == []
     assert atomic.remove_leftovers(str(tmp_path / "missing")) == []
+
+
+def test_an_export_dir_whose_name_is_not_utf8_is_one_line_and_nothing_is_written(trained_run,
+                                                                                 tmp_path):
+    name = os.fsdecode(bytes(tmp_path) + b"/export\xff")  # bytes the file system allows
+    result = run("cifar10-export", f"--checkpoint_dir={trained_run[0]}", f"--export_dir={name}",
+                 timeout=60)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-export: error: --export_dir={os.fsencode(name)!r} is not UTF-8: choose a name "
+        f"in UTF-8 (TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names) "
+        f"(see cifar10-export --help)"]
+    assert os.listdir(tmp_path) == []

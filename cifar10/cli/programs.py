@@ -209,17 +209,23 @@ def parse_flags(argv: list[str], program: str, doc: str,
 
 def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
     """A path flag whose value is not UTF-8 (bytes the file system allows) is a flag
-    error: the runs' records (flags.txt, environment.jsonl) are UTF-8 text."""
+    error: the runs' records (flags.txt, environment.jsonl) are UTF-8 text, and
+    TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names."""
     for name in PATH_FLAGS:
         value = flag_values[name].value if name in flag_values else None
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise flags.Error(
-                    f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a name in UTF-8 "
-                    f"(the run's records, flags.txt and environment.jsonl, are UTF-8 text)"
-                ) from None
+                why = _TENSORFLOW_NAMES if name in _TENSORFLOW_PATHS else _RECORDED_NAMES
+                raise flags.Error(f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a "
+                                  f"name in UTF-8 ({why})") from None
+
+
+# Why a path flag's value must be UTF-8.
+_RECORDED_NAMES = "the run's records, flags.txt and environment.jsonl, are UTF-8 text"
+_TENSORFLOW_NAMES = "TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names"
+_TENSORFLOW_PATHS = ("checkpoint_dir", "checkpoint", "export_dir")
 
 
 def _refuse_values_flags_txt_cannot_hold(flag_values: flags.FlagValues) -> None:
