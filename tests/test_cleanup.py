@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 import cli
+from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoints, cleanup
 from rundirs import USER_FILES, leave_an_interrupted_save
 
@@ -106,3 +109,20 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
             if n.startswith("events.")].count(True) == 1
     assert cleanup.own_files(str(train_dir)) == sorted(
         n for n in names if n not in evaluators and n not in ("checkpoint", "cifar10-train.lock"))
+
+
+def test_a_folder_with_the_name_of_a_trainers_file_is_never_removed(tmp_path):
+    """It was removed with what it held (shutil.rmtree) by --fresh_start and when a
+    finished run was trained further (training_complete.json)."""
+    for name in ("training_complete.json", "class_names.txt", "model.ckpt-3.index"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "notes.txt").write_text("mine")
+    assert cleanup.own_files(str(tmp_path)) == []
+    with pytest.raises(Cifar10Error) as err:
+        cleanup.delete(str(tmp_path), "training_complete.json")
+    assert str(err.value) == (
+        f"cannot remove {tmp_path / 'training_complete.json'} (Is a directory); a folder of "
+        f"that name is not the trainer's file: move it away")
+    assert cleanup.remove_run(str(tmp_path)) == 0
+    assert all((tmp_path / name / "notes.txt").read_text() == "mine"
+               for name in os.listdir(tmp_path))

@@ -232,6 +232,20 @@ def test_a_record_that_cannot_be_written_is_one_line_and_leaves_the_old_file(tmp
     assert runrecord.last_record(str(tmp_path)) == record
 
 
+@pytest.mark.parametrize("name", [runrecord.FLAGS_FILE, runrecord.ENVIRONMENT_FILE])
+def test_a_folder_in_a_records_place_is_one_line_saying_to_move_it(tmp_path, name):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "notes.txt").write_text("mine")
+    assert runrecord.last_settings(str(tmp_path)) is None  # and no warning of damage
+    record = runrecord.environment("cifar10-train", ["x"], [], "2.x")
+    with pytest.raises(Cifar10Error) as err:
+        runrecord.record_start(str(tmp_path), record, "--seed=1\n")
+    assert str(err.value) == (f"cannot record the run's start in {tmp_path / name} (Is a "
+                              f"directory); a folder of that name is not the run's record: "
+                              f"move it away")
+    assert (tmp_path / name / "notes.txt").read_text() == "mine"
+
+
 # -- --deterministic ----------------------------------------------------------------
 
 

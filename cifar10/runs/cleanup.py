@@ -161,5 +161,8 @@ def delete(directory: str, name: str) -> None:
             os.remove(path)
     except FileNotFoundError:
         pass
+    except IsADirectoryError as e:
+        raise io_error("cannot remove", path, e,
+                       "a folder of that name is not the trainer's file: move it away") from e
     except OSError as e:
         raise io_error("cannot remove", path, e) from e

@@ -92,8 +92,8 @@ def last_settings(directory: str) -> dict[str, Any] | None:
     None when there is no such file, or (with one warning) when its last record is
     damaged: the start goes on, and is not compared with the one before."""
     path = os.path.join(directory, ENVIRONMENT_FILE)
-    if not os.path.exists(path):
-        return None
+    if not os.path.isfile(path):
+        return None  # none; a folder in its place is said when the start is recorded
     record = last_record(directory)
     settings = record.get("settings") if record else None
     if isinstance(settings, dict):
@@ -159,6 +159,9 @@ def _append(path: str, text: str, earlier=lambda old: old) -> None:
         if old and not old.endswith("\n"):
             old += "\n"
         atomic.write_text(path, earlier(old) + text)
+    except IsADirectoryError as e:
+        raise io_error("cannot record the run's start in", path, e,
+                       "a folder of that name is not the run's record: move it away") from e
     except OSError as e:
         raise io_error("cannot record the run's start in", path, e) from e
 
