@@ -44,7 +44,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/backfill
-KillWait=60
+KillWait=30
 InactiveLimit=0
 MinJobAge=300
 NodeName={host} CPUs=2 State=UNKNOWN

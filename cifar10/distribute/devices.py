@@ -104,7 +104,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
 
     Args:
       num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica, None
-        the flag's default (one replica, quietly on the CPU where there is no GPU).
+        the flag's default (under ``srun``, one per GPU Slurm gave the task; else one
+        replica, quietly on the CPU where there is no GPU).
       log_device_placement: turn on TensorFlow's placement log.
       kind: 'auto' (multi_worker when ``TF_CONFIG`` names several tasks, else
         mirrored), 'mirrored' (MirroredStrategy, one replica per device),
@@ -120,6 +121,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     """
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
+    if num_gpus is None:  # the flag's default: under srun, the GPUs Slurm gave this task
+        num_gpus = resolver.default_num_gpus()
     if kind == "multi_worker":
         return _multi_worker_strategy(num_gpus, worker_timeout_secs, slurm_port_base)
     devices = replica_devices(num_gpus)
@@ -135,8 +138,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
 def _multi_worker_strategy(num_gpus: int | None, timeout: float | None, port_base: int
                            ) -> tf.distribute.Strategy:
     cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None) if not Slurm
-    asked, num_gpus = num_gpus is not None, num_gpus if num_gpus is not None else (
-        len(task_gpus) if task_gpus else 1)
+    asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
     if num_gpus == 0:
         tf.config.set_visible_devices([], "GPU")
@@ -153,8 +155,7 @@ def _multi_worker_strategy(num_gpus: int | None, timeout: float | None, port_bas
     elif asked:
         logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
-                                                     communication_options=options)
+    return resolver.multi_worker_strategy(cluster_resolver, options, timeout)
 
 
 def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None

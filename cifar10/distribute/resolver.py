@@ -6,10 +6,19 @@ MultiWorkerMirroredStrategy takes its replicas per worker from the resolver's
 process made visible): ``SlurmResolver`` counts them the same way, once the strategy
 has started its server, so that a CPU node runs one CPU replica and a GPU node one
 replica per GPU it kept, whatever ``nvidia-smi`` would say.
+
+``multi_worker_strategy`` bounds the strategy's start, where every worker waits
+for all the others (under Slurm, or with ``TF_CONFIG``).
 """
 
 from __future__ import annotations
 
+import logging as pylogging
+import os
+import subprocess
+import sys
+
+from absl import logging
 import tensorflow as tf
 
 from cifar10.distribute import cluster
@@ -50,3 +59,77 @@ def from_slurm(port_base: int) -> tuple[SlurmResolver | None, list | None]:
         physical = tf.config.list_physical_devices("GPU")
         gpus = [physical[i] for i in indices if i < len(physical)]
     return SlurmResolver(task, port_base), gpus
+
+
+def default_num_gpus() -> int | None:
+    """The replicas of a task that ``srun`` started: one per GPU Slurm gave it; None
+    where it gave none, or outside Slurm (``TF_CONFIG`` wins)."""
+    if cluster.cluster_source() != "slurm":
+        return None
+    indices = slurm.read_task().gpu_indices()
+    return len(indices) if indices else None
+
+
+def multi_worker_strategy(cluster_resolver, options, timeout: float | None
+                          ) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy on ``cluster_resolver`` (None: ``TF_CONFIG``'s),
+    whose workers must all have started within ``timeout`` seconds.
+
+    Building it waits, in TensorFlow's C++ runtime and holding Python's lock (no
+    thread of this process runs meanwhile), until every worker of the cluster has
+    registered with the chief; a worker that never starts (its task failed, or a
+    node cannot reach another's port) would keep the others waiting for ever, deaf
+    to SIGTERM.  A small watchdog process ends this one after ``timeout`` seconds,
+    with one error line (nothing is trained or written before).
+    """
+    resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    workers = [a for job in ("chief", "worker")
+               for a in resolver.cluster_spec().as_dict().get(job, [])]
+    message = _error_line(
+        f"the {len(workers)} workers did not all start within {timeout:g} s "
+        f"(--worker_timeout_secs): this is {resolver.task_type} {resolver.task_id}; check "
+        f"that every task started (see the others' errors) and that each node reaches "
+        f"{', '.join(workers)}, then start the job again")
+    watchdog = _start_watchdog(timeout, message) if timeout else None
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
+                                                         communication_options=options)
+    finally:
+        if watchdog:
+            watchdog.stdin.close()  # the watchdog ends quietly
+            watchdog.wait()
+
+
+# Waits until its stdin closes (this process built its strategy, or died); if that
+# takes longer than the timeout, prints the error line and kills this process.  A
+# SIGTERM or SIGINT meanwhile (scancel, Ctrl-C), which TensorFlow's runtime keeps
+# from this process while it waits, kills it at once: nothing is trained yet.
+_WATCHDOG = """
+import os, select, signal, sys
+parent, timeout, message, stopped = int(sys.argv[1]), float(sys.argv[2]), *sys.argv[3:]
+def stop(signum, frame):
+    sys.stderr.write(stopped % signal.Signals(signum).name + "\\n")
+    os.kill(parent, signal.SIGKILL)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+if not select.select([sys.stdin], [], [], timeout)[0]:
+    sys.stderr.write(message + "\\n")
+    sys.stderr.flush()
+    os.kill(parent, signal.SIGKILL)
+"""
+
+
+def _start_watchdog(timeout: float, message: str) -> subprocess.Popen:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    stopped = _error_line("stopped by %s while waiting for the other workers to start")
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout),
+                             message, stopped], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=sys.stderr)  # the program's own (not TensorFlow's filter)
+
+
+def _error_line(message: str) -> str:
+    """``message`` as the program's error line (``<program>: error: ...``)."""
+    record = pylogging.LogRecord("absl", pylogging.ERROR, __file__, 0, message, None, None)
+    return logging.get_absl_handler().format(record)

@@ -45,7 +45,7 @@ class SlurmTask:
     hosts: tuple[str, ...]          # the step's nodes, in Slurm's order
     tasks_per_node: tuple[int, ...]  # tasks on each of them
     placement: tuple[tuple[int, int], ...]  # (node index, local id) of each rank
-    gpus: tuple[str, ...] | None = None  # what Slurm gave this node's tasks (None: nothing)
+    gpus: tuple[int, ...] | None = None  # what Slurm gave this node's tasks (None: nothing)
     gpus_per_task_bound: bool = False  # Slurm gave each task its own GPUs
 
     @property
@@ -81,7 +81,7 @@ class SlurmTask:
         """
         if self.gpus is None:
             return None
-        seen = list(range(len(self.gpus)))
+        seen = list(self.gpus)
         tasks = self.tasks_per_node[self.placement[self.rank][0]]
         if self.gpus_per_task_bound or tasks == 1 or not seen:
             return seen
@@ -172,7 +172,7 @@ def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
             f"{env.get('SLURM_STEP_TASKS_PER_NODE')} on SLURM_STEP_NODELIST="
             f"{env.get('SLURM_STEP_NODELIST')}; start the step with srun alone (no "
             f"--het-group, no SLURM_* variables set by hand)")
-    distribution = env.get("SLURM_DISTRIBUTION", "block").split(":")[0] or "block"
+    distribution = re.split("[:=,]", env.get("SLURM_DISTRIBUTION", "block"))[0] or "block"
     if distribution not in ("block", "cyclic"):
         raise Cifar10Error(f"srun --distribution={distribution} is not supported: use block "
                            f"(Slurm's default) or cyclic")
@@ -194,18 +194,18 @@ def _int(env: Mapping[str, str], name: str) -> int:
     return int(value)
 
 
-def _gpus(env: Mapping[str, str]) -> tuple[tuple[str, ...] | None, bool]:
-    """(the GPUs this task's process sees, as Slurm named them; whether Slurm bound
-    them to each task).  CUDA numbers the visible ones from 0; without
-    ``CUDA_VISIBLE_DEVICES``, Slurm's IDs are the node's own numbers."""
+def _gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, bool]:
+    """(the GPUs Slurm gave this node's tasks, as numbers of the GPUs this process
+    sees; whether Slurm bound them to each task).  CUDA numbers the GPUs of
+    ``CUDA_VISIBLE_DEVICES`` from 0; without it, Slurm's IDs are the node's own."""
     step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        seen = tuple(g for g in visible.split(",") if g.strip() and g != "NoDevFiles")
+        seen = [g for g in visible.split(",") if g.strip() and g != "NoDevFiles"]
         on_node = env.get("SLURM_GPUS_ON_NODE") or (len(step.split(",")) if step else 0)
-        return seen, 0 < len(seen) < int(on_node)
+        return tuple(range(len(seen))), 0 < len(seen) < int(on_node)
     if step:
-        return tuple(step.split(",")), False
+        return tuple(int(g) for g in step.split(",") if g.strip().isdigit()), False
     return None, False
 
 

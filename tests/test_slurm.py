@@ -1,0 +1,287 @@
+"""cifar10-train under Slurm: the job step's cluster read from SLURM_* (distribute/slurm.py,
+resolver.py), and training, stopping and resuming under a real one-node Slurm
+(tests/slurm_cluster.py: Debian's slurm-wlm and munge, started and stopped here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from cli import program
+from cifar10.core.errors import Cifar10Error
+from cifar10.distribute import cluster, resolver, slurm
+import slurm_cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SBATCH_SCRIPT = os.path.join(REPO, "scripts", "slurm_train.sbatch")
+
+
+def step_env(nodes="node[9-10]", tasks_per_node="1(x2)", rank=0, **extra):
+    """The variables srun gives task ``rank`` of a job step (as Slurm 22.05 sets them)."""
+    counts = slurm.expand_tasks_per_node(tasks_per_node)
+    return {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
+            "SLURM_STEP_NUM_TASKS": str(sum(counts)), "SLURM_STEP_NODELIST": nodes,
+            "SLURM_STEP_TASKS_PER_NODE": tasks_per_node, **extra}
+
+
+@pytest.fixture
+def environ(monkeypatch):
+    """Replaces the process's Slurm variables (and TF_CONFIG) for one test."""
+
+    def set_env(values):
+        for name in list(os.environ):
+            if name.startswith("SLURM") or name in ("TF_CONFIG", "CUDA_VISIBLE_DEVICES"):
+                monkeypatch.delenv(name)
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+
+    set_env({})
+    return set_env
+
+
+def test_host_lists_and_task_counts_expand_in_slurms_order():
+    assert slurm.expand_hostlist("node[9-10]") == ["node9", "node10"]
+    # As `scontrol show hostnames` expands them (each range keeps its own zeros).
+    assert slurm.expand_hostlist("gpu[01-02,7],login,r[1-2]n[1-2]") == [
+        "gpu01", "gpu02", "gpu7", "login", "r1n1", "r1n2", "r2n1", "r2n2"]
+    assert slurm.expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    with pytest.raises(Cifar10Error, match=r"^SLURM_STEP_TASKS_PER_NODE='2x' is not Slurm's"):
+        slurm.expand_tasks_per_node("2x")
+
+
+def test_hosts_keep_slurms_order_and_the_rank_is_the_task_index(environ):
+    # TensorFlow's SlurmClusterResolver sorts the names as text: node10 before node9.
+    for rank in (0, 1):
+        task = slurm.read_task(step_env(rank=rank))
+        assert task.tf_config(24000) == {
+            "cluster": {"worker": ["node9:24000", "node10:24000"]},
+            "task": {"type": "worker", "index": rank}}
+    environ(step_env(rank=1, SLURMD_NODENAME="node10", SLURM_LOCALID="0"))
+    assert cluster.cluster_source() == "slurm"
+    assert cluster.strategy_kind("auto") == "multi_worker"
+    spec = resolver.SlurmResolver(slurm.read_task(), 24000)
+    assert spec.cluster_spec().as_dict() == {"worker": ["node9:24000", "node10:24000"]}
+    assert (spec.task_type, spec.task_id) == ("worker", 1)
+
+
+def test_several_tasks_per_node_take_consecutive_ports_block_or_cyclic():
+    block = slurm.read_task(step_env("a[1-2]", "2(x2)", rank=2, SLURMD_NODENAME="a2",
+                                     SLURM_LOCALID="0"))
+    assert block.addresses(5000) == ["a1:5000", "a1:5001", "a2:5000", "a2:5001"]
+    cyclic = slurm.read_task(step_env("a[1-2]", "2,1", rank=2, SLURM_DISTRIBUTION="cyclic",
+                                      SLURMD_NODENAME="a1", SLURM_LOCALID="1"))
+    assert cyclic.addresses(5000) == ["a1:5000", "a2:5000", "a1:5001"]
+    with pytest.raises(Cifar10Error, match=r"^Slurm placed task 2 on a1 as local task 1, not "
+                                           r"where --distribution=block puts it \(a2, 0\): "):
+        slurm.read_task(step_env("a[1-2]", "2,1", rank=2, SLURMD_NODENAME="a1",
+                                 SLURM_LOCALID="1"))
+    with pytest.raises(Cifar10Error, match=r"^srun --distribution=plane is not supported"):
+        slurm.read_task(step_env(SLURM_DISTRIBUTION="plane=2"))
+
+
+def test_gpus_come_from_slurms_allocation_and_a_cpu_node_has_none(environ):
+    two_on_node = dict(nodes="n1", tasks_per_node="2", rank=1, SLURM_LOCALID="1")
+    # No GPU variable: the task takes what it sees (none here): one CPU replica.
+    cpu = slurm.read_task(step_env(**two_on_node))
+    assert cpu.gpu_indices() is None
+    assert slurm.read_task(step_env(**two_on_node, CUDA_VISIBLE_DEVICES="")).gpu_indices() == []
+    # The step's 4 GPUs of the node, not bound to each task: split by SLURM_LOCALID.
+    assert slurm.read_task(step_env(**two_on_node, SLURM_STEP_GPUS="4,5,6,7")
+                           ).gpu_indices() == [6, 7]
+    assert slurm.read_task(step_env(**two_on_node, CUDA_VISIBLE_DEVICES="4,5,6,7",
+                                    SLURM_STEP_GPUS="4,5,6,7", SLURM_GPUS_ON_NODE="4")
+                           ).gpu_indices() == [2, 3]  # CUDA numbers what it shows from 0
+    # Bound to each task (srun --gpus-per-task): this task's own.
+    assert slurm.read_task(step_env(**two_on_node, CUDA_VISIBLE_DEVICES="5",
+                                    SLURM_STEP_GPUS="4,5", SLURM_GPUS_ON_NODE="2")
+                           ).gpu_indices() == [0]
+    assert slurm.read_task(step_env("n1", "1", SLURM_JOB_GPUS="3")).gpu_indices() == [3]
+    with pytest.raises(Cifar10Error, match=r"^Slurm gave node n1 1 GPU\(s\) for its 2 tasks: "
+                                           r"ask for at least one GPU per task"):
+        slurm.read_task(step_env(**two_on_node, SLURM_STEP_GPUS="0")).gpu_indices()
+    environ(step_env(**two_on_node, SLURM_STEP_GPUS="4,5,6,7"))
+    assert resolver.default_num_gpus() == 2
+    environ(step_env(**two_on_node, SLURM_STEP_GPUS="4,5,6,7", TF_CONFIG=json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 0}})))
+    assert resolver.default_num_gpus() is None  # TF_CONFIG wins
+
+
+def test_tf_config_wins_and_slurms_own_mistakes_are_one_line(environ):
+    tf_config = {"cluster": {"worker": ["h:1", "h:2", "h:3"]}, "task": {"type": "worker",
+                                                                        "index": 2}}
+    environ(dict(step_env(), TF_CONFIG=json.dumps(tf_config)))
+    assert cluster.cluster_source() == "tf_config"
+    assert cluster.cluster_workers() == 3
+    environ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"})  # a batch script, not srun
+    with pytest.raises(Cifar10Error, match=r"^this Slurm job has 2 tasks \(SLURM_NTASKS\) but "
+                                           r"cifar10-train was started once, not by srun: "
+                                           r"start it as `srun cifar10-train \.\.\.`"):
+        cluster.strategy_kind("auto")
+    environ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"})
+    assert cluster.cluster_source() is None  # a batch job of one task: one machine
+    assert cluster.strategy_kind("auto") == "mirrored"
+    with pytest.raises(Cifar10Error, match=r"^the Slurm job step's task count does not match: "
+                                           r"SLURM_STEP_NUM_TASKS=3, SLURM_PROCID=0, "
+                                           r"SLURM_STEP_TASKS_PER_NODE=1\(x2\) on "):
+        slurm.read_task(step_env(SLURM_STEP_NUM_TASKS="3"))
+    assert slurm.job_record(step_env(SLURM_RESTART_COUNT="1")) == {"slurm": {
+        "job_id": "42", "step_id": "0", "task": "0", "restart_count": "1"}}
+    assert slurm.job_record({}) == {}
+
+
+def test_a_port_in_use_is_one_line_naming_the_flag():
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        task = slurm.read_task(step_env("vm", "2", rank=1))
+        with pytest.raises(Cifar10Error) as raised:
+            slurm.check_port(task, port - 1)
+    assert str(raised.value) == (
+        f"port {port} on vm (--slurm_port_base={port - 1} + local task 1) is in use by "
+        f"another program or job: choose another --slurm_port_base, e.g. {port + 999}")
+    slurm.check_port(task, port - 1)  # free again
+
+
+def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path):
+    config = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                         "task": {"type": "worker", "index": 0}})
+    started = time.time()
+    result = subprocess.run(
+        [program("cifar10-train"), "--synthetic_data", "--synthetic_records=50",
+         f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+         "--worker_timeout_secs=3"], capture_output=True, text=True, timeout=120,
+        env=slurm_cluster.SlurmCluster(str(tmp_path)).env(TF_CONFIG=config))  # no SLURM_*
+    assert time.time() - started < 60
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[-1] == (
+        "cifar10-train: error: the 2 workers did not all start within 3 s "
+        "(--worker_timeout_secs): this is worker 0; check that every task started (see the "
+        "others' errors) and that each node reaches 127.0.0.1:1, 127.0.0.1:2, then start "
+        "the job again")
+    assert not (tmp_path / "train" / "model.ckpt-0.index").exists()
+
+
+# ---- under a real Slurm ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_job(tmp_path_factory):
+    """A one-node Slurm cluster (its daemons stopped by pid at the end, also on failure)."""
+    why = slurm_cluster.missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {why}")
+        pytest.skip(why)
+    folder = tmp_path_factory.mktemp("slurm")
+    daemons = slurm_cluster.SlurmCluster(str(folder))
+    daemons.start()
+    try:
+        yield daemons
+    finally:
+        subprocess.run(["scancel", "--full", "--user=root"], env=daemons.env(), timeout=30)
+        daemons.stop()
+
+
+def train_args(folder, *extra):
+    return ("--synthetic_data", "--synthetic_records=50", f"--data_dir={folder}/data",
+            f"--train_dir={folder}/train", "--batch_size=8", "--worker_timeout_secs=60",
+            *extra)
+
+
+def test_srun_trains_two_workers_and_the_chief_writes(slurm_job, tmp_path):
+    result = subprocess.run(
+        ["srun", "-n", "2", "--overcommit", "-l", "--kill-on-bad-exit=1",
+         program("cifar10-train"), *train_args(tmp_path, "--max_steps=4", "--log_frequency=2",
+                                               "--checkpoint_steps=2")],
+        capture_output=True, text=True, timeout=240, env=slurm_job.env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"^0: Training on 250 examples .* with 2 replica\(s\), global batch 16; "
+                     r"checkpoints and summaries in ", out, re.M), out
+    assert re.search(r"^1: .*this is worker 1: the chief writes checkpoints", out, re.M), out
+    assert f"0: Training complete at step 4; saved {tmp_path}/train/model.ckpt-4." in out
+    names = os.listdir(tmp_path / "train")
+    assert sorted(n for n in names if n.endswith(".index")) == ["model.ckpt-2.index",
+                                                                "model.ckpt-4.index"]
+    assert len([n for n in names if n.startswith("events.out")]) == 1
+    with open(tmp_path / "train" / "environment.jsonl") as f:
+        [record] = [json.loads(line) for line in f]
+    assert record["slurm"]["step_id"] == "0" and record["slurm"]["task"] == "0"
+    assert record["slurm"]["job_id"].isdigit()
+
+
+def test_a_port_in_use_stops_the_step_in_one_line(slurm_job, tmp_path):
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        started = time.time()
+        result = subprocess.run(
+            ["srun", "-n", "2", "--overcommit", "-l", "--kill-on-bad-exit=1",
+             program("cifar10-train"), *train_args(tmp_path, f"--slurm_port_base={port}")],
+            capture_output=True, text=True, timeout=240, env=slurm_job.env())
+    # Task 1, waiting for task 0, ends at srun's SIGTERM, not --worker_timeout_secs later.
+    assert time.time() - started < 50
+    assert result.returncode != 0
+    assert (f"0: cifar10-train: error: port {port} on {slurm_job.host} (--slurm_port_base="
+            f"{port} + local task 0) is in use by another program or job: choose another "
+            f"--slurm_port_base, e.g. {port + 1000}") in result.stderr.splitlines()
+
+
+def submit(slurm_job, folder, *args) -> str:
+    """sbatch's job id of scripts/slurm_train.sbatch with 2 tasks on this node."""
+    result = subprocess.run(
+        ["sbatch", "--parsable", "-n", "2", "--ntasks-per-node=2", "--overcommit",
+         f"--output={folder}/job-%j.out", SBATCH_SCRIPT, *train_args(folder, *args)],
+        capture_output=True, text=True, timeout=60,
+        env=slurm_job.env(CIFAR10_TRAIN=program("cifar10-train")))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split(";")[0]
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, what()
+        time.sleep(0.5)
+
+
+def job_ended(slurm_job, job_id):
+    out = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
+                         env=slurm_job.env(), timeout=30).stdout
+    return not out.strip()
+
+
+def test_scancel_saves_a_checkpoint_and_the_job_submitted_again_resumes(slurm_job, tmp_path):
+    args = ("--max_steps=80", "--log_frequency=1", "--checkpoint_steps=1000")
+    job = submit(slurm_job, tmp_path, *args)
+    log = tmp_path / f"job-{job}.out"
+    text = lambda: log.read_text() if log.exists() else ""  # noqa: E731
+    wait_for(lambda: re.search(r": step [3-9]\d*, loss", text()), 180, text)
+    subprocess.run(["scancel", job], env=slurm_job.env(), timeout=30, check=True)
+    wait_for(lambda: job_ended(slurm_job, job), 120, text)
+    stopped = re.findall(r"Stopped at step (\d+); saved (\S+)\.", text())
+    assert len(stopped) == 1, text()
+    step = int(stopped[0][0])
+    assert 3 <= step < 80 and stopped[0][1] == f"{tmp_path}/train/model.ckpt-{step}"
+    assert (tmp_path / "train" / f"model.ckpt-{step}.index").exists()
+
+    again = submit(slurm_job, tmp_path, *args)
+    wait_for(lambda: job_ended(slurm_job, again), 240,
+             lambda: (tmp_path / f"job-{again}.out").read_text())
+    out = (tmp_path / f"job-{again}.out").read_text()
+    assert f"at step {step}." in out, out
+    assert re.search(rf": step {step + 1}, loss", out), out
+    assert "Training complete at step 80; saved" in out, out
+    assert "this is worker 1" not in out  # srun --output=0: the chief's lines only
+    assert "requeueing" not in out
+    with open(tmp_path / "train" / "environment.jsonl") as f:
+        jobs = [json.loads(line)["slurm"]["job_id"] for line in f]
+    assert jobs == [job, again]
