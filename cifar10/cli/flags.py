@@ -143,7 +143,8 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
     flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),
                       "How replicas are distributed: auto is multi_worker when TF_CONFIG or "
-                      "srun names several tasks, else mirrored (one replica per GPU of this machine).",
+                      "srun names several tasks, else mirrored (one replica per GPU of this "
+                      "machine).",
                       flag_values=flag_values)
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
