@@ -21,7 +21,6 @@ import tensorflow as tf
 
 from cifar10.distribute import cluster
 from cifar10.distribute import resolver
-from cifar10.distribute import slurm
 from cifar10.core.errors import Cifar10Error
 
 # Memory of each logical GPU when several replicas share one physical GPU.
@@ -99,12 +98,12 @@ def replica_devices(num_gpus: int | None) -> list[str]:
 
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None,
-                  slurm_port_base: int = slurm.DEFAULT_PORT_BASE) -> tf.distribute.Strategy:
+                  slurm_port_base: int | None = None) -> tf.distribute.Strategy:
     """The distribution strategy of a training run.
 
     Args:
       num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica, None
-        the flag's default (under ``srun``, one per GPU Slurm gave the task; else one
+        the flag's default (one per GPU Slurm gave a task under ``srun``, else one
         replica, quietly on the CPU where there is no GPU).
       log_device_placement: turn on TensorFlow's placement log.
       kind: 'auto' (multi_worker when ``TF_CONFIG`` names several tasks, else
@@ -121,8 +120,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     """
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
-    if num_gpus is None:  # the flag's default: under srun, the GPUs Slurm gave this task
-        num_gpus = resolver.default_num_gpus()
+    num_gpus = resolver.default_num_gpus() if num_gpus is None else num_gpus
     if kind == "multi_worker":
         return _multi_worker_strategy(num_gpus, worker_timeout_secs, slurm_port_base)
     devices = replica_devices(num_gpus)
@@ -135,8 +133,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
-def _multi_worker_strategy(num_gpus: int | None, timeout: float | None, port_base: int
-                           ) -> tf.distribute.Strategy:
+def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
+                           port_base: int | None) -> tf.distribute.Strategy:
     cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None) if not Slurm
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus

@@ -39,9 +39,10 @@ class SlurmResolver(tf.distribute.cluster_resolver.SimpleClusterResolver):
         return {"GPU": len(tf.config.list_logical_devices("GPU"))}
 
 
-def from_slurm(port_base: int) -> tuple[SlurmResolver | None, list | None]:
+def from_slurm(port_base: int | None) -> tuple[SlurmResolver | None, list | None]:
     """(the resolver of this Slurm job step, this task's physical GPUs); (None, None)
-    where ``TF_CONFIG`` names the cluster or ``srun`` did not start several tasks.
+    where ``TF_CONFIG`` names the cluster or ``srun`` did not start this process.
+    ``port_base`` None is ``slurm.DEFAULT_PORT_BASE``.
 
     The GPUs are those Slurm allocated to this task (``slurm.SlurmTask.gpu_indices``),
     None where it allocated none (the task takes what it sees).
@@ -52,6 +53,7 @@ def from_slurm(port_base: int) -> tuple[SlurmResolver | None, list | None]:
     if cluster.cluster_source() != "slurm":
         return None, None
     task = slurm.read_task()
+    port_base = slurm.DEFAULT_PORT_BASE if port_base is None else port_base
     slurm.check_port(task, port_base)
     indices = task.gpu_indices()
     gpus = None
