@@ -58,16 +58,12 @@ def test_host_lists_and_task_counts_expand_in_slurms_order():
 def test_hosts_keep_slurms_order_and_the_rank_is_the_task_index(environ):
     # TensorFlow's SlurmClusterResolver sorts the names as text: node10 before node9.
     for rank in (0, 1):
-        task = slurm.read_task(step_env(rank=rank))
-        assert task.tf_config(24000) == {
-            "cluster": {"worker": ["node9:24000", "node10:24000"]},
-            "task": {"type": "worker", "index": rank}}
-    environ(step_env(rank=1, SLURMD_NODENAME="node10", SLURM_LOCALID="0"))
-    assert cluster.cluster_source() == "slurm"
-    assert cluster.strategy_kind("auto") == "multi_worker"
-    spec = resolver.SlurmResolver(slurm.read_task(), 24000)
-    assert spec.cluster_spec().as_dict() == {"worker": ["node9:24000", "node10:24000"]}
-    assert (spec.task_type, spec.task_id) == ("worker", 1)
+        environ(step_env(rank=rank, SLURMD_NODENAME=f"node{9 + rank}", SLURM_LOCALID="0"))
+        assert cluster.cluster_source() == "slurm"
+        assert cluster.strategy_kind("auto") == "multi_worker"
+        spec = resolver.SlurmResolver(slurm.read_task(), 24000)
+        assert spec.cluster_spec().as_dict() == {"worker": ["node9:24000", "node10:24000"]}
+        assert (spec.task_type, spec.task_id) == ("worker", rank)
 
 
 def test_several_tasks_per_node_take_consecutive_ports_block_or_cyclic():

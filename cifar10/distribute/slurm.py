@@ -64,11 +64,6 @@ class SlurmTask:
         """Every worker's "host:port", in rank order."""
         return [f"{self.hosts[node]}:{port_base + local}" for node, local in self.placement]
 
-    def tf_config(self, port_base: int) -> dict:
-        """The same cluster as a ``TF_CONFIG`` value would name it."""
-        return {"cluster": {"worker": self.addresses(port_base)},
-                "task": {"type": "worker", "index": self.rank}}
-
     def gpu_indices(self) -> list[int] | None:
         """Which of the GPUs this process sees (CUDA's numbering) are this task's; None
         where Slurm allocated none (the task takes what it sees: none on a CPU node).
@@ -155,12 +150,7 @@ def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
     if "SLURM_JOB_ID" not in env:
         return None
     if "SLURM_STEP_NUM_TASKS" not in env:
-        tasks = env.get("SLURM_NTASKS", "1")
-        if tasks.isdigit() and int(tasks) > 1:
-            raise Cifar10Error(
-                f"this Slurm job has {tasks} tasks (SLURM_NTASKS) but cifar10-train was "
-                f"started once, not by srun: start it as `srun cifar10-train ...` (one worker "
-                f"per task), or ask for one task (--ntasks=1)")
+        _refuse_several_tasks_without_srun(env)
         return None
     hosts = expand_hostlist(env.get("SLURM_STEP_NODELIST", ""))
     counts = expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
@@ -178,13 +168,29 @@ def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
                            f"(Slurm's default) or cyclic")
     task = SlurmTask(env["SLURM_JOB_ID"], env.get("SLURM_STEP_ID", ""), rank, tuple(hosts),
                      tuple(counts), tuple(placement(counts, distribution)), *_gpus(env))
+    _check_placement(task, env, distribution)
+    return task
+
+
+def _refuse_several_tasks_without_srun(env: Mapping[str, str]) -> None:
+    """A batch script's (or salloc's) process of a job of several tasks: only one
+    worker would run, and the job's other tasks would stay idle."""
+    tasks = env.get("SLURM_NTASKS", "1")
+    if tasks.isdigit() and int(tasks) > 1:
+        raise Cifar10Error(
+            f"this Slurm job has {tasks} tasks (SLURM_NTASKS) but cifar10-train was "
+            f"started once, not by srun: start it as `srun cifar10-train ...` (one worker "
+            f"per task), or ask for one task (--ntasks=1)")
+
+
+def _check_placement(task: SlurmTask, env: Mapping[str, str], distribution: str) -> None:
+    """Where Slurm says this task runs must be where the distribution puts its rank."""
     node_name, local = env.get("SLURMD_NODENAME"), env.get("SLURM_LOCALID")
     if (node_name and node_name != task.node) or (local and int(local) != task.local_id):
         raise Cifar10Error(
-            f"Slurm placed task {rank} on {node_name} as local task {local}, not where "
+            f"Slurm placed task {task.rank} on {node_name} as local task {local}, not where "
             f"--distribution={distribution} puts it ({task.node}, {task.local_id}): use "
             f"srun --distribution=block")
-    return task
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
