@@ -135,6 +135,18 @@ class SlurmCluster:
                 raise RuntimeError(f"{what} not ready within {timeout} s:\n" + self.logs())
             time.sleep(0.3)
 
+    def _cancel_jobs(self, timeout: float) -> None:
+        try:
+            subprocess.run(["scancel", "--user=root"], env=self.env(), timeout=30,
+                           capture_output=True)
+            deadline = time.time() + timeout
+            while time.time() < deadline and subprocess.run(
+                    ["squeue", "-h"], env=self.env(), timeout=30, capture_output=True,
+                    text=True).stdout.strip():
+                time.sleep(0.5)
+        except (OSError, subprocess.SubprocessError):
+            pass  # the daemons are stopped below whatever happens here
+
     def logs(self) -> str:
         """The daemons' logs, for a failure's message."""
         text = []
@@ -145,7 +157,10 @@ class SlurmCluster:
         return "\n".join(text)
 
     def stop(self) -> None:
-        """Ends the daemons by their process ids (SIGTERM, then SIGKILL after 10 s)."""
+        """Cancels the jobs left and waits (up to a minute) for their tasks to end, then
+        ends the daemons by their process ids (SIGTERM, then SIGKILL after 10 s)."""
+        if len(self.processes) == len(DAEMONS):
+            self._cancel_jobs(timeout=60)
         for p in reversed(self.processes):
             if p.poll() is None:
                 p.terminate()
