@@ -4,15 +4,20 @@ With ``--use_bf16`` not every layer is faster in bfloat16, and one is less
 exact: the choice is made layer by layer, from the per-layer times (the
 benchmark's (k)) that docs/performance.md records for each CPU kind measured.
 
-- conv1, conv2, local3, local4, softmax_linear: bfloat16.  Convolutions and
-  matmuls are what AVX512_BF16 and AMX speed up (oneDNN's bfloat16 kernels).
+- conv2, local3, local4, softmax_linear: bfloat16.  Convolutions and matmuls
+  are what AVX512_BF16 and AMX speed up (oneDNN's bfloat16 kernels): conv2, half
+  of a float32 step, ran 3x faster in bfloat16 with AMX.
+- conv1: float32.  With 3 input channels it gained nothing in bfloat16 on AMD
+  Zen 4 (12.0 -> 12.3 ms a batch of 128), and with AMX its gain was smaller than
+  the cost of casting its 128x24x24x64 output to float32 for pool1 and the
+  gradient back: a step took 6% less CPU time with conv1 in float32.
 - pool1, pool2: float32.  Max pooling's gradient in bfloat16 loses small
-  contributions where the 3x3, stride-2 windows overlap (four windows adding
-  1 + 3/256 give 1.0 in bfloat16, 1.0117 in float32, oneDNN 3.7), and pooling
-  does no arithmetic that bfloat16 could speed up.
+  contributions where the 3x3, stride-2 windows overlap (1 + 3/256 from four
+  windows adds up to 1.0 in bfloat16, 1.0117 in float32; oneDNN 3.7), and
+  pooling does no arithmetic that bfloat16 could speed up.
 - norm1, norm2 (LRN): float32.  TensorFlow has no bfloat16 LRN kernel on the
   CPU; the port's banded-matmul LRN was 1.5-1.7x slower in bfloat16 than in
-  float32 on AMD Zen 4, and a float16 or bfloat16 sum of squares loses range.
+  float32 on AMD Zen 4, and a bfloat16 sum of squares keeps 8 bits.
 - The loss (softmax cross-entropy) and the logits: float32.
 
 float16 (``--use_fp16``, for GPUs) keeps its earlier rule: everything in float16
@@ -29,6 +34,7 @@ STAGES = ("conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local
 
 # Stages that run in float32 under bfloat16, and why (see the module docstring).
 BFLOAT16_IN_FLOAT32 = {
+    "conv1": "3 input channels: no faster in bfloat16 than the casts around it cost",
     "pool1": "max pooling's gradient is inexact in bfloat16 where windows overlap",
     "norm1": "no bfloat16 LRN kernel; slower than float32 where measured",
     "norm2": "no bfloat16 LRN kernel; slower than float32 where measured",

@@ -267,8 +267,9 @@ def test_mixed_precision_model(dtype, tolerance):
     m32 = model_lib.Model(seed=2)
     assert all(v.dtype == tf.float32 for v in m16.parameters())
     acts = m16.activations(images)
-    for name in ("conv1", "conv2", "local3", "local4"):
-        assert acts[name].dtype == dtype, name
+    for name in ("conv1", "conv2", "local3", "local4"):  # conv1 is float32 under bfloat16
+        assert acts[name].dtype == (tf.float32 if (dtype, name) == (tf.bfloat16, "conv1")
+                                    else dtype), name
     logits = m16(images)
     assert logits.dtype == tf.float32 and logits.shape == (5, 10)
     f32 = m32(images).numpy()
