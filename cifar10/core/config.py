@@ -93,9 +93,9 @@ class TrainConfig:
     seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.")
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
                                     "compute, float32 variables, dynamic loss scaling).")
-    use_bf16: bool = setting(False, "Train with bfloat16 convolutions and matmuls (float32 "
-                                    "variables, averages, pooling, LRN, loss and updates; no "
-                                    "loss scaling). Fast on "
+    use_bf16: bool = setting(False, "Train with bfloat16 conv2 and matmuls (float32 "
+                                    "variables, averages, conv1, pooling, LRN, loss and "
+                                    "updates; no loss scaling). Fast on "
                                     "CPUs with AVX512_BF16 or AMX and on GPUs from Ampere on; "
                                     "emulated, and slower than float32, elsewhere.")
     deterministic: bool = setting(
