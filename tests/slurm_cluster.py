@@ -3,7 +3,9 @@
 ``SlurmCluster`` writes a ``slurm.conf`` into a folder of its own and starts
 Debian's ``munged``, ``slurmctld`` and ``slurmd`` in the foreground as child
 processes (no systemd), with their sockets, state, logs and ports in that folder
-or free; ``stop`` ends them by their process ids.  The programs ``srun``,
+or free; ``stop`` ends them by their process ids.  A requeued job may start again
+10 s after it stopped (``cred_expire``; Slurm's default is 120 s), and pending
+jobs are looked at every 2 s.  The programs ``srun``,
 ``sbatch``, ``squeue`` and ``scancel`` find the cluster through ``SLURM_CONF``
 (``env()``).  Running the daemons needs root (slurmd starts tasks as any user).
 """
@@ -27,7 +29,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={folder}/munge.socket
+AuthInfo=socket={folder}/munge.socket,cred_expire=10
 StateSaveLocation={folder}/state
 SlurmdSpoolDir={folder}/spool
 SlurmctldPidFile={folder}/slurmctld.pid
@@ -44,6 +46,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
 KillWait=30
 InactiveLimit=0
 MinJobAge=300

@@ -126,9 +126,13 @@ def _start_watchdog(timeout: float, message: str) -> subprocess.Popen:
     sys.stdout.flush()
     sys.stderr.flush()
     stopped = _error_line("stopped by %s while waiting for the other workers to start")
+    try:  # the program's own stderr, not the descriptor TensorFlow's lines are filtered on
+        stderr = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        stderr = None  # (a test's captured stderr)
     return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout),
                              message, stopped], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=sys.stderr)  # the program's own (not TensorFlow's filter)
+                            stderr=stderr)
 
 
 def _error_line(message: str) -> str:
