@@ -145,15 +145,18 @@ def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmar
     monkeypatch.setattr(benchmark.compute, "_stage_ms", fake_stage_ms)
     lines = benchmark.report.figure_layers_bf16(types.SimpleNamespace(args=args))
     assert len(calls) == 18  # the two types in turns, stage by stage
-    assert calls[:4] == [tf.float32, tf.bfloat16, tf.float32, tf.bfloat16]
+    f32, bf16 = tf.float32, tf.bfloat16
+    assert calls[0::2] == [f32] * 9
+    # Each stage's input under --use_bf16: the output of the stage before it.
+    assert calls[1::2] == [f32, f32, f32, f32, bf16, f32, f32, bf16, bf16]
     assert lines[0] == ("(k) layers, forward+backward, a batch of 4, one layer at a time, "
                         "float32 against --use_bf16 (the precision each layer runs in):")
     rows = [line.split() for line in lines[1:]]
     assert [row[0] for row in rows] == ["conv1", "pool1", "norm1", "conv2", "norm2",
                                         "pool2", "local3", "local4", "softmax_linear",
                                         "total"]
-    assert rows[0] == ["conv1", "2.0", "ms", "1.0", "ms", "bfloat16", "2.00x"]
-    assert [row[5] for row in rows[:9]] == ["bfloat16", "float32", "float32", "bfloat16",
+    assert rows[0] == ["conv1", "2.0", "ms", "1.0", "ms", "float32", "2.00x"]
+    assert [row[5] for row in rows[:9]] == ["float32", "float32", "float32", "bfloat16",
                                            "float32", "float32", "bfloat16", "bfloat16",
                                            "bfloat16"]
     assert rows[9] == ["total", "18.0", "ms", "9.0", "ms", "2.00x"]
