@@ -65,7 +65,8 @@ def main(argv: list[str]) -> None:
     from cifar10.training import controller
     from cifar10.training.run import TrainData
 
-    # --num_gpus left at its default: one replica, on the CPU without a warning if need be.
+    # --num_gpus left at its default: one replica per GPU Slurm gave the task under srun,
+    # else one replica, on the CPU without a warning if need be.
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
     strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs,
