@@ -125,12 +125,8 @@ class Model(tf.Module):
                   ("pool2", pool), ("local3", local(self.local3)),
                   ("local4", local(self.local4)),
                   ("softmax_linear", local(self.softmax_linear, relu=False))]
-        return [(name, self._in_own_dtype(name, apply)) for name, apply in stages]
-
-    def _in_own_dtype(self, name: str, apply: Callable[[tf.Tensor], tf.Tensor]):
-        """``apply`` on its input cast to the stage's precision (no-op when it is already)."""
-        dtype = self.stage_dtypes[name]
-        return lambda x: apply(tf.cast(x, dtype))
+        return [(name, _on_input_cast(apply, self.stage_dtypes[name]))
+                for name, apply in stages]
 
     def stage_outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """Runs the model; returns the output of every stage, in the stage's precision.
@@ -183,6 +179,12 @@ class Model(tf.Module):
         xent /= tf.cast(global_batch or tf.shape(labels)[0], tf.float32)
         wd = self.weight_decay()
         return LossParts(total=xent + wd / num_replicas, cross_entropy=xent, weight_decay=wd)
+
+
+def _on_input_cast(apply: Callable[[tf.Tensor], tf.Tensor], dtype: tf.DType
+                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``apply`` on its input cast to ``dtype`` (no op where it is already)."""
+    return lambda x: apply(tf.cast(x, dtype))
 
 
 @tf.custom_gradient

@@ -87,10 +87,11 @@ def layer_times_by_type(args, dtypes: list[tf.DType], reps: int = 5
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]
+    stages = [dict(model.stages()) for model in models]
     times = [[] for _ in models]
     for i, name in enumerate(precision.STAGES):
         for k, model in enumerate(models):
-            apply = dict(model.stages())[name]
+            apply = stages[k][name]
             variables = [v for layer in model.layers if layer.name == name
                          for v in (layer.weights, layer.biases)]
             inputs[k], ms = _stage_ms(_forward_backward(apply, variables, input_gradient=i > 0),
