@@ -6,7 +6,9 @@ split into logical devices, which must happen before TensorFlow initialises.
 Test files import the helpers below with ``from conftest import ...``.
 """
 
+import os
 import re
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -18,6 +20,11 @@ from cifar10.training import controller
 from cifar10.training.run import TrainData
 
 NUM_LOGICAL_CPUS = 4
+
+# Compiled kernels (cifar10.kernels) go to a cache of the tests' own, shared by the
+# test processes and the programs they start, never to the user's ~/.cache.
+os.environ.setdefault("CIFAR10_KERNEL_CACHE",
+                      os.path.join(tempfile.gettempdir(), f"cifar10-test-kernels-{os.getuid()}"))
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],

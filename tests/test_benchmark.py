@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import mirrored
 
 from cifar10.distribute import devices
+from cifar10.kernels.lrn import choose, compiled_lrn
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
 SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
@@ -46,7 +47,8 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     out = capsys.readouterr().out
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
     assert out.startswith(f"machine: {devices.cpu_model().removeprefix('CPU: ')}; ")
-    assert "1 replica(s) x batch 16 = global batch 16; float32; XLA off" in out
+    assert ("1 replica(s) x batch 16 = global batch 16; float32; XLA off; "
+            "LRN compiled (CPU replicas); ") in out
     assert "(320 train, 64 test records)" in out
     for label in ("(a) train step alone:", "(b) input pipeline alone:",
                   "(c) end-to-end training:", "(d) evaluation:"):
@@ -128,7 +130,7 @@ def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, train
     rate, seconds = benchmark.programs.evaluation(args, test_files)
     assert rate > 0 and seconds > 0
     assert benchmark.compute.matmul_gflops(1, size=128, per_window=2, dtype=tf.bfloat16) > 0
-    times = benchmark.compute.layer_times(args, reps=1)
+    times = benchmark.compute.layer_times(args, compiled_lrn, reps=1)
     assert [name for name, _ in times][::3] == ["conv1", "conv2", "local3"]
     assert len(times) == 9 and all(ms > 0 for _, ms in times)
 
@@ -143,7 +145,8 @@ def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmar
         return forward_backward(x)[0], 2.0 if len(calls) % 2 else 1.0
 
     monkeypatch.setattr(benchmark.compute, "_stage_ms", fake_stage_ms)
-    lines = benchmark.report.figure_layers_bf16(types.SimpleNamespace(args=args))
+    lines = benchmark.report.figure_layers_bf16(types.SimpleNamespace(args=args,
+                                                                      lrn=choose("auto", [], False)))
     assert len(calls) == 18  # the two types in turns, stage by stage
     f32, bf16 = tf.float32, tf.bfloat16
     assert calls[0::2] == [f32] * 9

@@ -100,6 +100,7 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     record = records.environment(
         "cifar10-train", invocation.command,
         devices.describe(trainer.strategy.extended.worker_devices), tf.__version__)
-    record.update(start_step=start, num_replicas=trainer.num_replicas,
+    record.update(lrn={"kernel": trainer.lrn.kernel, "reason": trainer.lrn.reason},
+                  start_step=start, num_replicas=trainer.num_replicas,
                   num_workers=settings["num_workers"], settings=settings, changes=changed)
     records.record_start(train_dir, record, invocation.flags_text)

@@ -9,6 +9,8 @@ restoring them.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import tensorflow as tf
 
 from cifar10.core.config import INITIAL_LOSS_SCALE
@@ -19,9 +21,11 @@ from cifar10.model import Model
 class TrainState(tf.Module):
     """Everything a checkpoint holds: weights, their averages, step, loss averages."""
 
-    def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES):
+    def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
+                 lrn: Callable[[tf.Tensor], tf.Tensor] | None = None):
         super().__init__(name="train_state")
-        self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes)
+        self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
+                           lrn=lrn)
         # The averages live in a second, untrained copy of the model, so that the
         # evaluator restores them with tf.train.Checkpoint(averages=Model()).
         self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import tensorflow as tf
 
 from bench import measure
@@ -67,7 +69,8 @@ def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, flo
     return y, 1000 * measure.median_seconds(once, reps)
 
 
-def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
+def layer_times(args, lrn: Callable[[tf.Tensor], tf.Tensor], reps: int = 5
+                ) -> list[tuple[str, float]]:
     """(k): median milliseconds of each stage's forward and backward pass, one stage
     at a time, in the run's compute type.
 
@@ -76,14 +79,15 @@ def layer_times(args, reps: int = 5) -> list[tuple[str, float]]:
     with respect to its variables and, but for the first, its input, as the train
     step does.
     """
-    return layer_times_by_type(args, [measure.compute_dtype(args)], reps)[0]
+    return layer_times_by_type(args, [measure.compute_dtype(args)], lrn, reps)[0]
 
 
-def layer_times_by_type(args, dtypes: list[tf.DType], reps: int = 5
-                        ) -> list[list[tuple[str, float]]]:
+def layer_times_by_type(args, dtypes: list[tf.DType], lrn: Callable[[tf.Tensor], tf.Tensor],
+                        reps: int = 5) -> list[list[tuple[str, float]]]:
     """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
-    (so that a change in the machine's load touches them alike)."""
-    models = [Model(compute_dtype=dtype) for dtype in dtypes]
+    (so that a change in the machine's load touches them alike), with ``lrn`` as the
+    model's LRN."""
+    models = [Model(compute_dtype=dtype, lrn=lrn) for dtype in dtypes]
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]

@@ -1,0 +1,150 @@
+"""Compiles the package's C++ kernels for this machine and TensorFlow, once.
+
+The library is built with the system's C++ compiler against the headers of the
+TensorFlow that is running (``tf.sysconfig``), and kept in a cache directory under
+a name that hashes everything the build depends on: the sources, TensorFlow's
+version and flags, the compiler and the CPU's instruction sets.  A second run,
+another worker of the same job, or a node of another CPU kind sharing the home
+directory, each find their own build or make it.  A build goes to a temporary
+file that is renamed into place, so that concurrent builders never load half a
+library.  The compiler's output is never printed: a failed build is one error
+line (``KernelBuildError``) with the compiler's first error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from cifar10.core.errors import Cifar10Error
+
+SOURCE_DIR = pathlib.Path(__file__).parent
+CACHE_ENV = "CIFAR10_KERNEL_CACHE"
+COMPILE_TIMEOUT_SECS = 300
+
+
+class KernelBuildError(Cifar10Error):
+    """A kernel library could not be compiled or loaded on this machine."""
+
+
+def cache_dir() -> pathlib.Path:
+    """Where built libraries are kept: $CIFAR10_KERNEL_CACHE, else the user's cache
+    directory ($XDG_CACHE_HOME or ~/.cache) under cifar10/kernels."""
+    if os.environ.get(CACHE_ENV):
+        return pathlib.Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "cifar10" / "kernels"
+
+
+def compiler() -> str | None:
+    """The C++ compiler to use: $CXX, else c++, g++ or clang++ from PATH (None: none)."""
+    if os.environ.get("CXX"):
+        return os.environ["CXX"]
+    return next((found for name in ("c++", "g++", "clang++")
+                 if (found := shutil.which(name))), None)
+
+
+def _cpu_features() -> str:
+    """The CPU's instruction-set flags (Linux), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def _tf_flags() -> tuple[list[str], list[str]]:
+    import tensorflow as tf
+    return list(tf.sysconfig.get_compile_flags()), list(tf.sysconfig.get_link_flags())
+
+
+def _run(command: list[str], what: str) -> None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              timeout=COMPILE_TIMEOUT_SECS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise KernelBuildError(f"cannot {what}: {error}") from None
+    if done.returncode != 0:
+        errors = [line.strip() for line in done.stderr.splitlines()
+                  if "error" in line.lower()] or done.stderr.strip().splitlines()[-1:]
+        raise KernelBuildError(f"cannot {what}: {errors[0] if errors else 'exit status ' + str(done.returncode)}")
+
+
+def _key(parts: list[str | bytes]) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def library(name: str, native_sources: list[str], tf_sources: list[str]) -> pathlib.Path:
+    """The path of the built library ``name``, building it if the cache has none.
+
+    Args:
+      name: the library's name (the file is ``<name>-<hash>.so``).
+      native_sources: files of this package that include no TensorFlow header,
+        compiled for this machine's CPU (``-march=native`` where the compiler takes it).
+      tf_sources: files that use TensorFlow's headers, compiled with its flags.
+
+    Raises:
+      KernelBuildError: no compiler, a failed compile or link, or an unwritable cache.
+    """
+    cxx = compiler()
+    if cxx is None:
+        raise KernelBuildError("no C++ compiler found (install g++, or set CXX)")
+    compile_flags, link_flags = _tf_flags()
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                                 errors="replace", timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise KernelBuildError(f"cannot run the C++ compiler {cxx}: {error}") from None
+    sources = [(SOURCE_DIR / f).read_bytes() for f in native_sources + tf_sources]
+    key = _key([*sources, *compile_flags, *link_flags, cxx, version, sys.platform,
+                platform.machine(), _cpu_features()])
+    directory = cache_dir()
+    target = directory / f"{name}-{key}.so"
+    if target.is_file():
+        return target
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        work = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=directory))
+    except OSError as error:
+        raise KernelBuildError(f"cannot write the kernel cache {directory} "
+                               f"({error.strerror or error}); set {CACHE_ENV} to a "
+                               "writable directory") from None
+    try:
+        objects = []
+        for source in native_sources:
+            objects.append(_compile_native(cxx, SOURCE_DIR / source, work))
+        for source in tf_sources:
+            obj = work / (pathlib.Path(source).stem + ".o")
+            _run([cxx, "-c", "-fPIC", "-O2", "-w", *compile_flags, str(SOURCE_DIR / source),
+                  "-o", str(obj)], f"compile {source}")
+            objects.append(obj)
+        built = work / f"{name}.so"
+        _run([cxx, "-shared", *map(str, objects), "-o", str(built), *link_flags],
+             f"link {name}")
+        os.replace(built, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _compile_native(cxx: str, source: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    obj = work / (source.stem + ".o")
+    base = [cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-std=c++17", str(source), "-o", str(obj)]
+    try:
+        _run(base[:2] + ["-march=native"] + base[2:], f"compile {source.name}")
+    except KernelBuildError:
+        _run(base, f"compile {source.name}")  # a compiler without -march=native
+    return obj
