@@ -17,7 +17,9 @@ benchmark's (k)) that docs/performance.md records for each CPU kind measured.
   pooling does no arithmetic that bfloat16 could speed up.
 - norm1, norm2 (LRN): float32.  TensorFlow has no bfloat16 LRN kernel on the
   CPU; the port's banded-matmul LRN was 1.5-1.7x slower in bfloat16 than in
-  float32 on AMD Zen 4, and a bfloat16 sum of squares keeps 8 bits.
+  float32 on AMD Zen 4, and a bfloat16 sum of squares keeps 8 bits.  The
+  compiled LRN kernel (``cifar10.kernels.lrn``, the default on CPUs) computes in
+  float32 too.
 - The loss (softmax cross-entropy) and the logits: float32.
 
 float16 (``--use_fp16``, for GPUs) keeps its earlier rule: everything in float16

@@ -63,6 +63,10 @@ def test_the_command_writes_a_numbered_version_folder(exported, trained_run):
         f"a SavedModel and model.tflite.")
     assert os.listdir(export_dir) == ["6"]  # nothing left of the temporary folder
     assert {"saved_model.pb", "variables", "model.tflite"} <= set(os.listdir(export_dir / "6"))
+    # The run trained with the compiled LRN kernel; the export holds TensorFlow's ops
+    # only, so that it loads where the kernel is not built.
+    assert b"Cifar10Lrn" not in (export_dir / "6" / "saved_model.pb").read_bytes()
+    assert b"LRN" not in (export_dir / "6" / "saved_model.pb").read_bytes()
     # Readable by a server running as another user: not a private temporary folder.
     mask = os.umask(0)
     os.umask(mask)

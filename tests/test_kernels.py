@@ -1,0 +1,207 @@
+"""The compiled LRN kernel: the same function as tf.nn.lrn, built once per machine and
+TensorFlow, and a one-line error or TensorFlow's ops where it cannot be built or run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli import run
+from conftest import mirrored
+
+from cifar10.core.errors import Cifar10Error
+from cifar10.kernels import build
+from cifar10.kernels import lrn
+from cifar10.model import Model, fast_lrn, reference_lrn
+from cifar10.runs import records
+
+GPU = "/job:localhost/replica:0/task:0/device:GPU:0"
+CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def values_and_gradients(function, x):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = function(x)
+        # A weighted sum, so that every output's gradient differs.
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.sin(tf.cast(x, tf.float32)))
+    return y, tape.gradient(loss, x)
+
+
+@pytest.mark.parametrize("shape", [[2, 5, 5, 64], [3, 2, 2, 3], [2, 1, 3, 100], [7, 1, 1, 1]])
+def test_the_kernel_computes_tf_nn_lrn_and_its_gradient(shape):
+    # Depth 64 (the model's), fewer channels than the window, a depth of its own, one.
+    x = 3.0 * tf.random.stateless_normal(shape, seed=(4, len(shape)))
+    y, grad = values_and_gradients(lrn.compiled_lrn, x)
+    y_ref, grad_ref = values_and_gradients(reference_lrn, x)
+    assert y.shape == shape and y.dtype == tf.float32
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, grad_ref, rtol=1e-4, atol=1e-5)
+    # Not the identity: the window does normalise (x of 3 gives d well above 1).
+    assert np.abs(y - x).max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_a_reduced_precision_input_is_normalised_in_float32_and_given_back_in_its_type(dtype):
+    x = tf.cast(3.0 * tf.random.stateless_normal([2, 3, 3, 64], seed=(5, 6)), dtype)
+    y, grad = values_and_gradients(lrn.compiled_lrn, x)
+    y_fast, grad_fast = values_and_gradients(fast_lrn, x)
+    assert y.dtype == dtype and grad.dtype == dtype
+    # The same float32 arithmetic up to its rounding, then one rounding to `dtype`.
+    assert np.mean(np.asarray(tf.cast(y, tf.float32)) == np.asarray(tf.cast(y_fast, tf.float32))) > 0.99
+    np.testing.assert_allclose(tf.cast(grad, tf.float32), tf.cast(grad_fast, tf.float32),
+                               rtol=2e-2, atol=1e-3)
+
+
+def test_a_model_step_with_the_kernel_equals_one_with_tensorflows_ops():
+    images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
+    labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
+    results = []
+    for function in (lrn.compiled_lrn, fast_lrn):
+        model = Model(seed=3, lrn=function)
+        with tf.GradientTape() as tape:
+            loss = model.loss(model(images), labels).total
+        results.append((loss, tape.gradient(loss, model.parameters())))
+    (loss_k, grads_k), (loss_t, grads_t) = results
+    np.testing.assert_allclose(loss_k, loss_t, rtol=1e-6)
+    for g_k, g_t in zip(grads_k, grads_t):
+        np.testing.assert_allclose(g_k, g_t, rtol=1e-4, atol=1e-6)
+
+
+def test_the_op_refuses_more_channels_than_it_holds():
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="the last axis may hold 1 to 1024 channels"):
+        lrn.compiled_lrn(tf.ones([2, 1025]))
+
+
+def test_choose_takes_the_kernel_on_cpus_and_tensorflows_ops_on_gpus_or_under_xla():
+    chosen = lrn.choose("auto", [CPU, CPU], xla=False)
+    assert (chosen.function, chosen.kernel, chosen.reason) == (
+        lrn.compiled_lrn, "compiled", "CPU replicas")
+    assert lrn.choose("compiled", [CPU], xla=False).kernel == "compiled"
+    assert lrn.choose("tensorflow", [CPU], xla=False)[:2] == (fast_lrn, "tensorflow")
+    on_gpu = lrn.choose("auto", [GPU], xla=False)
+    assert on_gpu[:2] == (fast_lrn, "tensorflow") and "GPUs" in on_gpu.reason
+    assert lrn.choose("auto", [CPU], xla=True).reason == "XLA cannot compile the kernel (--xla)"
+    with pytest.raises(Cifar10Error, match=r"^--lrn_kernel=compiled cannot run here: the "
+                                           r"replicas are GPUs .*; use --lrn_kernel=auto$"):
+        lrn.choose("compiled", [GPU], xla=False)
+    with pytest.raises(Cifar10Error, match="^--lrn_kernel must be one of auto, compiled, "
+                                           "tensorflow, got 'fast'$"):
+        lrn.choose("fast", [CPU], xla=False)
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty kernel cache, and a process that has not loaded the kernel yet."""
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(lrn, "_loaded", {})
+    return tmp_path / "cache"
+
+
+def test_without_a_compiler_auto_falls_back_and_compiled_is_one_line(fresh, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    chosen = lrn.choose("auto", [CPU], xla=False)
+    assert chosen[:2] == (fast_lrn, "tensorflow")
+    assert chosen.reason.startswith("cannot run the C++ compiler /nonexistent/c++: ")
+    with pytest.raises(Cifar10Error, match=r"^--lrn_kernel=compiled: cannot run the C\+\+ "
+                                           r"compiler /nonexistent/c\+\+: .*; or use "
+                                           r"--lrn_kernel=auto, which falls back to "
+                                           r"TensorFlow's ops$"):
+        lrn.choose("compiled", [CPU], xla=False)
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", str(fresh))  # no compiler on it
+    with pytest.raises(build.KernelBuildError,
+                       match=r"^no C\+\+ compiler found \(install g\+\+, or set CXX\)$"):
+        build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    assert not fresh.exists() or not os.listdir(fresh)
+
+
+def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, monkeypatch,
+                                                                       tmp_path):
+    first = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    assert first.parent == fresh and first.name.startswith("cifar10_lrn-")
+    assert os.listdir(fresh) == [first.name]  # no temporary folder left
+    built_at = first.stat().st_mtime_ns
+
+    def no_compiler(command, what):
+        raise AssertionError(f"compiled again: {what}")
+
+    monkeypatch.setattr(build, "_run", no_compiler)
+    assert build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"]) == first
+    assert first.stat().st_mtime_ns == built_at
+    monkeypatch.undo()
+    # Another source is another library, beside the first.
+    sources = tmp_path / "src"
+    shutil.copytree(build.SOURCE_DIR, sources, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    (sources / "lrn_rows.cc").write_text((sources / "lrn_rows.cc").read_text() + "\n// edit\n")
+    monkeypatch.setenv(build.CACHE_ENV, str(fresh))
+    monkeypatch.setattr(build, "SOURCE_DIR", sources)
+    second = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    assert second != first and sorted(os.listdir(fresh)) == sorted([first.name, second.name])
+
+
+def test_a_source_that_does_not_compile_is_one_line_and_leaves_nothing(fresh, monkeypatch,
+                                                                       tmp_path):
+    sources = tmp_path / "src"
+    sources.mkdir()
+    (sources / "broken.cc").write_text("int f() { return undeclared_name; }\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", sources)
+    with pytest.raises(build.KernelBuildError) as raised:
+        build.library("broken", ["broken.cc"], [])
+    message = str(raised.value)
+    assert message.startswith("cannot compile broken.cc: ") and "undeclared_name" in message
+    assert "\n" not in message
+    assert os.listdir(fresh) == []  # the temporary build folder is gone
+
+
+def test_an_unwritable_cache_is_one_line_naming_it_and_the_variable(fresh, monkeypatch,
+                                                                    tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(build.CACHE_ENV, str(blocker / "cache"))
+    with pytest.raises(build.KernelBuildError,
+                       match=rf"^cannot write the kernel cache {blocker / 'cache'} \(.+\); "
+                             rf"set CIFAR10_KERNEL_CACHE to a writable directory$"):
+        build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+
+
+def test_the_cache_defaults_to_the_users_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv(build.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build.cache_dir() == tmp_path / "xdg" / "cifar10" / "kernels"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert build.cache_dir() == tmp_path / "home" / ".cache" / "cifar10" / "kernels"
+
+
+def test_the_trainer_records_which_lrn_it_ran(trained_run):
+    train_dir, _ = trained_run
+    assert records.last_record(str(train_dir))["lrn"] == {"kernel": "compiled",
+                                                          "reason": "CPU replicas"}
+
+
+def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
+    files, _ = learnable_files
+    data_dir = os.path.dirname(os.path.dirname(files[0]))
+    common = [f"--data_dir={data_dir}", "--max_steps=2", "--batch_size=8", "--log_frequency=1"]
+    env = {build.CACHE_ENV: str(tmp_path / "empty-cache"), "CXX": "/nonexistent/c++"}
+    forced = run("cifar10-train", f"--train_dir={tmp_path / 'forced'}",
+                 "--lrn_kernel=compiled", *common, **env)
+    assert forced.returncode == 1
+    assert forced.stderr.strip().splitlines()[-1].startswith(
+        "cifar10-train: error: --lrn_kernel=compiled: cannot run the C++ compiler "
+        "/nonexistent/c++: ")
+    assert not os.path.exists(tmp_path / "forced" / "checkpoint")
+    # auto trains with TensorFlow's ops, without a word, and says why in the record.
+    auto = run("cifar10-train", f"--train_dir={tmp_path / 'auto'}", *common, **env)
+    assert auto.returncode == 0, auto.stderr
+    assert "warning" not in auto.stderr + auto.stdout
+    record = records.last_record(str(tmp_path / "auto"))
+    assert record["lrn"]["kernel"] == "tensorflow"
+    assert record["lrn"]["reason"].startswith("cannot run the C++ compiler /nonexistent/c++")
