@@ -60,8 +60,9 @@ class Model(tf.Module):
         as ``cifar10.precision`` chooses for it; variables, logits and loss in
         float32.
       trainable: False for a copy that holds moving averages, not trained weights.
-      lrn: the LRN implementation, ``fast_lrn`` (default) or ``reference_lrn``;
-        both compute the same function.
+      lrn: the LRN implementation, a function (x, dtype) -> LRN(x) in dtype:
+        ``fast_lrn`` (default), ``reference_lrn`` or the compiled kernel's
+        ``cifar10.kernels.lrn.compiled_lrn``; all compute the same function.
       num_classes: the logits, one per class of the data (the tutorial's 10 for
         CIFAR-10); only the last layer's shape depends on it.
     """
@@ -119,25 +120,32 @@ class Model(tf.Module):
         def pool(x):
             return tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
 
-        stages = [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", self._lrn),
+        def lrn(next_stage):
+            # LRN computes in float32 from its input as it comes and hands its output
+            # on in the next stage's type: the compiled kernel casts in its own pass.
+            return lambda x: self._lrn(x, self.stage_dtypes[next_stage])
+
+        stages = [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", lrn("conv2")),
                   ("conv2", conv(self.conv2)),
-                  ("norm2", self._lrn),  # norm2 comes before pool2, as the original
+                  ("norm2", lrn("pool2")),  # norm2 comes before pool2, as the original
                   ("pool2", pool), ("local3", local(self.local3)),
                   ("local4", local(self.local4)),
                   ("softmax_linear", local(self.softmax_linear, relu=False))]
-        return [(name, _on_input_cast(apply, self.stage_dtypes[name]))
+        return [(name, apply if name.startswith("norm") else
+                 _on_input_cast(apply, self.stage_dtypes[name]))
                 for name, apply in stages]
 
     def stage_outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Runs the model; returns the output of every stage, in the stage's precision.
+        """Runs the model; returns the output of every stage.
 
         Args:
           images: float [batch, 24, 24, 3] standardised images.
 
         Returns:
           {stage name: its output}, in the order of ``stages()``; each in the dtype
-          ``precision.stage_dtypes`` gives the stage, but 'softmax_linear': float32
-          logits [batch, num_classes].
+          ``precision.stage_dtypes`` gives the stage, but LRN's (norm1, norm2), which
+          compute in theirs and hand on in the next stage's, and 'softmax_linear':
+          float32 logits [batch, num_classes].
         """
         x = images
         out = {}
@@ -212,10 +220,12 @@ def cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
 
 
-def reference_lrn(x: tf.Tensor) -> tf.Tensor:
-    """The tutorial's LRN with ``tf.nn.lrn`` (depth_radius 4, bias 1, alpha 0.001/9, beta 0.75)."""
-    return tf.nn.lrn(x, depth_radius=LRN_DEPTH_RADIUS, bias=LRN_BIAS, alpha=LRN_ALPHA,
-                     beta=LRN_BETA)
+def reference_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
+    """The tutorial's LRN with ``tf.nn.lrn`` (depth_radius 4, bias 1, alpha 0.001/9, beta
+    0.75), in float32; the output in ``dtype`` (default: the input's)."""
+    y = tf.nn.lrn(tf.cast(x, tf.float32), depth_radius=LRN_DEPTH_RADIUS, bias=LRN_BIAS,
+                  alpha=LRN_ALPHA, beta=LRN_BETA)
+    return tf.cast(y, dtype or x.dtype)
 
 
 def _window_matrix(depth: int) -> np.ndarray:
@@ -224,7 +234,7 @@ def _window_matrix(depth: int) -> np.ndarray:
     return (np.abs(channels[:, None] - channels[None, :]) <= LRN_DEPTH_RADIUS).astype(np.float32)
 
 
-def fast_lrn(x: tf.Tensor) -> tf.Tensor:
+def fast_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
     """The same function as ``reference_lrn``, built from ops that oneDNN runs fast.
 
     ``tf.nn.lrn`` with depth_radius 4 falls back to Eigen's kernel on CPU (oneDNN's
@@ -234,10 +244,9 @@ def fast_lrn(x: tf.Tensor) -> tf.Tensor:
     written out (below) so that it takes a few passes over the tensor instead of
     the dozen that automatic differentiation of the forward ops would.
     Computed in float32 whatever the input dtype (a float16 sum of squares can
-    overflow).
+    overflow); the output in ``dtype`` (default: the input's).
     """
-    dtype = x.dtype
-    return tf.cast(_lrn_float32(tf.cast(x, tf.float32)), dtype)
+    return tf.cast(_lrn_float32(tf.cast(x, tf.float32)), dtype or x.dtype)
 
 
 def _window_sums(t: tf.Tensor, weight: float) -> tf.Tensor:

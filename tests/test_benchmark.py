@@ -145,13 +145,14 @@ def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmar
         return forward_backward(x)[0], 2.0 if len(calls) % 2 else 1.0
 
     monkeypatch.setattr(benchmark.compute, "_stage_ms", fake_stage_ms)
-    lines = benchmark.report.figure_layers_bf16(types.SimpleNamespace(args=args,
-                                                                      lrn=choose("auto", [], False)))
+    setting = types.SimpleNamespace(args=args, lrn=choose("auto", [], False))
+    lines = benchmark.report.figure_layers_bf16(setting)
     assert len(calls) == 18  # the two types in turns, stage by stage
     f32, bf16 = tf.float32, tf.bfloat16
     assert calls[0::2] == [f32] * 9
-    # Each stage's input under --use_bf16: the output of the stage before it.
-    assert calls[1::2] == [f32, f32, f32, f32, bf16, f32, f32, bf16, bf16]
+    # Each stage's input under --use_bf16: the output of the stage before it (LRN's in
+    # the type of the stage after it).
+    assert calls[1::2] == [f32, f32, f32, bf16, bf16, f32, f32, bf16, bf16]
     assert lines[0] == ("(k) layers, forward+backward, a batch of 4, one layer at a time, "
                         "float32 against --use_bf16 (the precision each layer runs in):")
     rows = [line.split() for line in lines[1:]]

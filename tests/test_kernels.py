@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
-import stat
 
 import numpy as np
 import pytest
@@ -56,6 +56,29 @@ def test_a_reduced_precision_input_is_normalised_in_float32_and_given_back_in_it
     assert np.mean(np.asarray(tf.cast(y, tf.float32)) == np.asarray(tf.cast(y_fast, tf.float32))) > 0.99
     np.testing.assert_allclose(tf.cast(grad, tf.float32), tf.cast(grad_fast, tf.float32),
                                rtol=2e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtypes", [(tf.float32, tf.bfloat16), (tf.bfloat16, tf.float32),
+                                    (tf.bfloat16, tf.bfloat16), (tf.float16, tf.bfloat16)])
+def test_the_kernel_reads_and_writes_the_types_it_is_given(dtypes):
+    # Under --use_bf16, norm1 takes float32 and hands bfloat16 to conv2, norm2 the other
+    # way: the kernel casts as it reads and writes, as tf.cast would around it.
+    in_dtype, out_dtype = dtypes
+    x = tf.cast(3.0 * tf.random.stateless_normal([2, 4, 4, 64], seed=(8, 9)), in_dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = lrn.compiled_lrn(x, out_dtype)
+        y_ops = fast_lrn(x, out_dtype)
+        weights = tf.cast(tf.sin(tf.cast(x, tf.float32)), out_dtype)
+        loss, loss_ops = tf.reduce_sum(y * weights), tf.reduce_sum(y_ops * weights)
+    grad, grad_ops = tape.gradient(loss, x), tape.gradient(loss_ops, x)
+    assert y.dtype == out_dtype and grad.dtype == in_dtype
+    as32 = lambda t: np.asarray(tf.cast(t, tf.float32))  # noqa: E731
+    if out_dtype == tf.bfloat16:  # the same float32 value, rounded once
+        assert np.mean(as32(y) == as32(y_ops)) > 0.99
+    np.testing.assert_allclose(as32(y), as32(y_ops), rtol=1e-2 if out_dtype == tf.bfloat16
+                               else 1e-5, atol=1e-6)
+    np.testing.assert_allclose(as32(grad), as32(grad_ops), rtol=2e-2, atol=1e-3)
 
 
 def test_a_model_step_with_the_kernel_equals_one_with_tensorflows_ops():
@@ -205,3 +228,21 @@ def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
     record = records.last_record(str(tmp_path / "auto"))
     assert record["lrn"]["kernel"] == "tensorflow"
     assert record["lrn"]["reason"].startswith("cannot run the C++ compiler /nonexistent/c++")
+
+
+def test_cxx_may_carry_arguments_like_a_compiler_launcher(fresh, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("CXX", f"env CIFAR10_TEST=1 {shlex.join(build.compiler())}")
+    assert build.compiler()[:2] == ["env", "CIFAR10_TEST=1"]
+    path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    assert path.parent == fresh and path.is_file()
+
+
+def test_a_library_that_does_not_load_is_one_line_saying_to_delete_it(fresh):
+    fresh.mkdir(parents=True)
+    path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    path.write_bytes(b"not a shared library")
+    chosen = lrn.choose("auto", [CPU], xla=False)
+    assert chosen.kernel == "tensorflow"
+    assert chosen.reason.startswith(f"cannot load the compiled LRN kernel {path} (")
+    assert chosen.reason.endswith("); delete it to have it built again")

@@ -8,8 +8,11 @@ import tensorflow as tf
 
 from cifar10 import model as model_lib
 from cifar10 import precision
+from cifar10.kernels.lrn import compiled_lrn
 
-BF16 = {"conv1": tf.float32, "pool1": tf.float32, "norm1": tf.float32,
+# The type each stage's output is in under --use_bf16.  LRN (norm1, norm2) computes in
+# float32 and hands its output on in the next stage's type (conv2's, pool2's).
+BF16 = {"conv1": tf.float32, "pool1": tf.float32, "norm1": tf.bfloat16,
         "conv2": tf.bfloat16, "norm2": tf.float32, "pool2": tf.float32,
         "local3": tf.bfloat16, "local4": tf.bfloat16,
         "softmax_linear": tf.float32}  # the logits: float32 whatever the policy
@@ -25,6 +28,23 @@ def test_each_layers_output_under_bf16_is_in_the_policys_precision():
     assert list(outputs) == list(precision.STAGES)
     assert {name: t.dtype for name, t in outputs.items()} == BF16
     assert all(v.dtype == tf.float32 for v in model.parameters())  # checkpoints stay float32
+
+
+@pytest.mark.parametrize("lrn", [model_lib.fast_lrn, compiled_lrn])
+def test_lrn_under_bf16_computes_in_float32_and_rounds_once_to_the_next_stages_type(lrn):
+    model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16, lrn=lrn)
+    outputs = model.stage_outputs(_images(2))
+    for name, before, after in (("norm1", "pool1", tf.bfloat16),
+                                ("norm2", "conv2", tf.float32)):
+        expected = tf.cast(model_lib.reference_lrn(tf.cast(outputs[before], tf.float32)), after)
+        assert outputs[name].dtype == after
+        got, want = (np.asarray(tf.cast(t, tf.float32)) for t in (outputs[name], expected))
+        if after == tf.bfloat16:
+            # float32 arithmetic rounded once: equal but where the implementations'
+            # float32 roundings fall either side of a bfloat16 rounding boundary.
+            assert np.mean(got == want) > 0.99, name
+        np.testing.assert_allclose(got, want, rtol=1e-2 if after == tf.bfloat16 else 1e-5,
+                                   atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16])

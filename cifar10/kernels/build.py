@@ -17,6 +17,7 @@ import hashlib
 import os
 import pathlib
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,12 +43,14 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "cifar10" / "kernels"
 
 
-def compiler() -> str | None:
-    """The C++ compiler to use: $CXX, else c++, g++ or clang++ from PATH (None: none)."""
-    if os.environ.get("CXX"):
-        return os.environ["CXX"]
-    return next((found for name in ("c++", "g++", "clang++")
-                 if (found := shutil.which(name))), None)
+def compiler() -> list[str] | None:
+    """The C++ compiler's command: $CXX (which may hold arguments, as "ccache g++"),
+    else c++, g++ or clang++ from PATH (None: none)."""
+    if os.environ.get("CXX", "").strip():
+        return shlex.split(os.environ["CXX"])
+    found = next((path for name in ("c++", "g++", "clang++") if (path := shutil.which(name))),
+                 None)
+    return [found] if found else None
 
 
 def _cpu_features() -> str:
@@ -74,9 +77,11 @@ def _run(command: list[str], what: str) -> None:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise KernelBuildError(f"cannot {what}: {error}") from None
     if done.returncode != 0:
-        errors = [line.strip() for line in done.stderr.splitlines()
-                  if "error" in line.lower()] or done.stderr.strip().splitlines()[-1:]
-        raise KernelBuildError(f"cannot {what}: {errors[0] if errors else 'exit status ' + str(done.returncode)}")
+        # The compiler's first error ("file.cc:3:5: error: ..."), else its last line.
+        lines = done.stderr.strip().splitlines()
+        errors = [line.strip() for line in lines if "error:" in line] or lines[-1:]
+        raise KernelBuildError(
+            f"cannot {what}: {errors[0] if errors else f'exit status {done.returncode}'}")
 
 
 def _key(parts: list[str | bytes]) -> str:
@@ -104,12 +109,13 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
         raise KernelBuildError("no C++ compiler found (install g++, or set CXX)")
     compile_flags, link_flags = _tf_flags()
     try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+        version = subprocess.run([*cxx, "--version"], capture_output=True, text=True,
                                  errors="replace", timeout=60, check=False).stdout
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise KernelBuildError(f"cannot run the C++ compiler {cxx}: {error}") from None
+        raise KernelBuildError(f"cannot run the C++ compiler {shlex.join(cxx)}: "
+                               f"{error}") from None
     sources = [(SOURCE_DIR / f).read_bytes() for f in native_sources + tf_sources]
-    key = _key([*sources, *compile_flags, *link_flags, cxx, version, sys.platform,
+    key = _key([*sources, *compile_flags, *link_flags, *cxx, version, sys.platform,
                 platform.machine(), _cpu_features()])
     directory = cache_dir()
     target = directory / f"{name}-{key}.so"
@@ -128,11 +134,11 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
             objects.append(_compile_native(cxx, SOURCE_DIR / source, work))
         for source in tf_sources:
             obj = work / (pathlib.Path(source).stem + ".o")
-            _run([cxx, "-c", "-fPIC", "-O2", "-w", *compile_flags, str(SOURCE_DIR / source),
+            _run([*cxx, "-c", "-fPIC", "-O2", "-w", *compile_flags, str(SOURCE_DIR / source),
                   "-o", str(obj)], f"compile {source}")
             objects.append(obj)
         built = work / f"{name}.so"
-        _run([cxx, "-shared", *map(str, objects), "-o", str(built), *link_flags],
+        _run([*cxx, "-shared", *map(str, objects), "-o", str(built), *link_flags],
              f"link {name}")
         os.replace(built, target)
     finally:
@@ -140,11 +146,12 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
     return target
 
 
-def _compile_native(cxx: str, source: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+def _compile_native(cxx: list[str], source: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     obj = work / (source.stem + ".o")
-    base = [cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-std=c++17", str(source), "-o", str(obj)]
+    base = [*cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-std=c++17", str(source), "-o",
+            str(obj)]
     try:
-        _run(base[:2] + ["-march=native"] + base[2:], f"compile {source.name}")
+        _run([*base, "-march=native"], f"compile {source.name}")
     except KernelBuildError:
         _run(base, f"compile {source.name}")  # a compiler without -march=native
     return obj

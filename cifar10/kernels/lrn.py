@@ -5,7 +5,8 @@ for a training run (``choose``).
 matmul, two square roots, products and quotients, each a pass over the tensor,
 and as many again for the gradient.  The kernels of ``lrn_rows.cc`` compute the
 same function in one pass each way, in float32 whatever the input's type (the
-same rule as ``fast_lrn``).  Measured on a 2-core Xeon with AMX, forward and
+same rule as ``fast_lrn``), and under ``--use_bf16`` read and write bfloat16
+themselves, where TensorFlow's casts took a pass each (about 1 ms a cast).  Measured on a 2-core Xeon with AMX, forward and
 backward of norm1 took 3.4 instead of 6.2 ms (docs/performance.md).
 
 The kernels exist for CPUs only, and XLA cannot compile them: ``choose`` takes
@@ -22,7 +23,7 @@ from typing import Callable, NamedTuple, Sequence
 import tensorflow as tf
 
 from cifar10.core.config import LRN_ALPHA, LRN_BETA, LRN_BIAS, LRN_DEPTH_RADIUS, LRN_KERNELS
-from cifar10.core.errors import Cifar10Error
+from cifar10.core.errors import Cifar10Error, first_line
 from cifar10.kernels import build
 from cifar10.model import fast_lrn
 
@@ -46,6 +47,7 @@ def load_ops():
     """
     if "ops" not in _loaded and "error" not in _loaded:
         assert LRN_BETA == 0.75  # the kernels compute d ** -0.75
+        path = None
         try:
             path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
             _loaded["ops"] = tf.load_op_library(str(path))
@@ -53,26 +55,38 @@ def load_ops():
             _loaded["error"] = error
         except (tf.errors.OpError, OSError) as error:
             _loaded["error"] = build.KernelBuildError(
-                f"cannot load the compiled LRN kernel: {error}")
+                f"cannot load the compiled LRN kernel {path} ({first_line(error)}); delete "
+                "it to have it built again")
     if "error" in _loaded:
         raise _loaded["error"]
     return _loaded["ops"]
 
 
-def compiled_lrn(x: tf.Tensor) -> tf.Tensor:
-    """The tutorial's LRN (as ``fast_lrn``), from the compiled kernels; CPU only."""
-    dtype = x.dtype
-    return tf.cast(_lrn_float32(tf.cast(x, tf.float32)), dtype)
+def compiled_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
+    """The tutorial's LRN (as ``fast_lrn``) from the compiled kernels, CPU only:
+    computed in float32, the output in ``dtype`` (default: the input's).
+
+    float32 and bfloat16 inputs and outputs are read and written by the kernels
+    themselves (no cast of their own); float16 is cast to and from float32.
+    """
+    dtype = tf.as_dtype(dtype or x.dtype)
+    native = (tf.float32, tf.bfloat16)
+    inner = x if x.dtype in native else tf.cast(x, tf.float32)
+    y = _lrn(inner, dtype if dtype in native else tf.float32)
+    return tf.cast(y, dtype)
 
 
-@tf.custom_gradient
-def _lrn_float32(x: tf.Tensor):
+def _lrn(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     ops = load_ops()
 
-    def grad(upstream):
-        return ops.cifar10_lrn_grad(x, upstream, **_ATTRS)
+    @tf.custom_gradient
+    def lrn(x):
+        def grad(upstream):
+            return ops.cifar10_lrn_grad(x, upstream, **_ATTRS)
 
-    return ops.cifar10_lrn(x, **_ATTRS), grad
+        return ops.cifar10_lrn(x, Tout=dtype, **_ATTRS), grad
+
+    return lrn(x)
 
 
 def choose(kernel: str, device_names: Sequence[str], xla: bool) -> LrnChoice:

@@ -1,5 +1,6 @@
-// The TensorFlow ops Cifar10Lrn and Cifar10LrnGrad (CPU, float32) around the
-// arithmetic of lrn_rows.cc, shared out over TensorFlow's intra-op threads.
+// The TensorFlow ops Cifar10Lrn and Cifar10LrnGrad (CPU; float32 arithmetic, each
+// tensor float32 or bfloat16) around the arithmetic of lrn_rows.cc, shared out over
+// TensorFlow's intra-op threads.
 #include <cstdint>
 #include <functional>
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -7,26 +8,33 @@
 #include "tensorflow/core/framework/op_kernel.h"
 
 extern "C" {
-void cifar10_lrn_forward(const float* x, float* y, int64_t begin, int64_t end, int depth,
-                         int radius, float bias, float alpha);
-void cifar10_lrn_backward(const float* x, const float* g, float* dx, int64_t begin,
-                          int64_t end, int depth, int radius, float bias, float alpha);
+void cifar10_lrn_forward(const void* x, void* y, int in_bf16, int out_bf16, int64_t begin,
+                         int64_t end, int depth, int radius, float bias, float alpha);
+void cifar10_lrn_backward(const void* x, const void* g, void* dx, int in_bf16, int out_bf16,
+                          int64_t begin, int64_t end, int depth, int radius, float bias,
+                          float alpha);
 }
 
 namespace tensorflow {
 
+// y = LRN(x), in Tout; T and Tout are each float or bfloat16.
 REGISTER_OP("Cifar10Lrn")
-    .Input("x: float")
-    .Output("y: float")
+    .Input("x: T")
+    .Output("y: Tout")
+    .Attr("T: {float, bfloat16}")
+    .Attr("Tout: {float, bfloat16}")
     .Attr("depth_radius: int")
     .Attr("bias: float")
     .Attr("alpha: float")
     .SetShapeFn(shape_inference::UnchangedShape);
 
+// dx (T) from the forward pass's input x (T) and the gradient of its output, dy (Tout).
 REGISTER_OP("Cifar10LrnGrad")
-    .Input("x: float")
-    .Input("dy: float")
-    .Output("dx: float")
+    .Input("x: T")
+    .Input("dy: Tout")
+    .Output("dx: T")
+    .Attr("T: {float, bfloat16}")
+    .Attr("Tout: {float, bfloat16}")
     .Attr("depth_radius: int")
     .Attr("bias: float")
     .Attr("alpha: float")
@@ -67,12 +75,13 @@ class Cifar10LrnOp : public Cifar10LrnBase {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     const int depth = x.dim_size(x.dims() - 1);
     if (x.NumElements() == 0) return;
-    const float* xp = x.flat<float>().data();
-    float* yp = y->flat<float>().data();
+    const void* xp = x.data();
+    void* yp = y->data();
+    const int in_bf16 = x.dtype() == DT_BFLOAT16, out_bf16 = y->dtype() == DT_BFLOAT16;
     const int radius = radius_;
     const float bias = bias_, alpha = alpha_;
     Run(ctx, x.NumElements() / depth, 20 * depth, [=](int64_t b, int64_t e) {
-      cifar10_lrn_forward(xp, yp, b, e, depth, radius, bias, alpha);
+      cifar10_lrn_forward(xp, yp, in_bf16, out_bf16, b, e, depth, radius, bias, alpha);
     });
   }
 };
@@ -91,13 +100,14 @@ class Cifar10LrnGradOp : public Cifar10LrnBase {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
     const int depth = x.dim_size(x.dims() - 1);
     if (x.NumElements() == 0) return;
-    const float* xp = x.flat<float>().data();
-    const float* gp = dy.flat<float>().data();
-    float* op = dx->flat<float>().data();
+    const void* xp = x.data();
+    const void* gp = dy.data();
+    void* op = dx->data();
+    const int in_bf16 = x.dtype() == DT_BFLOAT16, out_bf16 = dy.dtype() == DT_BFLOAT16;
     const int radius = radius_;
     const float bias = bias_, alpha = alpha_;
     Run(ctx, x.NumElements() / depth, 40 * depth, [=](int64_t b, int64_t e) {
-      cifar10_lrn_backward(xp, gp, op, b, e, depth, radius, bias, alpha);
+      cifar10_lrn_backward(xp, gp, op, in_bf16, out_bf16, b, e, depth, radius, bias, alpha);
     });
   }
 };
