@@ -18,6 +18,7 @@ anywhere; the two agree to float32 rounding (tests/test_kernels.py).
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, NamedTuple, Sequence
 
 import tensorflow as tf
@@ -30,6 +31,7 @@ from cifar10.model import fast_lrn
 CHOICES = LRN_KERNELS
 _ATTRS = dict(depth_radius=LRN_DEPTH_RADIUS, bias=LRN_BIAS, alpha=LRN_ALPHA)
 _loaded: dict[str, object] = {}  # 'ops' or 'error': this process's one attempt
+_loading = threading.Lock()
 
 
 class LrnChoice(NamedTuple):
@@ -45,21 +47,26 @@ def load_ops():
     Raises:
       KernelBuildError: it cannot be built or loaded here.
     """
-    if "ops" not in _loaded and "error" not in _loaded:
-        assert LRN_BETA == 0.75  # the kernels compute d ** -0.75
-        path = None
-        try:
-            path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
-            _loaded["ops"] = tf.load_op_library(str(path))
-        except build.KernelBuildError as error:
-            _loaded["error"] = error
-        except (tf.errors.OpError, OSError) as error:
-            _loaded["error"] = build.KernelBuildError(
-                f"cannot load the compiled LRN kernel {path} ({first_line(error)}); delete "
-                "it to have it built again")
+    with _loading:  # MirroredStrategy traces its replicas in threads of their own
+        if "ops" not in _loaded and "error" not in _loaded:
+            _load()
     if "error" in _loaded:
         raise _loaded["error"]
     return _loaded["ops"]
+
+
+def _load() -> None:
+    assert LRN_BETA == 0.75  # the kernels compute d ** -0.75
+    path = None
+    try:
+        path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+        _loaded["ops"] = tf.load_op_library(str(path))
+    except build.KernelBuildError as error:
+        _loaded["error"] = error
+    except (tf.errors.OpError, OSError) as error:
+        _loaded["error"] = build.KernelBuildError(
+            f"cannot load the compiled LRN kernel {path} ({first_line(error)}); delete it "
+            "to have it built again")
 
 
 def compiled_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
