@@ -8,9 +8,11 @@ programs down to the core:
 * ``training``, ``evaluation``, ``serving``: the trainer, the evaluator, and using
   a trained model (classifying image files, exporting);
 * ``runs`` (a run's directory: checkpoints, records, summaries), ``distribute``
-  (devices, cluster, several workers, Slurm), ``model`` (the tutorial's convnet
-  and loss; ``precision``: the type each of its layers computes in) and ``data`` (the binary format, data folders, download, generated data,
-  own images, the tf.data pipelines);
+  (devices, cluster, several workers, Slurm), ``kernels`` (C++ kernels built on
+  the user's machine: LRN), ``model`` (the tutorial's convnet and loss;
+  ``precision``: the type each of its layers computes in) and ``data`` (the
+  binary format, data folders, download, generated data, own images, the tf.data
+  pipelines);
 * ``core``: settings, errors, whole-file writes, the programs' output; no
   TensorFlow.
 

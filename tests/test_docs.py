@@ -169,7 +169,7 @@ def test_the_readme_fits_on_a_front_page():
 
 def test_the_readmes_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
-    command = ci[ci.index("command -v slurmd"):].strip()
+    command = ci[ci.index("{ command -v slurmd"):].strip()
     assert command in (ROOT / "README.md").read_text()
 
 
