@@ -68,7 +68,7 @@ class Model(tf.Module):
     """
 
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
-                 trainable: bool = True, lrn: Callable[[tf.Tensor], tf.Tensor] | None = None,
+                 trainable: bool = True, lrn: Callable[..., tf.Tensor] | None = None,
                  num_classes: int = ff.NUM_CLASSES):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)

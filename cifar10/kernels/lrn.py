@@ -36,7 +36,7 @@ _loading = threading.Lock()
 
 class LrnChoice(NamedTuple):
     """The LRN a run uses: the function, 'compiled' or 'tensorflow', and why."""
-    function: Callable[[tf.Tensor], tf.Tensor]
+    function: Callable[..., tf.Tensor]  # (x, dtype=None) -> LRN(x)
     kernel: str
     reason: str
 

@@ -22,7 +22,7 @@ class TrainState(tf.Module):
     """Everything a checkpoint holds: weights, their averages, step, loss averages."""
 
     def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
-                 lrn: Callable[[tf.Tensor], tf.Tensor] | None = None):
+                 lrn: Callable[..., tf.Tensor] | None = None):
         super().__init__(name="train_state")
         self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
                            lrn=lrn)

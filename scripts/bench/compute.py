@@ -69,7 +69,7 @@ def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, flo
     return y, 1000 * measure.median_seconds(once, reps)
 
 
-def layer_times(args, lrn: Callable[[tf.Tensor], tf.Tensor], reps: int = 5
+def layer_times(args, lrn: Callable[..., tf.Tensor], reps: int = 5
                 ) -> list[tuple[str, float]]:
     """(k): median milliseconds of each stage's forward and backward pass, one stage
     at a time, in the run's compute type.
@@ -82,7 +82,7 @@ def layer_times(args, lrn: Callable[[tf.Tensor], tf.Tensor], reps: int = 5
     return layer_times_by_type(args, [measure.compute_dtype(args)], lrn, reps)[0]
 
 
-def layer_times_by_type(args, dtypes: list[tf.DType], lrn: Callable[[tf.Tensor], tf.Tensor],
+def layer_times_by_type(args, dtypes: list[tf.DType], lrn: Callable[..., tf.Tensor],
                         reps: int = 5) -> list[list[tuple[str, float]]]:
     """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
     (so that a change in the machine's load touches them alike), with ``lrn`` as the
