@@ -129,21 +129,25 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
                                f"({error.strerror or error}); set {CACHE_ENV} to a "
                                "writable directory") from None
     try:
-        objects = []
-        for source in native_sources:
-            objects.append(_compile_native(cxx, SOURCE_DIR / source, work))
-        for source in tf_sources:
-            obj = work / (pathlib.Path(source).stem + ".o")
-            _run([*cxx, "-c", "-fPIC", "-O2", "-w", *compile_flags, str(SOURCE_DIR / source),
-                  "-o", str(obj)], f"compile {source}")
-            objects.append(obj)
-        built = work / f"{name}.so"
-        _run([*cxx, "-shared", *map(str, objects), "-o", str(built), *link_flags],
-             f"link {name}")
-        os.replace(built, target)
+        os.replace(_build(name, cxx, native_sources, tf_sources, work), target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _build(name: str, cxx: list[str], native_sources: list[str], tf_sources: list[str],
+           work: pathlib.Path) -> pathlib.Path:
+    """Compiles and links the library in ``work``; returns its path there."""
+    compile_flags, link_flags = _tf_flags()
+    objects = [_compile_native(cxx, SOURCE_DIR / source, work) for source in native_sources]
+    for source in tf_sources:
+        obj = work / (pathlib.Path(source).stem + ".o")
+        _run([*cxx, "-c", "-fPIC", "-O2", "-w", *compile_flags, str(SOURCE_DIR / source),
+              "-o", str(obj)], f"compile {source}")
+        objects.append(obj)
+    built = work / f"{name}.so"
+    _run([*cxx, "-shared", *map(str, objects), "-o", str(built), *link_flags], f"link {name}")
+    return built
 
 
 def _compile_native(cxx: list[str], source: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
