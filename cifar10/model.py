@@ -120,20 +120,20 @@ class Model(tf.Module):
         def pool(x):
             return tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
 
-        def lrn(next_stage):
+        def own(name, apply):  # a stage computing in its own precision
+            return name, _on_input_cast(apply, self.stage_dtypes[name])
+
+        def lrn(name, next_stage):
             # LRN computes in float32 from its input as it comes and hands its output
             # on in the next stage's type: the compiled kernel casts in its own pass.
-            return lambda x: self._lrn(x, self.stage_dtypes[next_stage])
+            return name, lambda x: self._lrn(x, self.stage_dtypes[next_stage])
 
-        stages = [("conv1", conv(self.conv1)), ("pool1", pool), ("norm1", lrn("conv2")),
-                  ("conv2", conv(self.conv2)),
-                  ("norm2", lrn("pool2")),  # norm2 comes before pool2, as the original
-                  ("pool2", pool), ("local3", local(self.local3)),
-                  ("local4", local(self.local4)),
-                  ("softmax_linear", local(self.softmax_linear, relu=False))]
-        return [(name, apply if name.startswith("norm") else
-                 _on_input_cast(apply, self.stage_dtypes[name]))
-                for name, apply in stages]
+        return [own("conv1", conv(self.conv1)), own("pool1", pool), lrn("norm1", "conv2"),
+                own("conv2", conv(self.conv2)),
+                lrn("norm2", "pool2"),  # norm2 comes before pool2, as the original
+                own("pool2", pool), own("local3", local(self.local3)),
+                own("local4", local(self.local4)),
+                own("softmax_linear", local(self.softmax_linear, relu=False))]
 
     def stage_outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """Runs the model; returns the output of every stage.

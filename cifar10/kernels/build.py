@@ -129,16 +129,18 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
                                f"({error.strerror or error}); set {CACHE_ENV} to a "
                                "writable directory") from None
     try:
-        os.replace(_build(name, cxx, native_sources, tf_sources, work), target)
+        os.replace(_build(name, cxx, native_sources, tf_sources, compile_flags, link_flags,
+                          work), target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
 
 
 def _build(name: str, cxx: list[str], native_sources: list[str], tf_sources: list[str],
-           work: pathlib.Path) -> pathlib.Path:
-    """Compiles and links the library in ``work``; returns its path there."""
-    compile_flags, link_flags = _tf_flags()
+           compile_flags: list[str], link_flags: list[str], work: pathlib.Path
+           ) -> pathlib.Path:
+    """Compiles and links the library in ``work`` with TensorFlow's flags; returns its
+    path there."""
     objects = [_compile_native(cxx, SOURCE_DIR / source, work) for source in native_sources]
     for source in tf_sources:
         obj = work / (pathlib.Path(source).stem + ".o")

@@ -28,7 +28,6 @@ from cifar10.core.errors import Cifar10Error, first_line
 from cifar10.kernels import build
 from cifar10.model import fast_lrn
 
-CHOICES = LRN_KERNELS
 _ATTRS = dict(depth_radius=LRN_DEPTH_RADIUS, bias=LRN_BIAS, alpha=LRN_ALPHA)
 _loaded: dict[str, object] = {}  # 'ops' or 'error': this process's one attempt
 _loading = threading.Lock()
@@ -108,8 +107,8 @@ def choose(kernel: str, device_names: Sequence[str], xla: bool) -> LrnChoice:
     Raises:
       Cifar10Error: 'compiled' where it cannot run or be built; an unknown choice.
     """
-    if kernel not in CHOICES:
-        raise Cifar10Error(f"--lrn_kernel must be one of {', '.join(CHOICES)}, got {kernel!r}")
+    if kernel not in LRN_KERNELS:
+        raise Cifar10Error(f"--lrn_kernel must be one of {', '.join(LRN_KERNELS)}, got {kernel!r}")
     if kernel == "tensorflow":
         return LrnChoice(fast_lrn, "tensorflow", "--lrn_kernel=tensorflow")
     on_gpu = any(tf.DeviceSpec.from_string(name).device_type == "GPU" for name in device_names)
