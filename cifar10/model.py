@@ -63,18 +63,27 @@ class Model(tf.Module):
       lrn: the LRN implementation, a function (x, dtype) -> LRN(x) in dtype:
         ``fast_lrn`` (default), ``reference_lrn`` or the compiled kernel's
         ``cifar10.kernels.lrn.compiled_lrn``; all compute the same function.
+      relu_pool: None (default): conv1 adds its bias and takes its ReLU, and pool1
+        is TensorFlow's max pooling.  Or a function (z, bias, dtype) ->
+        max_pool(relu(z + bias)) in dtype, the compiled kernel's
+        ``cifar10.kernels.pool.compiled_relu_pool``: conv1 is then the convolution
+        alone, and pool1 adds conv1's bias and takes the ReLU, which computes the
+        same function (and lets conv1 run in bfloat16, ``cifar10.precision``).
       num_classes: the logits, one per class of the data (the tutorial's 10 for
         CIFAR-10); only the last layer's shape depends on it.
     """
 
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
                  trainable: bool = True, lrn: Callable[..., tf.Tensor] | None = None,
-                 num_classes: int = ff.NUM_CLASSES):
+                 num_classes: int = ff.NUM_CLASSES,
+                 relu_pool: Callable[..., tf.Tensor] | None = None):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
-        self.stage_dtypes = precision.stage_dtypes(self.compute_dtype)
+        self.stage_dtypes = precision.stage_dtypes(self.compute_dtype,
+                                                   relu_pool=relu_pool is not None)
         self.num_classes = num_classes
         self._lrn = lrn or fast_lrn
+        self._relu_pool = relu_pool
         # The tutorial's layers: weights drawn from a truncated normal of `stddev`,
         # biases set to `bias`, L2 weight decay `wd` (0: none).
         layer = functools.partial(_Layer, trainable=trainable)
@@ -94,9 +103,8 @@ class Model(tf.Module):
         """The variables in layer order (weights, biases), trainable or not."""
         return [v for layer in self.layers for v in (layer.weights, layer.biases)]
 
-    def _params(self, layer: _Layer) -> tuple[tf.Tensor, tf.Tensor]:
-        dtype = self.stage_dtypes[layer.name]
-        return tf.cast(layer.weights, dtype), tf.cast(layer.biases, dtype)
+    def _param(self, layer: _Layer, variable: tf.Variable) -> tf.Tensor:
+        return tf.cast(variable, self.stage_dtypes[layer.name])
 
     def stages(self) -> list[tuple[str, Callable[[tf.Tensor], tf.Tensor]]]:
         """The model's steps in order: (name, function of the previous step's output).
@@ -104,15 +112,17 @@ class Model(tf.Module):
         Each casts its input to its own precision (``precision.stage_dtypes``); the
         last gives float32 logits.
         """
-        def conv(layer):
+        def conv(layer, bias_relu=True):
             def apply(x):
-                w, b = self._params(layer)
-                return tf.nn.relu(_add_bias(tf.nn.conv2d(x, w, 1, "SAME"), b))
+                y = tf.nn.conv2d(x, self._param(layer, layer.weights), 1, "SAME")
+                if not bias_relu:  # the stage after adds the bias, takes the ReLU
+                    return y
+                return tf.nn.relu(_add_bias(y, self._param(layer, layer.biases)))
             return apply
 
         def local(layer, relu=True):
             def apply(x):
-                w, b = self._params(layer)
+                w, b = self._param(layer, layer.weights), self._param(layer, layer.biases)
                 y = tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), w) + b
                 return tf.nn.relu(y) if relu else tf.cast(y, tf.float32)
             return apply
@@ -128,7 +138,13 @@ class Model(tf.Module):
             # on in the next stage's type: the compiled kernel casts in its own pass.
             return name, lambda x: self._lrn(x, self.stage_dtypes[next_stage])
 
-        return [own("conv1", conv(self.conv1)), own("pool1", pool), lrn("norm1", "conv2"),
+        if self._relu_pool is None:
+            first = [own("conv1", conv(self.conv1)), own("pool1", pool)]
+        else:  # pool1 takes conv1's output as it comes, and adds its bias (float32)
+            first = [own("conv1", conv(self.conv1, bias_relu=False)),
+                     ("pool1", lambda z: self._relu_pool(z, self.conv1.biases,
+                                                         self.stage_dtypes["pool1"]))]
+        return [*first, lrn("norm1", "conv2"),
                 own("conv2", conv(self.conv2)),
                 lrn("norm2", "pool2"),  # norm2 comes before pool2, as the original
                 own("pool2", pool), own("local3", local(self.local3)),
@@ -145,7 +161,8 @@ class Model(tf.Module):
           {stage name: its output}, in the order of ``stages()``; each in the dtype
           ``precision.stage_dtypes`` gives the stage, but LRN's (norm1, norm2), which
           compute in theirs and hand on in the next stage's, and 'softmax_linear':
-          float32 logits [batch, num_classes].
+          float32 logits [batch, num_classes].  With ``relu_pool``, 'conv1' is the
+          convolution before its bias and ReLU, which pool1 applies.
         """
         x = images
         out = {}
@@ -161,7 +178,12 @@ class Model(tf.Module):
           precision, 'softmax_linear': float32 logits [batch, num_classes]}.
         """
         outputs = self.stage_outputs(images)
-        return {layer.name: outputs[layer.name] for layer in self.layers}
+        acts = {layer.name: outputs[layer.name] for layer in self.layers}
+        if self._relu_pool is not None:  # pool1 applied conv1's bias and ReLU
+            # (computed only where asked for, such as a step that writes summaries)
+            z = acts["conv1"]
+            acts["conv1"] = tf.nn.relu(z + tf.cast(self.conv1.biases, z.dtype))
+        return acts
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
         """``inference``: float32 logits [batch, num_classes] of standardised images."""

@@ -47,7 +47,7 @@ import os
 import sys
 
 from cifar10.core import logs
-from cifar10.core.config import LRN_KERNELS
+from cifar10.core.config import KERNEL_CHOICES
 from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
 
 # Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
@@ -63,8 +63,8 @@ def parse_args(argv):
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
     p.add_argument("--use_bf16", action="store_true", help="bfloat16 compute")
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
-    p.add_argument("--lrn_kernel", choices=LRN_KERNELS, default="auto",
-                   help="LRN as the compiled kernel or TensorFlow's ops (as cifar10-train)")
+    p.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
+                   help="the compiled kernels or TensorFlow's ops (as cifar10-train)")
     p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
     p.add_argument("--windows", type=int, default=7, help="timed windows per figure")
     p.add_argument("--window_steps", type=int, default=40, help="steps per timed window")

@@ -18,7 +18,7 @@ import tensorflow as tf
 from conftest import mirrored
 
 from cifar10.distribute import devices
-from cifar10.kernels.lrn import choose, compiled_lrn
+from cifar10.kernels.choice import choose
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
 SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
@@ -48,7 +48,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
     assert out.startswith(f"machine: {devices.cpu_model().removeprefix('CPU: ')}; ")
     assert ("1 replica(s) x batch 16 = global batch 16; float32; XLA off; "
-            "LRN compiled (CPU replicas); ") in out
+            "kernels compiled (CPU replicas); ") in out
     assert "(320 train, 64 test records)" in out
     for label in ("(a) train step alone:", "(b) input pipeline alone:",
                   "(c) end-to-end training:", "(d) evaluation:"):
@@ -130,7 +130,7 @@ def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, train
     rate, seconds = benchmark.programs.evaluation(args, test_files)
     assert rate > 0 and seconds > 0
     assert benchmark.compute.matmul_gflops(1, size=128, per_window=2, dtype=tf.bfloat16) > 0
-    times = benchmark.compute.layer_times(args, compiled_lrn, reps=1)
+    times = benchmark.compute.layer_times(args, choose("compiled", [], False), reps=1)
     assert [name for name, _ in times][::3] == ["conv1", "conv2", "local3"]
     assert len(times) == 9 and all(ms > 0 for _, ms in times)
 
@@ -145,22 +145,22 @@ def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmar
         return forward_backward(x)[0], 2.0 if len(calls) % 2 else 1.0
 
     monkeypatch.setattr(benchmark.compute, "_stage_ms", fake_stage_ms)
-    setting = types.SimpleNamespace(args=args, lrn=choose("auto", [], False))
+    setting = types.SimpleNamespace(args=args, kernels=choose("compiled", [], False))
     lines = benchmark.report.figure_layers_bf16(setting)
     assert len(calls) == 18  # the two types in turns, stage by stage
     f32, bf16 = tf.float32, tf.bfloat16
     assert calls[0::2] == [f32] * 9
     # Each stage's input under --use_bf16: the output of the stage before it (LRN's in
-    # the type of the stage after it).
-    assert calls[1::2] == [f32, f32, f32, bf16, bf16, f32, f32, bf16, bf16]
+    # the type of the stage after it; conv1's bfloat16 as the compiled pool1 reads it).
+    assert calls[1::2] == [bf16, bf16, f32, bf16, bf16, f32, f32, bf16, bf16]
     assert lines[0] == ("(k) layers, forward+backward, a batch of 4, one layer at a time, "
                         "float32 against --use_bf16 (the precision each layer runs in):")
     rows = [line.split() for line in lines[1:]]
     assert [row[0] for row in rows] == ["conv1", "pool1", "norm1", "conv2", "norm2",
                                         "pool2", "local3", "local4", "softmax_linear",
                                         "total"]
-    assert rows[0] == ["conv1", "2.0", "ms", "1.0", "ms", "float32", "2.00x"]
-    assert [row[5] for row in rows[:9]] == ["float32", "float32", "float32", "bfloat16",
+    assert rows[0] == ["conv1", "2.0", "ms", "1.0", "ms", "bfloat16", "2.00x"]
+    assert [row[5] for row in rows[:9]] == ["bfloat16", "float32", "float32", "bfloat16",
                                            "float32", "float32", "bfloat16", "bfloat16",
                                            "bfloat16"]
     assert rows[9] == ["total", "18.0", "ms", "9.0", "ms", "2.00x"]

@@ -1,4 +1,5 @@
-"""The compiled LRN kernel: the same function as tf.nn.lrn, built once per machine and
+"""The compiled kernels: LRN, the same function as tf.nn.lrn (conv1's bias, ReLU and
+pool1 are tests/test_relu_pool.py's); the library built once per machine and
 TensorFlow, and a one-line error or TensorFlow's ops where it cannot be built or run."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from conftest import mirrored
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build
-from cifar10.kernels import lrn
+from cifar10.kernels import choice, lrn, ops
+from cifar10.kernels.pool import compiled_relu_pool
 from cifar10.model import Model, fast_lrn, reference_lrn
 from cifar10.runs import records
 
@@ -103,40 +105,39 @@ def test_the_op_refuses_more_channels_than_it_holds():
 
 
 def test_choose_takes_the_kernel_on_cpus_and_tensorflows_ops_on_gpus_or_under_xla():
-    chosen = lrn.choose("auto", [CPU, CPU], xla=False)
-    assert (chosen.function, chosen.kernel, chosen.reason) == (
-        lrn.compiled_lrn, "compiled", "CPU replicas")
-    assert lrn.choose("compiled", [CPU], xla=False).kernel == "compiled"
-    assert lrn.choose("tensorflow", [CPU], xla=False)[:2] == (fast_lrn, "tensorflow")
-    on_gpu = lrn.choose("auto", [GPU], xla=False)
-    assert on_gpu[:2] == (fast_lrn, "tensorflow") and "GPUs" in on_gpu.reason
-    assert lrn.choose("auto", [CPU], xla=True).reason == "XLA cannot compile the kernel (--xla)"
-    with pytest.raises(Cifar10Error, match=r"^--lrn_kernel=compiled cannot run here: the "
-                                           r"replicas are GPUs .*; use --lrn_kernel=auto$"):
-        lrn.choose("compiled", [GPU], xla=False)
-    with pytest.raises(Cifar10Error, match="^--lrn_kernel must be one of auto, compiled, "
+    chosen = choice.choose("auto", [CPU, CPU], xla=False)
+    assert chosen == (lrn.compiled_lrn, compiled_relu_pool, "compiled", "CPU replicas")
+    assert choice.choose("compiled", [CPU], xla=False).kernel == "compiled"
+    assert choice.choose("tensorflow", [CPU], xla=False)[:3] == (fast_lrn, None, "tensorflow")
+    on_gpu = choice.choose("auto", [GPU], xla=False)
+    assert on_gpu[:3] == (fast_lrn, None, "tensorflow") and "GPUs" in on_gpu.reason
+    assert choice.choose("auto", [CPU], xla=True).reason == "XLA cannot compile the kernels (--xla)"
+    with pytest.raises(Cifar10Error, match=r"^--kernels=compiled cannot run here: the "
+                                           r"replicas are GPUs .*; use --kernels=auto$"):
+        choice.choose("compiled", [GPU], xla=False)
+    with pytest.raises(Cifar10Error, match="^--kernels must be one of auto, compiled, "
                                            "tensorflow, got 'fast'$"):
-        lrn.choose("fast", [CPU], xla=False)
+        choice.choose("fast", [CPU], xla=False)
 
 
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """An empty kernel cache, and a process that has not loaded the kernel yet."""
     monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(lrn, "_loaded", {})
+    monkeypatch.setattr(ops, "_loaded", {})
     return tmp_path / "cache"
 
 
 def test_without_a_compiler_auto_falls_back_and_compiled_is_one_line(fresh, monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    chosen = lrn.choose("auto", [CPU], xla=False)
-    assert chosen[:2] == (fast_lrn, "tensorflow")
+    chosen = choice.choose("auto", [CPU], xla=False)
+    assert chosen[:3] == (fast_lrn, None, "tensorflow")
     assert chosen.reason.startswith("cannot run the C++ compiler /nonexistent/c++: ")
-    with pytest.raises(Cifar10Error, match=r"^--lrn_kernel=compiled: cannot run the C\+\+ "
+    with pytest.raises(Cifar10Error, match=r"^--kernels=compiled: cannot run the C\+\+ "
                                            r"compiler /nonexistent/c\+\+: .*; or use "
-                                           r"--lrn_kernel=auto, which falls back to "
+                                           r"--kernels=auto, which falls back to "
                                            r"TensorFlow's ops$"):
-        lrn.choose("compiled", [CPU], xla=False)
+        choice.choose("compiled", [CPU], xla=False)
     monkeypatch.delenv("CXX")
     monkeypatch.setenv("PATH", str(fresh))  # no compiler on it
     with pytest.raises(build.KernelBuildError,
@@ -203,10 +204,10 @@ def test_the_cache_defaults_to_the_users_cache_folder(monkeypatch, tmp_path):
     assert build.cache_dir() == tmp_path / "home" / ".cache" / "cifar10" / "kernels"
 
 
-def test_the_trainer_records_which_lrn_it_ran(trained_run):
+def test_the_trainer_records_which_kernels_it_ran(trained_run):
     train_dir, _ = trained_run
-    assert records.last_record(str(train_dir))["lrn"] == {"kernel": "compiled",
-                                                          "reason": "CPU replicas"}
+    assert records.last_record(str(train_dir))["kernels"] == {"kernel": "compiled",
+                                                              "reason": "CPU replicas"}
 
 
 def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
@@ -215,10 +216,10 @@ def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
     common = [f"--data_dir={data_dir}", "--max_steps=2", "--batch_size=8", "--log_frequency=1"]
     env = {build.CACHE_ENV: str(tmp_path / "empty-cache"), "CXX": "/nonexistent/c++"}
     forced = run("cifar10-train", f"--train_dir={tmp_path / 'forced'}",
-                 "--lrn_kernel=compiled", *common, **env)
+                 "--kernels=compiled", *common, **env)
     assert forced.returncode == 1
     assert forced.stderr.strip().splitlines()[-1].startswith(
-        "cifar10-train: error: --lrn_kernel=compiled: cannot run the C++ compiler "
+        "cifar10-train: error: --kernels=compiled: cannot run the C++ compiler "
         "/nonexistent/c++: ")
     assert not os.path.exists(tmp_path / "forced" / "checkpoint")
     # auto trains with TensorFlow's ops, without a word, and says why in the record.
@@ -226,8 +227,8 @@ def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
     assert auto.returncode == 0, auto.stderr
     assert "warning" not in auto.stderr + auto.stdout
     record = records.last_record(str(tmp_path / "auto"))
-    assert record["lrn"]["kernel"] == "tensorflow"
-    assert record["lrn"]["reason"].startswith("cannot run the C++ compiler /nonexistent/c++")
+    assert record["kernels"]["kernel"] == "tensorflow"
+    assert record["kernels"]["reason"].startswith("cannot run the C++ compiler /nonexistent/c++")
 
 
 def test_cxx_may_carry_arguments_like_a_compiler_launcher(fresh, monkeypatch):
@@ -240,9 +241,9 @@ def test_cxx_may_carry_arguments_like_a_compiler_launcher(fresh, monkeypatch):
 
 def test_a_library_that_does_not_load_is_one_line_saying_to_delete_it(fresh):
     fresh.mkdir(parents=True)
-    path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    path = build.library(ops.NAME, ops.NATIVE_SOURCES, ops.TF_SOURCES)
     path.write_bytes(b"not a shared library")
-    chosen = lrn.choose("auto", [CPU], xla=False)
+    chosen = choice.choose("auto", [CPU], xla=False)
     assert chosen.kernel == "tensorflow"
-    assert chosen.reason.startswith(f"cannot load the compiled LRN kernel {path} (")
-    assert chosen.reason.endswith("); delete it to have it built again")
+    assert chosen.reason.startswith(f"cannot load the compiled kernels {path} (")
+    assert chosen.reason.endswith("); delete the file to have it built again")

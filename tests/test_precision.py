@@ -9,6 +9,7 @@ import tensorflow as tf
 from cifar10 import model as model_lib
 from cifar10 import precision
 from cifar10.kernels.lrn import compiled_lrn
+from cifar10.kernels.pool import compiled_relu_pool
 
 # The type each stage's output is in under --use_bf16.  LRN (norm1, norm2) computes in
 # float32 and hands its output on in the next stage's type (conv2's, pool2's).
@@ -16,17 +17,22 @@ BF16 = {"conv1": tf.float32, "pool1": tf.float32, "norm1": tf.bfloat16,
         "conv2": tf.bfloat16, "norm2": tf.float32, "pool2": tf.float32,
         "local3": tf.bfloat16, "local4": tf.bfloat16,
         "softmax_linear": tf.float32}  # the logits: float32 whatever the policy
+# With the compiled pool1, which reads conv1's output as it comes: conv1 in bfloat16.
+BF16_COMPILED = {**BF16, "conv1": tf.bfloat16}
 
 
 def _images(n: int, seed: int = 0) -> tf.Tensor:
     return tf.random.stateless_normal([n, 24, 24, 3], seed=(seed, 17))
 
 
-def test_each_layers_output_under_bf16_is_in_the_policys_precision():
-    model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16)
+@pytest.mark.parametrize("relu_pool, expected", [(None, BF16),
+                                                 (compiled_relu_pool, BF16_COMPILED)])
+def test_each_layers_output_under_bf16_is_in_the_policys_precision(relu_pool, expected):
+    model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16, relu_pool=relu_pool)
     outputs = model.stage_outputs(_images(2))
     assert list(outputs) == list(precision.STAGES)
-    assert {name: t.dtype for name, t in outputs.items()} == BF16
+    assert {name: t.dtype for name, t in outputs.items()} == expected
+    assert model.activations(_images(2))["conv1"].dtype == expected["conv1"]
     assert all(v.dtype == tf.float32 for v in model.parameters())  # checkpoints stay float32
 
 
@@ -59,6 +65,8 @@ def test_the_policy_gives_a_reason_for_every_layer_it_keeps_in_float32():
     assert in_float32 == set(precision.BFLOAT16_IN_FLOAT32) == {"conv1", "pool1", "norm1",
                                                                  "norm2", "pool2"}
     assert all(reason.strip() for reason in precision.BFLOAT16_IN_FLOAT32.values())
+    with_kernel = precision.stage_dtypes(tf.bfloat16, relu_pool=True)
+    assert with_kernel == {**dtypes, "conv1": tf.bfloat16}
 
 
 def _loss_and_gradients(model, images, labels):
@@ -67,7 +75,8 @@ def _loss_and_gradients(model, images, labels):
     return float(loss), tape.gradient(loss, model.parameters())
 
 
-def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights():
+@pytest.mark.parametrize("relu_pool", [None, compiled_relu_pool])
+def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights(relu_pool):
     # bfloat16 keeps 8 significant bits: each rounding moves a value by up to 2^-9 of
     # itself. On these images the loss moved by under 1e-6 of itself; the gradients,
     # small at initialisation and summed over many rounded products, moved by 0.3%
@@ -76,8 +85,8 @@ def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights():
     # (a float16 sum of squares overflows) or a wrong gradient is far outside this.
     images, labels = _images(16, seed=4), tf.range(16) % 10
     loss32, grads32 = _loss_and_gradients(model_lib.Model(seed=3), images, labels)
-    loss16, grads16 = _loss_and_gradients(model_lib.Model(seed=3, compute_dtype=tf.bfloat16),
-                                          images, labels)
+    model16 = model_lib.Model(seed=3, compute_dtype=tf.bfloat16, relu_pool=relu_pool)
+    loss16, grads16 = _loss_and_gradients(model16, images, labels)
     assert loss16 == pytest.approx(loss32, rel=1e-3)
     for g16, g32 in zip(grads16, grads32):
         assert g16.dtype == tf.float32
@@ -115,6 +124,20 @@ def test_the_pooling_gradient_under_bf16_adds_up_where_windows_overlap():
     assert np.count_nonzero(grad.numpy()) == 64  # nothing else moved
     exact = _overlapping_pool_gradient(model_lib.Model())
     np.testing.assert_array_equal(grad.numpy(), exact.numpy())
+
+
+def test_the_compiled_pool1_under_bf16_adds_up_in_float32_and_rounds_once_for_conv1():
+    # conv1 runs in bfloat16 before the compiled pool1: the gradient it receives is
+    # bfloat16, the float32 sum rounded once: 1.01171875 lies halfway between
+    # 1.0078125 and 1.015625, and rounds to the even one, not to bfloat16's 1.0.
+    grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16,
+                                                      relu_pool=compiled_relu_pool))
+    assert grad.dtype == tf.bfloat16
+    got = np.asarray(tf.cast(grad, tf.float32))
+    np.testing.assert_array_equal(got[0, 2, 2], np.full(64, 1.015625, np.float32))
+    assert np.count_nonzero(got) == 64
+    exact = _overlapping_pool_gradient(model_lib.Model())
+    np.testing.assert_array_equal(grad, tf.cast(exact, tf.bfloat16))
 
 
 def test_bfloat16_pooling_would_lose_the_overlapping_contributions(monkeypatch):

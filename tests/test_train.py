@@ -368,8 +368,8 @@ def test_bfloat16_and_float32_runs_resume_each_others_float32_checkpoints(learna
     files, count = learnable_files
     done, compute = [], []
     state_init = TrainState.__init__
-    monkeypatch.setattr(TrainState, "__init__", lambda self, seed, dtype, classes, lrn: (
-        compute.append(dtype), state_init(self, seed, dtype, classes, lrn))[1])
+    monkeypatch.setattr(TrainState, "__init__", lambda self, seed, dtype, classes, **kw: (
+        compute.append(dtype), state_init(self, seed, dtype, classes, **kw))[1])
     for use_bf16, max_steps in ((True, 4), (False, 8), (True, 12)):
         lines = []
         config = small_config(tmp_path, batch_size=16, max_steps=max_steps, log_frequency=1,

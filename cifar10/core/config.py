@@ -46,7 +46,7 @@ LRN_BETA = 0.75
 PRECISION_CONFLICT = "use_fp16 and use_bf16 exclude each other: set at most one of them"
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
-LRN_KERNELS = ("auto", "compiled", "tensorflow")  # cifar10.kernels.lrn.choose
+KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.choice.choose
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
@@ -107,12 +107,13 @@ class TrainConfig:
     initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False)
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
-    lrn_kernel: str = setting(
-        "auto", "How LRN is computed in training: 'compiled', a C++ kernel built for this "
-                "CPU on first use (faster; CPU replicas without --xla); 'tensorflow', "
-                "TensorFlow's ops; 'auto', the kernel where it can run and be built, else "
-                "the ops. Both compute the same function (docs/performance.md).",
-        choices=LRN_KERNELS)
+    kernels: str = setting(
+        "auto", "How training computes LRN, and conv1's bias and ReLU with pool1: "
+                "'compiled', C++ kernels built for this CPU on first use (faster; CPU "
+                "replicas without --xla); 'tensorflow', TensorFlow's ops; 'auto', the "
+                "kernels where they can run and be built, else the ops. Both compute the "
+                "same function (docs/performance.md).",
+        choices=KERNEL_CHOICES)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
                                "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).")
     # (first, last): the steps --profile_steps traces with TensorFlow's profiler.

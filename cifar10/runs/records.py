@@ -8,8 +8,8 @@ In the run's directory (``--train_dir``, or ``--eval_dir`` for cifar10-eval):
   of a flag wins.
 * ``environment.jsonl``: one JSON object per start: versions, host, devices,
   command line, time, the settings that change what is trained, and how they
-  changed since the start before (``changes``); the trainer's also says which
-  LRN it runs (``lrn``: the compiled kernel or TensorFlow's ops, and why).
+  changed since the start before (``changes``); the trainer's also says whether
+  it runs the compiled kernels or TensorFlow's ops, and why (``kernels``).
 
 Both files are appended to by rewriting them whole under a temporary name, so
 that a crash leaves the old or the new file, never half of one.  This module

@@ -29,7 +29,7 @@ from cifar10.core.config import TrainConfig, compute_dtype
 from cifar10.data import fileformat as ff
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
-from cifar10.kernels import lrn
+from cifar10.kernels import choice
 from cifar10.training.state import DynamicLossScale, TrainState
 from cifar10.training.step import ReplicatedStep
 
@@ -54,10 +54,12 @@ class Trainer:
         self.config, self.strategy = config, strategy
         self.examples_per_epoch = examples_per_epoch
         self.input_options = devices.input_options(strategy)  # how batches reach the replicas
-        self.lrn = lrn.choose(config.lrn_kernel, strategy.extended.worker_devices, config.xla)
+        self.kernels = choice.choose(config.kernels, strategy.extended.worker_devices,
+                                     config.xla)
         with strategy.scope():
             self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),
-                                    num_classes, lrn=self.lrn.function)
+                                    num_classes, lrn=self.kernels.lrn,
+                                    relu_pool=self.kernels.relu_pool)
             self.loss_scale = (DynamicLossScale(config.loss_scale_growth_steps)
                                if config.use_fp16 else None)
         self.train_step = ReplicatedStep(self.state, strategy, config, examples_per_epoch,

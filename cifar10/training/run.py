@@ -100,7 +100,8 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     record = records.environment(
         "cifar10-train", invocation.command,
         devices.describe(trainer.strategy.extended.worker_devices), tf.__version__)
-    record.update(lrn={"kernel": trainer.lrn.kernel, "reason": trainer.lrn.reason},
+    record.update(kernels={"kernel": trainer.kernels.kernel,
+                           "reason": trainer.kernels.reason},
                   start_step=start, num_replicas=trainer.num_replicas,
                   num_workers=settings["num_workers"], settings=settings, changes=changed)
     records.record_start(train_dir, record, invocation.flags_text)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
 
 import tensorflow as tf
 
 from bench import measure
 from cifar10 import precision
 from cifar10.core.config import CROP_SIZE
+from cifar10.kernels.choice import KernelChoice
 from cifar10.model import Model
 
 
@@ -46,13 +46,14 @@ def matmul_gflops(windows: int, size: int = 2048, per_window: int = 10,
     return measure.median_rate(window, windows, per_window * 2 * size**3) / 1e9
 
 
-def _forward_backward(apply, variables, input_gradient: bool):
+def _forward_backward(apply, input_gradient: bool):
     @tf.function
     def forward_backward(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = apply(x)
             total = tf.reduce_sum(tf.cast(y, tf.float32))
+        variables = list(tape.watched_variables())  # those the stage reads
         return y, tape.gradient(total, [variables, x] if input_gradient else variables)
 
     return forward_backward
@@ -69,25 +70,26 @@ def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, flo
     return y, 1000 * measure.median_seconds(once, reps)
 
 
-def layer_times(args, lrn: Callable[..., tf.Tensor], reps: int = 5
-                ) -> list[tuple[str, float]]:
+def layer_times(args, kernels: KernelChoice, reps: int = 5) -> list[tuple[str, float]]:
     """(k): median milliseconds of each stage's forward and backward pass, one stage
     at a time, in the run's compute type.
 
     Each stage gets the output of the one before (a batch of ``args.batch_size``
     images, in the type that stage hands on) and differentiates a sum of its output
-    with respect to its variables and, but for the first, its input, as the train
-    step does.
+    with respect to the variables it reads and, but for the first, its input, as the
+    train step does.  With the compiled kernels, conv1 is the convolution alone and
+    pool1 adds conv1's bias and takes the ReLU (``cifar10.model.Model``).
     """
-    return layer_times_by_type(args, [measure.compute_dtype(args)], lrn, reps)[0]
+    return layer_times_by_type(args, [measure.compute_dtype(args)], kernels, reps)[0]
 
 
-def layer_times_by_type(args, dtypes: list[tf.DType], lrn: Callable[..., tf.Tensor],
+def layer_times_by_type(args, dtypes: list[tf.DType], kernels: KernelChoice,
                         reps: int = 5) -> list[list[tuple[str, float]]]:
     """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
-    (so that a change in the machine's load touches them alike), with ``lrn`` as the
-    model's LRN."""
-    models = [Model(compute_dtype=dtype, lrn=lrn) for dtype in dtypes]
+    (so that a change in the machine's load touches them alike), with the layer
+    functions of ``kernels``."""
+    models = [Model(compute_dtype=dtype, lrn=kernels.lrn, relu_pool=kernels.relu_pool)
+              for dtype in dtypes]
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]
@@ -95,10 +97,7 @@ def layer_times_by_type(args, dtypes: list[tf.DType], lrn: Callable[..., tf.Tens
     times = [[] for _ in models]
     for i, name in enumerate(precision.STAGES):
         for k, model in enumerate(models):
-            apply = stages[k][name]
-            variables = [v for layer in model.layers if layer.name == name
-                         for v in (layer.weights, layer.biases)]
-            inputs[k], ms = _stage_ms(_forward_backward(apply, variables, input_gradient=i > 0),
+            inputs[k], ms = _stage_ms(_forward_backward(stages[k][name], input_gradient=i > 0),
                                       inputs[k], reps)
             times[k].append((name, ms))
     return times

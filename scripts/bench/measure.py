@@ -12,7 +12,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from cifar10.distribute import devices
-from cifar10.kernels import lrn
+from cifar10.kernels import choice
 from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
 from cifar10.training import controller
@@ -49,13 +49,14 @@ def train_config(args, train_dir: str, **settings) -> TrainConfig:
     precision and XLA."""
     settings.setdefault("batch_size", args.batch_size)
     return TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16,
-                       use_bf16=args.use_bf16, xla=args.xla, lrn_kernel=args.lrn_kernel,
+                       use_bf16=args.use_bf16, xla=args.xla, kernels=args.kernels,
                        **settings)
 
 
-def lrn_choice(args, strategy: tf.distribute.Strategy) -> lrn.LrnChoice:
-    """The LRN the benchmark's training runs use (as cifar10.training.engine chooses)."""
-    return lrn.choose(args.lrn_kernel, strategy.extended.worker_devices, args.xla)
+def kernel_choice(args, strategy: tf.distribute.Strategy) -> choice.KernelChoice:
+    """The layer functions the benchmark's training runs use (as
+    cifar10.training.engine chooses them)."""
+    return choice.choose(args.kernels, strategy.extended.worker_devices, args.xla)
 
 
 def train_reports(config: TrainConfig, strategy: tf.distribute.Strategy,

@@ -14,7 +14,7 @@ from bench import compute, measure, options, programs, training
 from cifar10 import precision
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
-from cifar10.kernels import lrn
+from cifar10.kernels import choice
 from cifar10.data import synthetic
 from cifar10.core.config import STEPS_PER_LOOP
 from cifar10.model import Model
@@ -32,7 +32,7 @@ class Setting:
     test_files: list[str]
     count: int
     test_count: int
-    lrn: lrn.LrnChoice  # the LRN of the training runs and of (k)
+    kernels: choice.KernelChoice  # the layer functions of the training runs and of (k)
     end_to_end: float = 0.0  # (c), set by figure_training
 
     @property
@@ -52,7 +52,7 @@ def prepare_setting(args, strategy: tf.distribute.Strategy, work: str) -> Settin
     test_files = data.split_files(batches_dir, "test")
     return Setting(args, strategy, work, data_dir, batches_dir, train_files, test_files,
                    data.validate_files(train_files), data.validate_files(test_files),
-                   measure.lrn_choice(args, strategy))
+                   measure.kernel_choice(args, strategy))
 
 
 def heading(s: Setting) -> list[str]:
@@ -60,7 +60,7 @@ def heading(s: Setting) -> list[str]:
     return [f"machine: {measure.machine()}",
             (f"setting: {replicas} replica(s) x batch {args.batch_size} = global batch "
              f"{replicas * args.batch_size}; {measure.compute_dtype(args).name}; "
-             f"XLA {'on' if args.xla else 'off'}; LRN {s.lrn.kernel} ({s.lrn.reason}); "
+             f"XLA {'on' if args.xla else 'off'}; kernels {s.kernels.kernel} ({s.kernels.reason}); "
              f"data {s.batches_dir} ({s.count} train, "
              f"{s.test_count} test records); median of {args.windows} windows of "
              f"{args.window_steps} steps after {args.warmup_steps} warm-up steps")]
@@ -127,7 +127,7 @@ def figure_prepare(s: Setting) -> list[str]:
 def figure_layers(s: Setting) -> list[str]:
     if s.args.use_bf16:
         return figure_layers_bf16(s)
-    times = compute.layer_times(s.args, s.lrn.function)
+    times = compute.layer_times(s.args, s.kernels)
     total = sum(ms for _, ms in times)
     layers = ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f}%)" for name, ms in times)
     return [(f"(k) layers, forward+backward: {total:8.1f} ms a batch of {s.args.batch_size}, "
@@ -137,8 +137,8 @@ def figure_layers(s: Setting) -> list[str]:
 def figure_layers_bf16(s: Setting) -> list[str]:
     """(k) in float32 and with --use_bf16, side by side, and each layer's precision."""
     in_float32, in_bf16 = compute.layer_times_by_type(s.args, [tf.float32, tf.bfloat16],
-                                                      s.lrn.function)
-    dtypes = precision.stage_dtypes(tf.bfloat16)
+                                                      s.kernels)
+    dtypes = precision.stage_dtypes(tf.bfloat16, relu_pool=s.kernels.relu_pool is not None)
     lines = [(f"(k) layers, forward+backward, a batch of {s.args.batch_size}, one layer at a "
               f"time, float32 against --use_bf16 (the precision each layer runs in):")]
     for (name, ms32), (_, ms16) in zip(in_float32, in_bf16):

@@ -1,0 +1,285 @@
+// 3x3 max pooling with stride 2 and SAME padding over NHWC tensors, optionally of
+// relu(z + bias) for the convolution before it: the arithmetic only (no TensorFlow
+// header, so that it can be compiled with -march=native, as lrn_rows.cc).
+//
+// Forward, image by image: y = max over each window of z, then, with a bias,
+// relu(max + bias).  That is relu(z + bias) pooled, to the bit: adding a bias and
+// rounding are monotonic, so the largest z gives the largest z + bias.  `arg` keeps,
+// for each output, which of the window's 9 positions held the maximum (the first
+// one on a tie, row by row), or kNone where the ReLU gave 0 and no gradient flows.
+//
+// Backward, image by image: dz at each input position is the sum of the gradients
+// of the (at most 4) outputs whose maximum it held, added in float32 and rounded
+// once; the bias gradient is the sum of the gradients of the outputs the ReLU let
+// through.  z, dz may be float32 or bfloat16 (uint16_t here), y and dy too; the
+// arithmetic is float32 and a bfloat16 store rounds to nearest even.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+typedef uint16_t bf16;
+constexpr uint8_t kNone = 255;
+
+inline float load(const float* p, int i) { return p[i]; }
+inline float load(const bf16* p, int i) {
+  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline void store(float* p, int i, float v) { p[i] = v; }
+inline void store(bf16* p, int i, float v) {  // round to nearest even; NaN stays NaN
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  p[i] = nan ? static_cast<bf16>((bits >> 16) | 0x40u) : static_cast<bf16>(rounded);
+}
+
+// Rows (or columns) padded before the first window: SAME padding puts the odd one after.
+inline int pad_before(int in, int out) { return std::max((out - 1) * 2 + 3 - in, 0) / 2; }
+
+struct Shape {
+  int h, w, c, oh, ow, pt, pl;
+  Shape(int h_, int w_, int c_) : h(h_), w(w_), c(c_), oh((h_ + 1) / 2), ow((w_ + 1) / 2) {
+    pt = pad_before(h, oh);
+    pl = pad_before(w, ow);
+  }
+};
+
+// kLanes channels at a time as one vector of GCC's and Clang's vector extensions, as
+// wide as the machine's registers (AVX-512: 16 floats, AVX: 8, else 4), and the rest of the
+// depth one by one.  The conversions between lane widths are written with the
+// machine's instructions: the compilers' own conversion takes one lane at a time.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#elif defined(__AVX__)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
+#endif
+typedef float fv __attribute__((vector_size(4 * kLanes)));
+typedef int32_t iv __attribute__((vector_size(4 * kLanes)));
+typedef uint32_t uv __attribute__((vector_size(4 * kLanes)));
+
+template <typename T, typename V>
+inline T as(V v) {
+  static_assert(sizeof(T) == sizeof(V), "same width");
+  T t;
+  std::memcpy(&t, &v, sizeof t);
+  return t;
+}
+
+// kLanes bytes -> int32 lanes.
+inline iv widen(const uint8_t* p) {
+#if defined(__AVX512F__)
+  return as<iv>(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  return as<iv>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  iv v;
+  for (int l = 0; l < kLanes; ++l) v[l] = p[l];
+  return v;
+#endif
+}
+
+// int32 lanes of 0..255 -> kLanes bytes.
+inline void narrow(iv v, uint8_t* p) {
+#if defined(__AVX512F__)
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(as<__m512i>(v)));
+#elif defined(__AVX2__)
+  const __m256i bytes = _mm256_shuffle_epi8(  // byte 0 of each lane to the front of its half
+      as<__m256i>(v), _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1));
+  const __m256i both = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(both));
+#else
+  for (int l = 0; l < kLanes; ++l) p[l] = static_cast<uint8_t>(v[l]);
+#endif
+}
+
+inline fv loadv(const float* p) { fv v; std::memcpy(&v, p, sizeof v); return v; }
+inline fv loadv(const bf16* p) {
+#if defined(__AVX512F__)
+  return as<fv>(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#elif defined(__AVX2__)
+  return as<fv>(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#else
+  uv bits;
+  for (int l = 0; l < kLanes; ++l) bits[l] = static_cast<uint32_t>(p[l]) << 16;
+  return as<fv>(bits);
+#endif
+}
+inline void storev(float* p, fv v) { std::memcpy(p, &v, sizeof v); }
+inline void storev(bf16* p, fv v) {  // as store(): nearest even, NaN stays NaN
+  const uv bits = as<uv>(v);
+  const iv nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  const uv rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uv out = nan ? ((bits >> 16) | 0x40u) : rounded;
+#if defined(__AVX512F__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(as<__m512i>(out)));
+#elif defined(__AVX2__)
+  const __m256i packed = _mm256_packus_epi32(as<__m256i>(out), _mm256_setzero_si256());
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
+#else
+  for (int l = 0; l < kLanes; ++l) p[l] = static_cast<bf16>(out[l]);
+#endif
+}
+
+// The window's position (0..8, row by row) of input (r, q) for output (i, j).
+inline int position(const Shape& s, int i, int j, int r, int q) {
+  return (r - i * 2 + s.pt) * 3 + (q - j * 2 + s.pl);
+}
+
+template <typename In, typename Out>
+void forward(const In* __restrict z, const float* __restrict bias, Out* __restrict y,
+             uint8_t* __restrict arg, int64_t begin, int64_t end, const Shape& s) {
+  const int c = s.c, vc = c - c % kLanes;
+  for (int64_t n = begin; n < end; ++n) {
+    const In* zn = z + n * s.h * s.w * c;
+    for (int i = 0; i < s.oh; ++i) {
+      const int r0 = std::max(i * 2 - s.pt, 0), r1 = std::min(i * 2 - s.pt + 3, s.h);
+      for (int j = 0; j < s.ow; ++j) {
+        const int q0 = std::max(j * 2 - s.pl, 0), q1 = std::min(j * 2 - s.pl + 3, s.w);
+        const int64_t o = ((n * s.oh + i) * s.ow + j) * c;
+        for (int c0 = 0; c0 < vc; c0 += kLanes) {
+          fv best = loadv(zn + (r0 * s.w + q0) * c + c0);
+          iv at = iv{} + position(s, i, j, r0, q0);
+          for (int r = r0; r < r1; ++r) {
+            for (int q = q0; q < q1; ++q) {
+              const fv v = loadv(zn + (r * s.w + q) * c + c0);
+              const iv more = v > best;  // strictly: the first maximum stays
+              best = more ? v : best;
+              at = more ? position(s, i, j, r, q) : at;
+            }
+          }
+          if (bias != nullptr) {
+            const fv v = best + loadv(bias + c0);
+            const iv on = v > 0.f;
+            best = on ? v : 0.f;
+            at = on ? at : kNone;
+          }
+          storev(y + o + c0, best);
+          narrow(at, arg + o + c0);
+        }
+        for (int ch = vc; ch < c; ++ch) {
+          float best = load(zn + (r0 * s.w + q0) * c, ch);
+          int at = position(s, i, j, r0, q0);
+          for (int r = r0; r < r1; ++r) {
+            for (int q = q0; q < q1; ++q) {
+              const float v = load(zn + (r * s.w + q) * c, ch);
+              if (v > best) { best = v; at = position(s, i, j, r, q); }
+            }
+          }
+          if (bias != nullptr) {
+            best += bias[ch];
+            if (!(best > 0.f)) { best = 0.f; at = kNone; }
+          }
+          store(y + o, ch, best);
+          arg[o + ch] = static_cast<uint8_t>(at);
+        }
+      }
+    }
+  }
+}
+
+// dbias (may be null) gets each image's bias gradient: dbias[n * c + ch].
+template <typename In, typename Out>
+void backward(const Out* __restrict g, const uint8_t* __restrict arg, In* __restrict dz,
+              float* __restrict dbias, int64_t begin, int64_t end, const Shape& s) {
+  const int c = s.c, vc = c - c % kLanes;
+  for (int64_t n = begin; n < end; ++n) {
+    In* dn = dz + n * s.h * s.w * c;
+    for (int r = 0; r < s.h; ++r) {
+      // The windows i whose rows 2i - pt .. 2i - pt + 2 hold r.
+      const int i0 = std::max((r + s.pt - 1) >> 1, 0), i1 = std::min((r + s.pt) >> 1, s.oh - 1);
+      for (int q = 0; q < s.w; ++q) {
+        const int j0 = std::max((q + s.pl - 1) >> 1, 0), j1 = std::min((q + s.pl) >> 1, s.ow - 1);
+        In* out = dn + (r * s.w + q) * c;
+        for (int c0 = 0; c0 < vc; c0 += kLanes) {
+          fv acc = {};
+          for (int i = i0; i <= i1; ++i) {
+            for (int j = j0; j <= j1; ++j) {
+              const int64_t o = ((n * s.oh + i) * s.ow + j) * c + c0;
+              const iv mine = widen(arg + o) == position(s, i, j, r, q);
+              acc += as<fv>(as<iv>(loadv(g + o)) & mine);
+            }
+          }
+          storev(out + c0, acc);
+        }
+        for (int ch = vc; ch < c; ++ch) {
+          float acc = 0.f;
+          for (int i = i0; i <= i1; ++i) {
+            for (int j = j0; j <= j1; ++j) {
+              const int64_t o = ((n * s.oh + i) * s.ow + j) * c;
+              if (arg[o + ch] == position(s, i, j, r, q)) acc += load(g + o, ch);
+            }
+          }
+          store(out, ch, acc);
+        }
+      }
+    }
+    if (dbias != nullptr) {
+      float* db = dbias + n * c;
+      for (int ch = 0; ch < c; ++ch) db[ch] = 0.f;
+      const int64_t first = n * s.oh * s.ow;
+      for (int64_t o = first; o < first + s.oh * s.ow; ++o) {
+        const Out* go = g + o * c;
+        const uint8_t* ao = arg + o * c;
+        for (int ch = 0; ch < c; ++ch) db[ch] += ao[ch] != kNone ? load(go, ch) : 0.f;
+      }
+    }
+  }
+}
+
+template <typename In, typename Out>
+void forward_of(const void* z, const float* bias, void* y, uint8_t* arg, int64_t begin,
+                int64_t end, const Shape& s) {
+  const In* zp = static_cast<const In*>(z);
+  Out* yp = static_cast<Out*>(y);
+  forward(zp, bias, yp, arg, begin, end, s);
+}
+
+template <typename In, typename Out>
+void backward_of(const void* g, const uint8_t* arg, void* dz, float* dbias, int64_t begin,
+                 int64_t end, const Shape& s) {
+  const Out* gp = static_cast<const Out*>(g);
+  In* dp = static_cast<In*>(dz);
+  backward(gp, arg, dp, dbias, begin, end, s);
+}
+
+}  // namespace
+
+// Images [begin, end) of z [n, h, w, c] -> y, arg [n, (h + 1) / 2, (w + 1) / 2, c];
+// c <= 1024.  bias: c floats, or null for plain max pooling.  in_bf16 / out_bf16: z
+// (and dz) / y (and dy) hold bfloat16, else float32.
+extern "C" {
+void cifar10_pool_forward(const void* z, const float* bias, void* y, uint8_t* arg,
+                          int in_bf16, int out_bf16, int64_t begin, int64_t end, int h,
+                          int w, int c) {
+  const Shape s(h, w, c);
+  if (in_bf16 && out_bf16) forward_of<bf16, bf16>(z, bias, y, arg, begin, end, s);
+  else if (in_bf16) forward_of<bf16, float>(z, bias, y, arg, begin, end, s);
+  else if (out_bf16) forward_of<float, bf16>(z, bias, y, arg, begin, end, s);
+  else forward_of<float, float>(z, bias, y, arg, begin, end, s);
+}
+
+void cifar10_pool_backward(const void* g, const uint8_t* arg, void* dz, float* dbias,
+                           int in_bf16, int out_bf16, int64_t begin, int64_t end, int h,
+                           int w, int c) {
+  const Shape s(h, w, c);
+  if (in_bf16 && out_bf16) backward_of<bf16, bf16>(g, arg, dz, dbias, begin, end, s);
+  else if (in_bf16) backward_of<bf16, float>(g, arg, dz, dbias, begin, end, s);
+  else if (out_bf16) backward_of<float, bf16>(g, arg, dz, dbias, begin, end, s);
+  else backward_of<float, float>(g, arg, dz, dbias, begin, end, s);
+}
+}
