@@ -22,6 +22,7 @@ _loaded: dict[str, object] = {}  # 'ops' or 'error': this process's one attempt
 _loading = threading.Lock()
 
 
+@tf.autograph.experimental.do_not_convert  # called as the ops' functions are traced
 def load():
     """The compiled ops' module, built on first use (once per process).
 

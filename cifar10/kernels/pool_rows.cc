@@ -1,9 +1,8 @@
-// 3x3 max pooling with stride 2 and SAME padding over NHWC tensors, optionally of
-// relu(z + bias) for the convolution before it: the arithmetic only (no TensorFlow
-// header, so that it can be compiled with -march=native, as lrn_rows.cc).
+// 3x3 max pooling with stride 2 and SAME padding over NHWC tensors of relu(z + bias),
+// z being the convolution before it: the arithmetic only (no TensorFlow header, so
+// that it can be compiled with -march=native, as lrn_rows.cc).
 //
-// Forward, image by image: y = max over each window of z, then, with a bias,
-// relu(max + bias).  That is relu(z + bias) pooled, to the bit: adding a bias and
+// Forward, image by image: y = relu(m + bias), m the maximum of z over each window.  That is relu(z + bias) pooled, to the bit: adding a bias and
 // rounding are monotonic, so the largest z gives the largest z + bias.  `arg` keeps,
 // for each output, which of the window's 9 positions held the maximum (the first
 // one on a tie, row by row), or kNone where the ReLU gave 0 and no gradient flows.
@@ -162,13 +161,10 @@ void forward(const In* __restrict z, const float* __restrict bias, Out* __restri
               at = more ? position(s, i, j, r, q) : at;
             }
           }
-          if (bias != nullptr) {
-            const fv v = best + loadv(bias + c0);
-            const iv on = v > 0.f;
-            best = on ? v : 0.f;
-            at = on ? at : kNone;
-          }
-          storev(y + o + c0, best);
+          const fv v = best + loadv(bias + c0);
+          const iv on = v > 0.f;
+          storev(y + o + c0, on ? v : 0.f);
+          at = on ? at : kNone;
           narrow(at, arg + o + c0);
         }
         for (int ch = vc; ch < c; ++ch) {
@@ -180,10 +176,8 @@ void forward(const In* __restrict z, const float* __restrict bias, Out* __restri
               if (v > best) { best = v; at = position(s, i, j, r, q); }
             }
           }
-          if (bias != nullptr) {
-            best += bias[ch];
-            if (!(best > 0.f)) { best = 0.f; at = kNone; }
-          }
+          best += bias[ch];
+          if (!(best > 0.f)) { best = 0.f; at = kNone; }
           store(y + o, ch, best);
           arg[o + ch] = static_cast<uint8_t>(at);
         }
@@ -192,7 +186,7 @@ void forward(const In* __restrict z, const float* __restrict bias, Out* __restri
   }
 }
 
-// dbias (may be null) gets each image's bias gradient: dbias[n * c + ch].
+// dbias gets each image's bias gradient: dbias[n * c + ch].
 template <typename In, typename Out>
 void backward(const Out* __restrict g, const uint8_t* __restrict arg, In* __restrict dz,
               float* __restrict dbias, int64_t begin, int64_t end, const Shape& s) {
@@ -228,15 +222,13 @@ void backward(const Out* __restrict g, const uint8_t* __restrict arg, In* __rest
         }
       }
     }
-    if (dbias != nullptr) {
-      float* db = dbias + n * c;
-      for (int ch = 0; ch < c; ++ch) db[ch] = 0.f;
-      const int64_t first = n * s.oh * s.ow;
-      for (int64_t o = first; o < first + s.oh * s.ow; ++o) {
-        const Out* go = g + o * c;
-        const uint8_t* ao = arg + o * c;
-        for (int ch = 0; ch < c; ++ch) db[ch] += ao[ch] != kNone ? load(go, ch) : 0.f;
-      }
+    float* db = dbias + n * c;
+    for (int ch = 0; ch < c; ++ch) db[ch] = 0.f;
+    const int64_t first = n * s.oh * s.ow;
+    for (int64_t o = first; o < first + s.oh * s.ow; ++o) {
+      const Out* go = g + o * c;
+      const uint8_t* ao = arg + o * c;
+      for (int ch = 0; ch < c; ++ch) db[ch] += ao[ch] != kNone ? load(go, ch) : 0.f;
     }
   }
 }
@@ -260,7 +252,7 @@ void backward_of(const void* g, const uint8_t* arg, void* dz, float* dbias, int6
 }  // namespace
 
 // Images [begin, end) of z [n, h, w, c] -> y, arg [n, (h + 1) / 2, (w + 1) / 2, c];
-// c <= 1024.  bias: c floats, or null for plain max pooling.  in_bf16 / out_bf16: z
+// c <= 1024; bias: c floats; dbias: n * c floats.  in_bf16 / out_bf16: z
 // (and dz) / y (and dy) hold bfloat16, else float32.
 extern "C" {
 void cifar10_pool_forward(const void* z, const float* bias, void* y, uint8_t* arg,
