@@ -7,14 +7,16 @@ benchmark's (k)) that docs/performance.md records for each CPU kind measured.
 - conv2, local3, local4, softmax_linear: bfloat16.  Convolutions and matmuls
   are what AVX512_BF16 and AMX speed up (oneDNN's bfloat16 kernels): conv2, half
   of a float32 step, ran 3x faster in bfloat16 with AMX.
-- conv1: bfloat16 where the compiled pooling kernel follows it (``relu_pool``,
-  the default on CPUs), float32 where TensorFlow's ops do.  The kernel reads
-  bfloat16 itself: conv1 and pool1 forward and backward took 8.3 ms with conv1
-  in bfloat16, 10.6 ms in float32 (Xeon with AMX).  Without it, conv1's
-  128x24x24x64 output would be cast to float32 for pool1 and the gradient back,
-  which cost more than bfloat16 gained (with AMX a step took 6% less CPU time
-  with conv1 in float32; on AMD Zen 4 conv1 gained nothing in bfloat16, 12.0 ->
-  12.3 ms a batch of 128).
+- conv1: bfloat16 on CPUs with AMX where the compiled pooling kernel follows it
+  (the model's ``relu_pool``, the default on CPUs), which reads bfloat16 itself:
+  a bfloat16 model step (forward and backward, batch 128) took 23.8 ms with
+  conv1 in bfloat16, 27.8 ms with conv1 in float32 (Xeon with AMX).  float32
+  elsewhere: with 3 input channels conv1 gained nothing in bfloat16 on AMD Zen 4
+  (12.0 -> 12.3 ms), and with oneDNN held to AVX512_BF16 without AMX the step
+  took 77.3 ms with conv1 in float32 against 79.9 ms; and where TensorFlow's
+  pooling follows conv1, its 128x24x24x64 output would be cast to float32 for
+  pool1 and the gradient back, which cost more than bfloat16 gained (with AMX
+  a step took 6% less CPU time with conv1 in float32).
 - pool1, pool2: float32.  Max pooling's gradient in bfloat16 loses small
   contributions where the 3x3, stride-2 windows overlap (1 + 3/256 from four
   windows adds up to 1.0 in bfloat16, 1.0117 in float32; oneDNN 3.7), and
@@ -37,13 +39,15 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from cifar10.core import cpu
+
 STAGES = ("conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local4",
           "softmax_linear")
 
 # Stages that run in float32 under bfloat16, and why (see the module docstring).
 BFLOAT16_IN_FLOAT32 = {
     "conv1": "3 input channels: no faster in bfloat16 than the casts around it cost "
-             "(bfloat16 where the compiled pooling kernel reads it)",
+             "(bfloat16 with AMX where the compiled pooling kernel reads it)",
     "pool1": "max pooling's gradient is inexact in bfloat16 where windows overlap",
     "norm1": "no bfloat16 LRN kernel; slower than float32 where measured",
     "norm2": "no bfloat16 LRN kernel; slower than float32 where measured",
@@ -57,11 +61,12 @@ def stage_dtypes(compute_dtype: tf.DType, relu_pool: bool = False) -> dict[str, 
     Args:
       compute_dtype: the run's compute type: float32, float16 or bfloat16.
       relu_pool: pool1 is the compiled kernel that reads conv1's output as it comes
-        (``cifar10.kernels.pool``).
+        (``cifar10.kernels.pool``): then conv1 runs in bfloat16 where the CPU has AMX.
     """
     compute_dtype = tf.as_dtype(compute_dtype)
     dtypes = {name: compute_dtype for name in STAGES}
     if compute_dtype == tf.bfloat16:
+        conv1_in_bfloat16 = relu_pool and cpu.has_amx()
         dtypes.update({name: tf.float32 for name in BFLOAT16_IN_FLOAT32
-                       if not (relu_pool and name == "conv1")})
+                       if not (conv1_in_bfloat16 and name == "conv1")})
     return dtypes

@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import mirrored
 
 from cifar10.distribute import devices
+from cifar10.core import cpu
 from cifar10.kernels.choice import choose
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
@@ -137,6 +138,7 @@ def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, train
 
 def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmark,
                                                                         monkeypatch):
+    monkeypatch.setattr(cpu, "has_amx", lambda: True)  # conv1 in bfloat16
     args = benchmark.benchmark.parse_args(["--use_bf16", "--batch_size=4"])
     calls = []
 
@@ -151,7 +153,8 @@ def test_use_bf16_prints_each_layers_precision_and_time_beside_float32s(benchmar
     f32, bf16 = tf.float32, tf.bfloat16
     assert calls[0::2] == [f32] * 9
     # Each stage's input under --use_bf16: the output of the stage before it (LRN's in
-    # the type of the stage after it; conv1's bfloat16 as the compiled pool1 reads it).
+    # the type of the stage after it; conv1's bfloat16 as the compiled pool1 reads it,
+    # with AMX).
     assert calls[1::2] == [bf16, bf16, f32, bf16, bf16, f32, f32, bf16, bf16]
     assert lines[0] == ("(k) layers, forward+backward, a batch of 4, one layer at a time, "
                         "float32 against --use_bf16 (the precision each layer runs in):")

@@ -11,6 +11,7 @@ import types
 import pytest
 import tensorflow as tf
 
+from cifar10.core import cpu
 from cifar10.distribute import devices
 from cifar10.core.errors import Cifar10Error
 
@@ -113,3 +114,14 @@ def test_a_gpu_before_ampere_is_named_in_the_bfloat16_warning(monkeypatch, caplo
     visible.reverse()  # now the V100 is /gpu:0, split into logical /gpu:0 and /gpu:1
     del visible[1]
     assert devices.warn_if_bfloat16_is_emulated([gpu(0), gpu(1)])
+
+
+def test_cpu_features_are_the_flags_line_of_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {X86_FLAGS} amx_bf16 amx_tile\n"
+                       f"processor\t: 1\nflags\t\t: {X86_FLAGS} amx_bf16 amx_tile\n")
+    flags = cpu.features(str(cpuinfo))
+    assert {"avx2", "amx_bf16", "amx_tile"} <= flags and "avx512_bf16" not in flags
+    assert cpu.features(str(tmp_path / "missing")) is None
+    # has_amx reads this machine's: the same answer as its flags give.
+    assert cpu.has_amx() == ("amx_bf16" in (cpu.features() or ()))

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from cifar10 import model as model_lib
 from cifar10 import precision
+from cifar10.core import cpu
 from cifar10.kernels.lrn import compiled_lrn
 from cifar10.kernels.pool import compiled_relu_pool
 
@@ -17,17 +18,30 @@ BF16 = {"conv1": tf.float32, "pool1": tf.float32, "norm1": tf.bfloat16,
         "conv2": tf.bfloat16, "norm2": tf.float32, "pool2": tf.float32,
         "local3": tf.bfloat16, "local4": tf.bfloat16,
         "softmax_linear": tf.float32}  # the logits: float32 whatever the policy
-# With the compiled pool1, which reads conv1's output as it comes: conv1 in bfloat16.
-BF16_COMPILED = {**BF16, "conv1": tf.bfloat16}
+# With the compiled pool1, which reads conv1's output as it comes, on a CPU with AMX:
+# conv1 in bfloat16.
+BF16_COMPILED_AMX = {**BF16, "conv1": tf.bfloat16}
 
 
 def _images(n: int, seed: int = 0) -> tf.Tensor:
     return tf.random.stateless_normal([n, 24, 24, 3], seed=(seed, 17))
 
 
-@pytest.mark.parametrize("relu_pool, expected", [(None, BF16),
-                                                 (compiled_relu_pool, BF16_COMPILED)])
-def test_each_layers_output_under_bf16_is_in_the_policys_precision(relu_pool, expected):
+@pytest.fixture(params=[True, False], ids=["amx", "no-amx"])
+def amx(request, monkeypatch):
+    """The CPU has AMX, or not, whatever this one has."""
+    monkeypatch.setattr(cpu, "has_amx", lambda: request.param)
+    return request.param
+
+
+@pytest.fixture
+def with_amx(monkeypatch):
+    monkeypatch.setattr(cpu, "has_amx", lambda: True)
+
+
+@pytest.mark.parametrize("relu_pool", [None, compiled_relu_pool])
+def test_each_layers_output_under_bf16_is_in_the_policys_precision(relu_pool, amx):
+    expected = BF16_COMPILED_AMX if relu_pool and amx else BF16
     model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16, relu_pool=relu_pool)
     outputs = model.stage_outputs(_images(2))
     assert list(outputs) == list(precision.STAGES)
@@ -59,14 +73,14 @@ def test_float32_and_float16_run_every_layer_in_their_own_type(dtype):
     assert [t.dtype for t in outputs.values()] == [dtype] * 8 + [tf.float32]
 
 
-def test_the_policy_gives_a_reason_for_every_layer_it_keeps_in_float32():
+def test_the_policy_gives_a_reason_for_every_layer_it_keeps_in_float32(amx):
     dtypes = precision.stage_dtypes(tf.bfloat16)
     in_float32 = {name for name, dtype in dtypes.items() if dtype == tf.float32}
     assert in_float32 == set(precision.BFLOAT16_IN_FLOAT32) == {"conv1", "pool1", "norm1",
                                                                  "norm2", "pool2"}
     assert all(reason.strip() for reason in precision.BFLOAT16_IN_FLOAT32.values())
     with_kernel = precision.stage_dtypes(tf.bfloat16, relu_pool=True)
-    assert with_kernel == {**dtypes, "conv1": tf.bfloat16}
+    assert with_kernel == {**dtypes, "conv1": tf.bfloat16 if amx else tf.float32}
 
 
 def _loss_and_gradients(model, images, labels):
@@ -76,7 +90,7 @@ def _loss_and_gradients(model, images, labels):
 
 
 @pytest.mark.parametrize("relu_pool", [None, compiled_relu_pool])
-def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights(relu_pool):
+def test_a_bfloat16_step_agrees_with_a_float32_step_from_the_same_weights(relu_pool, amx):
     # bfloat16 keeps 8 significant bits: each rounding moves a value by up to 2^-9 of
     # itself. On these images the loss moved by under 1e-6 of itself; the gradients,
     # small at initialisation and summed over many rounded products, moved by 0.3%
@@ -126,10 +140,11 @@ def test_the_pooling_gradient_under_bf16_adds_up_where_windows_overlap():
     np.testing.assert_array_equal(grad.numpy(), exact.numpy())
 
 
-def test_the_compiled_pool1_under_bf16_adds_up_in_float32_and_rounds_once_for_conv1():
-    # conv1 runs in bfloat16 before the compiled pool1: the gradient it receives is
-    # bfloat16, the float32 sum rounded once: 1.01171875 lies halfway between
-    # 1.0078125 and 1.015625, and rounds to the even one, not to bfloat16's 1.0.
+def test_the_compiled_pool1_under_bf16_adds_up_in_float32_and_rounds_once_for_conv1(
+        with_amx):
+    # With AMX conv1 runs in bfloat16 before the compiled pool1: the gradient it
+    # receives is bfloat16, the float32 sum rounded once: 1.01171875 lies halfway
+    # between 1.0078125 and 1.015625, and rounds to the even one, not to bfloat16's 1.0.
     grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16,
                                                       relu_pool=compiled_relu_pool))
     assert grad.dtype == tf.bfloat16
@@ -138,6 +153,14 @@ def test_the_compiled_pool1_under_bf16_adds_up_in_float32_and_rounds_once_for_co
     assert np.count_nonzero(got) == 64
     exact = _overlapping_pool_gradient(model_lib.Model())
     np.testing.assert_array_equal(grad, tf.cast(exact, tf.bfloat16))
+
+
+def test_the_compiled_pool1_without_amx_gives_float32_conv1_the_exact_gradient(monkeypatch):
+    monkeypatch.setattr(cpu, "has_amx", lambda: False)
+    grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16,
+                                                      relu_pool=compiled_relu_pool))
+    assert grad.dtype == tf.float32
+    np.testing.assert_array_equal(grad, _overlapping_pool_gradient(model_lib.Model()))
 
 
 def test_bfloat16_pooling_would_lose_the_overlapping_contributions(monkeypatch):

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from cifar10.distribute import cluster
 from cifar10.distribute import resolver
+from cifar10.core import cpu
 from cifar10.core.errors import Cifar10Error
 
 # Memory of each logical GPU when several replicas share one physical GPU.
@@ -196,15 +197,8 @@ BFLOAT16_CPU_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
 
 def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     """Whether this CPU has bfloat16 instructions; None when ``cpuinfo`` cannot be read."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return bool(set(value.split()) & set(BFLOAT16_CPU_FEATURES))
-    except OSError:
-        pass
-    return None
+    flags = cpu.features(cpuinfo)
+    return None if flags is None else bool(flags & set(BFLOAT16_CPU_FEATURES))
 
 
 def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,

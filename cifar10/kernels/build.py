@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 
+from cifar10.core import cpu
 from cifar10.core.errors import Cifar10Error
 
 SOURCE_DIR = pathlib.Path(__file__).parent
@@ -55,14 +56,8 @@ def compiler() -> list[str] | None:
 
 def _cpu_features() -> str:
     """The CPU's instruction-set flags (Linux), else what the platform says."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return f"{platform.machine()} {platform.processor()}"
+    flags = cpu.features()
+    return " ".join(sorted(flags)) if flags is not None else platform.processor()
 
 
 def _tf_flags() -> tuple[list[str], list[str]]:
