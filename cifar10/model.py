@@ -68,7 +68,8 @@ class Model(tf.Module):
         max_pool(relu(z + bias)) in dtype, the compiled kernel's
         ``cifar10.kernels.pool.compiled_relu_pool``: conv1 is then the convolution
         alone, and pool1 adds conv1's bias and takes the ReLU, which computes the
-        same function (and lets conv1 run in bfloat16, ``cifar10.precision``).
+        same function (and lets conv1 run in bfloat16 on CPUs with AMX,
+        ``cifar10.precision``).
       num_classes: the logits, one per class of the data (the tutorial's 10 for
         CIFAR-10); only the last layer's shape depends on it.
     """
