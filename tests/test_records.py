@@ -14,7 +14,7 @@ from absl import flags
 
 import cli
 from cifar10.runs import records as runrecord
-from cifar10.cli import train_main
+from cifar10.cli import programs, train_main
 from cifar10.core.errors import Cifar10Error
 from conftest import TRAIN_LINE
 
@@ -63,6 +63,20 @@ def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
     assert len(headers) == 2 and headers[1].endswith(" at step 2")
     assert parsed([f"--flagfile={flags_txt}"]) == {**expected, "max_steps": 3}
     assert "notice" not in again.stderr
+
+
+def test_a_flags_txt_of_the_former_flag_name_still_replays(tmp_path):
+    # --kernels was --lrn_kernel: a run recorded then replays with its choice, and
+    # flags.txt writes the flag by its name now.
+    old = tmp_path / "flags.txt"
+    old.write_text("# cifar10-train, started 2026-11-25T18:00:00+00:00 on host at step 0\n"
+                   "--batch_size=16\n--lrn_kernel=tensorflow\n")
+    assert parsed([f"--flagfile={old}"])["kernels"] == "tensorflow"
+    values = flags.FlagValues()
+    train_main.define_flags(values)
+    values(["cifar10-train", f"--flagfile={old}"])
+    text = programs.flagfile_text(values)
+    assert "--kernels=tensorflow\n" in text and "lrn_kernel" not in text
 
 
 def test_flags_txt_replays_each_latest_start_exactly_from_another_directory(

@@ -128,6 +128,11 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-train."""
     define_data_flags(flag_values)
     define_config_flags(config.TrainConfig, flag_values)
+    # --kernels was --lrn_kernel while LRN was the one compiled kernel: a run's
+    # flags.txt of then still replays.  (In a module of its own name, so that
+    # flags.txt writes --kernels only.)
+    flags.DEFINE_alias("lrn_kernel", "kernels", flag_values=flag_values,
+                       module_name=f"{__name__}.former_names")
     define_tf32_flag(flag_values)
     flags.DEFINE(_StepWindowParser(), "profile_steps", None,
                  "Trace steps FIRST to LAST (both included, e.g. 11,20) with TensorFlow's "

@@ -52,8 +52,8 @@ struct Shape {
 };
 
 // kLanes channels at a time as one vector of GCC's and Clang's vector extensions, as
-// wide as the machine's registers (AVX-512: 16 floats, AVX: 8, else 4), and the rest of the
-// depth one by one.  The conversions between lane widths are written with the
+// wide as the machine's registers (AVX-512: 16 floats, AVX: 8, else 4), and the rest
+// of the depth one by one.  The conversions between lane widths are written with the
 // machine's instructions: the compilers' own conversion takes one lane at a time.
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
@@ -195,9 +195,9 @@ void backward(const Out* __restrict g, const uint8_t* __restrict arg, In* __rest
     In* dn = dz + n * s.h * s.w * c;
     for (int r = 0; r < s.h; ++r) {
       // The windows i whose rows 2i - pt .. 2i - pt + 2 hold r.
-      const int i0 = std::max((r + s.pt - 1) >> 1, 0), i1 = std::min((r + s.pt) >> 1, s.oh - 1);
+      const int i0 = std::max(r + s.pt - 1, 0) / 2, i1 = std::min((r + s.pt) / 2, s.oh - 1);
       for (int q = 0; q < s.w; ++q) {
-        const int j0 = std::max((q + s.pl - 1) >> 1, 0), j1 = std::min((q + s.pl) >> 1, s.ow - 1);
+        const int j0 = std::max(q + s.pl - 1, 0) / 2, j1 = std::min((q + s.pl) / 2, s.ow - 1);
         In* out = dn + (r * s.w + q) * c;
         for (int c0 = 0; c0 < vc; c0 += kLanes) {
           fv acc = {};
