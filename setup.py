@@ -23,7 +23,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["cifar10", "cifar10.*"]),
     # The C++ kernels' sources, compiled on the user's machine on first use.
-    package_data={"cifar10.kernels": ["*.cc"]},
+    package_data={"cifar10.kernels": ["*.cc", "*.h"]},
     python_requires=">=3.10",
     install_requires=requirements("requirements.txt"),
     extras_require={

@@ -168,6 +168,10 @@ def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, monk
     monkeypatch.setattr(build, "SOURCE_DIR", sources)
     second = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
     assert second != first and sorted(os.listdir(fresh)) == sorted([first.name, second.name])
+    # So is a changed header that a source includes.
+    (sources / "bfloat16.h").write_text((sources / "bfloat16.h").read_text() + "\n// edit\n")
+    third = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    assert third not in (first, second) and len(os.listdir(fresh)) == 3
 
 
 def test_a_source_that_does_not_compile_is_one_line_and_leaves_nothing(fresh, monkeypatch,

@@ -2,8 +2,8 @@
 
 The library is built with the system's C++ compiler against the headers of the
 TensorFlow that is running (``tf.sysconfig``), and kept in a cache directory under
-a name that hashes everything the build depends on: the sources, TensorFlow's
-version and flags, the compiler and the CPU's instruction sets.  A second run,
+a name that hashes everything the build depends on: the sources and headers,
+TensorFlow's version and flags, the compiler and the CPU's instruction sets.  A second run,
 another worker of the same job, or a node of another CPU kind sharing the home
 directory, each find their own build or make it.  A build goes to a temporary
 file that is renamed into place, so that concurrent builders never load half a
@@ -95,6 +95,7 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
       native_sources: files of this package that include no TensorFlow header,
         compiled for this machine's CPU (``-march=native`` where the compiler takes it).
       tf_sources: files that use TensorFlow's headers, compiled with its flags.
+      (The package's own headers, ``*.h`` beside them, count as sources too.)
 
     Raises:
       KernelBuildError: no compiler, a failed compile or link, or an unwritable cache.
@@ -110,6 +111,7 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
         raise KernelBuildError(f"cannot run the C++ compiler {shlex.join(cxx)}: "
                                f"{error}") from None
     sources = [(SOURCE_DIR / f).read_bytes() for f in native_sources + tf_sources]
+    sources += [header.read_bytes() for header in sorted(SOURCE_DIR.glob("*.h"))]  # included
     key = _key([*sources, *compile_flags, *link_flags, *cxx, version, sys.platform,
                 platform.machine(), _cpu_features()])
     directory = cache_dir()

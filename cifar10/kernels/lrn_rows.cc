@@ -17,28 +17,16 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bfloat16.h"
+
 namespace {
 
 constexpr int kMaxDepth = 1024;  // the op refuses deeper tensors
 constexpr int kMaxRadius = 32;
 
-typedef uint16_t bf16;
-
-inline float load(const float* p, int i) { return p[i]; }
-inline float load(const bf16* p, int i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline void store(float* p, int i, float v) { p[i] = v; }
-inline void store(bf16* p, int i, float v) {  // round to nearest even; NaN stays NaN
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  p[i] = nan ? static_cast<bf16>((bits >> 16) | 0x40u) : static_cast<bf16>(rounded);
-}
+using cifar10::bf16;
+using cifar10::load;
+using cifar10::store;
 
 // out[c] = sum of v[c - radius .. c + radius] (v has radius zeros each side).
 template <int kDepth>

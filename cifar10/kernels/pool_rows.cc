@@ -15,30 +15,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#include "bfloat16.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 namespace {
 
-typedef uint16_t bf16;
-constexpr uint8_t kNone = 255;
+using cifar10::bf16;
+using cifar10::load;
+using cifar10::store;
 
-inline float load(const float* p, int i) { return p[i]; }
-inline float load(const bf16* p, int i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline void store(float* p, int i, float v) { p[i] = v; }
-inline void store(bf16* p, int i, float v) {  // round to nearest even; NaN stays NaN
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  p[i] = nan ? static_cast<bf16>((bits >> 16) | 0x40u) : static_cast<bf16>(rounded);
-}
+constexpr uint8_t kNone = 255;
 
 // Rows (or columns) padded before the first window: SAME padding puts the odd one after.
 inline int pad_before(int in, int out) { return std::max((out - 1) * 2 + 3 - in, 0) / 2; }
