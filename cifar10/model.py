@@ -176,14 +176,14 @@ class Model(tf.Module):
 
         Returns:
           {'conv1', 'conv2', 'local3', 'local4': activations in the layer's
-          precision, 'softmax_linear': float32 logits [batch, num_classes]}.
+          precision (conv1's in float32 with ``relu_pool``, as pool1 computes it),
+          'softmax_linear': float32 logits [batch, num_classes]}.
         """
         outputs = self.stage_outputs(images)
         acts = {layer.name: outputs[layer.name] for layer in self.layers}
-        if self._relu_pool is not None:  # pool1 applied conv1's bias and ReLU
+        if self._relu_pool is not None:  # pool1 applied conv1's bias and ReLU, in float32
             # (computed only where asked for, such as a step that writes summaries)
-            z = acts["conv1"]
-            acts["conv1"] = tf.nn.relu(z + tf.cast(self.conv1.biases, z.dtype))
+            acts["conv1"] = tf.nn.relu(tf.cast(acts["conv1"], tf.float32) + self.conv1.biases)
         return acts
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:

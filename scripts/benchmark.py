@@ -65,6 +65,8 @@ def parse_args(argv):
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
     p.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
                    help="the compiled kernels or TensorFlow's ops (as cifar10-train)")
+    p.add_argument("--lrn_kernel", dest="kernels", choices=KERNEL_CHOICES,
+                   help=argparse.SUPPRESS)  # --kernels' former name
     p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
     p.add_argument("--windows", type=int, default=7, help="timed windows per figure")
     p.add_argument("--window_steps", type=int, default=40, help="steps per timed window")

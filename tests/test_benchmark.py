@@ -119,6 +119,13 @@ def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_kernels_is_the_trainers_choice_and_its_former_name_is_still_read(benchmark):
+    parse = benchmark.benchmark.parse_args
+    assert parse([]).kernels == "auto"
+    assert parse(["--kernels=tensorflow"]).kernels == "tensorflow"
+    assert parse(["--lrn_kernel=compiled"]).kernels == "compiled"
+
+
 def test_use_bf16_times_the_bfloat16_step_evaluation_and_matmul(benchmark, trained_run,
                                                                 tmp_path):
     # The figures (a)-(g) in bfloat16, in-process: the full command is tested in float32.

@@ -20,7 +20,8 @@ void cifar10_pool_backward(const void* g, const uint8_t* arg, void* dz, float* d
 namespace tensorflow {
 
 namespace {
-constexpr int64_t kMaxDepth = 1024;  // pool_rows.cc's buffers
+// pool_rows.cc indexes within an image with int: under 2^31 values an image.
+bool FitsInt(int64_t h, int64_t w, int64_t c) { return h * w * c <= INT32_MAX; }
 
 int64_t Half(int64_t size) { return (size + 1) / 2; }
 }  // namespace
@@ -72,9 +73,11 @@ class Cifar10BiasReluPoolOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& z = ctx->input(0);
     const Tensor& bias = ctx->input(1);
-    OP_REQUIRES(ctx, z.dims() == 4 && z.dim_size(3) >= 1 && z.dim_size(3) <= kMaxDepth,
+    OP_REQUIRES(ctx, z.dims() == 4 && z.dim_size(3) >= 1 &&
+                         FitsInt(z.dim_size(1), z.dim_size(2), z.dim_size(3)),
                 errors::InvalidArgument("Cifar10BiasReluPool: z must be [batch, rows, "
-                                        "columns, 1 to 1024 channels]"));
+                                        "columns, channels], at least one channel and "
+                                        "under 2^31 values an image"));
     OP_REQUIRES(ctx, bias.dims() == 1 && bias.dim_size(0) == z.dim_size(3),
                 errors::InvalidArgument("Cifar10BiasReluPool: one bias per channel"));
     const int64_t n = z.dim_size(0);
@@ -109,7 +112,8 @@ class Cifar10BiasReluPoolGradOp : public OpKernel {
                          dy.dim_size(0) == shape.dim_size(0) &&
                          dy.dim_size(1) == Half(shape.dim_size(1)) &&
                          dy.dim_size(2) == Half(shape.dim_size(2)) &&
-                         dy.dim_size(3) == shape.dim_size(3) && shape.dim_size(3) <= kMaxDepth,
+                         dy.dim_size(3) == shape.dim_size(3) &&
+                         FitsInt(shape.dim_size(1), shape.dim_size(2), shape.dim_size(3)),
                 errors::InvalidArgument("Cifar10BiasReluPoolGrad: dy, argmax and z_shape "
                                         "do not match"));
     const int64_t n = shape.dim_size(0);

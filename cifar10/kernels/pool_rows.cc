@@ -2,10 +2,14 @@
 // z being the convolution before it: the arithmetic only (no TensorFlow header, so
 // that it can be compiled with -march=native, as lrn_rows.cc).
 //
-// Forward, image by image: y = relu(m + bias), m the maximum of z over each window.  That is relu(z + bias) pooled, to the bit: adding a bias and
+// Forward, image by image: y = relu(m + bias), m the maximum of z over each window
+// (NaNs passed over).  That is relu(z + bias) pooled, to the bit: adding a bias and
 // rounding are monotonic, so the largest z gives the largest z + bias.  `arg` keeps,
 // for each output, which of the window's 9 positions held the maximum (the first
 // one on a tie, row by row), or kNone where the ReLU gave 0 and no gradient flows.
+// (Where two values of z differ but give the same z + bias after rounding,
+// TensorFlow's ReLU-then-pool sends the gradient to the first, this kernel to the
+// larger z: both are gradients of the same function.)
 //
 // Backward, image by image: dz at each input position is the sum of the gradients
 // of the (at most 4) outputs whose maximum it held, added in float32 and rounded
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "bfloat16.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -140,7 +145,8 @@ void forward(const In* __restrict z, const float* __restrict bias, Out* __restri
         const int q0 = std::max(j * 2 - s.pl, 0), q1 = std::min(j * 2 - s.pl + 3, s.w);
         const int64_t o = ((n * s.oh + i) * s.ow + j) * c;
         for (int c0 = 0; c0 < vc; c0 += kLanes) {
-          fv best = loadv(zn + (r0 * s.w + q0) * c + c0);
+          // From -inf, so that a NaN is passed over wherever it is in the window.
+          fv best = fv{} - std::numeric_limits<float>::infinity();
           iv at = iv{} + position(s, i, j, r0, q0);
           for (int r = r0; r < r1; ++r) {
             for (int q = q0; q < q1; ++q) {
@@ -157,7 +163,7 @@ void forward(const In* __restrict z, const float* __restrict bias, Out* __restri
           narrow(at, arg + o + c0);
         }
         for (int ch = vc; ch < c; ++ch) {
-          float best = load(zn + (r0 * s.w + q0) * c, ch);
+          float best = -std::numeric_limits<float>::infinity();
           int at = position(s, i, j, r0, q0);
           for (int r = r0; r < r1; ++r) {
             for (int q = q0; q < q1; ++q) {
