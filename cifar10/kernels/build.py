@@ -3,9 +3,9 @@
 The library is built with the system's C++ compiler against the headers of the
 TensorFlow that is running (``tf.sysconfig``), and kept in a cache directory under
 a name that hashes everything the build depends on: the sources and headers,
-TensorFlow's version and flags, the compiler and the CPU's instruction sets.  A second run,
-another worker of the same job, or a node of another CPU kind sharing the home
-directory, each find their own build or make it.  A build goes to a temporary
+TensorFlow's version and flags, the compiler and the CPU's instruction sets.  A
+second run, another worker of the same job, or a node of another CPU kind sharing
+the home directory, each find their own build or make it.  A build goes to a temporary
 file that is renamed into place, so that concurrent builders never load half a
 library.  The compiler's output is never printed: a failed build is one error
 line (``KernelBuildError``) with the compiler's first error.

@@ -28,11 +28,7 @@ def compiled_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
     float32 and bfloat16 inputs and outputs are read and written by the kernels
     themselves (no cast of their own); float16 is cast to and from float32.
     """
-    dtype = tf.as_dtype(dtype or x.dtype)
-    native = (tf.float32, tf.bfloat16)
-    inner = x if x.dtype in native else tf.cast(x, tf.float32)
-    y = _lrn(inner, dtype if dtype in native else tf.float32)
-    return tf.cast(y, dtype)
+    return ops.in_native_types(_lrn, x, dtype)
 
 
 def _lrn(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:

@@ -8,6 +8,7 @@ Cifar10BiasReluPool / Cifar10BiasReluPoolGrad (``pool_op.cc``, ``pool_rows.cc``)
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import tensorflow as tf
 
@@ -17,6 +18,9 @@ from cifar10.kernels import build
 NAME = "cifar10_kernels"
 NATIVE_SOURCES = ["lrn_rows.cc", "pool_rows.cc"]  # no TensorFlow header: -march=native
 TF_SOURCES = ["lrn_op.cc", "pool_op.cc"]
+
+# The types the kernels read and write themselves; others are cast to and from float32.
+NATIVE_TYPES = (tf.float32, tf.bfloat16)
 
 _loaded: dict[str, object] = {}  # 'ops' or 'error': this process's one attempt
 _loading = threading.Lock()
@@ -48,3 +52,16 @@ def _load() -> None:
         _loaded["error"] = build.KernelBuildError(
             f"cannot load the compiled kernels {path} ({first_line(error)}); delete the "
             "file to have it built again")
+
+
+def in_native_types(kernel: Callable[..., tf.Tensor], x: tf.Tensor, dtype: tf.DType | None,
+                    *args) -> tf.Tensor:
+    """``kernel(x, *args, out)``, its output in ``dtype`` (default: x's).
+
+    x is handed over as it is where the kernels read its type, else cast to float32;
+    ``out`` is ``dtype`` where the kernels write it, else float32, cast afterwards.
+    """
+    dtype = tf.as_dtype(dtype or x.dtype)
+    inner = x if x.dtype in NATIVE_TYPES else tf.cast(x, tf.float32)
+    y = kernel(inner, *args, dtype if dtype in NATIVE_TYPES else tf.float32)
+    return tf.cast(y, dtype)

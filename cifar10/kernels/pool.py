@@ -12,9 +12,9 @@ position of each maximum, and the bias gradient is summed over the pooled
 tensor.  Under ``--use_bf16`` on CPUs with AMX the kernel reads conv1's bfloat16
 output itself, so that conv1 runs in bfloat16 without a cast, and pools, adds the
 bias and sums the gradients in float32: the gradient where windows overlap is
-exact up to its one rounding to bfloat16 for conv1 (``cifar10.precision``).  Measured on a
-2-core Xeon with AMX, conv1 and pool1 forward and backward took 10.6 instead of
-13.9 ms in float32, and 8.3 instead of 13.9 ms under --use_bf16
+exact up to its one rounding to bfloat16 for conv1 (``cifar10.precision``).
+Measured on a 2-core Xeon with AMX, conv1 and pool1 forward and backward took
+10.6 instead of 13.9 ms in float32, and 8.3 instead of 13.9 ms under --use_bf16
 (docs/performance.md).
 """
 
@@ -39,11 +39,7 @@ def compiled_relu_pool(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType | None = N
     Returns:
       [batch, ceil(rows / 2), ceil(columns / 2), channels] in ``dtype``.
     """
-    dtype = tf.as_dtype(dtype or z.dtype)
-    native = (tf.float32, tf.bfloat16)
-    inner = z if z.dtype in native else tf.cast(z, tf.float32)
-    y = _relu_pool(inner, tf.cast(bias, tf.float32), dtype if dtype in native else tf.float32)
-    return tf.cast(y, dtype)
+    return ops.in_native_types(_relu_pool, z, dtype, tf.cast(bias, tf.float32))
 
 
 def _relu_pool(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType) -> tf.Tensor:

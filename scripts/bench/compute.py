@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import tensorflow as tf
 
 from bench import measure

@@ -60,7 +60,8 @@ def heading(s: Setting) -> list[str]:
     return [f"machine: {measure.machine()}",
             (f"setting: {replicas} replica(s) x batch {args.batch_size} = global batch "
              f"{replicas * args.batch_size}; {measure.compute_dtype(args).name}; "
-             f"XLA {'on' if args.xla else 'off'}; kernels {s.kernels.kernel} ({s.kernels.reason}); "
+             f"XLA {'on' if args.xla else 'off'}; "
+             f"kernels {s.kernels.kernel} ({s.kernels.reason}); "
              f"data {s.batches_dir} ({s.count} train, "
              f"{s.test_count} test records); median of {args.windows} windows of "
              f"{args.window_steps} steps after {args.warmup_steps} warm-up steps")]
