@@ -48,6 +48,23 @@ def test_the_kernel_computes_tf_nn_lrn_and_its_gradient(shape):
     assert np.abs(y - x).max() > 1e-3
 
 
+@pytest.mark.parametrize("radius,depth", [(0, 64), (1, 64), (7, 40), (20, 64), (32, 33),
+                                          (3, 1024)])
+def test_the_op_computes_tensorflows_lrn_for_any_window_and_depth(radius, depth):
+    # The window moves across the kernel's vectors (16, 8 or 4 channels wide), wider
+    # than one where the radius is 20 or 32, and past a depth that is not a multiple.
+    x = 3.0 * tf.random.stateless_normal([3, 5, depth], seed=(radius, depth))
+    attrs = dict(depth_radius=radius, bias=2.0, alpha=0.01)
+    upstream = tf.sin(x)
+    y = ops.load().cifar10_lrn(x, Tout=tf.float32, **attrs)
+    dx = ops.load().cifar10_lrn_grad(x, upstream, **attrs)
+    y_tf = tf.nn.local_response_normalization(x[None], beta=0.75, **attrs)[0]
+    dx_tf = tf.raw_ops.LRNGrad(input_grads=upstream[None], input_image=x[None],
+                               output_image=y_tf[None], beta=0.75, **attrs)[0]
+    np.testing.assert_allclose(y, y_tf, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(dx, dx_tf, rtol=1e-4, atol=2e-6 * np.abs(dx_tf).max())
+
+
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_a_reduced_precision_input_is_normalised_in_float32_and_given_back_in_its_type(dtype):
     x = tf.cast(3.0 * tf.random.stateless_normal([2, 3, 3, 64], seed=(5, 6)), dtype)

@@ -5,7 +5,7 @@
 //
 // A row is one pixel's `depth` channels.  With d_c = bias + alpha * sum of x_j^2 over
 // the channels j within `radius` of c, and beta 0.75:
-//   forward   y_c = x_c * d_c^-0.75, d^-0.75 computed as 1 / (sqrt(d) * sqrt(sqrt(d)));
+//   forward   y_c = x_c * d_c^-0.75, d^-0.75 computed from two vector rsqrt (powers());
 //   backward  dx_j = g_j d_j^-0.75 - 2 alpha beta x_j sum_{c within radius of j} g_c x_c d_c^-1.75
 // (the same formulas as cifar10.model.fast_lrn, whose tests this kernel shares).
 //
@@ -13,80 +13,142 @@
 // bfloat16 (uint16_t here): a bfloat16 value is read exactly and a result is rounded
 // to nearest even, as TensorFlow's casts do, so the casts around the layer happen
 // here, in the same pass, instead of in passes of their own.
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "bfloat16.h"
+#include "vectors.h"
 
 namespace {
 
-constexpr int kMaxDepth = 1024;  // the op refuses deeper tensors
-constexpr int kMaxRadius = 32;
-
+using cifar10::as;
 using cifar10::bf16;
+using cifar10::fv;
+using cifar10::kLanes;
 using cifar10::load;
+using cifar10::loadv;
+using cifar10::rsqrt;
 using cifar10::store;
+using cifar10::storev;
 
-// out[c] = sum of v[c - radius .. c + radius] (v has radius zeros each side).
-template <int kDepth>
-inline void window_sums(const float* __restrict v, int depth, int radius,
-                        float* __restrict out) {
-  const int n = kDepth > 0 ? kDepth : depth;
-  for (int c = 0; c < n; ++c) out[c] = v[c];
-  for (int k = 1; k <= 2 * radius; ++k)
-    for (int c = 0; c < n; ++c) out[c] += v[c + k];
+constexpr int kMaxDepth = 1024;  // the op refuses deeper tensors
+constexpr int kMaxVectors = kMaxDepth / kLanes;
+
+// The lanes of the pair (a, b) one place towards the front: a[1..], b[0].
+inline fv next_lane(fv a, fv b) {
+#if defined(__AVX512F__)
+  return as<fv>(_mm512_alignr_epi32(as<__m512i>(b), as<__m512i>(a), 1));
+#elif defined(__AVX2__)
+  const __m256i ai = as<__m256i>(a);
+  return as<fv>(_mm256_alignr_epi8(_mm256_permute2x128_si256(ai, as<__m256i>(b), 0x21), ai, 4));
+#else
+  fv r;
+  for (int l = 0; l + 1 < kLanes; ++l) r[l] = a[l + 1];
+  r[kLanes - 1] = b[0];
+  return r;
+#endif
 }
 
-template <int kDepth, typename In, typename Out>
+// The lanes of the pair (a, b) one place towards the back: a[last], b[0..last - 1].
+inline fv previous_lane(fv a, fv b) {
+#if defined(__AVX512F__)
+  return as<fv>(_mm512_alignr_epi32(as<__m512i>(b), as<__m512i>(a), 15));
+#elif defined(__AVX2__)
+  const __m256i bi = as<__m256i>(b);
+  return as<fv>(_mm256_alignr_epi8(bi, _mm256_permute2x128_si256(as<__m256i>(a), bi, 0x21), 12));
+#else
+  fv r;
+  r[0] = a[kLanes - 1];
+  for (int l = 1; l < kLanes; ++l) r[l] = b[l - 1];
+  return r;
+#endif
+}
+
+// A row of `depth` channels as vectors, the lanes past the depth zero.
+template <typename T>
+inline void load_row(const T* p, int depth, int nv, fv* v) {
+  const int full = depth / kLanes;
+  for (int i = 0; i < full; ++i) v[i] = loadv(p + i * kLanes);
+  if (full < nv) {
+    alignas(64) float tail[kLanes] = {0};
+    for (int l = 0; l < depth - full * kLanes; ++l) tail[l] = load(p, full * kLanes + l);
+    v[full] = loadv(tail);
+  }
+}
+
+template <typename T>
+inline void store_row(T* p, int depth, const fv* v) {
+  const int full = depth / kLanes;
+  for (int i = 0; i < full; ++i) storev(p + i * kLanes, v[i]);
+  if (full * kLanes < depth) {
+    alignas(64) float tail[kLanes];
+    storev(tail, v[full]);
+    for (int l = 0; l < depth - full * kLanes; ++l) store(p, full * kLanes + l, tail[l]);
+  }
+}
+
+// s[c] = sum of v[c - radius .. c + radius] over a row of nv vectors (zero outside),
+// by moving copies of the row one lane at a time each way.
+template <int kNV>
+inline void window_sums(const fv* __restrict v, int nv_, int radius, fv* __restrict s) {
+  const int nv = kNV > 0 ? kNV : nv_;
+  fv up[kNV > 0 ? kNV : kMaxVectors], down[kNV > 0 ? kNV : kMaxVectors];
+  for (int i = 0; i < nv; ++i) s[i] = up[i] = down[i] = v[i];
+  const fv zero = {};
+  for (int k = 0; k < radius; ++k) {
+    for (int i = 0; i < nv; ++i) up[i] = next_lane(up[i], i + 1 < nv ? up[i + 1] : zero);
+    for (int i = nv - 1; i >= 0; --i) down[i] = previous_lane(i > 0 ? down[i - 1] : zero, down[i]);
+    for (int i = 0; i < nv; ++i) s[i] += up[i] + down[i];
+  }
+}
+
+// d^-3/4 and d^-1 as (d^-1/2)^2 * (d^-1/2)^-1/2 and (d^-1/2)^2: two vector rsqrt
+// instead of two square roots and a division.
+inline void powers(fv d, fv* scale, fv* inverse) {
+  const fv r = rsqrt(d);
+  *inverse = r * r;
+  *scale = *inverse * rsqrt(r);
+}
+
+template <int kNV, typename In, typename Out>
 void forward(const In* __restrict x, Out* __restrict y, int64_t begin, int64_t end,
              int depth, int radius, float bias, float alpha) {
-  const int n = kDepth > 0 ? kDepth : depth;
-  alignas(64) float xs[kMaxDepth];
-  alignas(64) float sq[kMaxDepth + 2 * kMaxRadius] = {0};
-  alignas(64) float s[kMaxDepth];
+  const int nv = kNV > 0 ? kNV : (depth + kLanes - 1) / kLanes;
+  constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
+  fv xs[kArray], sq[kArray], s[kArray];
   for (int64_t r = begin; r < end; ++r) {
-    const In* xr = x + r * n;
-    Out* yr = y + r * n;
-    for (int c = 0; c < n; ++c) xs[c] = load(xr, c);
-    for (int c = 0; c < n; ++c) sq[radius + c] = xs[c] * xs[c];
-    window_sums<kDepth>(sq, n, radius, s);
-    for (int c = 0; c < n; ++c) {
-      const float q = std::sqrt(bias + alpha * s[c]);
-      store(yr, c, xs[c] / (q * std::sqrt(q)));
+    load_row(x + r * depth, depth, nv, xs);
+    for (int i = 0; i < nv; ++i) sq[i] = xs[i] * xs[i];
+    window_sums<kNV>(sq, nv, radius, s);
+    for (int i = 0; i < nv; ++i) {
+      fv scale, inverse;
+      powers(bias + alpha * s[i], &scale, &inverse);
+      s[i] = xs[i] * scale;
     }
+    store_row(y + r * depth, depth, s);
   }
 }
 
 // x and dx are In, dy is Out (the forward pass's output type).
-template <int kDepth, typename In, typename Out>
+template <int kNV, typename In, typename Out>
 void backward(const In* __restrict x, const Out* __restrict g, In* __restrict dx,
               int64_t begin, int64_t end, int depth, int radius, float bias, float alpha) {
-  const int n = kDepth > 0 ? kDepth : depth;
+  const int nv = kNV > 0 ? kNV : (depth + kLanes - 1) / kLanes;
+  constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
   const float k = 2.f * alpha * 0.75f;
-  alignas(64) float xs[kMaxDepth];
-  alignas(64) float gs[kMaxDepth];
-  alignas(64) float sq[kMaxDepth + 2 * kMaxRadius] = {0};
-  alignas(64) float t[kMaxDepth + 2 * kMaxRadius] = {0};
-  alignas(64) float s[kMaxDepth];
-  alignas(64) float scale[kMaxDepth];
+  fv xs[kArray], gs[kArray], t[kArray], s[kArray], scale[kArray];
   for (int64_t r = begin; r < end; ++r) {
-    const In* xr = x + r * n;
-    const Out* gr = g + r * n;
-    In* out = dx + r * n;
-    for (int c = 0; c < n; ++c) xs[c] = load(xr, c);
-    for (int c = 0; c < n; ++c) gs[c] = load(gr, c);
-    for (int c = 0; c < n; ++c) sq[radius + c] = xs[c] * xs[c];
-    window_sums<kDepth>(sq, n, radius, s);
-    for (int c = 0; c < n; ++c) {
-      const float d = bias + alpha * s[c];
-      const float q = std::sqrt(d);
-      const float sc = 1.f / (q * std::sqrt(q));
-      scale[c] = sc;
-      t[radius + c] = gs[c] * xs[c] * sc / d;
+    load_row(x + r * depth, depth, nv, xs);
+    load_row(g + r * depth, depth, nv, gs);
+    for (int i = 0; i < nv; ++i) t[i] = xs[i] * xs[i];
+    window_sums<kNV>(t, nv, radius, s);
+    for (int i = 0; i < nv; ++i) {
+      fv inverse;
+      powers(bias + alpha * s[i], &scale[i], &inverse);
+      t[i] = gs[i] * xs[i] * (scale[i] * inverse);  // g x d^-7/4
     }
-    window_sums<kDepth>(t, n, radius, s);
-    for (int c = 0; c < n; ++c) store(out, c, gs[c] * scale[c] - k * xs[c] * s[c]);
+    window_sums<kNV>(t, nv, radius, s);
+    for (int i = 0; i < nv; ++i) t[i] = gs[i] * scale[i] - k * xs[i] * s[i];
+    store_row(dx + r * depth, depth, t);
   }
 }
 
@@ -95,7 +157,7 @@ void forward_of(const void* x, void* y, int64_t begin, int64_t end, int depth, i
                 float bias, float alpha) {
   const In* xp = static_cast<const In*>(x);
   Out* yp = static_cast<Out*>(y);
-  if (depth == 64) forward<64>(xp, yp, begin, end, depth, radius, bias, alpha);
+  if (depth == 64) forward<64 / kLanes>(xp, yp, begin, end, depth, radius, bias, alpha);
   else forward<0>(xp, yp, begin, end, depth, radius, bias, alpha);
 }
 
@@ -105,7 +167,7 @@ void backward_of(const void* x, const void* g, void* dx, int64_t begin, int64_t 
   const In* xp = static_cast<const In*>(x);
   const Out* gp = static_cast<const Out*>(g);
   In* dp = static_cast<In*>(dx);
-  if (depth == 64) backward<64>(xp, gp, dp, begin, end, depth, radius, bias, alpha);
+  if (depth == 64) backward<64 / kLanes>(xp, gp, dp, begin, end, depth, radius, bias, alpha);
   else backward<0>(xp, gp, dp, begin, end, depth, radius, bias, alpha);
 }
 

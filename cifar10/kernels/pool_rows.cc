@@ -22,15 +22,22 @@
 #include <limits>
 
 #include "bfloat16.h"
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "vectors.h"
 
 namespace {
 
 using cifar10::bf16;
 using cifar10::load;
 using cifar10::store;
+using cifar10::kLanes;
+using cifar10::fv;
+using cifar10::iv;
+using cifar10::uv;
+using cifar10::as;
+using cifar10::widen;
+using cifar10::narrow;
+using cifar10::loadv;
+using cifar10::storev;
 
 constexpr uint8_t kNone = 255;
 
@@ -44,89 +51,6 @@ struct Shape {
     pl = pad_before(w, ow);
   }
 };
-
-// kLanes channels at a time as one vector of GCC's and Clang's vector extensions, as
-// wide as the machine's registers (AVX-512: 16 floats, AVX: 8, else 4), and the rest
-// of the depth one by one.  The conversions between lane widths are written with the
-// machine's instructions: the compilers' own conversion takes one lane at a time.
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-#elif defined(__AVX__)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 4;
-#endif
-typedef float fv __attribute__((vector_size(4 * kLanes)));
-typedef int32_t iv __attribute__((vector_size(4 * kLanes)));
-typedef uint32_t uv __attribute__((vector_size(4 * kLanes)));
-
-template <typename T, typename V>
-inline T as(V v) {
-  static_assert(sizeof(T) == sizeof(V), "same width");
-  T t;
-  std::memcpy(&t, &v, sizeof t);
-  return t;
-}
-
-// kLanes bytes -> int32 lanes.
-inline iv widen(const uint8_t* p) {
-#if defined(__AVX512F__)
-  return as<iv>(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-#elif defined(__AVX2__)
-  return as<iv>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-#else
-  iv v;
-  for (int l = 0; l < kLanes; ++l) v[l] = p[l];
-  return v;
-#endif
-}
-
-// int32 lanes of 0..255 -> kLanes bytes.
-inline void narrow(iv v, uint8_t* p) {
-#if defined(__AVX512F__)
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(as<__m512i>(v)));
-#elif defined(__AVX2__)
-  const __m256i bytes = _mm256_shuffle_epi8(  // byte 0 of each lane to the front of its half
-      as<__m256i>(v), _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                       -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
-                                       -1, -1, -1, -1));
-  const __m256i both = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(both));
-#else
-  for (int l = 0; l < kLanes; ++l) p[l] = static_cast<uint8_t>(v[l]);
-#endif
-}
-
-inline fv loadv(const float* p) { fv v; std::memcpy(&v, p, sizeof v); return v; }
-inline fv loadv(const bf16* p) {
-#if defined(__AVX512F__)
-  return as<fv>(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-#elif defined(__AVX2__)
-  return as<fv>(_mm256_slli_epi32(
-      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-#else
-  uv bits;
-  for (int l = 0; l < kLanes; ++l) bits[l] = static_cast<uint32_t>(p[l]) << 16;
-  return as<fv>(bits);
-#endif
-}
-inline void storev(float* p, fv v) { std::memcpy(p, &v, sizeof v); }
-inline void storev(bf16* p, fv v) {  // as store(): nearest even, NaN stays NaN
-  const uv bits = as<uv>(v);
-  const iv nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  const uv rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  const uv out = nan ? ((bits >> 16) | 0x40u) : rounded;
-#if defined(__AVX512F__)
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(as<__m512i>(out)));
-#elif defined(__AVX2__)
-  const __m256i packed = _mm256_packus_epi32(as<__m256i>(out), _mm256_setzero_si256());
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
-#else
-  for (int l = 0; l < kLanes; ++l) p[l] = static_cast<bf16>(out[l]);
-#endif
-}
 
 // The window's position (0..8, row by row) of input (r, q) for output (i, j).
 inline int position(const Shape& s, int i, int j, int r, int q) {
