@@ -6,8 +6,9 @@ and as many again for the gradient.  The kernels of ``lrn_rows.cc`` compute the
 same function in one pass each way, in float32 whatever the input's type (the
 same rule as ``fast_lrn``), and under ``--use_bf16`` read and write bfloat16
 themselves, where TensorFlow's casts took a pass each (about 1 ms a cast).
-Measured on a 2-core Xeon with AMX, forward and backward of norm1 took 3.4
-instead of 6.2 ms (docs/performance.md).  ``cifar10.kernels.choice`` decides
+Measured on a 2-core Xeon with AMX, forward and backward of norm1 took 2.75 ms
+(3.4 before the rows went into vector registers) instead of 6.2 ms
+(docs/performance.md).  ``cifar10.kernels.choice`` decides
 where a run uses it.
 """
 

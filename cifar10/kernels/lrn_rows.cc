@@ -3,9 +3,11 @@
 // header, so that it can be compiled for the machine's own vector unit
 // (-march=native), which TensorFlow's headers do not always compile with.
 //
-// A row is one pixel's `depth` channels.  With d_c = bias + alpha * sum of x_j^2 over
-// the channels j within `radius` of c, and beta 0.75:
-//   forward   y_c = x_c * d_c^-0.75, d^-0.75 computed from two vector rsqrt (powers());
+// A row is one pixel's `depth` channels, held in vector registers (vectors.h) while
+// it is worked on; the window's sums move copies of the row one lane at a time
+// across them, so no step goes through memory.  With d_c = bias + alpha * sum of
+// x_j^2 over the channels j within `radius` of c, and beta 0.75:
+//   forward   y_c = x_c * d_c^-0.75, d^-0.75 from two vector rsqrt (powers());
 //   backward  dx_j = g_j d_j^-0.75 - 2 alpha beta x_j sum_{c within radius of j} g_c x_c d_c^-1.75
 // (the same formulas as cifar10.model.fast_lrn, whose tests this kernel shares).
 //
