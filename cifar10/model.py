@@ -70,6 +70,10 @@ class Model(tf.Module):
         alone, and pool1 adds conv1's bias and takes the ReLU, which computes the
         same function (and lets conv1 run in bfloat16 on CPUs with AMX,
         ``cifar10.precision``).
+      relu_lrn: None (default), or a function (z, bias, dtype) -> LRN(relu(z + bias))
+        in dtype, the compiled kernel's ``cifar10.kernels.lrn.compiled_bias_relu_lrn``:
+        conv2 is then the convolution alone, and norm2 adds its bias and takes the
+        ReLU in float32 as it reads conv2's output.
       num_classes: the logits, one per class of the data (the tutorial's 10 for
         CIFAR-10); only the last layer's shape depends on it.
     """
@@ -77,14 +81,15 @@ class Model(tf.Module):
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
                  trainable: bool = True, lrn: Callable[..., tf.Tensor] | None = None,
                  num_classes: int = ff.NUM_CLASSES,
-                 relu_pool: Callable[..., tf.Tensor] | None = None):
+                 relu_pool: Callable[..., tf.Tensor] | None = None,
+                 relu_lrn: Callable[..., tf.Tensor] | None = None):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.stage_dtypes = precision.stage_dtypes(self.compute_dtype,
                                                    relu_pool=relu_pool is not None)
         self.num_classes = num_classes
         self._lrn = lrn or fast_lrn
-        self._relu_pool = relu_pool
+        self._relu_pool, self._relu_lrn = relu_pool, relu_lrn
         # The tutorial's layers: weights drawn from a truncated normal of `stddev`,
         # biases set to `bias`, L2 weight decay `wd` (0: none).
         layer = functools.partial(_Layer, trainable=trainable)
@@ -145,9 +150,13 @@ class Model(tf.Module):
             first = [own("conv1", conv(self.conv1, bias_relu=False)),
                      ("pool1", lambda z: self._relu_pool(z, self.conv1.biases,
                                                          self.stage_dtypes["pool1"]))]
-        return [*first, lrn("norm1", "conv2"),
-                own("conv2", conv(self.conv2)),
-                lrn("norm2", "pool2"),  # norm2 comes before pool2, as the original
+        if self._relu_lrn is None:  # norm2 comes before pool2, as the original
+            second = [own("conv2", conv(self.conv2)), lrn("norm2", "pool2")]
+        else:  # norm2 takes conv2's output as it comes, and adds its bias (float32)
+            second = [own("conv2", conv(self.conv2, bias_relu=False)),
+                      ("norm2", lambda z: self._relu_lrn(z, self.conv2.biases,
+                                                         self.stage_dtypes["pool2"]))]
+        return [*first, lrn("norm1", "conv2"), *second,
                 own("pool2", pool), own("local3", local(self.local3)),
                 own("local4", local(self.local4)),
                 own("softmax_linear", local(self.softmax_linear, relu=False))]
@@ -162,8 +171,9 @@ class Model(tf.Module):
           {stage name: its output}, in the order of ``stages()``; each in the dtype
           ``precision.stage_dtypes`` gives the stage, but LRN's (norm1, norm2), which
           compute in theirs and hand on in the next stage's, and 'softmax_linear':
-          float32 logits [batch, num_classes].  With ``relu_pool``, 'conv1' is the
-          convolution before its bias and ReLU, which pool1 applies.
+          float32 logits [batch, num_classes].  With ``relu_pool`` ('relu_lrn'),
+          'conv1' ('conv2') is the convolution before its bias and ReLU, which pool1
+          (norm2) applies.
         """
         x = images
         out = {}
@@ -176,14 +186,18 @@ class Model(tf.Module):
 
         Returns:
           {'conv1', 'conv2', 'local3', 'local4': activations in the layer's
-          precision (conv1's in float32 with ``relu_pool``, as pool1 computes it),
-          'softmax_linear': float32 logits [batch, num_classes]}.
+          precision (conv1's with ``relu_pool`` and conv2's with ``relu_lrn`` in
+          float32, as pool1 and norm2 compute them), 'softmax_linear': float32
+          logits [batch, num_classes]}.
         """
         outputs = self.stage_outputs(images)
         acts = {layer.name: outputs[layer.name] for layer in self.layers}
-        if self._relu_pool is not None:  # pool1 applied conv1's bias and ReLU, in float32
-            # (computed only where asked for, such as a step that writes summaries)
-            acts["conv1"] = tf.nn.relu(tf.cast(acts["conv1"], tf.float32) + self.conv1.biases)
+        # Where the stage after a convolution applied its bias and ReLU, in float32
+        # (computed only where asked for, such as a step that writes summaries).
+        for layer, fused in ((self.conv1, self._relu_pool), (self.conv2, self._relu_lrn)):
+            if fused is not None:
+                acts[layer.name] = tf.nn.relu(tf.cast(acts[layer.name], tf.float32)
+                                              + layer.biases)
         return acts
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:

@@ -3,8 +3,10 @@
 A training run builds lrn_rows.cc and pool_rows.cc with -march=native, so the tests of
 the ops (test_kernels.py, test_relu_pool.py) run only this machine's vector code.
 Here both files are built for AVX2 (-march=haswell: 8 lanes and AVX2's own
-instructions) and for plain x86-64 (4 lanes, no intrinsics) and called through
-ctypes: float32 against TensorFlow's ops, bfloat16 against the same build's float32.
+instructions), for AVX without AVX2 (-march=sandybridge: 8 lanes, AVX's rsqrt,
+lane moves one by one) and for plain x86-64 (4 lanes, no intrinsics) and called
+through ctypes: float32 against TensorFlow's ops, bfloat16 against the same
+build's float32.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cifar10.kernels import build
 
 BF16 = tf.bfloat16.as_numpy_dtype
 RADIUS, BIAS, ALPHA = 4, 1.0, 0.001 / 9.0
-ARCHES = {"haswell": {"avx2", "fma", "bmi2"}, "x86-64": set()}
+ARCHES = {"haswell": {"avx2", "fma", "bmi2"}, "sandybridge": {"avx"}, "x86-64": set()}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHES))
@@ -45,20 +47,26 @@ def pointer(array: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(array.ctypes.data)
 
 
-def lrn(lib, x: np.ndarray, out_dtype, g: np.ndarray | None = None) -> np.ndarray:
-    """The kernel's forward (g None) or backward pass over x's rows of channels."""
+def lrn(lib, x: np.ndarray, out_dtype, g: np.ndarray | None = None,
+        conv_bias: np.ndarray | None = None, radius: int = RADIUS):
+    """The kernel's forward pass (g None: y) or backward pass (dx, and with conv_bias
+    the bias gradient) over x's rows of channels; with conv_bias, x is z and LRN's
+    input relu(z + conv_bias)."""
     depth = x.shape[-1]
     rows = x.size // depth
     flags = (int(x.dtype == BF16), int(out_dtype == BF16))
-    args = (ctypes.c_int64(0), ctypes.c_int64(rows), depth, RADIUS, ctypes.c_float(BIAS),
+    args = (ctypes.c_int64(0), ctypes.c_int64(rows), depth, radius, ctypes.c_float(BIAS),
             ctypes.c_float(ALPHA))
+    cb = None if conv_bias is None else pointer(conv_bias)
     if g is None:
         y = np.zeros(x.shape, out_dtype)
-        lib.cifar10_lrn_forward(pointer(x), pointer(y), *flags, *args)
+        lib.cifar10_lrn_forward(pointer(x), cb, pointer(y), *flags, *args)
         return y
     dx = np.zeros(x.shape, x.dtype)
-    lib.cifar10_lrn_backward(pointer(x), pointer(g), pointer(dx), *flags, *args)
-    return dx
+    dcb = np.zeros([depth], np.float32)
+    lib.cifar10_lrn_backward(pointer(x), cb, pointer(g), pointer(dx),
+                             None if conv_bias is None else pointer(dcb), *flags, *args)
+    return dx if conv_bias is None else (dx, dcb)
 
 
 def pool(lib, z: np.ndarray, bias: np.ndarray, out_dtype, g: np.ndarray | None = None):
@@ -79,20 +87,45 @@ def pool(lib, z: np.ndarray, bias: np.ndarray, out_dtype, g: np.ndarray | None =
     return dz, dbias.sum(axis=0)
 
 
-@pytest.mark.parametrize("depth", [64, 100, 3])
-def test_lrn_rows_compute_tensorflows_lrn(rows, depth):
+@pytest.mark.parametrize("depth,radius", [(64, 4), (100, 4), (3, 4), (6, 4), (37, 9),
+                                          (20, 32)])
+def test_lrn_rows_compute_tensorflows_lrn(rows, depth, radius):
+    # Whole vectors of every width, a rest after them (100, 6, 37), fewer channels than
+    # a vector, and windows wider than a vector.
     x = 3.0 * np.asarray(tf.random.stateless_normal([2, 3, 5, depth], seed=(1, depth)))
     g = np.sin(x)
-    attrs = dict(depth_radius=RADIUS, bias=BIAS, alpha=ALPHA, beta=0.75)
+    attrs = dict(depth_radius=radius, bias=BIAS, alpha=ALPHA, beta=0.75)
     y_tf = tf.nn.local_response_normalization(x, **attrs)
     dx_tf = tf.raw_ops.LRNGrad(input_grads=g, input_image=x, output_image=y_tf, **attrs)
-    np.testing.assert_allclose(lrn(rows, x, np.float32), y_tf, rtol=2e-6, atol=1e-6)
-    np.testing.assert_allclose(lrn(rows, x, np.float32, g), dx_tf, rtol=1e-4,
+    np.testing.assert_allclose(lrn(rows, x, np.float32, radius=radius), y_tf, rtol=2e-6,
+                               atol=1e-6)
+    np.testing.assert_allclose(lrn(rows, x, np.float32, g, radius=radius), dx_tf, rtol=1e-4,
                                atol=2e-6 * np.abs(dx_tf).max())
 
 
-def test_lrn_rows_read_and_write_bfloat16_as_float32_rounded_once(rows):
-    x = (3.0 * np.asarray(tf.random.stateless_normal([4, 5, 64], seed=(2, 3)))).astype(BF16)
+def test_lrn_rows_with_a_convolutions_bias_compute_lrn_of_its_relu(rows):
+    z = np.asarray(tf.random.stateless_normal([2, 3, 5, 40], seed=(9, 9)))
+    conv_bias = np.linspace(-1.0, 1.0, 40, dtype=np.float32)
+    g = np.cos(z)
+    zt, bt = tf.constant(z), tf.constant(conv_bias)
+    with tf.GradientTape() as tape:
+        tape.watch([zt, bt])
+        y_tf = tf.nn.local_response_normalization(tf.nn.relu(zt + bt), depth_radius=RADIUS,
+                                                  bias=BIAS, alpha=ALPHA, beta=0.75)
+        loss = tf.reduce_sum(y_tf * g)
+    dz_tf, dbias_tf = tape.gradient(loss, [zt, bt])
+    np.testing.assert_allclose(lrn(rows, z, np.float32, conv_bias=conv_bias), y_tf,
+                               rtol=2e-6, atol=1e-6)
+    dz, dbias = lrn(rows, z, np.float32, g, conv_bias)
+    np.testing.assert_allclose(dz, dz_tf, rtol=1e-4, atol=2e-6)
+    np.testing.assert_allclose(dbias, dbias_tf, rtol=1e-5, atol=1e-5)
+    assert (dz[z + conv_bias <= 0] == 0).all()  # the ReLU lets no gradient through there
+
+
+@pytest.mark.parametrize("depth", [64, 21])
+def test_lrn_rows_read_and_write_bfloat16_as_float32_rounded_once(rows, depth):
+    x = 3.0 * np.asarray(tf.random.stateless_normal([4, 5, depth], seed=(2, 3)))
+    x = x.astype(BF16)
     g = np.sin(x.astype(np.float32)).astype(BF16)
     x32 = x.astype(np.float32)
     y32 = lrn(rows, x32, np.float32)

@@ -1,6 +1,7 @@
-"""The compiled kernels: LRN, the same function as tf.nn.lrn (conv1's bias, ReLU and
-pool1 are tests/test_relu_pool.py's); the library built once per machine and
-TensorFlow, and a one-line error or TensorFlow's ops where it cannot be built or run."""
+"""The compiled kernels: LRN, the same function as tf.nn.lrn, also after a
+convolution's bias and ReLU (conv1's bias, ReLU and pool1 are tests/test_relu_pool.py's);
+the library built once per machine and TensorFlow, and a one-line error or
+TensorFlow's ops where it cannot be built or run."""
 
 from __future__ import annotations
 
@@ -65,6 +66,23 @@ def test_the_op_computes_tensorflows_lrn_for_any_window_and_depth(radius, depth)
     np.testing.assert_allclose(dx, dx_tf, rtol=1e-4, atol=2e-6 * np.abs(dx_tf).max())
 
 
+@pytest.mark.parametrize("scale,bias", [(1e12, 1.0), (1e14, 1.0), (1e-12, 1e-20)])
+def test_the_op_keeps_its_precision_where_d_is_very_large_or_small(scale, bias):
+    # d = bias + alpha * sum x^2 from about 1e-21 to 1e26: d^-7/4 alone would under- or
+    # overflow float32 in the gradient; the kernel never forms it.
+    x = scale * tf.random.stateless_normal([2, 3, 64], seed=(3, 3))
+    upstream = tf.cos(x / scale)
+    attrs = dict(depth_radius=4, bias=bias, alpha=0.01)
+    dx = ops.load().cifar10_lrn_grad(x, upstream, **attrs)
+    y = ops.load().cifar10_lrn(x, Tout=tf.float32, **attrs)
+    y_tf = tf.nn.local_response_normalization(x[None], beta=0.75, **attrs)[0]
+    dx_tf = tf.raw_ops.LRNGrad(input_grads=upstream[None], input_image=x[None],
+                               output_image=y_tf[None], beta=0.75, **attrs)[0]
+    assert np.isfinite(dx).all() and np.isfinite(y).all()
+    np.testing.assert_allclose(y, y_tf, rtol=1e-5, atol=1e-5 * np.abs(y_tf).max())
+    np.testing.assert_allclose(dx, dx_tf, rtol=1e-3, atol=1e-5 * np.abs(dx_tf).max())
+
+
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_a_reduced_precision_input_is_normalised_in_float32_and_given_back_in_its_type(dtype):
     x = tf.cast(3.0 * tf.random.stateless_normal([2, 3, 3, 64], seed=(5, 6)), dtype)
@@ -100,6 +118,113 @@ def test_the_kernel_reads_and_writes_the_types_it_is_given(dtypes):
     np.testing.assert_allclose(as32(grad), as32(grad_ops), rtol=2e-2, atol=1e-3)
 
 
+def bias_relu_lrn_and_gradients(function, z, bias, dtype):
+    with tf.GradientTape() as tape:
+        tape.watch([z, bias])
+        y = function(z, bias, dtype)
+        weights = tf.sin(tf.reshape(tf.range(tf.size(y), dtype=tf.float32), y.shape))
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * weights)
+    return (y, *tape.gradient(loss, [z, bias]))
+
+
+def tf_bias_relu_lrn(z, bias, dtype):
+    return fast_lrn(tf.nn.relu(tf.cast(z, tf.float32) + bias), dtype)
+
+
+@pytest.mark.parametrize("shape", [[4, 6, 6, 64], [3, 2, 5, 100], [2, 1, 1, 3]])
+def test_the_bias_relu_kernel_computes_lrn_of_the_relu_and_the_bias_gradient(shape):
+    # conv2's depth; a depth of whole vectors and a rest; fewer channels than a vector.
+    z = 3.0 * tf.random.stateless_normal(shape, seed=(6, len(shape)))
+    bias = tf.random.stateless_normal(shape[-1:], seed=(7, 8))
+    y, dz, dbias = bias_relu_lrn_and_gradients(lrn.compiled_bias_relu_lrn, z, bias, None)
+    y_ref, dz_ref, dbias_ref = bias_relu_lrn_and_gradients(tf_bias_relu_lrn, z, bias,
+                                                           tf.float32)
+    assert y.shape == shape and y.dtype == tf.float32 and dbias.shape == shape[-1:]
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dz, dz_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dbias, dbias_ref, rtol=1e-4, atol=1e-4)
+    # The ReLU passes no gradient where z + bias <= 0, and some does pass elsewhere.
+    below = (z + bias <= 0).numpy()
+    assert below.any() and not below.all()
+    assert (dz.numpy()[below] == 0).all() and (dz.numpy()[~below] != 0).any()
+
+
+@pytest.mark.parametrize("dtypes", [(tf.bfloat16, tf.float32), (tf.bfloat16, tf.bfloat16),
+                                    (tf.float32, tf.bfloat16), (tf.float16, tf.float32)])
+def test_the_bias_relu_kernel_reads_and_writes_the_types_it_is_given(dtypes):
+    # Under --use_bf16 norm2 reads conv2's bfloat16 output and hands pool2 float32.
+    in_dtype, out_dtype = dtypes
+    z = tf.cast(3.0 * tf.random.stateless_normal([2, 4, 4, 64], seed=(9, 1)), in_dtype)
+    bias = tf.random.stateless_normal([64], seed=(9, 2))
+    y, dz, dbias = bias_relu_lrn_and_gradients(lrn.compiled_bias_relu_lrn, z, bias, out_dtype)
+    y_ref, dz_ref, dbias_ref = bias_relu_lrn_and_gradients(tf_bias_relu_lrn, z, bias,
+                                                           out_dtype)
+    assert y.dtype == out_dtype and dz.dtype == in_dtype and dbias.dtype == tf.float32
+    as32 = lambda t: np.asarray(tf.cast(t, tf.float32))  # noqa: E731
+    # z + bias and the ReLU in float32 as TensorFlow's float32 ops, LRN in float32,
+    # then one rounding to the output's type.
+    if out_dtype == tf.bfloat16:
+        assert np.mean(as32(y) == as32(y_ref)) > 0.99
+    np.testing.assert_allclose(as32(y), as32(y_ref), rtol=1e-2 if out_dtype == tf.bfloat16
+                               else 1e-5, atol=1e-6)
+    np.testing.assert_allclose(as32(dz), as32(dz_ref), rtol=2e-2, atol=1e-3)
+    np.testing.assert_allclose(dbias, dbias_ref, rtol=2e-2, atol=2e-2)
+
+
+def test_the_bias_gradient_is_the_same_however_the_batch_is_shared_out():
+    # Summed image by image in a fixed order: two runs give the same bits, and the
+    # sum is that of each image's own gradient.
+    z = tf.random.stateless_normal([9, 5, 5, 64], seed=(2, 5))
+    bias = tf.random.stateless_normal([64], seed=(2, 6))
+    upstream = tf.random.stateless_normal([9, 5, 5, 64], seed=(2, 7))
+
+    def bias_gradient(images):
+        with tf.GradientTape() as tape:
+            tape.watch(bias)
+            y = lrn.compiled_bias_relu_lrn(z[images], bias)
+        return tape.gradient(y, bias, output_gradients=upstream[images])
+
+    first, again = bias_gradient(slice(None)), bias_gradient(slice(None))
+    np.testing.assert_array_equal(first, again)
+    each = sum(bias_gradient(slice(i, i + 1)) for i in range(9))
+    np.testing.assert_allclose(first, each, rtol=1e-5, atol=1e-5)
+
+
+def test_the_bias_relu_op_refuses_a_bias_of_another_length():
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="Cifar10BiasReluLrn: z must have a batch axis and conv_bias "
+                             "one value per channel"):
+        lrn.compiled_bias_relu_lrn(tf.ones([2, 3, 3, 8]), tf.ones([7]))
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_a_model_with_conv2s_bias_and_relu_in_norm2_computes_the_model_without(dtype):
+    images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
+    labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
+    results, types = [], []
+    for relu_lrn in (None, lrn.compiled_bias_relu_lrn):
+        model = Model(seed=3, compute_dtype=dtype, lrn=lrn.compiled_lrn,
+                      relu_pool=compiled_relu_pool, relu_lrn=relu_lrn)
+        with tf.GradientTape() as tape:
+            acts = model.activations(images)
+            loss = model.loss(acts["softmax_linear"], labels).total
+        results.append((acts, loss, tape.gradient(loss, model.parameters())))
+        types.append({k: v.dtype for k, v in model.stage_outputs(images).items()})
+    assert types[0] == types[1]  # each layer's output in the same precision
+    (acts_t, loss_t, grads_t), (acts_k, loss_k, grads_k) = results
+    if dtype == tf.float32:  # the same function, to float32's rounding
+        np.testing.assert_allclose(acts_k["conv2"], acts_t["conv2"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-6)
+        for g_k, g_t in zip(grads_k, grads_t):
+            np.testing.assert_allclose(g_k, g_t, rtol=1e-4, atol=1e-6)
+    else:  # z + bias in float32 with the kernel, in bfloat16 without
+        assert acts_k["conv2"].dtype == tf.float32
+        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-2)
+        for g_k, g_t in zip(grads_k, grads_t):
+            a, b = g_k.numpy().ravel(), g_t.numpy().ravel()
+            assert a @ b > 0.97 * np.linalg.norm(a) * np.linalg.norm(b)
+
+
 def test_a_model_step_with_the_kernel_equals_one_with_tensorflows_ops():
     images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
     labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
@@ -123,11 +248,13 @@ def test_the_op_refuses_more_channels_than_it_holds():
 
 def test_choose_takes_the_kernel_on_cpus_and_tensorflows_ops_on_gpus_or_under_xla():
     chosen = choice.choose("auto", [CPU, CPU], xla=False)
-    assert chosen == (lrn.compiled_lrn, compiled_relu_pool, "compiled", "CPU replicas")
+    assert chosen == (lrn.compiled_lrn, compiled_relu_pool, lrn.compiled_bias_relu_lrn,
+                      "compiled", "CPU replicas")
     assert choice.choose("compiled", [CPU], xla=False).kernel == "compiled"
-    assert choice.choose("tensorflow", [CPU], xla=False)[:3] == (fast_lrn, None, "tensorflow")
+    assert choice.choose("tensorflow", [CPU], xla=False)[:4] == (fast_lrn, None, None,
+                                                                 "tensorflow")
     on_gpu = choice.choose("auto", [GPU], xla=False)
-    assert on_gpu[:3] == (fast_lrn, None, "tensorflow") and "GPUs" in on_gpu.reason
+    assert on_gpu[:4] == (fast_lrn, None, None, "tensorflow") and "GPUs" in on_gpu.reason
     assert choice.choose("auto", [CPU], xla=True).reason == "XLA cannot compile the kernels (--xla)"
     with pytest.raises(Cifar10Error, match=r"^--kernels=compiled cannot run here: the "
                                            r"replicas are GPUs .*; use --kernels=auto$"):
@@ -148,7 +275,7 @@ def fresh(monkeypatch, tmp_path):
 def test_without_a_compiler_auto_falls_back_and_compiled_is_one_line(fresh, monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     chosen = choice.choose("auto", [CPU], xla=False)
-    assert chosen[:3] == (fast_lrn, None, "tensorflow")
+    assert chosen[:4] == (fast_lrn, None, None, "tensorflow")
     assert chosen.reason.startswith("cannot run the C++ compiler /nonexistent/c++: ")
     with pytest.raises(Cifar10Error, match=r"^--kernels=compiled: cannot run the C\+\+ "
                                            r"compiler /nonexistent/c\+\+: .*; or use "

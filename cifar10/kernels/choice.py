@@ -1,5 +1,6 @@
 """The layer functions a training run uses (``choose``): the compiled kernels
-(``compiled_lrn``, ``compiled_relu_pool``) or TensorFlow's ops.
+(``compiled_lrn``, ``compiled_relu_pool``, ``compiled_bias_relu_lrn``) or
+TensorFlow's ops.
 
 The kernels exist for CPUs only, and XLA cannot compile them: ``choose`` takes
 them where a run's replicas are CPUs and ``--xla`` is off, and TensorFlow's ops
@@ -17,23 +18,24 @@ import tensorflow as tf
 from cifar10.core.config import KERNEL_CHOICES
 from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build, ops
-from cifar10.kernels.lrn import compiled_lrn
+from cifar10.kernels.lrn import compiled_bias_relu_lrn, compiled_lrn
 from cifar10.kernels.pool import compiled_relu_pool
 from cifar10.model import fast_lrn
 
 
 class KernelChoice(NamedTuple):
-    """The layer functions of a run (``cifar10.model.Model``'s ``lrn`` and
-    ``relu_pool``), 'compiled' or 'tensorflow', and why."""
+    """The layer functions of a run (``cifar10.model.Model``'s ``lrn``, ``relu_pool``
+    and ``relu_lrn``), 'compiled' or 'tensorflow', and why."""
     lrn: Callable[..., tf.Tensor]  # (x, dtype=None) -> LRN(x)
     relu_pool: Callable[..., tf.Tensor] | None  # (z, bias, dtype=None); None: TF's ops
+    relu_lrn: Callable[..., tf.Tensor] | None  # (z, bias, dtype=None); None: TF's ops
     kernel: str
     reason: str
 
 
 def tensorflow_ops(reason: str) -> KernelChoice:
     """TensorFlow's ops, for ``reason``."""
-    return KernelChoice(fast_lrn, None, "tensorflow", reason)
+    return KernelChoice(fast_lrn, None, None, "tensorflow", reason)
 
 
 def choose(kernels: str, device_names: Sequence[str], xla: bool) -> KernelChoice:
@@ -67,4 +69,5 @@ def choose(kernels: str, device_names: Sequence[str], xla: bool) -> KernelChoice
             raise Cifar10Error(f"--kernels=compiled: {error}; or use --kernels=auto, "
                                "which falls back to TensorFlow's ops") from None
         return tensorflow_ops(str(error))
-    return KernelChoice(compiled_lrn, compiled_relu_pool, "compiled", "CPU replicas")
+    return KernelChoice(compiled_lrn, compiled_relu_pool, compiled_bias_relu_lrn, "compiled",
+                        "CPU replicas")

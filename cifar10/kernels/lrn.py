@@ -1,4 +1,5 @@
-"""LRN as one compiled CPU kernel each way (``compiled_lrn``).
+"""LRN as one compiled CPU kernel each way (``compiled_lrn``), and with the bias and
+ReLU of the convolution before it (``compiled_bias_relu_lrn``).
 
 ``cifar10.model.fast_lrn`` computes LRN from TensorFlow ops: a square, a banded
 matmul, two square roots, products and quotients, each a pass over the tensor,
@@ -44,3 +45,34 @@ def _lrn(x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         return module.cifar10_lrn(x, Tout=dtype, **_ATTRS), grad
 
     return lrn(x)
+
+
+def compiled_bias_relu_lrn(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType | None = None
+                           ) -> tf.Tensor:
+    """``compiled_lrn(relu(z + bias))``, z a convolution's output before its bias, CPU
+    only: the bias added and the ReLU taken in float32 as the kernel reads z, the
+    ReLU's gradient and the bias gradient (summed over the batch in a fixed order) in
+    the same pass as LRN's gradient.  Where the convolution runs in bfloat16, no
+    bfloat16 add, ReLU, ReLU gradient or bias sum is left to TensorFlow's slower
+    bfloat16 kernels.
+
+    Args:
+      z: [batch, ..., channels] float32 or bfloat16 (float16 is cast to float32).
+      bias: [channels], added in float32.
+      dtype: the output's type (default: z's).
+    """
+    return ops.in_native_types(_bias_relu_lrn, z, dtype, tf.cast(bias, tf.float32))
+
+
+def _bias_relu_lrn(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    assert LRN_BETA == 0.75  # the kernels compute d ** -0.75
+    module = ops.load()
+
+    @tf.custom_gradient
+    def bias_relu_lrn(z, bias):
+        def grad(upstream):
+            return tuple(module.cifar10_bias_relu_lrn_grad(z, bias, upstream, **_ATTRS))
+
+        return module.cifar10_bias_relu_lrn(z, bias, Tout=dtype, **_ATTRS), grad
+
+    return bias_relu_lrn(z, bias)

@@ -25,6 +25,7 @@ namespace {
 using cifar10::as;
 using cifar10::bf16;
 using cifar10::fv;
+using cifar10::iv;
 using cifar10::kLanes;
 using cifar10::load;
 using cifar10::loadv;
@@ -111,87 +112,131 @@ inline void powers(fv d, fv* scale, fv* inverse) {
   *scale = *inverse * rsqrt(r);
 }
 
+// The layer's settings; conv_bias (depth floats) or null: with it the input is a
+// convolution's output z before its bias, and LRN normalises relu(z + conv_bias).
+struct Params {
+  int depth, radius;
+  float bias, alpha;
+  const float* conv_bias;
+};
+
+// The row as LRN's input: relu(z + conv_bias) (NaN stays NaN, as tf.nn.relu), and
+// where that let z's gradient through, or the row itself (all lanes through).
+template <int kArray>
+inline void rectify(const Params& p, int nv, fv* xs, iv* through) {
+  if (!p.conv_bias) {
+    for (int i = 0; i < nv; ++i) through[i] = iv{} - 1;
+    return;
+  }
+  fv bias[kArray];
+  load_row(p.conv_bias, p.depth, nv, bias);
+  for (int i = 0; i < nv; ++i) {
+    const fv v = xs[i] + bias[i];
+    through[i] = v > 0.f;
+    xs[i] = through[i] | (v != v) ? v : 0.f;
+  }
+}
+
 template <int kNV, typename In, typename Out>
 void forward(const In* __restrict x, Out* __restrict y, int64_t begin, int64_t end,
-             int depth, int radius, float bias, float alpha) {
-  const int nv = kNV > 0 ? kNV : (depth + kLanes - 1) / kLanes;
+             const Params& p) {
+  const int nv = kNV > 0 ? kNV : (p.depth + kLanes - 1) / kLanes;
   constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
   fv xs[kArray], sq[kArray], s[kArray];
+  iv through[kArray];
   for (int64_t r = begin; r < end; ++r) {
-    load_row(x + r * depth, depth, nv, xs);
+    load_row(x + r * p.depth, p.depth, nv, xs);
+    rectify<kArray>(p, nv, xs, through);
     for (int i = 0; i < nv; ++i) sq[i] = xs[i] * xs[i];
-    window_sums<kNV>(sq, nv, radius, s);
+    window_sums<kNV>(sq, nv, p.radius, s);
     for (int i = 0; i < nv; ++i) {
       fv scale, inverse;
-      powers(bias + alpha * s[i], &scale, &inverse);
+      powers(p.bias + p.alpha * s[i], &scale, &inverse);
       s[i] = xs[i] * scale;
     }
-    store_row(y + r * depth, depth, s);
+    store_row(y + r * p.depth, p.depth, s);
   }
 }
 
-// x and dx are In, dy is Out (the forward pass's output type).
+// x and dx are In, dy is Out (the forward pass's output type).  With conv_bias, dx is
+// z's gradient and dconv_bias (depth floats) gets the sum of the rows' dx added.
 template <int kNV, typename In, typename Out>
 void backward(const In* __restrict x, const Out* __restrict g, In* __restrict dx,
-              int64_t begin, int64_t end, int depth, int radius, float bias, float alpha) {
-  const int nv = kNV > 0 ? kNV : (depth + kLanes - 1) / kLanes;
+              float* __restrict dconv_bias, int64_t begin, int64_t end, const Params& p) {
+  const int nv = kNV > 0 ? kNV : (p.depth + kLanes - 1) / kLanes;
   constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
-  const float k = 2.f * alpha * 0.75f;
-  fv xs[kArray], gs[kArray], t[kArray], s[kArray], scale[kArray];
+  const float k = 2.f * p.alpha * 0.75f;
+  fv xs[kArray], gs[kArray], t[kArray], s[kArray], scale[kArray], sum[kArray] = {};
+  iv through[kArray];
   for (int64_t r = begin; r < end; ++r) {
-    load_row(x + r * depth, depth, nv, xs);
-    load_row(g + r * depth, depth, nv, gs);
+    load_row(x + r * p.depth, p.depth, nv, xs);
+    load_row(g + r * p.depth, p.depth, nv, gs);
+    rectify<kArray>(p, nv, xs, through);
     for (int i = 0; i < nv; ++i) t[i] = xs[i] * xs[i];
-    window_sums<kNV>(t, nv, radius, s);
+    window_sums<kNV>(t, nv, p.radius, s);
     for (int i = 0; i < nv; ++i) {
       fv inverse;
-      powers(bias + alpha * s[i], &scale[i], &inverse);
-      t[i] = gs[i] * xs[i] * (scale[i] * inverse);  // g x d^-7/4
+      powers(p.bias + p.alpha * s[i], &scale[i], &inverse);
+      // g x d^-7/4, multiplied in this order: d^-7/4 alone under- or overflows float32
+      // for d beyond about 1e-22 .. 1e22, which x d^-3/4 and then d^-1 do not
+      t[i] = gs[i] * xs[i] * scale[i] * inverse;
     }
-    window_sums<kNV>(t, nv, radius, s);
-    for (int i = 0; i < nv; ++i) t[i] = gs[i] * scale[i] - k * xs[i] * s[i];
-    store_row(dx + r * depth, depth, t);
+    window_sums<kNV>(t, nv, p.radius, s);
+    for (int i = 0; i < nv; ++i) {
+      t[i] = through[i] ? gs[i] * scale[i] - k * xs[i] * s[i] : 0.f;
+      sum[i] += t[i];
+    }
+    store_row(dx + r * p.depth, p.depth, t);
+  }
+  if (dconv_bias) {
+    alignas(64) float row[kMaxDepth];
+    store_row(row, p.depth, sum);
+    for (int c = 0; c < p.depth; ++c) dconv_bias[c] += row[c];
   }
 }
 
 template <typename In, typename Out>
-void forward_of(const void* x, void* y, int64_t begin, int64_t end, int depth, int radius,
-                float bias, float alpha) {
+void forward_of(const void* x, void* y, int64_t begin, int64_t end, const Params& p) {
   const In* xp = static_cast<const In*>(x);
   Out* yp = static_cast<Out*>(y);
-  if (depth == 64) forward<64 / kLanes>(xp, yp, begin, end, depth, radius, bias, alpha);
-  else forward<0>(xp, yp, begin, end, depth, radius, bias, alpha);
+  if (p.depth == 64) forward<64 / kLanes>(xp, yp, begin, end, p);
+  else forward<0>(xp, yp, begin, end, p);
 }
 
 template <typename In, typename Out>
-void backward_of(const void* x, const void* g, void* dx, int64_t begin, int64_t end,
-                 int depth, int radius, float bias, float alpha) {
+void backward_of(const void* x, const void* g, void* dx, float* dconv_bias, int64_t begin,
+                 int64_t end, const Params& p) {
   const In* xp = static_cast<const In*>(x);
   const Out* gp = static_cast<const Out*>(g);
   In* dp = static_cast<In*>(dx);
-  if (depth == 64) backward<64 / kLanes>(xp, gp, dp, begin, end, depth, radius, bias, alpha);
-  else backward<0>(xp, gp, dp, begin, end, depth, radius, bias, alpha);
+  if (p.depth == 64) backward<64 / kLanes>(xp, gp, dp, dconv_bias, begin, end, p);
+  else backward<0>(xp, gp, dp, dconv_bias, begin, end, p);
 }
 
 }  // namespace
 
 // Rows [begin, end) of x (rows x depth values, row-major); depth <= 1024, radius <= 32.
 // in_bf16 / out_bf16: x (and dx) / y (and dy) hold bfloat16, else float32.
+// conv_bias: null, or depth floats: x is then z, LRN's input relu(z + conv_bias), dx
+// z's gradient, and the backward pass adds the sum of the rows' dx to dconv_bias.
 extern "C" {
-void cifar10_lrn_forward(const void* x, void* y, int in_bf16, int out_bf16, int64_t begin,
-                         int64_t end, int depth, int radius, float bias, float alpha) {
-  if (in_bf16 && out_bf16) forward_of<bf16, bf16>(x, y, begin, end, depth, radius, bias, alpha);
-  else if (in_bf16) forward_of<bf16, float>(x, y, begin, end, depth, radius, bias, alpha);
-  else if (out_bf16) forward_of<float, bf16>(x, y, begin, end, depth, radius, bias, alpha);
-  else forward_of<float, float>(x, y, begin, end, depth, radius, bias, alpha);
+void cifar10_lrn_forward(const void* x, const float* conv_bias, void* y, int in_bf16,
+                         int out_bf16, int64_t begin, int64_t end, int depth, int radius,
+                         float bias, float alpha) {
+  const Params p{depth, radius, bias, alpha, conv_bias};
+  if (in_bf16 && out_bf16) forward_of<bf16, bf16>(x, y, begin, end, p);
+  else if (in_bf16) forward_of<bf16, float>(x, y, begin, end, p);
+  else if (out_bf16) forward_of<float, bf16>(x, y, begin, end, p);
+  else forward_of<float, float>(x, y, begin, end, p);
 }
 
-void cifar10_lrn_backward(const void* x, const void* g, void* dx, int in_bf16, int out_bf16,
-                          int64_t begin, int64_t end, int depth, int radius, float bias,
-                          float alpha) {
-  if (in_bf16 && out_bf16) backward_of<bf16, bf16>(x, g, dx, begin, end, depth, radius, bias, alpha);
-  else if (in_bf16) backward_of<bf16, float>(x, g, dx, begin, end, depth, radius, bias, alpha);
-  else if (out_bf16) backward_of<float, bf16>(x, g, dx, begin, end, depth, radius, bias, alpha);
-  else backward_of<float, float>(x, g, dx, begin, end, depth, radius, bias, alpha);
+void cifar10_lrn_backward(const void* x, const float* conv_bias, const void* g, void* dx,
+                          float* dconv_bias, int in_bf16, int out_bf16, int64_t begin,
+                          int64_t end, int depth, int radius, float bias, float alpha) {
+  const Params p{depth, radius, bias, alpha, conv_bias};
+  if (in_bf16 && out_bf16) backward_of<bf16, bf16>(x, g, dx, dconv_bias, begin, end, p);
+  else if (in_bf16) backward_of<bf16, float>(x, g, dx, dconv_bias, begin, end, p);
+  else if (out_bf16) backward_of<float, bf16>(x, g, dx, dconv_bias, begin, end, p);
+  else backward_of<float, float>(x, g, dx, dconv_bias, begin, end, p);
 }
 }

@@ -23,10 +23,11 @@ class TrainState(tf.Module):
 
     def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
                  lrn: Callable[..., tf.Tensor] | None = None,
-                 relu_pool: Callable[..., tf.Tensor] | None = None):
+                 relu_pool: Callable[..., tf.Tensor] | None = None,
+                 relu_lrn: Callable[..., tf.Tensor] | None = None):
         super().__init__(name="train_state")
         self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
-                           lrn=lrn, relu_pool=relu_pool)
+                           lrn=lrn, relu_pool=relu_pool, relu_lrn=relu_lrn)
         # The averages live in a second, untrained copy of the model, so that the
         # evaluator restores them with tf.train.Checkpoint(averages=Model()).
         self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,

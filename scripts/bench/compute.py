@@ -76,8 +76,9 @@ def layer_times(args, kernels: KernelChoice, reps: int = 5) -> list[tuple[str, f
     Each stage gets the output of the one before (a batch of ``args.batch_size``
     images, in the type that stage hands on) and differentiates a sum of its output
     with respect to the variables it reads and, but for the first, its input, as the
-    train step does.  With the compiled kernels, conv1 is the convolution alone and
-    pool1 adds conv1's bias and takes the ReLU (``cifar10.model.Model``).
+    train step does.  With the compiled kernels, conv1 and conv2 are the convolutions
+    alone, and pool1 and norm2 add their bias and take the ReLU
+    (``cifar10.model.Model``).
     """
     return layer_times_by_type(args, [measure.compute_dtype(args)], kernels, reps)[0]
 
@@ -87,8 +88,8 @@ def layer_times_by_type(args, dtypes: list[tf.DType], kernels: KernelChoice,
     """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
     (so that a change in the machine's load touches them alike), with the layer
     functions of ``kernels``."""
-    models = [Model(compute_dtype=dtype, lrn=kernels.lrn, relu_pool=kernels.relu_pool)
-              for dtype in dtypes]
+    models = [Model(compute_dtype=dtype, lrn=kernels.lrn, relu_pool=kernels.relu_pool,
+                    relu_lrn=kernels.relu_lrn) for dtype in dtypes]
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]
