@@ -1,8 +1,9 @@
 """The compiled ops (``load``): one library of this package's C++ kernels, built for
 this machine on first use (``build``) and loaded once per process.
 
-The library holds Cifar10Lrn / Cifar10LrnGrad (``lrn_op.cc``, ``lrn_rows.cc``) and
-Cifar10BiasReluPool / Cifar10BiasReluPoolGrad (``pool_op.cc``, ``pool_rows.cc``).
+The library holds Cifar10Lrn / Cifar10LrnGrad and Cifar10BiasReluLrn /
+Cifar10BiasReluLrnGrad (``lrn_op.cc``, ``lrn_rows.cc``), and Cifar10BiasReluPool /
+Cifar10BiasReluPoolGrad (``pool_op.cc``, ``pool_rows.cc``).
 """
 
 from __future__ import annotations
