@@ -103,9 +103,11 @@ def test_lrn_rows_compute_tensorflows_lrn(rows, depth, radius):
                                atol=2e-6 * np.abs(dx_tf).max())
 
 
-def test_lrn_rows_with_a_convolutions_bias_compute_lrn_of_its_relu(rows):
-    z = np.asarray(tf.random.stateless_normal([2, 3, 5, 40], seed=(9, 9)))
-    conv_bias = np.linspace(-1.0, 1.0, 40, dtype=np.float32)
+@pytest.mark.parametrize("depth", [64, 22])
+def test_lrn_rows_with_a_convolutions_bias_compute_lrn_of_its_relu(rows, depth):
+    # 22: a rest after whole vectors of 8 and of 4 lanes.
+    z = np.asarray(tf.random.stateless_normal([2, 3, 5, depth], seed=(9, 9)))
+    conv_bias = np.linspace(-1.0, 1.0, depth, dtype=np.float32)
     g = np.cos(z)
     zt, bt = tf.constant(z), tf.constant(conv_bias)
     with tf.GradientTape() as tape:
@@ -163,3 +165,16 @@ def test_pool_rows_read_and_write_bfloat16_as_float32_rounded_once(rows):
     dz, dbias = pool(rows, z, bias, BF16, g)
     np.testing.assert_array_equal(dz, dz32.astype(BF16))
     np.testing.assert_allclose(dbias, dbias32, rtol=1e-6, atol=1e-6)
+
+
+def test_lrn_rows_with_a_bias_read_and_write_bfloat16_as_float32_rounded_once(rows):
+    z = np.asarray(tf.random.stateless_normal([3, 4, 22], seed=(4, 4))).astype(BF16)
+    conv_bias = np.linspace(-1.0, 1.0, 22, dtype=np.float32)
+    g = np.sin(z.astype(np.float32)).astype(BF16)
+    z32, g32 = z.astype(np.float32), g.astype(np.float32)
+    np.testing.assert_array_equal(lrn(rows, z, BF16, conv_bias=conv_bias),
+                                  lrn(rows, z32, np.float32, conv_bias=conv_bias).astype(BF16))
+    dz, dbias = lrn(rows, z, BF16, g, conv_bias)
+    dz32, dbias32 = lrn(rows, z32, np.float32, g32, conv_bias)
+    np.testing.assert_array_equal(dz, dz32.astype(BF16))
+    np.testing.assert_array_equal(dbias, dbias32)

@@ -81,7 +81,7 @@ class Cifar10LrnBase : public OpKernel {
  protected:
   // x's depth, or 0 after setting an error; the bias (with_bias_) or null.
   int Check(OpKernelContext* ctx, const Tensor& x, const float** conv_bias) {
-    const string op = with_bias_ ? "Cifar10BiasReluLrn" : "Cifar10Lrn";
+    const string op = type_string();
     const int64_t depth = x.dims() >= 1 ? x.dim_size(x.dims() - 1) : 0;
     *conv_bias = nullptr;
     if (depth < 1 || depth > 1024 || radius_ < 0 || radius_ > 32) {

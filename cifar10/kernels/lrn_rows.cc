@@ -168,6 +168,7 @@ void backward(const In* __restrict x, const Out* __restrict g, In* __restrict dx
   const float k = 2.f * p.alpha * 0.75f;
   fv xs[kArray], gs[kArray], t[kArray], s[kArray], scale[kArray], sum[kArray] = {};
   iv through[kArray];
+  const fv one = fv{} + 1.f, zero = {};
   for (int64_t r = begin; r < end; ++r) {
     load_row(x + r * p.depth, p.depth, nv, xs);
     load_row(g + r * p.depth, p.depth, nv, gs);
@@ -183,7 +184,8 @@ void backward(const In* __restrict x, const Out* __restrict g, In* __restrict dx
     }
     window_sums<kNV>(t, nv, p.radius, s);
     for (int i = 0; i < nv; ++i) {
-      t[i] = through[i] ? gs[i] * scale[i] - k * xs[i] * s[i] : 0.f;
+      // times 1 or 0, as TensorFlow's ReLU gradient: a NaN gradient stays NaN
+      t[i] = (gs[i] * scale[i] - k * xs[i] * s[i]) * (through[i] ? one : zero);
       sum[i] += t[i];
     }
     store_row(dx + r * p.depth, p.depth, t);
