@@ -144,19 +144,21 @@ class Model(tf.Module):
             # on in the next stage's type: the compiled kernel casts in its own pass.
             return name, lambda x: self._lrn(x, self.stage_dtypes[next_stage])
 
-        if self._relu_pool is None:
-            first = [own("conv1", conv(self.conv1)), own("pool1", pool)]
-        else:  # pool1 takes conv1's output as it comes, and adds its bias (float32)
-            first = [own("conv1", conv(self.conv1, bias_relu=False)),
-                     ("pool1", lambda z: self._relu_pool(z, self.conv1.biases,
-                                                         self.stage_dtypes["pool1"]))]
-        if self._relu_lrn is None:  # norm2 comes before pool2, as the original
-            second = [own("conv2", conv(self.conv2)), lrn("norm2", "pool2")]
-        else:  # norm2 takes conv2's output as it comes, and adds its bias (float32)
-            second = [own("conv2", conv(self.conv2, bias_relu=False)),
-                      ("norm2", lambda z: self._relu_lrn(z, self.conv2.biases,
-                                                         self.stage_dtypes["pool2"]))]
-        return [*first, lrn("norm1", "conv2"), *second,
+        def conv_then(layer, after, fused, out_dtype):
+            # The convolution and the stage after it.  With a compiled kernel `fused`,
+            # that stage takes the convolution's output as it comes and adds its bias
+            # and takes its ReLU (in float32), its output in out_dtype.
+            if fused is None:
+                return [own(layer.name, conv(layer)), after]
+            return [own(layer.name, conv(layer, bias_relu=False)),
+                    (after[0], lambda z: fused(z, layer.biases, out_dtype))]
+
+        return [*conv_then(self.conv1, own("pool1", pool), self._relu_pool,
+                           self.stage_dtypes["pool1"]),
+                lrn("norm1", "conv2"),
+                # norm2 comes before pool2, as the original
+                *conv_then(self.conv2, lrn("norm2", "pool2"), self._relu_lrn,
+                           self.stage_dtypes["pool2"]),
                 own("pool2", pool), own("local3", local(self.local3)),
                 own("local4", local(self.local4)),
                 own("softmax_linear", local(self.softmax_linear, relu=False))]
