@@ -120,16 +120,19 @@ struct Params {
   const float* conv_bias;
 };
 
-// The row as LRN's input: relu(z + conv_bias) (NaN stays NaN, as tf.nn.relu), and
-// where that let z's gradient through, or the row itself (all lanes through).
-template <int kArray>
-inline void rectify(const Params& p, int nv, fv* xs, iv* through) {
-  if (!p.conv_bias) {
+// conv_bias as vectors, loaded once for all the rows; false where there is none.
+inline bool load_bias(const Params& p, int nv, fv* bias) {
+  if (p.conv_bias) load_row(p.conv_bias, p.depth, nv, bias);
+  return p.conv_bias != nullptr;
+}
+
+// The row as LRN's input: relu(z + bias) (NaN stays NaN, as tf.nn.relu), and where
+// that let z's gradient through; without a bias the row itself, all lanes through.
+inline void rectify(bool with_bias, const fv* bias, int nv, fv* xs, iv* through) {
+  if (!with_bias) {
     for (int i = 0; i < nv; ++i) through[i] = iv{} - 1;
     return;
   }
-  fv bias[kArray];
-  load_row(p.conv_bias, p.depth, nv, bias);
   for (int i = 0; i < nv; ++i) {
     const fv v = xs[i] + bias[i];
     through[i] = v > 0.f;
@@ -142,11 +145,12 @@ void forward(const In* __restrict x, Out* __restrict y, int64_t begin, int64_t e
              const Params& p) {
   const int nv = kNV > 0 ? kNV : (p.depth + kLanes - 1) / kLanes;
   constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
-  fv xs[kArray], sq[kArray], s[kArray];
+  fv xs[kArray], sq[kArray], s[kArray], bias[kArray];
   iv through[kArray];
+  const bool with_bias = load_bias(p, nv, bias);
   for (int64_t r = begin; r < end; ++r) {
     load_row(x + r * p.depth, p.depth, nv, xs);
-    rectify<kArray>(p, nv, xs, through);
+    rectify(with_bias, bias, nv, xs, through);
     for (int i = 0; i < nv; ++i) sq[i] = xs[i] * xs[i];
     window_sums<kNV>(sq, nv, p.radius, s);
     for (int i = 0; i < nv; ++i) {
@@ -167,12 +171,14 @@ void backward(const In* __restrict x, const Out* __restrict g, In* __restrict dx
   constexpr int kArray = kNV > 0 ? kNV : kMaxVectors;
   const float k = 2.f * p.alpha * 0.75f;
   fv xs[kArray], gs[kArray], t[kArray], s[kArray], scale[kArray], sum[kArray] = {};
+  fv bias[kArray];
   iv through[kArray];
   const fv one = fv{} + 1.f, zero = {};
+  const bool with_bias = load_bias(p, nv, bias);
   for (int64_t r = begin; r < end; ++r) {
     load_row(x + r * p.depth, p.depth, nv, xs);
     load_row(g + r * p.depth, p.depth, nv, gs);
-    rectify<kArray>(p, nv, xs, through);
+    rectify(with_bias, bias, nv, xs, through);
     for (int i = 0; i < nv; ++i) t[i] = xs[i] * xs[i];
     window_sums<kNV>(t, nv, p.radius, s);
     for (int i = 0; i < nv; ++i) {
