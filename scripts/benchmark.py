@@ -31,8 +31,11 @@ Prints, each the median of several timed windows after a warm-up:
       and what a resumed deterministic run spends skipping the steps done;
   (m) the time of a step at batch 1 per replica, where the host's share shows as it
       would on a GPU, with --steps_per_loop=1 and the default, timed in turns, for 1
-      and 4 replicas (each count in a process of its own).
-It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
+      and 4 replicas (each count in a process of its own);
+  (n) what each compiled kernel saves: the train step alone without one kernel at a
+      time, and with TensorFlow's ops alone, against all the kernels, in turns.
+--figures measures some of them only (--figures=k,n); --skip_launch leaves out (e)
+and (f).  It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
 directory when --data_dir is not given, so it runs offline.
 
 This file parses the command line; the figures are in scripts/bench/ (its
@@ -49,6 +52,8 @@ import sys
 from cifar10.core import logs
 from cifar10.core.config import KERNEL_CHOICES
 from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
+
+FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
 # Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
 # programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).
@@ -73,6 +78,9 @@ def parse_args(argv):
     p.add_argument("--warmup_steps", type=int, default=20, help="untimed steps first")
     p.add_argument("--records_per_file", type=int, default=RECORDS_PER_REAL_FILE,
                    help="records per file of generated data")
+    p.add_argument("--figures", default=",".join(FIGURE_LETTERS),
+                   help="the figures to measure, letters separated by commas, such as "
+                        "k,n (default: all; (h) and (i) bring (a)-(c) along)")
     p.add_argument("--skip_launch", action="store_true",
                    help="skip (e) and (f), which start cifar10-train in a subprocess")
     p.add_argument("--predict_images", type=int, default=1000,
@@ -91,6 +99,13 @@ def parse_args(argv):
         p.error("--num_gpus and --warmup_steps must be >= 0")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
+    letters = [letter.strip() for letter in args.figures.lower().split(",") if letter.strip()]
+    unknown = [letter for letter in letters if letter not in FIGURE_LETTERS]
+    if unknown or not letters:
+        p.error(f"--figures takes letters from a to {FIGURE_LETTERS[-1]} separated by commas, "
+                f"such as --figures=k,n; got {args.figures!r}")
+    args.figures = "".join(letter for letter in FIGURE_LETTERS if letter in letters
+                           and not (args.skip_launch and letter in "ef"))
     return args
 
 

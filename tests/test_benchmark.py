@@ -20,6 +20,8 @@ from conftest import mirrored
 from cifar10.distribute import devices
 from cifar10.core import cpu
 from cifar10.kernels.choice import choose
+from cifar10.model import fast_lrn
+from cifar10.training.engine import Trainer
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
 SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
@@ -33,7 +35,7 @@ def benchmark():
     sys.path.insert(0, SCRIPTS)
     try:
         names = ("benchmark", "bench.measure", "bench.training", "bench.compute",
-                 "bench.programs", "bench.report")
+                 "bench.programs", "bench.kernels", "bench.report")
         yield types.SimpleNamespace(**{name.split(".")[-1]: importlib.import_module(name)
                                        for name in names})
     finally:
@@ -104,6 +106,19 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     for one, default, ratio in ((1, 2, 3), (4, 5, 6)):
         assert float(loop[ratio]) == pytest.approx(float(loop[default]) / float(loop[one]),
                                                    abs=0.01)
+    lines = out.splitlines()
+    start = lines.index("(n) the train step alone without each compiled kernel, in turns "
+                        "(ms per step, and against all kernels):")
+    rows = [re.fullmatch(r"    (.+?) +([0-9.]+) ms +([0-9.]+)x", line)
+            for line in lines[start + 1:start + 6]]
+    assert all(rows), lines[start:]
+    assert [row[1] for row in rows] == ["all kernels", "without LRN's", "without pool1's",
+                                        "without norm2's", "TensorFlow's ops"]
+    assert rows[0][3] == "1.00"
+    for row in rows:
+        assert float(row[2]) > 0
+        assert float(row[3]) == pytest.approx(float(row[2]) / float(rows[0][2]), abs=0.01)
+    assert start + 6 == len(lines)  # (n) is the last figure
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -117,6 +132,85 @@ def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
         benchmark.benchmark.parse_args(arguments.split())
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments, letters", [
+    ("", "abcdefghijklmn"),
+    ("--figures=k,n", "kn"),
+    ("--figures=N,k,,k", "kn"),  # any case, in the order they print, each once
+    ("--skip_launch", "abcdghijklmn"),
+    ("--figures=e,g --skip_launch", "g"),
+])
+def test_figures_chooses_which_figures_are_measured(benchmark, arguments, letters):
+    assert benchmark.benchmark.parse_args(arguments.split()).figures == letters
+
+
+@pytest.mark.parametrize("figures", ["z", "k,10", ","])
+def test_figures_refuses_a_letter_with_no_figure(benchmark, figures, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.benchmark.parse_args([f"--figures={figures}"])
+    assert exit_.value.code == 2
+    assert ("--figures takes letters from a to n separated by commas, such as "
+            f"--figures=k,n; got {figures!r}") in capsys.readouterr().err
+
+
+def test_each_figure_function_runs_for_its_letters_and_what_they_need(benchmark):
+    report = benchmark.report
+    names = lambda letters: [f.__name__ for f in report.figures_to_run(letters)]  # noqa: E731
+    assert names("kn") == ["figure_layers", "figure_kernels"]
+    assert names("c") == ["figure_training"]
+    assert names("g") == ["figure_speed"]  # without (c): the ceiling alone
+    # (h) and (i) serve and predict with (c)'s checkpoint.
+    assert names("h") == ["figure_training", "figure_serving"]
+    assert names("ik") == ["figure_training", "figure_predict", "figure_layers"]
+    assert len(names("abcdefghijklmn")) == len(report.FIGURES) == 11
+
+
+def test_kernel_gains_leave_out_one_kernel_at_a_time_timed_in_turns(benchmark, monkeypatch):
+    kernels_module = benchmark.kernels
+    compiled = choose("compiled", [], False)
+    built, calls = [], []
+
+    def fake_step_alone(args, strategy, train_dir, kernels=None):
+        built.append((os.path.basename(train_dir), kernels))
+        k = len(built)  # variant k runs at 1000 * k examples/sec
+        return lambda: calls.append(k) or 1000.0 * k
+
+    monkeypatch.setattr(kernels_module.training, "step_alone", fake_step_alone)
+    args = benchmark.benchmark.parse_args(["--windows=3", "--batch_size=16"])
+    times = kernels_module.step_times(args, mirrored(1), "/work", compiled)
+    assert [name for name, _ in built] == [f"kernels-{i}" for i in range(5)]
+    every, no_lrn, no_pool, no_norm2, tensorflow = (kernels for _, kernels in built)
+    assert every == compiled
+    assert no_lrn[:3] == (fast_lrn, compiled.relu_pool, None)
+    assert no_pool[:3] == (compiled.lrn, None, compiled.relu_lrn)
+    assert no_norm2[:3] == (compiled.lrn, compiled.relu_pool, None)
+    assert tensorflow[:4] == (fast_lrn, None, None, "tensorflow")
+    assert calls == [1, 2, 3, 4, 5] * 3  # a window of each in turns, 3 rounds
+    # 16 examples a step at 1000 * k examples/sec: 16 / k ms.
+    assert times == [("all kernels", 16.0), ("without LRN's", 8.0),
+                     ("without pool1's", pytest.approx(16 / 3)), ("without norm2's", 4.0),
+                     ("TensorFlow's ops", pytest.approx(3.2))]
+
+
+def test_kernel_gains_are_not_timed_where_the_runs_use_tensorflows_ops(benchmark):
+    setting = types.SimpleNamespace(kernels=choose("tensorflow", [], False))
+    assert benchmark.report.figure_kernels(setting) == [
+        "(n) compiled kernels: not timed, the runs use TensorFlow's ops (--kernels=tensorflow)"]
+
+
+def test_the_trainer_runs_the_layer_functions_it_is_given(benchmark, tmp_path):
+    compiled = choose("compiled", [], False)
+    without_pool = compiled._replace(relu_pool=None)
+    args = benchmark.benchmark.parse_args(["--batch_size=8", "--window_steps=2",
+                                           "--warmup_steps=1"])
+    assert benchmark.training.step_alone(args, mirrored(1), str(tmp_path), without_pool)() > 0
+    trainer = Trainer(benchmark.measure.train_config(args, str(tmp_path / "t")), mirrored(1),
+                      kernels=without_pool)
+    assert trainer.kernels == without_pool
+    model = trainer.state.model
+    assert (model._lrn, model._relu_pool, model._relu_lrn) == (
+        compiled.lrn, None, compiled.relu_lrn)
 
 
 def test_kernels_is_the_trainers_choice_and_its_former_name_is_still_read(benchmark):

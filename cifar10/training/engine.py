@@ -45,17 +45,20 @@ class Trainer:
       strategy: one replica per device; ``devices.make_strategy`` makes one.
       examples_per_epoch: examples in the training set (for the LR schedule).
       num_classes: classes of the data: the model's outputs.
+      kernels: the model's layer functions; default: as ``config.kernels`` chooses
+        them (``choice.choose``).  The benchmark passes others to time each kernel.
     """
 
     def __init__(self, config: TrainConfig, strategy: tf.distribute.Strategy,
                  examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
-                 num_classes: int = ff.NUM_CLASSES):
+                 num_classes: int = ff.NUM_CLASSES,
+                 kernels: choice.KernelChoice | None = None):
         config.check()
         self.config, self.strategy = config, strategy
         self.examples_per_epoch = examples_per_epoch
         self.input_options = devices.input_options(strategy)  # how batches reach the replicas
-        self.kernels = choice.choose(config.kernels, strategy.extended.worker_devices,
-                                     config.xla)
+        self.kernels = kernels or choice.choose(config.kernels,
+                                                strategy.extended.worker_devices, config.xla)
         with strategy.scope():
             self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),
                                     num_classes, lrn=self.kernels.lrn,

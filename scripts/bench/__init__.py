@@ -7,5 +7,7 @@
     programs.py  (d) evaluation, (e)-(f) cifar10-train's start, (h) serving,
                  (i) cifar10-predict, (j) cifar10-prepare
     options.py   (l) --deterministic and (m) --steps_per_loop, timed in turns
-    report.py    the run: the data, then one small function per printed figure
+    kernels.py   (n) the train step without each compiled kernel, timed in turns
+    report.py    the run: the data, then one small function per printed figure,
+                 and which of them --figures runs
 """

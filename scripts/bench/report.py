@@ -10,7 +10,7 @@ import tempfile
 
 import tensorflow as tf
 
-from bench import compute, measure, options, programs, training
+from bench import compute, kernels, measure, options, programs, training
 from cifar10 import precision
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
@@ -87,9 +87,6 @@ def figure_evaluation(s: Setting) -> list[str]:
 
 
 def figure_launch(s: Setting) -> list[str]:
-    """(e), (f), unless --skip_launch."""
-    if s.args.skip_launch:
-        return []
     first, rss = programs.launch(s.args, s.data_dir, os.path.join(s.work, "launch"))
     return [f"(e) launch to first step:    {first:9.2f} s",
             f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))"]
@@ -101,9 +98,10 @@ def figure_speed(s: Setting) -> list[str]:
     gflops = compute.matmul_gflops(s.args.windows, dtype=matmul_dtype)
     flops = compute.train_flops_per_example(Model())
     ceiling = gflops * 1e9 / flops
+    share = f" ((c) is {100 * s.end_to_end / ceiling:.0f}% of it)" if s.end_to_end else ""
     return [(f"(g) machine speed:           {gflops:9.1f} GFLOP/s {matmul_dtype.name} matmul; "
              f"at {flops / 1e6:.1f} MFLOP per example the compute ceiling is {ceiling:.0f} "
-             f"examples/sec ((c) is {100 * s.end_to_end / ceiling:.0f}% of it)")]
+             f"examples/sec{share}")]
 
 
 def figure_serving(s: Setting) -> list[str]:
@@ -170,9 +168,31 @@ def figure_loop(s: Setting) -> list[str]:
             + "; ".join(parts)]
 
 
-# In the order they print; figure_speed needs figure_training's (c).
-FIGURES = (figure_training, figure_evaluation, figure_launch, figure_speed, figure_serving,
-           figure_predict, figure_prepare, figure_layers, figure_determinism, figure_loop)
+def figure_kernels(s: Setting) -> list[str]:
+    """(n), where the runs use the compiled kernels."""
+    if s.kernels.kernel != "compiled":
+        return [f"(n) compiled kernels: not timed, the runs use TensorFlow's ops "
+                f"({s.kernels.reason})"]
+    times = kernels.step_times(s.args, s.strategy, s.work, s.kernels)
+    every = times[0][1]
+    return [(f"(n) the train step alone without each compiled kernel, in turns "
+             f"(ms per step, and against all kernels):"),
+            *(f"    {label:18s} {ms:7.1f} ms  {ms / every:5.2f}x" for label, ms in times)]
+
+
+# (the letters a figure function prints, the function), in the order they print.
+# (g) shows (c) as a share of the ceiling where (c) was measured; (h) and (i) use
+# (c)'s checkpoint, so they bring (a)-(c) along (``figures_to_run``).
+FIGURES = (("abc", figure_training), ("d", figure_evaluation), ("ef", figure_launch),
+           ("g", figure_speed), ("h", figure_serving), ("i", figure_predict),
+           ("j", figure_prepare), ("k", figure_layers), ("l", figure_determinism),
+           ("m", figure_loop), ("n", figure_kernels))
+
+
+def figures_to_run(letters: str) -> list:
+    """The figure functions that print the figures of ``letters`` (and what they need)."""
+    wanted = set(letters) | (set("abc") if set(letters) & set("hi") else set())
+    return [figure for printed, figure in FIGURES if wanted & set(printed)]
 
 
 def run(args) -> int:
@@ -188,7 +208,7 @@ def run(args) -> int:
             print(line, flush=True)
         if args.use_bf16:
             devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
-        for figure in FIGURES:
+        for figure in figures_to_run(args.figures):
             for line in figure(setting):
                 print(line, flush=True)
         return 0

@@ -11,17 +11,21 @@ from bench import measure
 from cifar10.data import pipeline as data
 from cifar10.core.config import CROP_SIZE
 from cifar10.distribute import devices
+from cifar10.kernels.choice import KernelChoice
 from cifar10.training.engine import Trainer
 
 
-def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str
-               ) -> Callable[[], float]:
+def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str,
+               kernels: KernelChoice | None = None) -> Callable[[], float]:
     """(a): warms up the train step on one in-memory batch.
+
+    Args:
+      kernels: the model's layer functions (default: as ``args.kernels`` chooses).
 
     Returns:
       A function that times one window of it: examples/sec.
     """
-    trainer = Trainer(measure.train_config(args, train_dir), strategy)
+    trainer = Trainer(measure.train_config(args, train_dir), strategy, kernels=kernels)
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],
                                         seed=(1, 2))
     labels = tf.random.stateless_uniform([args.batch_size], (3, 4), 0, 10, tf.int32)
