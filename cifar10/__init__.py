@@ -9,9 +9,9 @@ programs down to the core:
   a trained model (classifying image files, exporting);
 * ``runs`` (a run's directory: checkpoints, records, summaries), ``distribute``
   (devices, cluster, several workers, Slurm), ``kernels`` (C++ kernels built on
-  the user's machine: LRN, and conv1's bias and ReLU with pool1), ``model`` (the
-  tutorial's convnet and loss; ``precision``: the type each of its layers computes
-  in) and ``data`` (the binary format, data folders, download, generated data, own
+  the user's machine: LRN, conv1's bias and ReLU with pool1, conv2's with norm2),
+  ``model`` (the tutorial's convnet and loss; ``lrn``: its LRN from TensorFlow's
+  ops; ``precision``: the type each of its layers computes in) and ``data`` (the binary format, data folders, download, generated data, own
   images, the tf.data pipelines);
 * ``core``: settings, errors, whole-file writes, the programs' output; no
   TensorFlow.

@@ -20,7 +20,7 @@ from conftest import mirrored
 from cifar10.distribute import devices
 from cifar10.core import cpu
 from cifar10.kernels.choice import choose
-from cifar10.model import fast_lrn
+from cifar10.lrn import fast_lrn
 from cifar10.training.engine import Trainer
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")

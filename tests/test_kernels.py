@@ -20,7 +20,8 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build
 from cifar10.kernels import choice, lrn, ops
 from cifar10.kernels.pool import compiled_relu_pool
-from cifar10.model import Model, fast_lrn, reference_lrn
+from cifar10.lrn import fast_lrn, reference_lrn
+from cifar10.model import Model
 from cifar10.runs import records
 
 GPU = "/job:localhost/replica:0/task:0/device:GPU:0"

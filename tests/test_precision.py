@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from cifar10 import model as model_lib
 from cifar10 import precision
+from cifar10.lrn import fast_lrn, reference_lrn
 from cifar10.core import cpu
 from cifar10.kernels.lrn import compiled_lrn
 from cifar10.kernels.pool import compiled_relu_pool
@@ -52,13 +53,13 @@ def test_each_layers_output_under_bf16_is_in_the_policys_precision(relu_pool, am
     assert all(v.dtype == tf.float32 for v in model.parameters())  # checkpoints stay float32
 
 
-@pytest.mark.parametrize("lrn", [model_lib.fast_lrn, compiled_lrn])
+@pytest.mark.parametrize("lrn", [fast_lrn, compiled_lrn])
 def test_lrn_under_bf16_computes_in_float32_and_rounds_once_to_the_next_stages_type(lrn):
     model = model_lib.Model(seed=1, compute_dtype=tf.bfloat16, lrn=lrn)
     outputs = model.stage_outputs(_images(2))
     for name, before, after in (("norm1", "pool1", tf.bfloat16),
                                 ("norm2", "conv2", tf.float32)):
-        expected = tf.cast(model_lib.reference_lrn(tf.cast(outputs[before], tf.float32)), after)
+        expected = tf.cast(reference_lrn(tf.cast(outputs[before], tf.float32)), after)
         assert outputs[name].dtype == after
         got, want = (np.asarray(tf.cast(t, tf.float32)) for t in (outputs[name], expected))
         if after == tf.bfloat16:

@@ -20,7 +20,7 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build, ops
 from cifar10.kernels.lrn import compiled_bias_relu_lrn, compiled_lrn
 from cifar10.kernels.pool import compiled_relu_pool
-from cifar10.model import fast_lrn
+from cifar10.lrn import fast_lrn
 
 
 class KernelChoice(NamedTuple):

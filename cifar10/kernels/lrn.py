@@ -1,7 +1,7 @@
 """LRN as one compiled CPU kernel each way (``compiled_lrn``), and with the bias and
 ReLU of the convolution before it (``compiled_bias_relu_lrn``).
 
-``cifar10.model.fast_lrn`` computes LRN from TensorFlow ops: a square, a banded
+``cifar10.lrn.fast_lrn`` computes LRN from TensorFlow ops: a square, a banded
 matmul, two square roots, products and quotients, each a pass over the tensor,
 and as many again for the gradient.  The kernels of ``lrn_rows.cc`` compute the
 same function in one pass each way, in float32 whatever the input's type (the

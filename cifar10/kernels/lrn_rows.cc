@@ -9,7 +9,7 @@
 // x_j^2 over the channels j within `radius` of c, and beta 0.75:
 //   forward   y_c = x_c * d_c^-0.75, d^-0.75 from two vector rsqrt (powers());
 //   backward  dx_j = g_j d_j^-0.75 - 2 alpha beta x_j sum_{c within radius of j} g_c x_c d_c^-1.75
-// (the same formulas as cifar10.model.fast_lrn, whose tests this kernel shares).
+// (the same formulas as cifar10.lrn.fast_lrn, whose tests this kernel shares).
 //
 // The arithmetic is float32.  Each of x, y (and dy, dx) may be stored as float32 or
 // bfloat16 (uint16_t here): a bfloat16 value is read exactly and a result is rounded
