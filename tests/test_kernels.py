@@ -13,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+import model_pairs
 from cli import run
 from conftest import mirrored
 
@@ -21,7 +22,6 @@ from cifar10.kernels import build
 from cifar10.kernels import choice, lrn, ops
 from cifar10.kernels.pool import compiled_relu_pool
 from cifar10.lrn import fast_lrn, reference_lrn
-from cifar10.model import Model
 from cifar10.runs import records
 
 GPU = "/job:localhost/replica:0/task:0/device:GPU:0"
@@ -213,45 +213,20 @@ def test_the_bias_relu_op_refuses_a_bias_of_another_length():
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_a_model_with_conv2s_bias_and_relu_in_norm2_computes_the_model_without(dtype):
-    images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
-    labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
-    results, types = [], []
-    for relu_lrn in (None, lrn.compiled_bias_relu_lrn):
-        model = Model(seed=3, compute_dtype=dtype, lrn=lrn.compiled_lrn,
-                      relu_pool=compiled_relu_pool, relu_lrn=relu_lrn)
-        with tf.GradientTape() as tape:
-            acts = model.activations(images)
-            loss = model.loss(acts["softmax_linear"], labels).total
-        results.append((acts, loss, tape.gradient(loss, model.parameters())))
-        types.append({k: v.dtype for k, v in model.stage_outputs(images).items()})
-    assert types[0] == types[1]  # each layer's output in the same precision
-    (acts_t, loss_t, grads_t), (acts_k, loss_k, grads_k) = results
+    ops, kernel = (model_pairs.run(compute_dtype=dtype, lrn=lrn.compiled_lrn,
+                                   relu_pool=compiled_relu_pool, relu_lrn=relu_lrn)
+                   for relu_lrn in (None, lrn.compiled_bias_relu_lrn))
+    assert kernel.stage_types == ops.stage_types  # each layer's output in the same precision
     if dtype == tf.float32:  # the same function, to float32's rounding
-        np.testing.assert_allclose(acts_k["conv2"], acts_t["conv2"], rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-6)
-        for g_k, g_t in zip(grads_k, grads_t):
-            np.testing.assert_allclose(g_k, g_t, rtol=1e-4, atol=1e-6)
+        model_pairs.assert_same_function(kernel, ops, "conv2", atol=1e-6)
     else:  # z + bias in float32 with the kernel, in bfloat16 without
-        assert acts_k["conv2"].dtype == tf.float32
-        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-2)
-        for g_k, g_t in zip(grads_k, grads_t):
-            a, b = g_k.numpy().ravel(), g_t.numpy().ravel()
-            assert a @ b > 0.97 * np.linalg.norm(a) * np.linalg.norm(b)
+        assert kernel.activations["conv2"].dtype == tf.float32
+        model_pairs.assert_bfloat16_agreement(kernel, ops)
 
 
 def test_a_model_step_with_the_kernel_equals_one_with_tensorflows_ops():
-    images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
-    labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
-    results = []
-    for function in (lrn.compiled_lrn, fast_lrn):
-        model = Model(seed=3, lrn=function)
-        with tf.GradientTape() as tape:
-            loss = model.loss(model(images), labels).total
-        results.append((loss, tape.gradient(loss, model.parameters())))
-    (loss_k, grads_k), (loss_t, grads_t) = results
-    np.testing.assert_allclose(loss_k, loss_t, rtol=1e-6)
-    for g_k, g_t in zip(grads_k, grads_t):
-        np.testing.assert_allclose(g_k, g_t, rtol=1e-4, atol=1e-6)
+    ops, kernel = (model_pairs.run(lrn=function) for function in (fast_lrn, lrn.compiled_lrn))
+    model_pairs.assert_same_function(kernel, ops, "conv2", atol=1e-5)  # after norm1
 
 
 def test_the_op_refuses_more_channels_than_it_holds():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+import model_pairs
 
 from cifar10.core import cpu
 from cifar10.kernels.lrn import compiled_lrn
 from cifar10.kernels.pool import compiled_relu_pool
-from cifar10.model import Model
 
 
 def tf_relu_pool(z, bias, dtype=None):
@@ -110,24 +110,10 @@ def test_a_nan_is_passed_over_wherever_it_is_in_its_window():
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_a_model_with_the_kernels_computes_the_model_without_them(dtype, monkeypatch):
     monkeypatch.setattr(cpu, "has_amx", lambda: True)  # conv1 in bfloat16 with the kernel
-    images = tf.random.stateless_normal([8, 24, 24, 3], seed=(1, 1))
-    labels = tf.constant([0, 1, 2, 3, 4, 5, 6, 7])
-    results = []
-    for relu_pool in (None, compiled_relu_pool):
-        model = Model(seed=3, compute_dtype=dtype, lrn=compiled_lrn, relu_pool=relu_pool)
-        with tf.GradientTape() as tape:
-            acts = model.activations(images)
-            loss = model.loss(acts["softmax_linear"], labels).total
-        results.append((acts, loss, tape.gradient(loss, model.parameters())))
-    (acts_t, loss_t, grads_t), (acts_k, loss_k, grads_k) = results
+    ops, kernel = (model_pairs.run(compute_dtype=dtype, lrn=compiled_lrn, relu_pool=relu_pool)
+                   for relu_pool in (None, compiled_relu_pool))
     if dtype == tf.float32:  # the same function, to float32's rounding
-        np.testing.assert_array_equal(acts_k["conv1"], acts_t["conv1"])  # the summaries'
-        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-6)
-        for g_k, g_t in zip(grads_k, grads_t):
-            np.testing.assert_allclose(g_k, g_t, rtol=1e-4, atol=1e-6)
+        model_pairs.assert_same_function(kernel, ops, "conv1")  # the summaries' to the bit
     else:  # conv1 in bfloat16 with the kernel, float32 without: bfloat16's tolerance
-        assert acts_k["conv1"].dtype == acts_t["conv1"].dtype == tf.float32
-        np.testing.assert_allclose(loss_k, loss_t, rtol=1e-2)
-        for g_k, g_t in zip(grads_k, grads_t):
-            a, b = g_k.numpy().ravel(), g_t.numpy().ravel()
-            assert a @ b > 0.97 * np.linalg.norm(a) * np.linalg.norm(b)
+        assert kernel.activations["conv1"].dtype == ops.activations["conv1"].dtype == tf.float32
+        model_pairs.assert_bfloat16_agreement(kernel, ops)
