@@ -52,9 +52,9 @@ def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path)
     message = str(error.value)
     assert message.startswith(f"no CIFAR-10 data: --data_dir={missing} does not exist, and "
                               f"downloading it there failed: could not download {OFFLINE}")
-    assert message.endswith("Pass --data_dir=<the folder that holds cifar-10-batches-bin/> (or "
-                            "that folder itself), or --synthetic_data to try the programs on "
-                            "generated data")
+    assert message.endswith("a file:// path. Pass --data_dir=<the folder that holds "
+                            "cifar-10-batches-bin/> (or that folder itself), or --synthetic_data "
+                            "to try the programs on generated data")  # one full stop there
     assert not missing.exists()
 
 

@@ -230,3 +230,37 @@ def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.split() == [str(plots), "3", "True"], out.stderr
+
+
+def test_characters_the_font_lacks_are_one_warning_of_the_programs_own(caplog, recwarn,
+                                                                         monkeypatch):
+    from cifar10.evaluation import plots
+
+    monkeypatch.setattr(plots, "_glyphs_said", set())
+    # matplotlib's own font alone, which has no Chinese, whatever else the machine has
+    monkeypatch.setitem(plots.matplotlib.rcParams, "font.family", ["DejaVu Sans"])
+    monkeypatch.setitem(plots.matplotlib.rcParams, "font.sans-serif", ["DejaVu Sans"])
+    names = ["chat noir", "狗", "猫"]
+    for _ in range(2):  # the second evaluation of the run names nothing new
+        png = plots.confusion_png([[1, 0, 0], [0, 2, 0], [1, 0, 3]], names, "狗 matrix")
+        assert png.startswith(b"\x89PNG")
+        plots.misclassified_png(np.zeros([1, 32, 32, 3], np.uint8), ["狗"], ["猫"], "grid")
+    assert [str(w.message) for w in recwarn] == []  # matplotlib's own: none let through
+    assert [r.getMessage() for r in caplog.records] == [
+        "the pictures' font has no characters for 狗 猫 (in class names): they show as boxes "
+        "in the pictures only; a font that has them, named in matplotlib's font.family "
+        "setting (matplotlibrc), draws them"]
+
+
+def test_other_warnings_while_drawing_pass_as_they_are(monkeypatch):
+    import warnings
+
+    from cifar10.evaluation import plots
+
+    def savefig_warns(self, *args, **kwargs):
+        warnings.warn("something else", UserWarning)
+        kwargs.pop("metadata", None)
+
+    monkeypatch.setattr(plots.figure.Figure, "savefig", savefig_warns)
+    with pytest.warns(UserWarning, match="something else"):
+        plots.confusion_png([[1]], ["a"], "t")

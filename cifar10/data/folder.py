@@ -272,6 +272,7 @@ def missing_data_dir(data_dir: str, archive: ff.Archive, followed: str,
     """The error for a ``data_dir`` that does not exist and could not be filled."""
     origin = f", as the run it scores recorded ({followed})" if followed else ""
     return (f"no {archive.title} data: --data_dir={data_dir}{origin} does not exist, and "
-            f"downloading it there failed: {error}. Pass --data_dir=<the folder that holds "
+            f"downloading it there failed: {str(error).rstrip('.')}. Pass --data_dir=<the "
+            f"folder that holds "
             f"{archive.folder}/> (or that folder itself), or --synthetic_data to try the "
             f"programs on generated data")

@@ -8,11 +8,15 @@ evaluator imports: cifar10-train never loads it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from typing import Sequence
+import re
+import warnings
+from typing import Iterator, Sequence
 
 import matplotlib
+from absl import logging
 
 matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
@@ -43,7 +47,6 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
             for j in range(n):
                 ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
                         color="white" if matrix[i, j] > threshold else "black")
-    fig.tight_layout()
     return _png(fig, title)
 
 
@@ -64,14 +67,44 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
         if k < count:
             ax.imshow(images[k], interpolation="nearest")
             ax.set_title(f"{true[k]} →\n{predicted[k]}", fontsize=7)
-    fig.tight_layout()
     return _png(fig, title)
 
 
 def _png(fig: figure.Figure, title: str) -> bytes:
+    """The laid-out figure as PNG bytes."""
     out = io.BytesIO()
-    fig.savefig(out, format="png", metadata={"Title": title})
+    with _missing_glyphs_said_once():
+        fig.tight_layout()
+        fig.savefig(out, format="png", metadata={"Title": title})
     return out.getvalue()
+
+
+_GLYPH = re.compile(r"^Glyph (\d+) .*missing from")
+_glyphs_said: set[str] = set()  # the characters a warning has named in this process
+
+
+@contextlib.contextmanager
+def _missing_glyphs_said_once() -> Iterator[None]:
+    """Matplotlib's warning for each character its font cannot draw (class names in
+    Chinese, say), several per picture, becomes one warning of the program's own,
+    once per character in a process; other warnings pass as they are."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    missing = []
+    for warning in caught:
+        glyph = _GLYPH.match(str(warning.message))
+        if glyph is None:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+        elif chr(int(glyph[1])) not in _glyphs_said:
+            missing.append(chr(int(glyph[1])))
+            _glyphs_said.add(missing[-1])
+    if missing:
+        logging.warning("the pictures' font has no characters for %s (in class names): "
+                        "they show as boxes in the pictures only; a font that has them, named "
+                        "in matplotlib's font.family setting (matplotlibrc), draws them",
+                        " ".join(sorted(set(missing))))
 
 
 def write_new(directory: str, stem: str, png: bytes) -> str:
