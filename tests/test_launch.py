@@ -183,6 +183,16 @@ def test_wrong_usage_is_one_line_before_any_worker_starts(args, error):
     assert result.stdout == ""
 
 
+def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_path):
+    (tmp_path / "test_batch.bin").write_bytes(b"")
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--", f"--train_dir={tmp_path}")
+    assert result.returncode == 1
+    assert result.stderr == (f"cifar10-launch: error: --train_dir={tmp_path} holds data files "
+                             f"(test_batch.bin): choose a directory for the run's checkpoints "
+                             f"and records, outside the data, such as /tmp/cifar10_train\n")
+
+
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
     launch.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)

@@ -143,6 +143,39 @@ def test_corrupt_data_is_one_line_error_before_training(tmp_path):
     assert not (tmp_path / "train").exists()
 
 
+@pytest.mark.parametrize("fresh_start", [[], ["--fresh_start"]])
+def test_an_evaluators_folder_is_refused_as_train_dir_and_left_as_it_was(tmp_path, fresh_start):
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    records = {"flags.txt": "# cifar10-eval, started 2026-11-26T10:00:00+00:00 on h\n"
+                            "--checkpoint_dir=runs/a/train\n",
+               "environment.jsonl": '{"program": "cifar10-eval"}\n',
+               "results.jsonl": '{"checkpoint": "model.ckpt-20"}\n'}
+    for name, text in records.items():
+        (eval_dir / name).write_text(text)
+    result = call("cifar10-train", "--synthetic_data", f"--train_dir={eval_dir}",
+                  "--max_steps=1", *fresh_start)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={eval_dir} is an evaluator's folder (its flags.txt "
+        f"records cifar10-eval): choose a directory of the run's own, such as "
+        f"{tmp_path / 'train'}")
+    assert {p.name: p.read_text() for p in eval_dir.iterdir()} == records
+
+
+def test_a_data_folder_is_refused_as_train_dir(tmp_path):
+    batches = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=10)
+    before = sorted(os.listdir(batches))
+    result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}", f"--train_dir={batches}",
+                  "--max_steps=1")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={batches} holds data files (batches.meta.txt, "
+        f"data_batch_1.bin, ...): choose a directory for the run's checkpoints and records, "
+        f"outside the data, such as /tmp/cifar10_train")
+    assert sorted(os.listdir(batches)) == before
+
+
 def test_offline_without_data_names_the_url_and_where_to_put_the_data(tmp_path):
     url = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # port 9 (discard): nothing listens
     result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}",

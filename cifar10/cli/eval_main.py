@@ -26,6 +26,7 @@ from cifar10.core.config import EvalConfig
 from cifar10.data import getdata
 from cifar10.cli import programs
 from cifar10.cli import follow
+from cifar10.cli import outdirs
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> None:
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
     run_dir = os.path.dirname(FLAGS.checkpoint) if FLAGS.checkpoint else FLAGS.checkpoint_dir
-    follow.refuse_training_dir(FLAGS.eval_dir, run_dir)
+    outdirs.refuse_training_dir(FLAGS.eval_dir, run_dir)
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,

@@ -15,7 +15,6 @@ import os
 from absl import flags
 from absl import logging
 
-from cifar10.runs import lock
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
 
@@ -75,22 +74,6 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
             taken[name] = recorded[name]
     _check_together(flag_values, source)
     return Followed(source, taken)
-
-
-def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
-    """Raises Cifar10Error when ``eval_dir`` is a training run's directory (the run
-    scored, or another): the evaluator would write into the trainer's records."""
-    trainer_files = [lock.LOCK_FILE] if os.path.exists(os.path.join(eval_dir, lock.LOCK_FILE)) \
-        else []
-    if records.recorded_flags(eval_dir, "cifar10-train") is not None:
-        trainer_files.append(records.FLAGS_FILE)
-    same = os.path.realpath(eval_dir) == os.path.realpath(checkpoint_dir)
-    if same or trainer_files:
-        what = "the run it scores" if same else f"a training run ({', '.join(trainer_files)})"
-        raise Cifar10Error(
-            f"--eval_dir={eval_dir} is the directory of {what}, where cifar10-train keeps its "
-            f"checkpoints and records: choose a directory of the evaluator's own, such as "
-            f"{os.path.join(os.path.dirname(os.path.abspath(eval_dir)), 'eval')}")
 
 
 def _check_together(flag_values: flags.FlagValues, source: str) -> None:

@@ -23,6 +23,7 @@ from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
+from cifar10.cli import outdirs
 from cifar10.cli import programs
 
 FLAGS = flags.FLAGS
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> None:
     # TF_CONFIG and the settings it rules out are checked before TensorFlow loads
     # (which takes seconds) and reads TF_CONFIG itself.
     kind = cluster.strategy_kind(FLAGS.strategy)
+    outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
     # The data is found (downloaded if need be) and checked before TensorFlow loads,

@@ -36,6 +36,7 @@ from absl import logging  # noqa: F401  (defines absl's --verbosity and the like
 
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error
 
 TRAINER = "cifar10-train"
@@ -98,7 +99,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> None:
 
     Raises:
       Cifar10Error: a flag cifar10-train does not take or a bad value of one; an
-        argument that is not a flag; ``--help``; with several workers, a
+        argument that is not a flag; ``--help``; a ``--train_dir`` that is an
+        evaluator's folder or holds data (``outdirs``); with several workers, a
         ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
@@ -118,6 +120,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> None:
     if len(rest) > 1:
         raise Cifar10Error(f"unexpected arguments for {TRAINER}: {' '.join(rest[1:])} (after "
                            f"-- come its flags only, e.g. -- --max_steps=300)")
+    outdirs.refuse_foreign_train_dir(values["train_dir"].value)
     if num_workers > 1:
         if values["strategy"].value not in ("auto", "multi_worker"):
             raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "
