@@ -202,3 +202,78 @@ def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_p
         f"flags dataset=cifar100, synthetic_data=True: --synthetic_data generates "
         f"CIFAR-10-format data: drop --dataset=cifar100 or --synthetic_data (the run's data "
         f"flags are in {tmp_path / 'flags.txt'})")
+
+
+class FakeTime:
+    """A clock that sleeping moves on, and ``on_sleep`` called at each sleep."""
+
+    def __init__(self, on_sleep=lambda n: None):
+        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        self.on_sleep(self.sleeps)
+
+
+def test_the_evaluator_waits_for_the_trainer_to_record_its_start(tmp_path):
+    run_dir = tmp_path / "train"  # not there yet: the trainer makes it
+
+    def trainer_starts(sleeps):
+        if sleeps == 3:
+            run_dir.mkdir()
+            (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00"
+                                               "+00:00 on h at step 0\n--synthetic_data\n")
+
+    time_ = FakeTime(trainer_starts)
+    lines = []
+    assert follow.wait_for_run(str(run_dir), None, lines.append, clock=time_.clock,
+                               sleep=time_.sleep)
+    assert time_.sleeps == 3
+    assert lines == [f"No training run in {run_dir} yet; waiting for cifar10-train to start "
+                     f"there, to evaluate on the data it trains on."]
+
+
+def test_a_run_with_a_checkpoint_and_no_flags_txt_is_not_waited_for(tmp_path):
+    (tmp_path / "model.ckpt-5.index").write_bytes(b"")
+    time_, lines = FakeTime(), []
+    assert follow.wait_for_run(str(tmp_path), 0, lines.append, clock=time_.clock,
+                               sleep=time_.sleep)
+    assert (time_.sleeps, lines) == (0, [])
+
+
+def test_waiting_for_a_run_stops_at_the_eval_timeout(tmp_path):
+    # An evaluator's own start in the folder is not a training run.
+    (tmp_path / "flags.txt").write_text("# cifar10-eval, started 2026-11-26T10:00:00+00:00 "
+                                        "on h\n--run_once\n")
+    time_, lines = FakeTime(), []
+    assert not follow.wait_for_run(str(tmp_path), 2.5, lines.append, clock=time_.clock,
+                                   sleep=time_.sleep)
+    assert time_.sleeps == 3
+    assert lines[-1] == f"No training run started in {tmp_path} in 2.5 s; stopping."
+
+
+def test_an_evaluator_started_before_its_trainer_scores_the_data_the_run_trains_on(tmp_path):
+    train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"
+    evaluator = cli.start("cifar10-eval", f"--checkpoint_dir={train_dir}",
+                          f"--eval_dir={eval_dir}", "--eval_interval_secs=1",
+                          "--eval_timeout=120", f"--data_url={OFFLINE}")
+    try:
+        first = evaluator.stdout.readline()
+        assert first.startswith(f"No training run in {train_dir} yet; waiting"), first
+        trained = cli.call("cifar10-train", "--synthetic_data", "--synthetic_records=20",
+                           f"--data_dir={tmp_path / 'data'}", f"--train_dir={train_dir}",
+                           "--max_steps=2", "--batch_size=8")
+        assert trained.returncode == 0, trained.stderr
+        out, err = evaluator.communicate(timeout=180)
+    finally:
+        evaluator.kill()
+    assert evaluator.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("NOTE: using SYNTHETIC CIFAR-10-format data in "), out
+    assert any(EVAL_LINE.match(line) for line in lines), out
+    assert lines[-1] == (f"Training in {train_dir} is complete and its final "
+                                    f"checkpoint is evaluated; stopping.")

@@ -40,6 +40,9 @@ def main(argv: list[str]) -> None:
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
     run_dir = os.path.dirname(FLAGS.checkpoint) if FLAGS.checkpoint else FLAGS.checkpoint_dir
     outdirs.refuse_training_dir(FLAGS.eval_dir, run_dir)
+    if not (FLAGS.run_once or FLAGS.checkpoint) and not follow.wait_for_run(
+            run_dir, FLAGS.eval_timeout, print_fn=lambda line: print(line, flush=True)):
+        return
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,

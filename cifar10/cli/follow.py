@@ -10,7 +10,10 @@ says so.  No TensorFlow: this runs before it loads.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
+import time
+from typing import Callable
 
 from absl import flags
 from absl import logging
@@ -74,6 +77,32 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
             taken[name] = recorded[name]
     _check_together(flag_values, source)
     return Followed(source, taken)
+
+
+def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],
+                 poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Waits until ``run_dir`` holds a training run to follow: a recorded start of
+    cifar10-train (its flags.txt) or a checkpoint.  An evaluator started beside a new
+    trainer would otherwise read the run's flags before the trainer writes them, and
+    score the run on the default data.  Says once that it waits.
+
+    Returns:
+      True when there is a run; False after ``timeout`` seconds (None: no limit)
+      without one, having said so.
+    """
+    start, said = clock(), False
+    while (records.recorded_flags(run_dir) is None
+           and not glob.glob(os.path.join(glob.escape(run_dir), "model.ckpt-*.index"))):
+        if timeout is not None and clock() - start > timeout:
+            print_fn(f"No training run started in {run_dir} in {timeout:g} s; stopping.")
+            return False
+        if not said:
+            print_fn(f"No training run in {run_dir} yet; waiting for cifar10-train to start "
+                     f"there, to evaluate on the data it trains on.")
+            said = True
+        sleep(poll_secs)
+    return True
 
 
 def _check_together(flag_values: flags.FlagValues, source: str) -> None:
