@@ -3,6 +3,7 @@ unset come from the run's flags.txt (cifar10.cli.follow, cifar10.runs.records)."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -277,3 +278,21 @@ def test_an_evaluator_started_before_its_trainer_scores_the_data_the_run_trains_
     assert any(EVAL_LINE.match(line) for line in lines), out
     assert lines[-1] == (f"Training in {train_dir} is complete and its final "
                                     f"checkpoint is evaluated; stopping.")
+
+
+def test_an_eval_dir_holding_another_runs_results_is_a_warning(runs, tmp_path):
+    (_, synthetic_run), (_, own_run) = runs["synthetic"], runs["own"]
+    eval_dir = tmp_path / "eval"
+    for run_dir in (synthetic_run, synthetic_run, own_run):
+        result = cli.call("cifar10-eval", f"--checkpoint_dir={run_dir}", "--run_once",
+                          f"--eval_dir={eval_dir}")
+        assert result.returncode == 0, result.stderr
+    # The second scoring of the same run said nothing; the other run's, one warning.
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: warning: --eval_dir={eval_dir} holds the results of another run "
+        f"({synthetic_run}): this run's go beside them, on the same TensorBoard curves; pass "
+        f"--eval_dir={own_run.parent / 'eval'} to keep them apart"]
+    scored = [json.loads(line)["checkpoint"]
+              for line in (eval_dir / "results.jsonl").read_text().splitlines()]
+    assert {os.path.dirname(path) for path in scored} == {str(synthetic_run), str(own_run)}
+    assert os.path.dirname(scored[-1]) == str(own_run)  # the first run's results kept

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from absl import logging
+
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.runs import lock
@@ -34,6 +36,21 @@ def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
             f"--eval_dir={eval_dir} is the directory of {what}, where cifar10-train keeps its "
             f"checkpoints and records: choose a directory of the evaluator's own, such as "
             f"{_beside(eval_dir, 'eval')}")
+
+
+def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
+    """A warning when the evaluator's latest start in ``eval_dir`` scored another run
+    than ``run_dir``: the results of both would share results.jsonl and TensorBoard's
+    curves (the default --eval_dir, /tmp/cifar10_eval, is every run's)."""
+    recorded = records.recorded_flags(eval_dir, "cifar10-eval")
+    if not recorded:
+        return
+    scored = (os.path.dirname(recorded["checkpoint"]) if recorded.get("checkpoint")
+              else recorded.get("checkpoint_dir"))
+    if scored and os.path.realpath(scored) != os.path.realpath(run_dir):
+        logging.warning("--eval_dir=%s holds the results of another run (%s): this run's go "
+                        "beside them, on the same TensorBoard curves; pass --eval_dir=%s to "
+                        "keep them apart", eval_dir, scored, _beside(run_dir, "eval"))
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:
