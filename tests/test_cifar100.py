@@ -130,6 +130,15 @@ def test_the_other_label_of_the_same_data_is_another_run(url, tarball, tmp_path)
     assert call("cifar10-train", *flags, "--max_steps=1").returncode == 0
     coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
     assert coarse.returncode == 1
+    assert coarse.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={train_dir} holds a run trained on CIFAR-100's "
+        f"fine labels (--dataset=cifar100 --label=fine), and this start would go on with it "
+        f"on CIFAR-100's coarse labels (--dataset=cifar100 --label=coarse): pass "
+        f"--dataset=cifar100 --label=fine to go on with the run, or --fresh_start (or another "
+        f"--train_dir) for a new run")
+    # Without the run's records (a run of an older version), the class count says it.
+    os.remove(train_dir / "flags.txt")
+    coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
     assert coarse.stderr.strip().splitlines()[-1].startswith(
         f"cifar10-train: error: the run in {train_dir} has a model of 100 classes "
         f"(model.ckpt-1) and --data_dir holds 20 (coarse00, coarse01, ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -175,6 +176,22 @@ def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, t
                                            r"\(--strict: nothing written\)$"):
         prepare.convert(source, str(tmp_path / "strict"), strict=True)
     assert not (tmp_path / "strict").exists() or not os.listdir(tmp_path / "strict")
+
+
+def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path):
+    # A .png that is text: found as an image, skipped when it does not decode.
+    for i in range(4):
+        (image_dir / "eel" / f"{i}.png").parent.mkdir(exist_ok=True)
+        (image_dir / "eel" / f"{i}.png").write_text("no image")
+    source = prepare.find_source(str(image_dir), test_fraction=0.5)
+    assert source.class_names == ("bird", "cat", "dog", "eel")
+    with pytest.raises(Cifar10Error) as error:
+        prepare.convert(source, str(tmp_path / "data"))
+    assert re.fullmatch(
+        f"class eel has no training image that could be read, such as "
+        f"{re.escape(str(image_dir / 'eel'))}/[0-3]\\.png: add readable images to its folder "
+        f"or remove the folder; nothing written", str(error.value)), str(error.value)
+    assert not (tmp_path / "data").exists()
 
 
 def test_bad_folders_are_one_line_errors(image_dir, tmp_path):

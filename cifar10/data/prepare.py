@@ -112,6 +112,22 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     return dataclasses.replace(summary, batches_dir=batches_dir)
 
 
+def _refuse_classes_without_images(class_names, train: list[bytes],
+                                   skipped: list[tuple[str, str]]) -> None:
+    """Raises Cifar10Error when a class has no training image that could be read: the
+    model would get an output for a class it never sees."""
+    present = {record[0] for record in train}
+    empty = [name for label, name in enumerate(class_names) if label not in present]
+    if empty:
+        unread = [path for path, _ in skipped
+                  if os.path.basename(os.path.dirname(path)) == empty[0]]
+        example = f", such as {unread[0]}" if unread else ""
+        raise Cifar10Error(
+            f"class {empty[0]}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} "
+            f"has no training image that could be read{example}: add readable images to "
+            f"its folder or remove the folder; nothing written")
+
+
 def _records(source: Source, seed: int, strict: bool, progress
              ) -> tuple[dict[str, bytes], Summary]:
     """The contents of the data folder's files, and the summary (without its folder)."""
@@ -135,6 +151,7 @@ def _records(source: Source, seed: int, strict: bool, progress
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:
         raise Cifar10Error("no training image could be read: nothing written")
+    _refuse_classes_without_images(source.class_names, train, skipped)
     if len(train) < len(ff.TRAIN_FILES) or not test:
         raise Cifar10Error(
             f"{len(train)} training and {len(test)} test images could be read: a data folder "
