@@ -1,6 +1,8 @@
 """A training run's checkpoints, read: finding them, a model from one, the run's
 class names and whether it completed.  Evaluation and serving read runs through
-this module; the trainer writes them through ``rundir.RunDirectory``.
+this module; the trainer writes them through ``rundir.RunDirectory``.  Finding the
+checkpoint files by name needs no TensorFlow: that is ``checkpoint_files``, whose
+names this module gives too.
 
 A run directory (``--train_dir``) holds, each written by the module named:
 
@@ -26,22 +28,24 @@ patterns match exactly what TensorFlow and the trainer write (``cleanup``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import re
 from typing import Sequence
 
 import tensorflow as tf
 from absl import logging
 
 from cifar10.core.config import WEIGHTS
-from cifar10.core.errors import Cifar10Error, DataError, first_line, io_error, listed
+from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import fileformat as ff
 from cifar10.data.folder import class_names_in
 from cifar10.model import Model
+# Finding the checkpoint files needs no TensorFlow: they are in a module of their own,
+# and named here too, where the modules that read runs have always found them.
+from cifar10.runs.checkpoint_files import (  # noqa: F401
+    CHECKPOINT_NAME, DATA_FILE, INDEX_FILE, PREFIX, TEMP_DIR, Checkpoint, checkpoint_path,
+    find, latest, listdir, scan)
 
-PREFIX = "model.ckpt"
 COMPLETE_FILE = "training_complete.json"
 CLASSES_FILE = "class_names.txt"
 
@@ -49,79 +53,6 @@ CLASSES_FILE = "class_names.txt"
 # damage, IndexError for a truncated .data file, AssertionError/ValueError when
 # the objects do not match.
 READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
-
-# The exact names TensorFlow gives a checkpoint (group 1 is its step) and its files.
-CHECKPOINT_NAME = re.compile(r"model\.ckpt-(\d+)")
-INDEX_FILE = re.compile(r"model\.ckpt-(\d+)\.index")
-DATA_FILE = re.compile(r"model\.ckpt-(\d+)\.data-(\d{5})-of-(\d{5})")
-TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """One checkpoint of a run: ``path`` is the prefix ``<dir>/model.ckpt-<step>``."""
-
-    step: int
-    path: str
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
-def checkpoint_path(directory: str, step: int) -> str:
-    """The prefix of the checkpoint after ``step`` updates."""
-    return os.path.join(directory, f"{PREFIX}-{step}")
-
-
-def listdir(directory: str) -> list[str]:
-    """The names in ``directory``; none when it does not exist.
-
-    Raises:
-      Cifar10Error: the directory cannot be read.
-    """
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise io_error("cannot read the directory", directory, e) from e
-
-
-def scan(directory: str) -> tuple[list[int], dict[int, str]]:
-    """(the steps of the complete checkpoints, sorted; {step: what is missing} of the rest)."""
-    names = set(listdir(directory))
-    shards: dict[int, list[re.Match]] = {}
-    for match in filter(None, map(DATA_FILE.fullmatch, names)):
-        shards.setdefault(int(match[1]), []).append(match)
-    indexed = {int(m[1]) for m in map(INDEX_FILE.fullmatch, names) if m}
-    complete, incomplete = [], {}
-    for step in sorted(indexed | set(shards)):
-        counts = {int(m[3]) for m in shards.get(step, [])}
-        if step not in indexed:
-            incomplete[step] = "no .index file"
-        elif not counts:
-            incomplete[step] = "no .data file"
-        elif len(counts) != 1 or len(shards[step]) != counts.pop():
-            incomplete[step] = "some .data files are missing"
-        else:
-            complete.append(step)
-    return complete, incomplete
-
-
-def find(directory: str) -> list[Checkpoint]:
-    """The complete checkpoints in ``directory`` (index and every data file), oldest first.
-
-    The state file is not consulted: a checkpoint is its files.
-    """
-    return [Checkpoint(step, checkpoint_path(directory, step)) for step in scan(directory)[0]]
-
-
-def latest(directory: str) -> Checkpoint | None:
-    """The newest complete checkpoint in ``directory``, or None."""
-    found = find(directory)
-    return found[-1] if found else None
-
 
 # The last layer's biases: one per class, so their shape tells a run's class count.
 _OUTPUTS_KEY = "model/softmax_linear/biases/.ATTRIBUTES/VARIABLE_VALUE"
