@@ -26,6 +26,7 @@ from cifar10.core.config import EvalConfig
 from cifar10.data import getdata
 from cifar10.cli import programs
 from cifar10.cli import follow
+from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -37,7 +38,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
-    run_dir = os.path.dirname(FLAGS.checkpoint) if FLAGS.checkpoint else FLAGS.checkpoint_dir
+    checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    run_dir = os.path.dirname(checkpoint) if checkpoint else FLAGS.checkpoint_dir
     follow.refuse_training_dir(FLAGS.eval_dir, run_dir)
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
     batches_dir, counts = getdata.prepare(
@@ -60,7 +62,8 @@ def main(argv: list[str]) -> None:
                                         counts, FLAGS.eval_data)
     config = cifar10_flags.config_from_flags(
         EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
-        num_examples=num_examples, class_names=data.class_names(batches_dir))
+        num_examples=num_examples, class_names=data.class_names(batches_dir),
+        checkpoint=checkpoint)
     polling.evaluate(config, print_fn=lambda line: print(line, flush=True),
                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
 

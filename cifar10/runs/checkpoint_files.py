@@ -11,7 +11,7 @@ import dataclasses
 import os
 import re
 
-from cifar10.core.errors import io_error
+from cifar10.core.errors import Cifar10Error, io_error, listed
 
 PREFIX = "model.ckpt"
 
@@ -86,3 +86,56 @@ def latest(directory: str) -> Checkpoint | None:
     """The newest complete checkpoint in ``directory``, or None."""
     found = find(directory)
     return found[-1] if found else None
+
+
+# A file of a checkpoint: group 1 is the checkpoint's prefix.
+_FILE_OF_CHECKPOINT = re.compile(r"(.+)\.(?:index|data-\d{5}-of-\d{5})")
+
+
+def given(value: str) -> str:
+    """The checkpoint that ``--checkpoint=value`` names: its prefix.
+
+    A checkpoint is named by the prefix of its files (``runs/a/train/model.ckpt-1000``);
+    one of its files (``model.ckpt-1000.index``, what shell completion gives, or a
+    ``.data-00000-of-00001`` file) names it too.
+
+    Raises:
+      Cifar10Error: ``value`` names no complete checkpoint: one line saying what it
+        is instead (a folder, a file of another kind, nothing, part of an incomplete
+        checkpoint) and what to pass.
+    """
+    shown = f"--checkpoint {value}"
+    if os.path.isdir(value):
+        newest = latest(value)
+        if newest is None:
+            raise Cifar10Error(f"{shown} is a folder and holds no checkpoints: pass a "
+                               f"checkpoint, such as runs/a/train/{PREFIX}-1000, or "
+                               f"--checkpoint_dir=<a training run> for its newest")
+        raise Cifar10Error(f"{shown} is a folder: pass --checkpoint_dir={value} for its "
+                           f"newest checkpoint, or --checkpoint={newest.path}")
+    match = _FILE_OF_CHECKPOINT.fullmatch(value)
+    prefix = value
+    if match and not os.path.isfile(value + ".index"):
+        prefix = match[1]
+    folder = os.path.dirname(prefix)
+    name = CHECKPOINT_NAME.fullmatch(os.path.basename(prefix))
+    missing = scan(folder or ".")[1].get(int(name[1])) if name else None
+    if missing:
+        raise Cifar10Error(f"{shown} is incomplete ({missing}): pass another checkpoint; "
+                           f"{_holds(folder)}")
+    if os.path.isfile(prefix + ".index"):
+        return prefix
+    if os.path.lexists(value):
+        raise Cifar10Error(f"{shown} is not a TensorFlow checkpoint (a checkpoint is named by "
+                           f"the prefix of its .index and .data files, such as "
+                           f"runs/a/train/{PREFIX}-1000); {_holds(folder)}")
+    if folder and not os.path.isdir(folder):
+        raise Cifar10Error(f"{shown} does not exist: there is no folder {folder}")
+    raise Cifar10Error(f"{shown} does not exist; {_holds(folder)}")
+
+
+def _holds(folder: str) -> str:
+    """'runs/a holds model.ckpt-10, model.ckpt-20' (its complete checkpoints)."""
+    found = [checkpoint.name for checkpoint in find(folder or ".")]
+    where = folder or "the current folder"
+    return f"{where} holds {listed(found)}" if found else f"{where} holds no checkpoints"
