@@ -54,6 +54,58 @@ CLASSES_FILE = "class_names.txt"
 # the objects do not match.
 READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
 
+# How many of a run's newest checkpoints ``newest_that_reads`` tries: enough for the
+# few a crash or a full disk damages, few enough that a run of many is not read whole.
+TRIED = 3
+
+
+def unreadable(checkpoint: str) -> str:
+    """Why ``checkpoint`` cannot be read, in one line; '' when each of its tensors reads.
+
+    Reads the whole checkpoint: a truncated ``.data`` file shows only when the tensors
+    past its end are read.
+    """
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+    except READ_ERRORS as e:
+        return first_line(e) or type(e).__name__
+    return ""
+
+
+def newest_that_reads(directory: str, warn=logging.warning,
+                      tried: int = TRIED) -> Checkpoint | None:
+    """The newest checkpoint in ``directory`` that reads, as the trainer resumes from the
+    newest that restores; None when it holds no complete checkpoint.
+
+    When newer ones are damaged, one ``warn`` line names each and says which is used.
+
+    Raises:
+      Cifar10Error: none of its ``tried`` newest checkpoints reads: one line naming
+        them, and an older one to pass with --checkpoint if there is one.
+    """
+    found = find(directory)
+    failures = []
+    for candidate in reversed(found[-tried:]):
+        problem = unreadable(candidate.path)
+        if not problem:
+            if failures:
+                warn(f"Using {candidate.path}, the newest checkpoint in {directory} that "
+                     f"reads: {'; '.join(failures)}.")
+            return candidate
+        failures.append(f"{candidate.name} cannot be read ({problem})")
+    if not found:
+        return None
+    older = found[:-tried]
+    fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
+           if older else
+           f"train again (cifar10-train --train_dir={directory} --fresh_start deletes them) "
+           f"or point --checkpoint_dir at another run")
+    which = f"none of the {len(failures)} newest checkpoints" if older else "no checkpoint"
+    raise Cifar10Error(f"{which} in {directory} can be read: {'; '.join(failures)}; {fix}")
+
+
 # The last layer's biases: one per class, so their shape tells a run's class count.
 _OUTPUTS_KEY = "model/softmax_linear/biases/.ATTRIBUTES/VARIABLE_VALUE"
 
