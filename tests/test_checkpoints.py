@@ -8,6 +8,7 @@ it where a test damages it.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import cli
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.data import fileformat as ff
 from cifar10.data import folder
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files, checkpoints
 from conftest import LAYERS
 from rundirs import copy_run, truncate
 
@@ -165,3 +166,75 @@ def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(tra
         f"cifar10-train: warning: {problem}: it is written again with --data_dir's class "
         f"names ({', '.join(ff.CLASS_NAMES)})."]
     assert path.read_text() == "".join(f"{name}\n" for name in ff.CLASS_NAMES)
+
+
+def test_a_checkpoint_is_named_by_its_prefix_or_by_one_of_its_files(trained_run):
+    prefix = str(trained_run[0] / "model.ckpt-6")
+    for value in (prefix, prefix + ".index", prefix + ".data-00000-of-00001"):
+        assert checkpoint_files.given(value) == prefix
+
+
+def test_a_checkpoint_flag_that_names_no_checkpoint_is_one_line_saying_what_it_is(trained_run,
+                                                                                  tmp_path):
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    (run_dir / "model.ckpt-3.data-00000-of-00001").unlink()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "red.png").write_bytes(b"\x89PNG not a checkpoint")
+    cases = {
+        f"{run_dir}/model.ckpt-5": f"--checkpoint {run_dir}/model.ckpt-5 does not exist; "
+                                   f"{run_dir} holds model.ckpt-6",
+        f"{tmp_path}/gone/model.ckpt-6": f"--checkpoint {tmp_path}/gone/model.ckpt-6 does not "
+                                         f"exist: there is no folder {tmp_path}/gone",
+        str(run_dir): f"--checkpoint {run_dir} is a folder: pass --checkpoint_dir={run_dir} for "
+                      f"its newest checkpoint, or --checkpoint={run_dir}/model.ckpt-6",
+        str(tmp_path / "empty"): f"--checkpoint {tmp_path}/empty is a folder and holds no "
+                                 f"checkpoints: pass a checkpoint, such as "
+                                 f"runs/a/train/model.ckpt-1000, or --checkpoint_dir=<a training "
+                                 f"run> for its newest",
+        str(tmp_path / "red.png"): f"--checkpoint {tmp_path}/red.png is not a TensorFlow "
+                                   f"checkpoint (a checkpoint is named by the prefix of its "
+                                   f".index and .data files, such as "
+                                   f"runs/a/train/model.ckpt-1000); {tmp_path} holds no "
+                                   f"checkpoints",
+        f"{run_dir}/notes.txt": f"--checkpoint {run_dir}/notes.txt is not a TensorFlow "
+                                f"checkpoint (a checkpoint is named by the prefix of its .index "
+                                f"and .data files, such as runs/a/train/model.ckpt-1000); "
+                                f"{run_dir} holds model.ckpt-6",
+        f"{run_dir}/model.ckpt-3.index": f"--checkpoint {run_dir}/model.ckpt-3.index is "
+                                         f"incomplete (no .data file): pass another checkpoint; "
+                                         f"{run_dir} holds model.ckpt-6",
+    }
+    for value, message in cases.items():
+        with pytest.raises(Cifar10Error) as err:
+            checkpoint_files.given(value)
+        assert str(err.value) == message
+
+
+def test_the_newest_checkpoint_that_reads_is_used_with_one_warning_naming_the_others(
+        trained_run, tmp_path):
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    warnings = []
+    assert checkpoints.newest_that_reads(str(run_dir), warnings.append).step == 6
+    assert warnings == []
+    (run_dir / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
+    assert checkpoints.newest_that_reads(str(run_dir), warnings.append).step == 3
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"Using {run_dir}/model.ckpt-3, the newest checkpoint in {run_dir} that reads: "
+        f"model.ckpt-6 cannot be read (")
+    # Only the newest `tried` are read; an older one is offered, not read.
+    with pytest.raises(Cifar10Error) as err:
+        checkpoints.newest_that_reads(str(run_dir), warnings.append, tried=1)
+    assert re.fullmatch(rf"none of the 1 newest checkpoints in {run_dir} can be read: "
+                        rf"model\.ckpt-6 cannot be read \([^\n]+\); pass "
+                        rf"--checkpoint={run_dir}/model\.ckpt-3, an older one not tried, if it "
+                        rf"reads", str(err.value))
+    truncate(run_dir / "model.ckpt-3.index")
+    with pytest.raises(Cifar10Error) as err:
+        checkpoints.newest_that_reads(str(run_dir), warnings.append)
+    assert str(err.value).startswith(f"no checkpoint in {run_dir} can be read: model.ckpt-6 "
+                                     f"cannot be read (")
+    assert str(err.value).endswith(
+        f"; train again (cifar10-train --train_dir={run_dir} --fresh_start deletes them) or "
+        f"point --checkpoint_dir at another run")
+    assert "\n" not in str(err.value) and len(warnings) == 1
+    assert checkpoints.newest_that_reads(str(tmp_path / "no_run")) is None

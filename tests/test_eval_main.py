@@ -117,6 +117,24 @@ def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
         f"{ERROR} cannot evaluate checkpoint {copy / 'model.ckpt-3'}: "), errors
 
 
+def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_line(trained,
+                                                                                  tmp_path):
+    data_dir, train_dir = trained
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval",
+                                             f"--checkpoint={train_dir / 'model.ckpt-3.index'}"))
+    assert result.returncode == 0, result.stderr
+    assert [r["step"] for r in results(tmp_path / "eval")] == [3]
+    assert results(tmp_path / "eval")[0]["checkpoint"] == str(train_dir / "model.ckpt-3")
+    # Said before the data is prepared or anything written.
+    result = call("cifar10-eval", *eval_args(tmp_path / "no_data", train_dir, tmp_path / "eval2",
+                                             f"--checkpoint={train_dir}"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"{ERROR} --checkpoint {train_dir} is a folder: pass --checkpoint_dir={train_dir} for "
+        f"its newest checkpoint, or --checkpoint={train_dir / 'model.ckpt-6'}"]
+    assert not (tmp_path / "eval2").exists() and not (tmp_path / "no_data").exists()
+
+
 def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, tmp_path):
     data_dir, _ = trained
     train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"

@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import env, program, run
+from cli import call, env, program, run
 from test_predict import records_of, write_pngs
 
 from cifar10.runs import checkpoints
@@ -237,3 +238,23 @@ def test_an_export_dir_whose_name_is_not_utf8_is_one_line_and_nothing_is_written
         f"in UTF-8 (TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names) "
         f"(see cifar10-export --help)"]
     assert os.listdir(tmp_path) == []
+
+
+def test_export_passes_over_a_damaged_newest_checkpoint_and_names_a_folder_given_as_one(
+        trained_run, tmp_path):
+    train_dir, _ = trained_run
+    copy = tmp_path / "train"
+    shutil.copytree(train_dir, copy)
+    (copy / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
+    result = call("cifar10-export", f"--checkpoint_dir={copy}", f"--export_dir={tmp_path / 'e'}")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"cifar10-export: warning: Using {copy}/model.ckpt-3, the "
+                                    f"newest checkpoint in {copy} that reads: model.ckpt-6 "
+                                    f"cannot be read (")
+    assert os.listdir(tmp_path / "e") == ["3"]
+    result = call("cifar10-export", f"--checkpoint={copy}", f"--export_dir={tmp_path / 'f'}")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"cifar10-export: error: --checkpoint {copy} is a folder: pass --checkpoint_dir={copy} "
+        f"for its newest checkpoint, or --checkpoint={copy}/model.ckpt-6"]
+    assert not (tmp_path / "f").exists()

@@ -154,14 +154,25 @@ def test_run_once_without_a_checkpoint_raises_no_checkpoint_error(run, tmp_path)
     ".index",
     DATA_SUFFIX,
 ])
-def test_run_once_on_a_corrupt_checkpoint_is_an_error_naming_it(run, tmp_path, part):
+def test_run_once_scores_the_newest_checkpoint_that_reads_and_says_which_do_not(
+        run, tmp_path, caplog, part):
     train_dir = copy_run(run, tmp_path)
-    latest = os.path.join(train_dir, "model.ckpt-6")
-    truncate(latest + part)
-    with pytest.raises(Cifar10Error, match=f"cannot evaluate checkpoint {re.escape(latest)}"):
-        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+    truncate(os.path.join(train_dir, "model.ckpt-6" + part))
+    [result] = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                          run_once=True), print_fn=lambda line: None)
+    assert result.step == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"Using {train_dir}/model.ckpt-3, the newest checkpoint in {train_dir} that reads: "
+        f"model.ckpt-6 cannot be read (")
+    # None reads: one line naming each, and nothing recorded.
+    truncate(os.path.join(train_dir, "model.ckpt-3" + part))
+    with pytest.raises(Cifar10Error, match=f"^no checkpoint in {re.escape(train_dir)} can be "
+                                           f"read: model.ckpt-6 cannot be read .*; model.ckpt-3 "
+                                           f"cannot be read "):
+        polling.evaluate(config_of(run, tmp_path / "eval2", checkpoint_dir=train_dir,
                                    run_once=True))
-    assert results_lines(tmp_path / "eval") == []
+    assert not (tmp_path / "eval2").exists()
 
 
 # --- polling -----------------------------------------------------------------
@@ -231,7 +242,8 @@ def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
     ".index",
     DATA_SUFFIX,
 ])
-def test_poll_skips_a_corrupt_checkpoint_with_a_warning(run, tmp_path, caplog, part):
+def test_poll_skips_a_corrupt_checkpoint_with_a_warning_and_scores_the_one_before(
+        run, tmp_path, caplog, part):
     train_dir = copy_run(run, tmp_path, complete=False)
     latest = os.path.join(train_dir, "model.ckpt-6")
     truncate(latest + part)
@@ -241,12 +253,16 @@ def test_poll_skips_a_corrupt_checkpoint_with_a_warning(run, tmp_path, caplog, p
         config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
                   eval_interval_secs=0.1), print_fn=lines.append, sleep=sleep,
         clock=sleep.clock)
-    assert results == []
-    assert results_lines(tmp_path / "eval") == []
-    assert lines == ["No new checkpoint in 0.5 s; stopping."]
+    assert [r.step for r in results] == [3]
+    assert len(results_lines(tmp_path / "eval")) == 1
+    assert EVAL_LINE.match(lines[0])[3] == "model.ckpt-3"
+    assert lines[1:] == ["No new checkpoint in 0.5 s; stopping."]
     skipped = [r.getMessage() for r in caplog.records if "Skipping checkpoint" in r.getMessage()]
     assert len(skipped) == 1  # tried once, not again at every poll
     assert skipped[0].startswith(f"Skipping checkpoint {latest}: ")
+    assert skipped[0].endswith("; it is not tried again unless its files change, and the "
+                               "newest older checkpoint that reads is scored instead if it is "
+                               "not scored yet.")
 
 
 def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run, tmp_path):
@@ -255,10 +271,10 @@ def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run,
     lines = []
     results = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
                                print_fn=lines.append, sleep=FakeSleep())
-    assert results == []
-    assert len(lines) == 1  # it stops: nothing will ever make ckpt-6 readable
-    assert "is evaluated" not in lines[0]
-    assert lines[0].endswith("final checkpoint " + os.path.join(train_dir, "model.ckpt-6")
+    assert [r.step for r in results] == [3]  # the newest that reads, instead
+    assert len(lines) == 2  # it stops: nothing will ever make ckpt-6 readable
+    assert "is evaluated" not in lines[1]
+    assert lines[1].endswith("final checkpoint " + os.path.join(train_dir, "model.ckpt-6")
                              + " could not be evaluated; stopping.")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -163,7 +164,8 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
         f"No checkpoint found in {tmp_path / 'no_run'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'no_run'}) or point --checkpoint_dir at a training run")
     assert programs.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
-    assert programs.checkpoint_to_use(str(train_dir), "given") == "given"
+    given = str(train_dir / "model.ckpt-3")
+    assert programs.checkpoint_to_use(str(train_dir), given + ".index") == given
     # The command checks its image arguments before it loads TensorFlow.
     (tmp_path / "empty").mkdir()
     result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
@@ -171,3 +173,36 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp) in the folder "
         f"{tmp_path / 'empty'} or its subfolders"]
+
+
+def test_the_index_file_names_its_checkpoint_and_a_bad_checkpoint_is_one_line(trained_run,
+                                                                              tmp_path):
+    train_dir, test_files = trained_run
+    image = write_pngs(tmp_path / "photos", records_of(test_files)[0][:1])[0]
+    by_prefix = call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3'}", image)
+    by_index = call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3.index'}", image)
+    assert by_index.returncode == 0 and by_index.stdout == by_prefix.stdout != ""
+    for value, says in ((train_dir / "model.ckpt-4", "does not exist; "),
+                        (train_dir, "is a folder: pass --checkpoint_dir="),
+                        (image, "is not a TensorFlow checkpoint")):
+        result = call("cifar10-predict", f"--checkpoint={value}", image)
+        assert result.returncode == 1 and result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"cifar10-predict: error: --checkpoint {value} {says}"), lines
+
+
+def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    copy = tmp_path / "train"
+    shutil.copytree(train_dir, copy)
+    (copy / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
+    image = write_pngs(tmp_path / "photos", records_of(test_files)[0][:1])[0]
+    result = call("cifar10-predict", f"--checkpoint_dir={copy}", image)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3'}",
+                                 image).stdout
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"cifar10-predict: warning: Using {copy}/model.ckpt-3, the newest checkpoint in {copy} "
+        f"that reads: model.ckpt-6 cannot be read (")

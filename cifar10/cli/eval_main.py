@@ -27,6 +27,7 @@ from cifar10.data import getdata
 from cifar10.cli import programs
 from cifar10.cli import follow
 from cifar10.cli import outdirs
+from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -38,10 +39,11 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
-    run_dir = os.path.dirname(FLAGS.checkpoint) if FLAGS.checkpoint else FLAGS.checkpoint_dir
+    checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    run_dir = os.path.dirname(checkpoint) if checkpoint else FLAGS.checkpoint_dir
     outdirs.refuse_training_dir(FLAGS.eval_dir, run_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
-    if not (FLAGS.run_once or FLAGS.checkpoint) and not follow.wait_for_run(
+    if not (FLAGS.run_once or checkpoint) and not follow.wait_for_run(
             run_dir, FLAGS.eval_timeout, print_fn=lambda line: print(line, flush=True)):
         return
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
@@ -65,7 +67,8 @@ def main(argv: list[str]) -> None:
                                         counts, FLAGS.eval_data)
     config = cifar10_flags.config_from_flags(
         EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
-        num_examples=num_examples, class_names=data.class_names(batches_dir))
+        num_examples=num_examples, class_names=data.class_names(batches_dir),
+        checkpoint=checkpoint)
     polling.evaluate(config, print_fn=lambda line: print(line, flush=True),
                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
 

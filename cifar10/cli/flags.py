@@ -204,9 +204,11 @@ def define_export_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
     flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train",
-                        "Training run whose latest checkpoint is used.", flag_values=flag_values)
-    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the latest of "
-                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000).",
+                        "Training run whose newest checkpoint that reads is used.",
+                        flag_values=flag_values)
+    flags.DEFINE_string("checkpoint", None, "A checkpoint to use instead of the newest of "
+                        "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000, or "
+                        "its .index file).",
                         flag_values=flag_values)
     _define_weights_flag(verb, flag_values)
 

@@ -14,7 +14,6 @@ says so.  No TensorFlow: this runs before it loads.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import time
 from typing import Callable
@@ -22,6 +21,7 @@ from typing import Callable
 from absl import flags
 from absl import logging
 
+from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
 
@@ -124,7 +124,9 @@ def _kind_name(kind: tuple[str, ...]) -> str:
 
 
 def _has_checkpoints(run_dir: str) -> bool:
-    return bool(glob.glob(os.path.join(glob.escape(run_dir), "model.ckpt-*.index")))
+    """Whether ``run_dir`` holds a checkpoint's files (a whole one or not)."""
+    complete, incomplete = checkpoint_files.scan(run_dir)
+    return bool(complete or incomplete)
 
 
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],

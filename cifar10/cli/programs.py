@@ -26,6 +26,7 @@ from absl import logging
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
+from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
@@ -41,21 +42,24 @@ _tensorflow_lines = False
 
 
 def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str:
-    """``checkpoint`` if given, else the latest checkpoint of ``checkpoint_dir``.
+    """The checkpoint ``checkpoint`` names (``checkpoint_files.given``: one of its files
+    names it too) if given, else the newest of ``checkpoint_dir`` that reads (one
+    warning names the newer ones that do not: ``checkpoints.newest_that_reads``).
 
     Raises:
-      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint.
+      Cifar10Error: ``checkpoint`` names no checkpoint; ``checkpoint_dir`` holds no
+        complete checkpoint, or none of its newest reads.
     """
     if checkpoint:
-        return checkpoint
+        return checkpoint_files.given(checkpoint)
     from cifar10.runs import checkpoints
 
-    latest = checkpoints.latest(checkpoint_dir)
-    if latest is None:
+    newest = checkpoints.newest_that_reads(checkpoint_dir)
+    if newest is None:
         raise Cifar10Error(
             f"No checkpoint found in {checkpoint_dir}: train first (cifar10-train "
             f"--train_dir={checkpoint_dir}) or point --checkpoint_dir at a training run")
-    return latest.path
+    return newest.path
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):

@@ -199,8 +199,9 @@ class EvalConfig:
     use_bf16: bool = setting(False, "Evaluate in bfloat16 compute (checkpoints of either "
                                     "mode evaluate in either).")
     checkpoint: str | None = setting(None, "Evaluate this checkpoint once (a path such as "
-                                           "runs/a/train/model.ckpt-10000) instead of the "
-                                           "latest of --checkpoint_dir.")
+                                           "runs/a/train/model.ckpt-10000, or its .index "
+                                           "file) instead of the newest of "
+                                           "--checkpoint_dir.")
 
 
 def compute_dtype(settings: TrainConfig | EvalConfig) -> str:

@@ -94,7 +94,10 @@ def _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command):
 
 
 def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
-    latest = config.checkpoint or _latest(config.checkpoint_dir)
+    # The newest that reads (one warning names newer ones that do not), as the trainer
+    # resumes from the newest that restores.
+    newest = None if config.checkpoint else checkpoints.newest_that_reads(config.checkpoint_dir)
+    latest = config.checkpoint or (newest.path if newest else None)
     if not latest:
         raise NoCheckpointError(
             f"No checkpoint file found in {config.checkpoint_dir}: train first "
@@ -112,8 +115,9 @@ def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
 
 
 # Not tf.train.checkpoints_iterator, which goes by the state file and names alone: this
-# also rescores a new run's same-named checkpoint, skips an unreadable one once, remembers
-# across restarts (results.jsonl) and stops when the run is complete (each is tested).
+# also rescores a new run's same-named checkpoint, skips an unreadable one once (saying
+# so, and scoring the newest older one that reads instead), remembers across restarts
+# (results.jsonl) and stops when the run is complete (each is tested).
 class _Poller:
     """The polling loop of one ``evaluate`` call and what it remembers."""
 
@@ -132,11 +136,11 @@ class _Poller:
         """Polls until the run is complete, the timeout or ``should_stop()``."""
         while not should_stop():
             latest = _latest(self.config.checkpoint_dir)
-            todo = bool(latest) and self._key(latest) not in self.done
-            if todo and (latest, scoring.checkpoint_mtime_ns(latest)) not in self.failed:
-                self._score(latest)
+            candidate = self._candidate()
+            if candidate and self._key(candidate) not in self.done:
+                self._score(candidate)
                 continue
-            if self._stopping(latest, todo):
+            if self._stopping(latest, bool(latest) and self._unreadable(latest)):
                 break
             self.sleep(min(POLL_SECS, self.config.eval_interval_secs) or POLL_SECS)
         return self.results
@@ -152,13 +156,15 @@ class _Poller:
             if wait > 0:
                 self.sleep(wait)
             # A newer checkpoint may have appeared while waiting: take the newest.
-            latest = _latest(self.config.checkpoint_dir) or latest
+            latest = self._candidate() or latest
         self.last_start = self.clock()
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
         except checkpoints.READ_ERRORS as e:
             # Deleted by the trainer's retention meanwhile, or damaged.
-            logging.warning("Skipping checkpoint %s: %s", latest, first_line(e))
+            logging.warning("Skipping checkpoint %s: %s; it is not tried again unless its "
+                            "files change, and the newest older checkpoint that reads is "
+                            "scored instead if it is not scored yet.", latest, first_line(e))
             self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
             return
         recording.record(result, self.config.eval_dir, self.writer)
@@ -167,7 +173,20 @@ class _Poller:
         for line in result.lines():
             self.print_fn(line)
 
-    def _stopping(self, latest: str | None, todo: bool) -> bool:
+    def _candidate(self) -> str | None:
+        """The newest of the ``checkpoints.TRIED`` newest checkpoints not known to be
+        unreadable, or None."""
+        for checkpoint in reversed(checkpoints.find(self.config.checkpoint_dir)
+                                   [-checkpoints.TRIED:]):
+            if not self._unreadable(checkpoint.path):
+                return checkpoint.path
+        return None
+
+    def _unreadable(self, checkpoint: str) -> bool:
+        """``checkpoint`` could not be read, and its files have not changed since."""
+        return (checkpoint, scoring.checkpoint_mtime_ns(checkpoint)) in self.failed
+
+    def _stopping(self, latest: str | None, unreadable: bool) -> bool:
         """Whether to stop now that nothing is left to score (saying why), after
         saying once that there is no checkpoint yet."""
         checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
@@ -176,7 +195,7 @@ class _Poller:
                           f"trainer to write one.")
             self.said_waiting = True
         if _training_finished(checkpoint_dir, latest):
-            if todo:  # it is in `failed`: unreadable
+            if unreadable:
                 self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
                               f"checkpoint {latest} could not be evaluated; stopping.")
             else:

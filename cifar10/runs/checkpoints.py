@@ -1,6 +1,8 @@
 """A training run's checkpoints, read: finding them, a model from one, the run's
 class names and whether it completed.  Evaluation and serving read runs through
-this module; the trainer writes them through ``rundir.RunDirectory``.
+this module; the trainer writes them through ``rundir.RunDirectory``.  Finding the
+checkpoint files by name needs no TensorFlow: that is ``checkpoint_files``, whose
+names this module gives too.
 
 A run directory (``--train_dir``) holds, each written by the module named:
 
@@ -26,22 +28,24 @@ patterns match exactly what TensorFlow and the trainer write (``cleanup``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import re
 from typing import Sequence
 
 import tensorflow as tf
 from absl import logging
 
 from cifar10.core.config import WEIGHTS
-from cifar10.core.errors import Cifar10Error, DataError, first_line, io_error, listed
+from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import fileformat as ff
 from cifar10.data.folder import class_names_in
 from cifar10.model import Model
+# Finding the checkpoint files needs no TensorFlow: they are in a module of their own,
+# and named here too, where the modules that read runs have always found them.
+from cifar10.runs.checkpoint_files import (  # noqa: F401
+    CHECKPOINT_NAME, DATA_FILE, INDEX_FILE, PREFIX, TEMP_DIR, Checkpoint, checkpoint_path,
+    find, latest, listdir, scan)
 
-PREFIX = "model.ckpt"
 COMPLETE_FILE = "training_complete.json"
 CLASSES_FILE = "class_names.txt"
 
@@ -50,77 +54,56 @@ CLASSES_FILE = "class_names.txt"
 # the objects do not match.
 READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
 
-# The exact names TensorFlow gives a checkpoint (group 1 is its step) and its files.
-CHECKPOINT_NAME = re.compile(r"model\.ckpt-(\d+)")
-INDEX_FILE = re.compile(r"model\.ckpt-(\d+)\.index")
-DATA_FILE = re.compile(r"model\.ckpt-(\d+)\.data-(\d{5})-of-(\d{5})")
-TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
+# How many of a run's newest checkpoints ``newest_that_reads`` tries: enough for the
+# few a crash or a full disk damages, few enough that a run of many is not read whole.
+TRIED = 3
 
 
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """One checkpoint of a run: ``path`` is the prefix ``<dir>/model.ckpt-<step>``."""
+def unreadable(checkpoint: str) -> str:
+    """Why ``checkpoint`` cannot be read, in one line; '' when each of its tensors reads.
 
-    step: int
-    path: str
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
-def checkpoint_path(directory: str, step: int) -> str:
-    """The prefix of the checkpoint after ``step`` updates."""
-    return os.path.join(directory, f"{PREFIX}-{step}")
-
-
-def listdir(directory: str) -> list[str]:
-    """The names in ``directory``; none when it does not exist.
-
-    Raises:
-      Cifar10Error: the directory cannot be read.
+    Reads the whole checkpoint: a truncated ``.data`` file shows only when the tensors
+    past its end are read.
     """
     try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise io_error("cannot read the directory", directory, e) from e
+        reader = tf.train.load_checkpoint(checkpoint)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+    except READ_ERRORS as e:
+        return first_line(e) or type(e).__name__
+    return ""
 
 
-def scan(directory: str) -> tuple[list[int], dict[int, str]]:
-    """(the steps of the complete checkpoints, sorted; {step: what is missing} of the rest)."""
-    names = set(listdir(directory))
-    shards: dict[int, list[re.Match]] = {}
-    for match in filter(None, map(DATA_FILE.fullmatch, names)):
-        shards.setdefault(int(match[1]), []).append(match)
-    indexed = {int(m[1]) for m in map(INDEX_FILE.fullmatch, names) if m}
-    complete, incomplete = [], {}
-    for step in sorted(indexed | set(shards)):
-        counts = {int(m[3]) for m in shards.get(step, [])}
-        if step not in indexed:
-            incomplete[step] = "no .index file"
-        elif not counts:
-            incomplete[step] = "no .data file"
-        elif len(counts) != 1 or len(shards[step]) != counts.pop():
-            incomplete[step] = "some .data files are missing"
-        else:
-            complete.append(step)
-    return complete, incomplete
+def newest_that_reads(directory: str, warn=logging.warning,
+                      tried: int = TRIED) -> Checkpoint | None:
+    """The newest checkpoint in ``directory`` that reads, as the trainer resumes from the
+    newest that restores; None when it holds no complete checkpoint.
 
+    When newer ones are damaged, one ``warn`` line names each and says which is used.
 
-def find(directory: str) -> list[Checkpoint]:
-    """The complete checkpoints in ``directory`` (index and every data file), oldest first.
-
-    The state file is not consulted: a checkpoint is its files.
+    Raises:
+      Cifar10Error: none of its ``tried`` newest checkpoints reads: one line naming
+        them, and an older one to pass with --checkpoint if there is one.
     """
-    return [Checkpoint(step, checkpoint_path(directory, step)) for step in scan(directory)[0]]
-
-
-def latest(directory: str) -> Checkpoint | None:
-    """The newest complete checkpoint in ``directory``, or None."""
     found = find(directory)
-    return found[-1] if found else None
+    failures = []
+    for candidate in reversed(found[-tried:]):
+        problem = unreadable(candidate.path)
+        if not problem:
+            if failures:
+                warn(f"Using {candidate.path}, the newest checkpoint in {directory} that "
+                     f"reads: {'; '.join(failures)}.")
+            return candidate
+        failures.append(f"{candidate.name} cannot be read ({problem})")
+    if not found:
+        return None
+    older = found[:-tried]
+    fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
+           if older else
+           f"train again (cifar10-train --train_dir={directory} --fresh_start deletes them) "
+           f"or point --checkpoint_dir at another run")
+    which = f"none of the {len(failures)} newest checkpoints" if older else "no checkpoint"
+    raise Cifar10Error(f"{which} in {directory} can be read: {'; '.join(failures)}; {fix}")
 
 
 # The last layer's biases: one per class, so their shape tells a run's class count.
