@@ -160,8 +160,13 @@ def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker,
 @pytest.mark.parametrize("args, error", [
     (["--num_workers=0"], "flag --num_workers=0: 0 is not a positive integer (see "
                           "cifar10-launch --help)"),
-    (["--synthetic_data"], "Unknown command line flag 'synthetic_data' (see cifar10-launch "
-                           "--help)"),
+    (["--synthetic_data"], "--synthetic_data is cifar10-train's flag: put it after --, as in "
+                           "cifar10-launch -- --synthetic_data (see cifar10-launch --help)"),
+    (["--num_workers=2", "--max_steps=3", "--", "--synthetic_data"],
+     "--max_steps=3 is cifar10-train's flag: put it after --, as in cifar10-launch "
+     "--num_workers=2 -- --synthetic_data --max_steps=3 (see cifar10-launch --help)"),
+    (["--no_such_flag"], "Unknown command line flag 'no_such_flag' (see cifar10-launch "
+                         "--help)"),
     (["--", "--max_step=3"], "cifar10-train's flags (after --): Unknown command line flag "
                              "'max_step'. Did you mean: max_steps ? (see cifar10-train --help)"),
     (["--", "--batch_size=0"], "cifar10-train's flags (after --): flag --batch_size=0: 0 is "

@@ -206,7 +206,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
         raise
     except flags.Error as e:
         message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        message = _other_programs_flagfile(argv, program) or message
+        message = (_other_programs_flagfile(argv, program) or _trainers_flag(e, argv, program)
+                   or message)
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
 
@@ -249,6 +250,25 @@ def _refuse_values_flags_txt_cannot_hold(flag_values: flags.FlagValues) -> None:
             continue
         raise flags.Error(f"--{flag.name}={value!r} {problem} in the run's flags.txt (one "
                           f"flag per line, replayed with --flagfile): choose a value without it")
+
+
+def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
+    """cifar10-launch's error for a flag of cifar10-train's given before the ``--``
+    that its own flags end with, or None."""
+    if program != "cifar10-launch" or not isinstance(error, flags.UnrecognizedFlagError):
+        return None
+    trainer = flags.FlagValues()
+    cifar10_flags.define_train_flags(trainer)
+    name = error.flagname[2:] if error.flagname.startswith("no") and \
+        error.flagname[2:] in trainer else error.flagname
+    if name not in trainer:
+        return None
+    given = next((arg for arg in argv[1:] if arg.lstrip("-").split("=")[0] == error.flagname),
+                 f"--{error.flagname}")
+    own = [arg for arg in argv[1:argv.index("--") if "--" in argv else None] if arg != given]
+    after = argv[argv.index("--") + 1:] if "--" in argv else []
+    return (f"{given} is cifar10-train's flag: put it after --, as in "
+            f"{' '.join([program, *own, '--', *after, given])}")
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
