@@ -206,3 +206,28 @@ def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(trained_run, 
     assert len(warnings) == 1 and warnings[0].startswith(
         f"cifar10-predict: warning: Using {copy}/model.ckpt-3, the newest checkpoint in {copy} "
         f"that reads: model.ckpt-6 cannot be read (")
+
+
+def test_predict_and_export_of_a_run_on_generated_data_say_so(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    run_dir = tmp_path / "train"
+    shutil.copytree(train_dir, run_dir)
+    (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
+                                       "at step 0\n--synthetic_data\n")
+    images, _ = records_of(test_files)
+    [image] = write_pngs(tmp_path / "photos", images[:1])
+    warning = (f"warning: the model of {run_dir} was trained on SYNTHETIC data "
+               f"(--synthetic_data in {run_dir / 'flags.txt'}): its classes say nothing about "
+               f"real images")
+    predicted = call("cifar10-predict", f"--checkpoint_dir={run_dir}", image)
+    assert predicted.returncode == 0, predicted.stderr
+    assert predicted.stderr.splitlines() == [f"cifar10-predict: {warning}"]
+    assert predicted.stdout.startswith(f"{image}: ")  # the output itself as it was
+    exported = call("cifar10-export", f"--checkpoint_dir={run_dir}",
+                    f"--export_dir={tmp_path / 'export'}")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr.splitlines() == [f"cifar10-export: {warning}"]
+    # A run on real data, or one without records, says nothing of the kind.
+    (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
+                                       "at step 0\n--nosynthetic_data\n")
+    assert call("cifar10-predict", f"--checkpoint_dir={run_dir}", image).stderr == ""

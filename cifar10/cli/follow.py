@@ -83,6 +83,17 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     return Followed(source, taken)
 
 
+def warn_if_trained_on_synthetic_data(run_dir: str) -> None:
+    """One warning when the run in ``run_dir`` recorded --synthetic_data: what
+    cifar10-predict and cifar10-export make of its model says nothing about real
+    images, as everything the evaluator shows of such a run says SYNTHETIC."""
+    recorded = records.recorded_flags(run_dir)
+    if recorded is not None and recorded.get("synthetic_data") == "true":
+        logging.warning("the model of %s was trained on SYNTHETIC data (--synthetic_data in "
+                        "%s): its classes say nothing about real images", run_dir,
+                        os.path.join(run_dir, records.FLAGS_FILE))
+
+
 def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> None:
     """Raises Cifar10Error when the run in ``run_dir`` (one with checkpoints) was
     trained on another kind of data than ``flag_values`` ask for: going on would train
