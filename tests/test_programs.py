@@ -87,6 +87,28 @@ def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
         assert capsys.readouterr() == ("", f"prog: error: {message} (see prog --help)\n")
 
 
+@pytest.mark.parametrize("program, flag, message", [
+    ("cifar10-train", "--train_dir=", "--train_dir is empty: name a folder (default: "
+                                      "/tmp/cifar10_train)"),
+    ("cifar10-export", "--export_dir=", "--export_dir is empty: name a folder (default: "
+                                        "/tmp/cifar10_export)"),
+    ("cifar10-eval", "--checkpoint_dir=", "--checkpoint_dir is empty: name a folder (default: "
+                                          "/tmp/cifar10_train)"),
+    ("cifar10-train", "--train_dir={file}", "--train_dir={file} is a file, not a folder: name "
+                                            "a folder for its output"),
+    ("cifar10-eval", "--eval_dir={file}", "--eval_dir={file} is a file, not a folder: name a "
+                                          "folder for its output"),
+])
+def test_a_folder_flag_that_is_empty_or_a_file_is_one_line(program, flag, message, tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    result = cli.call(program, flag.format(file=file))
+    assert result.returncode == 1
+    assert result.stderr == (f"{program}: error: {message.format(file=file)} (see {program} "
+                             f"--help)\n")
+    assert file.read_text() == "mine"
+
+
 @pytest.mark.parametrize("option", ["--help", "-h", "--helpshort"])
 def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
     values = flag_values()

@@ -197,6 +197,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     try:
         rest = flag_values(argv)
         _refuse_paths_not_utf8(flag_values)
+        _refuse_folders_that_are_not(flag_values)
         if program in RECORDING_PROGRAMS:
             _refuse_values_flags_txt_cannot_hold(flag_values)
         return rest
@@ -210,6 +211,26 @@ def parse_flags(argv: list[str], program: str, doc: str,
                    or message)
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
+
+
+# The folder flags; the programs write into the first three (making them if need be).
+_OUTPUT_FOLDERS = ("train_dir", "eval_dir", "export_dir")
+_FOLDERS = (*_OUTPUT_FOLDERS, "checkpoint_dir", "data_dir", "image_dir")
+
+
+def _refuse_folders_that_are_not(flag_values: flags.FlagValues) -> None:
+    """A folder flag given as '' (which would mean the current directory), or an
+    output folder that is a file, is a flag error naming it."""
+    for name in _FOLDERS:
+        value = flag_values[name].value if name in flag_values else None
+        if value == "":
+            default = flag_values[name].default
+            raise flags.ValidationError(
+                f"--{name} is empty: name a folder{f' (default: {default})' if default else ''}")
+        if name in _OUTPUT_FOLDERS and value and os.path.exists(value) \
+                and not os.path.isdir(value):
+            raise flags.ValidationError(f"--{name}={value} is a file, not a folder: name a "
+                                        f"folder for its output")
 
 
 def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
