@@ -116,6 +116,8 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     ("--max_steps=0", "--max_steps"),
     ("--no_such_flag=1", "no_such_flag"),
     ("--use_fp16 --use_bf16", "use_fp16 and use_bf16 exclude each other"),
+    ("--strategy=one_device --num_gpus=3", "--strategy=one_device trains one replica: drop "
+                                           "--num_gpus, or use --strategy=mirrored for several"),
 ])
 def test_bad_flags_are_usage_errors(tmp_path, flag, message):
     result = call("cifar10-train", *train_args(tmp_path), *flag.split())
