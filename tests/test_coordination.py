@@ -27,3 +27,16 @@ def test_a_failure_names_the_step_the_cause_and_the_last_checkpoint(checkpoint, 
                            checkpoint)
     assert str(lost) == (f"training stopped at step 7: lost another worker or the connection "
                          f"to it (Socket closed); {said}; start every worker again to resume")
+
+
+def test_out_of_memory_says_so_without_tensorflows_function_names_and_what_fits():
+    cluster = coordination.Coordinator(tf.distribute.get_strategy())
+    error = tf.errors.ResourceExhaustedError(
+        None, None, "{{function_node __inference_<lambda>_966}} OOM when allocating tensor "
+                    "with shape[100000,12,12,64] and type float on /job:localhost/replica:0/"
+                    "task:0/device:CPU:0 by allocator cpu [Op:Relu]\nmore")
+    assert str(cluster.failure(error, 0, None)) == (
+        "training stopped at step 0: out of memory (OOM when allocating tensor with "
+        "shape[100000,12,12,64]); no checkpoint was written yet; a smaller --batch_size "
+        "(examples per replica) fits, or more memory: another machine, or fewer programs "
+        "beside it")

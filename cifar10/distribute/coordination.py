@@ -158,7 +158,20 @@ class Coordinator:
             return Cifar10Error(
                 f"training stopped at step {step}: lost another worker or the connection to "
                 f"it ({first_line(error)}); {last}; start every worker again to resume")
+        if isinstance(error, tf.errors.ResourceExhaustedError):
+            return Cifar10Error(
+                f"training stopped at step {step}: out of memory ({_oom_cause(error)}); "
+                f"{last}; a smaller --batch_size (examples per replica) fits, or more "
+                f"memory: another machine, or fewer programs beside it")
         return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; {last}")
+
+
+def _oom_cause(error: tf.errors.OpError) -> str:
+    """'OOM when allocating tensor with shape[100000,24,24,64] ...' of TensorFlow's
+    message, without its '{{function_node ...}}' prefix."""
+    line = first_line(error)
+    return line.split("}} ", 1)[-1].split(" and type ")[0] if "}} " in line else \
+        line.split(" and type ")[0]
 
 
 def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):
