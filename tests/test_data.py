@@ -260,6 +260,16 @@ def test_validate_files_bad_label(tmp_path, bad_label):
     assert message.endswith(f"; delete {tmp_path} so that it is downloaded and extracted again")
 
 
+def test_damaged_generated_data_is_to_be_generated_again_not_downloaded(tmp_path):
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=4)
+    with open(os.path.join(batches_dir, "data_batch_2.bin"), "ab") as f:
+        f.write(b"\0" * 10)
+    with pytest.raises(DataError) as info:
+        data.validate_files(data.split_files(batches_dir, "train"))
+    assert str(info.value).endswith(f"; delete {batches_dir} so that --synthetic_data "
+                                    f"generates it again")
+
+
 # split_files
 
 

@@ -150,6 +150,8 @@ def _how_to_redo(batches_dir: str) -> str:
                 f"CIFAR-100 data")
     if kind == "own":
         return f"run cifar10-prepare again to make {batches_dir} from your images"
+    if synthetic.is_synthetic(batches_dir):
+        return f"delete {batches_dir} so that --synthetic_data generates it again"
     return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
