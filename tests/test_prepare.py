@@ -194,6 +194,15 @@ def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path)
     assert not (tmp_path / "data").exists()
 
 
+def test_a_cifar_data_folder_given_as_images_is_named_for_what_it_is(tmp_path):
+    synthetic.write_dataset(str(tmp_path / "d10"), records_per_file=4)
+    with pytest.raises(Cifar10Error) as error:
+        prepare.find_source(str(tmp_path / "d10"))
+    assert str(error.value) == (
+        f"{tmp_path / 'd10'} holds CIFAR-format data (cifar-10-batches-bin/), not image "
+        f"folders: it needs no converting; pass --data_dir={tmp_path / 'd10'} to cifar10-train")
+
+
 def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(Cifar10Error, match=r"^no class folders in .*empty: put the images"):

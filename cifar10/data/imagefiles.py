@@ -205,6 +205,11 @@ def _check_classes(folder: str, names: Sequence[str]) -> None:
             f"class folder {os.fsencode(unstorable[0])!r} in {folder}: its name holds a line "
             f"break, a space at an end or bytes that are not UTF-8, which the class names file "
             f"({ff.META_FILE}, one UTF-8 name per line) cannot hold; rename the folder")
+    data = [name for name in names
+            if name == ff.BATCHES_DIRNAME or name.startswith("cifar-100-")]
+    if data:
+        raise Cifar10Error(f"{folder} holds CIFAR-format data ({data[0]}/), not image folders: "
+                           f"it needs no converting; pass --data_dir={folder} to cifar10-train")
     if not names:
         raise Cifar10Error(f"no class folders in {folder}: put the images of each class in a "
                            f"folder of its own ({folder}/cat/*.jpg, {folder}/dog/*.jpg, ...)")
