@@ -36,6 +36,10 @@ PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir
 # The programs that record their flags in flags.txt (``flagfile_text``), for replay.
 RECORDING_PROGRAMS = ("cifar10-train", "cifar10-eval")
 
+# The exit status of a program whose standard output was closed (``| head``): 128 +
+# SIGPIPE, as a shell reports a program that a closed pipe ended.
+STDOUT_CLOSED = 128 + signal.SIGPIPE
+
 # Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
 # user asked); quiet unless asked.
 _tensorflow_lines = False
@@ -114,9 +118,11 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         app.run(process_main, flags_parser=lambda argv: parse_flags(argv, program, doc))
     except BrokenPipeError:
         # Whoever read the output stopped reading (``cifar10-predict photos/ | head``):
-        # stop quietly, as other command-line tools do, not with a traceback.
+        # stop quietly, as other command-line tools do, not with a traceback, with the
+        # status a shell gives a program that a closed pipe ended (128 + SIGPIPE).
+        # cifar10-train saves first (``stopping``).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+        sys.exit(STDOUT_CLOSED)
 
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
@@ -166,7 +172,10 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     # held (input pipelines, checkpoint readers), so that whatever TensorFlow
     # prints as they go comes before the line that says what went wrong.
     gc.collect()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # Ctrl-C on `| tee` ends the reader too: the line still goes out
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.stderr.write(last_line + "\n")
     sys.stderr.flush()
     return status
