@@ -19,6 +19,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from cifar10.cli import stopping
 from cifar10.runs import rundir
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
@@ -108,6 +109,121 @@ def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
     assert emulated == (devices.cpu_has_bfloat16() is False)
     steps = [int(m[1]) for m in map(TRAIN_LINE.match, resumed.stdout.splitlines()) if m]
     assert steps == [stopped + 1, stopped + 2]
+
+
+def pipeline(args, reader, **reader_options) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Starts ``cifar10-train ARGS | READER`` as a shell starts a job: in a process
+    group of its own (the trainer's pid), which a Ctrl-C reaches whole.  The
+    trainer's stderr is piped; this process keeps no end of the pipe between them."""
+    trainer = subprocess.Popen([program("cifar10-train"), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env(),
+                               preexec_fn=os.setpgrp)
+    try:
+        consumer = subprocess.Popen(reader, stdin=trainer.stdout,
+                                    preexec_fn=lambda: os.setpgid(0, trainer.pid),
+                                    **reader_options)
+    except BaseException:
+        trainer.kill()
+        raise
+    trainer.stdout.close()
+    return trainer, consumer
+
+
+def ended_pipeline(trainer, consumer, timeout=60) -> str:
+    """Waits for both ends of a ``pipeline``; returns the trainer's stderr."""
+    try:
+        err = trainer.communicate(timeout=timeout)[1]
+        consumer.wait(timeout=timeout)
+        return err
+    finally:
+        for process in (trainer, consumer):
+            process.kill()
+
+
+def stopped_line(stderr, train_dir) -> int:
+    """The step in the last line of a trainer whose stdout was closed, which must say
+    where it saved; it is checked to be the newest checkpoint on disk."""
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"cifar10-train: standard output was closed; stopped at step (\d+); "
+                         r"saved (.*)\. Run the same command again to resume\.", last)
+    assert match, stderr
+    step = int(match[1])
+    assert match[2] == f"{train_dir}/model.ckpt-{step}"
+    assert checkpoint_steps(train_dir)[-1] == step
+    return step
+
+
+def test_ctrl_c_on_a_pipe_through_tee_saves_and_says_so_on_stderr(tmp_path):
+    # `cifar10-train ... | tee train.log` and Ctrl-C: tee ends too, so the trainer's
+    # next line meets a closed pipe; its work is saved all the same.
+    log = tmp_path / "train.log"
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                      "--checkpoint_steps=100000")
+    trainer, tee = pipeline(args, ["tee", str(log)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (log.exists() and any((m := TRAIN_LINE.match(line)) and int(m[1]) >= 3
+                                        for line in log.read_text().splitlines())):
+            assert time.time() < deadline and trainer.poll() is None, trainer.stderr.read()
+            time.sleep(0.05)
+        os.killpg(trainer.pid, signal.SIGINT)
+    except BaseException:
+        os.killpg(trainer.pid, signal.SIGKILL)
+        raise
+    err = ended_pipeline(trainer, tee)
+    assert trainer.returncode == 141, err
+    assert stopped_line(err, tmp_path / "train") >= 3
+
+
+def test_a_reader_that_stops_reading_stops_training_with_a_checkpoint(tmp_path):
+    # `cifar10-train ... | head -3`: the fourth line (step 2) meets a closed pipe.
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+                      "--checkpoint_steps=100000")
+    trainer, head = pipeline(args, ["head", "-3"], stdout=subprocess.PIPE, text=True)
+    err = ended_pipeline(trainer, head)
+    assert trainer.returncode == 141, err
+    assert TRAIN_LINE.match(head.stdout.read().splitlines()[-1])
+    assert stopped_line(err, tmp_path / "train") >= 2
+
+
+def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path):
+    train_dir = tmp_path / "train"
+    first = call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
+    assert first.returncode == 0, first.stderr
+    # Resumed at step 2, it runs step 3, then one loop of steps to 100000 (many minutes).
+    long = "100000"
+    proc = start("cifar10-train", *train_args(
+        tmp_path, f"--max_steps={long}", f"--log_frequency={long}", f"--steps_per_loop={long}",
+        f"--checkpoint_steps={long}", f"--summary_steps={long}"))
+    try:
+        wait_for_log_step(proc, 3)
+        time.sleep(1)  # into the long loop
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)  # at once: not at the loop's end
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert out.strip().splitlines()[-1] == (
+        "Received SIGINT: finishing the current steps and saving a checkpoint (send it again "
+        "to stop at once).")
+    assert err.strip().splitlines()[-1] == (
+        f"cifar10-train: interrupted at once; the last checkpoint is {train_dir}/model.ckpt-2")
+    assert checkpoint_steps(train_dir) == [2]
+    assert not [name for name in os.listdir(train_dir) if name.endswith("_temp")]
+
+
+def test_the_last_checkpoint_named_is_not_one_being_saved(tmp_path):
+    assert stopping.last_good_checkpoint(str(tmp_path)) is None
+    for step in (5, 10):
+        (tmp_path / f"model.ckpt-{step}.index").write_bytes(b"")
+        (tmp_path / f"model.ckpt-{step}.data-00000-of-00001").write_bytes(b"")
+    # TensorFlow removes a save's folder after it wrote the .index file, last.
+    (tmp_path / "model.ckpt-10_temp").mkdir()
+    assert stopping.last_good_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-5")
+    (tmp_path / "model.ckpt-10_temp").rmdir()
+    assert stopping.last_good_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-10")
 
 
 @pytest.mark.parametrize("flag, message", [

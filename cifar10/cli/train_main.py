@@ -1,20 +1,20 @@
 """cifar10-train: train the CIFAR-10 tutorial model, one replica per GPU.
 
 Resumes the run in --train_dir if there is one; SIGINT/SIGTERM save a
-checkpoint and stop.  Examples:
+checkpoint and stop (a second one stops at once), as does a closed standard
+output (exit status 141).  Examples:
 
     cifar10-train --num_gpus=4
     cifar10-train --synthetic_data --max_steps=200 --train_dir=/tmp/try   # offline
 """
 
-# This file is intentionally short: it parses flags, installs the signal
-# handlers and calls cifar10.training.controller.train, where the work is.
+# This file is intentionally short: it parses flags and calls
+# cifar10.training.controller.train, where the work is, with the stop requests of
+# cifar10.cli.stopping (signals, a closed standard output).
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 from absl import app
 from absl import flags
@@ -30,22 +30,6 @@ from cifar10.cli import programs
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
 define_flags = cifar10_flags.define_train_flags  # this program's flags
-
-
-def install_stop_handlers(stop_event: threading.Event) -> None:
-    """SIGINT/SIGTERM: finish the loop of steps under way, save, exit; a second signal stops at once."""
-
-    def handler(signum, frame):
-        if stop_event.is_set():
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-            return
-        stop_event.set()
-        print(f"Received {signal.Signals(signum).name}: finishing the current steps and "
-              f"saving a checkpoint (send it again to stop at once).", flush=True)
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
 
 
 def main(argv: list[str]) -> None:
@@ -65,6 +49,7 @@ def main(argv: list[str]) -> None:
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
+    from cifar10.cli import stopping
     from cifar10.data import pipeline as data
     from cifar10.distribute import devices
     from cifar10.training import controller
@@ -82,13 +67,17 @@ def main(argv: list[str]) -> None:
                                               profile_steps=FLAGS.profile_steps)
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
                            data.class_names(batches_dir))
-    stop_event = threading.Event()
-    install_stop_handlers(stop_event)
-    result = controller.train(config, strategy, train_data, stop_event=stop_event,
-                              print_fn=lambda line: print(line, flush=True),
-                              invocation=_invocation(batches_dir))
-    if result.steps_run:  # else train said the run was already complete
-        print("\n".join(result.summary()))
+    with stopping.StopRequests(PROGRAM, FLAGS.train_dir) as stop:
+        result = controller.train(config, strategy, train_data, stop_event=stop.event,
+                                  print_fn=stop.print, invocation=_invocation(batches_dir))
+        # Else train said the run was already complete.
+        summary = result.summary() if result.steps_run else []
+        for line in summary:
+            stop.print(line)
+    if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
+        stop.say(stop.closed_line(summary[0] if summary else
+                                  f"Training was already complete at step {result.step}."))
+        sys.exit(programs.STDOUT_CLOSED)
 
 
 def _invocation(batches_dir: str):

@@ -1,0 +1,156 @@
+"""How cifar10-train is asked to stop: SIGINT and SIGTERM, and a standard output
+that was closed.
+
+The first SIGINT or SIGTERM sets the stop event: the trainer finishes the loop of
+steps under way, saves a checkpoint and returns.  A second one ends the process
+at once with exit status 130, after one line on stderr naming the last checkpoint
+complete on disk (``last_good_checkpoint``); nothing is saved, so nothing is half
+written by it.
+
+The signals are watched by a thread that reads the signal wake-up descriptor
+(``signal.set_wakeup_fd``): a Python signal handler runs only when the main
+thread comes back from TensorFlow, up to a whole loop of steps later, and two
+signals that come meanwhile would be seen as one.
+
+A standard output that was closed (``| head``, or ``| tee`` that Ctrl-C ended) is
+a stop request too: standard output is pointed at /dev/null, so that no later
+line fails, the trainer saves as for a signal, and the program ends with one
+line on stderr (``closed_line``) and exit status 141 (``programs.STDOUT_CLOSED``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from cifar10.runs import checkpoints
+
+# The exit status of a run stopped at once by a second signal, as of any interrupted program.
+INTERRUPTED = 130
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def last_good_checkpoint(directory: str) -> str | None:
+    """The newest complete checkpoint of ``directory`` whose save is over (it has no
+    ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
+    ``.index`` file last), or None."""
+    complete = checkpoints.find(directory)
+    # Listed after the checkpoints: a save that ends in between is over, and complete.
+    saving = {int(m[1]) for m in map(checkpoints.TEMP_DIR.fullmatch,
+                                     checkpoints.listdir(directory)) if m}
+    good = [c for c in complete if c.step not in saving]
+    return good[-1].path if good else None
+
+
+class StopRequests:
+    """The stop requests of a training run in ``train_dir``, while in its ``with`` block.
+
+    ``event`` is set by the first SIGINT or SIGTERM and when standard output is
+    closed; ``print`` writes a line to standard output, and notices there that it
+    was closed.  Enter it in the main thread (signal handlers are set there).
+    """
+
+    def __init__(self, program: str, train_dir: str, stdout=None, stderr=None):
+        self.program, self.train_dir = program, train_dir
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self.event = threading.Event()
+        self.stdout_closed = False
+        self._signals = 0
+        self._lock = threading.Lock()
+        self._previous: dict = {}
+        self._wakeup: tuple[int, int] | None = None
+
+    def __enter__(self) -> "StopRequests":
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._wakeup = read_fd, write_fd
+        # A Python handler, so that the C handler writes each signal's number to the
+        # wake-up descriptor; it runs later, in the main thread, and only makes sure.
+        self._previous = {signum: signal.signal(signum, lambda *_: self.event.set())
+                          for signum in _SIGNALS}
+        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(read_fd,), name="stop-requests",
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.set_wakeup_fd(self._previous_wakeup)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        os.close(self._wakeup[1])  # the watching thread reads the end and returns
+
+    def print(self, line: str) -> None:
+        """Writes ``line`` to standard output; a closed one is a stop request."""
+        if self.stdout_closed:
+            return
+        try:
+            self.stdout.write(line + "\n")
+            self.stdout.flush()
+        except BrokenPipeError:
+            self._stdout_went_away()
+
+    def closed_line(self, ended: str) -> str:
+        """The last line of a run whose standard output was closed, ``ended`` being the
+        first line of its summary ('Stopped at step 110; saved ...')."""
+        return f"{self.program}: standard output was closed; {ended[:1].lower()}{ended[1:]}"
+
+    def say(self, line: str) -> None:
+        """Writes ``line`` to stderr, if it can still be written."""
+        try:
+            self.stderr.write(line + "\n")
+            self.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _stdout_went_away(self) -> None:
+        with self._lock:
+            if self.stdout_closed:
+                return
+            self.stdout_closed = True
+            # Every later write, buffered lines included, goes nowhere instead of failing.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stdout.fileno())
+            finally:
+                os.close(devnull)
+        self.event.set()
+
+    def _watch(self, read_fd: int) -> None:
+        try:
+            while data := os.read(read_fd, 64):
+                for signum in data:
+                    if signum in _SIGNALS:
+                        self._signal(signal.Signals(signum))
+        finally:
+            os.close(read_fd)
+
+    def _last_checkpoint(self) -> str:
+        try:
+            last = last_good_checkpoint(self.train_dir)
+        except Exception:  # noqa: BLE001 - the process ends at once all the same
+            return f"the checkpoints are in {self.train_dir}"
+        return f"the last checkpoint is {last}" if last else "no checkpoint was saved yet"
+
+    def _signal(self, signum: signal.Signals) -> None:
+        # The lines are written by threads of their own: a reader that does not read
+        # (a full pipe) must not keep this one from seeing the next signal.
+        self._signals += 1
+        if self._signals == 1:
+            self.event.set()
+            _in_background(self.print, f"Received {signum.name}: finishing the current steps "
+                                       f"and saving a checkpoint (send it again to stop at once).")
+            return
+        line = f"{self.program}: interrupted at once; {self._last_checkpoint()}"
+        _in_background(self.say, line).join(timeout=1)
+        os._exit(INTERRUPTED)
+
+
+def _in_background(function, *args) -> threading.Thread:
+    thread = threading.Thread(target=function, args=args, daemon=True)
+    thread.start()
+    return thread
+
