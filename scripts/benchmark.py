@@ -99,6 +99,7 @@ def parse_args(argv):
         p.error("--num_gpus and --warmup_steps must be >= 0")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
+    args.figures_given = args.figures
     letters = [letter.strip() for letter in args.figures.lower().split(",") if letter.strip()]
     unknown = [letter for letter in letters if letter not in FIGURE_LETTERS]
     if unknown or not letters:
@@ -106,6 +107,8 @@ def parse_args(argv):
                 f"such as --figures=k,n; got {args.figures!r}")
     args.figures = "".join(letter for letter in FIGURE_LETTERS if letter in letters
                            and not (args.skip_launch and letter in "ef"))
+    if not args.figures:
+        p.error(f"--figures={args.figures_given} --skip_launch leaves no figure to measure")
     return args
 
 

@@ -112,8 +112,9 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     rows = [re.fullmatch(r"    (.+?) +([0-9.]+) ms +([0-9.]+)x", line)
             for line in lines[start + 1:start + 6]]
     assert all(rows), lines[start:]
-    assert [row[1] for row in rows] == ["all kernels", "without LRN's", "without pool1's",
-                                        "without norm2's", "TensorFlow's ops"]
+    assert [row[1] for row in rows] == ["all kernels", "without the LRN kernels",
+                                        "without pool1's fusion", "without norm2's fusion",
+                                        "TensorFlow's ops"]
     assert rows[0][3] == "1.00"
     for row in rows:
         assert float(row[2]) > 0
@@ -143,6 +144,18 @@ def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
 ])
 def test_figures_chooses_which_figures_are_measured(benchmark, arguments, letters):
     assert benchmark.benchmark.parse_args(arguments.split()).figures == letters
+
+
+def test_the_figure_letters_are_those_the_figure_functions_print(benchmark):
+    printed = "".join(letters for letters, _ in benchmark.report.FIGURES)
+    assert printed == benchmark.benchmark.FIGURE_LETTERS
+
+
+def test_figures_that_skip_launch_leaves_empty_is_refused(benchmark, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.benchmark.parse_args(["--figures=e,f", "--skip_launch"])
+    assert exit_.value.code == 2
+    assert "--figures=e,f --skip_launch leaves no figure to measure" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("figures", ["z", "k,10", ","])
@@ -188,9 +201,9 @@ def test_kernel_gains_leave_out_one_kernel_at_a_time_timed_in_turns(benchmark, m
     assert tensorflow[:4] == (fast_lrn, None, None, "tensorflow")
     assert calls == [1, 2, 3, 4, 5] * 3  # a window of each in turns, 3 rounds
     # 16 examples a step at 1000 * k examples/sec: 16 / k ms.
-    assert times == [("all kernels", 16.0), ("without LRN's", 8.0),
-                     ("without pool1's", pytest.approx(16 / 3)), ("without norm2's", 4.0),
-                     ("TensorFlow's ops", pytest.approx(3.2))]
+    assert times == [("all kernels", 16.0), ("without the LRN kernels", 8.0),
+                     ("without pool1's fusion", pytest.approx(16 / 3)),
+                     ("without norm2's fusion", 4.0), ("TensorFlow's ops", pytest.approx(3.2))]
 
 
 def test_kernel_gains_are_not_timed_where_the_runs_use_tensorflows_ops(benchmark):

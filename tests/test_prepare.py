@@ -194,6 +194,16 @@ def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path)
     assert not (tmp_path / "data").exists()
 
 
+def test_a_class_whose_images_all_went_to_the_test_split_says_so(image_dir, tmp_path):
+    write_png(image_dir / "eel" / "0.png", class_image(3, 0))  # readable, and alone
+    source = prepare.find_source(str(image_dir), test_fraction=0.6)
+    with pytest.raises(Cifar10Error) as error:
+        prepare.convert(source, str(tmp_path / "data"))
+    assert str(error.value) == (
+        "class eel has no image in the training split (all of its went to the test split): "
+        "add images to its folder, or lower --test_fraction; nothing written")
+
+
 def test_a_cifar_data_folder_given_as_images_is_named_for_what_it_is(tmp_path):
     synthetic.write_dataset(str(tmp_path / "d10"), records_per_file=4)
     with pytest.raises(Cifar10Error) as error:

@@ -199,15 +199,19 @@ def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path):
         wait_for_log_step(proc, 3)
         time.sleep(1)  # into the long loop
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.2)
+        said = ""
+        while "Received SIGINT" not in said:  # the first is seen: the second is a second
+            said = proc.stdout.readline()
+            assert said, "the trainer ended before it said it received SIGINT"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)  # at once: not at the loop's end
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert out.strip().splitlines()[-1] == (
+    assert said.strip() == (
         "Received SIGINT: finishing the current steps and saving a checkpoint (send it again "
         "to stop at once).")
+    assert out.strip() == ""
     assert err.strip().splitlines()[-1] == (
         f"cifar10-train: interrupted at once; the last checkpoint is {train_dir}/model.ckpt-2")
     assert checkpoint_steps(train_dir) == [2]

@@ -15,6 +15,7 @@ from absl import logging
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
+from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
 from cifar10.runs import records
 
@@ -55,10 +56,13 @@ def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
 
 def refuse_foreign_train_dir(train_dir: str) -> None:
     """Raises Cifar10Error when ``train_dir`` is an evaluator's folder (its flags.txt
-    records a cifar10-eval start and no cifar10-train start: a run an older evaluator
+    records a cifar10-eval start, and there is no sign of a training run: no
+    cifar10-train start, no checkpoint, no trainer's lock; a run an older evaluator
     also wrote into still resumes) or holds CIFAR-format data."""
     if (records.recorded_flags(train_dir, "cifar10-eval") is not None
-            and records.recorded_flags(train_dir, "cifar10-train") is None):
+            and records.recorded_flags(train_dir, "cifar10-train") is None
+            and not any(checkpoint_files.scan(train_dir))
+            and not os.path.exists(os.path.join(train_dir, lock.LOCK_FILE))):
         raise Cifar10Error(
             f"--train_dir={train_dir} is an evaluator's folder (its {records.FLAGS_FILE} "
             f"records cifar10-eval): choose a directory of the run's own, such as "
@@ -72,5 +76,9 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
 
 
 def _beside(directory: str, name: str) -> str:
-    """``name`` in the folder that holds ``directory``."""
-    return os.path.join(os.path.dirname(os.path.abspath(directory)), name)
+    """``name`` in the folder that holds ``directory`` (``name``-2 where that is
+    ``directory`` itself)."""
+    suggested = os.path.join(os.path.dirname(os.path.abspath(directory)), name)
+    if os.path.realpath(suggested) == os.path.realpath(directory):
+        suggested += "-2"
+    return suggested

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files
 
 # The exit status of a run stopped at once by a second signal, as of any interrupted program.
 INTERRUPTED = 130
@@ -37,10 +37,10 @@ def last_good_checkpoint(directory: str) -> str | None:
     """The newest complete checkpoint of ``directory`` whose save is over (it has no
     ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
     ``.index`` file last), or None."""
-    complete = checkpoints.find(directory)
+    complete = checkpoint_files.find(directory)
     # Listed after the checkpoints: a save that ends in between is over, and complete.
-    saving = {int(m[1]) for m in map(checkpoints.TEMP_DIR.fullmatch,
-                                     checkpoints.listdir(directory)) if m}
+    saving = {int(m[1]) for m in map(checkpoint_files.TEMP_DIR.fullmatch,
+                                     checkpoint_files.listdir(directory)) if m}
     good = [c for c in complete if c.step not in saving]
     return good[-1].path if good else None
 
@@ -68,19 +68,20 @@ class StopRequests:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
         self._wakeup = read_fd, write_fd
-        # A Python handler, so that the C handler writes each signal's number to the
-        # wake-up descriptor; it runs later, in the main thread, and only makes sure.
+        # The wake-up descriptor first, so that no signal is handled without being
+        # counted; then a Python handler, so that the C handler writes each signal's
+        # number to it; the handler runs later, in the main thread, and only makes sure.
+        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         self._previous = {signum: signal.signal(signum, lambda *_: self.event.set())
                           for signum in _SIGNALS}
-        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         threading.Thread(target=self._watch, args=(read_fd,), name="stop-requests",
                          daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
-        signal.set_wakeup_fd(self._previous_wakeup)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+        signal.set_wakeup_fd(self._previous_wakeup)
         os.close(self._wakeup[1])  # the watching thread reads the end and returns
 
     def print(self, line: str) -> None:

@@ -112,20 +112,27 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     return dataclasses.replace(summary, batches_dir=batches_dir)
 
 
-def _refuse_classes_without_images(class_names, train: list[bytes],
+def _refuse_classes_without_images(source: Source, train: list[bytes],
                                    skipped: list[tuple[str, str]]) -> None:
     """Raises Cifar10Error when a class has no training image that could be read: the
     model would get an output for a class it never sees."""
     present = {record[0] for record in train}
-    empty = [name for label, name in enumerate(class_names) if label not in present]
-    if empty:
-        unread = [path for path, _ in skipped
-                  if os.path.basename(os.path.dirname(path)) == empty[0]]
-        example = f", such as {unread[0]}" if unread else ""
+    empty = [label for label in range(len(source.class_names)) if label not in present]
+    if not empty:
+        return
+    label, name = empty[0], source.class_names[empty[0]]
+    more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+    unread = {path for path, _ in skipped}
+    mine = [path for path, of in source.train if of == label]
+    if not mine:  # all its images went to the test split
         raise Cifar10Error(
-            f"class {empty[0]}{f' (and {len(empty) - 1} more)' if len(empty) > 1 else ''} "
-            f"has no training image that could be read{example}: add readable images to "
-            f"its folder or remove the folder; nothing written")
+            f"class {name}{more} has no image in the training split (all of its went to the "
+            f"test split): add images to its folder, or lower --test_fraction; nothing "
+            f"written")
+    example = next(path for path in mine if path in unread)
+    raise Cifar10Error(
+        f"class {name}{more} has no training image that could be read, such as {example}: "
+        f"add readable images to its folder or remove the folder; nothing written")
 
 
 def _records(source: Source, seed: int, strict: bool, progress
@@ -151,7 +158,7 @@ def _records(source: Source, seed: int, strict: bool, progress
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:
         raise Cifar10Error("no training image could be read: nothing written")
-    _refuse_classes_without_images(source.class_names, train, skipped)
+    _refuse_classes_without_images(source, train, skipped)
     if len(train) < len(ff.TRAIN_FILES) or not test:
         raise Cifar10Error(
             f"{len(train)} training and {len(test)} test images could be read: a data folder "

@@ -12,13 +12,16 @@ import tensorflow as tf
 from bench import training
 from cifar10.kernels import choice
 
-# (label, the kernels of the variant from the run's compiled ones).  Without "LRN",
-# both norm1 and norm2 are TensorFlow's ops (norm2's kernel is an LRN kernel too).
+# (label, the kernels of the variant from the run's compiled ones).  Without the LRN
+# kernels, norm1 and norm2 are TensorFlow's ops (norm2's fusion is an LRN kernel too);
+# without a fusion, the convolution adds its bias and takes its ReLU, and pool1 is
+# TensorFlow's max pooling or norm2 the plain LRN kernel.
 VARIANTS: tuple[tuple[str, Callable[[choice.KernelChoice], choice.KernelChoice]], ...] = (
     ("all kernels", lambda k: k),
-    ("without LRN's", lambda k: k._replace(lrn=choice.tensorflow_ops("").lrn, relu_lrn=None)),
-    ("without pool1's", lambda k: k._replace(relu_pool=None)),
-    ("without norm2's", lambda k: k._replace(relu_lrn=None)),
+    ("without the LRN kernels", lambda k: k._replace(lrn=choice.tensorflow_ops("").lrn,
+                                                     relu_lrn=None)),
+    ("without pool1's fusion", lambda k: k._replace(relu_pool=None)),
+    ("without norm2's fusion", lambda k: k._replace(relu_lrn=None)),
     ("TensorFlow's ops", lambda k: choice.tensorflow_ops("(n)")),
 )
 

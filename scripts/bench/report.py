@@ -177,7 +177,7 @@ def figure_kernels(s: Setting) -> list[str]:
     every = times[0][1]
     return [(f"(n) the train step alone without each compiled kernel, in turns "
              f"(ms per step, and against all kernels):"),
-            *(f"    {label:18s} {ms:7.1f} ms  {ms / every:5.2f}x" for label, ms in times)]
+            *(f"    {label:24s} {ms:7.1f} ms  {ms / every:5.2f}x" for label, ms in times)]
 
 
 # (the letters a figure function prints, the function), in the order they print.
