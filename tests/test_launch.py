@@ -165,6 +165,9 @@ def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker,
     (["--num_workers=2", "--max_steps=3", "--", "--synthetic_data"],
      "--max_steps=3 is cifar10-train's flag: put it after --, as in cifar10-launch "
      "--num_workers=2 -- --synthetic_data --max_steps=3 (see cifar10-launch --help)"),
+    (["--max_steps", "3", "--num_workers=2"],
+     "--max_steps 3 is cifar10-train's flag: put it after --, as in cifar10-launch "
+     "--num_workers=2 -- --max_steps 3 (see cifar10-launch --help)"),
     (["--no_such_flag"], "Unknown command line flag 'no_such_flag' (see cifar10-launch "
                          "--help)"),
     (["--", "--max_step=3"], "cifar10-train's flags (after --): Unknown command line flag "

@@ -293,12 +293,17 @@ def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | N
         error.flagname[2:] in trainer else error.flagname
     if name not in trainer:
         return None
-    given = next((arg for arg in argv[1:] if arg.lstrip("-").split("=")[0] == error.flagname),
-                 f"--{error.flagname}")
-    own = [arg for arg in argv[1:argv.index("--") if "--" in argv else None] if arg != given]
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    at = next((i for i, arg in enumerate(own) if arg.lstrip("-").split("=")[0] == error.flagname),
+              None)
+    if at is None:
+        return None
+    # Its value may be the next argument (--max_steps 5), as absl takes it.
+    width = 2 if ("=" not in own[at] and not trainer[name].boolean and at + 1 < len(own)) else 1
+    given = own[at:at + width]
     after = argv[argv.index("--") + 1:] if "--" in argv else []
-    return (f"{given} is cifar10-train's flag: put it after --, as in "
-            f"{' '.join([program, *own, '--', *after, given])}")
+    return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
+            f"{' '.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
