@@ -16,7 +16,7 @@ from conftest import EVAL_LINE
 from evalruns import DATA_SUFFIX, config_of, results_lines, trained_run
 
 from cifar10.core.errors import Cifar10Error
-from cifar10.evaluation import polling, recording
+from cifar10.evaluation import polling, recording, scoring
 from cifar10.evaluation.result import class_table
 from cifar10.runs import checkpoints
 
@@ -340,3 +340,26 @@ def test_poll_returns_when_should_stop(run, tmp_path):
     results = polling.evaluate(config_of(run, tmp_path / "eval"), sleep=FakeSleep(),
                                should_stop=lambda: True)
     assert results == []
+
+
+def test_a_checkpoint_the_trainer_removed_before_it_was_scored_is_no_warning(
+        run, tmp_path, caplog, monkeypatch):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    newest = os.path.join(train_dir, "model.ckpt-6")
+    score = scoring.evaluate_checkpoint
+
+    def removed_first(checkpoint, config):  # the trainer's retention, just before
+        if checkpoint == newest:
+            for name in os.listdir(train_dir):
+                if name.startswith("model.ckpt-6."):
+                    os.remove(os.path.join(train_dir, name))
+        return score(checkpoint, config)
+
+    monkeypatch.setattr(scoring, "evaluate_checkpoint", removed_first)
+    sleep = FakeSleep()
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
+                  eval_interval_secs=0.1), print_fn=lambda line: None, sleep=sleep,
+        clock=sleep.clock)
+    assert [r.step for r in results] == [3]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

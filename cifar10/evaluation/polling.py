@@ -161,7 +161,11 @@ class _Poller:
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
         except checkpoints.READ_ERRORS as e:
-            # Deleted by the trainer's retention meanwhile, or damaged.
+            if not os.path.exists(latest + ".index"):
+                # Deleted by the trainer's retention meanwhile: a newer one is there.
+                logging.info("Checkpoint %s was removed by the trainer before it was scored.",
+                             latest)
+                return
             logging.warning("Skipping checkpoint %s: %s; it is not tried again unless its "
                             "files change, and the newest older checkpoint that reads is "
                             "scored instead if it is not scored yet.", latest, first_line(e))
