@@ -121,8 +121,18 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         # stop quietly, as other command-line tools do, not with a traceback, with the
         # status a shell gives a program that a closed pipe ended (128 + SIGPIPE).
         # cifar10-train saves first (``stopping``).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull(sys.stdout)
         sys.exit(STDOUT_CLOSED)
+
+
+def stdout_to_devnull(stdout) -> None:
+    """Points ``stdout``'s descriptor at /dev/null, so that no later write to it (the
+    lines still buffered included) fails once its reader is gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
@@ -175,7 +185,7 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     try:
         sys.stdout.flush()
     except BrokenPipeError:  # Ctrl-C on `| tee` ends the reader too: the line still goes out
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull(sys.stdout)
     sys.stderr.write(last_line + "\n")
     sys.stderr.flush()
     return status

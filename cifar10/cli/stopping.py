@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 
+from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
 
 # The exit status of a run stopped at once by a second signal, as of any interrupted program.
@@ -113,11 +114,7 @@ class StopRequests:
                 return
             self.stdout_closed = True
             # Every later write, buffered lines included, goes nowhere instead of failing.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self.stdout.fileno())
-            finally:
-                os.close(devnull)
+            programs.stdout_to_devnull(self.stdout)
         self.event.set()
 
     def _watch(self, read_fd: int) -> None:
