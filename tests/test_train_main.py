@@ -338,6 +338,8 @@ def test_a_reader_that_stops_reading_ends_the_program_quietly():
 @pytest.mark.parametrize("module, args", [
     ("train_main", ["--help"]), ("train_main", ["--batch_size=0"]),
     ("eval_main", ["--helpshort"]), ("eval_main", ["--eval_data=validation"]),
+    ("export_main", ["--checkpoint=/tmp"]), ("eval_main", ["--checkpoint=/tmp"]),
+    ("predict_main", ["--checkpoint=/tmp", __file__]),
 ])
 def test_help_and_flag_mistakes_are_answered_before_tensorflow_loads(module, args):
     check = (f"import sys; sys.argv = ['prog', *{args!r}]\n"

@@ -21,6 +21,7 @@ from absl import flags
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import follow
 from cifar10.cli import programs
+from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-export"
@@ -30,11 +31,13 @@ define_flags = cifar10_flags.define_export_flags  # this program's flags
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
+    given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     programs.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import export
 
-    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, given)
     follow.warn_if_trained_on_synthetic_data(os.path.dirname(os.path.abspath(checkpoint)))
     target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
                            class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),

@@ -22,6 +22,7 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
 from cifar10.cli import follow
 from cifar10.cli import programs
+from cifar10.runs import checkpoint_files
 from cifar10.core.errors import Cifar10Error
 
 FLAGS = flags.FLAGS
@@ -33,11 +34,13 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
     paths = imagefiles.find_images(argv[1:])
+    # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
+    given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     programs.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import predict
 
-    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, FLAGS.checkpoint)
+    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, given)
     follow.warn_if_trained_on_synthetic_data(os.path.dirname(os.path.abspath(checkpoint)))
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
     names = checkpoints.trained_class_names(os.path.dirname(checkpoint), model.num_classes)
