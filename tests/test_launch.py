@@ -44,6 +44,7 @@ if mode == "wait":
         sys.exit(0)
     signal.signal(signal.SIGTERM, stop)
     open(os.path.join(folder, f"ready-{index}"), "w").close()
+    print(f"worker {index} waits", flush=True)
     time.sleep(60)
     sys.exit(9)
 """
@@ -222,3 +223,27 @@ def test_the_script_is_the_same_program_and_says_where_the_package_is_missing():
     assert line.startswith(f"launch_workers.py: error: {sys.executable} cannot import the "
                            f"cifar10 package (No module named 'cifar10'); run cifar10-launch")
 
+
+
+class ClosedOnceBothWait(io.StringIO):
+    """An output whose reader stops reading when both workers wait (with their SIGTERM
+    handlers set, as trainers have once they train)."""
+
+    def write(self, text):
+        if "waits" in text and "waits" in self.getvalue():
+            raise BrokenPipeError("closed")
+        return super().write(text)
+
+
+def test_a_closed_output_stops_every_worker_as_a_sigterm_and_ends_as_a_closed_pipe(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = ClosedOnceBothWait()
+    before = time.monotonic()
+    with pytest.raises(BrokenPipeError):
+        launch.launch(2, ["wait", str(tmp_path)], out=out, print_fn=lambda line: None,
+                      command=[sys.executable, str(script)], all_output=True)
+    assert time.monotonic() - before < 30  # not the workers' 60 s: they were stopped
+    assert sum("waits" in line for line in out.getvalue().splitlines()) == 1
+    # Both got SIGTERM (and exited 0, as a trainer does after it saved): no WorkerFailed.
+    assert sorted(os.listdir(tmp_path)) == ["ready-0", "ready-1", "worker.py"]

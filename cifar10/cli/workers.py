@@ -153,9 +153,18 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     print_fn(_start_line(ports, all_output))
     processes: list[subprocess.Popen] = []
     relays: list[threading.Thread] = []
+    closed = threading.Event()  # nobody reads ``out`` any more (| head)
+
+    def stop_all() -> None:  # as a SIGTERM: every worker saves at one step and stops
+        if not closed.is_set():
+            closed.set()
+            for process in list(processes):
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+
     previous = _forward_signals(processes)
     try:
-        _start_all(command, train_args, ports, all_output, out, processes, relays)
+        _start_all(command, train_args, ports, all_output, out, processes, relays, stop_all)
         ended = _wait(processes)
     finally:
         for signum, handler in previous.items():
@@ -166,13 +175,16 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     if failed:
         raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
                            _exit_status(failed[0][1]))
+    if closed.is_set():  # the workers saved and stopped: end as a closed pipe ends a program
+        raise BrokenPipeError("standard output was closed")
 
 
 def _start_all(command: list[str], train_args: Sequence[str], ports: Sequence[int],
                all_output: bool, out: TextIO, processes: list[subprocess.Popen],
-               relays: list[threading.Thread]) -> None:
+               relays: list[threading.Thread], on_closed: Callable[[], None]) -> None:
     """Starts the workers into ``processes`` (which the signal forwarding sees as they
-    come), each with a thread in ``relays`` that prefixes its lines into ``out``."""
+    come), each with a thread in ``relays`` that prefixes its lines into ``out`` and
+    calls ``on_closed`` if ``out`` is closed."""
     lock = threading.Lock()
     for index, tf_config in enumerate(tf_configs(ports)):
         try:
@@ -185,7 +197,8 @@ def _start_all(command: list[str], train_args: Sequence[str], ports: Sequence[in
                                f"({e.strerror or e})") from e
         processes.append(process)
         relays.append(threading.Thread(target=_relay, daemon=True,
-                                       args=(f"[worker {index}] ", stream, out, lock)))
+                                       args=(f"[worker {index}] ", stream, out, lock,
+                                             on_closed)))
         relays[-1].start()
 
 
@@ -214,8 +227,10 @@ def _start_worker(argv: Sequence[str], tf_config: str, show_stdout: bool
     return process, process.stdout if show_stdout else process.stderr
 
 
-def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock) -> None:
-    """Writes each line of ``stream`` to ``out`` with ``prefix``, whole lines at a time."""
+def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock,
+           on_closed: Callable[[], None] = lambda: None) -> None:
+    """Writes each line of ``stream`` to ``out`` with ``prefix``, whole lines at a time;
+    calls ``on_closed`` when ``out`` is closed (a stop request, as for the trainer)."""
     writable = True
     for line in stream:
         if not writable:
@@ -226,6 +241,7 @@ def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock) -> No
                 out.flush()
         except (OSError, ValueError):  # nobody reads the output any more (| head)
             writable = False
+            on_closed()
 
 
 def _forward_signals(processes: list[subprocess.Popen]) -> dict:
