@@ -340,3 +340,21 @@ def test_the_kinds_of_cifar100_are_its_label_and_a_run_without_checkpoints_is_no
         follow.refuse_other_kind_of_data(values, str(tmp_path))
     values["label"].value = "coarse"
     follow.refuse_other_kind_of_data(values, str(tmp_path))
+
+
+def test_label_coarse_alone_scores_a_cifar100_run_and_is_refused_without_one(tmp_path):
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+        "--dataset=cifar100\n--label=fine\n")
+    values = flags.FlagValues()
+    eval_main.define_flags(values)
+    values(["cifar10-eval", "--label=coarse"])  # the run's --dataset is not given again
+    follow.follow_run(values, str(tmp_path), "cifar10-eval")
+    assert (values.dataset, values.label) == ("cifar100", "coarse")
+    # Without a run that says cifar100, the flags' own rule, as one line.
+    result = cli.call("cifar10-eval", "--label=coarse", "--run_once",
+                      f"--checkpoint_dir={tmp_path / 'no_run'}", f"--eval_dir={tmp_path / 'e'}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "cifar10-eval: error: flags dataset=cifar10, label=coarse: --label=coarse applies to "
+        "--dataset=cifar100 only"]

@@ -21,8 +21,38 @@ from cifar10.core import config
 from cifar10.data import fileformat as ff
 
 
-def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Where cifar10-train and cifar10-eval find their data."""
+# Rules the data flags keep together: (flags, rule on their values, what breaks it).
+DATA_RULES = (
+    (("dataset", "label"), lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
+     "--label=coarse applies to --dataset=cifar100 only"),
+    (("dataset", "synthetic_data"),
+     lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
+     "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
+     "--synthetic_data"),
+)
+
+
+def broken_data_rule(flag_values: flags.FlagValues) -> str | None:
+    """The first of ``DATA_RULES`` the flags' values break, worded as absl words a
+    validator's error ('flags dataset=cifar10, label=coarse: --label=coarse ...'), or
+    None."""
+    for names, rule, message in DATA_RULES:
+        values = {name: flag_values[name].value for name in names}
+        if not rule(values):
+            shown = ", ".join(f"{name}={value}" for name, value in values.items())
+            return f"flags {shown}: {message}"
+    return None
+
+
+def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                      rules_when_parsed: bool = True) -> None:
+    """Where cifar10-train and cifar10-eval find their data.
+
+    Args:
+      rules_when_parsed: check ``DATA_RULES`` as the command line is parsed; the
+        evaluator checks them once it has taken the run's data flags
+        (``cli.follow``), so that ``--label=coarse`` alone scores a CIFAR-100 run.
+    """
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
                         "Path to the data directory; the data is downloaded and "
                         "extracted there when missing.", flag_values=flag_values)
@@ -47,15 +77,10 @@ def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
     flags.DEFINE_integer("synthetic_records", 1000, "Records per file of the generated data "
                          "when --synthetic_data is set.", lower_bound=1, flag_values=flag_values)
-    flags.register_multi_flags_validator(
-        ["dataset", "label"],
-        lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
-        message="--label=coarse applies to --dataset=cifar100 only", flag_values=flag_values)
-    flags.register_multi_flags_validator(
-        ["dataset", "synthetic_data"],
-        lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
-        message="--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 "
-                "or --synthetic_data", flag_values=flag_values)
+    if rules_when_parsed:
+        for names, rule, message in DATA_RULES:
+            flags.register_multi_flags_validator(list(names), rule, message=message,
+                                                 flag_values=flag_values)
 
 
 def define_config_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -167,7 +192,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-eval."""
-    define_data_flags(flag_values)
+    define_data_flags(flag_values, rules_when_parsed=False)  # once it follows the run
     define_config_flags(config.EvalConfig, flag_values)
     define_tf32_flag(flag_values)
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "

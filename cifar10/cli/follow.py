@@ -21,6 +21,7 @@ from typing import Callable
 from absl import flags
 from absl import logging
 
+from cifar10.cli import flags as cifar10_flags
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
@@ -58,6 +59,7 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     """
     recorded = records.recorded_flags(run_dir)
     if recorded is None:
+        _check_together(flag_values, None)
         return None
     source = os.path.join(run_dir, records.FLAGS_FILE)
     taken: dict[str, str] = {}
@@ -165,13 +167,13 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
     return True
 
 
-def _check_together(flag_values: flags.FlagValues, source: str) -> None:
-    """The flags' own rules (``flags.define_data_flags``' validators), run again on the
-    values taken from the run."""
-    try:
-        flag_values.validate_all_flags()
-    except flags.Error as e:
-        raise Cifar10Error(f"{e} (the run's data flags are in {source})") from None
+def _check_together(flag_values: flags.FlagValues, source: str | None) -> None:
+    """The data flags' own rules (``cifar10_flags.DATA_RULES``), on the values taken
+    from the run (``source``: its flags.txt; None: there was no record)."""
+    broken = cifar10_flags.broken_data_rule(flag_values)
+    if broken:
+        where = f" (the run's data flags are in {source})" if source else ""
+        raise Cifar10Error(f"{broken}{where}")
 
 
 def _as_flag(name: str, value) -> str:
