@@ -190,13 +190,20 @@ def test_an_eval_dir_that_is_a_training_runs_directory_is_refused(runs, tmp_path
     assert (train_dir / "flags.txt").read_text() == flags_txt  # nothing appended
 
 
-def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_path):
-    (tmp_path / runrecord.FLAGS_FILE).write_text(
-        "# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n"
-        "--dataset=cifar100\n--label=coarse\n")
+def eval_flags_beside_a_run(run_dir, recorded: str, *argv: str) -> flags.FlagValues:
+    """cifar10-eval's flags parsed from ``argv``, and a run in ``run_dir`` whose latest
+    start recorded the flag lines ``recorded``."""
+    (run_dir / runrecord.FLAGS_FILE).write_text(
+        f"# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n{recorded}")
     values = flags.FlagValues()
     eval_main.define_flags(values)
-    values(["cifar10-eval", "--synthetic_data"])
+    values(["cifar10-eval", *argv])
+    return values
+
+
+def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_path):
+    values = eval_flags_beside_a_run(tmp_path, "--dataset=cifar100\n--label=coarse\n",
+                                     "--synthetic_data")
     with pytest.raises(Cifar10Error) as error:
         follow.follow_run(values, str(tmp_path), "cifar10-eval")
     assert str(error.value) == (
@@ -343,12 +350,9 @@ def test_the_kinds_of_cifar100_are_its_label_and_a_run_without_checkpoints_is_no
 
 
 def test_label_coarse_alone_scores_a_cifar100_run_and_is_refused_without_one(tmp_path):
-    (tmp_path / runrecord.FLAGS_FILE).write_text(
-        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
-        "--dataset=cifar100\n--label=fine\n")
-    values = flags.FlagValues()
-    eval_main.define_flags(values)
-    values(["cifar10-eval", "--label=coarse"])  # the run's --dataset is not given again
+    # The run's --dataset is not given again.
+    values = eval_flags_beside_a_run(tmp_path, "--dataset=cifar100\n--label=fine\n",
+                                     "--label=coarse")
     follow.follow_run(values, str(tmp_path), "cifar10-eval")
     assert (values.dataset, values.label) == ("cifar100", "coarse")
     # Without a run that says cifar100, the flags' own rule, as one line.

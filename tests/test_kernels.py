@@ -5,7 +5,6 @@ TensorFlow's ops where it cannot be built or run."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -15,7 +14,6 @@ import pytest
 import tensorflow as tf
 import model_pairs
 from cli import run
-from conftest import mirrored
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build

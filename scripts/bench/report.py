@@ -175,8 +175,8 @@ def figure_kernels(s: Setting) -> list[str]:
                 f"({s.kernels.reason})"]
     times = kernels.step_times(s.args, s.strategy, s.work, s.kernels)
     every = times[0][1]
-    return [(f"(n) the train step alone without each compiled kernel, in turns "
-             f"(ms per step, and against all kernels):"),
+    return [("(n) the train step alone without each compiled kernel, in turns "
+             "(ms per step, and against all kernels):"),
             *(f"    {label:24s} {ms:7.1f} ms  {ms / every:5.2f}x" for label, ms in times)]
 
 
