@@ -106,7 +106,7 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
     --data_dir of the same kind is a notice of the run's records, not refused here.
     """
     recorded = records.recorded_flags(run_dir)
-    if recorded is None or not _has_checkpoints(run_dir):
+    if recorded is None or not checkpoint_files.holds_checkpoints(run_dir):
         return
     now = _kind({name: flag_values[name].value
                  for name in ("synthetic_data", "dataset", "label") if name in flag_values})
@@ -136,12 +136,6 @@ def _kind_name(kind: tuple[str, ...]) -> str:
     return "CIFAR-10 or data of its format (no --synthetic_data or --dataset)"
 
 
-def _has_checkpoints(run_dir: str) -> bool:
-    """Whether ``run_dir`` holds a checkpoint's files (a whole one or not)."""
-    complete, incomplete = checkpoint_files.scan(run_dir)
-    return bool(complete or incomplete)
-
-
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],
                  poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> bool:
@@ -155,7 +149,8 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
       without one, having said so.
     """
     start, said = clock(), False
-    while records.recorded_flags(run_dir) is None and not _has_checkpoints(run_dir):
+    while (records.recorded_flags(run_dir) is None
+           and not checkpoint_files.holds_checkpoints(run_dir)):
         if timeout is not None and clock() - start > timeout:
             print_fn(f"No training run started in {run_dir} in {timeout:g} s; stopping.")
             return False

@@ -61,7 +61,7 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
     also wrote into still resumes) or holds CIFAR-format data."""
     if (records.recorded_flags(train_dir, "cifar10-eval") is not None
             and records.recorded_flags(train_dir, "cifar10-train") is None
-            and not any(checkpoint_files.scan(train_dir))
+            and not checkpoint_files.holds_checkpoints(train_dir)
             and not os.path.exists(os.path.join(train_dir, lock.LOCK_FILE))):
         raise Cifar10Error(
             f"--train_dir={train_dir} is an evaluator's folder (its {records.FLAGS_FILE} "

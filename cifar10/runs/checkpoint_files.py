@@ -74,6 +74,12 @@ def scan(directory: str) -> tuple[list[int], dict[int, str]]:
     return complete, incomplete
 
 
+def holds_checkpoints(directory: str) -> bool:
+    """Whether ``directory`` holds a checkpoint's files (a whole one or not)."""
+    complete, incomplete = scan(directory)
+    return bool(complete or incomplete)
+
+
 def find(directory: str) -> list[Checkpoint]:
     """The complete checkpoints in ``directory`` (index and every data file), oldest first.
 
