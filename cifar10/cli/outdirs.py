@@ -1,6 +1,7 @@
 """The folders the programs write to, each kept to its own program: the evaluator's
 ``--eval_dir`` is not a training run's directory, and the trainer's ``--train_dir``
-is neither an evaluator's folder nor a data folder.  Without these checks one
+is neither an evaluator's folder nor a data folder; and every program's folder flags
+name folders (``refuse_folders_that_are_not``, as the flags are parsed).  Without these checks one
 program would write its records among the other's, and ``--fresh_start`` would
 remove files of the same names that the trainer did not write (``runs.cleanup``).
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from absl import flags
 from absl import logging
 
 from cifar10.core.errors import Cifar10Error
@@ -82,3 +84,23 @@ def _beside(directory: str, name: str) -> str:
     if os.path.realpath(suggested) == os.path.realpath(directory):
         suggested += "-2"
     return suggested
+
+
+# The folder flags; the programs write into the first three (making them if need be).
+_OUTPUT_FOLDERS = ("train_dir", "eval_dir", "export_dir")
+_FOLDERS = (*_OUTPUT_FOLDERS, "checkpoint_dir", "data_dir", "image_dir")
+
+
+def refuse_folders_that_are_not(flag_values: flags.FlagValues) -> None:
+    """A folder flag given as '' (which would mean the current directory), or an
+    output folder that is a file, is a flag error naming it."""
+    for name in _FOLDERS:
+        value = flag_values[name].value if name in flag_values else None
+        if value == "":
+            default = flag_values[name].default
+            raise flags.ValidationError(
+                f"--{name} is empty: name a folder{f' (default: {default})' if default else ''}")
+        if name in _OUTPUT_FOLDERS and value and os.path.exists(value) \
+                and not os.path.isdir(value):
+            raise flags.ValidationError(f"--{name}={value} is a file, not a folder: name a "
+                                        f"folder for its output")

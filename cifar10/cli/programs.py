@@ -24,6 +24,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
@@ -216,7 +217,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     try:
         rest = flag_values(argv)
         _refuse_paths_not_utf8(flag_values)
-        _refuse_folders_that_are_not(flag_values)
+        outdirs.refuse_folders_that_are_not(flag_values)
         if program in RECORDING_PROGRAMS:
             _refuse_values_flags_txt_cannot_hold(flag_values)
         return rest
@@ -230,26 +231,6 @@ def parse_flags(argv: list[str], program: str, doc: str,
                    or message)
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
-
-
-# The folder flags; the programs write into the first three (making them if need be).
-_OUTPUT_FOLDERS = ("train_dir", "eval_dir", "export_dir")
-_FOLDERS = (*_OUTPUT_FOLDERS, "checkpoint_dir", "data_dir", "image_dir")
-
-
-def _refuse_folders_that_are_not(flag_values: flags.FlagValues) -> None:
-    """A folder flag given as '' (which would mean the current directory), or an
-    output folder that is a file, is a flag error naming it."""
-    for name in _FOLDERS:
-        value = flag_values[name].value if name in flag_values else None
-        if value == "":
-            default = flag_values[name].default
-            raise flags.ValidationError(
-                f"--{name} is empty: name a folder{f' (default: {default})' if default else ''}")
-        if name in _OUTPUT_FOLDERS and value and os.path.exists(value) \
-                and not os.path.isdir(value):
-            raise flags.ValidationError(f"--{name}={value} is a file, not a folder: name a "
-                                        f"folder for its output")
 
 
 def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
@@ -293,27 +274,13 @@ def _refuse_values_flags_txt_cannot_hold(flag_values: flags.FlagValues) -> None:
 
 
 def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
-    """cifar10-launch's error for a flag of cifar10-train's given before the ``--``
-    that its own flags end with, or None."""
-    if program != "cifar10-launch" or not isinstance(error, flags.UnrecognizedFlagError):
+    """cifar10-launch's error for one of cifar10-train's flags given before its ``--``
+    (``workers.trainers_flag_hint``), or None."""
+    if program != "cifar10-launch":
         return None
-    trainer = flags.FlagValues()
-    cifar10_flags.define_train_flags(trainer)
-    name = error.flagname[2:] if error.flagname.startswith("no") and \
-        error.flagname[2:] in trainer else error.flagname
-    if name not in trainer:
-        return None
-    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
-    at = next((i for i, arg in enumerate(own) if arg.lstrip("-").split("=")[0] == error.flagname),
-              None)
-    if at is None:
-        return None
-    # Its value may be the next argument (--max_steps 5), as absl takes it.
-    width = 2 if ("=" not in own[at] and not trainer[name].boolean and at + 1 < len(own)) else 1
-    given = own[at:at + width]
-    after = argv[argv.index("--") + 1:] if "--" in argv else []
-    return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
-            f"{' '.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
+    from cifar10.cli import workers  # the launcher's own, loaded for its error alone
+
+    return workers.trainers_flag_hint(error, argv, program)
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:

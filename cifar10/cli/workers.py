@@ -283,3 +283,27 @@ def _ending(index: int, status: int) -> str:
 def _exit_status(status: int) -> int:
     """A return code as a shell reports it: 128 + the signal for a process it ended."""
     return 128 - status if status < 0 else status
+
+
+def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str | None:
+    """The launcher's error for a flag of cifar10-train's given before the ``--`` that
+    its own flags end with (moved after it, its value with it), or None."""
+    if not isinstance(error, flags.UnrecognizedFlagError):
+        return None
+    trainer = flags.FlagValues()
+    cifar10_flags.define_train_flags(trainer)
+    name = error.flagname[2:] if error.flagname.startswith("no") and \
+        error.flagname[2:] in trainer else error.flagname
+    if name not in trainer:
+        return None
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    at = next((i for i, arg in enumerate(own) if arg.lstrip("-").split("=")[0] == error.flagname),
+              None)
+    if at is None:
+        return None
+    # Its value may be the next argument (--max_steps 5), as absl takes it.
+    width = 2 if ("=" not in own[at] and not trainer[name].boolean and at + 1 < len(own)) else 1
+    given = own[at:at + width]
+    after = argv[argv.index("--") + 1:] if "--" in argv else []
+    return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
+            f"{' '.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
