@@ -99,17 +99,22 @@ def parse_args(argv):
         p.error("--num_gpus and --warmup_steps must be >= 0")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
-    args.figures_given = args.figures
-    letters = [letter.strip() for letter in args.figures.lower().split(",") if letter.strip()]
-    unknown = [letter for letter in letters if letter not in FIGURE_LETTERS]
-    if unknown or not letters:
-        p.error(f"--figures takes letters from a to {FIGURE_LETTERS[-1]} separated by commas, "
-                f"such as --figures=k,n; got {args.figures!r}")
-    args.figures = "".join(letter for letter in FIGURE_LETTERS if letter in letters
-                           and not (args.skip_launch and letter in "ef"))
-    if not args.figures:
-        p.error(f"--figures={args.figures_given} --skip_launch leaves no figure to measure")
+    args.figures = _figures(p, args.figures, args.skip_launch)
     return args
+
+
+def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
+    """The letters of the figures --figures names (in print order, each once; without
+    (e) and (f) under --skip_launch)."""
+    letters = [letter.strip() for letter in given.lower().split(",") if letter.strip()]
+    if not letters or any(letter not in FIGURE_LETTERS for letter in letters):
+        p.error(f"--figures takes letters from a to {FIGURE_LETTERS[-1]} separated by commas, "
+                f"such as --figures=k,n; got {given!r}")
+    figures = "".join(letter for letter in FIGURE_LETTERS
+                      if letter in letters and not (skip_launch and letter in "ef"))
+    if not figures:
+        p.error(f"--figures={given} --skip_launch leaves no figure to measure")
+    return figures
 
 
 def main(argv=None) -> int:

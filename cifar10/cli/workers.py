@@ -154,17 +154,10 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     processes: list[subprocess.Popen] = []
     relays: list[threading.Thread] = []
     closed = threading.Event()  # nobody reads ``out`` any more (| head)
-
-    def stop_all() -> None:  # as a SIGTERM: every worker saves at one step and stops
-        if not closed.is_set():
-            closed.set()
-            for process in list(processes):
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-
     previous = _forward_signals(processes)
     try:
-        _start_all(command, train_args, ports, all_output, out, processes, relays, stop_all)
+        _start_all(command, train_args, ports, all_output, out, processes, relays,
+                   on_closed=lambda: _stop_once(processes, closed))
         ended = _wait(processes)
     finally:
         for signum, handler in previous.items():
@@ -235,13 +228,24 @@ def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock,
     for line in stream:
         if not writable:
             continue  # keep reading, so that the worker never blocks on a full pipe
-        try:
-            with lock:
+        with lock:
+            try:
                 out.write(prefix + line if line.endswith("\n") else f"{prefix}{line}\n")
                 out.flush()
-        except (OSError, ValueError):  # nobody reads the output any more (| head)
-            writable = False
-            on_closed()
+            except (OSError, ValueError):  # nobody reads the output any more (| head)
+                writable = False
+                on_closed()  # under the relays' lock: one stop, whichever relay sees it
+
+
+def _stop_once(processes: list[subprocess.Popen], closed: threading.Event) -> None:
+    """The first time ``closed`` is set: every running worker gets SIGTERM, as from
+    Ctrl-C (it saves at one step and stops); a second SIGTERM would stop it at once,
+    so the relays call this under their shared lock."""
+    if not closed.is_set():
+        closed.set()
+        for process in list(processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
 
 
 def _forward_signals(processes: list[subprocess.Popen]) -> dict:
