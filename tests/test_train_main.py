@@ -337,6 +337,7 @@ def test_a_reader_that_stops_reading_ends_the_program_quietly():
 
 @pytest.mark.parametrize("module, args", [
     ("train_main", ["--help"]), ("train_main", ["--batch_size=0"]),
+    ("train_main", ["--batch_size=100000000"]),
     ("eval_main", ["--helpshort"]), ("eval_main", ["--eval_data=validation"]),
     ("export_main", ["--checkpoint=/tmp"]), ("eval_main", ["--checkpoint=/tmp"]),
     ("predict_main", ["--checkpoint=/tmp", __file__]),

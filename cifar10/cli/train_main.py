@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from cifar10.core import memory
 from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
@@ -38,6 +39,8 @@ def main(argv: list[str]) -> None:
     # TF_CONFIG and the settings it rules out are checked before TensorFlow loads
     # (which takes seconds) and reads TF_CONFIG itself.
     kind = cluster.strategy_kind(FLAGS.strategy)
+    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)

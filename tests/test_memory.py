@@ -1,0 +1,60 @@
+"""The trainer's refusal of a batch that cannot fit in memory at all (core/memory.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10 import model as model_lib
+from cifar10.core import memory
+from cifar10.core.errors import Cifar10Error
+from cli import call
+
+
+def test_conv1_output_bytes_is_the_models_largest_tensor():
+    model = model_lib.Model()
+    outputs = model.stage_outputs(tf.zeros([2, 24, 24, 3]))
+    sizes = {name: int(np.prod(out.shape)) * out.dtype.size for name, out in outputs.items()}
+    assert max(sizes, key=sizes.get) == "conv1"
+    assert memory.conv1_output_bytes(2) == sizes["conv1"] == 2 * 24 * 24 * 64 * 4
+    assert memory.conv1_output_bytes(2, value_bytes=2) == sizes["conv1"] // 2
+
+
+def test_a_batch_whose_conv1_output_passes_memory_is_refused_naming_both_sizes():
+    with pytest.raises(Cifar10Error) as raised:
+        memory.refuse_batch_beyond_memory(200_000, memory=24 * 2**30)
+    assert str(raised.value) == (
+        "--batch_size=200000 cannot fit: conv1's output alone would take at least 29.5 GB "
+        "a replica, more than this machine's 25.8 GB of memory; give a smaller "
+        "--batch_size (the tutorial's is 128)")
+
+
+@pytest.mark.parametrize("batch_size, value_bytes, fits", [
+    (100_000, 4, True), (200_000, 4, False), (200_000, 2, True), (400_000, 2, False)])
+def test_the_limit_counts_the_bytes_of_a_value(batch_size, value_bytes, fits):
+    check = lambda: memory.refuse_batch_beyond_memory(batch_size, value_bytes,  # noqa: E731
+                                                      memory=24 * 2**30)
+    if fits:
+        check()
+    else:
+        pytest.raises(Cifar10Error, check)
+
+
+def test_an_unknown_memory_size_refuses_nothing(monkeypatch):
+    monkeypatch.setattr(memory, "total_memory", lambda: None)
+    memory.refuse_batch_beyond_memory(10**9)
+
+
+def test_this_machines_memory_is_read():
+    assert memory.total_memory() > 2**30
+
+
+def test_the_trainer_refuses_it_before_writing_anything(tmp_path):
+    batch_size = memory.total_memory() // memory.conv1_output_bytes(1) + 1
+    result = call("cifar10-train", "--synthetic_data", f"--data_dir={tmp_path / 'data'}",
+                  f"--train_dir={tmp_path / 'train'}", f"--batch_size={batch_size}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"cifar10-train: error: --batch_size={batch_size} cannot fit: conv1's output alone")
+    assert not (tmp_path / "train").exists() and not (tmp_path / "data").exists()
