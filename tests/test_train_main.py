@@ -218,6 +218,28 @@ def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path):
     assert not [name for name in os.listdir(train_dir) if name.endswith("_temp")]
 
 
+@pytest.mark.parametrize("task, said", [
+    (None, "the last checkpoint is {d}/model.ckpt-4"),
+    ("worker 1", "this is worker 1: the chief saves the checkpoints in {d}")])
+def test_a_second_signal_on_a_worker_that_is_not_the_chief_names_the_chiefs_folder(
+        tmp_path, task, said):
+    for suffix in (".index", ".data-00000-of-00001"):
+        (tmp_path / f"model.ckpt-4{suffix}").write_bytes(b"")
+    script = (
+        "import os, signal, sys, time\n"
+        "from cifar10.cli import stopping\n"
+        f"with stopping.StopRequests('cifar10-train', {str(tmp_path)!r}, task={task!r}) as s:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    s.event.wait(10)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(10)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, env=env())
+    assert result.returncode == stopping.INTERRUPTED, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "cifar10-train: interrupted at once; " + said.format(d=tmp_path))
+
+
 def test_the_last_checkpoint_named_is_not_one_being_saved(tmp_path):
     assert stopping.last_good_checkpoint(str(tmp_path)) is None
     for step in (5, 10):

@@ -54,8 +54,11 @@ class StopRequests:
     was closed.  Enter it in the main thread (signal handlers are set there).
     """
 
-    def __init__(self, program: str, train_dir: str, stdout=None, stderr=None):
-        self.program, self.train_dir = program, train_dir
+    def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
+                 task: str | None = None):
+        """``task``: this worker's name in a multi-worker run where it is not the chief
+        ('worker 1'), which saves no checkpoint; None for the chief."""
+        self.program, self.train_dir, self.task = program, train_dir, task
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.event = threading.Event()
@@ -127,6 +130,8 @@ class StopRequests:
             os.close(read_fd)
 
     def _last_checkpoint(self) -> str:
+        if self.task:
+            return f"this is {self.task}: the chief saves the checkpoints in {self.train_dir}"
         try:
             last = last_good_checkpoint(self.train_dir)
         except Exception:  # noqa: BLE001 - the process ends at once all the same

@@ -70,7 +70,8 @@ def main(argv: list[str]) -> None:
                                               profile_steps=FLAGS.profile_steps)
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
                            data.class_names(batches_dir))
-    with stopping.StopRequests(PROGRAM, FLAGS.train_dir) as stop:
+    is_chief, task = devices.worker_role(strategy)
+    with stopping.StopRequests(PROGRAM, FLAGS.train_dir, task=None if is_chief else task) as stop:
         result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                   print_fn=stop.print, invocation=_invocation(batches_dir))
         # Else train said the run was already complete.
