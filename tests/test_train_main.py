@@ -259,7 +259,9 @@ def test_the_last_checkpoint_named_is_not_one_being_saved(tmp_path):
     ("--no_such_flag=1", "no_such_flag"),
     ("--use_fp16 --use_bf16", "use_fp16 and use_bf16 exclude each other"),
     ("--strategy=one_device --num_gpus=3", "--strategy=one_device trains one replica: drop "
-                                           "--num_gpus, or use --strategy=mirrored for several"),
+                                           "--num_gpus (or give --num_gpus=1 after a "
+                                           "--flagfile that sets it), or use "
+                                           "--strategy=mirrored for several"),
 ])
 def test_bad_flags_are_usage_errors(tmp_path, flag, message):
     result = call("cifar10-train", *train_args(tmp_path), *flag.split())
@@ -267,6 +269,19 @@ def test_bad_flags_are_usage_errors(tmp_path, flag, message):
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "train").exists()
+
+
+def test_a_recorded_one_device_run_with_num_gpus_replays_with_num_gpus_1_after_it(tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_text("# cifar10-train, started 2026-11-20T10:00:00+00:00 on h at step 0\n"
+                        "--strategy=one_device\n--num_gpus=2\n")
+    refused = call("cifar10-train", *train_args(tmp_path), f"--flagfile={flagfile}")
+    assert refused.returncode == 1
+    assert "give --num_gpus=1 after a --flagfile that sets it" in refused.stderr
+    replayed = call("cifar10-train", *train_args(tmp_path), f"--flagfile={flagfile}",
+                    "--num_gpus=1", "--max_steps=1")
+    assert replayed.returncode == 0, replayed.stderr
+    assert checkpoint_steps(tmp_path / "train") == [1]
 
 
 def test_corrupt_data_is_one_line_error_before_training(tmp_path):

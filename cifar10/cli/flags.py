@@ -179,8 +179,9 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.register_multi_flags_validator(
         ["strategy", "num_gpus"], lambda v: not (v["strategy"] == "one_device"
                                                  and (v["num_gpus"] or 0) > 1),
-        message="--strategy=one_device trains one replica: drop --num_gpus, or use "
-                "--strategy=mirrored for several", flag_values=flag_values)
+        message="--strategy=one_device trains one replica: drop --num_gpus (or give "
+                "--num_gpus=1 after a --flagfile that sets it), or use --strategy=mirrored "
+                "for several", flag_values=flag_values)
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
                        lower_bound=1, flag_values=flag_values)
