@@ -157,3 +157,41 @@ def test_bad_data_set_flags_are_usage_errors(tmp_path, flags, message):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("cifar10-train: error: ") and message in last, last
     assert not os.listdir(tmp_path)
+
+
+def _extract(tarball: bytes, data_dir) -> str:
+    """The generated tarball extracted into ``data_dir``, as a user extracts it by hand;
+    returns the ``cifar-100-binary`` folder."""
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
+        tar.extractall(data_dir)
+    return str(data_dir / ff.CIFAR100.folder)
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    """{relative path: content} of every file under ``folder``."""
+    return {os.path.relpath(os.path.join(root, name), folder):
+            open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(folder) for name in names}
+
+
+OFFLINE = f"http://127.0.0.1:9/{ff.CIFAR100.tarball}"  # nothing listens on port 9
+
+
+def test_the_extracted_folder_given_itself_as_data_dir_is_trained_on(tarball, tmp_path):
+    """As --data_dir=<cifar-10-batches-bin> is for CIFAR-10: no download (there is no
+    server), the records with the label written inside the folder the user named."""
+    extracted = _extract(tarball, tmp_path / "data")
+    before = _snapshot(extracted)
+    trained = call("cifar10-train", "--dataset=cifar100", f"--data_dir={extracted}",
+                   f"--data_url={OFFLINE}", f"--train_dir={tmp_path / 'train'}",
+                   "--max_steps=1", "--batch_size=8", "--summary_steps=1000")
+    assert trained.returncode == 0, trained.stderr
+    derived = os.path.join(extracted, cifar100.batches_dir_name("fine"))
+    assert f"Training on 300 examples from {derived} " in trained.stdout
+    assert data.class_names(derived) == tuple(FINE)
+    after = _snapshot(extracted)
+    assert {k: v for k, v in after.items() if k in before} == before  # the user's files
+    assert sorted(set(after) - set(before)) == sorted(
+        os.path.join(cifar100.batches_dir_name("fine"), name)
+        for name in (*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE))
+

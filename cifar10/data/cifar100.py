@@ -3,7 +3,8 @@
 CIFAR-100's binary files hold records of 3,074 bytes: the coarse label (one of 20
 superclasses), the fine label (one of 100 classes), then the image as in
 CIFAR-10.  ``batches_dir`` writes, once per label kind, a CIFAR-10-format folder
-beside the extracted data: the records with their one chosen label byte, the
+beside the extracted data (or, where --data_dir is the extracted folder itself, in
+it): the records with their one chosen label byte, the
 training records in five files as CIFAR-10's, and that label's names as
 ``batches.meta.txt``.  Everything after it (validation, the pipelines, the model
 with as many outputs as names, the evaluator) is the same for both data sets.
@@ -24,6 +25,12 @@ from cifar10.core.errors import DataError
 def batches_dir_name(label: str) -> str:
     """The folder of CIFAR-10-format data made from CIFAR-100 with ``label``."""
     return f"cifar-100-{label}-batches-bin"
+
+
+def holds_source(path: str) -> bool:
+    """Whether ``path`` is an extracted ``cifar-100-binary`` folder itself (it holds
+    ``train.bin`` or ``test.bin``)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in ff.CIFAR100_FILES.values())
 
 
 def read_records(path: str, label: str) -> np.ndarray:
@@ -50,8 +57,9 @@ def read_records(path: str, label: str) -> np.ndarray:
 
 
 def batches_dir(extracted: str, data_dir: str, label: str) -> str:
-    """The CIFAR-10-format folder of ``label``, written from ``extracted`` (the
-    ``cifar-100-binary`` folder) when missing; returns its path.
+    """The CIFAR-10-format folder of ``label`` in ``data_dir``, written from
+    ``extracted`` (the ``cifar-100-binary`` folder, which may be ``data_dir`` itself)
+    when missing; returns its path.
 
     Raises:
       ValueError: ``label`` is not 'fine' or 'coarse'.
