@@ -15,7 +15,6 @@ from typing import Sequence
 
 import numpy as np
 
-from cifar10.data import cifar100
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS
@@ -159,8 +158,7 @@ def data_kind(batches_dir: str) -> str:
     """Whose data a data folder holds: 'cifar10' (CIFAR-10's, or generated with its
     names), 'cifar100' (made from CIFAR-100) or 'own' (made by cifar10-prepare: other
     class names; with a damaged names file, files not of CIFAR-10's size)."""
-    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
-                                         for label in ff.CIFAR100_LABELS}:
+    if os.path.basename(batches_dir) in ff.CIFAR100_BATCHES_DIRS.values():
         return "cifar100"
     names, problem, _ = class_names_in(os.path.join(batches_dir, ff.META_FILE))
     if problem:
