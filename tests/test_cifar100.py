@@ -2,13 +2,16 @@
 generated one here), MD5-checked, extracted safely, and trained on with its fine
 (100 classes) or coarse (20 superclasses) labels."""
 
+import dataclasses
 import functools
 import hashlib
 import http.server
 import io
 import os
+import shutil
 import tarfile
 import threading
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -157,3 +160,145 @@ def test_bad_data_set_flags_are_usage_errors(tmp_path, flags, message):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("cifar10-train: error: ") and message in last, last
     assert not os.listdir(tmp_path)
+
+
+def _extract(tarball: bytes, data_dir) -> str:
+    """The generated tarball extracted into ``data_dir``, as a user extracts it by hand;
+    returns the ``cifar-100-binary`` folder."""
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
+        tar.extractall(data_dir)
+    return str(data_dir / ff.CIFAR100.folder)
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    """{relative path: content} of every file under ``folder``."""
+    return {os.path.relpath(os.path.join(root, name), folder):
+            open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(folder) for name in names}
+
+
+OFFLINE = f"http://127.0.0.1:9/{ff.CIFAR100.tarball}"  # nothing listens on port 9
+
+
+def test_the_extracted_folder_given_itself_as_data_dir_is_trained_on(tarball, tmp_path):
+    """As --data_dir=<cifar-10-batches-bin> is for CIFAR-10: no download (there is no
+    server), the records with the label written inside the folder the user named."""
+    extracted = _extract(tarball, tmp_path / "data")
+    before = _snapshot(extracted)
+    trained = call("cifar10-train", "--dataset=cifar100", f"--data_dir={extracted}",
+                   f"--data_url={OFFLINE}", f"--train_dir={tmp_path / 'train'}",
+                   "--max_steps=1", "--batch_size=8", "--summary_steps=1000")
+    assert trained.returncode == 0, trained.stderr
+    derived = os.path.join(extracted, cifar100.batches_dir_name("fine"))
+    assert f"Training on 300 examples from {derived} " in trained.stdout
+    assert data.class_names(derived) == tuple(FINE)
+    after = _snapshot(extracted)
+    assert {k: v for k, v in after.items() if k in before} == before  # the user's files
+    assert sorted(set(after) - set(before)) == sorted(
+        os.path.join(cifar100.batches_dir_name("fine"), name)
+        for name in (*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE))
+
+
+def _damage(extracted: str, name: str = "train.bin", record: int = 7, label: int = 150) -> None:
+    """Gives a record of ``name`` a fine label beyond the 100 names."""
+    with open(os.path.join(extracted, name), "r+b") as f:
+        f.seek(record * (2 + ff.IMAGE_BYTES) + 1)
+        f.write(bytes([label]))
+
+
+def _train_error(tmp_path, data_dir, *flags: str) -> str:
+    """The last line of cifar10-train on CIFAR-100 in ``data_dir``, which must fail."""
+    result = call("cifar10-train", "--dataset=cifar100", f"--data_dir={data_dir}",
+                  f"--data_url={OFFLINE}", f"--train_dir={tmp_path / 'train'}",
+                  "--max_steps=1", *flags)
+    assert result.returncode == 1, result.stderr
+    assert not (tmp_path / "train").exists()
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_damaged_source_is_named_and_following_the_advice_does_not_loop(tarball, tmp_path):
+    """A derived folder an earlier version made from a damaged source is to be made
+    again; made again, the source is checked first and named, with the way to a
+    sound one, not the derived folder again."""
+    data_dir = tmp_path / "data"
+    extracted = _extract(tarball, data_dir)
+    _damage(extracted)
+    derived = data_dir / cifar100.batches_dir_name("fine")
+    _derived_unchecked(extracted, derived)  # the bad label copied
+    first = _train_error(tmp_path, data_dir)
+    assert first.endswith(f"; delete {derived} so that it is made again from the extracted "
+                          f"CIFAR-100 data"), first
+    shutil.rmtree(derived)  # the advice followed
+    before = _snapshot(data_dir)
+    second = _train_error(tmp_path, data_dir)
+    assert second == (
+        f"cifar10-train: error: corrupt data file {extracted}/train.bin: record 7 has fine "
+        f"label 150, expected 0-99 (fine_label_names.txt names 100 classes); delete "
+        f"{extracted} so that cifar-100-binary.tar.gz is downloaded and extracted again")
+    assert _snapshot(data_dir) == before  # no derived folder made from it
+
+
+def _derived_unchecked(extracted: str, derived) -> None:
+    """What an earlier version wrote from ``extracted``: its records, unchecked."""
+    os.makedirs(derived)
+    train, test = (cifar100.read_records(os.path.join(extracted, ff.CIFAR100_FILES[split]),
+                                         "fine") for split in ("train", "test"))
+    for name, part in zip(ff.TRAIN_FILES, np.array_split(train, len(ff.TRAIN_FILES))):
+        part.tofile(derived / name)
+    test.tofile(derived / ff.TEST_FILES[0])
+    shutil.copyfile(os.path.join(extracted, "fine_label_names.txt"), derived / ff.META_FILE)
+
+
+def test_a_damaged_source_given_itself_is_the_users_to_replace(tarball, tmp_path):
+    extracted = _extract(tarball, tmp_path / "data")
+    with open(os.path.join(extracted, "test.bin"), "ab") as f:
+        f.write(b"\0" * 10)
+    before = _snapshot(extracted)
+    assert _train_error(tmp_path, extracted) == (
+        f"cifar10-train: error: truncated or corrupt data file {extracted}/test.bin: 307,410 "
+        f"bytes is not a whole number of 3,074-byte CIFAR-100 records; replace {extracted} "
+        f"with a sound copy (extract the published cifar-100-binary.tar.gz again)")
+    assert _snapshot(extracted) == before
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "lists no class names"),
+    ("".join(f"{name}\n" for name in FINE[:50]),
+     "corrupt data file {extracted}/train.bin: record 50 has fine label 50, expected 0-49 "
+     "(fine_label_names.txt names 50 classes)"),
+])
+def test_a_damaged_names_file_of_the_source_is_named(tarball, tmp_path, text, problem):
+    extracted = _extract(tarball, tmp_path / "data")
+    names = os.path.join(extracted, "fine_label_names.txt")
+    with open(names, "w") as f:
+        f.write(text)
+    shown = problem.format(extracted=extracted)
+    if problem == "lists no class names":
+        shown = f"{names} {problem}"
+    assert _train_error(tmp_path, tmp_path / "data") == (
+        f"cifar10-train: error: {shown}; delete {extracted} so that cifar-100-binary.tar.gz "
+        f"is downloaded and extracted again")
+
+
+def test_a_source_from_a_tarball_is_extracted_again_or_downloaded_without_data_md5(
+        url, tarball, tmp_path):
+    """The advice fits where the source came from: the published tarball beside it is
+    extracted again; a tarball of --data_md5's (not the published one) may be the bad
+    one, so the published tarball is to be downloaded."""
+    md5 = hashlib.md5(tarball).hexdigest()
+    data_dir = tmp_path / "data"
+    extracted = _extract(tarball, data_dir)
+    (data_dir / ff.CIFAR100.tarball).write_bytes(tarball)
+    _damage(extracted)
+    before = _snapshot(data_dir)
+    last = _train_error(tmp_path, data_dir, f"--data_md5={md5}")
+    assert last.endswith(
+        f"; delete {extracted} and {data_dir / ff.CIFAR100.tarball} (not the published "
+        f"tarball: its MD5 is not {ff.CIFAR100.md5}), then run again without --data_md5, so "
+        f"that the published tarball is downloaded"), last
+    published = dataclasses.replace(ff.CIFAR100, md5=md5)
+    with mock.patch.object(ff, "CIFAR100", published):
+        last = _train_error(tmp_path, data_dir)
+    assert last.endswith(f"; delete {extracted} so that it is extracted again from "
+                         f"{data_dir / ff.CIFAR100.tarball}"), last
+    assert _snapshot(data_dir) == before

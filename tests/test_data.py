@@ -129,6 +129,8 @@ def test_class_names_come_from_the_meta_file_or_are_cifar10s(tmp_path):
      "per line, in label order, at most 256$"),
     ("ant\nbee\nant\n", "lists ant more than once: list one class name per line, in label "
                          "order, each once$"),
+    ("\nant\n", r"lists one class name \(ant\), and a classifier needs at least 2 classes: list "
+                "a name for each label in the data files, one per line, in label order$"),
 ])
 def test_bad_class_names_files_are_one_line_errors(tmp_path, text, error):
     (tmp_path / ff.META_FILE).write_text(text)
@@ -152,6 +154,28 @@ def test_a_names_file_that_cannot_be_read_is_one_line_naming_it_and_the_fix(tmp_
     with pytest.raises(DataError) as info:
         data.class_names(str(tmp_path))
     assert str(info.value) == f"{path} {error.format(dir=tmp_path)}"
+
+
+def test_a_class_list_of_one_name_is_told_as_such_whoever_made_the_data(tmp_path):
+    """Not "record 1 has label 1, expected 0-0 ...; run cifar10-prepare again", which
+    refuses one class itself: a folder of one name is not its."""
+    batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=10)
+    os.remove(os.path.join(batches_dir, synthetic.SYNTHETIC_MARKER))
+    meta = os.path.join(batches_dir, ff.META_FILE)
+    with open(meta, "w") as f:
+        f.write("cat\n")
+    before = {name: open(os.path.join(batches_dir, name), "rb").read()
+              for name in os.listdir(batches_dir)}
+    result = cli.call("cifar10-train", f"--data_dir={tmp_path / 'data'}",
+                      f"--train_dir={tmp_path / 'train'}", "--max_steps=1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: {meta} lists one class name (cat), and a classifier needs at "
+        f"least 2 classes: list a name for each label in the data files, one per line, in "
+        f"label order")
+    assert {name: open(os.path.join(batches_dir, name), "rb").read()
+            for name in os.listdir(batches_dir)} == before
+    assert not (tmp_path / "train").exists()
 
 
 def _prepared(folder, names, records_per_file=(6, 6, 6, 6, 6, 4)):

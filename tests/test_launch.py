@@ -8,6 +8,8 @@ workers once.
 
 from __future__ import annotations
 
+import hashlib
+import http.server
 import io
 import os
 import re
@@ -22,6 +24,8 @@ import pytest
 from absl import flags
 
 from cli import call, env
+from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
 from cifar10.distribute import cluster
 from cifar10.cli import workers as launch
 
@@ -247,3 +251,88 @@ def test_a_closed_output_stops_every_worker_as_a_sigterm_and_ends_as_a_closed_pi
     assert sum("waits" in line for line in out.getvalue().splitlines()) == 1
     # Both got SIGTERM (and exited 0, as a trainer does after it saved): no WorkerFailed.
     assert sorted(os.listdir(tmp_path)) == ["ready-0", "ready-1", "worker.py"]
+
+
+class _Tarball(http.server.BaseHTTPRequestHandler):
+    """Serves ``body`` (announcing ``length`` bytes) and counts the requests."""
+
+    body, length, requests = b"", 0, []
+
+    def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
+        type(self).requests.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", str(self.length))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+
+@pytest.fixture
+def serve():
+    """serve(body, length=None) -> the URL of a local server of ``body``, and its requests."""
+    servers = []
+
+    def start(body: bytes, length: int | None = None):
+        handler = type("Handler", (_Tarball,), {"body": body, "length": length or len(body),
+                                                "requests": []})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}", handler.requests
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_missing_data_dir_is_fetched_once_before_the_workers_start(serve, tmp_path):
+    """Not by each worker at once (each its own download, its progress lines as
+    [worker i] lines, and folders two processes make and remove)."""
+    tarball = synthetic.tarball_bytes(records_per_file=5)
+    url, requests = serve(tarball)
+    data_dir = tmp_path / "data"
+    batches_dir = data_dir / ff.BATCHES_DIRNAME
+    seen = []
+
+    def started(num_workers, train_args, **kwargs):
+        seen.append(sorted(os.listdir(batches_dir)))
+
+    with mock.patch.object(launch, "launch", side_effect=started):
+        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={data_dir}",
+                      f"--data_url={url}", f"--data_md5={hashlib.md5(tarball).hexdigest()}",
+                      f"--train_dir={tmp_path / 'train'}")
+    assert result.returncode == 0, result.stderr
+    assert seen == [sorted([*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE,
+                            synthetic.SYNTHETIC_MARKER])]
+    assert requests == [f"/{ff.TARBALL_NAME}"]
+    assert sorted(os.listdir(data_dir)) == sorted([ff.TARBALL_NAME, ff.BATCHES_DIRNAME])
+    assert result.stdout == ""  # the data's notes are the workers' to say
+
+
+@pytest.mark.parametrize("damage, error", [
+    ("cut", "no CIFAR-10 data: --data_dir={data_dir} does not exist, and downloading it "
+            "there failed: could not download {url} (transfer ended after 1000 of 100000 "
+            "bytes)"),
+    ("md5", "the file downloaded from {url} is not the expected tarball (got "),
+])
+def test_a_failed_fetch_is_one_line_before_any_worker_and_leaves_no_data_dir(
+        serve, tmp_path, damage, error):
+    tarball = synthetic.tarball_bytes(records_per_file=5)
+    if damage == "cut":
+        url, _ = serve(tarball[:1000], length=100000)
+    else:
+        url, _ = serve(tarball)
+    data_dir = tmp_path / "data"
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={data_dir}",
+                      f"--data_url={url}", f"--data_md5={'0' * 32}",
+                      f"--train_dir={tmp_path / 'train'}")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("cifar10-launch: error: " + error.format(url=url, data_dir=data_dir))
+    assert result.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == []  # no data folder, half-made or empty

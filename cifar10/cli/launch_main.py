@@ -1,7 +1,8 @@
 """cifar10-launch: try multi-worker training on one machine.
 
 Starts --num_workers cifar10-train workers of one job, each with a free port on
-127.0.0.1 and its TF_CONFIG; cifar10-train's flags follow a bare --.  Example:
+127.0.0.1 and its TF_CONFIG; cifar10-train's flags follow a bare --.  A missing
+--data_dir is downloaded once, before the workers start.  Example:
 
     cifar10-launch --num_workers=2 -- --synthetic_data --max_steps=300 --train_dir=/tmp/mw
 
@@ -32,7 +33,7 @@ define_flags = cifar10_flags.define_launch_flags  # this program's flags
 
 def main(argv: list[str]) -> None:
     train_args = argv[1:]
-    launch.check_train_args(train_args, FLAGS.num_workers)
+    launch.fetch_data(launch.check_train_args(train_args, FLAGS.num_workers))
     try:
         launch.launch(FLAGS.num_workers, train_args, all_output=FLAGS.all_output,
                       print_fn=lambda line: print(line, flush=True))

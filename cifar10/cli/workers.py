@@ -3,7 +3,8 @@
 ``launch`` starts N ``cifar10-train`` workers, each with a free port on 127.0.0.1
 and a ``TF_CONFIG`` naming the whole cluster and its own index (worker 0 is the
 chief, which writes the checkpoints and summaries), passes SIGINT and SIGTERM on
-to every worker, and ends with the first worker that failed.
+to every worker, and ends with the first worker that failed.  ``fetch_data`` gets
+their data before they start, once.
 
 What it shows: the workers run the same synchronous steps, so each of them
 prints the same lines (the data notice, every logged step and its loss, the end
@@ -36,7 +37,9 @@ from absl import logging  # noqa: F401  (defines absl's --verbosity and the like
 
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import follow
 from cifar10.cli import outdirs
+from cifar10.data import getdata
 from cifar10.core.errors import Cifar10Error
 
 TRAINER = "cifar10-train"
@@ -93,9 +96,9 @@ def trainer_command(python: str | None = None) -> list[str]:
     return [python, "-m", TRAINER_MODULE]
 
 
-def check_train_args(args: Sequence[str], num_workers: int) -> None:
+def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     """Refuses, before any worker starts, what every worker would refuse (each with
-    the same line) or what would not make one job.
+    the same line) or what would not make one job; returns the workers' flags.
 
     Raises:
       Cifar10Error: a flag cifar10-train does not take or a bad value of one; an
@@ -128,6 +131,27 @@ def check_train_args(args: Sequence[str], num_workers: int) -> None:
                                f"workers of one job use multi_worker")
         if values["fresh_start"].value:
             cluster.refuse_fresh_start("multi_worker", values["train_dir"].value)
+    return values
+
+
+def fetch_data(values: flags.FlagValues) -> None:
+    """The workers' data (``values``: their flags) found, or downloaded and extracted
+    once, and checked, before any worker starts: each worker would otherwise fetch a
+    missing --data_dir itself, all at once, and a data mistake would be each worker's
+    error.  Its notes are left to the workers, who find the data and say them.
+
+    Raises:
+      Cifar10Error: the run in --train_dir was trained on another kind of data, or the
+        data cannot be fetched or is damaged (what ``getdata.prepare`` made for a
+        failed fetch is removed).
+    """
+    if not values["fresh_start"].value:
+        follow.refuse_other_kind_of_data(values, values["train_dir"].value)
+    getdata.prepare(values["data_dir"].value, url=values["data_url"].value,
+                    md5=values["data_md5"].value, use_synthetic=values["synthetic_data"].value,
+                    synthetic_records=values["synthetic_records"].value,
+                    dataset=values["dataset"].value, label=values["label"].value,
+                    print_fn=lambda line: None)
 
 
 def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False,

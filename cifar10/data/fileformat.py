@@ -67,6 +67,8 @@ CIFAR100_FILES = {"train": "train.bin", "test": "test.bin"}
 CIFAR100_LABEL_BYTES = 2
 CIFAR100_LABELS = {"coarse": 0, "fine": 1}  # the label's byte in a record
 CIFAR100_NAMES_FILES = {"coarse": "coarse_label_names.txt", "fine": "fine_label_names.txt"}
+# The CIFAR-10-format folder written from the extracted data, per label.
+CIFAR100_BATCHES_DIRS = {label: f"cifar-100-{label}-batches-bin" for label in CIFAR100_LABELS}
 
 # Which files each evaluation split reads.
 SPLIT_FILES = {"train": TRAIN_FILES, "train_eval": TRAIN_FILES, "test": TEST_FILES}

@@ -15,7 +15,6 @@ from typing import Sequence
 
 import numpy as np
 
-from cifar10.data import cifar100
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS
@@ -33,6 +32,10 @@ def split_files(batches_dir: str, split: str) -> list[str]:
     return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
 
 
+_ONE_CLASS = "lists one class name ({}), and a classifier needs at least 2 classes"
+_ONE_CLASS_FIX = "list a name for each label in the data files, one per line, in label order"
+
+
 def class_names(batches_dir: str) -> tuple[str, ...]:
     """The class names of a data folder in label order, from its ``batches.meta.txt``.
 
@@ -40,11 +43,14 @@ def class_names(batches_dir: str) -> tuple[str, ...]:
 
     Raises:
       DataError: the file cannot be read (a folder in its place, not UTF-8), or lists
-        no names, more than ``MAX_CLASSES`` or one name twice: one line naming it
-        and the fix.
+        no names, one name (a classifier needs two classes), more than
+        ``MAX_CLASSES`` or one name twice: one line naming it and the fix.
     """
     path = os.path.join(batches_dir, ff.META_FILE)
     names, problem, fix = class_names_in(path)
+    if names is not None and len(names) == 1:
+        # cifar10-prepare refuses one class: whoever wrote this file, the fix is its text.
+        problem, fix = _ONE_CLASS.format(names[0]), _ONE_CLASS_FIX
     if problem:
         raise DataError(f"{path} {problem}: {fix}" if fix else
                         f"{path} {problem}; {_how_to_redo(batches_dir)}")
@@ -159,8 +165,7 @@ def data_kind(batches_dir: str) -> str:
     """Whose data a data folder holds: 'cifar10' (CIFAR-10's, or generated with its
     names), 'cifar100' (made from CIFAR-100) or 'own' (made by cifar10-prepare: other
     class names; with a damaged names file, files not of CIFAR-10's size)."""
-    if os.path.basename(batches_dir) in {cifar100.batches_dir_name(label)
-                                         for label in ff.CIFAR100_LABELS}:
+    if os.path.basename(batches_dir) in ff.CIFAR100_BATCHES_DIRS.values():
         return "cifar100"
     names, problem, _ = class_names_in(os.path.join(batches_dir, ff.META_FILE))
     if problem:

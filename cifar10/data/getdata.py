@@ -32,7 +32,8 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     (written when missing) and a notice says so; otherwise the real data set
     (``dataset``: 'cifar10' or 'cifar100', the latter with its ``label``: 'fine' or
     'coarse') is downloaded and extracted under ``data_dir`` when missing.  A
-    ``data_dir`` that is itself a CIFAR-10-format data folder is taken as it is.
+    ``data_dir`` that is itself a CIFAR-10-format data folder is taken as it is, and
+    one that is CIFAR-100's extracted folder as that.
     ``followed`` (``cli.follow.Followed.describe()``) names the run settings the data
     flags came from, for the error that says the data is missing.
 
@@ -99,12 +100,20 @@ def _remove_leftovers(folder: str, print_fn) -> None:
                  f"{folder}: {', '.join(removed)}.")
 
 
+def _found(data_dir: str, archive: ff.Archive) -> str | None:
+    """The archive's extracted folder: under ``data_dir``, or ``data_dir`` itself (the
+    ``cifar-10-batches-bin`` or ``cifar-100-binary`` folder given as --data_dir)."""
+    if archive is ff.CIFAR10:
+        return datafolder.find_batches_dir(data_dir)
+    found = datafolder.find_batches_dir(data_dir, archive.folder, itself=False)
+    return found or (data_dir if cifar100.holds_source(data_dir) else None)
+
+
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
                followed: str) -> str:
     """The data folder of a real data set under ``data_dir``, downloaded when missing."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
-    found = datafolder.find_batches_dir(data_dir, archive.folder,
-                                        itself=archive is ff.CIFAR10)
+    found = _found(data_dir, archive)
     if found:
         return cifar100.batches_dir(found, data_dir, label) if archive is ff.CIFAR100 else found
     datafolder.refuse_non_data(data_dir, followed)
