@@ -1,4 +1,4 @@
-"""Tests of cifar10.cli.workers and the cifar10-launch command without TensorFlow workers.
+"""Tests of cifar10.cli.workers, cifar10.cli.launch_args and the cifar10-launch command without TensorFlow workers.
 
 The workers here are a small Python script that prints a line to stdout and one
 to stderr and then does what the test asks (exit with a status, wait for a
@@ -27,6 +27,7 @@ from cli import call, env
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.distribute import cluster
+from cifar10.cli import launch_args
 from cifar10.cli import workers as launch
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "launch_workers.py")
@@ -208,8 +209,8 @@ def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_pat
 
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
-    launch.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)
-    launch.check_train_args(["--fresh_start"], num_workers=1)  # one worker may start afresh
+    launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)
+    launch_args.check_train_args(["--fresh_start"], num_workers=1)  # one worker may start afresh
     assert flags.FLAGS["verbosity"].value == verbosity
 
 

@@ -23,6 +23,7 @@ import sys
 from absl import flags
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import launch_args
 from cifar10.cli import workers as launch
 from cifar10.cli import programs
 
@@ -33,7 +34,7 @@ define_flags = cifar10_flags.define_launch_flags  # this program's flags
 
 def main(argv: list[str]) -> None:
     train_args = argv[1:]
-    launch.fetch_data(launch.check_train_args(train_args, FLAGS.num_workers))
+    launch_args.fetch_data(launch_args.check_train_args(train_args, FLAGS.num_workers))
     try:
         launch.launch(FLAGS.num_workers, train_args, all_output=FLAGS.all_output,
                       print_fn=lambda line: print(line, flush=True))

@@ -275,12 +275,12 @@ def _refuse_values_flags_txt_cannot_hold(flag_values: flags.FlagValues) -> None:
 
 def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
     """cifar10-launch's error for one of cifar10-train's flags given before its ``--``
-    (``workers.trainers_flag_hint``), or None."""
+    (``launch_args.trainers_flag_hint``), or None."""
     if program != "cifar10-launch":
         return None
-    from cifar10.cli import workers  # the launcher's own, loaded for its error alone
+    from cifar10.cli import launch_args  # the launcher's own, loaded for its error alone
 
-    return workers.trainers_flag_hint(error, argv, program)
+    return launch_args.trainers_flag_hint(error, argv, program)
 
 
 def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
