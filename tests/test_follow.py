@@ -305,50 +305,6 @@ def test_an_eval_dir_holding_another_runs_results_is_a_warning(runs, tmp_path):
     assert os.path.dirname(scored[-1]) == str(own_run)  # the first run's results kept
 
 
-@pytest.mark.parametrize("kind, flags_now, error", [
-    ("synthetic", [],
-     "holds a run trained on generated data (--synthetic_data), and this start would go on "
-     "with it on CIFAR-10 or data of its format (no --synthetic_data or --dataset): pass "
-     "--synthetic_data to go on with the run, or --fresh_start (or another --train_dir) for a "
-     "new run"),
-    ("own", ["--synthetic_data"],
-     "holds a run trained on CIFAR-10 or data of its format (no --synthetic_data or "
-     "--dataset), and this start would go on with it on generated data (--synthetic_data): "
-     "pass no --synthetic_data or --dataset to go on with the run, or --fresh_start (or "
-     "another --train_dir) for a new run"),
-])
-def test_the_trainer_refuses_to_go_on_with_a_run_on_another_kind_of_data(runs, tmp_path, kind,
-                                                                          flags_now, error):
-    data_dir, trained = runs[kind]
-    train_dir = tmp_path / "train"
-    shutil.copytree(trained, train_dir)
-    before = sorted(os.listdir(train_dir))
-    result = cli.call("cifar10-train", f"--data_dir={data_dir}", f"--train_dir={train_dir}",
-                      "--max_steps=4", "--batch_size=8", *flags_now)
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        f"cifar10-train: error: --train_dir={train_dir} {error}"]
-    assert sorted(os.listdir(train_dir)) == before
-
-
-def test_the_kinds_of_cifar100_are_its_label_and_a_run_without_checkpoints_is_not_one(tmp_path):
-    values = flags.FlagValues()
-    cli.ENTRY_POINTS["cifar10-train"].define_flags(values)
-    values(["cifar10-train", "--dataset=cifar100"])  # fine labels
-    (tmp_path / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on "
-                                        "h at step 0\n--dataset=cifar100\n--label=coarse\n")
-    follow.refuse_other_kind_of_data(values, str(tmp_path))  # no checkpoint yet: a new run
-    (tmp_path / "model.ckpt-10.index").write_bytes(b"")
-    with pytest.raises(Cifar10Error, match=r"holds a run trained on CIFAR-100's coarse labels "
-                                           r"\(--dataset=cifar100 --label=coarse\), and this "
-                                           r"start would go on with it on CIFAR-100's fine "
-                                           r"labels \(--dataset=cifar100 --label=fine\): pass "
-                                           r"--dataset=cifar100 --label=coarse to go on"):
-        follow.refuse_other_kind_of_data(values, str(tmp_path))
-    values["label"].value = "coarse"
-    follow.refuse_other_kind_of_data(values, str(tmp_path))
-
-
 def test_label_coarse_alone_scores_a_cifar100_run_and_is_refused_without_one(tmp_path):
     # The run's --dataset is not given again.
     values = eval_flags_beside_a_run(tmp_path, "--dataset=cifar100\n--label=fine\n",
