@@ -201,6 +201,83 @@ def eval_flags_beside_a_run(run_dir, recorded: str, *argv: str) -> flags.FlagVal
     return values
 
 
+def test_the_trainers_flags_whose_header_was_edited_away_are_still_its_start(tmp_path):
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "--train_dir=/runs/a\n--data_dir=/first\n--synthetic_data\n"
+        "# cifar10-eval, started 2026-11-25T10:01:00+00:00 on h\n--eval_dir=/e\n")
+    assert [(start.program, start.flags) for start in runrecord.recorded_starts(
+        str(tmp_path))] == [("cifar10-train", {"train_dir": "/runs/a", "data_dir": "/first",
+                                               "synthetic_data": "true"}),
+                            ("cifar10-eval", {"eval_dir": "/e"})]
+    # Replayed and commented out by a later start, they are still that start's.
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# --train_dir=/runs/a\n# --data_dir=/first\n# a note\n"
+        "# cifar10-train, started 2026-11-25T10:02:00+00:00 on h at step 5\n--max_steps=9\n")
+    assert [(start.program, start.flags) for start in runrecord.recorded_starts(
+        str(tmp_path))] == [("cifar10-train", {"train_dir": "/runs/a", "data_dir": "/first"}),
+                            ("cifar10-train", {"max_steps": "9"})]
+
+
+def test_a_run_whose_flags_txt_lost_its_header_is_followed(tmp_path, caplog):
+    values = eval_flags_beside_a_run(tmp_path, "")
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "--train_dir=/runs/a\n--data_dir=/runs/data\n--synthetic_data\n--max_steps=5\n")
+    followed = follow.follow_run(values, str(tmp_path), "cifar10-eval")
+    assert (values.data_dir, values.synthetic_data) == ("/runs/data", True)
+    assert followed.taken == {"synthetic_data": "true", "data_dir": "/runs/data"}
+    assert caplog.records == []
+
+
+def test_flags_under_no_header_that_are_not_the_trainers_are_a_warning(tmp_path, caplog):
+    values = eval_flags_beside_a_run(tmp_path, "", "--synthetic_records=30")
+    flags_txt = tmp_path / runrecord.FLAGS_FILE
+    flags_txt.write_text("--data_dir=/runs/data\n--synthetic_data\n--synthetic_records=20\n")
+    assert follow.follow_run(values, str(tmp_path), "cifar10-eval") is None
+    assert (values.data_dir, values.synthetic_data) == ("/tmp/cifar10_data", False)
+    # The flag the command line gives is not named: nothing of it is lost.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{flags_txt} holds --synthetic_data --data_dir=/runs/data with no '# cifar10-train, "
+        f"started ...' line above them and no --train_dir: not taken as the run's flags; "
+        f"using --nosynthetic_data --data_dir=/tmp/cifar10_data; put that header line back, "
+        f"or pass the run's data flags"]
+    # An evaluator's own start recorded there (by an older version) is no warning.
+    caplog.clear()
+    flags_txt.write_text("# cifar10-eval, started 2026-11-25T10:01:00+00:00 on h\n"
+                         "--eval_dir=/e\n--data_dir=/e/data\n")
+    assert follow.follow_run(values, str(tmp_path), "cifar10-eval") is None
+    assert caplog.records == []
+
+
+def test_the_evaluator_scores_a_run_whose_flags_txt_lost_its_header(runs, tmp_path):
+    _, trained = runs["synthetic"]
+    train_dir = tmp_path / "train"
+    shutil.copytree(trained, train_dir)
+    flags_txt = train_dir / runrecord.FLAGS_FILE
+    lines = flags_txt.read_text().splitlines(keepends=True)
+    assert lines[0].startswith("# cifar10-train, started ")
+    flags_txt.write_text("".join(lines[1:]))
+    args = (f"--checkpoint_dir={train_dir}", "--run_once", f"--eval_dir={tmp_path / 'eval'}",
+            f"--data_url={OFFLINE}")
+    result = cli.call("cifar10-eval", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("NOTE: using SYNTHETIC")  # the run's --synthetic_data
+    assert result.stderr == ""
+    # Without its --train_dir line too, the flags are not taken, with a word; there is
+    # no CIFAR-10 data in the --data_dir given, which is the last line.
+    flags_txt.write_text("".join(line for line in lines[1:]
+                                 if not line.startswith("--train_dir=")))
+    result = cli.call("cifar10-eval", *args, f"--data_dir={tmp_path / 'data'}")
+    assert result.returncode == 1
+    warning, last = result.stderr.splitlines()
+    assert warning == (
+        f"cifar10-eval: warning: {flags_txt} holds --synthetic_data --synthetic_records=20 "
+        f"with no '# cifar10-train, started ...' line above them and no --train_dir: not "
+        f"taken as the run's flags; using --nosynthetic_data --synthetic_records=1000; put "
+        f"that header line back, or pass the run's data flags")
+    assert last.startswith(
+        f"cifar10-eval: error: no CIFAR-10 data: --data_dir={tmp_path / 'data'} ")
+
+
 def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_path):
     values = eval_flags_beside_a_run(tmp_path, "--dataset=cifar100\n--label=coarse\n",
                                      "--synthetic_data")

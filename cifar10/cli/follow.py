@@ -55,6 +55,7 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     """
     recorded = records.recorded_flags(run_dir)
     if recorded is None:
+        _warn_of_flags_of_no_start(flag_values, run_dir, names)
         _check_together(flag_values, None)
         return None
     source = os.path.join(run_dir, records.FLAGS_FILE)
@@ -79,6 +80,36 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
             taken[name] = recorded[name]
     _check_together(flag_values, source)
     return Followed(source, taken)
+
+
+def _warn_of_flags_of_no_start(flag_values: flags.FlagValues, run_dir: str,
+                               names: tuple[str, ...]) -> None:
+    """One warning when the run's flags.txt holds data flags under no header line
+    that are not clearly cifar10-train's (no --train_dir among them; a trainer's
+    lines whose header was edited away are its start, ``records.recorded_starts``),
+    naming the file and the values used instead.  Flags the command line gives, and
+    those whose value is the one used, lose nothing and are not named."""
+    unclaimed = {name: value for start in records.recorded_starts(run_dir) or ()
+                 if not start.program for name, value in start.flags.items()}
+    unused = [name for name in names
+              if name in unclaimed and name in flag_values and not flag_values[name].present
+              and not _same(flag_values[name], unclaimed[name])]
+    if unused:
+        logging.warning(
+            "%s holds %s with no '# cifar10-train, started ...' line above them and no "
+            "--train_dir: not taken as the run's flags; using %s; put that header line back, "
+            "or pass the run's data flags",
+            os.path.join(run_dir, records.FLAGS_FILE),
+            " ".join(_as_flag(name, unclaimed[name]) for name in unused),
+            " ".join(_shown(name, flag_values[name].value) for name in unused))
+
+
+def _same(flag: flags.Flag, recorded: str) -> bool:
+    """Whether ``recorded`` (a flag line's value) is the value ``flag`` has."""
+    try:
+        return flag.parser.parse(recorded) == flag.value
+    except (ValueError, flags.Error):
+        return False
 
 
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],
