@@ -48,8 +48,8 @@ def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
     recorded = records.recorded_flags(eval_dir, "cifar10-eval")
     if not recorded:
         return
-    scored = (os.path.dirname(recorded["checkpoint"]) if recorded.get("checkpoint")
-              else recorded.get("checkpoint_dir"))
+    scored = checkpoint_files.run_folder(recorded.get("checkpoint"),
+                                         recorded.get("checkpoint_dir"))
     if scored and os.path.realpath(scored) != os.path.realpath(run_dir):
         logging.warning("--eval_dir=%s holds the results of another run (%s): this run's go "
                         "beside them, on the same TensorBoard curves; pass --eval_dir=%s to "
