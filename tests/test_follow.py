@@ -180,7 +180,7 @@ def test_an_eval_dir_that_is_a_training_runs_directory_is_refused(runs, tmp_path
     assert result.stderr.splitlines() == [
         f"cifar10-eval: error: --eval_dir={train_dir} is the directory of the run it scores, "
         f"where cifar10-train keeps its checkpoints and records: choose a directory of the "
-        f"evaluator's own, such as {train_dir.parent / 'eval'}"]
+        f"evaluator's own, such as {train_dir.parent / 'synthetic_train-eval'}"]
     _, other = runs["own"]
     result = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", f"--eval_dir={other}",
                       "--run_once")
@@ -375,7 +375,7 @@ def test_an_eval_dir_holding_another_runs_results_is_a_warning(runs, tmp_path):
     assert result.stderr.splitlines() == [
         f"cifar10-eval: warning: --eval_dir={eval_dir} holds the results of another run "
         f"({synthetic_run}): this run's go beside them, on the same TensorBoard curves; pass "
-        f"--eval_dir={own_run.parent / 'eval'} to keep them apart"]
+        f"--eval_dir={own_run.parent / 'own_train-eval'} to keep them apart"]
     scored = [json.loads(line)["checkpoint"]
               for line in (eval_dir / "results.jsonl").read_text().splitlines()]
     assert {os.path.dirname(path) for path in scored} == {str(synthetic_run), str(own_run)}
