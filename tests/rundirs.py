@@ -47,6 +47,23 @@ def leave_an_interrupted_save(train_dir, step):
     (train_dir / f"checkpoint.tmp{uuid.uuid4().hex}").write_text("half")
 
 
+def leave_a_save_cut_in_place(train_dir, step, source, index_written):
+    """What a kill leaves while TensorFlow puts the checkpoint of ``step`` in place
+    (its MergeV2Checkpoints, as strace shows it with TensorFlow 2.21: the shard's data
+    moved from model.ckpt-<step>_temp/ to model.ckpt-<step>.data-00000-of-00001,
+    model.ckpt-<step>.index written in place, and only then the shard's index and
+    the folder removed).  The files are those of the checkpoint ``source`` (a
+    prefix); the .index holds its first ``index_written`` bytes (None: not begun)."""
+    temp = train_dir / f"model.ckpt-{step}_temp"
+    temp.mkdir()
+    shutil.copy(f"{source}.index", temp / "part-00000-of-00001.index")
+    shutil.copy(f"{source}.data-00000-of-00001",
+                train_dir / f"model.ckpt-{step}.data-00000-of-00001")
+    if index_written is not None:
+        with open(f"{source}.index", "rb") as f:
+            (train_dir / f"model.ckpt-{step}.index").write_bytes(f.read()[:index_written])
+
+
 def config(train_dir, **overrides):
     """A short training run's config: batch 16, 30 steps, a checkpoint every 10."""
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=30, log_frequency=1,

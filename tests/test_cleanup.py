@@ -7,11 +7,12 @@ import os
 import shutil
 
 import pytest
+import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoints, cleanup
-from rundirs import USER_FILES, leave_an_interrupted_save
+from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place, leave_an_interrupted_save
 
 # What a run directory of the trainer's holds, by kind (a leftover of each kind of
 # interrupted write among them).
@@ -66,6 +67,38 @@ def test_checkpoint_files_are_its_index_data_and_temporary_folder(tmp_path):
     cleanup.delete(str(tmp_path), "model.ckpt-3_temp")
     cleanup.delete(str(tmp_path), "model.ckpt-3_temp")  # gone already: fine
     assert not (tmp_path / "model.ckpt-3_temp").exists()
+
+
+@pytest.mark.parametrize("index_written", [None, 0, "half"])
+def test_a_checkpoint_cut_short_as_it_was_put_in_place_is_removed(trained_run, tmp_path,
+                                                                   index_written):
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    before = sorted(os.listdir(run_dir))
+    source = run_dir / "model.ckpt-6"
+    if index_written == "half":
+        index_written = os.path.getsize(f"{source}.index") // 2
+    leave_a_save_cut_in_place(run_dir, 9, source, index_written)
+    if index_written is not None:
+        # It looks complete, and does not read.
+        assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 6, 9]
+        with pytest.raises(tf.errors.OpError):
+            tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))
+    assert cleanup.cut_short_steps(str(run_dir)) == [9]
+    assert cleanup.remove_leftovers(str(run_dir)) == sorted(
+        ["model.ckpt-9.data-00000-of-00001", "model.ckpt-9_temp"]
+        + (["model.ckpt-9.index"] if index_written is not None else []))
+    assert sorted(os.listdir(run_dir)) == before
+
+
+def test_a_checkpoint_whose_index_was_written_whole_before_the_kill_stays(trained_run,
+                                                                          tmp_path):
+    # Killed after the .index was written, before the shard's index was removed.
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    source = run_dir / "model.ckpt-6"
+    leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index"))
+    assert cleanup.cut_short_steps(str(run_dir)) == []
+    assert cleanup.remove_leftovers(str(run_dir)) == ["model.ckpt-9_temp"]
+    tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))  # reads
 
 
 def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_run, tmp_path):

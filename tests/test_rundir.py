@@ -31,7 +31,8 @@ from cifar10.training import controller
 from cifar10.training.run import TrainData
 from cifar10.training.state import TrainState
 from conftest import mirrored
-from rundirs import USER_FILES, config, copy_run, leave_an_interrupted_save
+from rundirs import (USER_FILES, config, copy_run, leave_a_save_cut_in_place,
+                     leave_an_interrupted_save)
 
 
 @pytest.fixture
@@ -74,6 +75,20 @@ def test_leftovers_of_an_interrupted_save_are_removed_when_the_run_resumes(run_d
     assert lines[0].endswith(", model.ckpt-9_temp.")
     assert not (run_dir / "model.ckpt-9_temp").exists()
     assert set(USER_FILES) <= set(os.listdir(run_dir))
+
+
+def test_a_checkpoint_cut_short_in_place_is_removed_in_one_line_and_the_run_resumes(run_dir):
+    source = run_dir / "model.ckpt-6"
+    leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index") // 2)
+    lines = []
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
+                             print_fn=lines.append) as directory:
+        assert directory.restore().step == 6
+    assert lines == [f"Removed what an interrupted save left in {run_dir}: "
+                     f"model.ckpt-9.data-00000-of-00001, model.ckpt-9.index, model.ckpt-9_temp "
+                     f"(the unfinished checkpoint model.ckpt-9)."]
+    assert not [name for name in os.listdir(run_dir) if name.startswith("model.ckpt-9")]
 
 
 def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run_dir):

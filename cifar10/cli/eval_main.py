@@ -14,7 +14,6 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app
@@ -40,7 +39,7 @@ def main(argv: list[str]) -> None:
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
     checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    run_dir = os.path.dirname(checkpoint) if checkpoint else FLAGS.checkpoint_dir
+    run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
     outdirs.refuse_training_dir(FLAGS.eval_dir, run_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint) and not follow.wait_for_run(

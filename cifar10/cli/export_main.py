@@ -19,7 +19,7 @@ from absl import app
 from absl import flags
 
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import follow
+from cifar10.cli import synthetic_warning
 from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
 
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> None:
     from cifar10.serving import export
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, given)
-    follow.warn_if_trained_on_synthetic_data(os.path.dirname(os.path.abspath(checkpoint)))
+    synthetic_warning.warn_if_trained_on_synthetic_data(
+        os.path.dirname(os.path.abspath(checkpoint)))
     target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
                            class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),
                            overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)

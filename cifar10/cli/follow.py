@@ -1,11 +1,7 @@
-"""The data a training run was trained on, for the programs that score it and for
-the trainer that goes on with it.
+"""cifar10-eval follows the run it scores: it scores the run on the data it was
+trained on without being told again, waiting for the run's start if need be.
 
-cifar10-train refuses to go on with a run on another kind of data (generated
-against real, CIFAR-10 against CIFAR-100, fine against coarse labels):
-``refuse_other_kind_of_data``.  cifar10-eval scores a run on the data it was
-trained on without being told again:
-the data flags that the command line leaves unset take the values the run's
+The data flags that the command line leaves unset take the values the run's
 latest start recorded in ``<train_dir>/flags.txt`` (``runs.records``).  A flag given
 on the command line wins; where its value differs from the run's, one notice line
 says so.  No TensorFlow: this runs before it loads.
@@ -59,6 +55,7 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     """
     recorded = records.recorded_flags(run_dir)
     if recorded is None:
+        _warn_of_flags_of_no_start(flag_values, run_dir, names)
         _check_together(flag_values, None)
         return None
     source = os.path.join(run_dir, records.FLAGS_FILE)
@@ -85,55 +82,34 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
     return Followed(source, taken)
 
 
-def warn_if_trained_on_synthetic_data(run_dir: str) -> None:
-    """One warning when the run in ``run_dir`` recorded --synthetic_data: what
-    cifar10-predict and cifar10-export make of its model says nothing about real
-    images, as everything the evaluator shows of such a run says SYNTHETIC."""
-    recorded = records.recorded_flags(run_dir)
-    if recorded is not None and recorded.get("synthetic_data") == "true":
-        logging.warning("the model of %s was trained on SYNTHETIC data (--synthetic_data in "
-                        "%s): its classes say nothing about real images", run_dir,
-                        os.path.join(run_dir, records.FLAGS_FILE))
+def _warn_of_flags_of_no_start(flag_values: flags.FlagValues, run_dir: str,
+                               names: tuple[str, ...]) -> None:
+    """One warning when the run's flags.txt holds data flags under no header line
+    that are not clearly cifar10-train's (no --train_dir among them; a trainer's
+    lines whose header was edited away are its start, ``records.recorded_starts``),
+    naming the file and the values used instead.  Flags the command line gives, and
+    those whose value is the one used, lose nothing and are not named."""
+    unclaimed = {name: value for start in records.recorded_starts(run_dir) or ()
+                 if not start.program for name, value in start.flags.items()}
+    unused = [name for name in names
+              if name in unclaimed and name in flag_values and not flag_values[name].present
+              and not _same(flag_values[name], unclaimed[name])]
+    if unused:
+        logging.warning(
+            "%s holds %s with no '# cifar10-train, started ...' line above them and no "
+            "--train_dir: not taken as the run's flags; using %s; put that header line back, "
+            "or pass the run's data flags",
+            os.path.join(run_dir, records.FLAGS_FILE),
+            " ".join(_as_flag(name, unclaimed[name]) for name in unused),
+            " ".join(_shown(name, flag_values[name].value) for name in unused))
 
 
-def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> None:
-    """Raises Cifar10Error when the run in ``run_dir`` (one with checkpoints) was
-    trained on another kind of data than ``flag_values`` ask for: going on would train
-    weights learned on one kind on the other (after the README's quick start on
-    generated data, say, a first run on CIFAR-10 in the same default --train_dir).
-
-    The kind is --synthetic_data, --dataset and, for CIFAR-100, --label.  A changed
-    --data_dir of the same kind is a notice of the run's records, not refused here.
-    """
-    recorded = records.recorded_flags(run_dir)
-    if recorded is None or not checkpoint_files.holds_checkpoints(run_dir):
-        return
-    now = _kind({name: flag_values[name].value
-                 for name in ("synthetic_data", "dataset", "label") if name in flag_values})
-    before = _kind(recorded)
-    if now != before:
-        raise Cifar10Error(
-            f"--train_dir={run_dir} holds a run trained on {_kind_name(before)}, and this "
-            f"start would go on with it on {_kind_name(now)}: pass "
-            f"{' '.join(before) or 'no --synthetic_data or --dataset'} to go on with the run, "
-            f"or --fresh_start (or another --train_dir) for a new run")
-
-
-def _kind(values: dict) -> tuple[str, ...]:
-    """The flags that name a kind of data, from flag values or a run's record."""
-    if str(values.get("synthetic_data", "false")).lower() == "true":
-        return ("--synthetic_data",)
-    if values.get("dataset", "cifar10") == "cifar100":
-        return ("--dataset=cifar100", f"--label={values.get('label', 'fine')}")
-    return ()
-
-
-def _kind_name(kind: tuple[str, ...]) -> str:
-    if kind == ("--synthetic_data",):
-        return "generated data (--synthetic_data)"
-    if kind:
-        return f"CIFAR-100's {kind[1].split('=')[1]} labels ({' '.join(kind)})"
-    return "CIFAR-10 or data of its format (no --synthetic_data or --dataset)"
+def _same(flag: flags.Flag, recorded: str) -> bool:
+    """Whether ``recorded`` (a flag line's value) is the value ``flag`` has."""
+    try:
+        return flag.parser.parse(recorded) == flag.value
+    except (ValueError, flags.Error):
+        return False
 
 
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],

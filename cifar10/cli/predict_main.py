@@ -20,7 +20,7 @@ from absl import flags
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
-from cifar10.cli import follow
+from cifar10.cli import synthetic_warning
 from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
 from cifar10.core.errors import Cifar10Error
@@ -41,7 +41,8 @@ def main(argv: list[str]) -> None:
     from cifar10.serving import predict
 
     checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, given)
-    follow.warn_if_trained_on_synthetic_data(os.path.dirname(os.path.abspath(checkpoint)))
+    synthetic_warning.warn_if_trained_on_synthetic_data(
+        os.path.dirname(os.path.abspath(checkpoint)))
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
     names = checkpoints.trained_class_names(os.path.dirname(checkpoint), model.num_classes)
     show = predict.FORMATTERS[FLAGS.output]

@@ -24,7 +24,7 @@ from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
-from cifar10.cli import follow
+from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import programs
 
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
     else:
-        follow.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
+        kind_of_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
     # so that a data mistake is answered at once.
     batches_dir, counts = getdata.prepare(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import unicodedata
 
 import numpy as np
 
@@ -78,11 +79,14 @@ class EvalResult:
 
 def class_table(result: EvalResult, max_matrix_classes: int = 20) -> list[str]:
     """The per-class figures of ``result`` as text lines, and its confusion matrix
-    when it has at most ``max_matrix_classes`` classes (wider would not read)."""
-    width = max(len("class"), *(len(c["name"]) for c in result.per_class))
+    when it has at most ``max_matrix_classes`` classes (wider would not read).
+
+    Class names are padded by the columns a terminal gives them (``display_width``),
+    so that a table of CJK names lines up."""
+    width = max(display_width("class"), *(display_width(c["name"]) for c in result.per_class))
     figure = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-    lines = [f"{'class':<{width}}  {'count':>6}  {'recall':>6}  {'precision':>9}"]
-    lines += [f"{c['name']:<{width}}  {c['count']:>6}  {figure(c['recall']):>6}  "
+    lines = [f"{pad('class', width)}  {'count':>6}  {'recall':>6}  {'precision':>9}"]
+    lines += [f"{pad(c['name'], width)}  {c['count']:>6}  {figure(c['recall']):>6}  "
               f"{figure(c['precision']):>9}" for c in result.per_class]
     if len(result.per_class) <= max_matrix_classes:
         cell = max(5, len(str(max(max(row) for row in result.confusion_matrix))))
@@ -90,6 +94,23 @@ def class_table(result: EvalResult, max_matrix_classes: int = 20) -> list[str]:
                      "as numbered):")
         lines.append(f"{'':<{width + 4}}" + "".join(
             f"{i:>{cell + 1}}" for i in range(len(result.per_class))))
-        lines += [f"{i:>2}  {c['name']:<{width}}" + "".join(f"{n:>{cell + 1}}" for n in row)
+        lines += [f"{i:>2}  {pad(c['name'], width)}" + "".join(f"{n:>{cell + 1}}" for n in row)
                   for i, (c, row) in enumerate(zip(result.per_class, result.confusion_matrix))]
     return lines
+
+
+def display_width(text: str) -> int:
+    """The columns ``text`` takes in a terminal: 2 for an East Asian wide or fullwidth
+    character, 0 for a combining mark or a format character, 1 for any other."""
+    return sum(_char_width(ch) for ch in text)
+
+
+def _char_width(ch: str) -> int:
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` left-aligned in ``width`` terminal columns (``display_width``)."""
+    return text + " " * max(0, width - display_width(text))

@@ -140,6 +140,15 @@ def given(value: str) -> str:
     raise Cifar10Error(f"{shown} does not exist; {_holds(folder)}")
 
 
+def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None:
+    """The folder of the run that cifar10-eval scores: the folder of ``checkpoint``
+    (--checkpoint, a checkpoint or one of its files) when given, else
+    ``checkpoint_dir`` (--checkpoint_dir)."""
+    if checkpoint:
+        return os.path.dirname(checkpoint) or "."
+    return checkpoint_dir
+
+
 def _holds(folder: str) -> str:
     """'runs/a holds model.ckpt-10, model.ckpt-20' (its complete checkpoints)."""
     found = [checkpoint.name for checkpoint in find(folder or ".")]

@@ -1,5 +1,6 @@
 """Removing what the trainer wrote in a run directory, and only that: the leftovers
-of saves cut short, a checkpoint's files, every file of a run (``--fresh_start``).
+of saves cut short (with the files of a checkpoint whose save was cut short as they
+were put in place), a checkpoint's files, every file of a run (``--fresh_start``).
 
 Files are matched by the exact names TensorFlow and the trainer give them, so a
 user's file that merely starts like one (``model.ckpt-best.txt``,
@@ -21,7 +22,7 @@ from typing import Iterator
 from cifar10.core.errors import io_error
 from cifar10.runs import records
 from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE,
-                                      TEMP_DIR, listdir)
+                                      PREFIX, TEMP_DIR, listdir)
 from cifar10.runs.statefile import STATE_FILE, TEMP_FILE as STATE_TEMP_FILE
 
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
@@ -31,6 +32,18 @@ _RECORDS = (COMPLETE_FILE, CLASSES_FILE, records.FLAGS_FILE, records.ENVIRONMENT
 _RECORD_TEMP_FILE = re.compile(f"({'|'.join(re.escape(name) for name in _RECORDS)})\\.tmp")
 # What a save or a record cut short leaves: never a file a finished write leaves.
 _LEFTOVERS = (TEMP_DIR, STATE_TEMP_FILE, _RECORD_TEMP_FILE)
+
+# TensorFlow saves a checkpoint in steps: each shard's data and index into the save's
+# temporary folder (model.ckpt-<step>_temp/part-00000-of-00001.*), the data files
+# moved into place, the checkpoint's .index written in place, and only then the
+# shards' index files and the folder removed.  A kill between those steps leaves
+# a shard's index in the folder, and the checkpoint's own files half there: a
+# .index that is missing or half written, which looks complete by its name and
+# does not read.
+_SHARD_INDEX = re.compile(r"part-\d{5}-of-\d{5}\.index")
+# How a whole .index ends: the magic number of TensorFlow's table format, the last
+# bytes its writer writes.
+_TABLE_MAGIC = struct.pack("<Q", 0xdb4775248b80fb57)
 
 
 # Summary tags only the trainer writes, and the evaluator's result: the first of
@@ -110,16 +123,62 @@ def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
 
 
 def remove_leftovers(directory: str) -> list[str]:
-    """Removes the temporary folders and files of saves that were cut short.
+    """Removes the temporary folders and files of saves that were cut short, and the
+    files of each checkpoint whose save was cut short as they were moved into place
+    (``cut_short_steps``).
 
     Returns:
       The names removed, sorted.
     """
-    removed = [name for name in own_files(directory)
-               if any(p.fullmatch(name) for p in _LEFTOVERS)]
-    for name in removed:
+    removed = {name for name in own_files(directory)
+               if any(p.fullmatch(name) for p in _LEFTOVERS)}
+    for step in cut_short_steps(directory):
+        removed.update(checkpoint_files(directory, step))
+    for name in sorted(removed):
         delete(directory, name)
-    return removed
+    return sorted(removed)
+
+
+def cut_short_steps(directory: str) -> list[int]:
+    """The steps whose save was cut short once TensorFlow began to put the checkpoint's
+    files in place: the save's temporary folder still holds a shard's .index, and the
+    checkpoint's .index is missing or not whole (a kill after it was written whole
+    leaves it, and the checkpoint reads).  Sorted."""
+    steps = []
+    for name in listdir(directory):
+        match = TEMP_DIR.fullmatch(name)
+        if match and _holds_shard_index(os.path.join(directory, name)) and not _whole_index(
+                os.path.join(directory, f"{PREFIX}-{match[1]}.index")):
+            steps.append(int(match[1]))
+    return sorted(steps)
+
+
+def _holds_shard_index(folder: str) -> bool:
+    try:
+        return any(_SHARD_INDEX.fullmatch(name) for name in os.listdir(folder))
+    except OSError:  # not a folder, or gone
+        return False
+
+
+def _whole_index(path: str) -> bool:
+    """Whether the .index file ``path`` ends as a whole one does (``_TABLE_MAGIC``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() < len(_TABLE_MAGIC):
+                return False
+            f.seek(-len(_TABLE_MAGIC), os.SEEK_END)
+            return f.read() == _TABLE_MAGIC
+    except OSError:
+        return False
+
+
+def unfinished_checkpoints(names: list[str]) -> list[str]:
+    """The checkpoints ('model.ckpt-9') whose .index or .data files are among ``names``,
+    by step."""
+    steps = {int(match[1]) for match in (INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name)
+                                         for name in names) if match}
+    return [f"{PREFIX}-{step}" for step in sorted(steps)]
 
 
 def remove_run(directory: str) -> int:

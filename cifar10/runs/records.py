@@ -18,10 +18,12 @@ imports no TensorFlow: the callers give it the devices.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import platform
+import re
 import socket
 from typing import Any, Mapping, Sequence
 
@@ -180,12 +182,32 @@ def header_program(line: str) -> str:
     return line[2:].split(",")[0] if line.startswith("# ") else ""
 
 
-def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
-    """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt, as
-    {name: value as written} (``--name`` gives 'true', ``--noname`` 'false'), or None
-    when there is no such file or start.
+# A start's header line, as ``record_start`` writes it: group 1 is its program.
+_HEADER = re.compile(r"# (cifar10-[\w-]+), started ")
+# The flag that only each program's own records hold: it tells whose flags are the
+# lines under no header line (one that was edited away).
+OWN_FLAG = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 
-    Lines that are not flags are skipped: a damaged file gives what it still holds.
+
+@dataclasses.dataclass
+class Start:
+    """One start recorded in flags.txt: its program ('' for flag lines under no header
+    line that hold no program's own flag) and its flags, {name: value as written}."""
+
+    program: str
+    flags: dict[str, str]
+
+
+def recorded_starts(directory: str) -> list[Start] | None:
+    """The starts recorded in ``directory``'s flags.txt, oldest first, or None when
+    there is no such file.
+
+    A start is a header line ('# <program>, started ...') and the flag lines under
+    it (``--name=value``; ``--name`` gives 'true', ``--noname`` 'false'; an earlier
+    start's ``# --name=value``).  Flag lines above the first header line, where a
+    header was edited away, are a start of the program whose own flag
+    (``OWN_FLAG``) they hold, else of ''.  Other lines are skipped: a damaged file
+    gives what it still holds.
     """
     try:
         with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
@@ -193,24 +215,41 @@ def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, 
             text = f.read()
     except OSError:
         return None
-    latest: dict[str, str] | None = None
-    current: dict[str, str] | None = None  # the flags of the start being read
+    starts = [Start("", {})]  # the flag lines above the first header line, if any
     # Lines as absl's --flagfile reads them: ended by \n or \r only (the file is read
     # with universal newlines), stripped.
     for line in (line.strip() for line in text.split("\n")):
+        header = _HEADER.match(line)
+        if header:
+            starts.append(Start(header[1], {}))
+            continue
         if line.startswith("# --"):  # a flag of an earlier start (``_commented``)
             line = line[2:]
-        elif line.startswith("# "):
-            # A start's header: '# <program>, started ...'; the flags under it are its.
-            current = {} if header_program(line) == program else None
-            latest = current if current is not None else latest
-            continue
-        if current is not None and line.startswith("--"):
-            name, sep, value = line[2:].partition("=")
-            if sep:
-                current[name] = value
-            elif name.startswith("no"):
-                current[name[2:]] = "false"
-            else:
-                current[name] = "true"
-    return latest
+        if line.startswith("--"):
+            _add_flag(starts[-1].flags, line[2:])
+    unheaded = starts.pop(0)
+    if unheaded.flags:
+        unheaded.program = next((program for program, own in OWN_FLAG.items()
+                                 if own in unheaded.flags), "")
+        starts.insert(0, unheaded)
+    return starts
+
+
+def _add_flag(flags: dict[str, str], line: str) -> None:
+    """The flag of a flag line (without its ``--``) into ``flags``."""
+    name, sep, value = line.partition("=")
+    if sep:
+        flags[name] = value
+    elif name.startswith("no"):
+        flags[name[2:]] = "false"
+    else:
+        flags[name] = "true"
+
+
+def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
+    """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt
+    (``recorded_starts``), as {name: value as written}, or None when there is no such
+    file or start."""
+    found = [start.flags for start in recorded_starts(directory) or ()
+             if start.program == program]
+    return found[-1] if found else None

@@ -80,8 +80,7 @@ class RunDirectory:
             self.print_fn(f"Fresh start: removed {removed} files of the earlier run from "
                           f"{self.directory}.")
         elif removed := cleanup.remove_leftovers(self.directory):
-            self.print_fn(f"Removed what an interrupted save left in {self.directory}: "
-                          f"{', '.join(removed)}.")
+            self.print_fn(_removed_leftovers(self.directory, removed))
 
     def restore(self) -> Checkpoint | None:
         """Restores the newest checkpoint that restores completely (``resume.restore``).
@@ -175,6 +174,15 @@ class RunDirectory:
                 f"the run in {self.directory} was trained on the classes "
                 f"({listed(recorded)}) and --data_dir holds ({listed(names)}): train it "
                 f"on the data it started with, or choose another --train_dir")
+
+
+def _removed_leftovers(directory: str, removed: list[str]) -> str:
+    """The line that says what ``cleanup.remove_leftovers`` removed, naming the
+    checkpoints among it whose save was cut short."""
+    unfinished = cleanup.unfinished_checkpoints(removed)
+    named = (f" (the unfinished checkpoint{'s' if len(unfinished) > 1 else ''} "
+             f"{', '.join(unfinished)})" if unfinished else "")
+    return f"Removed what an interrupted save left in {directory}: {', '.join(removed)}{named}."
 
 
 def _drop_beyond(directory: str, step: int, keep: int) -> list[Checkpoint]:
