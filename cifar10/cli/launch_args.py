@@ -12,7 +12,7 @@ from absl import flags
 from absl import logging  # noqa: F401  (defines absl's --verbosity and the like)
 
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import follow
+from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli.workers import TRAINER
 from cifar10.core.errors import Cifar10Error
@@ -74,7 +74,7 @@ def fetch_data(values: flags.FlagValues) -> None:
         failed fetch is removed).
     """
     if not values["fresh_start"].value:
-        follow.refuse_other_kind_of_data(values, values["train_dir"].value)
+        kind_of_data.refuse_other_kind_of_data(values, values["train_dir"].value)
     getdata.prepare(values["data_dir"].value, url=values["data_url"].value,
                     md5=values["data_md5"].value, use_synthetic=values["synthetic_data"].value,
                     synthetic_records=values["synthetic_records"].value,
