@@ -111,6 +111,26 @@ def test_a_step_alone_is_the_same_step_as_in_a_loop(tmp_path):
         trainer.run_steps(iterator, 2, alone=True)
 
 
+def test_a_call_of_no_steps_runs_no_step_and_writes_no_summary(tmp_path):
+    """``prepare``'s call of no steps, with summaries on two replicas: the step,
+    weights and iterator stay; the next call writes the summaries' usual tags."""
+    images, labels = random_batches(2, 2 * 8)
+    strategy = mirrored(2)
+    trainer = Trainer(small_config(tmp_path, batch_size=8), strategy, 1000)
+    iterator = fixed_batches(strategy, images, labels, 2)
+    before = [v.numpy() for v in trainer.variables]
+    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
+        losses, diverged = trainer.run_steps(iterator, 0, with_summaries=True)
+        assert (float(losses["total_loss"]), diverged) == (0.0, 0)
+        assert int(trainer.state.step.numpy()) == 0
+        for was, now in zip(before, trainer.variables):
+            np.testing.assert_array_equal(was, now.numpy())
+        trainer.run_steps(iterator, 1, with_summaries=True)
+    tags = cli.event_tags(str(tmp_path / "events"))
+    assert tags["learning_rate"] == [1]  # the first batch's step; none at step 0
+    assert {"cross_entropy", "conv1/activations", "conv1/weights/gradients"} <= set(tags)
+
+
 def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_files,
                                                                    tmp_path):
     files, count = learnable_files

@@ -243,7 +243,10 @@ def test_the_first_line_counts_its_step_not_the_tracing(learnable_files, tmp_pat
         prepare(self, iterator, with_summaries, alone)
         time.sleep(2.0)  # tracing that takes longer still: not on the clock either
 
+    calls = []  # (steps, with summaries) of each call
+
     def counting_run_steps(self, iterator, num_steps, with_summaries=False, alone=False):
+        calls.append((num_steps, with_summaries))
         if num_steps:  # not prepare's call of no steps
             fn = self._loop_fns[with_summaries]
             traced_before.append(fn.experimental_get_tracing_count())
@@ -259,6 +262,9 @@ def test_the_first_line_counts_its_step_not_the_tracing(learnable_files, tmp_pat
     # with summaries), and the clock stood still meanwhile: a line that counted the
     # 2 seconds would say more than 2 sec/batch.
     assert traced_before == [1, 1, 1, 1]
+    # And set up in TensorFlow's runtime by a call of no steps (the first call of the
+    # function with summaries took about 1 s more than the next one).
+    assert calls == [(0, False), (1, False), (1, False), (1, False), (0, True), (1, True)]
     assert [r.step for r in reports] == [1, 2, 3, 4]
     assert all(r.sec_per_batch < 2.0 for r in reports), reports
 

@@ -156,19 +156,17 @@ class Trainer:
         its steps' time, not the tracing's (seconds; more with the summaries of
         several replicas).
 
-        The loop without summaries is also set up in TensorFlow's runtime, by a call
-        of no steps; the others are traced only: a call would run a step.  Every
-        worker of a multi-worker run must prepare the same functions in the same order.
+        The loops are also set up in TensorFlow's runtime, by a call of no steps (the
+        first call of a function with summaries took about 1 s more than the next on
+        a CPU); a step alone is traced only: a call would run a step.  Every worker
+        of a multi-worker run must prepare the same functions in the same order.
         """
         if (with_summaries, alone) in self._built:
             return
-        if not (with_summaries or alone):
-            self.run_steps(iterator, 0)
-        elif alone:
+        if alone:
             self._alone_fns[with_summaries].get_concrete_function(iterator)
         else:
-            self._loop_fns[True].get_concrete_function(iterator,
-                                                       tf.TensorSpec([], tf.int32))
+            self.run_steps(iterator, 0, with_summaries)
         self._built.add((with_summaries, alone))
 
     def _diverged(self, total_loss: tf.Tensor) -> tf.Tensor:
@@ -190,11 +188,11 @@ class Trainer:
             if self._diverged(losses["total_loss"]):
                 diverged = self.state.step.read_value()
                 break
-        if with_summaries:
+        if with_summaries and num_steps > 0:  # a call of no steps: ``prepare``'s
             # The last step writes the summaries, unless the loop stopped on a
-            # diverged step (no tf.cond here: it would prefix the summaries' tags).
+            # diverged step.  The scope "/": the tf.cond's own would prefix their tags.
             going = tf.equal(diverged, 0)
-            with tf.summary.record_if(going):
+            with tf.name_scope("/"), tf.summary.record_if(going):
                 last = self.train_step(iterator, with_summaries=True)
             diverged = tf.where(tf.logical_and(going, self._diverged(last["total_loss"])),
                                 self.state.step.read_value(), diverged)
