@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
     from cifar10.runs import checkpoints
     from cifar10.serving import export
 
-    checkpoint = programs.checkpoint_to_use(FLAGS.checkpoint_dir, given)
+    checkpoint = given or programs.checkpoint_to_use(FLAGS.checkpoint_dir)
     synthetic_warning.warn_if_trained_on_synthetic_data(
         os.path.dirname(os.path.abspath(checkpoint)))
     target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,

@@ -27,7 +27,6 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
@@ -46,17 +45,15 @@ STDOUT_CLOSED = 128 + signal.SIGPIPE
 _tensorflow_lines = False
 
 
-def checkpoint_to_use(checkpoint_dir: str, checkpoint: str | None = None) -> str:
-    """The checkpoint ``checkpoint`` names (``checkpoint_files.given``: one of its files
-    names it too) if given, else the newest of ``checkpoint_dir`` that reads (one
-    warning names the newer ones that do not: ``checkpoints.newest_that_reads``).
+def checkpoint_to_use(checkpoint_dir: str) -> str:
+    """The newest checkpoint of ``checkpoint_dir`` that reads (one warning names the
+    newer ones that do not: ``checkpoints.newest_that_reads``); a --checkpoint given
+    is ``checkpoint_files.given``'s, checked before TensorFlow loads.
 
     Raises:
-      Cifar10Error: ``checkpoint`` names no checkpoint; ``checkpoint_dir`` holds no
-        complete checkpoint, or none of its newest reads.
+      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint, or none of its
+        newest reads.
     """
-    if checkpoint:
-        return checkpoint_files.given(checkpoint)
     from cifar10.runs import checkpoints
 
     newest = checkpoints.newest_that_reads(checkpoint_dir)
