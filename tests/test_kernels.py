@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 
 import numpy as np
 import pytest
@@ -251,6 +250,10 @@ def test_choose_takes_the_kernel_on_cpus_and_tensorflows_ops_on_gpus_or_under_xl
         choice.choose("fast", [CPU], xla=False)
 
 
+# The tests' own kernel cache (conftest.py), before ``fresh`` empties it for a test.
+SHARED_CACHE = os.environ[build.CACHE_ENV]
+
+
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """An empty kernel cache, and a process that has not loaded the kernel yet."""
@@ -279,29 +282,31 @@ def test_without_a_compiler_auto_falls_back_and_compiled_is_one_line(fresh, monk
 
 def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, monkeypatch,
                                                                        tmp_path):
-    first = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
-    assert first.parent == fresh and first.name.startswith("cifar10_lrn-")
+    # A small library of its own: the cache's rules, without the kernels' compile time.
+    sources = tmp_path / "src"
+    sources.mkdir()
+    (sources / "rows.h").write_text("int rows();\n")
+    (sources / "rows.cc").write_text('#include "rows.h"\nint rows() { return 24; }\n')
+    monkeypatch.setattr(build, "SOURCE_DIR", sources)
+    first = build.library("cifar10_rows", ["rows.cc"], [])
+    assert first.parent == fresh and first.name.startswith("cifar10_rows-")
     assert os.listdir(fresh) == [first.name]  # no temporary folder left
     built_at = first.stat().st_mtime_ns
 
     def no_compiler(command, what):
         raise AssertionError(f"compiled again: {what}")
 
-    monkeypatch.setattr(build, "_run", no_compiler)
-    assert build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"]) == first
+    with monkeypatch.context() as no_build:
+        no_build.setattr(build, "_run", no_compiler)
+        assert build.library("cifar10_rows", ["rows.cc"], []) == first
     assert first.stat().st_mtime_ns == built_at
-    monkeypatch.undo()
     # Another source is another library, beside the first.
-    sources = tmp_path / "src"
-    shutil.copytree(build.SOURCE_DIR, sources, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    (sources / "lrn_rows.cc").write_text((sources / "lrn_rows.cc").read_text() + "\n// edit\n")
-    monkeypatch.setenv(build.CACHE_ENV, str(fresh))
-    monkeypatch.setattr(build, "SOURCE_DIR", sources)
-    second = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    (sources / "rows.cc").write_text((sources / "rows.cc").read_text() + "\n// edit\n")
+    second = build.library("cifar10_rows", ["rows.cc"], [])
     assert second != first and sorted(os.listdir(fresh)) == sorted([first.name, second.name])
     # So is a changed header that a source includes.
-    (sources / "bfloat16.h").write_text((sources / "bfloat16.h").read_text() + "\n// edit\n")
-    third = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    (sources / "rows.h").write_text((sources / "rows.h").read_text() + "\n// edit\n")
+    third = build.library("cifar10_rows", ["rows.cc"], [])
     assert third not in (first, second) and len(os.listdir(fresh)) == 3
 
 
@@ -366,17 +371,28 @@ def test_cifar10_train_without_a_compiler(tmp_path, learnable_files):
     assert record["kernels"]["reason"].startswith("cannot run the C++ compiler /nonexistent/c++")
 
 
-def test_cxx_may_carry_arguments_like_a_compiler_launcher(fresh, monkeypatch):
+def test_cxx_may_carry_arguments_like_a_compiler_launcher(fresh, monkeypatch, tmp_path):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setenv("CXX", f"env CIFAR10_TEST=1 {shlex.join(build.compiler())}")
     assert build.compiler()[:2] == ["env", "CIFAR10_TEST=1"]
-    path = build.library("cifar10_lrn", ["lrn_rows.cc"], ["lrn_op.cc"])
+    # Small sources of both kinds (the CPU's and TensorFlow's flags), fast to build.
+    sources = tmp_path / "src"
+    sources.mkdir()
+    (sources / "rows.cc").write_text("int rows() { return 24; }\n")
+    (sources / "op.cc").write_text("int rows();\nint op() { return rows(); }\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", sources)
+    path = build.library("cifar10_op", ["rows.cc"], ["op.cc"])
     assert path.parent == fresh and path.is_file()
 
 
-def test_a_library_that_does_not_load_is_one_line_saying_to_delete_it(fresh):
+def test_a_library_that_does_not_load_is_one_line_saying_to_delete_it(fresh, monkeypatch):
+    # The library's name comes from the tests' own cache (built once for all of them),
+    # so that this test need not build it again in its empty one.
+    with monkeypatch.context() as shared:
+        shared.setenv(build.CACHE_ENV, SHARED_CACHE)
+        built = build.library(ops.NAME, ops.NATIVE_SOURCES, ops.TF_SOURCES)
     fresh.mkdir(parents=True)
-    path = build.library(ops.NAME, ops.NATIVE_SOURCES, ops.TF_SOURCES)
+    path = fresh / built.name
     path.write_bytes(b"not a shared library")
     chosen = choice.choose("auto", [CPU], xla=False)
     assert chosen.kernel == "tensorflow"
