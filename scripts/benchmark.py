@@ -63,7 +63,9 @@ if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num_gpus", type=int, default=1, help="replicas (as cifar10-train)")
+    p.add_argument("--num_gpus", type=int, default=None,
+                   help="replicas (as cifar10-train; default: one, on the CPU without a "
+                        "warning where there is no GPU)")
     p.add_argument("--batch_size", type=int, default=128, help="examples per replica")
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
     p.add_argument("--use_bf16", action="store_true", help="bfloat16 compute")
@@ -95,7 +97,7 @@ def parse_args(argv):
                  "prepare_images", "loop_window_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.num_gpus < 0 or args.warmup_steps < 0:
+    if (args.num_gpus or 0) < 0 or args.warmup_steps < 0:
         p.error("--num_gpus and --warmup_steps must be >= 0")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
@@ -123,5 +125,23 @@ def main(argv=None) -> int:
     return report.run(args)
 
 
+def _warnings_as_own_lines() -> None:
+    """Warnings as ``benchmark.py: warning: ...``, as the programs print theirs, and
+    TensorFlow's Python warnings (retracing of the trainers (n) makes in turn) hidden
+    unless TF_CPP_MIN_LOG_LEVEL asks for TensorFlow's lines.  For the script's own
+    process only: the tests call ``main`` in theirs."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logs.ProgramFormatter(os.path.basename(__file__)))
+    absl_logger = logging.getLogger("absl")
+    if not any(isinstance(h.formatter, logs.ProgramFormatter) for h in absl_logger.handlers):
+        absl_logger.addHandler(handler)
+    absl_logger.propagate = False
+    if not logs.tensorflow_lines_wanted(os.environ, False):
+        logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
 if __name__ == "__main__":
+    _warnings_as_own_lines()
     sys.exit(main())

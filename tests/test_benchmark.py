@@ -15,6 +15,7 @@ import types
 
 import pytest
 import tensorflow as tf
+from cli import env
 from conftest import mirrored
 
 from cifar10.distribute import devices
@@ -315,3 +316,28 @@ def test_bad_arguments_are_refused_before_tensorflow_loads(tmp_path):
     assert result.stderr.splitlines()[-1] == (
         "benchmark.py: error: --batch_size must be at least 1, got 0")
     assert result.stdout == "False\n"
+
+
+def test_the_script_prints_its_warnings_as_its_own_lines(tmp_path):
+    # --num_gpus=1 given on a machine without a GPU: the trainer's warning, in the
+    # script's own form; left at its default, nothing is said.
+    # Too few images for (j) to split is the script's one-line error, not a traceback.
+    common = [sys.executable, SCRIPT, "--figures=j", "--records_per_file=64"]
+    asked = subprocess.run([*common, "--num_gpus=1", "--prepare_images=5"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300, check=False,
+                           env=env())
+    assert asked.returncode == 1, asked.stderr
+    lines = asked.stderr.splitlines()
+    if not tf.config.list_physical_devices("GPU"):
+        assert lines[0] == ("benchmark.py: warning: --num_gpus=1 but this machine has no "
+                            "GPU: training on the CPU.")
+    assert len(lines) == 2 and lines[1].startswith(
+        "benchmark.py: error: (j) cannot convert 5 images: ")
+    assert lines[1].endswith("; a larger --prepare_images converts")
+    default = subprocess.run([*common, "--prepare_images=30"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300, check=False,
+                             env=env())
+    assert default.returncode == 0, default.stderr
+    assert default.stderr == ""
+    assert re.search(r"^\(j\) cifar10-prepare: +[0-9.]+ images/sec \(30 PNG images",
+                     default.stdout, re.M), default.stdout

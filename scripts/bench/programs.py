@@ -11,6 +11,7 @@ import sys
 import tensorflow as tf
 
 from bench import measure
+from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
 from cifar10.evaluation import scoring
@@ -46,7 +47,8 @@ def _start_training(command: list[str]) -> tuple[subprocess.Popen, bool]:
 def launch(args, data_dir: str, train_dir: str) -> tuple[float, float]:
     """(e), (f): seconds from starting cifar10-train to its first step; its peak RSS in MB."""
     command = [program("cifar10-train"), f"--data_dir={data_dir}", f"--train_dir={train_dir}",
-               f"--batch_size={args.batch_size}", f"--num_gpus={args.num_gpus}",
+               f"--batch_size={args.batch_size}",
+               *([f"--num_gpus={args.num_gpus}"] if args.num_gpus is not None else []),
                f"--max_steps={args.warmup_steps + args.window_steps}",
                "--log_frequency=1000000", f"--use_fp16={args.use_fp16}",
                f"--use_bf16={args.use_bf16}", f"--xla={args.xla}"]
@@ -55,7 +57,7 @@ def launch(args, data_dir: str, train_dir: str) -> tuple[float, float]:
         pass
     proc.wait()
     if proc.returncode:
-        raise SystemExit(f"benchmark: {' '.join(command)} failed with exit status "
+        raise SystemExit(f"benchmark.py: error: {' '.join(command)} failed with exit status "
                          f"{proc.returncode}")
     # ru_maxrss of the waited-for children is in KiB on Linux.
     return (seconds if stepped else float("nan"),
@@ -97,7 +99,7 @@ def predict_folder(args, train_dir: str, test_files: list[str], work: str) -> fl
                                     stderr=subprocess.DEVNULL, text=True)
     lines = result.stdout.splitlines()
     if result.returncode or len(lines) != args.predict_images:
-        raise SystemExit(f"benchmark: {' '.join(command)} failed with exit status "
+        raise SystemExit(f"benchmark.py: error: {' '.join(command)} failed with exit status "
                          f"{result.returncode} after {len(lines)} lines")
     return seconds
 
@@ -110,9 +112,13 @@ def conversion(args, test_files: list[str], work: str) -> float:
         path = os.path.join(folder, f"class{int(label)}", f"{i:05d}.png")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tf.io.write_file(path, tf.io.encode_png(image))
-    summary, seconds = measure.timed(  # finding the images is part of the conversion
-        lambda: prepare.convert(prepare.find_source(folder), os.path.join(work, "prepared")))
+    try:
+        summary, seconds = measure.timed(  # finding the images is part of the conversion
+            lambda: prepare.convert(prepare.find_source(folder), os.path.join(work, "prepared")))
+    except Cifar10Error as e:  # too few images to split, say
+        raise SystemExit(f"benchmark.py: error: (j) cannot convert {args.prepare_images} "
+                         f"images: {e}; a larger --prepare_images converts") from None
     if summary.skipped or summary.train_records + summary.test_records != args.prepare_images:
-        raise SystemExit(f"benchmark: the conversion of (j) wrote {summary.train_records} + "
+        raise SystemExit(f"benchmark.py: error: the conversion of (j) wrote {summary.train_records} + "
                          f"{summary.test_records} records of {args.prepare_images}")
     return args.prepare_images / seconds
