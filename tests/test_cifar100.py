@@ -199,6 +199,37 @@ def test_the_extracted_folder_given_itself_as_data_dir_is_trained_on(tarball, tm
         for name in (*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE))
 
 
+def test_the_folder_made_for_a_label_given_itself_is_trained_on_and_the_others_refused(
+        tarball, tmp_path):
+    extracted = _extract(tarball, tmp_path / "data")
+    first = call("cifar10-train", "--dataset=cifar100", f"--data_dir={extracted}",
+                 f"--data_url={OFFLINE}", f"--train_dir={tmp_path / 'made'}", "--max_steps=1",
+                 "--batch_size=8")
+    assert first.returncode == 0, first.stderr
+    fine = os.path.join(extracted, cifar100.batches_dir_name("fine"))
+    before = _snapshot(fine)
+    trained = call("cifar10-train", "--dataset=cifar100", f"--data_dir={fine}",
+                   f"--data_url={OFFLINE}", f"--train_dir={tmp_path / 'train'}",
+                   "--max_steps=1", "--batch_size=8")
+    assert trained.returncode == 0, trained.stderr
+    assert f"Training on 300 examples from {fine} " in trained.stdout
+    assert _snapshot(fine) == before
+    coarse = _train_error(tmp_path / "coarse", fine, "--label=coarse")
+    assert coarse == (
+        f"cifar10-train: error: --data_dir={fine} holds CIFAR-100's fine labels, and "
+        f"--label=coarse asks for its coarse ones: pass --label=fine, or the folder that "
+        f"holds cifar-100-binary/ as --data_dir")
+    # CIFAR-100's extracted folder without --dataset=cifar100: no CIFAR-10 download into it.
+    result = call("cifar10-train", f"--data_dir={extracted}", f"--data_url={OFFLINE}",
+                  f"--train_dir={tmp_path / 'as_cifar10'}", "--max_steps=1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: --data_dir={extracted} holds CIFAR-100's data (train.bin, "
+        f"test.bin), not CIFAR-10's: add --dataset=cifar100 to train on it, or pass the "
+        f"folder of CIFAR-10's data")
+    assert not (tmp_path / "as_cifar10").exists()
+
+
 def _damage(extracted: str, name: str = "train.bin", record: int = 7, label: int = 150) -> None:
     """Gives a record of ``name`` a fine label beyond the 100 names."""
     with open(os.path.join(extracted, name), "r+b") as f:

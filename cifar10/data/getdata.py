@@ -109,14 +109,51 @@ def _found(data_dir: str, archive: ff.Archive) -> str | None:
     return found or (data_dir if cifar100.holds_source(data_dir) else None)
 
 
+def _cifar100_made(data_dir: str, label: str, followed: str) -> str | None:
+    """``data_dir`` when it is the CIFAR-10-format folder made from CIFAR-100 for
+    ``label`` itself (``cifar-100-fine-batches-bin``), else None.
+
+    Raises:
+      DataError: it is the folder made for the other label.
+    """
+    name = os.path.basename(os.path.normpath(data_dir))
+    made = {folder: kind for kind, folder in ff.CIFAR100_BATCHES_DIRS.items()}
+    if name not in made or not datafolder.find_batches_dir(data_dir):
+        return None
+    if made[name] != label:
+        origin = f" ({followed})" if followed else ""
+        raise DataError(f"--data_dir={data_dir}{origin} holds CIFAR-100's {made[name]} labels, "
+                        f"and --label={label} asks for its {label} ones: pass "
+                        f"--label={made[name]}, or the folder that holds "
+                        f"{ff.CIFAR100.folder}/ as --data_dir")
+    return data_dir
+
+
+def _refuse_cifar100_as_cifar10(data_dir: str, followed: str) -> None:
+    """Raises DataError when ``data_dir`` is CIFAR-100's extracted folder and CIFAR-10
+    is asked for: a download of CIFAR-10 would go into it."""
+    if cifar100.holds_source(data_dir):
+        origin = f" ({followed})" if followed else ""
+        raise DataError(f"--data_dir={data_dir}{origin} holds CIFAR-100's data "
+                        f"({', '.join(ff.CIFAR100_FILES.values())}), not CIFAR-10's: add "
+                        f"--dataset=cifar100 to train on it, or pass the folder of "
+                        f"CIFAR-10's data")
+
+
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
                followed: str) -> str:
     """The data folder of a real data set under ``data_dir``, downloaded when missing."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
+    if archive is ff.CIFAR100:
+        made = _cifar100_made(data_dir, label, followed)
+        if made:
+            return made
     found = _found(data_dir, archive)
     if found:
         return cifar100.batches_dir(found, data_dir, label) if archive is ff.CIFAR100 else found
     datafolder.refuse_non_data(data_dir, followed)
+    if archive is ff.CIFAR10:
+        _refuse_cifar100_as_cifar10(data_dir, followed)
     existed = os.path.exists(data_dir)
     try:
         # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the download.
