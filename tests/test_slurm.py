@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -160,13 +161,60 @@ def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path)
          "--worker_timeout_secs=3"], capture_output=True, text=True, timeout=120,
         env=outside_slurm(TF_CONFIG=config))
     assert time.time() - started < 60
-    assert result.returncode != 0
+    assert result.returncode == 1  # not killed: the shell says nothing after the line
     assert result.stderr.splitlines()[-1] == (
         "cifar10-train: error: the 2 workers did not all start within 3 s "
         "(--worker_timeout_secs): this is worker 0; check that every task started (see the "
         "others' errors) and that each node reaches 127.0.0.1:1, 127.0.0.1:2, then start "
         "the job again")
     assert not (tmp_path / "train" / "model.ckpt-0.index").exists()
+
+
+def _watchdog_started(pid: int) -> bool:
+    """Whether the process ``pid`` waits for the other workers (its watchdog runs)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"select.select" in f.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 128 + signal.SIGINT),
+                                            (signal.SIGTERM, 1)])
+def test_ctrl_c_or_sigterm_while_waiting_for_the_workers_ends_with_one_line(
+        tmp_path, signum, status):
+    """Ctrl-C (to the process group, as a terminal sends it) ends the worker as it ends
+    any program; scancel's SIGTERM to every process of the step, with status 1; each
+    after one line, the last, and not by SIGKILL ("Killed" after it, status 137)."""
+    config = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                         "task": {"type": "worker", "index": 0}})
+    proc = subprocess.Popen(
+        [program("cifar10-train"), "--synthetic_data", "--synthetic_records=50",
+         f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
+         "--worker_timeout_secs=300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env=outside_slurm(TF_CONFIG=config))
+    try:
+        deadline = time.time() + 120
+        while not _watchdog_started(proc.pid):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode if proc.returncode >= 0 else 128 - proc.returncode) == status
+    assert err.splitlines()[-1] == (
+        f"cifar10-train: error: stopped by {signum.name} while waiting for the other "
+        f"workers to start")
 
 
 # ---- under a real Slurm ------------------------------------------------------------

@@ -13,10 +13,15 @@ for all the others (under Slurm, or with ``TF_CONFIG``).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging as pylogging
 import os
+import signal
 import subprocess
 import sys
+import threading
+from typing import Iterator
 
 from absl import logging
 import tensorflow as tf
@@ -78,11 +83,14 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
     whose workers must all have started within ``timeout`` seconds.
 
     Building it waits, in TensorFlow's C++ runtime and holding Python's lock (no
-    thread of this process runs meanwhile), until every worker of the cluster has
-    registered with the chief; a worker that never starts (its task failed, or a
-    node cannot reach another's port) would keep the others waiting for ever, deaf
-    to SIGTERM.  A small watchdog process ends this one after ``timeout`` seconds,
-    with one error line (nothing is trained or written before).
+    thread of this process runs meanwhile, nor a Python signal handler), until every
+    worker of the cluster has registered with the chief; a worker that never starts
+    (its task failed, or a node cannot reach another's port) would keep the others
+    waiting for ever, deaf to SIGTERM.  A small watchdog process ends it after
+    ``timeout`` seconds, with one error line and exit status 1 (``_exit_on_sighup``);
+    Ctrl-C ends it as any program (exit status 130), and a SIGTERM that reaches the
+    watchdog too (scancel signals every process of a job step) with status 1, each
+    after one line saying so (nothing is trained or written yet).
     """
     resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
     workers = [a for job in ("chief", "worker")
@@ -92,37 +100,83 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
         f"(--worker_timeout_secs): this is {resolver.task_type} {resolver.task_id}; check "
         f"that every task started (see the others' errors) and that each node reaches "
         f"{', '.join(workers)}, then start the job again")
-    watchdog = _start_watchdog(timeout, message) if timeout else None
+    with _ctrl_c_ends_the_process(), _exit_on_sighup() as exits:
+        watchdog = _start_watchdog(timeout, message, exits) if timeout else None
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=cluster_resolver, communication_options=options)
+        finally:
+            if watchdog:
+                watchdog.stdin.close()  # the watchdog ends quietly
+                watchdog.wait()
+
+
+@contextlib.contextmanager
+def _ctrl_c_ends_the_process() -> Iterator[None]:
+    """SIGINT at its default action in the block (the process ends, exit status 130):
+    Python's handler would run only once TensorFlow returns.  (SIGTERM is
+    TensorFlow's while it builds the strategy: its preemption notifier's.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (signal handlers are the main thread's to set)
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
-                                                         communication_options=options)
+        yield
     finally:
-        if watchdog:
-            watchdog.stdin.close()  # the watchdog ends quietly
-            watchdog.wait()
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _exit_on_sighup() -> Iterator[bool]:
+    """In the block, SIGHUP makes the process exit with status 1 at once (the C
+    library's ``_exit`` as its handler, called with the signal's number, 1), where a
+    Python handler would not run; yields whether that is so (else the watchdog kills
+    the process: no SIGHUP, or no C library to call)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        handler = ctypes.cast(libc._exit, ctypes.c_void_p).value
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        sighup = signal.SIGHUP
+    except (OSError, AttributeError):
+        yield False
+        return
+    assert sighup == 1  # _exit(signum): the exit status is the signal's number
+    previous = libc.signal(sighup, handler)
+    try:
+        yield True
+    finally:
+        libc.signal(sighup, previous)
 
 
 # Waits until its stdin closes (this process built its strategy, or died); if that
-# takes longer than the timeout, prints the error line and kills this process.  A
-# SIGTERM or SIGINT meanwhile (scancel, Ctrl-C), which TensorFlow's runtime keeps
-# from this process while it waits, kills it at once: nothing is trained yet.
+# takes longer than the timeout, prints the error line and ends this process: with
+# SIGHUP, which its C handler turns into exit status 1, or else SIGKILL.  A SIGINT or
+# SIGTERM meanwhile (Ctrl-C reaches both processes; scancel signals every process
+# of the step) is said in one line and ends this process at once: SIGINT as itself
+# (its default action there), SIGTERM as the timeout does.
 _WATCHDOG = """
 import os, select, signal, sys
-parent, timeout, message, stopped = int(sys.argv[1]), float(sys.argv[2]), *sys.argv[3:]
+parent, timeout, message, stopped = int(sys.argv[1]), float(sys.argv[2]), *sys.argv[3:5]
+end = signal.SIGHUP if sys.argv[5] == "1" else signal.SIGKILL
 def stop(signum, frame):
     sys.stderr.write(stopped % signal.Signals(signum).name + "\\n")
-    os.kill(parent, signal.SIGKILL)
+    sys.stderr.flush()
+    try:
+        os.kill(parent, signum if signum == signal.SIGINT else end)
+    except OSError:
+        pass  # it has ended already (Ctrl-C reached it too)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 if not select.select([sys.stdin], [], [], timeout)[0]:
     sys.stderr.write(message + "\\n")
     sys.stderr.flush()
-    os.kill(parent, signal.SIGKILL)
+    os.kill(parent, end)
 """
 
 
-def _start_watchdog(timeout: float, message: str) -> subprocess.Popen:
+def _start_watchdog(timeout: float, message: str, sighup_exits: bool) -> subprocess.Popen:
     sys.stdout.flush()
     sys.stderr.flush()
     stopped = _error_line("stopped by %s while waiting for the other workers to start")
@@ -131,8 +185,8 @@ def _start_watchdog(timeout: float, message: str) -> subprocess.Popen:
     except (AttributeError, OSError, ValueError):
         stderr = None  # (a test's captured stderr)
     return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout),
-                             message, stopped], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=stderr)
+                             message, stopped, "1" if sighup_exits else "0"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def _error_line(message: str) -> str:
