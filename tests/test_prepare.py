@@ -405,9 +405,8 @@ def test_a_data_dir_that_cannot_hold_the_data_set_is_refused(image_dir, tmp_path
     (tmp_path / "a_file").write_text("not a folder")
     with pytest.raises(Cifar10Error) as info:
         prepare.check_output(str(tmp_path / "a_file"), str(image_dir))
-    assert str(info.value) == (f"cannot write the data folder "
-                               f"{tmp_path / 'a_file' / ff.BATCHES_DIRNAME} (Not a directory); "
-                               f"choose another --data_dir")
+    assert str(info.value) == (f"--data_dir={tmp_path / 'a_file'} is a file, not a folder: name "
+                               f"a folder to write the data set in (it is made if missing)")
     assert prepare.check_output(str(tmp_path / "new" / "d"), str(image_dir)) == str(
         tmp_path / "new" / "d" / ff.BATCHES_DIRNAME)
     assert not (tmp_path / "new").exists()
@@ -423,3 +422,39 @@ def test_the_command_refuses_data_its_trainer_would_refuse_and_writes_nothing(im
         f"image of any class to the test set; the evaluator needs some: add images, or raise "
         f"--test_fraction"]
     assert not (tmp_path / "d").exists()
+
+
+def listing(root):
+    """Every path under ``root`` with its size and mode: a folder left as it was."""
+    return sorted((str(path.relative_to(root)), path.stat().st_size, path.stat().st_mode)
+                  for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name", [ff.BATCHES_DIRNAME, "my10"])
+def test_a_data_folder_given_as_data_dir_is_refused_and_left_as_it_was(image_dir, tmp_path, name):
+    # It would get a data set nested in it, which the trainer given it would then take.
+    data = tmp_path / "data" / name
+    synthetic.write_dataset(str(data.parent), records_per_file=2)
+    if name != ff.BATCHES_DIRNAME:
+        os.rename(data.parent / ff.BATCHES_DIRNAME, data)
+    before = listing(tmp_path / "data")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={data}")
+    instead = ("a new folder" if name == ff.BATCHES_DIRNAME
+               else f"its parent ({tmp_path / 'data'}) or a new folder")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: --data_dir={data} is a data folder itself (it holds "
+        f"batches.meta.txt, data_batch_1.bin, ...): the data set would be written inside it, as "
+        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir"]
+    assert listing(tmp_path / "data") == before
+
+
+def test_a_file_given_as_data_dir_is_named_as_the_other_programs_name_it(image_dir, tmp_path):
+    (tmp_path / "cat.jpg").write_bytes(b"a photo")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}",
+                  f"--data_dir={tmp_path / 'cat.jpg'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: --data_dir={tmp_path / 'cat.jpg'} is a file, not a folder: "
+        f"name a folder to write the data set in (it is made if missing)"]
+    assert (tmp_path / "cat.jpg").read_bytes() == b"a photo"
