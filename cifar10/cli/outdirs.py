@@ -24,6 +24,7 @@ from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
 from cifar10.runs import records
 
+
 def refuse_foreign_eval_dir(eval_dir: str, checkpoint_dir: str) -> None:
     """Raises Cifar10Error when ``eval_dir`` is a training run's directory
     (``refuse_training_dir``) or a data folder."""
