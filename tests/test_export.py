@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -143,10 +144,36 @@ def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_ru
     in_the_way.write_text("a file where the export folder should go")
     with pytest.raises(Cifar10Error) as err:
         export.export(str(train_dir / "model.ckpt-6"), str(in_the_way / "export"))
-    message = str(err.value)
-    assert message.startswith(f"cannot write the export folder {in_the_way / 'export' / '6'}")
-    assert "\n" not in message and "None" not in message
+    assert str(err.value) == (f"cannot write the export folder {in_the_way / 'export' / '6'} "
+                              f"(Not a directory); choose an --export_dir you can write")
     assert not (tmp_path / "export").exists()
+    with pytest.raises(Cifar10Error) as err:  # a folder that cannot be made at all
+        export.export(str(train_dir / "model.ckpt-6"), "/proc/cifar10-export-test")
+    assert str(err.value) == ("cannot write the export folder /proc/cifar10-export-test/6 (No "
+                              "such file or directory); choose an --export_dir you can write")
+
+
+def test_an_export_stopped_by_ctrl_c_removes_the_folders_it_made_and_no_other(trained_run,
+                                                                              tmp_path):
+    from cli import start
+
+    train_dir, _ = trained_run
+    (tmp_path / "kept").mkdir()  # the user's: stays, empty as it was
+    export_dir = tmp_path / "kept" / "new" / "export"
+    stopped = start("cifar10-export", f"--checkpoint_dir={train_dir}",
+                    f"--export_dir={export_dir}", "--tflite")
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(export_dir / ".6-incomplete-*")):
+            assert stopped.poll() is None and time.monotonic() < deadline, "no export started"
+            time.sleep(0.005)
+        stopped.send_signal(signal.SIGINT)
+        out, err = stopped.communicate(timeout=60)
+    finally:
+        stopped.kill()
+    assert (stopped.returncode, out) == (130, "")
+    assert err.splitlines()[-1] == "cifar10-export: interrupted"
+    assert os.listdir(tmp_path / "kept") == []
 
 
 def test_a_run_of_fewer_classes_is_served_among_its_own_classes(trained_run, tmp_path):

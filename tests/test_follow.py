@@ -186,7 +186,7 @@ def test_an_eval_dir_that_is_a_training_runs_directory_is_refused(runs, tmp_path
                       "--run_once")
     assert result.stderr.splitlines()[-1].startswith(
         f"cifar10-eval: error: --eval_dir={other} is the directory of a training run "
-        f"(cifar10-train.lock, flags.txt), where")
+        f"(cifar10-train.lock, flags.txt, model.ckpt-*), where")
     assert (train_dir / "flags.txt").read_text() == flags_txt  # nothing appended
 
 

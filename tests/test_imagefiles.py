@@ -66,7 +66,9 @@ def test_a_test_folder_may_lack_a_class_but_not_add_one(tmp_path):
     make_files(root, {"val/cow": 1})
     with pytest.raises(Cifar10Error) as err:
         imagefiles.find_source(str(root))
-    assert str(err.value) == f"{root / 'val'} has classes that {root / 'train'} lacks: cow"
+    assert str(err.value) == (f"{root / 'val'} has classes that {root / 'train'} lacks: cow; "
+                              f"add their training images to {root / 'train'}, or move them "
+                              f"out of {root / 'val'}")
 
 
 @pytest.mark.parametrize("fraction, layout, counts", [

@@ -60,7 +60,7 @@ def test_an_image_beyond_the_bound_is_skipped_by_prepare_and_named(tmp_path):
     result = call("cifar10-prepare", f"--image_dir={tmp_path / 'photos'}",
                   f"--data_dir={tmp_path / 'data'}", "--test_fraction=0.25")
     assert result.returncode == 0, result.stderr
-    assert (f"cifar10-prepare: skipped {huge}: 144,000,000 pixels, more than the 50,000,000 an "
+    assert (f"cifar10-prepare: warning: skipped {huge}: 144,000,000 pixels, more than the 50,000,000 an "
             f"image may have here; scale it down first") in result.stderr.splitlines()
     assert "Wrote 6 training and 2 test records" in result.stdout
 

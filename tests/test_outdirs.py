@@ -1,11 +1,14 @@
 """Each program's output folder kept to it (cifar10.cli.outdirs); the programs'
-refusals are tested end to end in test_train_main.py, test_follow.py, test_launch.py."""
+refusals are tested end to end here (cifar10-eval's and cifar10-export's, refused
+before TensorFlow loads) and in test_train_main.py, test_follow.py, test_launch.py."""
 
 from __future__ import annotations
 
 import pytest
+from cli import call
 
 from cifar10.cli import outdirs
+from cifar10.data import synthetic
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
 
@@ -114,3 +117,109 @@ def test_the_train_dir_suggested_for_an_evaluators_folder_is_a_new_one(tmp_path)
     (tmp_path / "my_eval-train" / "notes.txt").write_text("mine")
     with pytest.raises(Cifar10Error, match=f"such as {tmp_path / 'my_eval-train-2'}$"):
         outdirs.refuse_foreign_train_dir(str(eval_dir))
+
+
+def listing(root):
+    """Every path under ``root`` with its size and modification time."""
+    return sorted((str(path.relative_to(root)), path.stat().st_size, path.stat().st_mtime_ns)
+                  for path in root.rglob("*"))
+
+
+def data_folder(tmp_path):
+    return synthetic.write_dataset(str(tmp_path / "data"), records_per_file=2)
+
+
+def training_run(folder, sign):
+    """``folder`` as a training run, known by one ``sign``: its lock, a flags.txt of a
+    cifar10-train start, or checkpoint files alone."""
+    folder.mkdir(parents=True)
+    if sign == "flags.txt":
+        (folder / "flags.txt").write_text(
+            "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n--max_steps=5\n")
+    elif sign == "checkpoint":
+        (folder / "model.ckpt-5.index").write_bytes(b"")
+        (folder / "model.ckpt-5.data-00000-of-00001").write_bytes(b"")
+    else:
+        (folder / sign).write_bytes(b"")
+    return folder
+
+
+def test_cifar10_eval_refuses_a_data_folder_as_eval_dir_and_leaves_it_as_it_was(tmp_path):
+    data = data_folder(tmp_path)
+    before = listing(tmp_path / "data")
+    result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
+                  f"--eval_dir={data}", "--run_once")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: --eval_dir={data} holds data files (batches.meta.txt, "
+        f"data_batch_1.bin, ...): choose a directory for the evaluator's results, outside the "
+        f"data, such as {tmp_path / 'a' / 'eval'}"]
+    assert listing(tmp_path / "data") == before
+
+
+def test_cifar10_eval_refuses_a_folder_of_checkpoints_as_eval_dir(tmp_path):
+    # No trainer's lock or flags.txt (a run copied by hand, or an older version's).
+    other = training_run(tmp_path / "copied", "checkpoint")
+    before = listing(other)
+    result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
+                  f"--eval_dir={other}", "--run_once")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: --eval_dir={other} is the directory of a training run "
+        f"(model.ckpt-*), where cifar10-train keeps its checkpoints and records: choose a "
+        f"directory of the evaluator's own, such as {tmp_path / 'a' / 'eval'}"]
+    assert listing(other) == before
+
+
+def export(tmp_path, export_dir):
+    return call("cifar10-export", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
+                f"--export_dir={export_dir}")
+
+
+@pytest.mark.parametrize("sign, listed", [("cifar10-train.lock", "cifar10-train.lock"),
+                                          ("flags.txt", "flags.txt"),
+                                          ("checkpoint", "model.ckpt-*")])
+def test_cifar10_export_refuses_a_training_runs_folder_as_export_dir(tmp_path, sign, listed):
+    run = training_run(tmp_path / "a" / "train", sign)
+    other = training_run(tmp_path / "b" / "train", sign)
+    for export_dir, what in [(run, "the run it exports"), (other, f"a training run ({listed})")]:
+        before = listing(export_dir)
+        result = export(tmp_path, export_dir)
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr.splitlines() == [
+            f"cifar10-export: error: --export_dir={export_dir} is the directory of {what}, "
+            f"where cifar10-train keeps its checkpoints and records: choose a folder for the "
+            f"exports, such as {tmp_path / 'a' / 'export'}"]
+        assert listing(export_dir) == before
+
+
+def test_cifar10_export_refuses_an_evaluators_folder_or_a_data_folder(tmp_path):
+    (tmp_path / "a").mkdir()
+    evaluators = evaluators_folder(tmp_path / "a" / "eval", tmp_path / "a" / "train")
+    data = data_folder(tmp_path)
+    for export_dir, error in [
+            (evaluators, "is an evaluator's folder (its flags.txt records cifar10-eval): choose "
+                         "a folder for the exports"),
+            (data, "holds data files (batches.meta.txt, data_batch_1.bin, ...): choose a "
+                   "directory for the exports, outside the data")]:
+        before = listing(tmp_path)
+        result = export(tmp_path, export_dir)
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr.splitlines() == [
+            f"cifar10-export: error: --export_dir={export_dir} {error}, such as "
+            f"{tmp_path / 'a' / 'export'}"]
+        assert listing(tmp_path) == before
+
+
+def test_a_folder_of_earlier_exports_is_the_exporters_own(tmp_path):
+    exports = tmp_path / "a" / "export"
+    (exports / "3").mkdir(parents=True)
+    (exports / "3" / "saved_model.pb").write_bytes(b"")
+    (exports / ".6-incomplete-x1").mkdir()  # an export at work, or one killed
+    outdirs.refuse_foreign_export_dir(str(exports), str(tmp_path / "a" / "train"))
+    # And it is the folder suggested; one that holds anything else is not.
+    assert outdirs.export_dir_for(str(tmp_path / "a" / "train")) == str(exports)
+    (exports / "notes.txt").write_text("mine")
+    assert outdirs.export_dir_for(str(tmp_path / "a" / "train")) == f"{exports}-2"
+    assert outdirs.export_dir_for(str(tmp_path / "cifar10_train")) == str(
+        tmp_path / "cifar10_train-export")

@@ -221,14 +221,19 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
         prepare.find_source(str(tmp_path / "missing"))
     (image_dir / "eel").mkdir()
     (image_dir / "eel" / "notes.txt").write_text("no images here")
-    with pytest.raises(Cifar10Error, match=r"^the class folder .*eel holds no images \(\.png"):
+    with pytest.raises(Cifar10Error) as error:
         prepare.find_source(str(image_dir))
+    assert str(error.value) == (
+        f"the class folder {image_dir / 'eel'} holds no images (.png, .jpg, .jpeg, .gif, "
+        f".bmp): add the class's images to it, or move it out of {image_dir}")
     many = tmp_path / "many"
     for i in range(257):  # a record's label is one byte
         (many / f"class{i:03d}").mkdir(parents=True)
-    with pytest.raises(Cifar10Error, match=r"has 257 class folders; a CIFAR record's one label "
-                                           r"byte holds at most 256 classes$"):
+    with pytest.raises(Cifar10Error) as error:
         prepare.find_source(str(many))
+    assert str(error.value) == (
+        f"{many} has 257 class folders; a CIFAR record's one label byte holds at most 256 "
+        f"classes: merge classes, or move 1 of the folders out of {many}")
     one = tmp_path / "one"
     write_png(one / "cat" / "0.png", class_image(0, 0))
     with pytest.raises(Cifar10Error, match=r"has one class folder \(cat\): a classifier needs "
@@ -276,10 +281,11 @@ def test_the_command_converts_and_reports(image_dir, tmp_path):
     # Seed 0 puts the broken image among dog's 3 test images (19 / 6, rounded).
     assert result.stdout.strip().splitlines()[-1] == (
         f"Wrote 31 training and 5 test records of 3 classes (bird, cat, dog) to "
-        f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 1 unreadable images.")
+        f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 1 unreadable image.")
     assert "37/37 images (" in result.stderr
-    assert (f"cifar10-prepare: skipped {image_dir / 'dog' / 'broken.png'}: not an image"
-            in result.stderr)
+    assert (f"cifar10-prepare: warning: skipped {image_dir / 'dog' / 'broken.png'}: not an "
+            f"image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
+            in result.stderr.splitlines())
     # The trainer takes the folder as it is.
     assert data.validate_files(data.split_files(str(tmp_path / "d" / ff.BATCHES_DIRNAME),
                                                 "train")) == 31
@@ -405,9 +411,8 @@ def test_a_data_dir_that_cannot_hold_the_data_set_is_refused(image_dir, tmp_path
     (tmp_path / "a_file").write_text("not a folder")
     with pytest.raises(Cifar10Error) as info:
         prepare.check_output(str(tmp_path / "a_file"), str(image_dir))
-    assert str(info.value) == (f"cannot write the data folder "
-                               f"{tmp_path / 'a_file' / ff.BATCHES_DIRNAME} (Not a directory); "
-                               f"choose another --data_dir")
+    assert str(info.value) == (f"--data_dir={tmp_path / 'a_file'} is a file, not a folder: name "
+                               f"a folder to write the data set in (it is made if missing)")
     assert prepare.check_output(str(tmp_path / "new" / "d"), str(image_dir)) == str(
         tmp_path / "new" / "d" / ff.BATCHES_DIRNAME)
     assert not (tmp_path / "new").exists()
@@ -423,3 +428,60 @@ def test_the_command_refuses_data_its_trainer_would_refuse_and_writes_nothing(im
         f"image of any class to the test set; the evaluator needs some: add images, or raise "
         f"--test_fraction"]
     assert not (tmp_path / "d").exists()
+
+
+def listing(root):
+    """Every path under ``root`` with its size and mode: a folder left as it was."""
+    return sorted((str(path.relative_to(root)), path.stat().st_size, path.stat().st_mode)
+                  for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name", [ff.BATCHES_DIRNAME, "my10"])
+def test_a_data_folder_given_as_data_dir_is_refused_and_left_as_it_was(image_dir, tmp_path, name):
+    # It would get a data set nested in it, which the trainer given it would then take.
+    data = tmp_path / "data" / name
+    synthetic.write_dataset(str(data.parent), records_per_file=2)
+    if name != ff.BATCHES_DIRNAME:
+        os.rename(data.parent / ff.BATCHES_DIRNAME, data)
+    before = listing(tmp_path / "data")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={data}")
+    instead = ("a new folder" if name == ff.BATCHES_DIRNAME
+               else f"its parent ({tmp_path / 'data'}) or a new folder")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: --data_dir={data} is a data folder itself (it holds "
+        f"batches.meta.txt, data_batch_1.bin, ...): the data set would be written inside it, as "
+        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir"]
+    assert listing(tmp_path / "data") == before
+
+
+def test_a_file_given_as_data_dir_is_named_as_the_other_programs_name_it(image_dir, tmp_path):
+    (tmp_path / "cat.jpg").write_bytes(b"a photo")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}",
+                  f"--data_dir={tmp_path / 'cat.jpg'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: --data_dir={tmp_path / 'cat.jpg'} is a file, not a folder: "
+        f"name a folder to write the data set in (it is made if missing)"]
+    assert (tmp_path / "cat.jpg").read_bytes() == b"a photo"
+
+
+@pytest.mark.parametrize("layout", ["class folders", "split folders"])
+def test_macos_zip_metadata_is_passed_over_with_a_note(tmp_path, layout):
+    # A zip made on a Mac, extracted elsewhere: __MACOSX/ holds a ._ file per file.
+    split = layout == "split folders"
+    classes = ["train/ant", "train/bee", "test/ant", "test/bee"] if split else ["ant", "bee"]
+    root = write_folders(tmp_path / "photos", {folder: 6 for folder in classes})
+    metadata = [root / "__MACOSX"] + ([root / "train" / "__MACOSX"] if split else [])
+    for folder in metadata:
+        (folder / "ant").mkdir(parents=True)
+        (folder / "ant" / "._0.png").write_bytes(b"\0\5\26\7 AppleDouble")
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1:1 + len(metadata)] == [
+        f"Skipped {folder}/: macOS's zip metadata, not a class." for folder in metadata]
+    assert lines[-1].endswith("records of 2 classes (ant, bee) to "
+                              f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 0 unreadable "
+                              f"images.")
+    assert "warning" not in result.stderr

@@ -209,3 +209,24 @@ def test_tarball_bytes():
             assert tar.extractfile(m).read() == files[m.name.split("/", 1)[1]]
     for name in BIN_FILES:
         assert len(files[name]) == 4 * ff.RECORD_BYTES
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)],
+                         ids=["umask-022", "umask-002", "umask-077"])
+def test_generated_files_get_the_usual_permissions_of_the_umask(tmp_path, umask, mode):
+    # As open() gives them (0666 less the umask), not a private temporary file's 0600:
+    # the default --data_dir, /tmp/cifar10_data, is shared by the machine's users.
+    old = os.umask(umask)
+    try:
+        batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=2)
+        written = {name: os.stat(os.path.join(batches_dir, name)).st_mode & 0o777
+                   for name in os.listdir(batches_dir)}
+        synthetic.write_dataset(str(tmp_path), records_per_file=2, seed=1)  # in place
+        rewritten = {name: os.stat(os.path.join(batches_dir, name)).st_mode & 0o777
+                     for name in os.listdir(batches_dir)}
+    finally:
+        os.umask(old)
+    assert written == rewritten == {name: mode for name in
+                                    [*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE,
+                                     synthetic.SYNTHETIC_MARKER]}
+    assert os.stat(batches_dir).st_mode & 0o777 == mode | 0o111 & ~umask

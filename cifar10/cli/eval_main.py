@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
     checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
-    outdirs.refuse_training_dir(FLAGS.eval_dir, run_dir)
+    outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint) and not follow.wait_for_run(
             run_dir, FLAGS.eval_timeout, print_fn=lambda line: print(line, flush=True)):

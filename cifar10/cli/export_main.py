@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import outdirs
 from cifar10.cli import synthetic_warning
 from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
@@ -33,6 +34,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    outdirs.refuse_foreign_export_dir(FLAGS.export_dir,
+                                      checkpoint_files.run_folder(given, FLAGS.checkpoint_dir))
     programs.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import export

@@ -1,6 +1,7 @@
-"""The folders the programs write to, each kept to its own program: the evaluator's
-``--eval_dir`` is not a training run's directory, and the trainer's ``--train_dir``
-is neither an evaluator's folder nor a data folder; and every program's folder flags
+"""The folders the programs write to, each kept to its own program: the trainer's
+``--train_dir`` is neither an evaluator's folder nor a data folder, the evaluator's
+``--eval_dir`` neither a training run's directory nor a data folder, and the
+exporter's ``--export_dir`` none of the three; and every program's folder flags
 name folders (``refuse_folders_that_are_not``, as the flags are parsed).  Without these checks one
 program would write its records among the other's, and ``--fresh_start`` would
 remove files of the same names that the trainer did not write (``runs.cleanup``).
@@ -11,19 +12,25 @@ Checked before TensorFlow loads: no TensorFlow here.
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable
 
 from absl import flags
 from absl import logging
 
 from cifar10.core.errors import Cifar10Error
-from cifar10.data import fileformat as ff
+from cifar10.data import folder as datafolder
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
 from cifar10.runs import records
 
-# Files that make a folder a data folder (CIFAR-10's, CIFAR-100's, cifar10-prepare's).
-_DATA_FILES = (*ff.TRAIN_FILES, *ff.TEST_FILES, ff.META_FILE, *ff.CIFAR100_FILES.values())
+
+def refuse_foreign_eval_dir(eval_dir: str, checkpoint_dir: str) -> None:
+    """Raises Cifar10Error when ``eval_dir`` is a training run's directory
+    (``refuse_training_dir``) or a data folder."""
+    refuse_training_dir(eval_dir, checkpoint_dir)
+    _refuse_data_folder("eval_dir", eval_dir, "the evaluator's results",
+                        eval_dir_for(checkpoint_dir))
 
 
 def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
@@ -42,11 +49,22 @@ def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
 
 def _trainer_files(directory: str) -> list[str]:
     """The files in ``directory`` that make it a training run's: the trainer's lock, a
-    flags.txt that records a cifar10-train start."""
+    flags.txt that records a cifar10-train start, checkpoint files."""
     found = [lock.LOCK_FILE] if os.path.exists(os.path.join(directory, lock.LOCK_FILE)) else []
     if records.recorded_flags(directory, "cifar10-train") is not None:
         found.append(records.FLAGS_FILE)
+    if _holds_checkpoints(directory):
+        found.append(f"{checkpoint_files.PREFIX}-*")
     return found
+
+
+def _holds_checkpoints(directory: str) -> bool:
+    """Whether ``directory`` holds checkpoint files; False for a file, or a folder that
+    cannot be read (the program's own write names it)."""
+    try:
+        return checkpoint_files.holds_checkpoints(directory)
+    except Cifar10Error:
+        return False
 
 
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
@@ -82,18 +100,46 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
             f"--train_dir={train_dir} is an evaluator's folder (its {records.FLAGS_FILE} "
             f"records cifar10-eval): choose a directory of the run's own, such as "
             f"{_suggested(train_dir, 'train', _is_empty_folder)}")
-    data = sorted(name for name in _DATA_FILES if os.path.isfile(os.path.join(train_dir, name)))
+    _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
+                        "/tmp/cifar10_train")
+
+
+def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
+    """Raises Cifar10Error when ``export_dir`` is a training run's directory (the run
+    exported, ``run_dir``, or another), an evaluator's folder or a data folder: the
+    version folders would go among their files.  A folder of earlier exports (numbered
+    version folders) is the exporter's own."""
+    trainer_files = _trainer_files(export_dir)
+    same = _same(export_dir, run_dir)
+    suggested = export_dir_for(run_dir)
+    if same or trainer_files:
+        what = "the run it exports" if same else f"a training run ({', '.join(trainer_files)})"
+        raise Cifar10Error(
+            f"--export_dir={export_dir} is the directory of {what}, where cifar10-train keeps "
+            f"its checkpoints and records: choose a folder for the exports, such as "
+            f"{suggested}")
+    if records.recorded_flags(export_dir, "cifar10-eval") is not None:
+        raise Cifar10Error(
+            f"--export_dir={export_dir} is an evaluator's folder (its {records.FLAGS_FILE} "
+            f"records cifar10-eval): choose a folder for the exports, such as {suggested}")
+    _refuse_data_folder("export_dir", export_dir, "the exports", suggested)
+
+
+def _refuse_data_folder(flag: str, folder: str, what: str, suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) holds data files:
+    ``what`` goes in a folder outside the data, such as ``suggested``."""
+    data = datafolder.data_files_in(folder)
     if data:
         raise Cifar10Error(
-            f"--train_dir={train_dir} holds data files ({', '.join(data[:2])}"
-            f"{', ...' if len(data) > 2 else ''}): choose a directory for the run's "
-            f"checkpoints and records, outside the data, such as /tmp/cifar10_train")
+            f"--{flag}={folder} holds data files ({', '.join(data[:2])}"
+            f"{', ...' if len(data) > 2 else ''}): choose a directory for {what}, outside "
+            f"the data, such as {suggested}")
 
 
 # Folder names of a run's layout, runs/a/train beside runs/a/eval: the evaluator's
 # folder of runs/a/train is runs/a/eval.  Other names keep theirs: the evaluator's
 # folder of /tmp/cifar10_train is /tmp/cifar10_train-eval.
-_LAYOUT_NAMES = ("train", "eval")
+_LAYOUT_NAMES = ("train", "eval", "export")
 
 
 def eval_dir_for(run_dir: str) -> str:
@@ -107,10 +153,30 @@ def eval_dir_for(run_dir: str) -> str:
     return _suggested(run_dir, "eval", fits)
 
 
+# What cifar10-export writes in its folder: <step>/, and .<step>-incomplete-* while it writes.
+_EXPORT_NAME = re.compile(r"[0-9]+|\.[0-9]+-incomplete-[A-Za-z0-9_]+")
+
+
+def export_dir_for(run_dir: str) -> str:
+    """An --export_dir for the run in ``run_dir``: one that is not there yet, or a
+    folder of exports alone (``_suggested``)."""
+    return _suggested(run_dir, "export", _holds_exports_alone)
+
+
+def _holds_exports_alone(folder: str) -> bool:
+    """Whether ``folder`` is a folder that holds nothing but what cifar10-export writes
+    (numbered version folders, the scratch folders of exports), or nothing at all."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return all(_EXPORT_NAME.fullmatch(name) for name in names)
+
+
 def _suggested(directory: str, name: str, fits: Callable[[str], bool]) -> str:
-    """A folder for ``name`` ('eval', 'train') that goes with ``directory``: beside it
-    where it is named as runs/a/train or runs/a/eval are (runs/a/<name>), else its name
-    and ``-<name>`` (/tmp/cifar10_train-eval); numbered (-2, -3, ...) where that is
+    """A folder for ``name`` ('eval', 'train', 'export') that goes with ``directory``:
+    beside it where it is named as runs/a/train or runs/a/eval are (runs/a/<name>), else
+    its name and ``-<name>`` (/tmp/cifar10_train-eval); numbered (-2, -3, ...) where that is
     ``directory`` itself, or a file or folder already there that ``fits`` refuses."""
     path = os.path.abspath(directory)
     if os.path.basename(path) in _LAYOUT_NAMES:

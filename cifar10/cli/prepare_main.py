@@ -18,6 +18,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from cifar10.core import atomic
 from cifar10.cli import flags as cifar10_flags
@@ -54,6 +55,8 @@ def main(argv: list[str]) -> None:
     source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
     print(source.layout)
+    for folder in source.skipped:
+        print(f"Skipped {folder}/: macOS's zip metadata, not a class.")
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)
@@ -65,11 +68,12 @@ def main(argv: list[str]) -> None:
     summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                               progress=show_progress)
     for path, why in summary.skipped:
-        print(f"{PROGRAM}: skipped {path}: {why}", file=sys.stderr, flush=True)
+        logging.warning("skipped %s: %s", path, why)
+    skipped = len(summary.skipped)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
           f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
-          f"{summary.batches_dir}; skipped {len(summary.skipped)} unreadable images.",
-          flush=True)
+          f"{summary.batches_dir}; skipped {skipped} unreadable "
+          f"image{'' if skipped == 1 else 's'}.", flush=True)
 
 
 def run() -> None:

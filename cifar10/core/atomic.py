@@ -48,6 +48,37 @@ def write_text(path: str, text: str, tmp: str | None = None) -> None:
         raise
 
 
+def write_bytes(path: str, contents: bytes) -> None:
+    """Writes ``contents`` to ``path`` through a temporary file beside it, renamed over
+    ``path`` when written, so that a reader sees the old file or the new one.  The
+    file gets the usual permissions (0666 less the umask), as ``open`` gives a new
+    file, not those of a private temporary file (0600).
+
+    Raises:
+      OSError: the write or the rename failed; the temporary file is removed.
+    """
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            f.write(contents)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, and setting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def new_folder(target: str) -> Iterator[str]:
     """Yields a scratch folder beside ``target``, renamed to ``target`` when the block ends.
@@ -90,9 +121,7 @@ def _marked(target: str) -> Iterator[tuple[str, str]]:
     scratch = tempfile.mkdtemp(prefix=f".{name}-incomplete-", dir=parent)
     marker = None
     try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(scratch, 0o777 & ~mask)
+        os.chmod(scratch, 0o777 & ~_umask())
         marker = open(os.path.join(scratch, MARKER), "w")
         fcntl.flock(marker, fcntl.LOCK_EX)
         marker.write(json.dumps({"for": name, "pid": os.getpid()}) + "\n")

@@ -72,3 +72,7 @@ CIFAR100_BATCHES_DIRS = {label: f"cifar-100-{label}-batches-bin" for label in CI
 
 # Which files each evaluation split reads.
 SPLIT_FILES = {"train": TRAIN_FILES, "train_eval": TRAIN_FILES, "test": TEST_FILES}
+
+# Files that make a folder a data folder (CIFAR-10's, CIFAR-100's extracted one,
+# cifar10-prepare's): the programs write no output among them.
+DATA_FILES = (*TRAIN_FILES, *TEST_FILES, META_FILE, *CIFAR100_FILES.values())

@@ -218,6 +218,12 @@ def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
     return None
 
 
+def data_files_in(path: str) -> list[str]:
+    """The data files (``fileformat.DATA_FILES``) that ``path`` holds, sorted; none when
+    it is not a folder."""
+    return sorted(name for name in ff.DATA_FILES if os.path.isfile(os.path.join(path, name)))
+
+
 def _holds_records(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, name))
                for name in (*ff.TRAIN_FILES, *ff.TEST_FILES))

@@ -21,6 +21,7 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
 TRAIN_FOLDER = "train"
 TEST_FOLDERS = ("test", "val", "valid", "validation")  # any of these is the test set
+METADATA_FOLDER = "__MACOSX"  # macOS's zip metadata (its ._ files), beside the zipped folders
 _ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
 
 
@@ -59,6 +60,7 @@ class Source:
     train: tuple[tuple[str, int], ...]
     test: tuple[tuple[str, int], ...]
     layout: str = ""  # one line: the layout found and where the test set comes from
+    skipped: tuple[str, ...] = ()  # the metadata folders passed over (METADATA_FOLDER)
 
 
 def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
@@ -85,7 +87,15 @@ def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
               else _random_split(image_dir, top, test_fraction, seed))
     check_counts(len(source.train), len(source.test), image_dir,
                  "" if splits else f"--test_fraction={test_fraction:g}")
-    return source
+    return dataclasses.replace(source, skipped=_metadata_folders(image_dir, splits or ()))
+
+
+def _metadata_folders(image_dir: str, splits: Sequence[str]) -> tuple[str, ...]:
+    """The METADATA_FOLDER folders in ``image_dir`` and its ``splits`` folders, which
+    are passed over as hidden folders are (``_subfolders``)."""
+    folders = [image_dir, *(os.path.join(image_dir, name) for name in splits)]
+    return tuple(os.path.join(folder, METADATA_FOLDER) for folder in folders
+                 if os.path.isdir(os.path.join(folder, METADATA_FOLDER)))
 
 
 def check_counts(train: int, test: int, image_dir: str, split: str = "") -> None:
@@ -152,7 +162,8 @@ def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
     unknown = sorted(set(_subfolders(test_dir)) - set(names))
     if unknown:
         raise Cifar10Error(f"{test_dir} has classes that {train_dir} lacks: "
-                           f"{', '.join(unknown)}")
+                           f"{listed(unknown)}; add their training images to {train_dir}, or "
+                           f"move them out of {test_dir}")
     train = _labelled(train_dir, names, required=True)
     test = _labelled(test_dir, names, required=False)
     if not test:
@@ -191,9 +202,12 @@ def _storable(name: str) -> bool:
 
 
 def _subfolders(folder: str) -> list[str]:
+    """The names of the folders in ``folder`` that can be classes or splits: not hidden
+    ones, not METADATA_FOLDER."""
     try:
         return sorted(entry.name for entry in os.scandir(folder)
-                      if entry.is_dir() and not entry.name.startswith("."))
+                      if entry.is_dir() and not entry.name.startswith(".")
+                      and entry.name != METADATA_FOLDER)
     except OSError as e:
         raise io_error("cannot read the folder", folder, e) from e
 
@@ -218,7 +232,9 @@ def _check_classes(folder: str, names: Sequence[str]) -> None:
                            f"at least 2 classes, each in a folder of its own")
     if len(names) > ff.MAX_CLASSES:
         raise Cifar10Error(f"{folder} has {len(names)} class folders; a CIFAR record's one "
-                           f"label byte holds at most {ff.MAX_CLASSES} classes")
+                           f"label byte holds at most {ff.MAX_CLASSES} classes: merge classes, "
+                           f"or move {len(names) - ff.MAX_CLASSES} of the folders out of "
+                           f"{folder}")
 
 
 def _images(folder: str, required: bool) -> list[str]:
@@ -227,7 +243,8 @@ def _images(folder: str, required: bool) -> list[str]:
     except Cifar10Error:
         if required:
             raise Cifar10Error(f"the class folder {folder} holds no images "
-                               f"({', '.join(IMAGE_EXTENSIONS)})") from None
+                               f"({', '.join(IMAGE_EXTENSIONS)}): add the class's images to "
+                               f"it, or move it out of {os.path.dirname(folder)}") from None
         return []
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from cifar10.core import atomic
 from cifar10.data import fileformat as ff
+from cifar10.data import folder as datafolder
 from cifar10.core.errors import Cifar10Error, io_advice, io_error
 from cifar10.data.imagefiles import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
 
@@ -44,11 +45,16 @@ class Summary:
 def check_output(data_dir: str, image_dir: str = "") -> str:
     """The data folder ``<data_dir>/cifar-10-batches-bin`` to write, once it is known
     that it can be: it does not exist, and ``data_dir`` is a folder that can be
-    written or made, outside ``image_dir`` (where it would become a class folder).
+    written or made, outside ``image_dir`` (where it would become a class folder),
+    and not a data folder itself (``_refuse_data_folder``).
 
     Raises:
       Cifar10Error: one of those is not so.
     """
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise Cifar10Error(f"--data_dir={data_dir} is a file, not a folder: name a folder "
+                           f"to write the data set in (it is made if missing)")
+    _refuse_data_folder(data_dir)
     batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
     if os.path.lexists(batches_dir):
         raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
@@ -70,6 +76,22 @@ def check_output(data_dir: str, image_dir: str = "") -> str:
     error = OSError(code, os.strerror(code))
     raise io_error("cannot write the data folder", batches_dir, error,
                    io_advice(error) or "choose another --data_dir")
+
+
+def _refuse_data_folder(data_dir: str) -> None:
+    """Raises Cifar10Error when ``data_dir`` is a data folder itself (it holds data
+    files): the data set would be written inside it, and the trainer given that
+    --data_dir would take the new folder, not the data beside it."""
+    found = datafolder.data_files_in(data_dir)
+    if not found:
+        return
+    parent = os.path.dirname(os.path.normpath(data_dir)) or "."
+    taken = os.path.lexists(os.path.join(parent, ff.BATCHES_DIRNAME))
+    instead = "a new folder" if taken else f"its parent ({parent}) or a new folder"
+    raise Cifar10Error(
+        f"--data_dir={data_dir} is a data folder itself (it holds {', '.join(found[:2])}"
+        f"{', ...' if len(found) > 2 else ''}): the data set would be written inside it, as "
+        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir")
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-import tempfile
 
 import numpy as np
 
@@ -170,14 +169,7 @@ def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0,
 
 def _write_files(directory: str, files: dict[str, bytes]) -> None:
     for name, contents in files.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(contents)
-            os.replace(tmp, os.path.join(directory, name))
-        except OSError:
-            os.remove(tmp)
-            raise
+        atomic.write_bytes(os.path.join(directory, name), contents)
 
 
 def tarball_bytes(records_per_file: int = 10, seed: int = 0, separable: bool = False) -> bytes:

@@ -27,7 +27,7 @@ from cifar10.runs import checkpoints
 from cifar10.data import fileformat as ff
 from cifar10.data import images as image_files
 from cifar10.serving import predict
-from cifar10.core.errors import Cifar10Error, first_line, io_error
+from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.model import Model
 
 TFLITE_FILE = "model.tflite"
@@ -68,9 +68,11 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
 
     The version folder is written under a temporary name and renamed when
     complete (``atomic.new_folder``), so that a server polling ``export_dir``
-    never loads half of it.  What an export killed before its rename left in
-    ``export_dir`` is removed first, one line (``print_fn``) says so; only
-    folders ``atomic.remove_leftovers`` proves to be such leftovers.
+    never loads half of it; a failed or interrupted export removes the folders it
+    made (``export_dir`` and its parents), never one that was there.  What an
+    export killed before its rename left in ``export_dir`` is removed first, one
+    line (``print_fn``) says so; only folders ``atomic.remove_leftovers`` proves to
+    be such leftovers.
 
     Raises:
       Cifar10Error: the checkpoint cannot be read; the version folder exists
@@ -91,7 +93,9 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
             raise Cifar10Error(f"{target} exists and is not a SavedModel: it is not replaced; "
                                f"move it aside or choose another --export_dir")
     try:
-        with atomic.new_folder(target) as scratch:
+        # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the export.
+        with atomic.made_folders_removed_on_failure(export_dir), \
+                atomic.new_folder(target) as scratch:
             module = ServingModule(model, class_names)
             signatures = {"serving_default": module.predict_encoded,
                           "predict_images": module.predict_images}
@@ -101,7 +105,8 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
             if os.path.lexists(target):  # an earlier export, replaced (--overwrite)
                 shutil.rmtree(target)
     except OSError as e:
-        raise io_error("cannot write the export folder", target, e) from e
+        raise io_error("cannot write the export folder", target, e,
+                       io_advice(e) or "choose an --export_dir you can write") from e
     except tf.errors.OpError as e:
         raise Cifar10Error(f"cannot write the export {target}: {first_line(e)}") from e
     return target
