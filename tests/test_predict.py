@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -129,6 +131,18 @@ def test_text_jsonl_and_csv_lines():
     assert predict.csv_header(2) == "path,class_1,probability_1,class_2,probability_2"
     assert predict.format_csv(PREDICTION, names) == '"photos/a cat, maybe.png",cat,0.912500,dog,0.050000'
     assert predict.csv_header(12).count("class_") == 10
+
+
+def test_a_name_with_a_line_break_keeps_each_row_and_line_whole():
+    odd = predict.Prediction("weird/new\nline\t.png", (3,), (0.5,))
+    names = ff.CLASS_NAMES
+    assert predict.format_text(odd, names) == "weird/new\\nline\\t.png: cat 0.500"
+    assert json.loads(predict.format_jsonl(odd, names))["path"] == "weird/new\nline\t.png"
+    row = predict.format_csv(odd, names)
+    assert row == '"weird/new\nline\t.png",cat,0.500000'
+    rows = list(csv.reader(io.StringIO(predict.csv_header(1) + "\n" + row + "\n")))
+    assert rows == [["path", "class_1", "probability_1"],
+                    ["weird/new\nline\t.png", "cat", "0.500000"]]
 
 
 def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(trained_run, tmp_path):

@@ -91,10 +91,16 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
         yield from flush()
 
 
-def shown_path(path: str) -> str:
+def shown_path(path: str, line: bool = True) -> str:
     """``path`` as it can be printed: a name that is not UTF-8 shows its other bytes as
-    ``\\xNN`` (``r\\xff.png``), as the file system holds them."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    ``\\xNN`` (``r\\xff.png``), as the file system holds them; with ``line``, control
+    characters too (``new\\nline.png``), so that the name stays on its line."""
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return shown.translate(_CONTROLS) if line else shown
+
+
+# Control characters as escapes: \n, \r and \t as Python writes them, the others \xNN.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
 
 
 def format_text(prediction: Prediction, class_names: Sequence[str]) -> str:
@@ -106,7 +112,7 @@ def format_text(prediction: Prediction, class_names: Sequence[str]) -> str:
 
 def format_jsonl(prediction: Prediction, class_names: Sequence[str]) -> str:
     """One JSON object: the path and the ranked classes (label, name, probability)."""
-    return json.dumps({"path": shown_path(prediction.path), "top_k": [
+    return json.dumps({"path": shown_path(prediction.path, line=False), "top_k": [
         {"label": label, "class": class_names[label], "probability": p}
         for label, p in zip(prediction.labels, prediction.probabilities)]})
 
@@ -120,13 +126,15 @@ def csv_header(top_k: int, num_classes: int = ff.NUM_CLASSES) -> str:
 
 
 def format_csv(prediction: Prediction, class_names: Sequence[str]) -> str:
-    """One CSV row: the path, then class name and probability for each rank."""
-    row: list[object] = [shown_path(prediction.path)]
+    """One CSV row: the path, then class name and probability for each rank (a field
+    holding a line break quoted, as CSV readers take it)."""
+    row: list[object] = [shown_path(prediction.path, line=False)]
     for label, p in zip(prediction.labels, prediction.probabilities):
         row += [class_names[label], f"{p:.6f}"]
     out = io.StringIO()
-    csv.writer(out, lineterminator="").writerow(row)
-    return out.getvalue()
+    # The line ends the csv module quotes: a field with \r or \n is quoted.
+    csv.writer(out, lineterminator="\r\n").writerow(row)
+    return out.getvalue()[:-2]
 
 
 FORMATTERS = {"text": format_text, "jsonl": format_jsonl, "csv": format_csv}
