@@ -145,6 +145,36 @@ def test_download_over_http(served_tarball, data_dir, capsys):
     assert err.endswith("\n")
 
 
+@pytest.mark.parametrize("total", [100 << 20, None])
+def test_progress_on_a_log_file_is_a_line_a_tenth_and_on_a_terminal_one_line(total):
+    """Not 100 lines rewritten with \\r in a log file; on a terminal, one line."""
+    class Stream(io.StringIO):
+        def __init__(self, tty):
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    for tty in (False, True):
+        out = Stream(tty)
+        shown = download._Progress("t.tar.gz", total, stream=out)
+        size = 100 << 20
+        for done in range(0, size + 1, 1 << 20):  # as _stream calls it: each MB, then the end
+            shown.show(done)
+        shown.end(size)
+        text = out.getvalue()
+        if tty:
+            assert text.count("\r>> Downloading t.tar.gz ") == 101 and text.endswith("\n")
+            assert text.count("\n") == 1
+        elif total:
+            assert text.splitlines() == [f">> Downloading t.tar.gz {p}.0%"
+                                         for p in range(0, 101, 10)]
+        else:  # a line every 25 MiB
+            assert text.splitlines() == [f">> Downloading t.tar.gz {mb} MB"
+                                         for mb in ("0.0", "26.2", "52.4", "78.6", "104.9")]
+
+
 def test_download_without_progress_is_silent(served_tarball, data_dir, capsys):
     download.maybe_download_and_extract(
         str(data_dir), url=served_tarball, md5=TARBALL_MD5, progress=False)
@@ -245,12 +275,12 @@ def test_truncated_transfer_is_rejected(data_dir):
 def test_keyboard_interrupt_leaves_no_temp_file(served_tarball, data_dir, monkeypatch):
     calls = []
 
-    def interrupt(name, done, total):
+    def interrupt(self, done):
         calls.append(done)
         if done > 0:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(download, "_report_progress", interrupt)
+    monkeypatch.setattr(download._Progress, "show", interrupt)
     with pytest.raises(KeyboardInterrupt):
         download.maybe_download_and_extract(str(data_dir), url=served_tarball, md5=TARBALL_MD5)
     assert calls[-1] > 0  # the interrupt came after data was written

@@ -164,14 +164,51 @@ def _verify(path: str, md5: str, size: int | None) -> None:
         )
 
 
-def _report_progress(name: str, done: int, total: int | None) -> None:
-    """Shows download progress on stderr, on one line that is rewritten."""
-    if total:
-        shown = f"{100.0 * done / total:.1f}%"
-    else:
-        shown = f"{done / 1e6:.1f} MB"
-    sys.stderr.write(f"\r>> Downloading {name} {shown}")
-    sys.stderr.flush()
+class _Progress:
+    """Download progress on stderr: on a terminal one line, rewritten at each chunk
+    (``\\r``); elsewhere (a log file, a pipe) a line at the start, at each tenth of the
+    file (each ``_UNSIZED_STEP`` bytes where the size is not known), and at the end."""
+
+    def __init__(self, name: str, total: int | None, stream=None):
+        self.name, self.total = name, total
+        self.stream = stream or sys.stderr
+        try:
+            self.rewrite = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.rewrite = False
+        self._mark: int | None = None  # the tenth (or step) last shown, elsewhere
+        self._last = ""  # the figure last shown
+
+    def show(self, done: int) -> None:
+        if self.total:
+            shown, mark = f"{100.0 * done / self.total:.1f}%", 10 * done // self.total
+        else:
+            shown, mark = f"{done / 1e6:.1f} MB", done // _UNSIZED_STEP
+        if self.rewrite:
+            self.stream.write(f"\r>> Downloading {self.name} {shown}")
+        elif mark != self._mark or done == self.total:
+            self._write_line(shown)
+            self._mark = mark
+        self.stream.flush()
+
+    def end(self, done: int) -> None:
+        """After the last chunk (or a failure): the line ended, or the figure it
+        stopped at shown."""
+        if self.rewrite:
+            self.stream.write("\n")
+        else:
+            self._write_line(f"{100.0 * done / self.total:.1f}%" if self.total
+                             else f"{done / 1e6:.1f} MB")
+        self.stream.flush()
+
+    def _write_line(self, shown: str) -> None:
+        if shown != self._last:
+            self._last = shown
+            self.stream.write(f">> Downloading {self.name} {shown}\n")
+
+
+# Where the size is not known, a line on a log file every this many bytes.
+_UNSIZED_STEP = 25 << 20
 
 
 class DownloadFailed(DataError):
@@ -208,10 +245,11 @@ def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
     total = _content_length(response)
     digest = hashlib.md5()
     done = 0
+    shown = _Progress(name, total) if progress else None
     try:
         while True:
-            if progress:
-                _report_progress(name, done, total)
+            if shown:
+                shown.show(done)
             chunk = response.read(_CHUNK_BYTES)
             if not chunk:
                 break
@@ -219,9 +257,8 @@ def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
             digest.update(chunk)
             done += len(chunk)
     finally:
-        if progress:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        if shown:
+            shown.end(done)
     if total is not None and done != total:
         raise ConnectionError(f"transfer ended after {done} of {total} bytes")
     return done, digest.hexdigest()
