@@ -284,7 +284,7 @@ def test_flags_that_contradict_the_runs_are_one_line_by_the_flags_own_rule(tmp_p
     with pytest.raises(Cifar10Error) as error:
         follow.follow_run(values, str(tmp_path), "cifar10-eval")
     assert str(error.value) == (
-        f"flags dataset=cifar100, synthetic_data=True: --synthetic_data generates "
+        f"--synthetic_data generates "
         f"CIFAR-10-format data: drop --dataset=cifar100 or --synthetic_data (the run's data "
         f"flags are in {tmp_path / 'flags.txt'})")
 
@@ -393,5 +393,5 @@ def test_label_coarse_alone_scores_a_cifar100_run_and_is_refused_without_one(tmp
                       f"--checkpoint_dir={tmp_path / 'no_run'}", f"--eval_dir={tmp_path / 'e'}")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        "cifar10-eval: error: flags dataset=cifar10, label=coarse: --label=coarse applies to "
+        "cifar10-eval: error: --label=coarse applies to "
         "--dataset=cifar100 only"]

@@ -77,10 +77,10 @@ def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
     assert programs.parse_flags(["prog", "--batch_size=3", "a"], "prog", "doc", values) == [
         "prog", "a"]
     assert values.batch_size == 3
-    for argv, message in [(["--batch_size=0"], "flag --batch_size=0: 0 is not a positive "
-                                               "integer"),
-                          (["--bacth_size=3"], "Unknown command line flag 'bacth_size'. "
-                                               "Did you mean: batch_size ?")]:
+    for argv, message in [(["--batch_size=0"], "--batch_size=0: must be a whole number of "
+                                               "at least 1"),
+                          (["--bacth_size=3"], "unknown flag --bacth_size (did you mean "
+                                               "--batch_size?)")]:
         with pytest.raises(SystemExit) as exit_info:
             programs.parse_flags(["prog", *argv], "prog", "doc", flag_values())
         assert exit_info.value.code == 1

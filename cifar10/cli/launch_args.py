@@ -45,7 +45,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     try:
         rest = values([TRAINER, *args])
     except flags.Error as e:
-        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        message = cifar10_flags.flag_error_text(e)
         raise Cifar10Error(f"{TRAINER}'s flags (after --): {message} (see {TRAINER} "
                            f"--help)") from None
     if len(rest) > 1:

@@ -223,9 +223,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
             sys.exit(0)
         raise
     except flags.Error as e:
-        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
         message = (_other_programs_flagfile(argv, program) or _trainers_flag(e, argv, program)
-                   or message)
+                   or cifar10_flags.flag_error_text(e))
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
 
