@@ -58,7 +58,7 @@ FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 # Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
 # programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).
 if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False):
-    logs.hide_native_lines()
+    logs.hide_native_lines(logs.min_level(os.environ))
 
 
 def parse_args(argv):

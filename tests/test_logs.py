@@ -58,12 +58,31 @@ def test_lines_of_the_programs_own_format_pass():
 
 @pytest.mark.parametrize("environ, asked, wanted", [
     ({}, False, False),
-    ({"TF_CPP_MIN_LOG_LEVEL": "2"}, False, True),
+    ({"TF_CPP_MIN_LOG_LEVEL": "2"}, False, False),  # filtered by its level
     ({"TF_CPP_MIN_LOG_LEVEL": "0"}, False, True),
+    ({"TF_CPP_MIN_LOG_LEVEL": "verbose"}, False, True),  # not a level: as TensorFlow writes
     ({}, True, True),
 ])
 def test_tensorflow_lines_are_shown_when_asked(environ, asked, wanted):
     assert logs.tensorflow_lines_wanted(environ, asked) is wanted
+
+
+@pytest.mark.parametrize("environ, keep_from", [
+    ({}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "1"}, 1), ({"TF_CPP_MIN_LOG_LEVEL": "2"}, 2),
+    ({"TF_CPP_MIN_LOG_LEVEL": " 3"}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "0"}, None),
+    ({"TF_CPP_MIN_LOG_LEVEL": "4"}, None)])
+def test_tf_cpp_min_log_level_1_to_3_is_the_lowest_level_shown(environ, keep_from):
+    assert logs.min_level(environ) == keep_from
+
+
+def test_the_filter_at_a_level_keeps_that_level_and_above():
+    def kept(keep_from):
+        line_filter = logs.NativeLineFilter(keep_from)
+        return line_filter.feed(NOISE + FATAL) + line_filter.close()
+
+    assert kept(3) == FATAL
+    assert kept(2) == ABSL_ERROR + TSL_ERROR + FATAL
+    assert kept(1) == PREINIT + ABSL_ERROR + ABSL_WARNING + TSL_ERROR + FATAL
 
 
 def test_the_filter_keeps_python_lines_and_outlives_a_killed_process():

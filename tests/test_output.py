@@ -117,6 +117,21 @@ def test_verbosity_brings_tensorflows_lines_back(runs):
     assert len(re.findall(COMPLETION["cifar10-predict"], result.stdout, re.M)) == 1
 
 
+def test_tf_cpp_min_log_level_3_silences_absls_lines_too_and_2_leaves_errors(runs):
+    """TensorFlow's own setting, honoured for the lines its absl logging writes, which
+    do not read it: 3 leaves none of them, 2 the E lines (cuInit's on a CPU machine)."""
+    root = runs["root"]
+    args = ("cifar10-predict", f"--checkpoint_dir={root / 'train'}", "--top_k=1",
+            runs["images"][0])
+    quiet = run(*args, TF_CPP_MIN_LOG_LEVEL="3")
+    assert quiet.returncode == 0, quiet.stderr
+    assert not NATIVE.search(quiet.stderr) and "absl::InitializeLog" not in quiet.stderr
+    errors = run(*args, TF_CPP_MIN_LOG_LEVEL="2")
+    assert errors.returncode == 0, errors.stderr
+    levels = {line[0] for line in errors.stderr.splitlines() if NATIVE.match(line)}
+    assert levels <= {"E"}, errors.stderr  # (cuInit's E line, where TensorFlow writes one)
+
+
 def test_training_that_stops_within_its_first_epoch_leaves_no_cache_warning(tmp_path):
     """TensorFlow's lines asked for (TF_CPP_MIN_LOG_LEVEL=0): they are there, but not
     tf.data's warning about a cache not read to its end, which training used to end

@@ -120,8 +120,9 @@ def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
     assert out.startswith("USAGE: prog [flags]\n\nDoes things.\n")
     assert "--[no]allow_tf32" in out and "--batch_size" not in out  # the test's own flag
     assert out.endswith("Try --helpfull to see absl's own flags too. TensorFlow's own log "
-                        "lines are hidden;\n-v 0 (absl's --verbosity) or setting "
-                        "TF_CPP_MIN_LOG_LEVEL shows them.\n")
+                        "lines are hidden;\n-v 0 (absl's --verbosity) or "
+                        "TF_CPP_MIN_LOG_LEVEL=0 shows them (1 to 3: those of\nlevel W, E or "
+                        "F and above).\n")
 
 
 def test_generated_data_of_the_earlier_easy_kind_is_used_with_a_note(tmp_path):
@@ -174,7 +175,8 @@ def test_float32_is_float32_unless_tf32_is_allowed():
     (["-v", "0"], {}, True),
     (["--verbosity=-1"], {}, True),
     (["--log_device_placement"], {}, True),  # TensorFlow's placement log is its lines
-    ([], {"TF_CPP_MIN_LOG_LEVEL": "1"}, True),
+    ([], {"TF_CPP_MIN_LOG_LEVEL": "0"}, True),
+    ([], {"TF_CPP_MIN_LOG_LEVEL": "1"}, False),  # filtered by level: logs.min_level
 ])
 def test_tensorflow_lines_are_asked_for_by_flag_or_environment(args, environ, asked,
                                                                 monkeypatch):

@@ -134,9 +134,10 @@ def stdout_to_devnull(stdout) -> None:
 
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
-    """Whether the user asked for TensorFlow's own log lines: by setting
-    ``TF_CPP_MIN_LOG_LEVEL``, passing ``--verbosity``/``-v``, or asking for
-    TensorFlow's placement log, which is made of such lines."""
+    """Whether the user asked for all of TensorFlow's own log lines: by setting
+    ``TF_CPP_MIN_LOG_LEVEL=0``, passing ``--verbosity``/``-v``, or asking for
+    TensorFlow's placement log, which is made of such lines (1 to 3: the lines of
+    that level and above, ``logs.min_level``)."""
     placement = ("log_device_placement" in flag_values
                  and flag_values["log_device_placement"].value)
     return logs.tensorflow_lines_wanted(os.environ,
@@ -152,7 +153,7 @@ def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> 
     global _tensorflow_lines
     _tensorflow_lines = tensorflow_lines_asked(flag_values)
     if not _tensorflow_lines:
-        logs.hide_native_lines()
+        logs.hide_native_lines(logs.min_level(os.environ))
     if not flag_values["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # absl's INFO notices (checkpoint saves)
     handler = logging.get_absl_handler()
@@ -208,7 +209,8 @@ def parse_flags(argv: list[str], program: str, doc: str,
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
         print(flag_values.module_help(cifar10_flags.__name__))
         print("\nTry --helpfull to see absl's own flags too. TensorFlow's own log lines are "
-              "hidden;\n-v 0 (absl's --verbosity) or setting TF_CPP_MIN_LOG_LEVEL shows them.")
+              "hidden;\n-v 0 (absl's --verbosity) or TF_CPP_MIN_LOG_LEVEL=0 shows them (1 "
+              "to 3: those of\nlevel W, E or F and above).")
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:

@@ -10,8 +10,10 @@ to a copy of it, and what native code writes to descriptor 2 goes through a pipe
 to a small forked process that drops those log lines and passes everything else
 on (a fatal ``F`` line, ``terminate called ...``), also after the program dies.
 
-A user who sets ``TF_CPP_MIN_LOG_LEVEL`` or passes absl's ``--verbosity`` (``-v``)
-gets TensorFlow's lines as TensorFlow writes them (``tensorflow_lines_wanted``).
+A user who sets ``TF_CPP_MIN_LOG_LEVEL=0`` or passes absl's ``--verbosity`` (``-v``)
+gets TensorFlow's lines as TensorFlow writes them (``tensorflow_lines_wanted``);
+``TF_CPP_MIN_LOG_LEVEL`` 1, 2 or 3 lets through the lines of that level and above
+(W, E, F), as TensorFlow means it, also of absl's logging, which does not read it.
 This leaves them on a machine with GPUs too, where the lines worth reading (the
 devices created, their memory) are INFO lines.
 
@@ -41,16 +43,32 @@ _CRASH = (b"terminate called", b"Fatal Python error", b"Check failed", b"*** ",
           b"Segmentation fault", b"Aborted")
 
 
+# The levels of C++ log lines, lowest first, as TF_CPP_MIN_LOG_LEVEL counts them.
+LEVELS = b"IWEF"
+
+
 def tensorflow_lines_wanted(environ: Mapping[str, str], asked: bool) -> bool:
-    """Whether the user asked for TensorFlow's own log lines.
+    """Whether the user asked for all of TensorFlow's own log lines, unfiltered.
 
     Args:
-      environ: the process environment (``TF_CPP_MIN_LOG_LEVEL`` set, to any value,
-        means the user chose TensorFlow's level).
+      environ: the process environment (``TF_CPP_MIN_LOG_LEVEL=0``, or a value that
+        is not a level, means the user chose TensorFlow's lines as it writes them;
+        1 to 3 are filtered by level: ``min_level``).
       asked: the command line asked for them (absl's ``--verbosity``/``-v``, or
         TensorFlow's placement log).
     """
-    return "TF_CPP_MIN_LOG_LEVEL" in environ or asked
+    return asked or ("TF_CPP_MIN_LOG_LEVEL" in environ and min_level(environ) is None)
+
+
+def min_level(environ: Mapping[str, str]) -> int | None:
+    """The lowest level of C++ log line shown (an index of ``LEVELS``): 3 (fatal lines
+    only) unless ``TF_CPP_MIN_LOG_LEVEL`` is 1, 2 or 3 (W, E or F lines and above), as
+    TensorFlow counts it, which absl's own C++ logging does not read; None where it
+    is 0 or not a level (every line)."""
+    value = environ.get("TF_CPP_MIN_LOG_LEVEL")
+    if value is None:
+        return LEVELS.index(b"F")
+    return int(value.strip()) if value.strip() in ("1", "2", "3") else None
 
 
 def _severity(line: bytes) -> bytes | None:
@@ -60,12 +78,14 @@ def _severity(line: bytes) -> bytes | None:
 
 
 class NativeLineFilter:
-    """Drops C++ log lines (levels I, W, E, with their continuation lines) from a
-    byte stream; passes on everything else, fatal ``F`` lines included."""
+    """Drops C++ log lines below ``keep_from`` (an index of ``LEVELS``; default: I, W
+    and E lines), with their continuation lines, from a byte stream; passes on
+    everything else, fatal ``F`` lines included."""
 
-    def __init__(self):
+    def __init__(self, keep_from: int = 3):
         self._partial = b""
         self._in_dropped = False  # the last line began or continued a dropped message
+        self._kept = LEVELS[keep_from:]
 
     def feed(self, chunk: bytes) -> bytes:
         """Takes the next bytes of the stream; returns the bytes to pass on."""
@@ -81,9 +101,9 @@ class NativeLineFilter:
     def _keep(self, line: bytes) -> bool:
         severity = _severity(line)
         if severity is not None:
-            self._in_dropped = severity != b"F"
-        elif line.startswith(_PREINIT):
-            self._in_dropped = True
+            self._in_dropped = severity not in self._kept
+        elif line.startswith(_PREINIT):  # absl's own warning
+            self._in_dropped = b"W" not in self._kept
         elif line.startswith(_CRASH):
             self._in_dropped = False
         # Any other line continues the message before it (a C++ message may span
@@ -92,9 +112,9 @@ class NativeLineFilter:
         return not self._in_dropped
 
 
-def _forward(read_fd: int, write_fd: int) -> None:
+def _forward(read_fd: int, write_fd: int, keep_from: int) -> None:
     """Copies ``read_fd`` to ``write_fd`` through a NativeLineFilter until end of file."""
-    line_filter = NativeLineFilter()
+    line_filter = NativeLineFilter(keep_from)
     writable = True
     while True:
         chunk = os.read(read_fd, 1 << 16)
@@ -108,14 +128,17 @@ def _forward(read_fd: int, write_fd: int) -> None:
             return
 
 
-def hide_native_lines() -> None:
-    """Keeps native code's log lines off stderr for the rest of this process.
+def hide_native_lines(keep_from: int | None = 3) -> None:
+    """Keeps native code's log lines below ``keep_from`` (``min_level``; None: none
+    are hidden, and nothing is done) off stderr for the rest of this process.
 
     Call it once, early in a program's process (before TensorFlow loads, and while
     it has no other thread): it forks the filtering process.  Python's
     ``sys.stderr`` (and absl's handler) then write to a copy of the original
     descriptor 2, not through the filter.
     """
+    if keep_from is None:
+        return
     sys.stderr.flush()
     try:
         real_stderr = os.dup(2)
@@ -134,7 +157,7 @@ def hide_native_lines() -> None:
             os.dup2(devnull, 1)
             os.closerange(3, read_fd)
             os.closerange(read_fd + 1, 1 << 16)
-            _forward(read_fd, 2)
+            _forward(read_fd, 2, keep_from)
         finally:
             os._exit(0)
     os.close(read_fd)
