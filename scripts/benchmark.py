@@ -49,9 +49,14 @@ import argparse
 import os
 import sys
 
-from cifar10.core import logs
-from cifar10.core.config import KERNEL_CHOICES
-from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
+try:
+    from cifar10.core import logs
+    from cifar10.core.config import KERNEL_CHOICES
+    from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
+except ImportError as e:
+    sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
+             f"({e}); run this script with the Python the package is installed in "
+             f"(e.g. .venv/bin/python scripts/benchmark.py)")
 
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 

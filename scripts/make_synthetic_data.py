@@ -1,6 +1,6 @@
 """Writes a small, learnable CIFAR-format data set (not CIFAR-10) for offline use.
 
-    python scripts/make_synthetic_data.py /tmp/fake_cifar --records_per_file=1000
+    .venv/bin/python scripts/make_synthetic_data.py /tmp/fake_cifar --records_per_file=1000
     cifar10-train --data_dir=/tmp/fake_cifar --max_steps=300
 
 It is the data of --synthetic_data: look-alike pairs of classes that the model
@@ -17,8 +17,13 @@ import hashlib
 import os
 import sys
 
-from cifar10.data import fileformat
-from cifar10.data import synthetic
+try:
+    from cifar10.data import fileformat
+    from cifar10.data import synthetic
+except ImportError as e:
+    sys.exit(f"make_synthetic_data.py: error: {sys.executable} cannot import the cifar10 "
+             f"package ({e}); run this script with the Python the package is installed in "
+             f"(e.g. .venv/bin/python scripts/make_synthetic_data.py)")
 
 
 def main(argv=None) -> int:

@@ -427,6 +427,16 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
     bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
+    # -S -I: a Python without the package, as the system's python3: one line saying so.
+    for name in ("make_synthetic_data.py", "benchmark.py"):
+        outside = subprocess.run([sys.executable, "-S", "-I", os.path.join(
+            os.path.dirname(script), name), str(tmp_path)], capture_output=True, text=True,
+            timeout=60)
+        assert outside.returncode == 1
+        [line] = outside.stderr.splitlines()
+        assert line.startswith(f"{name}: error: {sys.executable} cannot import the cifar10 "
+                               f"package (No module named 'cifar10'); run this script with "
+                               f"the Python the package is installed in")
 
 
 def wait_for_log_step(proc, step, timeout=120):
