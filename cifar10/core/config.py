@@ -108,7 +108,8 @@ class TrainConfig:
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     kernels: str = setting(
-        "auto", "How training computes LRN, and conv1's bias and ReLU with pool1: "
+        "auto", "How training computes LRN, conv1's bias and ReLU with pool1, and "
+                "conv2's with norm2: "
                 "'compiled', C++ kernels built for this CPU on first use (faster; CPU "
                 "replicas without --xla); 'tensorflow', TensorFlow's ops; 'auto', the "
                 "kernels where they can run and be built, else the ops. Both compute the "
