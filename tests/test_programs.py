@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import cli
 import pytest
@@ -144,10 +145,17 @@ def test_synthetic_data_of_another_size_is_reused_with_a_note(tmp_path):
     getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=20,
                           print_fn=lambda line: None)
     lines = []
-    _, counts = getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=30,
-                                      print_fn=lines.append)
+    with mock.patch.object(getdata.logging, "warning") as warned:
+        _, counts = getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=30,
+                                    print_fn=lines.append)
     assert counts == {"train": 100, "test": 20}
-    assert "--synthetic_records=30 applies only when it is generated" in lines[0]
+    # A flag's value not taken is a warning (stderr), not one of the notes.
+    [[said], _] = warned.call_args
+    assert said == (f"{tmp_path}/synthetic/cifar-10-batches-bin already holds generated data "
+                    f"of another size (20 records a file); it is used as it is: "
+                    f"--synthetic_records=30 applies only when it is generated (delete the "
+                    f"folder to regenerate)")
+    assert not any("synthetic_records" in line for line in lines)
 
 
 def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_path):

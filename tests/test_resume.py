@@ -9,7 +9,9 @@ checkpoints at steps 3 and 6, complete at 6).
 from __future__ import annotations
 
 import os
+from unittest import mock
 
+from absl import logging
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -33,7 +35,7 @@ def run_dir(trained_run, tmp_path):
 def restore_into_new_state(train_dir, lines):
     state = TrainState(seed=1, compute_dtype=tf.float32)
     restored = rundir.RunDirectory(str(train_dir), state.checkpoint(), keep=5,
-                                   print_fn=lines.append).restore()
+                                   print_fn=lines.append, warn=lines.append).restore()
     return restored, state
 
 
@@ -94,7 +96,7 @@ def test_a_worker_that_is_not_the_chief_does_not_rewrite_the_state_file(run_dir,
     lines = []
     restored = rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
                                    save_dir=str(tmp_path / "scratch"),
-                                   print_fn=lines.append).restore()
+                                   print_fn=lines.append, warn=lines.append).restore()
     assert restored.step == 6 and len(lines) == 1
     assert (run_dir / "checkpoint").read_text() == 'model_checkpoint_path: "model.ckpt-3"\n'
 
@@ -122,12 +124,18 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
     delete_newest(run_dir)
     before = {n: t for n, t in snapshot(run_dir).items() if n.startswith("model.ckpt-")}
     lines = []
-    result = controller.train(config(run_dir, max_steps=5, checkpoint_steps=1), mirrored(),
-                              TrainData(*learnable_files), print_fn=lines.append)
+    with mock.patch.object(logging, "warning") as warned:
+        result = controller.train(config(run_dir, max_steps=5, checkpoint_steps=1),
+                                  mirrored(), TrainData(*learnable_files),
+                                  print_fn=lines.append)
     assert (result.start_step, result.step) == (3, 5)
-    assert lines[1] == f"Resuming from {run_dir}/model.ckpt-3 at step 3."
-    assert lines[2].startswith("Training on 500 examples from ")
-    assert ": step 4, loss = " in lines[3]
+    # The skipped checkpoint is the program's warning (stderr), the rest its lines.
+    warnings = [call.args[0] for call in warned.call_args_list]
+    assert warnings[0].startswith(f"Using {run_dir}/model.ckpt-3, the newest checkpoint "
+                                  f"that restores: ")
+    assert lines[0] == f"Resuming from {run_dir}/model.ckpt-3 at step 3."
+    assert lines[1].startswith("Training on 500 examples from ")
+    assert ": step 4, loss = " in lines[2]
     after = snapshot(run_dir)
     assert {name: after[name] for name in before} == before  # 3 untouched
     assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 4, 5]

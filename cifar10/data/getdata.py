@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from absl import logging
+
 from cifar10.core import atomic
 from cifar10.data import cifar100
 from cifar10.data import folder as datafolder
@@ -83,9 +85,11 @@ def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,
                  f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
                  f"to have the current kind generated.")
     if not generated and test_records != records_per_file:
-        print_fn(f"NOTE: {batches_dir} already holds generated data of another size; it is "
-                 f"used as it is (--synthetic_records={records_per_file} applies only "
-                 f"when it is generated: delete the folder to regenerate).")
+        # A flag's value not taken: the program's warning, on stderr.
+        logging.warning(f"{batches_dir} already holds generated data of another size "
+                        f"({test_records} records a file); it is used as it is: "
+                        f"--synthetic_records={records_per_file} applies only when it is "
+                        f"generated (delete the folder to regenerate)")
     print_fn(f"NOTE: using SYNTHETIC CIFAR-10-format data in {batches_dir} "
              f"(generated, not the real CIFAR-10 images; results say nothing about "
              f"CIFAR-10).")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from absl import logging
 import tensorflow as tf
 
 from cifar10.core.errors import Cifar10Error, first_line
@@ -17,12 +18,14 @@ from cifar10.runs.checkpoints import PREFIX, READ_ERRORS, Checkpoint, checkpoint
 
 
 def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[[str], None],
-            rewrite_state: bool = True) -> Checkpoint | None:
+            rewrite_state: bool = True,
+            warn: Callable[[str], None] | None = None) -> Checkpoint | None:
     """Restores into ``checkpoint`` the newest checkpoint in ``directory`` that restores.
 
     The state file is a hint: when it is missing, empty, unparsable, or names a
     checkpoint that is gone or does not restore, the newest checkpoint on disk
-    that restores is used, one line says which and why, and (with
+    that restores is used, one warning says which and why (``warn``: the program's
+    ``<program>: warning: ...`` on stderr by default, as predict's and eval's), and (with
     ``rewrite_state``: the chief does) the state file is rewritten.
 
     Returns:
@@ -50,8 +53,8 @@ def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[
     if named is not None and named < restored.step:
         reasons.append(f"the state file names {PREFIX}-{named}, an older one")
     if reasons:
-        print_fn(f"Using {restored.path}, the newest checkpoint that restores: "
-                 f"{'; '.join(reasons)}.")
+        (warn or logging.warning)(f"Using {restored.path}, the newest checkpoint that restores: "
+                                  f"{'; '.join(reasons)}.")
         if rewrite_state:
             statefile.write(directory, [Checkpoint(s, checkpoint_path(directory, s))
                                         for s in complete if s <= restored.step])

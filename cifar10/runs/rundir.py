@@ -49,7 +49,8 @@ class RunDirectory:
 
     def __init__(self, directory: str, checkpoint: tf.train.Checkpoint, keep: int,
                  save_dir: str | None = None, fresh_start: bool = False,
-                 print_fn: Callable[[str], None] = print):
+                 print_fn: Callable[[str], None] = print,
+                 warn: Callable[[str], None] | None = None):
         self.directory = directory
         self.fresh_start = fresh_start
         self.checkpoint = checkpoint
@@ -57,6 +58,7 @@ class RunDirectory:
         self.is_chief = save_dir is None
         self.save_dir = save_dir or directory
         self.print_fn = print_fn
+        self.warn = warn  # None: resume.restore's own, the program's warnings
         self.saved_step: int | None = None  # the step of the last checkpoint restored or saved
         self._lock = TrainerLock(directory)
 
@@ -92,7 +94,7 @@ class RunDirectory:
           Cifar10Error: the directory holds checkpoints and none restores.
         """
         restored = resume.restore(self.directory, self.checkpoint, self.print_fn,
-                                  rewrite_state=self.is_chief)
+                                  rewrite_state=self.is_chief, warn=self.warn)
         if restored:
             self.saved_step = restored.step
         return restored
