@@ -53,3 +53,12 @@ def test_wide_and_combining_class_names_keep_the_columns_in_line():
                       " 0  自動車     3     1     0",
                       " 1  ＣＡＴ     0    12     0",
                       " 2  cafe\u0301       2     0   105"]
+
+
+def test_the_line_says_training_examples_under_train_eval():
+    result = result_of(["a", "b", "c"])
+    assert re.search(r": precision @ 1 = 0\.900 \(step 5, model\.ckpt-5, 123 examples, "
+                     r"averages weights\)$", result.line())
+    result.eval_data = "train_eval"
+    assert re.search(r": precision @ 1 = 0\.900 \(step 5, model\.ckpt-5, 123 training "
+                     r"examples, averages weights\)$", result.line())

@@ -61,11 +61,13 @@ class EvalResult:
         return record
 
     def line(self) -> str:
-        """The original's output line, plus which step and checkpoint it scored (and
-        ``on SYNTHETIC data`` after it when it was generated data)."""
-        return "%s: precision @ 1 = %.3f (step %d, %s, %d examples, %s weights)%s" % (
+        """The original's output line, plus which step and checkpoint it scored, on how
+        many examples ('training examples' under --eval_data=train_eval) (and ``on
+        SYNTHETIC data`` after it when it was generated data)."""
+        return "%s: precision @ 1 = %.3f (step %d, %s, %d %sexamples, %s weights)%s" % (
             datetime.datetime.now(), self.precision, self.step,
-            os.path.basename(self.checkpoint), self.examples, self.weights,
+            os.path.basename(self.checkpoint), self.examples,
+            "training " if self.eval_data == "train_eval" else "", self.weights,
             SYNTHETIC_SUFFIX if self.synthetic else "")
 
     def lines(self) -> list[str]:
