@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10.core.errors import Cifar10Error
+from cifar10.runs import lock
 from cifar10.runs.lock import LOCK_FILE, TrainerLock
 from cifar10.training import controller
 from cifar10.training.run import TrainData
@@ -39,6 +40,20 @@ def test_a_second_lock_is_refused_naming_the_holder_until_the_first_is_released(
     second.acquire()
     second.release()
     assert os.listdir(tmp_path) == [LOCK_FILE]  # the file stays: it is what is locked
+
+
+def test_a_held_lock_is_refused_before_anything_and_a_free_one_is_left_free(tmp_path):
+    lock.refuse_if_held(str(tmp_path / "no_run"))  # no directory, no lock file: nothing to say
+    first = TrainerLock(str(tmp_path))
+    first.acquire()
+    with pytest.raises(Cifar10Error) as err:
+        lock.refuse_if_held(str(tmp_path))
+    assert re.fullmatch(held_by_this_process(tmp_path), str(err.value))
+    first.release()
+    lock.refuse_if_held(str(tmp_path))
+    second = TrainerLock(str(tmp_path))
+    second.acquire()  # the check took no lock
+    second.release()
 
 
 def test_a_lock_file_that_does_not_say_who_holds_it_still_refuses(tmp_path):

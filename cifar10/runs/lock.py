@@ -47,9 +47,7 @@ class TrainerLock:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise Cifar10Error(
-                f"--train_dir {self.directory} is in use by another trainer ({holder}); wait "
-                f"for it to finish or stop it, or choose another --train_dir") from None
+            raise _in_use(self.directory, holder) from None
         except OSError as e:
             logging.warning("cannot lock %s (%s): make sure no other trainer uses %s.",
                             self.path, e.strerror, self.directory)
@@ -67,6 +65,29 @@ class TrainerLock:
         if self._fd is not None:
             os.close(self._fd)  # releases the flock
             self._fd = None
+
+
+def refuse_if_held(directory: str) -> None:
+    """Raises Cifar10Error, as ``TrainerLock.acquire`` would, when another trainer holds
+    the lock of ``directory`` now: a check before the data is fetched and TensorFlow
+    loads, so that a second trainer says nothing else first.  Takes no lock."""
+    try:
+        fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return  # no lock file (no run yet), or not readable: acquire() will say
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(directory, _holder(fd)) from None
+    except OSError:
+        pass  # no locks on this file system: acquire() warns
+    finally:
+        os.close(fd)  # (and with it the shared lock, if taken)
+
+
+def _in_use(directory: str, holder: str) -> Cifar10Error:
+    return Cifar10Error(f"--train_dir {directory} is in use by another trainer ({holder}); "
+                        f"wait for it to finish or stop it, or choose another --train_dir")
 
 
 def _holder(fd: int) -> str:
