@@ -27,6 +27,8 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import getdata
+from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
@@ -58,10 +60,32 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
 
     newest = checkpoints.newest_that_reads(checkpoint_dir)
     if newest is None:
-        raise Cifar10Error(
-            f"No checkpoint found in {checkpoint_dir}: train first (cifar10-train "
-            f"--train_dir={checkpoint_dir}) or point --checkpoint_dir at a training run")
+        raise no_checkpoint(checkpoint_dir)
     return newest.path
+
+
+def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
+    """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
+    found') in it, and where to look instead (``_where_checkpoints_are``)."""
+    return Cifar10Error(f"{lead} in {checkpoint_dir}{_where_checkpoints_are(checkpoint_dir)}")
+
+
+def _where_checkpoints_are(checkpoint_dir: str) -> str:
+    """The rest of the error for a --checkpoint_dir without a checkpoint: its subfolder
+    that holds them (a run's parent folder, runs/a, given for runs/a/train), that it is
+    a data folder, or to train first."""
+    holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
+    if len(holders) == 1:
+        return f"; {holders[0]} holds checkpoints: pass --checkpoint_dir={holders[0]}"
+    if holders:
+        names = ", ".join(os.path.basename(folder) for folder in holders)
+        return (f"; its subfolders {names} hold checkpoints: pass one of them as "
+                f"--checkpoint_dir, such as --checkpoint_dir={holders[0]}")
+    if getdata.is_data_folder(checkpoint_dir):
+        return (", a data folder, not a training run: pass the run's --train_dir as "
+                "--checkpoint_dir (its data goes in --data_dir)")
+    return (f": train first (cifar10-train --train_dir={checkpoint_dir}) or point "
+            f"--checkpoint_dir at a training run")
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):

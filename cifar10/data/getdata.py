@@ -59,6 +59,15 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     return batches_dir, counts
 
 
+def is_data_folder(path: str) -> bool:
+    """Whether ``path`` is a data folder, or the folder that holds one (the
+    ``--data_dir`` of a data set downloaded, converted or generated there)."""
+    held = (ff.BATCHES_DIRNAME, ff.CIFAR100.folder, *ff.CIFAR100_BATCHES_DIRS.values(),
+            os.path.join(SYNTHETIC_SUBDIR, ff.BATCHES_DIRNAME))
+    return (any(os.path.isdir(os.path.join(path, name)) for name in held)
+            or datafolder.find_batches_dir(path) is not None or cifar100.holds_source(path))
+
+
 def _synthetic_data(data_dir: str, records_per_file: int, print_fn) -> tuple[str, bool]:
     """(the generated data folder under ``data_dir``, whether it was written now)."""
     folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
