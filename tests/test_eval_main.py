@@ -19,6 +19,7 @@ from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
+from cifar10.runs import records as runrecord
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
@@ -244,3 +245,20 @@ def test_run_once_on_a_runs_parent_folder_names_the_folder_of_its_checkpoints(tr
         f"--checkpoint_dir={train_dir}"]
     assert not (tmp_path / "eval").exists()
 
+
+def test_a_replayed_evaluation_scores_the_whole_test_split_without_a_warning(trained, tmp_path):
+    # --num_examples left unset is the whole test split: flags.txt keeps it unset.
+    data_dir, train_dir = trained
+    first = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once"))
+    assert (first.returncode, first.stderr) == (0, "")
+    flags_txt = tmp_path / "eval" / "flags.txt"
+    assert "\n# --num_examples=10000\n" in flags_txt.read_text()
+    replayed = call("cifar10-eval", f"--flagfile={flags_txt}")
+    assert (replayed.returncode, replayed.stderr) == (0, "")
+    assert [r["examples"] for r in results(tmp_path / "eval")] == [RECORDS, RECORDS]
+    assert flags_txt.read_text().count("\n# --num_examples=10000\n") == 2
+    # Given, it is written as given, and replays as given.
+    call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                    "--num_examples=20"))
+    assert runrecord.recorded_flags(str(tmp_path / "eval"), "cifar10-eval")["num_examples"] == "20"
+    assert "\n--num_examples=20\n" in flags_txt.read_text()

@@ -329,13 +329,18 @@ def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
     """The program's flags and their values, one per line in absl's flagfile format
     (``--name=value``, ``--name`` / ``--noname``), as ``--flagfile`` reads them.
 
-    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
-    that delete something) is written as false, so that replaying the file never
-    does that again.
+    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left
+    out; each flag of ``not_replayed`` (booleans that delete something) is written
+    as false, so that replaying the file never does that again.  A flag of
+    ``cifar10_flags.UNSET_IS_NOT_DEFAULT`` that was not given is written commented
+    out (``# --num_gpus=1``): its value stays on record (``records.recorded_starts``
+    reads it) and a replay leaves it unset, as the start did.
     """
     lines = []
     for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
-        if flag.name in not_replayed:
+        if flag.name in cifar10_flags.UNSET_IS_NOT_DEFAULT and not flag.present:
+            lines.append(f"# {flag.serialize()}")
+        elif flag.name in not_replayed:
             lines.append(f"--no{flag.name}")
         elif flag.name in PATH_FLAGS and isinstance(flag.value, str):
             # Absolute, so that a replay from another directory finds the same run.
