@@ -45,15 +45,18 @@ def main(argv: list[str]) -> None:
     memory.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
+    no_download = ""
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
     else:
         kind_of_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
+        no_download = kind_of_data.download_refusal(FLAGS, FLAGS.train_dir)
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
     # so that a data mistake is answered at once.
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label)
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
+        no_download=no_download)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import pipeline as data
