@@ -19,6 +19,7 @@ from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
+from cifar10.runs import records as runrecord
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
@@ -217,3 +218,47 @@ def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, mo
     batches_dir = os.path.join(data_dir, getdata.SYNTHETIC_SUBDIR, "cifar-10-batches-bin")
     assert found == [(batches_dir, {"train": 5 * RECORDS, "test": RECORDS})] * 2
     assert os.listdir(os.path.dirname(batches_dir)) == ["cifar-10-batches-bin"]
+
+
+def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
+    # A mistyped --checkpoint_dir costs nothing: no download, extraction or conversion.
+    tarball = tmp_path / "cifar-10-binary.tar.gz"
+    tarball.write_bytes(synthetic.tarball_bytes(records_per_file=10))
+    typo = tmp_path / "runs" / "typo"
+    result = call("cifar10-eval", f"--checkpoint_dir={typo}", "--run_once",
+                  f"--data_dir={tmp_path / 'data' / 'new'}", f"--data_url=file://{tarball}",
+                  f"--eval_dir={tmp_path / 'eval'}")
+    assert result.returncode == 1
+    assert (result.stdout, result.stderr.splitlines()) == ("", [
+        f"{ERROR} No checkpoint file found in {typo}: train first (cifar10-train "
+        f"--train_dir={typo}) or point --checkpoint_dir at a training run"])
+    assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
+
+
+def test_run_once_on_a_runs_parent_folder_names_the_folder_of_its_checkpoints(trained, tmp_path):
+    data_dir, train_dir = trained
+    parent = train_dir.parent
+    result = call("cifar10-eval", *eval_args(data_dir, parent, tmp_path / "eval", "--run_once"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{ERROR} No checkpoint file found in {parent}; {train_dir} holds checkpoints: pass "
+        f"--checkpoint_dir={train_dir}"]
+    assert not (tmp_path / "eval").exists()
+
+
+def test_a_replayed_evaluation_scores_the_whole_test_split_without_a_warning(trained, tmp_path):
+    # --num_examples left unset is the whole test split: flags.txt keeps it unset.
+    data_dir, train_dir = trained
+    first = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once"))
+    assert (first.returncode, first.stderr) == (0, "")
+    flags_txt = tmp_path / "eval" / "flags.txt"
+    assert "\n# --num_examples=10000\n" in flags_txt.read_text()
+    replayed = call("cifar10-eval", f"--flagfile={flags_txt}")
+    assert (replayed.returncode, replayed.stderr) == (0, "")
+    assert [r["examples"] for r in results(tmp_path / "eval")] == [RECORDS, RECORDS]
+    assert flags_txt.read_text().count("\n# --num_examples=10000\n") == 2
+    # Given, it is written as given, and replays as given.
+    call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",
+                                    "--num_examples=20"))
+    assert runrecord.recorded_flags(str(tmp_path / "eval"), "cifar10-eval")["num_examples"] == "20"
+    assert "\n--num_examples=20\n" in flags_txt.read_text()

@@ -315,8 +315,7 @@ def test_the_evaluator_waits_for_the_trainer_to_record_its_start(tmp_path):
 
     time_ = FakeTime(trainer_starts)
     lines = []
-    assert follow.wait_for_run(str(run_dir), None, lines.append, clock=time_.clock,
-                               sleep=time_.sleep)
+    follow.wait_for_run(str(run_dir), None, lines.append, clock=time_.clock, sleep=time_.sleep)
     assert time_.sleeps == 3
     assert lines == [f"No training run in {run_dir} yet; waiting for cifar10-train to start "
                      f"there, to evaluate on the data it trains on."]
@@ -325,8 +324,7 @@ def test_the_evaluator_waits_for_the_trainer_to_record_its_start(tmp_path):
 def test_a_run_with_a_checkpoint_and_no_flags_txt_is_not_waited_for(tmp_path):
     (tmp_path / "model.ckpt-5.index").write_bytes(b"")
     time_, lines = FakeTime(), []
-    assert follow.wait_for_run(str(tmp_path), 0, lines.append, clock=time_.clock,
-                               sleep=time_.sleep)
+    follow.wait_for_run(str(tmp_path), 0, lines.append, clock=time_.clock, sleep=time_.sleep)
     assert (time_.sleeps, lines) == (0, [])
 
 
@@ -335,10 +333,31 @@ def test_waiting_for_a_run_stops_at_the_eval_timeout(tmp_path):
     (tmp_path / "flags.txt").write_text("# cifar10-eval, started 2026-11-26T10:00:00+00:00 "
                                         "on h\n--run_once\n")
     time_, lines = FakeTime(), []
-    assert not follow.wait_for_run(str(tmp_path), 2.5, lines.append, clock=time_.clock,
-                                   sleep=time_.sleep)
+    # The evaluator scored nothing: an error, not a stop.
+    with pytest.raises(Cifar10Error) as err:
+        follow.wait_for_run(str(tmp_path), 2.5, lines.append, clock=time_.clock,
+                            sleep=time_.sleep)
     assert time_.sleeps == 3
-    assert lines[-1] == f"No training run started in {tmp_path} in 2.5 s; stopping."
+    assert str(err.value) == (f"no training run started in {tmp_path} within --eval_timeout=2.5 "
+                              f"seconds: check --checkpoint_dir, or start cifar10-train "
+                              f"--train_dir={tmp_path}")
+    assert lines == [f"No training run in {tmp_path} yet; waiting for cifar10-train to start "
+                     f"there, to evaluate on the data it trains on."]
+
+
+def test_an_evaluator_whose_run_never_starts_is_an_error_at_its_eval_timeout(tmp_path):
+    never = tmp_path / "runs" / "typo"
+    result = cli.call("cifar10-eval", f"--checkpoint_dir={never}", "--eval_timeout=0",
+                      f"--eval_dir={tmp_path / 'eval'}", f"--data_url={OFFLINE}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: no training run started in {never} within --eval_timeout=0 "
+        f"seconds: check --checkpoint_dir, or start cifar10-train --train_dir={never}"]
+    # At most the line that it waits (none when the timeout is over at the first look).
+    assert set(result.stdout.splitlines()) <= {
+        f"No training run in {never} yet; waiting for cifar10-train to start there, to "
+        f"evaluate on the data it trains on."}
+    assert not (tmp_path / "eval").exists() and not never.exists()
 
 
 def test_an_evaluator_started_before_its_trainer_scores_the_data_the_run_trains_on(tmp_path):

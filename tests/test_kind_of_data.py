@@ -4,13 +4,17 @@ trained on (cifar10.cli.kind_of_data)."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from absl import flags
 
 import cli
 from cifar10.cli import kind_of_data
-from cifar10.core.errors import Cifar10Error
+from cifar10.cli import launch_args
+from cifar10.core.errors import Cifar10Error, DataError
+from cifar10.data import getdata
+from cifar10.data import synthetic
 
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 START = "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
@@ -66,3 +70,81 @@ def test_the_kinds_of_cifar100_are_its_label_and_a_run_without_checkpoints_is_no
         kind_of_data.refuse_other_kind_of_data(values, str(tmp_path))
     values["label"].value = "coarse"
     kind_of_data.refuse_other_kind_of_data(values, str(tmp_path))
+
+
+def with_default_data_dir(monkeypatch, data_dir):
+    """cifar10-train's flags, with ``data_dir`` as --data_dir's default (not the shared
+    /tmp/cifar10_data)."""
+    module = cli.ENTRY_POINTS["cifar10-train"]
+    define = module.define_flags
+
+    def define_flags(values):
+        define(values)
+        values.set_default("data_dir", str(data_dir))
+
+    monkeypatch.setattr(module, "define_flags", define_flags)
+
+
+def test_a_resume_without_the_runs_data_dir_does_not_download_another_data_set(
+        tmp_path, monkeypatch):
+    # The run was trained on a folder of its own; the start leaves --data_dir unset,
+    # whose default holds no data: it would download CIFAR-10 there and go on with it.
+    tarball = tmp_path / "cifar-10-binary.tar.gz"
+    tarball.write_bytes(synthetic.tarball_bytes(records_per_file=10))
+    mine, default = tmp_path / "data" / "mine", tmp_path / "default_data"
+    train_dir = recorded_run(tmp_path / "train", f"--data_dir={mine}\n--nosynthetic_data\n")
+    with_default_data_dir(monkeypatch, default)
+    result = cli.call("cifar10-train", f"--train_dir={train_dir}", "--max_steps=4",
+                      f"--data_url=file://{tarball}")
+    assert result.returncode == 1
+    flags_txt = train_dir / "flags.txt"
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: the run in --train_dir={train_dir} was trained on "
+        f"--data_dir={mine} ({flags_txt}), and this start, not given --data_dir, would "
+        f"download CIFAR-10 into {default} instead: pass --data_dir={mine} (or "
+        f"--flagfile={flags_txt}) to go on with the run's data, or --data_dir={default} to "
+        f"download CIFAR-10 there"]
+    assert not default.exists() and not mine.exists()
+    assert flags_txt.read_text() == START + f"--data_dir={mine}\n--nosynthetic_data\n"
+
+
+def test_only_a_download_for_an_unasked_data_dir_of_a_run_with_checkpoints_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    recorded_run(tmp_path / "train", f"--data_dir={mine}\n")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "flags.txt").write_text(START + f"--data_dir={mine}\n")
+
+    def refusal(run_dir, *argv):
+        values = flags.FlagValues()
+        cli.ENTRY_POINTS["cifar10-train"].define_flags(values)
+        values.set_default("data_dir", str(tmp_path / "default_data"))
+        values(["cifar10-train", *argv])
+        return kind_of_data.download_refusal(values, str(tmp_path / run_dir))
+
+    assert refusal("train").startswith(f"the run in --train_dir={tmp_path / 'train'} was "
+                                       f"trained on --data_dir={mine} (")
+    assert refusal("train", f"--data_dir={tmp_path / 'other'}") == ""  # asked for
+    assert refusal("train", f"--data_dir={mine}") == ""  # the run's own
+    assert refusal("new") == ""  # no checkpoint yet: a new run
+    assert refusal("none") == ""  # no run
+    # Data that is there is taken (a changed --data_dir is then a notice of the run's
+    # records); the refusal stands in for a download only, and leaves no folder.
+    batches = synthetic.write_dataset(str(tmp_path / "there"), records_per_file=10)
+    assert getdata.prepare(str(tmp_path / "there"), no_download="no", print_fn=lambda line: None
+                           )[0] == batches
+    with pytest.raises(DataError, match="^no$"):
+        getdata.prepare(str(tmp_path / "missing"), no_download="no")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_launcher_refuses_that_download_for_its_workers_too(tmp_path):
+    mine, default = tmp_path / "mine", tmp_path / "default_data"
+    train_dir = recorded_run(tmp_path / "train", f"--data_dir={mine}\n")
+    values = flags.FlagValues()
+    cli.ENTRY_POINTS["cifar10-train"].define_flags(values)
+    values.set_default("data_dir", str(default))
+    values(["cifar10-train", f"--train_dir={train_dir}", f"--data_url={OFFLINE}"])
+    with pytest.raises(DataError, match=re.escape(f"the run in --train_dir={train_dir} was "
+                                                  f"trained on --data_dir={mine} (")):
+        launch_args.fetch_data(values)
+    assert not default.exists()

@@ -238,6 +238,49 @@ def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
     assert sleep.calls == [0.25] * 5  # polls until more than 1 s has passed
 
 
+def test_poll_that_times_out_before_any_checkpoint_is_an_error(run, tmp_path):
+    # It scored nothing: not a stop with exit status 0. The --eval_dir it made goes too.
+    train_dir = tmp_path / "started"  # a run that started and has saved nothing yet
+    train_dir.mkdir()
+    lines, sleep = [], FakeSleep()
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(train_dir),
+                                   eval_timeout=1.0, eval_interval_secs=0.25),
+                         print_fn=lines.append, sleep=sleep, clock=sleep.clock)
+    assert str(err.value) == (f"no checkpoint appeared in {train_dir} within "
+                              f"--eval_timeout=1 seconds: check --checkpoint_dir, and that its "
+                              f"trainer is running")
+    assert lines == [f"No checkpoint file found in {train_dir}; waiting for the trainer to "
+                     f"write one."]
+    assert not (tmp_path / "eval").exists()
+
+
+def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for step in (3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+    sleep = FakeSleep()
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   eval_timeout=0.5, eval_interval_secs=0.1),
+                         print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
+    assert str(err.value) == (f"no checkpoint of {train_dir} could be read within "
+                              f"--eval_timeout=0.5 seconds (see the warnings above): nothing "
+                              f"was scored")
+
+
+def test_a_restarted_poll_with_everything_scored_stops_at_its_timeout_as_before(run, tmp_path):
+    # Nothing new to score is not an error: the earlier start scored it.
+    train_dir = copy_run(run, tmp_path, complete=False)
+    config = config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_timeout=0.5,
+                       eval_interval_secs=0.1)
+    sleep = FakeSleep()
+    polling.evaluate(config, print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
+    lines, sleep = [], FakeSleep()
+    assert polling.evaluate(config, print_fn=lines.append, sleep=sleep, clock=sleep.clock) == []
+    assert lines == ["No new checkpoint in 0.5 s; stopping."]
+
+
 @pytest.mark.parametrize("part", [
     ".index",
     DATA_SUFFIX,

@@ -178,6 +178,16 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
         f"No checkpoint found in {tmp_path / 'no_run'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'no_run'}) or point --checkpoint_dir at a training run")
     assert programs.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
+    # A run's parent folder names the run; a data folder is told as one.
+    with pytest.raises(Cifar10Error) as err:
+        programs.checkpoint_to_use(str(train_dir.parent))
+    assert str(err.value) == (f"No checkpoint found in {train_dir.parent}; {train_dir} holds "
+                              f"checkpoints: pass --checkpoint_dir={train_dir}")
+    with pytest.raises(Cifar10Error) as err:
+        programs.checkpoint_to_use(str(train_dir.parent / "data"))
+    assert str(err.value) == (f"No checkpoint found in {train_dir.parent / 'data'}, a data "
+                              f"folder, not a training run: pass the run's --train_dir as "
+                              f"--checkpoint_dir (its data goes in --data_dir)")
     # The command checks its image arguments before it loads TensorFlow.
     (tmp_path / "empty").mkdir()
     result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))

@@ -245,3 +245,32 @@ def test_a_directory_name_that_is_not_utf8_is_one_line_and_nothing_is_written(
         f"UTF-8 (the run's records, flags.txt and environment.jsonl, are UTF-8 text) (see "
         f"{program} --help)"]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_checkpoint_dir_without_checkpoints_is_told_where_they_are(tmp_path):
+    def checkpoint_in(folder):
+        folder.mkdir(parents=True)
+        for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+            (folder / name).write_bytes(b"")
+
+    checkpoint_in(tmp_path / "runs" / "a" / "train")
+    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "a"))) == (
+        f"No checkpoint found in {tmp_path / 'runs' / 'a'}; {tmp_path / 'runs' / 'a' / 'train'} "
+        f"holds checkpoints: pass --checkpoint_dir={tmp_path / 'runs' / 'a' / 'train'}")
+    checkpoint_in(tmp_path / "runs" / "a" / "again")
+    (tmp_path / "runs" / "a" / "empty").mkdir()
+    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "a"), "No checkpoint file found")) \
+        == (f"No checkpoint file found in {tmp_path / 'runs' / 'a'}; its subfolders again, "
+            f"train hold checkpoints: pass one of them as --checkpoint_dir, such as "
+            f"--checkpoint_dir={tmp_path / 'runs' / 'a' / 'again'}")
+    # Data folders: CIFAR-10's, its parent, generated data's --data_dir, CIFAR-100's.
+    synthetic.write_dataset(str(tmp_path / "data" / "synthetic"), records_per_file=2)
+    (tmp_path / "c100" / ff.CIFAR100.folder).mkdir(parents=True)
+    for folder in (tmp_path / "data" / "synthetic" / ff.BATCHES_DIRNAME,
+                   tmp_path / "data" / "synthetic", tmp_path / "data", tmp_path / "c100"):
+        assert str(programs.no_checkpoint(str(folder))) == (
+            f"No checkpoint found in {folder}, a data folder, not a training run: pass the "
+            f"run's --train_dir as --checkpoint_dir (its data goes in --data_dir)")
+    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "b"))) == (
+        f"No checkpoint found in {tmp_path / 'runs' / 'b'}: train first (cifar10-train "
+        f"--train_dir={tmp_path / 'runs' / 'b'}) or point --checkpoint_dir at a training run")

@@ -78,11 +78,23 @@ def test_another_worker_does_not_claim_a_save():
         "/runs/a/train). Run the same command again to resume.", FIGURES]
 
 
+def test_the_evaluation_command_names_the_eval_dir_it_is_given():
+    assert result().summary("/runs/a/eval")[-1] == (
+        "Evaluate it: cifar10-eval --checkpoint_dir=/runs/a/train --eval_dir=/runs/a/eval "
+        "--run_once")
+    assert result(is_chief=False, task="worker 1").summary("/runs/a/eval") == [
+        "Training complete at step 500 (this is worker 1: the chief saves the checkpoints "
+        "in /runs/a/train).", FIGURES]
+
+
 def test_the_evaluation_command_names_the_run_absolutely_and_quoted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert result(train_dir="my runs/a").summary()[-1] == (
         f"Evaluate it: cifar10-eval --checkpoint_dir='{os.path.join(tmp_path, 'my runs/a')}' "
         f"--run_once")
+    assert result(train_dir="my runs/a").summary("my runs/a-eval")[-1] == (
+        f"Evaluate it: cifar10-eval --checkpoint_dir='{os.path.join(tmp_path, 'my runs/a')}' "
+        f"--eval_dir='{os.path.join(tmp_path, 'my runs/a-eval')}' --run_once")
 
 
 def test_one_step_is_one_step():

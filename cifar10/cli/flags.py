@@ -23,6 +23,14 @@ from cifar10.core import config
 from cifar10.data import fileformat as ff
 
 
+# Flags whose being left unset means something else than their default value: the
+# programs test whether they were given (absl's Flag.present).  cifar10-train's
+# --num_gpus left unset is one replica per GPU Slurm gave the task, else one, on the
+# CPU without a warning; cifar10-eval's --num_examples left unset is the whole test
+# split.  flags.txt writes them commented out when they were not given
+# (``programs.flagfile_text``), so that a replay leaves them unset too.
+UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
+
 # Rules the data flags keep together: (flags, rule on their values, what breaks it).
 DATA_RULES = (
     (("dataset", "label"), lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",

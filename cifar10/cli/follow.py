@@ -114,28 +114,28 @@ def _same(flag: flags.Flag, recorded: str) -> bool:
 
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],
                  poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> bool:
+                 sleep: Callable[[float], None] = time.sleep) -> None:
     """Waits until ``run_dir`` holds a training run to follow: a recorded start of
     cifar10-train (its flags.txt) or a checkpoint.  An evaluator started beside a new
     trainer would otherwise read the run's flags before the trainer writes them, and
     score the run on the default data.  Says once that it waits.
 
-    Returns:
-      True when there is a run; False after ``timeout`` seconds (None: no limit)
-      without one, having said so.
+    Raises:
+      Cifar10Error: no run started within ``timeout`` seconds (None: no limit), as
+        with a mistyped --checkpoint_dir: the evaluator scored nothing.
     """
     start, said = clock(), False
     while (records.recorded_flags(run_dir) is None
            and not checkpoint_files.holds_checkpoints(run_dir)):
         if timeout is not None and clock() - start > timeout:
-            print_fn(f"No training run started in {run_dir} in {timeout:g} s; stopping.")
-            return False
+            raise Cifar10Error(
+                f"no training run started in {run_dir} within --eval_timeout={timeout:g} "
+                f"seconds: check --checkpoint_dir, or start cifar10-train --train_dir={run_dir}")
         if not said:
             print_fn(f"No training run in {run_dir} yet; waiting for cifar10-train to start "
                      f"there, to evaluate on the data it trains on.")
             said = True
         sleep(poll_secs)
-    return True
 
 
 def _check_together(flag_values: flags.FlagValues, source: str | None) -> None:

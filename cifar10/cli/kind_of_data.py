@@ -1,14 +1,18 @@
 """cifar10-train refuses to go on with a run on another kind of data than it was
 trained on (generated against real, CIFAR-10 against CIFAR-100, fine against coarse
 labels), as the run's latest start recorded it in ``<train_dir>/flags.txt``
-(``runs.records``).  No TensorFlow: this runs before it loads.
+(``runs.records``), and to download data for a run trained on another --data_dir
+that the start was not given.  No TensorFlow: this runs before it loads.
 """
 
 from __future__ import annotations
 
+import os
+
 from absl import flags
 
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import fileformat as ff
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
@@ -34,6 +38,27 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
             f"start would go on with it on {_kind_name(now)}: pass "
             f"{' '.join(before) or 'no --synthetic_data or --dataset'} to go on with the run, "
             f"or --fresh_start (or another --train_dir) for a new run")
+
+
+def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
+    """The error for a start that would download a data set (``getdata.prepare``'s
+    ``no_download``) where the run in ``run_dir`` (one with checkpoints) was trained on
+    the data of another --data_dir, which this start was not given: a resume without
+    the run's data flags would otherwise fetch CIFAR-10 into the default --data_dir
+    and go on with it.  '' when there is no such run, or --data_dir is given."""
+    recorded = records.recorded_flags(run_dir)
+    if (recorded is None or "data_dir" not in recorded or flag_values["data_dir"].present
+            or not checkpoint_files.holds_checkpoints(run_dir)):
+        return ""
+    theirs, ours = recorded["data_dir"], flag_values["data_dir"].value
+    if os.path.realpath(theirs) == os.path.realpath(ours):
+        return ""
+    source = os.path.join(run_dir, records.FLAGS_FILE)
+    title = ff.ARCHIVES[flag_values["dataset"].value].title
+    return (f"the run in --train_dir={run_dir} was trained on --data_dir={theirs} ({source}), "
+            f"and this start, not given --data_dir, would download {title} into {ours} "
+            f"instead: pass --data_dir={theirs} (or --flagfile={source}) to go on with the "
+            f"run's data, or --data_dir={ours} to download {title} there")
 
 
 def _kind(values: dict) -> tuple[str, ...]:

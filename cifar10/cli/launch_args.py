@@ -69,17 +69,20 @@ def fetch_data(values: flags.FlagValues) -> None:
     error.  Its notes are left to the workers, who find the data and say them.
 
     Raises:
-      Cifar10Error: the run in --train_dir was trained on another kind of data, or the
+      Cifar10Error: the run in --train_dir was trained on another kind of data, or
+        would download data for a run trained on another --data_dir not given, or the
         data cannot be fetched or is damaged (what ``getdata.prepare`` made for a
         failed fetch is removed).
     """
+    no_download = ""
     if not values["fresh_start"].value:
         kind_of_data.refuse_other_kind_of_data(values, values["train_dir"].value)
+        no_download = kind_of_data.download_refusal(values, values["train_dir"].value)
     getdata.prepare(values["data_dir"].value, url=values["data_url"].value,
                     md5=values["data_md5"].value, use_synthetic=values["synthetic_data"].value,
                     synthetic_records=values["synthetic_records"].value,
                     dataset=values["dataset"].value, label=values["label"].value,
-                    print_fn=lambda line: None)
+                    print_fn=lambda line: None, no_download=no_download)
 
 
 def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str | None:

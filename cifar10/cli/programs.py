@@ -27,6 +27,8 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import getdata
+from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
@@ -58,10 +60,32 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
 
     newest = checkpoints.newest_that_reads(checkpoint_dir)
     if newest is None:
-        raise Cifar10Error(
-            f"No checkpoint found in {checkpoint_dir}: train first (cifar10-train "
-            f"--train_dir={checkpoint_dir}) or point --checkpoint_dir at a training run")
+        raise no_checkpoint(checkpoint_dir)
     return newest.path
+
+
+def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
+    """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
+    found') in it, and where to look instead (``_where_checkpoints_are``)."""
+    return Cifar10Error(f"{lead} in {checkpoint_dir}{_where_checkpoints_are(checkpoint_dir)}")
+
+
+def _where_checkpoints_are(checkpoint_dir: str) -> str:
+    """The rest of the error for a --checkpoint_dir without a checkpoint: its subfolder
+    that holds them (a run's parent folder, runs/a, given for runs/a/train), that it is
+    a data folder, or to train first."""
+    holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
+    if len(holders) == 1:
+        return f"; {holders[0]} holds checkpoints: pass --checkpoint_dir={holders[0]}"
+    if holders:
+        names = ", ".join(os.path.basename(folder) for folder in holders)
+        return (f"; its subfolders {names} hold checkpoints: pass one of them as "
+                f"--checkpoint_dir, such as --checkpoint_dir={holders[0]}")
+    if getdata.is_data_folder(checkpoint_dir):
+        return (", a data folder, not a training run: pass the run's --train_dir as "
+                "--checkpoint_dir (its data goes in --data_dir)")
+    return (f": train first (cifar10-train --train_dir={checkpoint_dir}) or point "
+            f"--checkpoint_dir at a training run")
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
@@ -306,13 +330,18 @@ def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
     """The program's flags and their values, one per line in absl's flagfile format
     (``--name=value``, ``--name`` / ``--noname``), as ``--flagfile`` reads them.
 
-    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left out; each flag of ``not_replayed`` (booleans
-    that delete something) is written as false, so that replaying the file never
-    does that again.
+    Paths (``PATH_FLAGS``) are written absolute.  Flags left unset (None) are left
+    out; each flag of ``not_replayed`` (booleans that delete something) is written
+    as false, so that replaying the file never does that again.  A flag of
+    ``cifar10_flags.UNSET_IS_NOT_DEFAULT`` that was not given is written commented
+    out (``# --num_gpus=1``): its value stays on record (``records.recorded_starts``
+    reads it) and a replay leaves it unset, as the start did.
     """
     lines = []
     for flag in flag_values.get_flags_for_module(cifar10_flags.__name__):
-        if flag.name in not_replayed:
+        if flag.name in cifar10_flags.UNSET_IS_NOT_DEFAULT and not flag.present:
+            lines.append(f"# {flag.serialize()}")
+        elif flag.name in not_replayed:
             lines.append(f"--no{flag.name}")
         elif flag.name in PATH_FLAGS and isinstance(flag.value, str):
             # Absolute, so that a replay from another directory finds the same run.

@@ -220,3 +220,8 @@ def compute_dtype(settings: TrainConfig | EvalConfig) -> str:
 def flag_fields(config_class: type) -> list[dataclasses.Field]:
     """The fields of ``config_class`` that are command-line flags, in order."""
     return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag")]
+
+
+def flag_default(config_class: type, name: str) -> Any:
+    """The default of the flag made from the field ``name`` of ``config_class``."""
+    return next(f.metadata["flag_default"] for f in flag_fields(config_class) if f.name == name)

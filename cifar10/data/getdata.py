@@ -27,7 +27,7 @@ SYNTHETIC_SUBDIR = "synthetic"
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             use_synthetic: bool = False, synthetic_records: int = 1000, print_fn=print,
             dataset: str = "cifar10", label: str = "fine",
-            followed: str = "") -> tuple[str, dict[str, int]]:
+            followed: str = "", no_download: str = "") -> tuple[str, dict[str, int]]:
     """Finds, fetches if needed, and validates the data of a program, without TensorFlow.
 
     With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
@@ -37,7 +37,9 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     ``data_dir`` that is itself a CIFAR-10-format data folder is taken as it is, and
     one that is CIFAR-100's extracted folder as that.
     ``followed`` (``cli.follow.Followed.describe()``) names the run settings the data
-    flags came from, for the error that says the data is missing.
+    flags came from, for the error that says the data is missing.  ``no_download``,
+    when given, is the error raised where the data would be downloaded (a resumed
+    run's own data not asked for: ``cli.kind_of_data.download_refusal``).
 
     Returns:
       (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
@@ -49,7 +51,7 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
         batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn)
     else:
         _remove_leftovers(data_dir, print_fn)
-        batches_dir = _real_data(data_dir, url, md5, dataset, label, followed)
+        batches_dir = _real_data(data_dir, url, md5, dataset, label, followed, no_download)
     num_classes = len(datafolder.class_names(batches_dir))
     counts = {split: datafolder.validate_files(datafolder.split_files(batches_dir, split),
                                                num_classes)
@@ -59,6 +61,15 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     elif synthetic.is_synthetic(batches_dir):
         print_fn(f"NOTE: {batches_dir} holds SYNTHETIC data (generated, not CIFAR-10).")
     return batches_dir, counts
+
+
+def is_data_folder(path: str) -> bool:
+    """Whether ``path`` is a data folder, or the folder that holds one (the
+    ``--data_dir`` of a data set downloaded, converted or generated there)."""
+    held = (ff.BATCHES_DIRNAME, ff.CIFAR100.folder, *ff.CIFAR100_BATCHES_DIRS.values(),
+            os.path.join(SYNTHETIC_SUBDIR, ff.BATCHES_DIRNAME))
+    return (any(os.path.isdir(os.path.join(path, name)) for name in held)
+            or datafolder.find_batches_dir(path) is not None or cifar100.holds_source(path))
 
 
 def _synthetic_data(data_dir: str, records_per_file: int, print_fn) -> tuple[str, bool]:
@@ -145,8 +156,9 @@ def _refuse_cifar100_as_cifar10(data_dir: str, followed: str) -> None:
 
 
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
-               followed: str) -> str:
-    """The data folder of a real data set under ``data_dir``, downloaded when missing."""
+               followed: str, no_download: str = "") -> str:
+    """The data folder of a real data set under ``data_dir``, downloaded when missing
+    (else the error ``no_download``, when given)."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
     if archive is ff.CIFAR100:
         made = _cifar100_made(data_dir, label, followed)
@@ -158,6 +170,8 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
     datafolder.refuse_non_data(data_dir, followed)
     if archive is ff.CIFAR10:
         _refuse_cifar100_as_cifar10(data_dir, followed)
+    if no_download:
+        raise DataError(no_download)
     existed = os.path.exists(data_dir)
     try:
         # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the download.

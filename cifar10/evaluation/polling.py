@@ -33,7 +33,7 @@ POLL_SECS = 2.0
 
 
 class NoCheckpointError(Cifar10Error):
-    """--run_once found no checkpoint to evaluate."""
+    """--run_once found no checkpoint to evaluate, or polling none within eval_timeout."""
 
 
 def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
@@ -59,7 +59,9 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
       The results of this call, in order.
 
     Raises:
-      NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``.
+      NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``; or
+        polling and ``eval_timeout`` seconds passed with nothing scored and no
+        checkpoint to score (none appeared, or none of them reads).
       ValueError: both ``use_fp16`` and ``use_bf16``.
     """
     compute_dtype(config)
@@ -207,6 +209,8 @@ class _Poller:
                               f"checkpoint is evaluated; stopping.")
             return True
         if timeout is not None and self.clock() - self.last_new > timeout:
+            if not self.results and self._candidate() is None:
+                raise NoCheckpointError(_nothing_to_score(checkpoint_dir, latest, timeout))
             self.print_fn(f"No new checkpoint in {timeout:g} s; stopping.")
             return True
         return False
@@ -215,6 +219,17 @@ class _Poller:
         mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns
         return recording.result_key(checkpoint, mtime_ns, self.config.weights,
                                     self.config.eval_data)
+
+
+def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -> str:
+    """Why a polling evaluation that timed out scored nothing: no checkpoint appeared,
+    or none of them read (``latest``: the newest, or None)."""
+    waited = f"within --eval_timeout={timeout:g} seconds"
+    if latest is None:
+        return (f"no checkpoint appeared in {checkpoint_dir} {waited}: check --checkpoint_dir, "
+                f"and that its trainer is running")
+    return (f"no checkpoint of {checkpoint_dir} could be read {waited} (see the warnings "
+            f"above): nothing was scored")
 
 
 def _latest(checkpoint_dir: str) -> str | None:

@@ -80,6 +80,17 @@ def holds_checkpoints(directory: str) -> bool:
     return bool(complete or incomplete)
 
 
+def subfolders_with_checkpoints(directory: str) -> list[str]:
+    """The folders directly in ``directory`` that hold a complete checkpoint (a run's
+    parent folder, runs/a, holds its runs/a/train), sorted; none when it cannot be read."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    folders = [os.path.join(directory, name) for name in names]
+    return [folder for folder in folders if os.path.isdir(folder) and latest(folder)]
+
+
 def find(directory: str) -> list[Checkpoint]:
     """The complete checkpoints in ``directory`` (index and every data file), oldest first.
 

@@ -90,9 +90,10 @@ class TrainResult:
     def stopped(self) -> bool:
         return not self.complete
 
-    def summary(self) -> list[str]:
+    def summary(self, eval_dir: str | None = None) -> list[str]:
         """The lines that end a call that ran steps: how it ended and (the chief) the
-        checkpoint it saved; the call's figures; (the chief) how to evaluate it."""
+        checkpoint it saved; the call's figures; (the chief) how to evaluate it, into
+        ``eval_dir`` when given (None: the evaluator's default)."""
         ended = (f"Training complete at step {self.step}" if self.complete
                  else f"Stopped at step {self.step}")
         if not self.is_chief:
@@ -102,8 +103,9 @@ class TrainResult:
         ended += "." if self.complete else ". Run the same command again to resume."
         lines = [ended, self.figures()]
         if self.is_chief and self.last_checkpoint:
+            into = f" --eval_dir={shlex.quote(os.path.abspath(eval_dir))}" if eval_dir else ""
             lines.append("Evaluate it: cifar10-eval --checkpoint_dir="
-                         f"{shlex.quote(os.path.abspath(self.train_dir))} --run_once")
+                         f"{shlex.quote(os.path.abspath(self.train_dir))}{into} --run_once")
         return lines
 
     def figures(self) -> str:
