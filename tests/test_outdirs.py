@@ -4,6 +4,8 @@ before TensorFlow loads) and in test_train_main.py, test_follow.py, test_launch.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from cli import call
 
@@ -223,3 +225,27 @@ def test_a_folder_of_earlier_exports_is_the_exporters_own(tmp_path):
     assert outdirs.export_dir_for(str(tmp_path / "a" / "train")) == f"{exports}-2"
     assert outdirs.export_dir_for(str(tmp_path / "cifar10_train")) == str(
         tmp_path / "cifar10_train-export")
+
+
+def test_the_suggested_eval_dir_keeps_the_runs_results_apart(tmp_path):
+    default_train, default_eval = str(tmp_path / "cifar10_train"), str(tmp_path / "cifar10_eval")
+
+    def suggested(train_dir):
+        return outdirs.eval_dir_to_suggest(str(train_dir), default_train, default_eval)
+
+    def scored_by_the_evaluator(eval_dir, run_dir):
+        os.makedirs(eval_dir, exist_ok=True)
+        with open(os.path.join(eval_dir, "flags.txt"), "w") as f:
+            f.write(f"# cifar10-eval, started 2026-11-26T10:00:00+00:00 on h\n"
+                    f"--checkpoint_dir={run_dir}\n--eval_dir={eval_dir}\n")
+
+    # The default run: the evaluator's default folder, while it is free or this run's.
+    assert suggested(default_train) is None
+    scored_by_the_evaluator(default_eval, default_train)
+    assert suggested(default_train) is None
+    # Another run's results there: one of the run's own, as the evaluator's warning says.
+    scored_by_the_evaluator(default_eval, tmp_path / "runs" / "a" / "train")
+    assert suggested(default_train) == f"{default_train}-eval"
+    # Any other run: its own, beside it.
+    assert suggested(tmp_path / "runs" / "b" / "train") == str(tmp_path / "runs" / "b" / "eval")
+    assert suggested(tmp_path / "mine") == str(tmp_path / "mine-eval")

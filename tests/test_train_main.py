@@ -20,7 +20,6 @@ import pytest
 import tensorflow as tf
 
 from cifar10.cli import stopping
-from cifar10.cli import train_main
 from cifar10.runs import cleanup, rundir
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
@@ -81,30 +80,6 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
                         f"--eval_dir={tmp_path / 'eval'} --run_once")
     # A rerun of a complete run: test_train.test_completed_run_is_reported_not_trained_further;
     # --fresh_start from the command line: test_kill_during_a_save_then_resume_or_fresh_start.
-
-
-def test_the_suggested_eval_dir_keeps_the_runs_results_apart(tmp_path):
-    default_train, default_eval = str(tmp_path / "cifar10_train"), str(tmp_path / "cifar10_eval")
-
-    def suggested(train_dir):
-        return train_main.eval_dir_to_suggest(str(train_dir), default_train, default_eval)
-
-    def scored_by_the_evaluator(eval_dir, run_dir):
-        os.makedirs(eval_dir, exist_ok=True)
-        with open(os.path.join(eval_dir, "flags.txt"), "w") as f:
-            f.write(f"# cifar10-eval, started 2026-11-26T10:00:00+00:00 on h\n"
-                    f"--checkpoint_dir={run_dir}\n--eval_dir={eval_dir}\n")
-
-    # The default run: the evaluator's default folder, while it is free or this run's.
-    assert suggested(default_train) is None
-    scored_by_the_evaluator(default_eval, default_train)
-    assert suggested(default_train) is None
-    # Another run's results there: one of the run's own, as the evaluator's warning says.
-    scored_by_the_evaluator(default_eval, tmp_path / "runs" / "a" / "train")
-    assert suggested(default_train) == f"{default_train}-eval"
-    # Any other run: its own, beside it.
-    assert suggested(tmp_path / "runs" / "b" / "train") == str(tmp_path / "runs" / "b" / "eval")
-    assert suggested(tmp_path / "mine") == str(tmp_path / "mine-eval")
 
 
 def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):

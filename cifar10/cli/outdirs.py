@@ -18,6 +18,7 @@ from typing import Callable
 from absl import flags
 from absl import logging
 
+from cifar10.core.config import EvalConfig, TrainConfig, flag_default
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.runs import checkpoint_files
@@ -151,6 +152,21 @@ def eval_dir_for(run_dir: str) -> str:
             _is_empty_folder(folder) or scored is not None and _same(scored, run_dir))
 
     return _suggested(run_dir, "eval", fits)
+
+
+def eval_dir_to_suggest(train_dir: str,
+                        default_train_dir: str = flag_default(TrainConfig, "train_dir"),
+                        default_eval_dir: str = flag_default(EvalConfig, "eval_dir")
+                        ) -> str | None:
+    """The --eval_dir the trainer's closing line's evaluation command names: none (the
+    evaluator's default) for the default --train_dir when the default --eval_dir holds
+    no training run and no other run's results, else one of the run's own
+    (``eval_dir_for``: runs/a/eval for runs/a/train)."""
+    if _same(train_dir, default_train_dir) and not _trainer_files(default_eval_dir):
+        scored = _scored_run(default_eval_dir)
+        if scored is None or _same(scored, train_dir):
+            return None
+    return eval_dir_for(train_dir)
 
 
 # What cifar10-export writes in its folder: <step>/, and .<step>-incomplete-* while it writes.

@@ -14,23 +14,20 @@ output (exit status 141).  Examples:
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app
 from absl import flags
 
 from cifar10.core import memory
-from cifar10.core.config import EvalConfig, TrainConfig, flag_default
+from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import programs
-from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
-from cifar10.runs import records
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
@@ -84,44 +81,14 @@ def main(argv: list[str]) -> None:
         result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                   print_fn=stop.print, invocation=_invocation(batches_dir))
         # Else train said the run was already complete.
-        summary = result.summary(eval_dir_to_suggest(FLAGS.train_dir)) if result.steps_run else []
+        summary = (result.summary(outdirs.eval_dir_to_suggest(FLAGS.train_dir))
+                   if result.steps_run else [])
         for line in summary:
             stop.print(line)
     if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))
         sys.exit(programs.STDOUT_CLOSED)
-
-
-def eval_dir_to_suggest(train_dir: str,
-                        default_train_dir: str = flag_default(TrainConfig, "train_dir"),
-                        default_eval_dir: str = flag_default(EvalConfig, "eval_dir")
-                        ) -> str | None:
-    """The --eval_dir the closing line's evaluation command names: none (the
-    evaluator's default) for the default --train_dir when the default --eval_dir keeps
-    its results apart from any other run's, else one of the run's own
-    (``outdirs.eval_dir_for``: runs/a/eval for runs/a/train)."""
-    if _same(train_dir, default_train_dir) and _holds_no_other_run(default_eval_dir,
-                                                                   train_dir):
-        return None
-    return outdirs.eval_dir_for(train_dir)
-
-
-def _holds_no_other_run(eval_dir: str, run_dir: str) -> bool:
-    """Whether ``eval_dir`` holds no training run and no evaluator's results of a run
-    other than ``run_dir`` (a folder outdirs would warn of, or refuse)."""
-    if records.recorded_flags(eval_dir, "cifar10-train") is not None:
-        return False
-    scored = records.recorded_flags(eval_dir, "cifar10-eval")
-    if scored is None:
-        return True
-    scored_run = checkpoint_files.run_folder(scored.get("checkpoint"),
-                                             scored.get("checkpoint_dir"))
-    return scored_run is None or _same(scored_run, run_dir)
-
-
-def _same(path: str, other: str) -> bool:
-    return os.path.realpath(path) == os.path.realpath(other)
 
 
 def _invocation(batches_dir: str):
