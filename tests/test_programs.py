@@ -181,7 +181,8 @@ def test_float32_is_float32_unless_tf32_is_allowed():
 @pytest.mark.parametrize("args, environ, asked", [
     ([], {}, False),
     (["-v", "0"], {}, True),
-    (["--verbosity=-1"], {}, True),
+    (["--verbosity=1"], {}, True),
+    (["-v", "-1"], {}, False),  # absl's default level (warnings), given: not a request
     (["--log_device_placement"], {}, True),  # TensorFlow's placement log is its lines
     ([], {"TF_CPP_MIN_LOG_LEVEL": "0"}, True),
     ([], {"TF_CPP_MIN_LOG_LEVEL": "1"}, False),  # filtered by level: logs.min_level

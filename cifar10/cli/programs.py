@@ -159,13 +159,14 @@ def stdout_to_devnull(stdout) -> None:
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
     """Whether the user asked for all of TensorFlow's own log lines: by setting
-    ``TF_CPP_MIN_LOG_LEVEL=0``, passing ``--verbosity``/``-v``, or asking for
+    ``TF_CPP_MIN_LOG_LEVEL=0``, passing ``--verbosity``/``-v`` 0 or more, or asking for
     TensorFlow's placement log, which is made of such lines (1 to 3: the lines of
     that level and above, ``logs.min_level``)."""
     placement = ("log_device_placement" in flag_values
                  and flag_values["log_device_placement"].value)
-    return logs.tensorflow_lines_wanted(os.environ,
-                                        bool(flag_values["verbosity"].present) or placement)
+    verbosity = flag_values["verbosity"]  # -1, absl's default, is warnings: not asked
+    asked = bool(verbosity.present) and (verbosity.value or 0) >= 0
+    return logs.tensorflow_lines_wanted(os.environ, asked or placement)
 
 
 def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
