@@ -52,8 +52,8 @@ def test_bad_profile_steps_are_refused(text, message):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("5,x", "flag --profile_steps=5,x: expected FIRST,LAST: two step numbers such as 11,20"),
-    ("4,2", "flag --profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
+    ("5,x", "--profile_steps=5,x: expected FIRST,LAST: two step numbers such as 11,20"),
+    ("4,2", "--profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
     ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps "
              "or raise --max_steps"),
 ])

@@ -171,18 +171,24 @@ def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path)
 
 
 def _watchdog_started(pid: int) -> bool:
-    """Whether the process ``pid`` waits for the other workers (its watchdog runs)."""
+    """Whether the process ``pid`` waits for the other workers: its watchdog runs, and
+    catches SIGINT and SIGTERM (its handlers are set: /proc's SigCgt mask)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             children = f.read().split()
     except OSError:
         return False
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
     for child in children:
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"select.select" in f.read():
-                    return True
-        except OSError:
+                if b"select.select" not in f.read():
+                    continue
+            with open(f"/proc/{child}/status") as f:
+                caught = next(int(line.split()[1], 16) for line in f
+                              if line.startswith("SigCgt:"))
+            return caught & wanted == wanted
+        except (OSError, StopIteration):
             pass
     return False
 

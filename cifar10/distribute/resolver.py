@@ -169,6 +169,8 @@ def stop(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
+os.write(1, b"r")  # ready: its handlers are set
+os.close(1)
 if not select.select([sys.stdin], [], [], timeout)[0]:
     sys.stderr.write(message + "\\n")
     sys.stderr.flush()
@@ -184,9 +186,14 @@ def _start_watchdog(timeout: float, message: str, sighup_exits: bool) -> subproc
         stderr = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
         stderr = None  # (a test's captured stderr)
-    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout),
-                             message, stopped, "1" if sighup_exits else "0"],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr)
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
+                                 str(timeout), message, stopped, "1" if sighup_exits else "0"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+    # Its signal handlers set before the wait begins: a SIGTERM to the job step in
+    # between would end the watchdog and leave this process waiting, deaf to it.
+    watchdog.stdout.read(1)  # (b"" if it died: the wait goes on without it)
+    watchdog.stdout.close()
+    return watchdog
 
 
 def _error_line(message: str) -> str:
