@@ -22,6 +22,19 @@ def test_files_as_given_and_folders_searched_recursively_by_extension(tmp_path):
         "other/scan.tiff", "a.JPG", "b.png", "e.BMP", "sub/c.jpeg", "sub/deeper/d.gif")]
 
 
+def test_hidden_files_and_metadata_folders_are_not_images(tmp_path):
+    """macOS's ._ copies (beside each image, and in __MACOSX/), hidden folders and a
+    Synology NAS's @eaDir thumbnails: none is an image of the folder."""
+    for name in ("cat/1.jpg", "cat/._1.jpg", "cat/.hidden/2.jpg", "cat/@eaDir/1.jpg/x.jpg",
+                 "__MACOSX/cat/._1.jpg", "cat/sub/3.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert imagefiles.find_images([str(tmp_path)]) == [
+        str(tmp_path / "cat" / "1.jpg"), str(tmp_path / "cat" / "sub" / "3.png")]
+    hidden = tmp_path / "cat" / "._1.jpg"
+    assert imagefiles.find_images([str(hidden)]) == [str(hidden)]  # named: taken as given
+
+
 def test_a_missing_path_or_a_folder_without_images_is_an_error(tmp_path):
     with pytest.raises(Cifar10Error, match=f"^no such file or folder: {tmp_path / 'nope.png'}$"):
         imagefiles.find_images([str(tmp_path / "nope.png")])

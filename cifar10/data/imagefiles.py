@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -22,6 +22,9 @@ DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
 TRAIN_FOLDER = "train"
 TEST_FOLDERS = ("test", "val", "valid", "validation")  # any of these is the test set
 METADATA_FOLDER = "__MACOSX"  # macOS's zip metadata (its ._ files), beside the zipped folders
+# Folders of no images of a class, inside a class folder too: the above, and the
+# thumbnails a Synology NAS keeps in each folder.
+SKIPPED_FOLDERS = (METADATA_FOLDER, "@eaDir")
 _ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
 
 
@@ -29,7 +32,10 @@ def find_images(paths: Sequence[str]) -> list[str]:
     """The image files named by ``paths``: files as given, folders searched recursively.
 
     In folders only files ending in one of ``IMAGE_EXTENSIONS`` (any case) are
-    taken, in sorted order; a file named directly is taken whatever its name.
+    taken, in sorted order, but for hidden files and folders (their names start with
+    '.': macOS's ``._`` copies of each image among them) and the metadata folders of
+    macOS's zip files and Synology's thumbnails (``SKIPPED_FOLDERS``); a file named
+    directly is taken whatever its name.
 
     Raises:
       Cifar10Error: a path does not exist, or a folder holds no image.
@@ -37,10 +43,7 @@ def find_images(paths: Sequence[str]) -> list[str]:
     found = []
     for path in paths:
         if os.path.isdir(path):
-            images = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(path) for name in names
-                if name.lower().endswith(IMAGE_EXTENSIONS))
+            images = sorted(_images_under(path))
             if not images:
                 raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
                                    f"{path} or its subfolders")
@@ -50,6 +53,16 @@ def find_images(paths: Sequence[str]) -> list[str]:
         else:
             raise Cifar10Error(f"no such file or folder: {path}")
     return found
+
+
+def _images_under(folder: str) -> Iterator[str]:
+    """The image files in ``folder`` and its subfolders, hidden ones and metadata
+    folders left out (``find_images``)."""
+    for root, folders, names in os.walk(folder):
+        folders[:] = [name for name in folders
+                      if not name.startswith(".") and name not in SKIPPED_FOLDERS]
+        yield from (os.path.join(root, name) for name in names
+                    if not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS))
 
 
 @dataclasses.dataclass(frozen=True)
