@@ -17,8 +17,9 @@ import numpy as np
 
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
-from cifar10.data.imagefiles import IMAGE_EXTENSIONS
+from cifar10.data.imagefiles import IMAGE_EXTENSIONS, SKIPPED_FOLDERS
 from cifar10.core.errors import DataError
+
 
 def batches_dir_of(data_dir: str) -> str:
     """The ``cifar-10-batches-bin`` folder under ``data_dir``."""
@@ -262,7 +263,8 @@ def image_folders(path: str, limit: int = 3) -> list[str]:
 def _subfolders(path: str) -> list[str]:
     try:
         with os.scandir(path) as entries:
-            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                          and e.name not in SKIPPED_FOLDERS)
     except OSError:
         return []
 
