@@ -81,34 +81,24 @@ def test_fp16_and_bf16_exclude_each_other(config_class):
         config.compute_dtype(config_class(**required, use_fp16=True, use_bf16=True))
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--max_steps=ten"], "--max_steps=ten: expected a whole number"),
-    (["--max_steps=1.5"], "--max_steps=1.5: expected a whole number"),
-    (["--batch_size=0"], "--batch_size=0: must be a whole number of at least 1"),
-    (["--num_gpus=-1"], "--num_gpus=-1: must be a whole number of at least 0"),
-    (["--slurm_port_base=5"], "--slurm_port_base=5: must be a whole number in the range "
-                              "[1024, 65000]"),
-    (["--dataset=cifar100", "--synthetic_data"],
+@pytest.mark.parametrize("define, argv, line", [
+    ("train", ["--max_steps=ten"], "--max_steps=ten: expected a whole number"),
+    ("train", ["--max_steps=1.5"], "--max_steps=1.5: expected a whole number"),
+    ("train", ["--batch_size=0"], "--batch_size=0: must be a whole number of at least 1"),
+    ("train", ["--num_gpus=-1"], "--num_gpus=-1: must be a whole number of at least 0"),
+    ("train", ["--slurm_port_base=5"], "--slurm_port_base=5: must be a whole number in the "
+                                       "range [1024, 65000]"),
+    ("train", ["--dataset=cifar100", "--synthetic_data"],
      "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
      "--synthetic_data"),
-    (["--max_step=3"], "unknown flag --max_step (did you mean --max_steps?)"),
-    (["--zzz=3"], "unknown flag --zzz"),
+    ("train", ["--max_step=3"], "unknown flag --max_step (did you mean --max_steps?)"),
+    ("train", ["--zzz=3"], "unknown flag --zzz"),
+    ("eval", ["--eval_timeout=-1"], "--eval_timeout=-1: must be a number of at least 0"),
+    ("eval", ["--eval_interval_secs=abc"], "--eval_interval_secs=abc: expected a number"),
 ])
-def test_flag_mistakes_are_worded_as_the_programs_words(argv, line):
+def test_flag_mistakes_are_worded_as_the_programs_words(define, argv, line):
     values = flags.FlagValues()
-    cifar10_flags.define_train_flags(values)
+    getattr(cifar10_flags, f"define_{define}_flags")(values)
     with pytest.raises(flags.Error) as raised:
-        values(["cifar10-train", *argv])
-    assert cifar10_flags.flag_error_text(raised.value) == line
-
-
-@pytest.mark.parametrize("argv, line", [
-    (["--eval_timeout=-1"], "--eval_timeout=-1: must be a number of at least 0"),
-    (["--eval_interval_secs=abc"], "--eval_interval_secs=abc: expected a number"),
-])
-def test_float_flag_mistakes_too(argv, line):
-    values = flags.FlagValues()
-    cifar10_flags.define_eval_flags(values)
-    with pytest.raises(flags.Error) as raised:
-        values(["cifar10-eval", *argv])
+        values([f"cifar10-{define}", *argv])
     assert cifar10_flags.flag_error_text(raised.value) == line
