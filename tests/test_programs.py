@@ -275,3 +275,18 @@ def test_a_checkpoint_dir_without_checkpoints_is_told_where_they_are(tmp_path):
     assert str(programs.no_checkpoint(str(tmp_path / "runs" / "b"))) == (
         f"No checkpoint found in {tmp_path / 'runs' / 'b'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'runs' / 'b'}) or point --checkpoint_dir at a training run")
+
+
+def test_a_subfolder_that_cannot_be_read_is_no_hint_and_no_error(tmp_path, monkeypatch):
+    (tmp_path / "private").mkdir()
+    listdir = os.listdir
+
+    def refused(path="."):
+        if str(path).endswith("private"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refused)
+    assert str(programs.no_checkpoint(str(tmp_path))) == (
+        f"No checkpoint found in {tmp_path}: train first (cifar10-train --train_dir={tmp_path}) "
+        f"or point --checkpoint_dir at a training run")

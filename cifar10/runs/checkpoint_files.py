@@ -88,7 +88,16 @@ def subfolders_with_checkpoints(directory: str) -> list[str]:
     except OSError:
         return []
     folders = [os.path.join(directory, name) for name in names]
-    return [folder for folder in folders if os.path.isdir(folder) and latest(folder)]
+    return [folder for folder in folders if os.path.isdir(folder) and _readable_run(folder)]
+
+
+def _readable_run(folder: str) -> bool:
+    """Whether ``folder`` holds a complete checkpoint; False where it cannot be read (a
+    hint must not turn into an error about a folder the user did not name)."""
+    try:
+        return latest(folder) is not None
+    except Cifar10Error:
+        return False
 
 
 def find(directory: str) -> list[Checkpoint]:
