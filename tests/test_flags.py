@@ -93,6 +93,13 @@ def test_fp16_and_bf16_exclude_each_other(config_class):
      "--synthetic_data"),
     ("train", ["--max_step=3"], "unknown flag --max_step (did you mean --max_steps?)"),
     ("train", ["--zzz=3"], "unknown flag --zzz"),
+    ("train", ["--synthetic_data=maybe"], "--synthetic_data=maybe: expected true or false"),
+    ("train", ["--strategy=zz"], "--strategy=zz: must be one of auto, mirrored, multi_worker, "
+                                 "one_device"),
+    ("train", ["--flagfile=/nonexistent/flags.txt"], "--flagfile=/nonexistent/flags.txt: No "
+                                                     "such file or directory; name a file of "
+                                                     "flags, one per line"),
+    ("train", ["--batch_size"], "--batch_size needs a value (--batch_size=VALUE)"),
     ("eval", ["--eval_timeout=-1"], "--eval_timeout=-1: must be a number of at least 0"),
     ("eval", ["--eval_interval_secs=abc"], "--eval_interval_secs=abc: expected a number"),
 ])

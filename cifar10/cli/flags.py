@@ -290,7 +290,13 @@ _TYPE_WORDS = ((re.compile(r"^invalid literal for int\(\) with base 10: .*$", re
                 "expected a whole number"),
                (re.compile(r"^could not convert string to float: .*$", re.S),
                 "expected a number"),
-               (re.compile(r"^\S+ is not (?:a |an )?(.*)$", re.S), "must be {}"))
+               (re.compile(r"^\S+ is not (?:a |an )?(.*)$", re.S), "must be {}"),
+               (re.compile(r"^\('Non-boolean argument to boolean flag', .*\)$", re.S),
+                "expected true or false"),
+               (re.compile(r"^value should be one of <(.*)>$", re.S), "must be one of {}"))
+_FLAGFILE = re.compile(r"^ERROR:: Unable to open flagfile: (?:\[Errno \d+\] )?([^:]*): "
+                       r"'(.*)'$", re.S)
+_MISSING = re.compile(r"^Missing value for flag (--\S+)$")
 _BOUND_WORDS = {"positive integer": "a whole number of at least 1",
                 "non-negative integer": "a whole number of at least 0",
                 "non-negative number": "a number of at least 0",
@@ -303,6 +309,12 @@ def flag_error_text(error: flags.Error) -> str:
     for int() with base 10: 'abc'``, and a rule of several flags without absl's list
     of their values."""
     text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    flagfile = _FLAGFILE.match(text)
+    if flagfile:
+        return f"--flagfile={flagfile[2]}: {flagfile[1]}; name a file of flags, one per line"
+    missing = _MISSING.match(text)
+    if missing:
+        return f"{missing[1]} needs a value ({missing[1]}=VALUE)"
     unknown = _UNKNOWN.match(text)
     if unknown:
         guesses = [f"--{name.strip()}" for name in (unknown[2] or "").split(",") if name.strip()]
@@ -318,7 +330,9 @@ def flag_error_text(error: flags.Error) -> str:
     for pattern, words in _TYPE_WORDS:
         found = pattern.match(problem)
         if found:
-            if found.groups():
+            if found.groups() and words.startswith("must be one of"):
+                words = words.format(", ".join(found[1].split("|")))
+            elif found.groups():
                 bound = found[1]
                 words = words.format(_BOUND_WORDS.get(bound) or
                                      "a " + bound.replace("integer", "whole number"))
