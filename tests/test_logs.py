@@ -70,9 +70,11 @@ def test_tensorflow_lines_are_shown_when_asked(environ, asked, wanted):
 @pytest.mark.parametrize("environ, keep_from", [
     ({}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "1"}, 1), ({"TF_CPP_MIN_LOG_LEVEL": "2"}, 2),
     ({"TF_CPP_MIN_LOG_LEVEL": " 3"}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "0"}, None),
-    ({"TF_CPP_MIN_LOG_LEVEL": "4"}, None)])
+    ({"TF_CPP_MIN_LOG_LEVEL": "4"}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "-1"}, None),
+    ({"TF_CPP_MIN_LOG_LEVEL": "all"}, None)])
 def test_tf_cpp_min_log_level_1_to_3_is_the_lowest_level_shown(environ, keep_from):
-    assert logs.min_level(environ) == keep_from
+    assert logs.min_level(environ) == keep_from  # (4 and more: quieter still, as 3)
+    assert logs.python_level(environ) == ("WARNING" if keep_from == 1 else "ERROR")
 
 
 def test_the_filter_at_a_level_keeps_that_level_and_above():

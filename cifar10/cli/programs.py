@@ -113,7 +113,7 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     import tensorflow as tf
 
     if not _tensorflow_lines:
-        tf.get_logger().setLevel("ERROR")
+        tf.get_logger().setLevel(logs.python_level(os.environ))
     tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
     return tf
 

@@ -62,13 +62,22 @@ def tensorflow_lines_wanted(environ: Mapping[str, str], asked: bool) -> bool:
 
 def min_level(environ: Mapping[str, str]) -> int | None:
     """The lowest level of C++ log line shown (an index of ``LEVELS``): 3 (fatal lines
-    only) unless ``TF_CPP_MIN_LOG_LEVEL`` is 1, 2 or 3 (W, E or F lines and above), as
-    TensorFlow counts it, which absl's own C++ logging does not read; None where it
-    is 0 or not a level (every line)."""
+    only) unless ``TF_CPP_MIN_LOG_LEVEL`` is 1 or 2 (W or E lines and above), as
+    TensorFlow counts it, which absl's own C++ logging does not read (3 and more:
+    3); None where it is 0 or not a whole number (every line)."""
     value = environ.get("TF_CPP_MIN_LOG_LEVEL")
     if value is None:
         return LEVELS.index(b"F")
-    return int(value.strip()) if value.strip() in ("1", "2", "3") else None
+    value = value.strip()
+    if not value.isdigit() or int(value) == 0:
+        return None
+    return min(int(value), LEVELS.index(b"F"))
+
+
+def python_level(environ: Mapping[str, str]) -> str:
+    """The level of TensorFlow's Python logger where its lines are not all asked for:
+    its warnings with ``TF_CPP_MIN_LOG_LEVEL=1`` (which shows W lines), else errors."""
+    return "WARNING" if min_level(environ) == LEVELS.index(b"W") else "ERROR"
 
 
 def _severity(line: bytes) -> bytes | None:
