@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -191,6 +192,25 @@ def _watchdog_started(pid: int) -> bool:
         except (OSError, StopIteration):
             pass
     return False
+
+
+@pytest.mark.parametrize("nohup, status", [(False, 1), (True, 0)])
+def test_a_hang_up_while_waiting_exits_with_status_1_unless_it_is_ignored(nohup, status):
+    """The watchdog's way to end the wait (SIGHUP, the C library's _exit(1) its handler);
+    under nohup (SIGHUP ignored) a hang-up leaves the wait alone, and the watchdog
+    would use SIGKILL."""
+    script = ("import os, signal\n"
+              "from cifar10.distribute import resolver\n"
+              f"if {nohup}:\n"
+              "    signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+              "with resolver._exit_on_sighup() as exits:\n"
+              "    print(exits, flush=True)\n"
+              "    os.kill(os.getpid(), signal.SIGHUP)\n"
+              "print('went on', flush=True)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, env=env())
+    assert result.returncode == status, result.stderr
+    assert result.stdout.split() == (["True"] if status else ["False", "went", "on"])
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")

@@ -100,7 +100,7 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
         f"(--worker_timeout_secs): this is {resolver.task_type} {resolver.task_id}; check "
         f"that every task started (see the others' errors) and that each node reaches "
         f"{', '.join(workers)}, then start the job again")
-    with _ctrl_c_ends_the_process(), _exit_on_sighup() as exits:
+    with _ctrl_c_ends_the_process(), _exit_on_sighup(bool(timeout)) as exits:
         watchdog = _start_watchdog(timeout, message, exits) if timeout else None
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(
@@ -127,11 +127,15 @@ def _ctrl_c_ends_the_process() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _exit_on_sighup() -> Iterator[bool]:
+def _exit_on_sighup(wanted: bool = True) -> Iterator[bool]:
     """In the block, SIGHUP makes the process exit with status 1 at once (the C
     library's ``_exit`` as its handler, called with the signal's number, 1), where a
     Python handler would not run; yields whether that is so (else the watchdog kills
-    the process: no SIGHUP, or no C library to call)."""
+    the process: no SIGHUP, no C library to call, or SIGHUP ignored, as under nohup).
+    Nothing is changed unless ``wanted`` (there is a watchdog)."""
+    if not wanted:
+        yield False
+        return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         handler = ctypes.cast(libc._exit, ctypes.c_void_p).value
@@ -143,10 +147,17 @@ def _exit_on_sighup() -> Iterator[bool]:
         return
     assert sighup == 1  # _exit(signum): the exit status is the signal's number
     previous = libc.signal(sighup, handler)
+    if previous == _SIG_IGN:  # nohup: a hang-up must not end the wait; SIGKILL instead
+        libc.signal(sighup, previous)
+        yield False
+        return
     try:
         yield True
     finally:
         libc.signal(sighup, previous)
+
+
+_SIG_IGN = 1  # the C library's SIG_IGN, as signal() returns it
 
 
 # Waits until its stdin closes (this process built its strategy, or died); if that
