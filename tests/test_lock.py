@@ -3,9 +3,11 @@ is told which trainer holds it, before anything in the directory changes."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import socket
+import threading
 
 import pytest
 import tensorflow as tf
@@ -54,6 +56,16 @@ def test_a_held_lock_is_refused_before_anything_and_a_free_one_is_left_free(tmp_
     second = TrainerLock(str(tmp_path))
     second.acquire()  # the check took no lock
     second.release()
+
+
+def test_a_check_of_another_start_at_that_instant_does_not_refuse_the_lock(tmp_path):
+    (tmp_path / LOCK_FILE).write_text("")
+    checking = os.open(tmp_path / LOCK_FILE, os.O_RDONLY)
+    fcntl.flock(checking, fcntl.LOCK_SH)  # as refuse_if_held holds it, for an instant
+    threading.Timer(0.2, os.close, [checking]).start()
+    first = TrainerLock(str(tmp_path))
+    first.acquire()  # waits out the check instead of being refused
+    first.release()
 
 
 def test_a_lock_file_that_does_not_say_who_holds_it_still_refuses(tmp_path):

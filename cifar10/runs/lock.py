@@ -43,7 +43,7 @@ class TrainerLock:
         except OSError as e:
             raise io_error("cannot write in --train_dir", self.directory, e) from e
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_soon(fd)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
@@ -65,6 +65,23 @@ class TrainerLock:
         if self._fd is not None:
             os.close(self._fd)  # releases the flock
             self._fd = None
+
+
+def _lock_soon(fd: int, tries: int = 6, pause: float = 0.1) -> None:
+    """Takes the exclusive lock of ``fd``, trying again for about half a second: another
+    start's ``refuse_if_held`` holds a shared lock for an instant.
+
+    Raises:
+      BlockingIOError: another trainer holds it.
+    """
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(pause)
 
 
 def refuse_if_held(directory: str) -> None:
