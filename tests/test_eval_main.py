@@ -235,15 +235,26 @@ def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
 
 
-def test_run_once_on_a_runs_parent_folder_names_the_folder_of_its_checkpoints(trained, tmp_path):
+@pytest.mark.parametrize("polling", [[], ["--run_once"]])
+def test_a_runs_parent_folder_names_the_folder_of_its_checkpoints(trained, tmp_path, polling):
+    # Also the polling evaluator, which would wait there for ever (no --eval_timeout).
     data_dir, train_dir = trained
     parent = train_dir.parent
-    result = call("cifar10-eval", *eval_args(data_dir, parent, tmp_path / "eval", "--run_once"))
+    result = call("cifar10-eval", *eval_args(data_dir, parent, tmp_path / "eval", *polling))
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"{ERROR} No checkpoint file found in {parent}; {train_dir} holds checkpoints: pass "
         f"--checkpoint_dir={train_dir}"]
     assert not (tmp_path / "eval").exists()
+
+
+def test_the_polling_evaluator_given_a_data_folder_says_so_and_does_not_wait(trained, tmp_path):
+    data_dir, _ = trained
+    result = call("cifar10-eval", *eval_args(data_dir, data_dir, tmp_path / "eval"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"{ERROR} No checkpoint file found in {data_dir}, a data folder, not a training run: "
+        f"pass the run's --train_dir as --checkpoint_dir (its data goes in --data_dir)")
 
 
 def test_a_replayed_evaluation_scores_the_whole_test_split_without_a_warning(trained, tmp_path):

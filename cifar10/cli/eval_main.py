@@ -43,6 +43,7 @@ def main(argv: list[str]) -> None:
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
+        programs.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)

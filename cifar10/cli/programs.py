@@ -70,6 +70,25 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cif
     return Cifar10Error(f"{lead} in {checkpoint_dir}{_where_checkpoints_are(checkpoint_dir)}")
 
 
+def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
+    """Raises ``no_checkpoint``'s error where ``checkpoint_dir`` holds no checkpoint and
+    is a run's parent folder (runs/a for runs/a/train) or a data folder: a polling
+    evaluator would wait there for ever.  A folder of no checkpoint otherwise may be
+    a run about to start."""
+    if not os.path.isdir(checkpoint_dir) or _holds_checkpoints(checkpoint_dir):
+        return
+    if (checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
+            or getdata.is_data_folder(checkpoint_dir)):
+        raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
+
+
+def _holds_checkpoints(folder: str) -> bool:
+    try:
+        return checkpoint_files.holds_checkpoints(folder)
+    except Cifar10Error:
+        return True  # cannot be read: the evaluator says so as it looks
+
+
 def _where_checkpoints_are(checkpoint_dir: str) -> str:
     """The rest of the error for a --checkpoint_dir without a checkpoint: its subfolder
     that holds them (a run's parent folder, runs/a, given for runs/a/train), that it is
