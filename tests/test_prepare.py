@@ -178,6 +178,17 @@ def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, t
     assert not (tmp_path / "strict").exists() or not os.listdir(tmp_path / "strict")
 
 
+def test_an_unreadable_image_with_a_line_break_in_its_name_is_one_warning_line(image_dir,
+                                                                                tmp_path):
+    (image_dir / "cat" / "new\nline.png").write_bytes(b"not a png")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "warning: skipped" in line]
+    assert warnings == [f"cifar10-prepare: warning: skipped {image_dir / 'cat'}/new\\nline.png: "
+                        f"not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a "
+                        f"damaged one"]
+
+
 def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path):
     # A .png that is text: found as an image, skipped when it does not decode.
     for i in range(4):

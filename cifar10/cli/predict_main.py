@@ -23,7 +23,7 @@ from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
 from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
-from cifar10.core.errors import Cifar10Error
+from cifar10.core.errors import Cifar10Error, shown_path
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-predict"
@@ -53,8 +53,8 @@ def main(argv: list[str]) -> None:
                                         num_classes=len(names)):
         if isinstance(result, predict.Failure):
             failed += 1
-            print(f"{PROGRAM}: cannot read {predict.shown_path(result.path)}: {result.reason}", file=sys.stderr,
-                  flush=True)
+            print(f"{PROGRAM}: cannot read {shown_path(result.path)}: {result.reason}",
+                  file=sys.stderr, flush=True)
         else:
             print(show(result, names), flush=True)
     if failed:

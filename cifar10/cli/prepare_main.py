@@ -24,7 +24,7 @@ from cifar10.core import atomic
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import prepare
 from cifar10.cli import programs
-from cifar10.core.errors import listed
+from cifar10.core.errors import listed, shown_path
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-prepare"
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
     summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                               progress=show_progress)
     for path, why in summary.skipped:
-        logging.warning("skipped %s: %s", path, why)
+        logging.warning("skipped %s: %s", shown_path(path), why)
     skipped = len(summary.skipped)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
           f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "

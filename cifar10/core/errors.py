@@ -72,3 +72,15 @@ def listed(names: Sequence[str], shown: int = 12) -> str:
     if len(names) <= shown:
         return ", ".join(names)
     return f"{', '.join(names[:shown - 2])}, ..., {', '.join(names[-2:])}"
+
+
+def shown_path(path: str, line: bool = True) -> str:
+    """``path`` as it can be printed: a name that is not UTF-8 shows its other bytes as
+    ``\\xNN`` (``r\\xff.png``), as the file system holds them; with ``line``, control
+    characters too (``new\\nline.png``), so that the name stays on its line."""
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return shown.translate(_CONTROLS) if line else shown
+
+
+# Control characters as escapes: \n, \r and \t as Python writes them, the others \xNN.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}

@@ -13,12 +13,12 @@ import csv
 import dataclasses
 import io
 import json
-import os
 from typing import Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from cifar10.core.errors import shown_path
 from cifar10.data import pipeline as data
 from cifar10.data import fileformat as ff
 from cifar10.data import images as image_files
@@ -89,18 +89,6 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
             yield from flush()
     if pending:
         yield from flush()
-
-
-def shown_path(path: str, line: bool = True) -> str:
-    """``path`` as it can be printed: a name that is not UTF-8 shows its other bytes as
-    ``\\xNN`` (``r\\xff.png``), as the file system holds them; with ``line``, control
-    characters too (``new\\nline.png``), so that the name stays on its line."""
-    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-    return shown.translate(_CONTROLS) if line else shown
-
-
-# Control characters as escapes: \n, \r and \t as Python writes them, the others \xNN.
-_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
 
 
 def format_text(prediction: Prediction, class_names: Sequence[str]) -> str:
