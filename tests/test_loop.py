@@ -125,10 +125,14 @@ def test_a_call_of_no_steps_runs_no_step_and_writes_no_summary(tmp_path):
         assert int(trainer.state.step.numpy()) == 0
         for was, now in zip(before, trainer.variables):
             np.testing.assert_array_equal(was, now.numpy())
-        trainer.run_steps(iterator, 1, with_summaries=True)
+        first, _ = trainer.run_steps(iterator, 1, with_summaries=True)
     tags = cli.event_tags(str(tmp_path / "events"))
     assert tags["learning_rate"] == [1]  # the first batch's step; none at step 0
     assert {"cross_entropy", "conv1/activations", "conv1/weights/gradients"} <= set(tags)
+    # The step after it took the first batch: its loss is a fresh trainer's first.
+    fresh = Trainer(small_config(tmp_path / "fresh", batch_size=8), strategy, 1000)
+    expected, _ = fresh.run_steps(fixed_batches(strategy, images, labels, 2), 1)
+    assert float(first["total_loss"]) == pytest.approx(float(expected["total_loss"]), rel=1e-5)
 
 
 def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_files,

@@ -17,6 +17,7 @@ import pytest
 
 from cli import env, program
 from cifar10.core.errors import Cifar10Error
+from cifar10.cli import workers as launch_workers
 from cifar10.distribute import cluster, resolver, slurm
 import slurm_cluster
 
@@ -152,9 +153,16 @@ def test_a_port_in_use_is_one_line_naming_the_flag():
     slurm.check_port(task, port - 1)  # free again
 
 
+def waiting_worker_config() -> tuple[str, list[str]]:
+    """The TF_CONFIG of worker 0 of two whose other never starts, on free ports (fixed
+    ones would clash with another test run on the machine); and the two addresses."""
+    workers = [f"127.0.0.1:{port}" for port in launch_workers.free_ports(2)]
+    return json.dumps({"cluster": {"worker": workers},
+                       "task": {"type": "worker", "index": 0}}), workers
+
+
 def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path):
-    config = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                         "task": {"type": "worker", "index": 0}})
+    config, workers = waiting_worker_config()
     started = time.time()
     result = subprocess.run(
         [program("cifar10-train"), "--synthetic_data", "--synthetic_records=50",
@@ -166,7 +174,7 @@ def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path)
     assert result.stderr.splitlines()[-1] == (
         "cifar10-train: error: the 2 workers did not all start within 3 s "
         "(--worker_timeout_secs): this is worker 0; check that every task started (see the "
-        "others' errors) and that each node reaches 127.0.0.1:1, 127.0.0.1:2, then start "
+        f"others' errors) and that each node reaches {', '.join(workers)}, then start "
         "the job again")
     assert not (tmp_path / "train" / "model.ckpt-0.index").exists()
 
@@ -221,8 +229,7 @@ def test_ctrl_c_or_sigterm_while_waiting_for_the_workers_ends_with_one_line(
     """Ctrl-C (to the process group, as a terminal sends it) ends the worker as it ends
     any program; scancel's SIGTERM to every process of the step, with status 1; each
     after one line, the last, and not by SIGKILL ("Killed" after it, status 137)."""
-    config = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                         "task": {"type": "worker", "index": 0}})
+    config, _ = waiting_worker_config()
     proc = subprocess.Popen(
         [program("cifar10-train"), "--synthetic_data", "--synthetic_records=50",
          f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",
