@@ -41,10 +41,7 @@ def write_text(path: str, text: str, tmp: str | None = None) -> None:
             f.write(text)
         os.replace(tmp, path)
     except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        _remove_quietly(tmp)
         raise
 
 
@@ -65,11 +62,16 @@ def write_bytes(path: str, contents: bytes) -> None:
             f.write(contents)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        _remove_quietly(tmp)
         raise
+
+
+def _remove_quietly(path: str) -> None:
+    """Removes the temporary file ``path`` of a write that failed, if it is there."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _umask() -> int:
