@@ -8,6 +8,7 @@ import pytest
 from absl import flags
 
 from cifar10.core import config
+from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
 
 
@@ -108,4 +109,4 @@ def test_flag_mistakes_are_worded_as_the_programs_words(define, argv, line):
     getattr(cifar10_flags, f"define_{define}_flags")(values)
     with pytest.raises(flags.Error) as raised:
         values([f"cifar10-{define}", *argv])
-    assert cifar10_flags.flag_error_text(raised.value) == line
+    assert flag_errors.flag_error_text(raised.value) == line

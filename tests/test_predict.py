@@ -16,7 +16,7 @@ from cli import call, run
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
 from cifar10.serving import predict
-from cifar10.cli import programs
+from cifar10.cli import checkpoint_dir
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import Cifar10Error
 
@@ -173,18 +173,18 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
 def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     train_dir, _ = trained_run
     with pytest.raises(Cifar10Error) as err:
-        programs.checkpoint_to_use(str(tmp_path / "no_run"))
+        checkpoint_dir.checkpoint_to_use(str(tmp_path / "no_run"))
     assert str(err.value) == (
         f"No checkpoint found in {tmp_path / 'no_run'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'no_run'}) or point --checkpoint_dir at a training run")
-    assert programs.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
+    assert checkpoint_dir.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
     # A run's parent folder names the run; a data folder is told as one.
     with pytest.raises(Cifar10Error) as err:
-        programs.checkpoint_to_use(str(train_dir.parent))
+        checkpoint_dir.checkpoint_to_use(str(train_dir.parent))
     assert str(err.value) == (f"No checkpoint found in {train_dir.parent}; {train_dir} holds "
                               f"checkpoints: pass --checkpoint_dir={train_dir}")
     with pytest.raises(Cifar10Error) as err:
-        programs.checkpoint_to_use(str(train_dir.parent / "data"))
+        checkpoint_dir.checkpoint_to_use(str(train_dir.parent / "data"))
     assert str(err.value) == (f"No checkpoint found in {train_dir.parent / 'data'}, a data "
                               f"folder, not a training run: pass the run's --train_dir as "
                               f"--checkpoint_dir (its data goes in --data_dir)")

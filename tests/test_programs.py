@@ -15,6 +15,7 @@ from absl import flags
 from cifar10.data import fileformat as ff
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
+from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.data import synthetic
 from cifar10.core.errors import DataError, DivergedError, listed
@@ -255,12 +256,12 @@ def test_a_checkpoint_dir_without_checkpoints_is_told_where_they_are(tmp_path):
             (folder / name).write_bytes(b"")
 
     checkpoint_in(tmp_path / "runs" / "a" / "train")
-    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "a"))) == (
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs" / "a"))) == (
         f"No checkpoint found in {tmp_path / 'runs' / 'a'}; {tmp_path / 'runs' / 'a' / 'train'} "
         f"holds checkpoints: pass --checkpoint_dir={tmp_path / 'runs' / 'a' / 'train'}")
     checkpoint_in(tmp_path / "runs" / "a" / "again")
     (tmp_path / "runs" / "a" / "empty").mkdir()
-    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "a"), "No checkpoint file found")) \
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs" / "a"), "No checkpoint file found")) \
         == (f"No checkpoint file found in {tmp_path / 'runs' / 'a'}; its subfolders again, "
             f"train hold checkpoints: pass one of them as --checkpoint_dir, such as "
             f"--checkpoint_dir={tmp_path / 'runs' / 'a' / 'again'}")
@@ -269,10 +270,10 @@ def test_a_checkpoint_dir_without_checkpoints_is_told_where_they_are(tmp_path):
     (tmp_path / "c100" / ff.CIFAR100.folder).mkdir(parents=True)
     for folder in (tmp_path / "data" / "synthetic" / ff.BATCHES_DIRNAME,
                    tmp_path / "data" / "synthetic", tmp_path / "data", tmp_path / "c100"):
-        assert str(programs.no_checkpoint(str(folder))) == (
+        assert str(checkpoint_dir.no_checkpoint(str(folder))) == (
             f"No checkpoint found in {folder}, a data folder, not a training run: pass the "
             f"run's --train_dir as --checkpoint_dir (its data goes in --data_dir)")
-    assert str(programs.no_checkpoint(str(tmp_path / "runs" / "b"))) == (
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs" / "b"))) == (
         f"No checkpoint found in {tmp_path / 'runs' / 'b'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'runs' / 'b'}) or point --checkpoint_dir at a training run")
 
@@ -287,6 +288,6 @@ def test_a_subfolder_that_cannot_be_read_is_no_hint_and_no_error(tmp_path, monke
         return listdir(path)
 
     monkeypatch.setattr(os, "listdir", refused)
-    assert str(programs.no_checkpoint(str(tmp_path))) == (
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path))) == (
         f"No checkpoint found in {tmp_path}: train first (cifar10-train --train_dir={tmp_path}) "
         f"or point --checkpoint_dir at a training run")

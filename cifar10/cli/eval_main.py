@@ -23,6 +23,7 @@ from absl import logging
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core.config import EvalConfig
 from cifar10.data import getdata
+from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.cli import follow
 from cifar10.cli import outdirs
@@ -43,13 +44,13 @@ def main(argv: list[str]) -> None:
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
-        programs.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
+        checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
     followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
     # Before the data is fetched, so that a mistyped --checkpoint_dir costs nothing.
     if FLAGS.run_once and not checkpoint and not checkpoint_files.latest(run_dir):
-        raise programs.no_checkpoint(run_dir, "No checkpoint file found")
+        raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,

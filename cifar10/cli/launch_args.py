@@ -11,6 +11,7 @@ from typing import Sequence
 from absl import flags
 from absl import logging  # noqa: F401  (defines absl's --verbosity and the like)
 
+from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
@@ -45,7 +46,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     try:
         rest = values([TRAINER, *args])
     except flags.Error as e:
-        message = cifar10_flags.flag_error_text(e)
+        message = flag_errors.flag_error_text(e)
         raise Cifar10Error(f"{TRAINER}'s flags (after --): {message} (see {TRAINER} "
                            f"--help)") from None
     if len(rest) > 1:

@@ -21,6 +21,7 @@ from absl import flags
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
+from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.runs import checkpoint_files
 from cifar10.core.errors import Cifar10Error, shown_path
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> None:
     from cifar10.runs import checkpoints
     from cifar10.serving import predict
 
-    checkpoint = given or programs.checkpoint_to_use(FLAGS.checkpoint_dir)
+    checkpoint = given or checkpoint_dir.checkpoint_to_use(FLAGS.checkpoint_dir)
     synthetic_warning.warn_if_trained_on_synthetic_data(
         os.path.dirname(os.path.abspath(checkpoint)))
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)

@@ -23,12 +23,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
-from cifar10.data import getdata
-from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
@@ -45,66 +44,6 @@ STDOUT_CLOSED = 128 + signal.SIGPIPE
 # Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
 # user asked); quiet unless asked.
 _tensorflow_lines = False
-
-
-def checkpoint_to_use(checkpoint_dir: str) -> str:
-    """The newest checkpoint of ``checkpoint_dir`` that reads (one warning names the
-    newer ones that do not: ``checkpoints.newest_that_reads``); a --checkpoint given
-    is ``checkpoint_files.given``'s, checked before TensorFlow loads.
-
-    Raises:
-      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint, or none of its
-        newest reads.
-    """
-    from cifar10.runs import checkpoints
-
-    newest = checkpoints.newest_that_reads(checkpoint_dir)
-    if newest is None:
-        raise no_checkpoint(checkpoint_dir)
-    return newest.path
-
-
-def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
-    """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
-    found') in it, and where to look instead (``_where_checkpoints_are``)."""
-    return Cifar10Error(f"{lead} in {checkpoint_dir}{_where_checkpoints_are(checkpoint_dir)}")
-
-
-def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
-    """Raises ``no_checkpoint``'s error where ``checkpoint_dir`` holds no checkpoint and
-    is a run's parent folder (runs/a for runs/a/train) or a data folder: a polling
-    evaluator would wait there for ever.  A folder of no checkpoint otherwise may be
-    a run about to start."""
-    if not os.path.isdir(checkpoint_dir) or _holds_checkpoints(checkpoint_dir):
-        return
-    if (checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
-            or getdata.is_data_folder(checkpoint_dir)):
-        raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
-
-
-def _holds_checkpoints(folder: str) -> bool:
-    try:
-        return checkpoint_files.holds_checkpoints(folder)
-    except Cifar10Error:
-        return True  # cannot be read: the evaluator says so as it looks
-
-
-def _where_checkpoints_are(checkpoint_dir: str) -> str:
-    """The rest of the error for a --checkpoint_dir without a checkpoint: its subfolder
-    that holds them (a run's parent folder, runs/a, given for runs/a/train), that it is
-    a data folder, or to train first."""
-    holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
-    if len(holders) == 1:
-        return f"; {holders[0]} holds checkpoints: pass --checkpoint_dir={holders[0]}"
-    if holders:
-        names = ", ".join(os.path.basename(folder) for folder in holders)
-        return (f"; its subfolders {names} hold checkpoints: pass one of them as "
-                f"--checkpoint_dir, such as --checkpoint_dir={holders[0]}")
-    if getdata.is_data_folder(checkpoint_dir):
-        return (", a data folder, not a training run: pass the run's --train_dir as "
-                "--checkpoint_dir (its data goes in --data_dir)")
-    return (f": train first (cifar10-train --train_dir={checkpoint_dir}) or point "
-            f"--checkpoint_dir at a training run")
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
@@ -270,7 +209,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
         raise
     except flags.Error as e:
         message = (_other_programs_flagfile(argv, program) or _trainers_flag(e, argv, program)
-                   or cifar10_flags.flag_error_text(e))
+                   or flag_errors.flag_error_text(e))
         sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
         sys.exit(1)
 

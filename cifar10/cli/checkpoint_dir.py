@@ -1,0 +1,74 @@
+"""A program's --checkpoint_dir: the newest checkpoint in it, and, where it holds none,
+the error that says where the checkpoints are (a run's parent folder given for the
+run, a data folder) or to train first.  No TensorFlow until a checkpoint is read.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cifar10.core.errors import Cifar10Error
+from cifar10.data import getdata
+from cifar10.runs import checkpoint_files
+
+
+def checkpoint_to_use(checkpoint_dir: str) -> str:
+    """The newest checkpoint of ``checkpoint_dir`` that reads (one warning names the
+    newer ones that do not: ``checkpoints.newest_that_reads``); a --checkpoint given
+    is ``checkpoint_files.given``'s, checked before TensorFlow loads.
+
+    Raises:
+      Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint, or none of its
+        newest reads.
+    """
+    from cifar10.runs import checkpoints
+
+    newest = checkpoints.newest_that_reads(checkpoint_dir)
+    if newest is None:
+        raise no_checkpoint(checkpoint_dir)
+    return newest.path
+
+
+def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
+    """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
+    found') in it, and where to look instead, or to train first."""
+    where = _elsewhere(checkpoint_dir) or (
+        f": train first (cifar10-train --train_dir={checkpoint_dir}) or point "
+        f"--checkpoint_dir at a training run")
+    return Cifar10Error(f"{lead} in {checkpoint_dir}{where}")
+
+
+def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
+    """Raises ``no_checkpoint``'s error where ``checkpoint_dir`` holds no checkpoint and
+    is a run's parent folder (runs/a for runs/a/train) or a data folder: a polling
+    evaluator would wait there for ever.  A folder of no checkpoint otherwise may be
+    a run about to start."""
+    if not os.path.isdir(checkpoint_dir) or _holds_checkpoints(checkpoint_dir):
+        return
+    elsewhere = _elsewhere(checkpoint_dir)
+    if elsewhere:
+        raise Cifar10Error(f"No checkpoint file found in {checkpoint_dir}{elsewhere}")
+
+
+def _holds_checkpoints(folder: str) -> bool:
+    try:
+        return checkpoint_files.holds_checkpoints(folder)
+    except Cifar10Error:
+        return True  # cannot be read: the evaluator says so as it looks
+
+
+def _elsewhere(checkpoint_dir: str) -> str:
+    """The rest of the error for a --checkpoint_dir without a checkpoint, where it is
+    not where the run is: its subfolder that holds checkpoints (a run's parent folder,
+    runs/a, given for runs/a/train), or that it is a data folder; '' otherwise."""
+    holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
+    if len(holders) == 1:
+        return f"; {holders[0]} holds checkpoints: pass --checkpoint_dir={holders[0]}"
+    if holders:
+        names = ", ".join(os.path.basename(folder) for folder in holders)
+        return (f"; its subfolders {names} hold checkpoints: pass one of them as "
+                f"--checkpoint_dir, such as --checkpoint_dir={holders[0]}")
+    if getdata.is_data_folder(checkpoint_dir):
+        return (", a data folder, not a training run: pass the run's --train_dir as "
+                "--checkpoint_dir (its data goes in --data_dir)")
+    return ""
