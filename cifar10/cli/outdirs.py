@@ -38,14 +38,31 @@ def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
     """Raises Cifar10Error when ``eval_dir`` is a training run's directory (the run
     scored, ``checkpoint_dir``, or another): the evaluator would write into the
     trainer's records.  The folder it suggests is one for the run scored."""
-    trainer_files = _trainer_files(eval_dir)
-    same = _same(eval_dir, checkpoint_dir)
+    _refuse_run_folder("eval_dir", eval_dir, checkpoint_dir, "scores",
+                       "a directory of the evaluator's own", eval_dir_for(checkpoint_dir))
+
+
+def _refuse_run_folder(flag: str, folder: str, run_dir: str, verb: str, choose: str,
+                       suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) is the directory
+    of the run the program ``verb``s (``run_dir``) or of another training run: ``choose``
+    one, such as ``suggested``."""
+    trainer_files = _trainer_files(folder)
+    same = _same(folder, run_dir)
     if same or trainer_files:
-        what = "the run it scores" if same else f"a training run ({', '.join(trainer_files)})"
+        what = f"the run it {verb}" if same else f"a training run ({', '.join(trainer_files)})"
         raise Cifar10Error(
-            f"--eval_dir={eval_dir} is the directory of {what}, where cifar10-train keeps its "
-            f"checkpoints and records: choose a directory of the evaluator's own, such as "
-            f"{eval_dir_for(checkpoint_dir)}")
+            f"--{flag}={folder} is the directory of {what}, where cifar10-train keeps its "
+            f"checkpoints and records: choose {choose}, such as {suggested}")
+
+
+def _refuse_evaluators_folder(flag: str, folder: str, choose: str, suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) is an evaluator's:
+    its flags.txt records a cifar10-eval start."""
+    if records.recorded_flags(folder, "cifar10-eval") is not None:
+        raise Cifar10Error(
+            f"--{flag}={folder} is an evaluator's folder (its {records.FLAGS_FILE} records "
+            f"cifar10-eval): choose {choose}, such as {suggested}")
 
 
 def _trainer_files(directory: str) -> list[str]:
@@ -93,14 +110,9 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
     records a cifar10-eval start, and there is no sign of a training run: no
     cifar10-train start, no checkpoint, no trainer's lock; a run an older evaluator
     also wrote into still resumes) or holds CIFAR-format data."""
-    if (records.recorded_flags(train_dir, "cifar10-eval") is not None
-            and records.recorded_flags(train_dir, "cifar10-train") is None
-            and not checkpoint_files.holds_checkpoints(train_dir)
-            and not os.path.exists(os.path.join(train_dir, lock.LOCK_FILE))):
-        raise Cifar10Error(
-            f"--train_dir={train_dir} is an evaluator's folder (its {records.FLAGS_FILE} "
-            f"records cifar10-eval): choose a directory of the run's own, such as "
-            f"{_suggested(train_dir, 'train', _is_empty_folder)}")
+    if not _trainer_files(train_dir):
+        _refuse_evaluators_folder("train_dir", train_dir, "a directory of the run's own",
+                                  _suggested(train_dir, "train", _is_empty_folder))
     _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
                         "/tmp/cifar10_train")
 
@@ -110,19 +122,10 @@ def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
     exported, ``run_dir``, or another), an evaluator's folder or a data folder: the
     version folders would go among their files.  A folder of earlier exports (numbered
     version folders) is the exporter's own."""
-    trainer_files = _trainer_files(export_dir)
-    same = _same(export_dir, run_dir)
     suggested = export_dir_for(run_dir)
-    if same or trainer_files:
-        what = "the run it exports" if same else f"a training run ({', '.join(trainer_files)})"
-        raise Cifar10Error(
-            f"--export_dir={export_dir} is the directory of {what}, where cifar10-train keeps "
-            f"its checkpoints and records: choose a folder for the exports, such as "
-            f"{suggested}")
-    if records.recorded_flags(export_dir, "cifar10-eval") is not None:
-        raise Cifar10Error(
-            f"--export_dir={export_dir} is an evaluator's folder (its {records.FLAGS_FILE} "
-            f"records cifar10-eval): choose a folder for the exports, such as {suggested}")
+    choose = "a folder for the exports"
+    _refuse_run_folder("export_dir", export_dir, run_dir, "exports", choose, suggested)
+    _refuse_evaluators_folder("export_dir", export_dir, choose, suggested)
     _refuse_data_folder("export_dir", export_dir, "the exports", suggested)
 
 
