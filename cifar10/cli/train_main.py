@@ -37,20 +37,7 @@ define_flags = cifar10_flags.define_train_flags  # this program's flags
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    # TF_CONFIG and the settings it rules out are checked before TensorFlow loads
-    # (which takes seconds) and reads TF_CONFIG itself.
-    kind = cluster.strategy_kind(FLAGS.strategy)
-    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
-                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
-    outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
-    if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
-        lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
-    no_download = ""
-    if FLAGS.fresh_start:
-        cluster.refuse_fresh_start(kind, FLAGS.train_dir)
-    else:
-        kind_of_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
-        no_download = kind_of_data.download_refusal(FLAGS, FLAGS.train_dir)
+    no_download = _refuse_before_tensorflow()
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
     # so that a data mistake is answered at once.
     batches_dir, counts = getdata.prepare(
@@ -89,6 +76,23 @@ def main(argv: list[str]) -> None:
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))
         sys.exit(programs.STDOUT_CLOSED)
+
+
+def _refuse_before_tensorflow() -> str:
+    """What this start cannot do, refused before TensorFlow loads (which takes seconds)
+    and reads TF_CONFIG itself; returns the error for a download the run's data rules
+    out (``kind_of_data.download_refusal``; '' when there is none)."""
+    kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
+    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
+    outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
+    if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
+        lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
+    if FLAGS.fresh_start:
+        cluster.refuse_fresh_start(kind, FLAGS.train_dir)
+        return ""
+    kind_of_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
+    return kind_of_data.download_refusal(FLAGS, FLAGS.train_dir)
 
 
 def _invocation(batches_dir: str):
