@@ -180,10 +180,8 @@ class _Progress:
         self._last = ""  # the figure last shown
 
     def show(self, done: int) -> None:
-        if self.total:
-            shown, mark = f"{100.0 * done / self.total:.1f}%", 10 * done // self.total
-        else:
-            shown, mark = f"{done / 1e6:.1f} MB", done // _UNSIZED_STEP
+        shown = self._figure(done)
+        mark = 10 * done // self.total if self.total else done // _UNSIZED_STEP
         if self.rewrite:
             self.stream.write(f"\r>> Downloading {self.name} {shown}")
         elif mark != self._mark or done == self.total:
@@ -197,9 +195,11 @@ class _Progress:
         if self.rewrite:
             self.stream.write("\n")
         else:
-            self._write_line(f"{100.0 * done / self.total:.1f}%" if self.total
-                             else f"{done / 1e6:.1f} MB")
+            self._write_line(self._figure(done))
         self.stream.flush()
+
+    def _figure(self, done: int) -> str:
+        return f"{100.0 * done / self.total:.1f}%" if self.total else f"{done / 1e6:.1f} MB"
 
     def _write_line(self, shown: str) -> None:
         if shown != self._last:
