@@ -74,8 +74,24 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
+# Where Linux (4.7 and later) shows the process's umask, as an octal ``Umask:`` line.
+_STATUS = "/proc/self/status"
+
+
 def _umask() -> int:
-    """The process's umask (read by setting it, and setting it back)."""
+    """The process's umask, read from ``/proc/self/status`` without changing it.
+
+    Where that file has no ``Umask:`` line (another system, a Linux before 4.7) it
+    is read the only other way there is: set to 0 and set back.  For that instant
+    a file another thread of the process makes gets 0666, not 0666 less the umask.
+    """
+    try:
+        with open(_STATUS, encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
