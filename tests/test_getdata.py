@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from cli import env
+from cli import call, env
 
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
@@ -70,6 +70,76 @@ def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(DataError, match=r"^--data_dir=\S+/data is a file, not a folder: pass "
                                         r"the folder that holds cifar-10-batches-bin/$"):
         getdata.prepare(str(tmp_path / "data"), url=OFFLINE)
+
+
+def _data_folder_with_a_nested_copy(data_dir) -> dict[str, bytes]:
+    """A data folder that holds a second one, cifar-10-batches-bin/ (what cifar10-prepare
+    wrote there before it refused to); returns every file's contents by path."""
+    synthetic.write_dataset(str(data_dir.parent), records_per_file=10)
+    os.rename(data_dir.parent / "cifar-10-batches-bin", data_dir)
+    synthetic.write_dataset(str(data_dir), records_per_file=6)
+    return {str(p): p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+
+
+def _two_data_folders_error(data_dir, origin="") -> str:
+    return (f"--data_dir={data_dir}{origin} is a data folder (it holds batches.meta.txt, "
+            f"data_batch_1.bin, ...) and holds another one, {data_dir}/cifar-10-batches-bin: "
+            f"which one is meant is unclear; move {data_dir}/cifar-10-batches-bin out of it "
+            f"(e.g. to {data_dir}-nested), then pass --data_dir={data_dir} for the first or "
+            f"--data_dir={data_dir}-nested for the other")
+
+
+def test_a_data_folder_that_holds_another_is_refused_naming_both(tmp_path):
+    data_dir = tmp_path / "my10"
+    files = _data_folder_with_a_nested_copy(data_dir)
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(data_dir), url=OFFLINE)
+    assert str(error.value) == _two_data_folders_error(data_dir)
+    assert {str(p): p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == files
+    assert sorted(os.listdir(tmp_path)) == ["my10"]
+    (tmp_path / "my10-nested").mkdir()  # the name it suggests is free
+    with pytest.raises(DataError, match=r"\(e\.g\. to \S+/my10-nested2\), then pass "):
+        getdata.prepare(str(data_dir), url=OFFLINE)
+
+
+def test_a_data_folder_with_an_empty_or_linked_nested_folder_is_one_data_set(tmp_path):
+    data_dir = tmp_path / "my10"
+    _data_folder_with_a_nested_copy(data_dir)
+    nested = data_dir / "cifar-10-batches-bin"
+    for name in os.listdir(nested):
+        os.remove(nested / name)
+    # No data files in it: it is no data folder, and the folder's damage is named.
+    with pytest.raises(DataError, match=r"^missing data file \S+/my10/cifar-10-batches-bin/"
+                                        r"data_batch_1\.bin: "):
+        getdata.prepare(str(data_dir), url=OFFLINE)
+    nested.rmdir()
+    nested.symlink_to(data_dir)  # the folder itself under that name too
+    assert getdata.prepare(str(data_dir), url=OFFLINE)[1] == {"train": 50, "test": 10}
+
+
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval"])
+def test_the_programs_refuse_a_data_folder_that_holds_another(tmp_path, program):
+    data_dir = tmp_path / "my10"
+    files = _data_folder_with_a_nested_copy(data_dir)
+    if program == "cifar10-train":
+        # (A few steps, should it train: not for ever.)
+        args = (f"--data_dir={data_dir}", f"--train_dir={tmp_path / 'train'}",
+                "--max_steps=1", "--batch_size=2")
+        origin = ""
+    else:  # the run's own --data_dir, as its flags.txt recorded it
+        train = tmp_path / "train"
+        _dirs(tmp_path, "eval_main")
+        (train / "flags.txt").write_text(f"# cifar10-train, started 2026-11-26 10:00:00\n"
+                                         f"--data_dir={data_dir}\n--train_dir={train}\n")
+        args = (f"--checkpoint_dir={train}", f"--eval_dir={tmp_path / 'eval'}", "--run_once")
+        origin = f" (--data_dir={data_dir}, from {train}/flags.txt)"
+    result = call(program, *args, f"--data_url={OFFLINE}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"{program}: error: {_two_data_folders_error(data_dir, origin)}")
+    assert {str(p): p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == files
+    # Nothing made: no --train_dir, no --eval_dir (the evaluator's train/ is the run's).
+    assert sorted(os.listdir(tmp_path)) == ["my10"] + (["train"] if origin else [])
 
 
 def test_image_folders_are_found_at_both_depths(tmp_path):

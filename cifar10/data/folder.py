@@ -219,6 +219,45 @@ def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
     return None
 
 
+def refuse_two_data_folders(data_dir: str, followed: str = "") -> None:
+    """Raises DataError when ``data_dir`` is a data folder itself and holds another one,
+    ``cifar-10-batches-bin/`` (cifar10-prepare wrote one into a data folder given as its
+    --data_dir before it refused to): either could be the data meant.
+
+    Neither is clearly meant, so neither is taken.  The nested one is the newer and
+    what --data_dir's first reading (the folder that holds ``cifar-10-batches-bin/``)
+    finds; but the files the user pointed at are the folder's own.  A run's record
+    cannot tell either: flags.txt keeps --data_dir as given, the same for both.  A run
+    on the other data would go on without a word, with results that are not of the
+    data meant, so the user chooses, and nothing is moved here.
+    """
+    nested = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    if not (_holds_records(data_dir) and os.path.isdir(nested) and _holds_records(nested)):
+        return
+    if os.path.realpath(nested) == os.path.realpath(data_dir):
+        return  # a link to the folder itself: one data set
+    origin = f" ({followed})" if followed else ""
+    found = data_files_in(data_dir)
+    aside = _unused_name(data_dir, "-nested")
+    raise DataError(
+        f"--data_dir={data_dir}{origin} is a data folder (it holds {', '.join(found[:2])}"
+        f"{', ...' if len(found) > 2 else ''}) and holds another one, {nested}: which one is "
+        f"meant is unclear; move {nested} out of it (e.g. to {aside}), then pass "
+        f"--data_dir={data_dir} for the first or --data_dir={aside} for the other")
+
+
+def _unused_name(path: str, suffix: str) -> str:
+    """A path beside ``path`` named after it with ``suffix`` (a number added if need
+    be) that does not exist."""
+    base = os.path.normpath(path)
+    if os.path.basename(base) in ("", ".", ".."):
+        base = os.path.abspath(base)
+    name, number = base + suffix, 2
+    while os.path.lexists(name):
+        name, number = f"{base}{suffix}{number}", number + 1
+    return name
+
+
 def data_files_in(path: str) -> list[str]:
     """The data files (``fileformat.DATA_FILES``) that ``path`` holds, sorted; none when
     it is not a folder."""

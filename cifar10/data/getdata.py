@@ -115,10 +115,16 @@ def _remove_leftovers(folder: str, print_fn) -> None:
                  f"{folder}: {', '.join(removed)}.")
 
 
-def _found(data_dir: str, archive: ff.Archive) -> str | None:
+def _found(data_dir: str, archive: ff.Archive, followed: str = "") -> str | None:
     """The archive's extracted folder: under ``data_dir``, or ``data_dir`` itself (the
-    ``cifar-10-batches-bin`` or ``cifar-100-binary`` folder given as --data_dir)."""
+    ``cifar-10-batches-bin`` or ``cifar-100-binary`` folder given as --data_dir).
+
+    Raises:
+      DataError: ``data_dir`` is a CIFAR-10-format data folder that holds another one
+        (``folder.refuse_two_data_folders``).
+    """
     if archive is ff.CIFAR10:
+        datafolder.refuse_two_data_folders(data_dir, followed)
         return datafolder.find_batches_dir(data_dir)
     found = datafolder.find_batches_dir(data_dir, archive.folder, itself=False)
     return found or (data_dir if cifar100.holds_source(data_dir) else None)
@@ -164,7 +170,7 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
         made = _cifar100_made(data_dir, label, followed)
         if made:
             return made
-    found = _found(data_dir, archive)
+    found = _found(data_dir, archive, followed)
     if found:
         return cifar100.batches_dir(found, data_dir, label) if archive is ff.CIFAR100 else found
     datafolder.refuse_non_data(data_dir, followed)
