@@ -11,6 +11,7 @@ import os
 import shutil
 import tarfile
 import threading
+import time
 from unittest import mock
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from cli import call
 from cifar10.runs import checkpoints
 from cifar10.data import cifar100
+from cifar10.data import getdata
 from cifar10.data import pipeline as data
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import DataError
@@ -333,3 +335,25 @@ def test_a_source_from_a_tarball_is_extracted_again_or_downloaded_without_data_m
     assert last.endswith(f"; delete {extracted} so that it is extracted again from "
                          f"{data_dir / ff.CIFAR100.tarball}"), last
     assert _snapshot(data_dir) == before
+
+
+def test_a_task_whose_data_another_converts_waits_for_the_labels_folder(tarball, tmp_path):
+    """Under srun the node's first task writes the label's folder from the extracted
+    data; the others wait for it rather than write it too."""
+    data_dir = tmp_path / "data"
+    extracted = _extract(tarball, data_dir)
+    first = "Slurm task 0 (the first task on node7)"
+    converter = threading.Timer(1.0, cifar100.batches_dir, (extracted, str(data_dir), "fine"))
+    lines = []
+    started = time.monotonic()
+    converter.start()
+    try:
+        found, counts = getdata.prepare(str(data_dir), url=OFFLINE, dataset="cifar100",
+                                        label="fine", print_fn=lines.append,
+                                        fetched_by=first, wait_s=30)
+    finally:
+        converter.join()
+    assert time.monotonic() - started >= 1.0
+    assert found == str(data_dir / cifar100.batches_dir_name("fine"))
+    assert counts == {"train": 300, "test": 100}
+    assert lines == [f"Waiting for {first} to fetch the data into {data_dir}."]

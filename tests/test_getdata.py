@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from cli import call, env
 
+from cifar10.core import atomic
+from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import synthetic
@@ -140,6 +144,98 @@ def test_the_programs_refuse_a_data_folder_that_holds_another(tmp_path, program)
     assert {str(p): p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == files
     # Nothing made: no --train_dir, no --eval_dir (the evaluator's train/ is the run's).
     assert sorted(os.listdir(tmp_path)) == ["my10"] + (["train"] if origin else [])
+
+
+# ---- another task fetches the data (under srun: the first task of the node) -------
+
+FETCHER = "Slurm task 0 (the first task on node7)"
+
+
+def _later(seconds: float, work) -> threading.Thread:
+    """``work()`` in a thread, ``seconds`` from now (another task's fetch)."""
+    def run():
+        time.sleep(seconds)
+        work()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("use_synthetic", [False, True], ids=["download", "generated"])
+def test_a_task_whose_data_another_fetches_waits_for_it_and_says_so_once(
+        tmp_path, use_synthetic):
+    data_dir = tmp_path / "data"
+    folder = data_dir / "synthetic" if use_synthetic else data_dir
+    # (The other task's fetch ends in a rename, as a download's extraction does.)
+    other = _later(1.2, lambda: synthetic.write_dataset(str(folder), records_per_file=10))
+    lines = []
+    started = time.monotonic()
+    found, counts = getdata.prepare(str(data_dir), url=OFFLINE, use_synthetic=use_synthetic,
+                                    synthetic_records=10, print_fn=lines.append,
+                                    fetched_by=FETCHER, wait_s=30)
+    other.join()
+    assert 1.2 <= time.monotonic() - started < 10
+    assert found == str(folder / ff.BATCHES_DIRNAME)
+    assert counts == {"train": 50, "test": 10}
+    assert lines[0] == f"Waiting for {FETCHER} to fetch the data into {folder}."
+    assert not any(line.startswith("Waiting") for line in lines[1:])
+
+
+def test_data_already_there_is_not_waited_for(tmp_path):
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=10)
+    lines = []
+    assert getdata.prepare(str(tmp_path), url=OFFLINE, print_fn=lines.append,
+                           fetched_by=FETCHER, wait_s=0.1)[0] == batches_dir
+    assert not any(line.startswith("Waiting") for line in lines)
+
+
+def test_the_wait_ends_in_one_line_when_no_fetch_is_under_way(tmp_path):
+    """The other task's fetch failed, or it never started: nothing is downloaded here
+    either, and nothing is made."""
+    data_dir = tmp_path / "data"
+    lines = []
+    started = time.monotonic()
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(data_dir), url=OFFLINE, print_fn=lines.append,
+                        fetched_by=FETCHER, wait_s=1)
+    assert 1 <= time.monotonic() - started < 5
+    assert str(error.value) == (
+        f"no data appeared in {data_dir} while this task waited for {FETCHER} to fetch it, "
+        f"and no fetch was under way there for 1 s (--worker_timeout_secs): see that task's "
+        f"error, then start the job again (or put the data in {data_dir} before it starts)")
+    assert lines == [f"Waiting for {FETCHER} to fetch the data into {data_dir}."]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_fetch_under_way_keeps_the_wait_going_past_its_time(tmp_path):
+    """A download of 170 MB can take longer than --worker_timeout_secs: while its scratch
+    folder's writer is alive, the wait goes on."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+
+    def download():
+        with atomic.scratch_folder(str(data_dir / ff.TARBALL_NAME)):
+            time.sleep(2.5)
+        synthetic.write_dataset(str(data_dir), records_per_file=10)
+
+    other = _later(0, download)
+    lines = []
+    found, _ = getdata.prepare(str(data_dir), url=OFFLINE, print_fn=lines.append,
+                               fetched_by=FETCHER, wait_s=1)
+    other.join()
+    assert found == str(data_dir / ff.BATCHES_DIRNAME)
+
+
+def test_a_data_mistake_is_not_waited_for(tmp_path):
+    """What the other task refuses, this one refuses at once, in the same words."""
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "1.png").write_bytes(b"")
+    with pytest.raises(DataError, match=r"holds image folders \(cat/\)"):
+        getdata.prepare(str(tmp_path), url=OFFLINE, fetched_by=FETCHER, wait_s=60)
+    with pytest.raises(DataError, match="^not downloaded here$"):
+        getdata.prepare(str(tmp_path / "data"), url=OFFLINE, fetched_by=FETCHER, wait_s=60,
+                        no_download="not downloaded here")
 
 
 def test_image_folders_are_found_at_both_depths(tmp_path):

@@ -4,6 +4,9 @@ resolver.py), and training, stopping and resuming under a real one-node Slurm
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import http.server
 import json
 import os
 import re
@@ -11,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,6 +22,8 @@ import pytest
 from cli import env, program
 from cifar10.core.errors import Cifar10Error
 from cifar10.cli import workers as launch_workers
+from cifar10.data import fileformat as ff
+from cifar10.data import synthetic
 from cifar10.distribute import cluster, resolver, slurm
 import slurm_cluster
 
@@ -87,6 +93,26 @@ def test_several_tasks_per_node_take_consecutive_ports_block_or_cyclic():
                                  SLURM_LOCALID="1"))
     with pytest.raises(Cifar10Error, match=r"^srun --distribution=plane is not supported"):
         slurm.read_task(step_env(SLURM_DISTRIBUTION="plane=2"))
+
+
+def test_each_nodes_first_task_fetches_the_data_and_the_others_wait_for_it(environ):
+    block = [slurm.read_task(step_env("a[1-2]", "2(x2)", rank=rank)) for rank in range(4)]
+    assert [task.node_first for task in block] == [0, 0, 2, 2]
+    cyclic = [slurm.read_task(step_env("a[1-2]", "2,1", rank=rank, SLURM_DISTRIBUTION="cyclic"))
+              for rank in range(3)]  # a1 has ranks 0 and 2, a2 rank 1
+    assert [task.node_first for task in cyclic] == [0, 1, 0]
+    for rank, fetcher in enumerate(["", "Slurm task 0 (the first task on a1)", "",
+                                    "Slurm task 2 (the first task on a2)"]):
+        environ(step_env("a[1-2]", "2(x2)", rank=rank))
+        assert cluster.data_fetcher() == fetcher
+    environ(step_env("a[1-2]", "1(x2)", rank=1))  # one task a node: each its own
+    assert cluster.data_fetcher() == ""
+    # TF_CONFIG wins: its workers fetch their own, as outside Slurm.
+    environ(step_env("a[1-2]", "2(x2)", rank=1, TF_CONFIG=json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}})))
+    assert cluster.data_fetcher() == ""
+    environ({})
+    assert cluster.data_fetcher() == ""
 
 
 def test_gpus_come_from_slurms_allocation_and_a_cpu_node_has_none(environ):
@@ -276,14 +302,72 @@ def train_args(folder, *extra):
             *extra)
 
 
-def test_srun_trains_two_workers_and_the_chief_writes(slurm_job, tmp_path):
-    result = subprocess.run(
-        ["srun", "-n", "2", "--overcommit", "-l", "--kill-on-bad-exit=1",
-         program("cifar10-train"), *train_args(tmp_path, "--max_steps=4", "--log_frequency=2",
-                                               "--checkpoint_steps=2")],
-        capture_output=True, text=True, timeout=240, env=slurm_job.env())
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
+class _SlowTarball(http.server.BaseHTTPRequestHandler):
+    """Serves ``body`` once ``release`` is set (or 60 s have passed), counting requests."""
+
+    body, requests, release = b"", [], threading.Event()
+
+    def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
+        type(self).requests.append(self.path)
+        type(self).release.wait(60)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+
+@contextlib.contextmanager
+def held_tarball(body: bytes):
+    """(the URL of a local server of ``body`` that answers once told to, or after 60 s;
+    the handler: its ``release`` event, its ``requests``)."""
+    handler = type("Handler", (_SlowTarball,), {"body": body, "requests": [],
+                                                "release": threading.Event()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}", handler
+    finally:
+        handler.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_srun_trains_two_workers_on_data_the_nodes_first_task_fetched_once(slurm_job,
+                                                                          tmp_path):
+    """The missing --data_dir is downloaded by task 0 alone (one request, its progress
+    lines only), while task 1 says once that it waits; then the chief writes."""
+    tarball = synthetic.tarball_bytes(records_per_file=50)
+    data_dir = tmp_path / "data"
+    with held_tarball(tarball) as (url, server):
+        proc = subprocess.Popen(
+            ["srun", "-n", "2", "--overcommit", "-l", "--kill-on-bad-exit=1",
+             program("cifar10-train"), f"--data_dir={data_dir}", f"--data_url={url}",
+             f"--data_md5={hashlib.md5(tarball).hexdigest()}", f"--train_dir={tmp_path}/train",
+             "--batch_size=8", "--worker_timeout_secs=60", "--max_steps=4",
+             "--log_frequency=2", "--checkpoint_steps=2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_job.env())
+        lines = []
+        try:
+            for line in proc.stdout:  # the download is answered once task 1 waits for it
+                lines.append(line)
+                if line.startswith("1: Waiting for"):
+                    server.release.set()
+            err = proc.communicate(timeout=240)[1]
+        finally:
+            proc.kill()
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert server.requests == [f"/{ff.TARBALL_NAME}"]
+    assert [line for line in lines if "Waiting" in line] == [
+        f"1: Waiting for Slurm task 0 (the first task on {slurm_job.host}) to fetch the data "
+        f"into {data_dir}.\n"]
+    downloads = [line for line in err.splitlines() if ">> Downloading" in line]
+    assert downloads and all(line.startswith("0: ") for line in downloads), err
+    assert sorted(os.listdir(data_dir)) == [ff.BATCHES_DIRNAME, ff.TARBALL_NAME]
     assert re.search(r"^0: Training on 250 examples .* with 2 replica\(s\), global batch 16; "
                      r"checkpoints and summaries in ", out, re.M), out
     assert re.search(r"^1: .*this is worker 1: the chief writes checkpoints", out, re.M), out

@@ -39,11 +39,12 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     no_download = _refuse_before_tensorflow()
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
-    # so that a data mistake is answered at once.
+    # so that a data mistake is answered at once; under srun by each node's first task.
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
-        no_download=no_download)
+        no_download=no_download, fetched_by=cluster.data_fetcher(),
+        wait_s=FLAGS.worker_timeout_secs)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import pipeline as data

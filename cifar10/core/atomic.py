@@ -177,6 +177,32 @@ def remove_leftovers(parent: str) -> list[str]:
     return removed
 
 
+def at_work(parent: str) -> bool:
+    """Whether a live process is writing a scratch folder in ``parent`` (one of
+    ``new_folder`` or ``scratch_folder``: its marker is locked)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return False
+    return any(_SCRATCH.fullmatch(name) and _locked(os.path.join(parent, name, MARKER))
+               for name in names)
+
+
+def _locked(marker: str) -> bool:
+    """Whether another process holds the lock of the marker file ``marker``."""
+    if os.path.islink(marker) or not os.path.isfile(marker):
+        return False  # (a FIFO under that name would block the open)
+    try:
+        with open(marker) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False  # (closing the file drops the lock just taken)
+    except OSError:
+        return False
+
+
 def _abandoned(scratch: str, name: str) -> bool:
     """Whether ``scratch`` holds ``new_folder``'s marker for ``name``, unlocked."""
     marker = os.path.join(scratch, MARKER)

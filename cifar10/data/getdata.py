@@ -9,6 +9,9 @@ answered within a second, in one line that names the problem and the fix.
 from __future__ import annotations
 
 import os
+import sys
+import time
+from typing import Callable
 
 from absl import logging
 
@@ -22,12 +25,15 @@ from cifar10.core.errors import DataError
 
 # Where --synthetic_data keeps its generated data, under --data_dir.
 SYNTHETIC_SUBDIR = "synthetic"
+# Seconds between two looks for the data that another process fetches (``fetched_by``).
+POLL_S = 0.5
 
 
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             use_synthetic: bool = False, synthetic_records: int = 1000, print_fn=print,
             dataset: str = "cifar10", label: str = "fine",
-            followed: str = "", no_download: str = "") -> tuple[str, dict[str, int]]:
+            followed: str = "", no_download: str = "", fetched_by: str = "",
+            wait_s: float = 300.0) -> tuple[str, dict[str, int]]:
     """Finds, fetches if needed, and validates the data of a program, without TensorFlow.
 
     With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
@@ -40,18 +46,27 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     flags came from, for the error that says the data is missing.  ``no_download``,
     when given, is the error raised where the data would be downloaded (a resumed
     run's own data not asked for: ``cli.kind_of_data.download_refusal``).
+    ``fetched_by``, when given, names another process of this machine that fetches
+    the data (under srun: the first task of the node, ``cluster.data_fetcher``):
+    where this one would download, extract, convert or generate it, it waits for the
+    data to appear whole instead, saying so once, for as long as that process is at
+    it and ``wait_s`` seconds more (cifar10-train's --worker_timeout_secs, which the
+    error names).
 
     Returns:
       (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
 
     Raises:
-      DataError: the data cannot be fetched or a file is missing or corrupt.
+      DataError: the data cannot be fetched or a file is missing or corrupt, or the
+        process ``fetched_by`` did not fetch it.
     """
+    wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
-        batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn)
+        batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait)
     else:
         _remove_leftovers(data_dir, print_fn)
-        batches_dir = _real_data(data_dir, url, md5, dataset, label, followed, no_download)
+        batches_dir = _real_data(data_dir, url, md5, dataset, label, followed, no_download,
+                                 wait)
     num_classes = len(datafolder.class_names(batches_dir))
     counts = {split: datafolder.validate_files(datafolder.split_files(batches_dir, split),
                                                num_classes)
@@ -72,12 +87,56 @@ def is_data_folder(path: str) -> bool:
             or datafolder.find_batches_dir(path) is not None or cifar100.holds_source(path))
 
 
-def _synthetic_data(data_dir: str, records_per_file: int, print_fn) -> tuple[str, bool]:
+class _Wait:
+    """The wait of a process for the data that another one, ``fetched_by``, fetches
+    (``prepare``'s ``fetched_by``)."""
+
+    def __init__(self, fetched_by: str, wait_s: float, print_fn,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.fetched_by, self.wait_s, self.print_fn = fetched_by, wait_s, print_fn
+        self.clock, self.sleep = clock, sleep
+
+    def until(self, ready: Callable[[], bool], folder: str) -> None:
+        """Returns once ``ready()``: the data fetched into ``folder`` is there whole
+        (it appears by a rename).  Says once that it waits.
+
+        A fetch under way in ``folder`` (a scratch folder whose writer is alive:
+        ``atomic.at_work``) keeps the wait going, for the 170 MB download may take
+        longer than ``wait_s``; a fetch that failed, or never started, ends it
+        ``wait_s`` seconds later.
+
+        Raises:
+          DataError: no fetch was under way for ``wait_s`` seconds, and no data came.
+        """
+        seen, said = self.clock(), False
+        while not ready():
+            if atomic.at_work(folder):
+                seen = self.clock()
+            elif self.clock() - seen > self.wait_s and not ready():
+                raise DataError(
+                    f"no data appeared in {folder} while this task waited for "
+                    f"{self.fetched_by} to fetch it, and no fetch was under way there for "
+                    f"{self.wait_s:g} s (--worker_timeout_secs): see that task's error, then "
+                    f"start the job again (or put the data in {folder} before it starts)")
+            if not said:
+                self.print_fn(f"Waiting for {self.fetched_by} to fetch the data into "
+                              f"{folder}.")
+                sys.stdout.flush()
+                said = True
+            self.sleep(POLL_S)
+
+
+def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
+                    wait: _Wait | None = None) -> tuple[str, bool]:
     """(the generated data folder under ``data_dir``, whether it was written now)."""
     folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
     _remove_leftovers(folder, print_fn)
     batches_dir = datafolder.batches_dir_of(folder)
     if os.path.isdir(batches_dir):
+        return batches_dir, False
+    if wait:
+        wait.until(lambda: os.path.isdir(batches_dir), folder)
         return batches_dir, False
     try:
         synthetic.write_dataset(folder, records_per_file=records_per_file)
@@ -162,22 +221,36 @@ def _refuse_cifar100_as_cifar10(data_dir: str, followed: str) -> None:
 
 
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
-               followed: str, no_download: str = "") -> str:
+               followed: str, no_download: str = "", wait: _Wait | None = None) -> str:
     """The data folder of a real data set under ``data_dir``, downloaded when missing
-    (else the error ``no_download``, when given)."""
+    (else the error ``no_download``, when given; with ``wait``, by another process)."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
     if archive is ff.CIFAR100:
         made = _cifar100_made(data_dir, label, followed)
         if made:
             return made
-    found = _found(data_dir, archive, followed)
-    if found:
-        return cifar100.batches_dir(found, data_dir, label) if archive is ff.CIFAR100 else found
+    found = _found(data_dir, archive, followed) or _fetched(data_dir, url, md5, archive,
+                                                            followed, no_download, wait)
+    if archive is ff.CIFAR10:
+        return found
+    target = os.path.join(data_dir, cifar100.batches_dir_name(label))
+    if wait and not os.path.isdir(target):  # the other process converts it
+        wait.until(lambda: os.path.isdir(target), data_dir)
+    return cifar100.batches_dir(found, data_dir, label)
+
+
+def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archive,
+             followed: str, no_download: str, wait: _Wait | None) -> str:
+    """The archive's extracted folder in ``data_dir``, where it is missing: downloaded
+    and extracted (by the process ``wait`` waits for, with ``wait``)."""
     datafolder.refuse_non_data(data_dir, followed)
     if archive is ff.CIFAR10:
         _refuse_cifar100_as_cifar10(data_dir, followed)
     if no_download:
         raise DataError(no_download)
+    if wait:
+        wait.until(lambda: _found(data_dir, archive, followed) is not None, data_dir)
+        return _found(data_dir, archive, followed)  # (it stays: it appeared by a rename)
     existed = os.path.exists(data_dir)
     try:
         # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the download.
@@ -188,6 +261,4 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
         if existed:
             raise
         raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
-    if archive is ff.CIFAR100:
-        return cifar100.batches_dir(extracted, data_dir, label)
     return extracted

@@ -114,6 +114,29 @@ def cluster_workers(tf_config: str | None = None) -> int:
     return slurm.read_task().num_tasks if source == "slurm" else 0
 
 
+def data_fetcher(tf_config: str | None = None) -> str:
+    """The task that fetches this task's data for it, as the lines name it ('Slurm task
+    0 (the first task on node7)'); '' where this task fetches its own.
+
+    Under srun the first task of each node fetches a missing --data_dir, and the
+    node's other tasks wait for it (``getdata.prepare``'s ``fetched_by``): not all of
+    them at once, and per node, for --data_dir may be a folder of each node's own
+    (the default /tmp/cifar10_data).  Workers of a ``TF_CONFIG`` fetch their own:
+    its "host:port" addresses do not say which workers share a machine, or a disk,
+    and a worker that waited for another that does not fetch (one on another
+    machine) would wait in vain; cifar10-launch fetches before its workers start.
+
+    Raises:
+      Cifar10Error: as ``cluster_source``.
+    """
+    if cluster_source(tf_config) != "slurm":
+        return ""
+    task = slurm.read_task()
+    if task.node_first == task.rank:
+        return ""
+    return f"Slurm task {task.node_first} (the first task on {task.node})"
+
+
 def strategy_kind(kind: str, tf_config: str | None = None) -> str:
     """The strategy ``kind`` ('auto' resolved) that a run with this ``TF_CONFIG`` (or
     in this Slurm job step) uses.

@@ -60,6 +60,11 @@ class SlurmTask:
     def node(self) -> str:
         return self.hosts[self.placement[self.rank][0]]
 
+    @property
+    def node_first(self) -> int:
+        """The rank of the first task (SLURM_LOCALID 0) of this task's node."""
+        return self.placement.index((self.placement[self.rank][0], 0))
+
     def addresses(self, port_base: int) -> list[str]:
         """Every worker's "host:port", in rank order."""
         return [f"{self.hosts[node]}:{port_base + local}" for node, local in self.placement]
