@@ -58,6 +58,11 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if ERROR in line]
 
 
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
 def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(trained,
                                                                                tmp_path):
     # Counting exactly --num_examples below the data size is tested in test_scoring.
@@ -106,9 +111,7 @@ def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
     data_dir, train_dir = trained
     copy = tmp_path / "train"
     shutil.copytree(train_dir, copy)
-    data_file = copy / "model.ckpt-3.data-00000-of-00001"
-    with open(data_file, "r+b") as f:
-        f.truncate(os.path.getsize(data_file) // 2)
+    truncate(copy / "model.ckpt-3.data-00000-of-00001")
     result = call("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
                                              f"--checkpoint={copy / 'model.ckpt-3'}"))
     assert "Traceback" not in result.stderr
@@ -116,6 +119,31 @@ def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
     errors = error_lines(result.stderr)
     assert len(errors) == 1 and errors[0].startswith(
         f"{ERROR} cannot evaluate checkpoint {copy / 'model.ckpt-3'}: "), errors
+
+
+def test_polling_a_complete_run_of_which_no_checkpoint_reads_ends_with_one_error(trained,
+                                                                                 tmp_path):
+    # Scored nothing: exit status 1, as at --eval_timeout, not a stop as if done.
+    data_dir, train_dir = trained
+    copy = tmp_path / "train"
+    shutil.copytree(train_dir, copy)
+    for step in (3, 6):
+        truncate(copy / f"model.ckpt-{step}.index")
+    # (A checkpoint that fails to read counts as an evaluation for the interval.)
+    result = call("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
+                                             "--eval_interval_secs=1"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "stopping" not in result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        f"{ERROR} training in {copy} is complete and none of its checkpoints could be read "
+        f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; train "
+        f"again (cifar10-train --train_dir={copy} --fresh_start deletes them) or point "
+        f"--checkpoint_dir at another run")
+    assert len(error_lines(result.stderr)) == 1
+    assert [line.split(":")[1] for line in result.stderr.splitlines()[:-1]] == [
+        " warning"] * 2  # one for each checkpoint skipped
+    assert not (tmp_path / "eval").exists()
 
 
 def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_line(trained,
