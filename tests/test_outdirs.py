@@ -294,6 +294,13 @@ def test_cifar10_train_refuses_an_export_folder_as_train_dir(tmp_path, kind):
     assert listing(tmp_path) == before  # no data/ either
 
 
+def test_a_folder_of_one_export_is_named_so(tmp_path):
+    exports = exports_folder(tmp_path / "exports", 5)
+    with pytest.raises(Cifar10Error, match=r"is a folder of exports \(SavedModel version "
+                                           r"folder 5\): "):
+        outdirs.refuse_foreign_eval_dir(str(exports), str(tmp_path / "a" / "train"))
+
+
 def test_numbered_folders_that_are_no_savedmodels_are_no_exports(tmp_path):
     # Class folders named by label, say.
     for label in ("0", "1"):

@@ -191,7 +191,8 @@ def _refuse_export_folder(flag: str, folder: str, choose: str, suggested: str) -
         versions = _export_versions(folder)
         if not versions:
             return
-        what = (f"a folder of exports (SavedModel version folders {', '.join(versions[:3])}"
+        what = (f"a folder of exports (SavedModel version folder"
+                f"{'s' if len(versions) > 1 else ''} {', '.join(versions[:3])}"
                 f"{', ...' if len(versions) > 3 else ''})")
     raise Cifar10Error(f"--{flag}={folder} is {what}: choose {choose}, such as {suggested}")
 
