@@ -3,6 +3,7 @@ subprocesses beside a training process."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -58,6 +59,20 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if ERROR in line]
 
 
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def offline_data_flags(tmp_path):
+    """Data flags whose data is fetched from a local tarball into a folder not there yet:
+    the folder appears if and only if the data is fetched."""
+    tarball = tmp_path / "cifar-10-binary.tar.gz"
+    tarball.write_bytes(synthetic.tarball_bytes(records_per_file=10))
+    return (f"--data_dir={tmp_path / 'data' / 'new'}", f"--data_url=file://{tarball}",
+            f"--data_md5={hashlib.md5(tarball.read_bytes()).hexdigest()}")
+
+
 def test_run_once_prints_the_precision_line_and_clamps_num_examples_to_the_data(trained,
                                                                                tmp_path):
     # Counting exactly --num_examples below the data size is tested in test_scoring.
@@ -99,23 +114,50 @@ def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
     assert not (tmp_path / "eval").exists()
 
 
-def test_a_given_truncated_checkpoint_is_a_one_line_error(trained, tmp_path):
+def test_a_given_checkpoint_that_does_not_read_is_one_line_and_fetches_no_data(trained,
+                                                                              tmp_path):
     # The evaluator's other errors (no checkpoint, bad data) are test_polling's and
     # test_data's; this one follows an error through the command to its last line.
     # --checkpoint scores that checkpoint once: not the latest (6), which is sound.
+    _, train_dir = trained
+    copy = tmp_path / "runs" / "train"
+    shutil.copytree(train_dir, copy)
+    truncate(copy / "model.ckpt-3.data-00000-of-00001")
+    data_flags = offline_data_flags(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    result = call("cifar10-eval", f"--checkpoint={copy / 'model.ckpt-3'}", *data_flags,
+                  f"--eval_dir={tmp_path / 'eval'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"{ERROR} --checkpoint {copy / 'model.ckpt-3'} cannot be read (")
+    assert error.endswith(f"): pass another checkpoint, or --checkpoint_dir={copy} for its "
+                          f"newest that reads")
+    assert sorted(os.listdir(tmp_path)) == before  # no data/, no eval/
+
+
+def test_polling_a_complete_run_of_which_no_checkpoint_reads_ends_with_one_error(trained,
+                                                                                 tmp_path):
+    # Scored nothing: exit status 1, as at --eval_timeout, not a stop as if done.
     data_dir, train_dir = trained
     copy = tmp_path / "train"
     shutil.copytree(train_dir, copy)
-    data_file = copy / "model.ckpt-3.data-00000-of-00001"
-    with open(data_file, "r+b") as f:
-        f.truncate(os.path.getsize(data_file) // 2)
+    for step in (3, 6):
+        truncate(copy / f"model.ckpt-{step}.index")
+    # (A checkpoint that fails to read counts as an evaluation for the interval.)
     result = call("cifar10-eval", *eval_args(data_dir, copy, tmp_path / "eval",
-                                             f"--checkpoint={copy / 'model.ckpt-3'}"))
-    assert "Traceback" not in result.stderr
+                                             "--eval_interval_secs=1"))
     assert result.returncode == 1
-    errors = error_lines(result.stderr)
-    assert len(errors) == 1 and errors[0].startswith(
-        f"{ERROR} cannot evaluate checkpoint {copy / 'model.ckpt-3'}: "), errors
+    assert "Traceback" not in result.stderr
+    assert "stopping" not in result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        f"{ERROR} training in {copy} is complete and none of its checkpoints could be read "
+        f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; train "
+        f"again (cifar10-train --train_dir={copy} --fresh_start deletes them) or point "
+        f"--checkpoint_dir at another run")
+    assert len(error_lines(result.stderr)) == 1
+    assert [line.split(":")[1] for line in result.stderr.splitlines()[:-1]] == [
+        " warning"] * 2  # one for each checkpoint skipped
+    assert not (tmp_path / "eval").exists()
 
 
 def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_line(trained,
@@ -222,17 +264,55 @@ def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, mo
 
 def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
     # A mistyped --checkpoint_dir costs nothing: no download, extraction or conversion.
-    tarball = tmp_path / "cifar-10-binary.tar.gz"
-    tarball.write_bytes(synthetic.tarball_bytes(records_per_file=10))
     typo = tmp_path / "runs" / "typo"
     result = call("cifar10-eval", f"--checkpoint_dir={typo}", "--run_once",
-                  f"--data_dir={tmp_path / 'data' / 'new'}", f"--data_url=file://{tarball}",
-                  f"--eval_dir={tmp_path / 'eval'}")
+                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
     assert result.returncode == 1
     assert (result.stdout, result.stderr.splitlines()) == ("", [
         f"{ERROR} No checkpoint file found in {typo}: train first (cifar10-train "
         f"--train_dir={typo}) or point --checkpoint_dir at a training run"])
     assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
+
+
+@pytest.mark.parametrize("part", [".index", ".data-00000-of-00001"])
+def test_run_once_on_checkpoints_that_do_not_read_fetches_no_data(trained, tmp_path, part):
+    # Their files are all there: it reads them before the data is fetched.
+    _, train_dir = trained
+    copy = tmp_path / "runs" / "train"
+    shutil.copytree(train_dir, copy)
+    for step in (3, 6):
+        truncate(copy / f"model.ckpt-{step}{part}")
+    data_flags = offline_data_flags(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    result = call("cifar10-eval", f"--checkpoint_dir={copy}", "--run_once", *data_flags,
+                  f"--eval_dir={tmp_path / 'eval'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"{ERROR} no checkpoint in {copy} can be read: model.ckpt-6 "
+                            f"cannot be read (")
+    assert "; model.ckpt-3 cannot be read (" in error
+    assert error.endswith(f"; train again (cifar10-train --train_dir={copy} --fresh_start "
+                          f"deletes them) or point --checkpoint_dir at another run")
+    assert sorted(os.listdir(tmp_path)) == before  # no data/, no eval/
+
+
+def test_run_once_downloads_the_data_once_a_checkpoint_reads_and_warns_once(trained,
+                                                                          tmp_path):
+    # The newest does not read: the one before is scored, with one warning (not one
+    # for the check before the download and another for the scoring).
+    _, train_dir = trained
+    copy = tmp_path / "runs" / "train"
+    shutil.copytree(train_dir, copy)
+    truncate(copy / "model.ckpt-6.index")
+    result = call("cifar10-eval", f"--checkpoint_dir={copy}", "--run_once",
+                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"cifar10-eval: warning: Using {copy / 'model.ckpt-3'}, the "
+                              f"newest checkpoint in {copy} that reads: model.ckpt-6 cannot "
+                              f"be read (")
+    assert [r["step"] for r in results(tmp_path / "eval")] == [3]
+    assert os.path.isdir(tmp_path / "data" / "new" / "cifar-10-batches-bin")
 
 
 @pytest.mark.parametrize("polling", [[], ["--run_once"]])

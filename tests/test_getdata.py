@@ -256,26 +256,31 @@ from cifar10.cli import {module}
 """
 
 
-@pytest.mark.parametrize("program,module,args", [
-    ("cifar10-train", "train_main", ()),
-    ("cifar10-eval", "eval_main", ("--run_once",)),
+@pytest.mark.parametrize("program,module,args,error", [
+    ("cifar10-train", "train_main", (), "no CIFAR-10 data: --data_dir="),
+    # The evaluator of one checkpoint downloads only once the checkpoint reads, with
+    # TensorFlow (test_eval_main); a mistake in the data on disk is answered before.
+    ("cifar10-eval", "eval_main", ("--run_once",), "--data_dir="),
 ])
-def test_a_data_mistake_is_answered_before_tensorflow_loads(tmp_path, program, module, args):
+def test_a_data_mistake_is_answered_before_tensorflow_loads(tmp_path, program, module, args,
+                                                            error):
     result = subprocess.run(
         [sys.executable, "-c", _PROBE.format(module=module), program,
          f"--data_dir={tmp_path / 'dta'}", f"--data_url={OFFLINE}", *_dirs(tmp_path, module),
          *args], capture_output=True, text=True, timeout=120, env=env())
     lines = result.stderr.splitlines()
     assert result.returncode == 1, result.stderr
-    assert lines[0].startswith(f"{program}: error: no CIFAR-10 data: --data_dir="), lines
+    assert lines[0].startswith(f"{program}: error: {error}"), lines
     assert lines[1:] == ["tensorflow loaded: 0"]
-    assert sorted(os.listdir(tmp_path)) == ([] if module == "train_main" else ["train"])
+    assert sorted(os.listdir(tmp_path)) == ([] if module == "train_main" else ["dta", "train"])
 
 
 def _dirs(tmp_path, module):
     if module == "train_main":
         return (f"--train_dir={tmp_path / 'train'}",)
     # A run with a checkpoint (its files, by name): the evaluator looks for one first.
+    # Its data is a file.
+    (tmp_path / "dta").write_text("")
     (tmp_path / "train").mkdir()
     for name in ("model.ckpt-2.index", "model.ckpt-2.data-00000-of-00001"):
         (tmp_path / "train" / name).write_bytes(b"")

@@ -249,3 +249,123 @@ def test_the_suggested_eval_dir_keeps_the_runs_results_apart(tmp_path):
     # Any other run: its own, beside it.
     assert suggested(tmp_path / "runs" / "b" / "train") == str(tmp_path / "runs" / "b" / "eval")
     assert suggested(tmp_path / "mine") == str(tmp_path / "mine-eval")
+
+
+def exports_folder(folder, *steps):
+    """``folder`` as cifar10-export leaves it: a SavedModel version folder per step."""
+    for step in steps:
+        (folder / str(step) / "variables").mkdir(parents=True)
+        (folder / str(step) / "saved_model.pb").write_bytes(b"")
+    return folder
+
+
+EXPORT_FOLDERS = {
+    "exports": ("", "a folder of exports (SavedModel version folders 3, 6)"),
+    "version": ("6", "an export (a SavedModel: saved_model.pb)"),
+}
+
+
+@pytest.mark.parametrize("kind", EXPORT_FOLDERS)
+def test_cifar10_eval_refuses_an_export_folder_as_eval_dir(tmp_path, kind):
+    subfolder, what = EXPORT_FOLDERS[kind]
+    eval_dir = exports_folder(tmp_path / "a" / "export", 3, 6) / subfolder
+    before = listing(tmp_path)
+    result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
+                  f"--eval_dir={eval_dir}", "--run_once")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-eval: error: --eval_dir={eval_dir} is {what}: choose a directory of the "
+        f"evaluator's own, such as {tmp_path / 'a' / 'eval'}"]
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", EXPORT_FOLDERS)
+def test_cifar10_train_refuses_an_export_folder_as_train_dir(tmp_path, kind):
+    # The folder suggested goes beside the exports, not among them.
+    subfolder, what = EXPORT_FOLDERS[kind]
+    train_dir = exports_folder(tmp_path / "a" / "export", 3, 6) / subfolder
+    before = listing(tmp_path)
+    result = call("cifar10-train", f"--train_dir={train_dir}", "--synthetic_data",
+                  f"--data_dir={tmp_path / 'data'}", "--max_steps=1")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: --train_dir={train_dir} is {what}: choose a directory of the "
+        f"run's own, such as {tmp_path / 'a' / 'train'}"]
+    assert listing(tmp_path) == before  # no data/ either
+
+
+def test_a_folder_of_one_export_is_named_so(tmp_path):
+    exports = exports_folder(tmp_path / "exports", 5)
+    with pytest.raises(Cifar10Error, match=r"is a folder of exports \(SavedModel version "
+                                           r"folder 5\): "):
+        outdirs.refuse_foreign_eval_dir(str(exports), str(tmp_path / "a" / "train"))
+
+
+def test_numbered_folders_that_are_no_savedmodels_are_no_exports(tmp_path):
+    # Class folders named by label, say.
+    for label in ("0", "1"):
+        (tmp_path / "mine" / label).mkdir(parents=True)
+    outdirs.refuse_foreign_train_dir(str(tmp_path / "mine"))
+    outdirs.refuse_foreign_eval_dir(str(tmp_path / "mine"), str(tmp_path / "a" / "train"))
+
+
+# A folder of data sets (a --data_dir) holds one of these.
+DATA_SETS = {
+    "cifar-10-batches-bin": "test_batch.bin",  # downloaded, or cifar10-prepare's
+    "synthetic/cifar-10-batches-bin": "test_batch.bin",  # --synthetic_data's
+    "cifar-100-binary": "test.bin",
+    "cifar-100-fine-batches-bin": "test_batch.bin",
+}
+
+
+@pytest.mark.parametrize("held", DATA_SETS)
+def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_path, held):
+    data_dir = tmp_path / "cifar10_data"
+    (data_dir / held).mkdir(parents=True)
+    (data_dir / held / DATA_SETS[held]).write_bytes(b"")
+    (data_dir / "cifar-10-binary.tar.gz").write_bytes(b"")
+    shown = held.split("/")[0] + "/"
+    before = listing(tmp_path)
+    run = tmp_path / "a" / "train"
+    for program, flag, args, what, suggested in [
+            ("cifar10-train", "train_dir",
+             ["--synthetic_data", f"--data_dir={tmp_path / 'd'}", "--max_steps=1"],
+             "the run's checkpoints and records", "/tmp/cifar10_train"),
+            ("cifar10-eval", "eval_dir", [f"--checkpoint_dir={run}", "--run_once"],
+             "the evaluator's results", tmp_path / "a" / "eval"),
+            ("cifar10-export", "export_dir", [f"--checkpoint_dir={run}"], "the exports",
+             tmp_path / "a" / "export")]:
+        result = call(program, f"--{flag}={data_dir}", *args)
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr.splitlines() == [
+            f"{program}: error: --{flag}={data_dir} is a folder of data sets, as a --data_dir "
+            f"is (it holds {shown}): choose a directory for {what}, outside the data, such as "
+            f"{suggested}"]
+    assert listing(tmp_path) == before
+
+
+def test_what_is_not_a_folder_of_data_sets_or_exports_is_taken(tmp_path):
+    # The defaults side by side: /tmp/cifar10_data beside /tmp/cifar10_train.
+    (tmp_path / "cifar10_data" / "cifar-10-batches-bin").mkdir(parents=True)
+    (tmp_path / "cifar10_data" / "cifar-10-batches-bin" / "test_batch.bin").write_bytes(b"")
+    run = str(tmp_path / "cifar10_train")
+    outdirs.refuse_foreign_train_dir(run)
+    outdirs.refuse_foreign_eval_dir(str(tmp_path / "cifar10_eval"), run)
+    outdirs.refuse_foreign_export_dir(str(tmp_path / "cifar10_export"), run)
+    # Empty folders, and a project folder that holds the folder of data sets.
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "empty", tmp_path):
+        outdirs.refuse_foreign_train_dir(str(folder))
+        outdirs.refuse_foreign_eval_dir(str(folder), run)
+        outdirs.refuse_foreign_export_dir(str(folder), run)
+    # A folder of earlier exports for the exporter: test_a_folder_of_earlier_exports_...
+
+
+@pytest.mark.parametrize("sign", ["model.ckpt-500.index", "cifar10-train.lock"])
+def test_a_run_that_holds_its_data_sets_or_an_export_still_resumes(tmp_path, sign):
+    # Trained with --data_dir and --train_dir the same folder, before they were refused.
+    training_run(tmp_path / "run", sign)
+    (tmp_path / "run" / "cifar-10-batches-bin").mkdir()
+    (tmp_path / "run" / "cifar-10-batches-bin" / "test_batch.bin").write_bytes(b"")
+    exports_folder(tmp_path / "run", 5)
+    outdirs.refuse_foreign_train_dir(str(tmp_path / "run"))

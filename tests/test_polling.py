@@ -321,6 +321,60 @@ def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run,
                              + " could not be evaluated; stopping.")
 
 
+def test_poll_on_a_complete_run_of_which_no_checkpoint_reads_is_an_error(run, tmp_path):
+    # It scored nothing: not a stop with exit status 0, as at --eval_timeout. The
+    # --eval_dir it made goes too.
+    train_dir = copy_run(run, tmp_path)
+    for step in (3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+    lines = []
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
+                         print_fn=lines.append, sleep=FakeSleep())
+    assert str(err.value) == (
+        f"training in {train_dir} is complete and none of its checkpoints could be read "
+        f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; train "
+        f"again (cifar10-train --train_dir={train_dir} --fresh_start deletes them) or point "
+        f"--checkpoint_dir at another run")
+    assert lines == []
+    assert not (tmp_path / "eval").exists()
+
+
+def test_poll_on_a_complete_run_of_which_no_newest_checkpoint_reads_names_an_older_one(
+        run, tmp_path):
+    # Only the newest few are tried (as --run_once tries them): an older one is named.
+    train_dir = copy_run(run, tmp_path)
+    for step in (1, 2):
+        for suffix in (".index", DATA_SUFFIX):
+            shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                        os.path.join(train_dir, f"model.ckpt-{step}{suffix}"))
+    for step in (2, 3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
+                         print_fn=lambda line: None, sleep=FakeSleep())
+    assert str(err.value) == (
+        f"training in {train_dir} is complete and none of its 3 newest checkpoints could be "
+        f"read (model.ckpt-6, model.ckpt-3, model.ckpt-2; see the warnings above): nothing "
+        f"was scored; pass --checkpoint={os.path.join(train_dir, 'model.ckpt-1')}, an older "
+        f"one not tried, if it reads")
+
+
+def test_a_restarted_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_stops(
+        run, tmp_path):
+    # The checkpoint before it was scored by the earlier start: nothing is left to do.
+    train_dir = copy_run(run, tmp_path)
+    truncate(os.path.join(train_dir, "model.ckpt-6.index"))
+    config = config_of(run, tmp_path / "eval", checkpoint_dir=train_dir)
+    assert [r.step for r in polling.evaluate(config, print_fn=lambda line: None,
+                                             sleep=FakeSleep())] == [3]
+    lines = []
+    assert polling.evaluate(config, print_fn=lines.append, sleep=FakeSleep()) == []
+    assert lines == [f"Training in {train_dir} is complete but its final checkpoint "
+                     f"{os.path.join(train_dir, 'model.ckpt-6')} could not be evaluated; "
+                     f"stopping."]
+
+
 def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     set_checkpoints(train_dir, [3])

@@ -29,6 +29,27 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
     return newest.path
 
 
+def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
+    """The one checkpoint a program uses, found to read (TensorFlow loaded): ``given``
+    (a --checkpoint, named by ``checkpoint_files.given``) or else ``checkpoint_to_use``'s
+    newest of ``checkpoint_dir``.  Reading it is cheap (the model is a few megabytes)
+    beside what a checkpoint that turns out not to read would have cost: a download.
+
+    Raises:
+      Cifar10Error: ``given`` does not read, or ``checkpoint_to_use``'s error.
+    """
+    if not given:
+        return checkpoint_to_use(checkpoint_dir)
+    from cifar10.runs import checkpoints
+
+    problem = checkpoints.unreadable(given)
+    if problem:
+        raise Cifar10Error(f"--checkpoint {given} cannot be read ({problem}): pass another "
+                           f"checkpoint, or --checkpoint_dir={os.path.dirname(given) or '.'} "
+                           f"for its newest that reads")
+    return given
+
+
 def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
     """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
     found') in it, and where to look instead, or to train first."""

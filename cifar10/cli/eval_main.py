@@ -22,6 +22,7 @@ from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core.config import EvalConfig
+from cifar10.core.errors import DataError
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
@@ -47,16 +48,21 @@ def main(argv: list[str]) -> None:
         checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
-    followed = follow.follow_run(FLAGS, run_dir, PROGRAM)
-    # Before the data is fetched, so that a mistyped --checkpoint_dir costs nothing.
-    if FLAGS.run_once and not checkpoint and not checkpoint_files.latest(run_dir):
+    recorded = follow.follow_run(FLAGS, run_dir, PROGRAM)
+    followed = recorded.describe() if recorded else ""
+    # One checkpoint to score: a mistyped --checkpoint_dir, or a checkpoint that does not
+    # read, costs no download. Its name is looked for, and the data on disk checked,
+    # before TensorFlow loads; then it is read, and only then is the data downloaded.
+    single = FLAGS.run_once or checkpoint
+    if single and not checkpoint and not checkpoint_files.latest(run_dir):
         raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
-    batches_dir, counts = getdata.prepare(
-        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
-        followed=followed.describe() if followed else "")
+    data = _data_on_disk(followed) if single else _data(followed)
     # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
     tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    if single:
+        checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
+        data = data or _data(followed)
+    batches_dir, counts = data
     from cifar10.data import pipeline as data
     from cifar10.distribute import devices
     from cifar10.evaluation import polling
@@ -75,6 +81,32 @@ def main(argv: list[str]) -> None:
         checkpoint=checkpoint)
     polling.evaluate(config, print_fn=lambda line: print(line, flush=True),
                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+
+
+# What ``_data`` raises where the data would be downloaded (``_data_on_disk``).
+_TO_DOWNLOAD = "the data is not on disk"
+
+
+def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
+    """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
+    flags.txt (``follow.Followed.describe()``, or ''); ``no_download`` is raised
+    where it would be downloaded."""
+    return getdata.prepare(
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
+        followed=followed, no_download=no_download)
+
+
+def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
+    """``_data`` where it is found on disk (checked, or generated), None where it is to
+    be downloaded: a data mistake is answered before TensorFlow loads, and a download
+    waits until the checkpoint is known to read."""
+    try:
+        return _data(followed, no_download=_TO_DOWNLOAD)
+    except DataError as e:
+        if str(e) != _TO_DOWNLOAD:
+            raise
+        return None
 
 
 def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_data: str) -> int:

@@ -1,10 +1,12 @@
 """The folders the programs write to, each kept to its own program: the trainer's
-``--train_dir`` is neither an evaluator's folder nor a data folder, the evaluator's
-``--eval_dir`` neither a training run's directory nor a data folder, and the
-exporter's ``--export_dir`` none of the three; and every program's folder flags
-name folders (``refuse_folders_that_are_not``, as the flags are parsed).  Without these checks one
-program would write its records among the other's, and ``--fresh_start`` would
-remove files of the same names that the trainer did not write (``runs.cleanup``).
+``--train_dir`` is neither an evaluator's folder, an export folder, a data folder nor
+a folder of data sets (a --data_dir), the evaluator's ``--eval_dir`` neither a
+training run's directory, an export folder nor one of data, and the exporter's
+``--export_dir`` none of a run's, an evaluator's or one of data; and every program's
+folder flags name folders (``refuse_folders_that_are_not``, as the flags are parsed).
+Without these checks one program would write its records among the other's, and
+``--fresh_start`` would remove files of the same names that the trainer did not
+write (``runs.cleanup``).
 
 Checked before TensorFlow loads: no TensorFlow here.
 """
@@ -21,6 +23,7 @@ from absl import logging
 from cifar10.core.config import EvalConfig, TrainConfig, flag_default
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
+from cifar10.data import getdata
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
 from cifar10.runs import records
@@ -28,10 +31,11 @@ from cifar10.runs import records
 
 def refuse_foreign_eval_dir(eval_dir: str, checkpoint_dir: str) -> None:
     """Raises Cifar10Error when ``eval_dir`` is a training run's directory
-    (``refuse_training_dir``) or a data folder."""
+    (``refuse_training_dir``), an export folder, a data folder or a folder of data sets."""
     refuse_training_dir(eval_dir, checkpoint_dir)
-    _refuse_data_folder("eval_dir", eval_dir, "the evaluator's results",
-                        eval_dir_for(checkpoint_dir))
+    suggested = eval_dir_for(checkpoint_dir)
+    _refuse_export_folder("eval_dir", eval_dir, "a directory of the evaluator's own", suggested)
+    _refuse_data_folder("eval_dir", eval_dir, "the evaluator's results", suggested)
 
 
 def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
@@ -106,15 +110,20 @@ def _scored_run(eval_dir: str) -> str | None:
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:
-    """Raises Cifar10Error when ``train_dir`` is an evaluator's folder (its flags.txt
-    records a cifar10-eval start, and there is no sign of a training run: no
-    cifar10-train start, no checkpoint, no trainer's lock; a run an older evaluator
-    also wrote into still resumes) or holds CIFAR-format data."""
-    if not _trainer_files(train_dir):
-        _refuse_evaluators_folder("train_dir", train_dir, "a directory of the run's own",
+    """Raises Cifar10Error when ``train_dir`` holds CIFAR-format data, or when there is
+    no sign of a training run in it (no cifar10-train start, no checkpoint, no
+    trainer's lock: a run resumes, also one an older evaluator wrote into or one that
+    holds its data) and it is an evaluator's folder (its flags.txt records a
+    cifar10-eval start), an export folder or a folder of data sets."""
+    run = bool(_trainer_files(train_dir))
+    if not run:
+        choose = "a directory of the run's own"
+        _refuse_evaluators_folder("train_dir", train_dir, choose,
                                   _suggested(train_dir, "train", _is_empty_folder))
+        _refuse_export_folder("train_dir", train_dir, choose,
+                              _suggested(_exports_folder(train_dir), "train", _is_empty_folder))
     _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
-                        "/tmp/cifar10_train")
+                        flag_default(TrainConfig, "train_dir"), data_sets=not run)
 
 
 def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
@@ -129,8 +138,10 @@ def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
     _refuse_data_folder("export_dir", export_dir, "the exports", suggested)
 
 
-def _refuse_data_folder(flag: str, folder: str, what: str, suggested: str) -> None:
-    """Raises Cifar10Error when ``folder`` (the value of --``flag``) holds data files:
+def _refuse_data_folder(flag: str, folder: str, what: str, suggested: str,
+                        data_sets: bool = True) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) holds data files,
+    or (``data_sets``) is a folder of data sets (``_refuse_data_sets_folder``):
     ``what`` goes in a folder outside the data, such as ``suggested``."""
     data = datafolder.data_files_in(folder)
     if data:
@@ -138,6 +149,52 @@ def _refuse_data_folder(flag: str, folder: str, what: str, suggested: str) -> No
             f"--{flag}={folder} holds data files ({', '.join(data[:2])}"
             f"{', ...' if len(data) > 2 else ''}): choose a directory for {what}, outside "
             f"the data, such as {suggested}")
+    if data_sets:
+        _refuse_data_sets_folder(flag, folder, what, suggested)
+
+
+def _refuse_data_sets_folder(flag: str, folder: str, what: str, suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) is a folder of data
+    sets, as a --data_dir is: it holds a data folder (cifar-10-batches-bin/, CIFAR-100's,
+    cifar10-prepare's, --synthetic_data's synthetic/), where the programs download,
+    convert and generate data."""
+    held = _data_folders_in(folder)
+    if held:
+        raise Cifar10Error(
+            f"--{flag}={folder} is a folder of data sets, as a --data_dir is (it holds "
+            f"{', '.join(held)}): choose a directory for {what}, outside the data, such as "
+            f"{suggested}")
+
+
+def _data_folders_in(folder: str) -> list[str]:
+    """The subfolders of ``folder`` that are data folders or hold one ('synthetic/'),
+    where ``folder`` is a --data_dir of data downloaded, converted or generated there
+    (``getdata.is_data_folder``); none otherwise."""
+    if not os.path.isdir(folder) or not getdata.is_data_folder(folder):
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [f"{name}/" for name in names
+            if os.path.isdir(os.path.join(folder, name))
+            and getdata.is_data_folder(os.path.join(folder, name))]
+
+
+def _refuse_export_folder(flag: str, folder: str, choose: str, suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) is an export folder:
+    a SavedModel (a version folder cifar10-export wrote), or a folder of exports (it
+    holds numbered SavedModel folders, which TensorFlow Serving loads)."""
+    if _is_saved_model(folder):
+        what = "an export (a SavedModel: saved_model.pb)"
+    else:
+        versions = _export_versions(folder)
+        if not versions:
+            return
+        what = (f"a folder of exports (SavedModel version folder"
+                f"{'s' if len(versions) > 1 else ''} {', '.join(versions[:3])}"
+                f"{', ...' if len(versions) > 3 else ''})")
+    raise Cifar10Error(f"--{flag}={folder} is {what}: choose {choose}, such as {suggested}")
 
 
 # Folder names of a run's layout, runs/a/train beside runs/a/eval: the evaluator's
@@ -174,6 +231,9 @@ def eval_dir_to_suggest(train_dir: str,
 
 # What cifar10-export writes in its folder: <step>/, and .<step>-incomplete-* while it writes.
 _EXPORT_NAME = re.compile(r"[0-9]+|\.[0-9]+-incomplete-[A-Za-z0-9_]+")
+_VERSION = re.compile(r"[0-9]+")
+# The file that makes a folder a SavedModel (tf.saved_model.save writes the first).
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 def export_dir_for(run_dir: str) -> str:
@@ -190,6 +250,31 @@ def _holds_exports_alone(folder: str) -> bool:
     except OSError:
         return False
     return all(_EXPORT_NAME.fullmatch(name) for name in names)
+
+
+def _is_saved_model(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name)) for name in _SAVED_MODEL_FILES)
+
+
+def _export_versions(folder: str) -> list[str]:
+    """The numbered SavedModel folders in ``folder`` (its exports' versions), in order;
+    none when it cannot be read."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted((name for name in names if _VERSION.fullmatch(name)
+                   and _is_saved_model(os.path.join(folder, name))), key=int)
+
+
+def _exports_folder(folder: str) -> str:
+    """The folder of exports ``folder`` is in, when it is one of their version folders
+    (runs/a/export for runs/a/export/100: a folder suggested beside it goes beside
+    the exports, not among them); else ``folder``."""
+    path = os.path.abspath(folder)
+    if _VERSION.fullmatch(os.path.basename(path)) and _is_saved_model(path):
+        return os.path.dirname(path)
+    return folder
 
 
 def _suggested(directory: str, name: str, fits: Callable[[str], bool]) -> str:

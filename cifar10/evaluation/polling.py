@@ -33,7 +33,8 @@ POLL_SECS = 2.0
 
 
 class NoCheckpointError(Cifar10Error):
-    """--run_once found no checkpoint to evaluate, or polling none within eval_timeout."""
+    """--run_once found no checkpoint to evaluate; or polling scored nothing and nothing
+    is left to score, within eval_timeout or at the end of a complete run."""
 
 
 def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
@@ -60,8 +61,9 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
 
     Raises:
       NoCheckpointError: ``run_once`` and no checkpoint in ``checkpoint_dir``; or
-        polling and ``eval_timeout`` seconds passed with nothing scored and no
-        checkpoint to score (none appeared, or none of them reads).
+        polling scored nothing and has no checkpoint to score: ``eval_timeout``
+        seconds passed (none appeared, or none of them reads), or the run is
+        complete and none of its newest checkpoints reads.
       ValueError: both ``use_fp16`` and ``use_bf16``.
     """
     compute_dtype(config)
@@ -201,6 +203,8 @@ class _Poller:
                           f"trainer to write one.")
             self.said_waiting = True
         if _training_finished(checkpoint_dir, latest):
+            if unreadable and self._scored_nothing():
+                raise NoCheckpointError(_none_reads(checkpoint_dir))
             if unreadable:
                 self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
                               f"checkpoint {latest} could not be evaluated; stopping.")
@@ -209,11 +213,16 @@ class _Poller:
                               f"checkpoint is evaluated; stopping.")
             return True
         if timeout is not None and self.clock() - self.last_new > timeout:
-            if not self.results and self._candidate() is None:
+            if self._scored_nothing():
                 raise NoCheckpointError(_nothing_to_score(checkpoint_dir, latest, timeout))
             self.print_fn(f"No new checkpoint in {timeout:g} s; stopping.")
             return True
         return False
+
+    def _scored_nothing(self) -> bool:
+        """This call scored nothing, and no checkpoint that reads is left that an earlier
+        start scored (one restarted after it scored them all has done its work)."""
+        return not self.results and self._candidate() is None
 
     def _key(self, checkpoint: str, mtime_ns: int | None = None) -> str:
         mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns
@@ -230,6 +239,22 @@ def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -
                 f"and that its trainer is running")
     return (f"no checkpoint of {checkpoint_dir} could be read {waited} (see the warnings "
             f"above): nothing was scored")
+
+
+def _none_reads(checkpoint_dir: str) -> str:
+    """Why a polling evaluation of a complete run scored nothing: none of the newest
+    checkpoints it tries reads (each was named in a warning); what to do, as
+    ``checkpoints.newest_that_reads`` says it to --run_once."""
+    found = checkpoints.find(checkpoint_dir)
+    tried = [checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])]
+    older = found[:-checkpoints.TRIED]
+    which = f"none of its {len(tried)} newest checkpoints" if older else "none of its checkpoints"
+    fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
+           if older else
+           f"train again (cifar10-train --train_dir={checkpoint_dir} --fresh_start deletes "
+           f"them) or point --checkpoint_dir at another run")
+    return (f"training in {checkpoint_dir} is complete and {which} could be read "
+            f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
 
 
 def _latest(checkpoint_dir: str) -> str | None:
