@@ -142,8 +142,9 @@ def test_the_programs_refuse_a_data_folder_that_holds_another(tmp_path, program)
     assert result.stderr.splitlines()[-1] == (
         f"{program}: error: {_two_data_folders_error(data_dir, origin)}")
     assert {str(p): p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == files
-    # Nothing made: no --train_dir, no --eval_dir (the evaluator's train/ is the run's).
-    assert sorted(os.listdir(tmp_path)) == ["my10"] + (["train"] if origin else [])
+    # Nothing made: no --train_dir, no --eval_dir (the evaluator's train/ and dta are
+    # _dirs' run and its data).
+    assert sorted(os.listdir(tmp_path)) == (["dta", "my10", "train"] if origin else ["my10"])
 
 
 # ---- another task fetches the data (under srun: the first task of the node) -------
