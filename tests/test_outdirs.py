@@ -369,3 +369,45 @@ def test_a_run_that_holds_its_data_sets_or_an_export_still_resumes(tmp_path, sig
     (tmp_path / "run" / "cifar-10-batches-bin" / "test_batch.bin").write_bytes(b"")
     exports_folder(tmp_path / "run", 5)
     outdirs.refuse_foreign_train_dir(str(tmp_path / "run"))
+
+
+def test_a_runs_parent_folder_is_refused_as_a_new_train_dir(tmp_path):
+    parent = tmp_path / "runs" / "par"
+    (parent / "train").mkdir(parents=True)
+    for name in ("model.ckpt-20.index", "model.ckpt-20.data-00000-of-00001"):
+        (parent / "train" / name).write_bytes(b"")
+    (parent / "eval").mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    result = call("cifar10-train", f"--train_dir={parent}", "--synthetic_data",
+                  f"--data_dir={tmp_path / 'data'}", "--max_steps=1")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={parent} is no training run but holds a training "
+        f"run, {parent / 'train'}: pass --train_dir={parent / 'train'} to resume it, or a "
+        f"folder of a new run's own")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing made
+    # Two runs in it: both named.
+    (parent / "b").mkdir()
+    for name in ("model.ckpt-1.index", "model.ckpt-1.data-00000-of-00001"):
+        (parent / "b" / name).write_bytes(b"")
+    with pytest.raises(Cifar10Error, match=rf"holds training runs \({parent / 'b'}, "
+                                           rf"{parent / 'train'}\): pass --train_dir="):
+        outdirs.refuse_foreign_train_dir(str(parent))
+    # A run that is one itself (its own checkpoint) resumes, whatever it holds.
+    (parent / "model.ckpt-3.index").write_bytes(b"")
+    outdirs.refuse_foreign_train_dir(str(parent))
+
+
+def test_a_suggested_folder_fits_the_longest_name_a_file_system_takes(tmp_path):
+    train_dir = tmp_path / ("r" * 250)
+    suggested = outdirs.eval_dir_for(str(train_dir))
+    assert os.path.dirname(suggested) == str(tmp_path)
+    assert os.path.basename(suggested) == "r" * 247 + "-eval"  # with room for "-99"
+    os.mkdir(suggested)  # the file system takes it
+    # Characters of several bytes are cut whole.
+    wide = tmp_path / ("é" * 126)  # 252 bytes
+    name = os.path.basename(outdirs.eval_dir_for(str(wide)))
+    assert name == "é" * 123 + "-eval" and len(os.fsencode(name + "-99")) <= 255
+    # A short name is as before.
+    assert outdirs.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
+        tmp_path / "cifar10_train-eval")

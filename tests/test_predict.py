@@ -175,8 +175,9 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     with pytest.raises(Cifar10Error) as err:
         checkpoint_dir.checkpoint_to_use(str(tmp_path / "no_run"))
     assert str(err.value) == (
-        f"No checkpoint found in {tmp_path / 'no_run'}: train first (cifar10-train "
-        f"--train_dir={tmp_path / 'no_run'}) or point --checkpoint_dir at a training run")
+        f"No checkpoint found in {tmp_path / 'no_run'}: there is no such folder; point "
+        f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
+        f"--train_dir={tmp_path / 'no_run'})")
     assert checkpoint_dir.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
     # A run's parent folder names the run; a data folder is told as one.
     with pytest.raises(Cifar10Error) as err:

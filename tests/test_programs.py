@@ -273,6 +273,7 @@ def test_a_checkpoint_dir_without_checkpoints_is_told_where_they_are(tmp_path):
         assert str(checkpoint_dir.no_checkpoint(str(folder))) == (
             f"No checkpoint found in {folder}, a data folder, not a training run: pass the "
             f"run's --train_dir as --checkpoint_dir (its data goes in --data_dir)")
+    (tmp_path / "runs" / "b").mkdir()
     assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs" / "b"))) == (
         f"No checkpoint found in {tmp_path / 'runs' / 'b'}: train first (cifar10-train "
         f"--train_dir={tmp_path / 'runs' / 'b'}) or point --checkpoint_dir at a training run")

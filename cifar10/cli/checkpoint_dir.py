@@ -6,7 +6,9 @@ run, a data folder) or to train first.  No TensorFlow until a checkpoint is read
 from __future__ import annotations
 
 import os
+import shlex
 
+from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.runs import checkpoint_files
@@ -53,10 +55,23 @@ def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
 def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
     """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
     found') in it, and where to look instead, or to train first."""
+    train = f"cifar10-train --train_dir={shlex.quote(checkpoint_dir)}"
+    if not os.path.lexists(checkpoint_dir):
+        return Cifar10Error(f"{lead} in {checkpoint_dir}: there is no such folder"
+                            f"{_tilde_hint(checkpoint_dir)}; point --checkpoint_dir at a "
+                            f"training run's --train_dir, or train first ({train})")
     where = _elsewhere(checkpoint_dir) or (
-        f": train first (cifar10-train --train_dir={checkpoint_dir}) or point "
-        f"--checkpoint_dir at a training run")
+        f": train first ({train}) or point --checkpoint_dir at a training run")
     return Cifar10Error(f"{lead} in {checkpoint_dir}{where}")
+
+
+def _tilde_hint(path: str) -> str:
+    """Where ``path`` starts with a ~ that the shell left as it is (after '=' it does
+    not expand it), how to have it expanded; '' otherwise."""
+    if not path.startswith("~"):
+        return ""
+    return (f" (the shell does not expand a ~ after '=': write --checkpoint_dir "
+            f"{path} or --checkpoint_dir={os.path.expanduser(path)})")
 
 
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
@@ -92,4 +107,9 @@ def _elsewhere(checkpoint_dir: str) -> str:
     if getdata.is_data_folder(checkpoint_dir):
         return (", a data folder, not a training run: pass the run's --train_dir as "
                 "--checkpoint_dir (its data goes in --data_dir)")
+    export = outdirs.export_kind(checkpoint_dir)
+    if export:
+        return (f", {export}, not a training run: pass the --train_dir of the run it was "
+                f"exported from as --checkpoint_dir (TensorFlow Serving, saved_model_cli "
+                f"and TFLite's converter load the export itself)")
     return ""

@@ -122,8 +122,22 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
                                   _suggested(train_dir, "train", _is_empty_folder))
         _refuse_export_folder("train_dir", train_dir, choose,
                               _suggested(_exports_folder(train_dir), "train", _is_empty_folder))
+        _refuse_runs_parent(train_dir)
     _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
                         flag_default(TrainConfig, "train_dir"), data_sets=not run)
+
+
+def _refuse_runs_parent(train_dir: str) -> None:
+    """Raises Cifar10Error when ``train_dir``, no run itself, holds one in a subfolder
+    (runs/a given for runs/a/train): a new run would start beside it, where resuming it
+    was meant."""
+    runs = checkpoint_files.subfolders_with_checkpoints(train_dir)
+    if runs:
+        held = (f"a training run, {runs[0]}" if len(runs) == 1 else
+                f"training runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})")
+        raise Cifar10Error(
+            f"--train_dir={train_dir} is no training run but holds {held}: pass "
+            f"--train_dir={runs[0]} to resume it, or a folder of a new run's own")
 
 
 def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
@@ -185,16 +199,23 @@ def _refuse_export_folder(flag: str, folder: str, choose: str, suggested: str) -
     """Raises Cifar10Error when ``folder`` (the value of --``flag``) is an export folder:
     a SavedModel (a version folder cifar10-export wrote), or a folder of exports (it
     holds numbered SavedModel folders, which TensorFlow Serving loads)."""
+    what = export_kind(folder)
+    if what:
+        raise Cifar10Error(f"--{flag}={folder} is {what}: choose {choose}, such as {suggested}")
+
+
+def export_kind(folder: str) -> str:
+    """What export folder ``folder`` is: 'an export (a SavedModel: saved_model.pb)' (a
+    version folder cifar10-export wrote), 'a folder of exports (SavedModel version
+    folders 5, 10)' (which TensorFlow Serving loads); '' for any other folder."""
     if _is_saved_model(folder):
-        what = "an export (a SavedModel: saved_model.pb)"
-    else:
-        versions = _export_versions(folder)
-        if not versions:
-            return
-        what = (f"a folder of exports (SavedModel version folder"
-                f"{'s' if len(versions) > 1 else ''} {', '.join(versions[:3])}"
-                f"{', ...' if len(versions) > 3 else ''})")
-    raise Cifar10Error(f"--{flag}={folder} is {what}: choose {choose}, such as {suggested}")
+        return "an export (a SavedModel: saved_model.pb)"
+    versions = _export_versions(folder)
+    if not versions:
+        return ""
+    return (f"a folder of exports (SavedModel version folder"
+            f"{'s' if len(versions) > 1 else ''} {', '.join(versions[:3])}"
+            f"{', ...' if len(versions) > 3 else ''})")
 
 
 # Folder names of a run's layout, runs/a/train beside runs/a/eval: the evaluator's
@@ -277,6 +298,10 @@ def _exports_folder(folder: str) -> str:
     return folder
 
 
+# The longest file name Linux's file systems take, in bytes (NAME_MAX).
+_NAME_MAX = 255
+
+
 def _suggested(directory: str, name: str, fits: Callable[[str], bool]) -> str:
     """A folder for ``name`` ('eval', 'train', 'export') that goes with ``directory``:
     beside it where it is named as runs/a/train or runs/a/eval are (runs/a/<name>), else
@@ -286,7 +311,11 @@ def _suggested(directory: str, name: str, fits: Callable[[str], bool]) -> str:
     if os.path.basename(path) in _LAYOUT_NAMES:
         base = os.path.join(os.path.dirname(path), name)
     else:
-        base = f"{path}-{name}"
+        # Cut to fit the file system's longest name (255 bytes), room left for a number.
+        stem = os.path.basename(path)
+        while stem and len(os.fsencode(f"{stem}-{name}-99")) > _NAME_MAX:
+            stem = stem[:-1]
+        base = os.path.join(os.path.dirname(path), f"{stem}-{name}")
     suggested, number = base, 1
     while _same(suggested, directory) or (os.path.lexists(suggested) and not fits(suggested)):
         number += 1

@@ -149,6 +149,11 @@ def given(value: str) -> str:
     if missing:
         raise Cifar10Error(f"{shown} is incomplete ({missing}): pass another checkpoint; "
                            f"{_holds(folder)}")
+    if os.path.basename(prefix) == "variables" and _in_saved_model(folder):
+        raise Cifar10Error(f"{shown} is the variables of an export (a SavedModel), not a "
+                           f"training checkpoint: pass a checkpoint of the run it was "
+                           f"exported from, such as runs/a/train/{PREFIX}-1000, or "
+                           f"--checkpoint_dir=<that run> for its newest")
     if os.path.isfile(prefix + ".index"):
         return prefix
     if os.path.lexists(value):
@@ -158,6 +163,12 @@ def given(value: str) -> str:
     if folder and not os.path.isdir(folder):
         raise Cifar10Error(f"{shown} does not exist: there is no folder {folder}")
     raise Cifar10Error(f"{shown} does not exist; {_holds(folder)}")
+
+
+def _in_saved_model(folder: str) -> bool:
+    """Whether ``folder`` is a SavedModel's variables/ folder (beside its saved_model.pb)."""
+    return (os.path.basename(os.path.normpath(folder)) == "variables"
+            and os.path.isfile(os.path.join(folder, os.pardir, "saved_model.pb")))
 
 
 def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None:

@@ -1,0 +1,83 @@
+"""What the programs say of a --checkpoint_dir or --checkpoint that is no training run's
+(cifar10.cli.checkpoint_dir, cifar10.runs.checkpoint_files): a folder that does not
+exist, an export, a SavedModel's variables; the other cases are in test_programs.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from cli import call
+
+from cifar10.cli import checkpoint_dir
+from cifar10.core.errors import Cifar10Error
+from cifar10.runs import checkpoint_files
+
+
+def _export(folder):
+    """A folder as cifar10-export writes one version: saved_model.pb, variables/."""
+    (folder / "variables").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"\x08\x01")
+    for name in ("variables.index", "variables.data-00000-of-00001"):
+        (folder / "variables" / name).write_bytes(b"")
+
+
+def test_a_folder_that_does_not_exist_is_said_to_be_missing(tmp_path):
+    missing = tmp_path / "runs" / "nonexist"
+    assert str(checkpoint_dir.no_checkpoint(str(missing))) == (
+        f"No checkpoint found in {missing}: there is no such folder; point --checkpoint_dir "
+        f"at a training run's --train_dir, or train first (cifar10-train --train_dir={missing})")
+
+
+def test_a_tilde_left_by_the_shell_is_explained(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert str(checkpoint_dir.no_checkpoint("~/runs/a")) == (
+        f"No checkpoint found in ~/runs/a: there is no such folder (the shell does not expand "
+        f"a ~ after '=': write --checkpoint_dir ~/runs/a or --checkpoint_dir={tmp_path}/runs/a);"
+        f" point --checkpoint_dir at a training run's --train_dir, or train first "
+        f"(cifar10-train --train_dir='~/runs/a')")
+
+
+def test_a_folder_name_with_a_space_is_quoted_in_the_command_to_run(tmp_path):
+    folder = tmp_path / "my runs"
+    folder.mkdir()
+    assert str(checkpoint_dir.no_checkpoint(str(folder))).endswith(
+        f": train first (cifar10-train --train_dir='{folder}') or point --checkpoint_dir at "
+        f"a training run")
+
+
+@pytest.mark.parametrize("which", ["version", "exports"])
+def test_an_export_is_not_taken_for_a_run_that_has_not_trained(tmp_path, which):
+    _export(tmp_path / "exp ü" / "20")
+    folder = tmp_path / "exp ü" / ("20" if which == "version" else "")
+    what = ("an export (a SavedModel: saved_model.pb)" if which == "version" else
+            "a folder of exports (SavedModel version folder 20)")
+    expected = (f"No checkpoint found in {os.path.normpath(folder)}, {what}, not a training "
+                f"run: pass the --train_dir of the run it was exported from as "
+                f"--checkpoint_dir (TensorFlow Serving, saved_model_cli and TFLite's converter "
+                f"load the export itself)")
+    assert str(checkpoint_dir.no_checkpoint(os.path.normpath(folder))) == expected
+    # The program says it before TensorFlow loads, as its last line.
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    result = call("cifar10-predict", f"--checkpoint_dir={os.path.normpath(folder)}", str(image))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == f"cifar10-predict: error: {expected}"
+
+
+def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
+    _export(tmp_path / "export" / "20")
+    variables = tmp_path / "export" / "20" / "variables" / "variables"
+    for value in (str(variables), f"{variables}.index"):
+        with pytest.raises(Cifar10Error) as error:
+            checkpoint_files.given(value)
+        assert str(error.value) == (
+            f"--checkpoint {value} is the variables of an export (a SavedModel), not a "
+            f"training checkpoint: pass a checkpoint of the run it was exported from, such as "
+            f"runs/a/train/model.ckpt-1000, or --checkpoint_dir=<that run> for its newest")
+    # A checkpoint of that name elsewhere is still one.
+    (tmp_path / "other" / "variables").mkdir(parents=True)
+    for name in ("variables.index", "variables.data-00000-of-00001"):
+        (tmp_path / "other" / "variables" / name).write_bytes(b"")
+    plain = str(tmp_path / "other" / "variables" / "variables")
+    assert checkpoint_files.given(plain) == plain
