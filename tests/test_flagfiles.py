@@ -310,3 +310,15 @@ def test_a_file_name_with_a_dash_after_a_double_dash_is_a_file_to_predict(tmp_pa
                       "-missing.jpg")
     assert result.returncode == 1
     assert result.stderr == "cifar10-predict: error: no such file or folder: -missing.jpg\n"
+
+
+def test_a_negated_boolean_with_a_value_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    # absl refuses --noname=value with a ValueError, not one of its flag errors.
+    monkeypatch.chdir(tmp_path)
+    assert refused("cifar10-train", "--nofresh_start=1") == (
+        "--nofresh_start=1: --nofresh_start takes no value; write --nofresh_start, or "
+        "--fresh_start=VALUE")
+    (tmp_path / "neg.txt").write_text("--nosynthetic_data=true\n")
+    assert refused("cifar10-eval", "--flagfile=neg.txt") == (
+        "line 1 of --flagfile=neg.txt: --nosynthetic_data=true: --nosynthetic_data takes no "
+        "value; write --nosynthetic_data, or --synthetic_data=VALUE; fix or delete that line")

@@ -29,8 +29,9 @@ _DIRECTIVES = ("--flagfile", "-flagfile")
 
 
 class FlagfileError(flags.Error):
-    """A flagfile, or a line of one, that cannot be used; its message is the whole
-    line the program prints after ``<program>: error:``."""
+    """A flagfile, or a line of one, that cannot be used, or a flag that one would
+    override; its message is the whole line the program prints after
+    ``<program>: error:``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,25 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
                else "fix or delete")
         raise FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(e)}; {fix} that "
                             f"line") from None
+    except ValueError:  # absl's for --noname=value, which is not one of its flags.Error
+        arg, name = next(((arg, name) for arg in args if (name := _negated_with_value(
+            arg.text, flag_values))), (None, None))
+        if arg is None:
+            raise
+        message = f"{arg.text}: --no{name} takes no value; write --no{name}, or --{name}=VALUE"
+        if arg.top is not None:
+            raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
+        raise flags.Error(message) from None
+
+
+def _negated_with_value(text: str, flag_values: flags.FlagValues) -> str | None:
+    """The boolean flag's name of ``--noname=value`` (which absl refuses with a
+    ValueError), or None."""
+    name, sep, _ = text.lstrip("-").partition("=")
+    if (text.startswith("-") and sep and name.startswith("no") and name not in flag_values
+            and name[2:] in flag_values and flag_values[name[2:]].boolean):
+        return name[2:]
+    return None
 
 
 def expand(args: Sequence[str]) -> list[Arg]:
