@@ -67,3 +67,10 @@ def flag_error_text(error: flags.Error) -> str:
                                      "a " + bound.replace("integer", "whole number"))
             return f"{name}={given}: {words}"
     return f"{name}={given}: {problem}"
+
+
+def bad_flag_value(error: flags.Error) -> tuple[str, str] | None:
+    """The flag's name (without its dashes) and the value as given, of absl's error
+    for a bad value of one flag (``flag --max_steps=abc: ...``), or None."""
+    value = _FLAG_VALUE.match(str(error).strip())
+    return (value[1].lstrip("-"), value[2]) if value else None

@@ -29,6 +29,15 @@ from cifar10.data import fileformat as ff
 # (``programs.flagfile_text``), so that a replay leaves them unset too.
 UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 
+# The flags whose values are paths on this machine (flags.txt writes them absolute).
+PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
+              "export_dir", "image_dir")
+
+# Former names of flags, which set the flag of its name today: --kernels was
+# --lrn_kernel while LRN was the one compiled kernel, and a run's flags.txt of then
+# still replays.
+FORMER_NAMES = {"lrn_kernel": "kernels"}
+
 # Rules the data flags keep together: (flags, rule on their values, what breaks it).
 DATA_RULES = (
     (("dataset", "label"), lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
@@ -159,11 +168,10 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-train."""
     define_data_flags(flag_values)
     define_config_flags(config.TrainConfig, flag_values)
-    # --kernels was --lrn_kernel while LRN was the one compiled kernel: a run's
-    # flags.txt of then still replays.  (In a module of its own name, so that
-    # flags.txt writes --kernels only.)
-    flags.DEFINE_alias("lrn_kernel", "kernels", flag_values=flag_values,
-                       module_name=f"{__name__}.former_names")
+    for former, name in FORMER_NAMES.items():
+        # In a module of its own name, so that flags.txt writes the flag's name only.
+        flags.DEFINE_alias(former, name, flag_values=flag_values,
+                           module_name=f"{__name__}.former_names")
     define_tf32_flag(flag_values)
     flags.DEFINE(_StepWindowParser(), "profile_steps", None,
                  "Trace steps FIRST to LAST (both included, e.g. 11,20) with TensorFlow's "

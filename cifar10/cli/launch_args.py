@@ -12,6 +12,7 @@ from absl import flags
 from absl import logging  # noqa: F401  (defines absl's --verbosity and the like)
 
 from cifar10.cli import flag_errors
+from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
@@ -30,7 +31,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     the same line) or what would not make one job; returns the workers' flags.
 
     Raises:
-      Cifar10Error: a flag cifar10-train does not take or a bad value of one; an
+      Cifar10Error: a flag cifar10-train does not take or a bad value of one, a
+        flagfile that cannot be read or sets a flag given before it (``flagfiles``); an
         argument that is not a flag; ``--help``; a ``--train_dir`` that is an
         evaluator's folder or holds data (``outdirs``); with several workers, a
         ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
@@ -44,9 +46,10 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
             # A copy: parsing here leaves this process's own settings alone.
             values[flag.name] = copy.deepcopy(flag)
     try:
-        rest = values([TRAINER, *args])
+        rest = flagfiles.parse(values, [TRAINER, *args], TRAINER)
     except flags.Error as e:
-        message = flag_errors.flag_error_text(e)
+        message = str(e) if isinstance(e, flagfiles.FlagfileError) else \
+            flag_errors.flag_error_text(e)
         raise Cifar10Error(f"{TRAINER}'s flags (after --): {message} (see {TRAINER} "
                            f"--help)") from None
     if len(rest) > 1:

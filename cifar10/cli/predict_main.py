@@ -5,6 +5,9 @@ of a training run (its moving-average weights, as cifar10-eval).  Examples:
 
     cifar10-predict cat.png dog.jpg photos/
     cifar10-predict --checkpoint_dir=runs/a/train --top_k=1 --output=jsonl photos/ > preds.jsonl
+
+A file name that starts with a dash is taken for a flag: write it ./-1.jpg, or put
+the file names after a --.
 """
 
 # This file is intentionally short: it parses flags and calls cifar10.serving.predict,

@@ -24,15 +24,18 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flag_errors
+from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import records
 
 # The flags whose values are paths on this machine.
-PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
-              "export_dir", "image_dir")
+PATH_FLAGS = cifar10_flags.PATH_FLAGS
+
+# The programs that take file names after their flags (a name that starts with a dash
+# is taken for a flag unless it follows a --).
+FILE_PROGRAMS = ("cifar10-predict",)
 
 # The programs that record their flags in flags.txt (``flagfile_text``), for replay.
 RECORDING_PROGRAMS = ("cifar10-train", "cifar10-eval")
@@ -197,21 +200,24 @@ def parse_flags(argv: list[str], program: str, doc: str,
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:
-        rest = flag_values(argv)
+        rest = flagfiles.parse(flag_values, argv, program)
         _refuse_paths_not_utf8(flag_values)
         outdirs.refuse_folders_that_are_not(flag_values)
         if program in RECORDING_PROGRAMS:
             _refuse_values_flags_txt_cannot_hold(flag_values)
-        return rest
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
             sys.exit(0)
         raise
+    except flagfiles.FlagfileError as e:
+        message = str(e)
     except flags.Error as e:
-        message = (_other_programs_flagfile(argv, program) or _trainers_flag(e, argv, program)
+        message = (_trainers_flag(e, argv, program) or _file_name_taken_for_a_flag(e, argv, program)
                    or flag_errors.flag_error_text(e))
-        sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
-        sys.exit(1)
+    else:
+        return rest
+    sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
+    sys.exit(1)
 
 
 def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
@@ -264,24 +270,26 @@ def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | N
     return launch_args.trainers_flag_hint(error, argv, program)
 
 
-def _other_programs_flagfile(argv: list[str], program: str) -> str | None:
-    """The error for ``--flagfile=`` naming another program's flags.txt (the run
-    records of cifar10-train, say, given to cifar10-eval), or None."""
-    for arg in argv[1:]:
-        if arg.startswith("--flagfile="):
-            path = arg.split("=", 1)[1]
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    header = f.readline()
-            except OSError:
-                continue
-            other = records.header_program(header)
-            if other.startswith("cifar10-") and other != program:
-                run_dir = os.path.dirname(os.path.abspath(path))
-                return (f"--flagfile={path} holds {other}'s flags, not {program}'s; "
-                        f"{program} reads the data settings of the run it is given by "
-                        f"itself: pass --checkpoint_dir={run_dir} instead")
-    return None
+def _file_name_taken_for_a_flag(error: flags.Error, argv: list[str], program: str
+                                ) -> str | None:
+    """The error for a file name that starts with a dash (``-y.jpg``), which absl
+    takes for an unknown flag, given to a program that takes file names
+    (``FILE_PROGRAMS``): an existing file's name or an image file's; or None."""
+    if program not in FILE_PROGRAMS or not isinstance(error, flags.UnrecognizedFlagError):
+        return None
+    from cifar10.data import imagefiles  # no TensorFlow
+
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    name = next((arg for arg in own if arg.startswith("-")
+                 and arg.lstrip("-").split("=")[0] == error.flagname), None)
+    if name is None or not (os.path.exists(name)
+                            or name.lower().endswith(imagefiles.IMAGE_EXTENSIONS)):
+        return None
+    after = argv[argv.index("--") + 1:] if "--" in argv else []
+    others = [arg for arg in own if arg != name]
+    return (f"{name} is taken for a flag (unknown flag --{error.flagname}): name that file "
+            f"./{name}, or put the file names after --, as in "
+            f"{' '.join([program, *others, '--', *after, name])}")
 
 
 def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,

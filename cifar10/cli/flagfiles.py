@@ -1,0 +1,381 @@
+"""A command line's ``--flagfile`` files read in here, as absl reads them, each
+argument knowing the file and line it came from; then parsed by absl.
+
+absl would read them itself, but a file it cannot decode ends in a traceback, and
+what it says of a file or of a line of one names neither.  Here a file that cannot
+be read, a line that sets a flag no program takes, and a flag the command line
+gives before a flagfile that sets it to another value (the file's value wins, and
+the user's is lost) are each one line naming the file, the line and what to do.
+Nothing here loads TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import io
+import os
+from typing import Sequence
+
+from absl import flags
+
+from cifar10.cli import flag_errors
+from cifar10.cli import flags as cifar10_flags
+from cifar10.runs import records
+
+# The arguments absl takes for a flagfile (a nested one too): '--flagfile=F',
+# '-flagfile=F', and '--flagfile F' or '-flagfile F' on the command line.
+_DIRECTIVES = ("--flagfile", "-flagfile")
+
+
+class FlagfileError(flags.Error):
+    """A flagfile, or a line of one, that cannot be used, or a flag that one would
+    override; its message is the whole line the program prints after
+    ``<program>: error:``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument as absl parses it: from the command line (``top`` None), or a
+    line of a flagfile: ``file`` (as named), its ``line`` number, and ``top``, the
+    file of the command line's ``--flagfile`` that read it (``file`` itself, or one
+    whose lines name ``file``)."""
+
+    text: str
+    file: str | None = None
+    line: int = 0
+    top: str | None = None
+
+    def place(self) -> str:
+        """Where the argument was written: 'line 3 of --flagfile=F', or for a nested
+        file 'line 3 of G, read by --flagfile=F'."""
+        if self.file == self.top:
+            return f"line {self.line} of --flagfile={self.top}"
+        return f"line {self.line} of {self.file}, read by --flagfile={self.top}"
+
+
+def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> list[str]:
+    """Parses ``argv`` (the program's name first) into ``flag_values`` as absl would,
+    its flagfiles read here (``expand``); returns the arguments left, the program's
+    name first.
+
+    Raises:
+      FlagfileError: a flagfile cannot be read or is not UTF-8 text; it is another
+        program's record (``other_programs_flagfile``); the command line gives a
+        flag before a flagfile that sets it to another value (``refuse_lost_flags``);
+        a line of a flagfile sets a flag ``program`` does not take, or a bad value.
+      flags.Error: any other flag mistake, as absl raises it.
+    """
+    args = expand(argv[1:])
+    other = other_programs_flagfile(args, argv, program)
+    if other:
+        raise FlagfileError(other)
+    refuse_lost_flags(args, flag_values)
+    try:
+        return flag_values([argv[0], *(arg.text for arg in args)])
+    except flags.Error as e:
+        line = _line_at_fault(e, args, flag_values)
+        if line is None:
+            raise
+        fix = ("delete or fix" if isinstance(e, flags.UnrecognizedFlagError)
+               else "fix or delete")
+        raise FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(e)}; {fix} that "
+                            f"line") from None
+    except ValueError:  # absl's for --noname=value, which is not one of its flags.Error
+        arg, name = next(((arg, name) for arg in args if (name := _negated_with_value(
+            arg.text, flag_values))), (None, None))
+        if arg is None:
+            raise
+        message = f"{arg.text}: --no{name} takes no value; write --no{name}, or --{name}=VALUE"
+        if arg.top is not None:
+            raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
+        raise flags.Error(message) from None
+
+
+def _negated_with_value(text: str, flag_values: flags.FlagValues) -> str | None:
+    """The boolean flag's name of ``--noname=value`` (which absl refuses with a
+    ValueError), or None."""
+    name, sep, _ = text.lstrip("-").partition("=")
+    if (text.startswith("-") and sep and name.startswith("no") and name not in flag_values
+            and name[2:] in flag_values and flag_values[name[2:]].boolean):
+        return name[2:]
+    return None
+
+
+def expand(args: Sequence[str]) -> list[Arg]:
+    """``args`` (the command line without the program's name) with each ``--flagfile``
+    replaced by its file's flag lines, as absl's ``read_flags_from_files`` does: a
+    line stripped, blank lines and comments (``#``, ``//``) left out, a nested
+    ``--flagfile=`` line read in its place (a relative name from the current folder),
+    nothing after a ``--`` read.
+
+    Raises:
+      FlagfileError: ``--flagfile`` without a name, a file that cannot be read (a
+        folder, a missing file, a denied permission), one that is not UTF-8 text,
+        or a nested one that names a file being read.
+    """
+    expanded: list[Arg] = []
+    rest = list(args)
+    while rest:
+        text = rest.pop(0)
+        if text == "--":
+            expanded.extend(Arg(t) for t in [text, *rest])
+            break
+        if text in _DIRECTIVES:
+            if not rest:
+                raise FlagfileError(f"{text} needs a file name ({text}=FILE)")
+            name = os.path.expanduser(rest.pop(0))
+        elif _names_flagfile(text):
+            name = os.path.expanduser(text.split("=", 1)[1].strip())
+        else:
+            expanded.append(Arg(text))
+            continue
+        if name:  # absl reads nothing for an empty name
+            expanded.extend(_file_lines(name, top=name, reading=()))
+    return expanded
+
+
+def _names_flagfile(text: str) -> bool:
+    """Whether ``text`` is a ``--flagfile`` argument, with its file or before it."""
+    return text in _DIRECTIVES or text.startswith(tuple(d + "=" for d in _DIRECTIVES))
+
+
+def _file_lines(name: str, top: str, reading: tuple[str, ...],
+                named_at: Arg | None = None) -> list[Arg]:
+    """The flag lines of the flagfile ``name`` and of those it names, in their place
+    (``expand``); ``reading``: the files whose lines are being read, outermost first;
+    ``named_at``: the line that names a nested file."""
+    where = f"--flagfile={name}" + (f" ({named_at.place()})" if named_at else "")
+    if os.path.realpath(name) in {os.path.realpath(r) for r in reading}:
+        loop = " -> ".join((*reading, name))
+        raise FlagfileError(f"{where} names a file that is being read ({loop}): delete "
+                            f"that line")
+    raw = _read(name, where, named_at)
+    text = _decoded(raw, where)
+    lines = []
+    for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
+        # absl's tests, in its order, on the line as read (its line break still on).
+        if line.isspace() or line.startswith(("#", "//")):
+            continue
+        arg = Arg(line.strip(), file=name, line=number, top=top)
+        if arg.text in _DIRECTIVES:  # absl takes a nested file's name on its line only
+            raise FlagfileError(f"{arg.place()}: {arg.text} without its file: write "
+                                f"--flagfile=FILE on one line")
+        if _names_flagfile(arg.text):
+            nested = os.path.expanduser(arg.text.split("=", 1)[1].strip())
+            if nested:
+                lines.extend(_file_lines(nested, top, (*reading, name), named_at=arg))
+        else:
+            lines.append(arg)
+    return lines
+
+
+def _read(name: str, where: str, named_at: Arg | None) -> bytes:
+    """The bytes of the flagfile ``name``; ``where`` names it in an error."""
+    try:
+        with open(name, "rb") as f:
+            return f.read()
+    except IsADirectoryError:
+        inside = os.path.join(name, records.FLAGS_FILE)
+        raise FlagfileError(f"{where} is a folder: name a file of flags, one per line"
+                            + (f", such as its {inside}" if os.path.isfile(inside) else "")
+                            ) from None
+    except FileNotFoundError:
+        fix = "name a file of flags, one per line"
+        if named_at:
+            fix = "fix or delete that line"
+            beside = os.path.join(os.path.dirname(named_at.file), name)
+            if not os.path.isabs(name) and os.path.isfile(beside):
+                fix += (f" (a name in a flagfile is taken from the current folder, not from "
+                        f"the file's: write --flagfile={beside})")
+        raise FlagfileError(f"{where}: No such file or directory; {fix}") from None
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM):
+            fix = "make it readable (chmod u+r), or copy it to a file you can read"
+        else:
+            fix = "name a file of flags, one per line"
+        raise FlagfileError(f"{where} cannot be read ({e.strerror or e}); {fix}") from None
+
+
+def _decoded(raw: bytes, where: str) -> str:
+    """``raw`` as text; a file that is not UTF-8 text (absl would end in a traceback)
+    is an error naming the line of the first byte at fault."""
+    try:
+        text = raw.decode("utf-8")
+        at = text.find("\0")
+        if at < 0:
+            return text
+        problem, good = "a NUL byte", text[:at]
+    except UnicodeDecodeError as e:
+        problem, good = f"the byte {raw[e.start]:#04x}", raw[:e.start].decode("utf-8")
+    line = len(io.StringIO(good + "x", newline=None).readlines())
+    raise FlagfileError(f"{where} is not a UTF-8 text file of flags: its line {line} holds "
+                        f"{problem}; name a file of flags (UTF-8 text, one flag per line), or "
+                        f"fix that line")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    """A flag set by an argument: the flag's name (an alias's flag's), the value as
+    absl parses it ('true' or 'false' for a bare boolean), as it was written, and the
+    argument of the flag's name."""
+
+    name: str
+    value: str
+    written: str
+    arg: Arg
+
+
+def _settings(args: Sequence[Arg], flag_values: flags.FlagValues) -> list[_Setting]:
+    """The flags ``args`` set, in order, read as absl's ``_parse_args`` reads them;
+    arguments absl would refuse (unknown flags, a missing value) are left out."""
+    known = {name: flag_values[name] for name in flag_values}
+    found = []
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        at += 1
+        text = arg.text
+        if text == "--":
+            break
+        if not text.startswith("-"):
+            continue
+        name, sep, value = (text[2:] if text.startswith("--") else text[1:]).partition("=")
+        if not name:
+            continue
+        if name == "undefok":
+            at += 0 if sep else 1
+            continue
+        flag = known.get(name)
+        written = text
+        if flag is not None and flag.boolean and not sep:
+            value = "true"
+        elif flag is not None and not sep:
+            if at >= len(args):
+                continue
+            value = args[at].text
+            written = f"{text} {value}"
+            at += 1
+        elif flag is None and name.startswith("no") and not sep:
+            flag = known.get(name[2:])
+            if flag is None or not flag.boolean:
+                continue
+            value = "false"
+        elif flag is None:
+            continue
+        found.append(_Setting(cifar10_flags.FORMER_NAMES.get(flag.name, flag.name), value,
+                              written, arg))
+    return found
+
+
+def refuse_lost_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
+    """Refuses a flag that the command line gives before a ``--flagfile`` which sets
+    it again to another value and is the last to set it: absl takes the last value,
+    so the user's would be lost without a word (a run's flags.txt sets every flag).
+    The same value, or the flag given again after the file, is no mistake.
+
+    Raises:
+      FlagfileError: naming the flag as given, the file and the value that would win.
+    """
+    by_flag: dict[str, list[_Setting]] = {}
+    for setting in _settings(args, flag_values):
+        by_flag.setdefault(setting.name, []).append(setting)
+    for name, settings in by_flag.items():
+        last = settings[-1]
+        given = [s for s in settings[:-1] if s.arg.top is None]
+        if last.arg.top is None or not given or _same(flag_values[name], given[-1], last):
+            continue
+        where = "" if last.arg.file == last.arg.top else f" ({last.arg.place()})"
+        raise FlagfileError(f"{given[-1].written} comes before --flagfile={last.arg.top}, "
+                            f"which sets {last.written}{where} and wins; put "
+                            f"{given[-1].written} after --flagfile")
+
+
+def _same(flag: flags.Flag, a: _Setting, b: _Setting) -> bool:
+    """Whether two settings give ``flag`` the same value (paths as absolute paths);
+    a value that does not parse is left to absl, which refuses it."""
+    try:
+        values = [flag.parser.parse(s.value) for s in (a, b)]
+    except (ValueError, TypeError, flags.Error):
+        return True
+    if flag.name in cifar10_flags.PATH_FLAGS and all(isinstance(v, str) for v in values):
+        values = [os.path.abspath(os.path.expanduser(v)) for v in values]
+    return values[0] == values[1]
+
+
+def _line_at_fault(error: flags.Error, args: Sequence[Arg],
+                   flag_values: flags.FlagValues) -> Arg | None:
+    """The flagfile line of the flag that ``error`` (absl's, for the first bad flag
+    in order) is about, or None when it is not one line of a flagfile."""
+    if isinstance(error, flags.UnrecognizedFlagError):
+        for arg in args:
+            if arg.text == "--":
+                break
+            if arg.text.startswith("-") and arg.text.lstrip("-").split("=")[0] == error.flagname:
+                return arg if arg.top is not None else None
+        return None
+    bad = flag_errors.bad_flag_value(error)
+    if bad is None:
+        return None
+    name, value = bad
+    setting = next((s for s in _settings(args, flag_values)
+                    if s.arg.text.lstrip("-").split("=")[0] == name and s.value == value), None)
+    return setting.arg if setting and setting.arg.top is not None else None
+
+
+def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: str) -> str | None:
+    """The error for a ``--flagfile`` of the command line that is another program's
+    flags.txt (its first line a start header, ``records.header_program``), worded for
+    the pair of programs; or None."""
+    for top in dict.fromkeys(arg.top for arg in args if arg.top):
+        try:
+            with open(top, encoding="utf-8", errors="replace") as f:
+                other = records.header_program(f.readline())
+        except OSError:
+            continue
+        if not other.startswith("cifar10-") or other == program:
+            continue
+        # The latest start's flags, as flags.txt writes them (--name=value).
+        recorded = dict(arg.text[2:].split("=", 1) for arg in args
+                        if arg.top == top and arg.text.startswith("--") and "=" in arg.text)
+        return _advice(top, other, program, recorded, argv)
+    return None
+
+
+def _advice(top: str, other: str, program: str, recorded: dict[str, str],
+            argv: Sequence[str]) -> str:
+    """``other_programs_flagfile``'s line for ``program`` given ``other``'s flags.txt
+    ``top``, whose latest start set ``recorded``."""
+    head = f"--flagfile={top} holds {other}'s flags, not {program}'s"
+    if other == "cifar10-train":
+        # The run is where its records are, even when it moved since; a copy of the
+        # file elsewhere is of the run it recorded.
+        run = os.path.dirname(os.path.abspath(top))
+        if os.path.basename(top) != records.FLAGS_FILE and recorded.get("train_dir"):
+            run = recorded["train_dir"]
+        if program == "cifar10-eval":
+            return (f"{head}; {program} reads the data settings of the run it is given by "
+                    f"itself: pass --checkpoint_dir={run} instead")
+        if program == "cifar10-predict":
+            return f"{head}: pass --checkpoint_dir={run} to classify with that run's model"
+        if program == "cifar10-export":
+            return f"{head}: pass --checkpoint_dir={run} to export that run's model"
+        if program == "cifar10-launch":
+            own = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
+            after = list(argv[argv.index("--") + 1:]) if "--" in argv else []
+            kept = [a for i, a in enumerate(own) if not _names_flagfile(a)
+                    and not (i and own[i - 1] in _DIRECTIVES)]
+            return (f"{head}: {other}'s flags go after --, as in "
+                    f"{' '.join([program, *kept, '--', f'--flagfile={top}', *after])}")
+    if other == "cifar10-eval" and recorded.get("checkpoint_dir"):
+        scored = recorded["checkpoint_dir"]
+        if program == "cifar10-train":
+            replay = os.path.join(scored, records.FLAGS_FILE)
+            if os.path.isfile(replay):
+                return (f"{head}: to replay the training run it scores, pass "
+                        f"--flagfile={replay}")
+            return (f"{head}: give {program} a training run's own flags.txt ({top} scores "
+                    f"--checkpoint_dir={scored}, which holds none)")
+        if program in ("cifar10-predict", "cifar10-export"):
+            return f"{head}: pass --checkpoint_dir={scored}, the run it scores"
+    return f"{head}: give {program} its own flags"

@@ -1,0 +1,324 @@
+"""--flagfile as the programs read it: a file that cannot be read, a line of one that
+is wrong, another program's flags.txt, a flag given before a flagfile that sets it
+again, and cifar10-predict's file names that start with a dash.  All of it is
+answered while the flags are parsed, before TensorFlow loads."""
+
+import errno
+import os
+import pathlib
+from unittest import mock
+
+import pytest
+from absl import flags
+
+import cli
+from cifar10.cli import flagfiles
+from cifar10.cli import programs
+from cifar10.cli import workers as launch
+from cifar10.cli.flags import define_train_flags
+from cifar10.runs import records
+
+PROGRAMS = ("cifar10-train", "cifar10-eval", "cifar10-predict", "cifar10-export",
+            "cifar10-prepare", "cifar10-launch")
+
+
+def refused(program, *args, help_of=None):
+    """The one line of a flag mistake of ``program`` run with ``args``, no worker started,
+    without its '(see <help_of> --help)' (``program``'s unless given)."""
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = cli.call(program, *args)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    suffix = f" (see {help_of or program} --help)"
+    assert lines[0].startswith(f"{program}: error: ") and lines[0].endswith(suffix), lines[0]
+    return lines[0][len(f"{program}: error: "):-len(suffix)]
+
+
+def recorded_run(directory, program, *args):
+    """``directory``'s flags.txt as ``program`` records it when started with ``args``."""
+    values = flags.FlagValues()
+    cli.ENTRY_POINTS[program].define_flags(values)
+    values([program, *args])
+    records.record_start(str(directory), {"program": program, "host": "h",
+                                          "start_time": "2026-11-26T10:00:00+00:00"},
+                         programs.flagfile_text(values))
+    return directory / records.FLAGS_FILE
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A training run's flags.txt (runs/a/train, --max_steps=20) and its evaluator's
+    (runs/a/eval), as the programs write them; the current folder is tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "a" / "train").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "eval").mkdir()
+    recorded_run(tmp_path / "runs" / "a" / "train", "cifar10-train",
+                 "--train_dir=runs/a/train", "--max_steps=20", "--synthetic_data")
+    recorded_run(tmp_path / "runs" / "a" / "eval", "cifar10-eval",
+                 "--checkpoint_dir=runs/a/train", "--eval_dir=runs/a/eval", "--run_once")
+    return os.getcwd() / pathlib.Path("runs", "a")  # as flags.txt writes it, absolute
+
+
+# --- files that cannot be read ---------------------------------------------------
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("form", ["--flagfile=ff2.txt", "--flagfile ff2.txt"])
+def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it_and_its_line(program, form,
+                                                                         tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ff2.txt").write_bytes(b"--max_steps=3\n--batch_size=\xff\n")
+    assert refused(program, *form.split()) == (
+        "--flagfile=ff2.txt is not a UTF-8 text file of flags: its line 2 holds the byte "
+        "0xff; name a file of flags (UTF-8 text, one flag per line), or fix that line")
+
+
+def test_the_launchers_workers_flagfile_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ff2.txt").write_bytes(b"# mine\r\n--max_steps=3\r\n\r\n--batch_size=\xff\n")
+    assert refused("cifar10-launch", "--", "--flagfile=ff2.txt", help_of="cifar10-train") == (
+        "cifar10-train's flags (after --): --flagfile=ff2.txt is not a UTF-8 text file of "
+        "flags: its line 4 holds the byte 0xff; name a file of flags (UTF-8 text, one flag "
+        "per line), or fix that line")
+
+
+def test_a_binary_file_that_decodes_is_no_file_of_flags_either(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zeros.bin").write_bytes(b"\0" * 64)
+    assert refused("cifar10-train", "--flagfile=zeros.bin") == (
+        "--flagfile=zeros.bin is not a UTF-8 text file of flags: its line 1 holds a NUL byte; "
+        "name a file of flags (UTF-8 text, one flag per line), or fix that line")
+
+
+def test_a_folder_as_flagfile_is_one_line_naming_its_flags_txt_if_it_has_one(run):
+    assert refused("cifar10-train", "--flagfile=runs/a") == (
+        "--flagfile=runs/a is a folder: name a file of flags, one per line")
+    assert refused("cifar10-train", "--flagfile", "runs/a/train") == (
+        "--flagfile=runs/a/train is a folder: name a file of flags, one per line, such as its "
+        "runs/a/train/flags.txt")
+
+
+def test_a_flagfile_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "locked.txt").write_text("--max_steps=3\n")
+
+    def denied(name, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", name)
+
+    # The tests run as root too, whom a file's mode does not stop.
+    monkeypatch.setattr(flagfiles, "open", denied, raising=False)
+    assert refused("cifar10-eval", "--flagfile=locked.txt") == (
+        "--flagfile=locked.txt cannot be read (Permission denied); make it readable (chmod "
+        "u+r), or copy it to a file you can read")
+
+
+def test_a_missing_nested_flagfile_names_the_line_that_names_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ff3.txt").write_text("--max_steps=3\n--flagfile=nope.txt\n")
+    assert refused("cifar10-train", "--flagfile=ff3.txt") == (
+        "--flagfile=nope.txt (line 2 of --flagfile=ff3.txt): No such file or directory; fix "
+        "or delete that line")
+    # A name beside the file that names it: absl takes it from the current folder.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner.txt").write_text("--max_steps=3\n")
+    (tmp_path / "sub" / "outer.txt").write_text("--flagfile=inner.txt\n")
+    assert refused("cifar10-train", "--flagfile=sub/outer.txt") == (
+        "--flagfile=inner.txt (line 1 of --flagfile=sub/outer.txt): No such file or "
+        "directory; fix or delete that line (a name in a flagfile is taken from the current "
+        "folder, not from the file's: write --flagfile=sub/inner.txt)")
+
+
+def test_flagfiles_that_name_each_other_and_a_flagfile_without_its_file(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("--flagfile=b.txt\n")
+    (tmp_path / "b.txt").write_text("--max_steps=3\n--flagfile=./a.txt\n")
+    assert refused("cifar10-train", "--flagfile=a.txt") == (
+        "--flagfile=./a.txt (line 2 of b.txt, read by --flagfile=a.txt) names a file that is "
+        "being read (a.txt -> b.txt -> ./a.txt): delete that line")
+    (tmp_path / "c.txt").write_text("--flagfile\nb.txt\n")
+    assert refused("cifar10-train", "--flagfile=c.txt") == (
+        "line 1 of --flagfile=c.txt: --flagfile without its file: write --flagfile=FILE on one "
+        "line")
+    assert refused("cifar10-train", "--max_steps=3", "--flagfile") == (
+        "--flagfile needs a file name (--flagfile=FILE)")
+
+
+# --- a flag given before a flagfile that sets it ---------------------------------------
+
+@pytest.mark.parametrize("args, given, file_sets", [
+    (["--max_steps=30", "--flagfile=runs/a/train/flags.txt"], "--max_steps=30",
+     "--max_steps=20"),
+    (["--max_steps", "30", "--flagfile", "runs/a/train/flags.txt"], "--max_steps 30",
+     "--max_steps=20"),
+    # flags.txt writes --nofresh_start whatever the start was given.
+    (["--fresh_start", "--flagfile=runs/a/train/flags.txt"], "--fresh_start",
+     "--nofresh_start"),
+    (["--nosynthetic_data", "--flagfile=runs/a/train/flags.txt"], "--nosynthetic_data",
+     "--synthetic_data"),
+    (["--train_dir=runs/b/train", "--flagfile=runs/a/train/flags.txt"],
+     "--train_dir=runs/b/train", "--train_dir={run}/train"),
+    (["--lrn_kernel=tensorflow", "--flagfile=runs/a/train/flags.txt"],
+     "--lrn_kernel=tensorflow", "--kernels=auto"),  # its former name
+])
+def test_a_flag_before_a_flagfile_that_sets_it_otherwise_is_refused(run, args, given,
+                                                                    file_sets):
+    before = sorted(os.listdir(run / "train")), (run / "train" / "flags.txt").read_text()
+    assert refused("cifar10-train", *args) == (
+        f"{given} comes before --flagfile=runs/a/train/flags.txt, which sets "
+        f"{file_sets.format(run=run)} and wins; put {given} after --flagfile")
+    assert (sorted(os.listdir(run / "train")),
+            (run / "train" / "flags.txt").read_text()) == before
+
+
+def test_a_flag_before_a_nested_flagfile_names_its_line(run):
+    (run.parent.parent / "mine.txt").write_text("--seed=4\n--flagfile=runs/a/train/flags.txt\n")
+    line = (run / "train" / "flags.txt").read_text().splitlines().index("--seed=0") + 1
+    assert refused("cifar10-train", "--seed=5", "--flagfile=mine.txt") == (
+        f"--seed=5 comes before --flagfile=mine.txt, which sets --seed=0 (line {line} of "
+        f"runs/a/train/flags.txt, read by --flagfile=mine.txt) and wins; put --seed=5 after "
+        f"--flagfile")
+
+
+@pytest.mark.parametrize("args, max_steps, num_gpus", [
+    (["--max_steps=20", "--flagfile=runs/a/train/flags.txt"], 20, None),  # the same value
+    (["--flagfile=runs/a/train/flags.txt", "--max_steps=30"], 30, None),  # after: it wins
+    (["--max_steps=30", "--flagfile=runs/a/train/flags.txt", "--max_steps=30"], 30, None),
+    (["--max_steps=9", "--max_steps=20", "--flagfile=runs/a/train/flags.txt"], 20, None),
+    # flags.txt's '# --num_gpus=1' (unset at that start) is a comment, not a setting.
+    (["--num_gpus=2", "--flagfile=runs/a/train/flags.txt"], 20, 2),
+    # A path given relative is the one flags.txt holds absolute.
+    (["--train_dir=runs/a/train", "--flagfile", "runs/a/train/flags.txt"], 20, None),
+])
+def test_a_flag_before_a_flagfile_that_leaves_it_as_given_is_no_mistake(run, args, max_steps,
+                                                                        num_gpus):
+    values = flags.FlagValues()
+    define_train_flags(values)
+    assert flagfiles.parse(values, ["cifar10-train", *args], "cifar10-train") == [
+        "cifar10-train"]
+    assert values.max_steps == max_steps
+    assert values.num_gpus == (num_gpus or 1) and values["num_gpus"].present == bool(num_gpus)
+    assert values.train_dir == str(run / "train")  # the file's, the same folder
+
+
+def test_the_launcher_refuses_a_workers_flag_lost_to_their_flagfile_before_they_start(run):
+    assert refused("cifar10-launch", "--", "--max_steps=30",
+                   "--flagfile=runs/a/train/flags.txt", help_of="cifar10-train") == (
+        "cifar10-train's flags (after --): --max_steps=30 comes before "
+        "--flagfile=runs/a/train/flags.txt, which sets --max_steps=20 and wins; put "
+        "--max_steps=30 after --flagfile")
+
+
+# --- another program's flags.txt --------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["--flagfile=runs/a/eval/flags.txt",
+                                  "--flagfile runs/a/eval/flags.txt"])
+def test_the_trainer_given_an_evaluators_flags_is_pointed_at_the_runs_own(run, form):
+    assert refused("cifar10-train", *form.split()) == (
+        f"--flagfile=runs/a/eval/flags.txt holds cifar10-eval's flags, not cifar10-train's: "
+        f"to replay the training run it scores, pass --flagfile={run}/train/flags.txt")
+    os.remove(run / "train" / "flags.txt")
+    assert refused("cifar10-train", *form.split()) == (
+        f"--flagfile=runs/a/eval/flags.txt holds cifar10-eval's flags, not cifar10-train's: "
+        f"give cifar10-train a training run's own flags.txt (runs/a/eval/flags.txt scores "
+        f"--checkpoint_dir={run}/train, which holds none)")
+
+
+@pytest.mark.parametrize("program, file, advice", [
+    ("cifar10-eval", "train", "; cifar10-eval reads the data settings of the run it is given "
+                              "by itself: pass --checkpoint_dir={run}/train instead"),
+    ("cifar10-predict", "train", ": pass --checkpoint_dir={run}/train to classify with that "
+                                 "run's model"),
+    ("cifar10-export", "train", ": pass --checkpoint_dir={run}/train to export that run's "
+                                "model"),
+    ("cifar10-predict", "eval", ": pass --checkpoint_dir={run}/train, the run it scores"),
+    ("cifar10-export", "eval", ": pass --checkpoint_dir={run}/train, the run it scores"),
+    ("cifar10-prepare", "train", ": give cifar10-prepare its own flags"),
+    ("cifar10-launch", "eval", ": give cifar10-launch its own flags"),
+])
+@pytest.mark.parametrize("space", [False, True])
+def test_another_programs_flags_txt_gets_advice_for_the_pair(run, program, file, advice,
+                                                             space):
+    other = {"train": "cifar10-train", "eval": "cifar10-eval"}[file]
+    path = f"runs/a/{file}/flags.txt"
+    args = ["--flagfile", path] if space else [f"--flagfile={path}"]
+    assert refused(program, *args) == (
+        f"--flagfile={path} holds {other}'s flags, not {program}'s{advice.format(run=run)}")
+
+
+def test_the_launcher_given_the_trainers_flags_is_shown_them_after_its_double_dash(run):
+    assert refused("cifar10-launch", "--num_workers=3", "--flagfile", "runs/a/train/flags.txt",
+                   "--", "--max_steps=40") == (
+        "--flagfile=runs/a/train/flags.txt holds cifar10-train's flags, not "
+        "cifar10-launch's: cifar10-train's flags go after --, as in cifar10-launch "
+        "--num_workers=3 -- --flagfile=runs/a/train/flags.txt --max_steps=40")
+
+
+# --- a wrong line of a flagfile ------------------------------------------------------------
+
+def test_an_unknown_flag_of_a_flagfile_names_the_file_and_its_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.txt").write_text("# an old run's\n--max_steps=3\n\n--old_removed_flag=1\n")
+    assert refused("cifar10-train", "--flagfile=old.txt") == (
+        "line 4 of --flagfile=old.txt: unknown flag --old_removed_flag; delete or fix that "
+        "line")
+    (tmp_path / "outer.txt").write_text("--max_step=3\n--flagfile=old.txt\n")
+    assert refused("cifar10-train", "--flagfile=outer.txt") == (
+        "line 1 of --flagfile=outer.txt: unknown flag --max_step (did you mean --max_steps?); "
+        "delete or fix that line")
+    (tmp_path / "outer.txt").write_text("--max_steps=3\n--flagfile=old.txt\n")
+    assert refused("cifar10-train", "--flagfile=outer.txt") == (
+        "line 4 of old.txt, read by --flagfile=outer.txt: unknown flag --old_removed_flag; "
+        "delete or fix that line")
+    # On the command line it is the command line's, as before.
+    assert refused("cifar10-train", "--old_removed_flag=1", "--flagfile=old.txt") == (
+        "unknown flag --old_removed_flag")
+
+
+def test_a_bad_value_in_a_flagfile_names_the_file_and_its_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.txt").write_text("--max_steps=3\n--batch_size=abc\n")
+    assert refused("cifar10-eval", "--flagfile=bad.txt") == (
+        "line 2 of --flagfile=bad.txt: --batch_size=abc: expected a whole number; fix or "
+        "delete that line")
+    assert refused("cifar10-eval", "--batch_size=abc", "--flagfile=bad.txt") == (
+        "--batch_size=abc: expected a whole number")
+
+
+# --- cifar10-predict's file names that start with a dash -------------------------------------
+
+def test_a_file_name_with_a_dash_given_to_predict_is_told_how_to_name_it(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-y.jpg").write_bytes(b"")
+    (tmp_path / "-notes").write_bytes(b"")
+    for name in ("-y.jpg", "--z.PNG", "-notes"):  # a file, or an image's name
+        assert refused("cifar10-predict", "--checkpoint_dir=runs/a/train", name, "cat.png") == (
+            f"{name} is taken for a flag (unknown flag --{name.lstrip('-')}): name that file "
+            f"./{name}, or put the file names after --, as in cifar10-predict "
+            f"--checkpoint_dir=runs/a/train cat.png -- {name}")
+    assert refused("cifar10-predict", "-zz") == "unknown flag --zz"  # neither
+    assert refused("cifar10-train", "-y.jpg") == "unknown flag --y.jpg"  # takes no files
+
+
+def test_a_file_name_with_a_dash_after_a_double_dash_is_a_file_to_predict(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli.call("cifar10-predict", f"--checkpoint_dir={tmp_path}", "--",
+                      "-missing.jpg")
+    assert result.returncode == 1
+    assert result.stderr == "cifar10-predict: error: no such file or folder: -missing.jpg\n"
+
+
+def test_a_negated_boolean_with_a_value_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    # absl refuses --noname=value with a ValueError, not one of its flag errors.
+    monkeypatch.chdir(tmp_path)
+    assert refused("cifar10-train", "--nofresh_start=1") == (
+        "--nofresh_start=1: --nofresh_start takes no value; write --nofresh_start, or "
+        "--fresh_start=VALUE")
+    (tmp_path / "neg.txt").write_text("--nosynthetic_data=true\n")
+    assert refused("cifar10-eval", "--flagfile=neg.txt") == (
+        "line 1 of --flagfile=neg.txt: --nosynthetic_data=true: --nosynthetic_data takes no "
+        "value; write --nosynthetic_data, or --synthetic_data=VALUE; fix or delete that line")
