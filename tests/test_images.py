@@ -3,13 +3,16 @@ area resizing, RGB from any colour mode."""
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from cifar10.data import images as image_files
+from specialfiles import unix_socket, watched_fifos
 
 
 def image(seed, height=32, width=32):
@@ -96,3 +99,17 @@ def test_grayscale_rgba_bmp_and_jpeg_become_rgb():
     assert from_jpeg.shape == (32, 32, 3) and from_jpeg.dtype == np.uint8
     want = decoded(tf.io.encode_png(smooth).numpy()).astype(int)
     assert np.abs(from_jpeg.astype(int) - want).max() <= 8  # lossy, but the same picture
+
+
+def test_fifos_and_sockets_are_refused_without_being_opened(tmp_path):
+    """Reading a FIFO waits for a writer: decoding one would hang the program."""
+    tf.io.write_file(str(tmp_path / "good.png"), tf.io.encode_png(image(1)))
+    fifo, good = tmp_path / "feed.png", str(tmp_path / "good.png")
+    # (A socket's path is short: /tmp, not the test's folder.)
+    with watched_fifos(fifo) as opened, tempfile.TemporaryDirectory() as short, \
+            unix_socket(os.path.join(short, "s.png")) as sock:
+        results = [(path, why) for path, _, why in
+                   image_files.decode_files([good, str(fifo), sock, good])]
+    assert results == [(good, ""), (str(fifo), "not a regular file"),
+                       (sock, "not a regular file"), (good, "")]
+    assert opened == []

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import call, run
+from specialfiles import watched_fifos
 
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
@@ -496,3 +497,20 @@ def test_macos_zip_metadata_is_passed_over_with_a_note(tmp_path, layout):
                               f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 0 unreadable "
                               f"images.")
     assert "warning" not in result.stderr
+
+
+def test_a_fifo_among_the_images_is_skipped_without_being_opened(image_dir, tmp_path):
+    """Reading a FIFO waits for a writer: the conversion would hang."""
+    fifo = image_dir / "cat" / "feed.png"
+    with watched_fifos(fifo) as opened:
+        result = call("cifar10-prepare", f"--image_dir={image_dir}",
+                      f"--data_dir={tmp_path / 'd'}")
+        source = prepare.find_source(str(image_dir))
+        with pytest.raises(Cifar10Error) as strict:
+            prepare.convert(source, str(tmp_path / "strict"), strict=True)
+    assert opened == []
+    assert result.returncode == 0, result.stderr
+    assert (f"cifar10-prepare: warning: skipped {fifo}: not a regular file"
+            in result.stderr.splitlines())
+    assert result.stdout.strip().splitlines()[-1].endswith("; skipped 1 unreadable image.")
+    assert str(strict.value) == f"cannot read {fifo}: not a regular file (--strict: nothing written)"

@@ -6,6 +6,8 @@ BMP and JPEG; no TensorFlow.
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 
 # The most pixels an image may have to be decoded: 50 megapixels (e.g. 8660x5773),
@@ -20,7 +22,13 @@ def pixels(path: str | bytes) -> int | None:
     """Width x height of the image in ``path`` from its header; None when the file
     cannot be read or its format or header is not recognised (the decoder then says)."""
     try:
-        with open(path, "rb") as f:
+        # Not blocking: a FIFO put in the file's place since it was looked at would
+        # wait for a writer; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        with open(fd, "rb") as f:
             head = f.read(32)
             if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
                 width, height = struct.unpack(">II", head[16:24])
