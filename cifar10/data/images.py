@@ -58,8 +58,9 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
-    a file that cannot be read or decoded, or whose header gives more pixels than
-    ``imageheader.MAX_PIXELS``, gives None and a one-line reason, and the others go on.
+    a file that cannot be read or decoded, whose header gives more pixels than
+    ``imageheader.MAX_PIXELS``, or that is of a kind the decoder does not take (a
+    1-bit BMP: ``imageheader.unsupported``), gives None and a one-line reason, and the others go on.
     A file that is not a regular one (a FIFO, a socket, a device) is not opened at
     all: reading a FIFO would wait for a writer for ever.
     """
@@ -89,7 +90,7 @@ def _refused(path: bytes) -> str:
         return ""  # (missing, or not to be looked at: reading it says which)
     if not stat.S_ISREG(mode):
         return NOT_REGULAR
-    return imageheader.too_large(path)
+    return imageheader.too_large(path) or imageheader.unsupported(path)
 
 
 def _reason(error: tf.errors.OpError) -> str:
