@@ -160,7 +160,8 @@ def _verify(path: str, md5: str, size: int | None) -> None:
     if problem:
         raise DataError(
             f"{path} is not the expected tarball ({problem}); it may be incomplete "
-            f"or corrupt. Delete it so that it is downloaded again."
+            f"or corrupt. Delete it so that it is downloaded again (or, if it is other "
+            f"data on purpose, give its MD5 as --data_md5)."
         )
 
 
@@ -267,8 +268,8 @@ def _download(
             if problem:
                 raise DataError(
                     f"the file downloaded from {url} is not the expected tarball ({problem}). "
-                    f"Check {_url_settings(archive)}, or put the right "
-                    f"{archive.tarball} in {dest_dir}."
+                    f"Check {_url_settings(archive)}; for a mirror of other data, give its "
+                    f"MD5 as --data_md5; or put the right {archive.tarball} in {dest_dir}."
                 )
             os.replace(part, final)
     except OSError as e:
