@@ -12,7 +12,7 @@ from cifar10.core.config import TrainConfig
 # A user's files that merely start like the trainer's: nothing may touch them.
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
               "events.out.tfevents.my_notes.txt", "checkpoint.txt", "notes.txt",
-              "class_names.txt.bak")
+              "class_names.txt.bak", "flags.txt.tmp", "class_names.txt.tmp")
 
 
 def copy_run(trained, copy):

@@ -4,6 +4,7 @@ setting it where /proc shows it."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -66,3 +67,18 @@ def test_without_the_proc_line_the_umask_is_set_and_set_back(umask_027, tmp_path
     assert os.umask(0o027) == 0o027  # set back as it was
     monkeypatch.setattr(atomic, "_STATUS", str(path))
     assert _written_mode(tmp_path / "file") == 0o640
+
+
+def test_write_text_writes_through_a_name_of_its_own_and_never_over_a_file(tmp_path):
+    """A user's <name>.tmp beside the file is not the temporary file: it stays as it was."""
+    (tmp_path / "a.txt.tmp").write_text("mine")
+    atomic.write_text(str(tmp_path / "a.txt"), "new")
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "a.txt.tmp"]
+    assert (tmp_path / "a.txt").read_text() == "new"
+    assert (tmp_path / "a.txt.tmp").read_text() == "mine"
+    assert re.fullmatch(r"a\.txt" + atomic.TEMP_SUFFIX, os.path.basename(
+        atomic.temp_name(str(tmp_path / "a.txt"))))
+    with pytest.raises(FileExistsError):  # a temporary name that is taken: not written
+        atomic.write_text(str(tmp_path / "a.txt"), "newer", str(tmp_path / "a.txt.tmp"))
+    assert (tmp_path / "a.txt.tmp").read_text() == "mine"
+    assert (tmp_path / "a.txt").read_text() == "new"

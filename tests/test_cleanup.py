@@ -21,10 +21,15 @@ CHECKPOINT_FILES = ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001",
                     "model.ckpt-6.data-00001-of-00002")
 RECORDS = ("checkpoint", "training_complete.json", "class_names.txt", "flags.txt",
            "environment.jsonl", "events.out.tfevents.1700000000.host.example.123.0.v2")
-LEFTOVERS = ("model.ckpt-9_temp", "checkpoint.tmp" + "0" * 32, "class_names.txt.tmp",
-             "environment.jsonl.tmp", "flags.txt.tmp", "training_complete.json.tmp")
+HEX = "0123456789abcdef" * 2  # a temporary name's 32 hex digits
+LEFTOVERS = ("model.ckpt-9_temp", "checkpoint.tmp" + "0" * 32, "class_names.txt.tmp" + HEX,
+             "environment.jsonl.tmp" + HEX, "flags.txt.tmp" + HEX,
+             "training_complete.json.tmp" + HEX)
+# (USER_FILES holds a user's flags.txt.tmp and class_names.txt.tmp: no temporary names.)
 MORE_USER_FILES = ("cifar10-train.lock", "checkpoint.tmp", "model.ckpt-9_temp.zip",
-                   "model.ckpt-3.data-0-of-1", "events.out.tfevents.1.v2", "flags.txt.tmp.bak")
+                   "model.ckpt-3.data-0-of-1", "events.out.tfevents.1.v2", "flags.txt.tmp.bak",
+                   "environment.jsonl.tmp", "training_complete.json.tmp",
+                   "flags.txt.tmp" + HEX[:31], "flags.txt.tmp" + HEX.upper())
 
 
 def make_run(directory):

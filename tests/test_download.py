@@ -242,6 +242,9 @@ def test_checksum_mismatch_is_rejected(served_tarball, data_dir, md5, size, what
     assert served_tarball in message
     assert what in message
     assert f"got {len(TARBALL)} bytes, MD5 {TARBALL_MD5}" in message
+    assert message.endswith(f"Check --data_url or {ff.DATA_URL_ENV}; for a mirror of other "
+                            f"data, give its MD5 as --data_md5; or put the right "
+                            f"{ff.TARBALL_NAME} in {data_dir}.")
     assert not (data_dir / ff.TARBALL_NAME).exists()
     assert not (data_dir / ff.BATCHES_DIRNAME).exists()
     assert _leftovers(data_dir) == []
@@ -414,7 +417,8 @@ def test_existing_bad_tarball_is_reported_not_deleted(data_dir, dead_url):
         download.maybe_download_and_extract(str(data_dir), url=dead_url, progress=False)
     message = str(info.value)
     assert str(tarball) in message
-    assert "Delete it" in message
+    assert message.endswith("Delete it so that it is downloaded again (or, if it is other "
+                            "data on purpose, give its MD5 as --data_md5).")
     assert f"got 13 bytes, MD5 {hashlib.md5(b'not a tarball').hexdigest()}" in message
     assert f"expected {ff.TARBALL_BYTES} bytes, MD5 {ff.TARBALL_MD5}" in message
     assert tarball.read_bytes() == b"not a tarball"

@@ -173,3 +173,34 @@ def test_an_image_dir_that_is_missing_or_a_file_is_named(tmp_path):
     with pytest.raises(Cifar10Error) as err:
         imagefiles.find_source(str(tmp_path / "a.png"))
     assert str(err.value) == f"{tmp_path / 'a.png'} is a file, not a folder: {advice}"
+
+
+def test_links_to_folders_are_followed_each_real_folder_and_file_taken_once(tmp_path):
+    """A subfolder that is a link is searched (as a class folder that is one is); a
+    link to a folder above ends the search there instead of looping; a folder or a file
+    reached by two paths is taken once, under the first path in sorted order."""
+    for name in ("elsewhere/ship/1.png", "elsewhere/ship/2.png", "cat/a/3.png", "cat/4.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    cat = tmp_path / "cat"
+    (cat / "ships").symlink_to(tmp_path / "elsewhere" / "ship")
+    (cat / "z_same_ships").symlink_to(tmp_path / "elsewhere" / "ship")
+    (cat / "a" / "up").symlink_to(cat)  # a cycle: cat/a/up/a/up/...
+    (cat / "copy.png").symlink_to(cat / "4.png")  # the same file twice
+    (cat / "gone.png").symlink_to(tmp_path / "missing.png")  # broken: decoding says so
+    assert imagefiles.find_images([str(cat)]) == [
+        str(cat / name) for name in ("4.png", "a/3.png", "gone.png", "ships/1.png",
+                                     "ships/2.png")]
+    # Each folder given is searched on its own; a file named is taken as given.
+    assert imagefiles.find_images([str(cat / "ships"), str(cat / "copy.png")]) == [
+        str(cat / "ships" / "1.png"), str(cat / "ships" / "2.png"), str(cat / "copy.png")]
+
+
+def test_a_class_gathered_by_a_link_to_a_subfolder_keeps_its_images(tmp_path):
+    make_files(tmp_path / "src", {"ship": 30})
+    make_files(tmp_path / "p", {"a/real": 6, "b": 6})
+    (tmp_path / "p" / "b" / "sub").symlink_to(tmp_path / "src" / "ship")
+    (tmp_path / "p" / "c").symlink_to(tmp_path / "src" / "ship")
+    source = imagefiles.find_source(str(tmp_path / "p"), test_fraction=0.5)
+    assert source.class_names == ("a", "b", "c")
+    assert len(source.train) + len(source.test) == 6 + 36 + 30

@@ -3,13 +3,16 @@ area resizing, RGB from any colour mode."""
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from cifar10.data import images as image_files
+from specialfiles import unix_socket, watched_fifos
 
 
 def image(seed, height=32, width=32):
@@ -96,3 +99,46 @@ def test_grayscale_rgba_bmp_and_jpeg_become_rgb():
     assert from_jpeg.shape == (32, 32, 3) and from_jpeg.dtype == np.uint8
     want = decoded(tf.io.encode_png(smooth).numpy()).astype(int)
     assert np.abs(from_jpeg.astype(int) - want).max() <= 8  # lossy, but the same picture
+
+
+def test_fifos_and_sockets_are_refused_without_being_opened(tmp_path):
+    """Reading a FIFO waits for a writer: decoding one would hang the program."""
+    tf.io.write_file(str(tmp_path / "good.png"), tf.io.encode_png(image(1)))
+    fifo, good = tmp_path / "feed.png", str(tmp_path / "good.png")
+    # (A socket's path is short: /tmp, not the test's folder.)
+    with watched_fifos(fifo) as opened, tempfile.TemporaryDirectory() as short, \
+            unix_socket(os.path.join(short, "s.png")) as sock:
+        results = [(path, why) for path, _, why in
+                   image_files.decode_files([good, str(fifo), sock, good])]
+    assert results == [(good, ""), (str(fifo), "not a regular file"),
+                       (sock, "not a regular file"), (good, "")]
+    assert opened == []
+
+
+def bmp_of_depth(bits: int, width: int = 8, height: int = 2) -> bytes:
+    """A valid uncompressed BMP of ``bits`` bits per pixel (a grey palette below 16)."""
+    colours = 2 ** bits if bits < 16 else 0
+    row = (width * bits + 31) // 32 * 4
+    palette = b"".join(bytes([i * 255 // (colours - 1)] * 3 + [0]) for i in range(colours))
+    pixels = b"\x55" * row * height
+    offset = 54 + len(palette)
+    header = struct.pack("<2sIHHI", b"BM", offset + len(pixels), 0, 0, offset)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, bits, 0, len(pixels), 2835, 2835,
+                       colours, 0)
+    return header + info + palette + pixels
+
+
+@pytest.mark.parametrize("bits", [1, 4, 16])
+def test_a_bmp_of_a_depth_tensorflow_refuses_is_named_as_such_not_as_damaged(tmp_path, bits):
+    path = tmp_path / f"{bits}.bmp"
+    path.write_bytes(bmp_of_depth(bits))
+    with pytest.raises(tf.errors.InvalidArgumentError):  # (the decoder's own refusal)
+        decoded(path.read_bytes())
+    [(_, image, why)] = image_files.decode_files([str(path)])
+    assert image is None
+    assert why == (f"a {bits}-bit BMP, a bit depth TensorFlow does not decode (it takes 8, 24 "
+                   f"and 32-bit BMPs): save it as PNG or as a 24-bit BMP")
+    for depth in (8, 24, 32):  # taken
+        (tmp_path / f"{depth}.bmp").write_bytes(bmp_of_depth(depth))
+        [(_, image, why)] = image_files.decode_files([str(tmp_path / f"{depth}.bmp")])
+        assert image is not None and why == ""

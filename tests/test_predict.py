@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import call, run
+from specialfiles import watched_fifos
 
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
@@ -254,3 +255,21 @@ def test_predict_and_export_of_a_run_on_generated_data_say_so(trained_run, tmp_p
     (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
                                        "at step 0\n--nosynthetic_data\n")
     assert call("cifar10-predict", f"--checkpoint_dir={run_dir}", image).stderr == ""
+
+
+def test_a_fifo_named_or_in_a_folder_is_not_opened_and_fails_at_the_end(trained_run, tmp_path):
+    """Reading a FIFO waits for a writer: the program would hang."""
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos", images[:2])
+    named, inside = tmp_path / "fifo.png", tmp_path / "photos" / "z.png"
+    with watched_fifos(named, inside) as opened:
+        result = call("cifar10-predict", f"--checkpoint_dir={train_dir}",
+                      str(tmp_path / "photos"), str(named))
+    assert opened == []
+    assert result.returncode == 1
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == good
+    assert result.stderr.strip().splitlines()[-3:] == [
+        f"cifar10-predict: cannot read {inside}: not a regular file",
+        f"cifar10-predict: cannot read {named}: not a regular file",
+        "cifar10-predict: error: 2 of 4 images could not be read (see above)"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -12,7 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import call, run
+from specialfiles import watched_fifos
 
+from cifar10.cli import prepare_main
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
 from cifar10.data import images as image_files
@@ -496,3 +499,46 @@ def test_macos_zip_metadata_is_passed_over_with_a_note(tmp_path, layout):
                               f"{tmp_path / 'd' / ff.BATCHES_DIRNAME}; skipped 0 unreadable "
                               f"images.")
     assert "warning" not in result.stderr
+
+
+def test_a_fifo_among_the_images_is_skipped_without_being_opened(image_dir, tmp_path):
+    """Reading a FIFO waits for a writer: the conversion would hang."""
+    fifo = image_dir / "cat" / "feed.png"
+    with watched_fifos(fifo) as opened:
+        result = call("cifar10-prepare", f"--image_dir={image_dir}",
+                      f"--data_dir={tmp_path / 'd'}")
+        source = prepare.find_source(str(image_dir))
+        with pytest.raises(Cifar10Error) as strict:
+            prepare.convert(source, str(tmp_path / "strict"), strict=True)
+    assert opened == []
+    assert result.returncode == 0, result.stderr
+    assert (f"cifar10-prepare: warning: skipped {fifo}: not a regular file"
+            in result.stderr.splitlines())
+    assert result.stdout.strip().splitlines()[-1].endswith("; skipped 1 unreadable image.")
+    assert str(strict.value) == f"cannot read {fifo}: not a regular file (--strict: nothing written)"
+
+
+def test_progress_in_a_log_is_a_line_at_each_tenth_and_on_a_terminal_one_line(image_dir,
+                                                                              tmp_path):
+    """Not one line at the end only: a long conversion shows it is at work in a log."""
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "/36 images" in line]
+    # 36 images: a line at the start and at each tenth (10 * done // 36 grows).
+    assert [line.split(" ")[0] for line in lines] == [
+        "0/36", "4/36", "8/36", "11/36", "15/36", "18/36", "22/36", "26/36", "29/36",
+        "33/36", "36/36"]
+    assert re.fullmatch(r"36/36 images \([0-9,]+ images/s\)", lines[-1])
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    line = prepare_main.progress_line(36, out)
+    prepare.convert(prepare.find_source(str(image_dir)), str(tmp_path / "t"),
+                    progress=lambda done, _: line.show(done))
+    line.end()
+    text = out.getvalue()
+    assert text.startswith("\r0/36 images\r1/36 images (") and text.count("\r") == 37
+    assert text.count("\n") == 1 and text.endswith("\n")

@@ -2,6 +2,7 @@
 changed settings on resume, and --deterministic runs that repeat bit for bit."""
 
 import datetime
+import errno
 import json
 import os
 import re
@@ -280,16 +281,39 @@ def test_changes_compare_only_what_both_starts_recorded():
         "step 7 with true (recorded in /r/environment.jsonl)")
 
 
-def test_a_record_that_cannot_be_written_is_one_line_and_leaves_the_old_file(tmp_path):
+def test_a_record_that_cannot_be_written_is_one_line_and_leaves_the_old_file(tmp_path,
+                                                                             monkeypatch):
     record = runrecord.environment("cifar10-train", ["x"], [], "2.x")
     runrecord.record_start(str(tmp_path), record, "--seed=1\n")
-    (tmp_path / "flags.txt.tmp").mkdir()  # in the way of the next write
-    with pytest.raises(Cifar10Error) as err:
-        runrecord.record_start(str(tmp_path), record, "--seed=2\n")
+
+    def full(source, target):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", full)
+        with pytest.raises(Cifar10Error) as err:
+            runrecord.record_start(str(tmp_path), record, "--seed=2\n")
     assert str(err.value).startswith(f"cannot record the run's start in {tmp_path}/flags.txt (")
     assert "\n" not in str(err.value)
     assert (tmp_path / "flags.txt").read_text().endswith("--seed=1\n")
     assert runrecord.last_record(str(tmp_path)) == record
+    assert sorted(os.listdir(tmp_path)) == ["environment.jsonl", "flags.txt"]  # no temporary
+
+
+def test_a_users_tmp_files_beside_the_records_are_neither_written_nor_removed(tmp_path):
+    """The records' temporary names are their own: a user's flags.txt.tmp (a folder, even)
+    is not in the way, and is left as it was."""
+    (tmp_path / "flags.txt.tmp").mkdir()
+    (tmp_path / "flags.txt.tmp" / "notes.txt").write_text("mine")
+    (tmp_path / "environment.jsonl.tmp").write_text("mine")
+    record = runrecord.environment("cifar10-train", ["x"], [], "2.x")
+    for seed in (1, 2):
+        runrecord.record_start(str(tmp_path), record, f"--seed={seed}\n")
+    assert (tmp_path / "flags.txt").read_text().endswith("--seed=2\n")
+    assert sorted(os.listdir(tmp_path)) == ["environment.jsonl", "environment.jsonl.tmp",
+                                            "flags.txt", "flags.txt.tmp"]
+    assert (tmp_path / "environment.jsonl.tmp").read_text() == "mine"
+    assert (tmp_path / "flags.txt.tmp" / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.parametrize("name", [runrecord.FLAGS_FILE, runrecord.ENVIRONMENT_FILE])
@@ -387,3 +411,17 @@ def test_replica_counts_give_different_runs(deterministic_runs):
     root, _ = deterministic_runs
     a1, a2 = weights(root / "a1" / "model.ckpt-6"), weights(root / "a2" / "model.ckpt-6")
     assert any(not np.array_equal(a1[k], a2[k]) for k in a1 if "conv1" in k and "VARIABLE" in k)
+
+
+def test_a_start_that_cannot_be_recorded_gives_no_notice_that_it_was(tmp_path):
+    first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
+    assert first.returncode == 0, first.stderr
+    flags_txt = tmp_path / "train" / runrecord.FLAGS_FILE
+    flags_txt.unlink()
+    flags_txt.mkdir()  # a folder of the record's name: the start cannot be recorded
+    resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=4"),
+                       "--batch_size=8")
+    assert resumed.returncode == 1
+    assert resumed.stderr.splitlines() == [
+        f"cifar10-train: error: cannot record the run's start in {flags_txt} (Is a directory); "
+        f"a folder of that name is not the run's record: move it away"]

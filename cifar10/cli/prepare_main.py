@@ -14,13 +14,12 @@ cifar10-train and cifar10-eval read.  Example:
 
 from __future__ import annotations
 
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
 
 from cifar10.core import atomic
+from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import prepare
 from cifar10.cli import programs
@@ -31,14 +30,14 @@ PROGRAM = "cifar10-prepare"
 define_flags = cifar10_flags.define_prepare_flags  # this program's flags
 
 
-def show_progress(done: int, total: int, seconds: float) -> None:
-    rate = done / seconds if seconds > 0 else 0.0
-    line = f"{done:,}/{total:,} images ({rate:,.0f} images/s)"
-    if sys.stderr.isatty():
-        sys.stderr.write("\r" + line + ("\n" if done == total else ""))
-    elif done == total or done % 10_000 == 0:
-        sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+def progress_line(total: int, stream=None) -> ProgressLine:
+    """The conversion's progress on stderr: ``1,200/10,000 images (850 images/s)``,
+    rewritten on a terminal, a line at each tenth in a log (``ProgressLine``)."""
+    def describe(done: int, seconds: float) -> str:
+        rate = f" ({done / seconds:,.0f} images/s)" if done and seconds > 0 else ""
+        return f"{done:,}/{total:,} images{rate}"
+
+    return ProgressLine(describe, total, stream)
 
 
 def main(argv: list[str]) -> None:
@@ -65,8 +64,12 @@ def main(argv: list[str]) -> None:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
               f"{', '.join(removed)}.")
     programs.load_tensorflow()
-    summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
-                              progress=show_progress)
+    line = progress_line(len(source.train) + len(source.test))
+    try:
+        summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
+                                  progress=lambda done, _: line.show(done))
+    finally:
+        line.end()  # (the terminal's line ended before an error, too)
     for path, why in summary.skipped:
         logging.warning("skipped %s: %s", shown_path(path), why)
     skipped = len(summary.skipped)

@@ -22,25 +22,39 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 from typing import Iterator
 
 MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
 _SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
 
 
+# The temporary name ``write_text`` gives: ``<name>.tmp<32 hex digits>``, unique to the
+# write, so that no file of a user's (a ``flags.txt.tmp`` of theirs) is in its way or
+# overwritten, and a leftover is told from a user's file by its name alone.
+TEMP_SUFFIX = r"\.tmp[0-9a-f]{32}"
+
+
+def temp_name(path: str) -> str:
+    """A new temporary name beside ``path`` (``TEMP_SUFFIX``)."""
+    return f"{path}.tmp{uuid.uuid4().hex}"
+
+
 def write_text(path: str, text: str, tmp: str | None = None) -> None:
-    """Writes ``text`` to ``path`` through ``tmp`` (default ``<path>.tmp``), renamed
-    over ``path`` when written, so that a reader sees the old file or the new one.
+    """Writes ``text`` to ``path`` through ``tmp`` (default a new ``temp_name``),
+    renamed over ``path`` when written, so that a reader sees the old file or the new
+    one.  ``tmp`` is made new (``O_EXCL``): a file already there is never written.
 
     Raises:
-      OSError: the write or the rename failed; ``tmp`` is removed.
+      OSError: the write or the rename failed; ``tmp`` is removed if this made it.
     """
-    tmp = tmp or f"{path}.tmp"
+    tmp = tmp or temp_name(path)
+    f = open(tmp, "x", encoding="utf-8")  # (if it fails, what is there is not ours)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with f:
             f.write(text)
         os.replace(tmp, path)
-    except OSError:
+    except BaseException:
         _remove_quietly(tmp)
         raise
 

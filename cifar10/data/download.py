@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import sys
 import urllib.error
 import urllib.request
 
@@ -34,6 +33,7 @@ from cifar10.core import atomic
 from cifar10.data import extract
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import DataError
+from cifar10.core.progressline import ProgressLine
 
 # Seconds a blocked connect or read may take before the download gives up.
 SOCKET_TIMEOUT_S = 60.0
@@ -160,51 +160,22 @@ def _verify(path: str, md5: str, size: int | None) -> None:
     if problem:
         raise DataError(
             f"{path} is not the expected tarball ({problem}); it may be incomplete "
-            f"or corrupt. Delete it so that it is downloaded again."
+            f"or corrupt. Delete it so that it is downloaded again (or, if it is other "
+            f"data on purpose, give its MD5 as --data_md5)."
         )
 
 
-class _Progress:
-    """Download progress on stderr: on a terminal one line, rewritten at each chunk
-    (``\\r``); elsewhere (a log file, a pipe) a line at the start, at each tenth of the
-    file (each ``_UNSIZED_STEP`` bytes where the size is not known), and at the end."""
+class _Progress(ProgressLine):
+    """Download progress on stderr (``ProgressLine``): ``>> Downloading <name> 12.3%``,
+    or the megabytes done where the size is not known (a log line each
+    ``_UNSIZED_STEP`` bytes)."""
 
     def __init__(self, name: str, total: int | None, stream=None):
-        self.name, self.total = name, total
-        self.stream = stream or sys.stderr
-        try:
-            self.rewrite = self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.rewrite = False
-        self._mark: int | None = None  # the tenth (or step) last shown, elsewhere
-        self._last = ""  # the figure last shown
+        def describe(done: int, _: float) -> str:
+            shown = f"{100.0 * done / total:.1f}%" if total else f"{done / 1e6:.1f} MB"
+            return f">> Downloading {name} {shown}"
 
-    def show(self, done: int) -> None:
-        shown = self._figure(done)
-        mark = 10 * done // self.total if self.total else done // _UNSIZED_STEP
-        if self.rewrite:
-            self.stream.write(f"\r>> Downloading {self.name} {shown}")
-        elif mark != self._mark or done == self.total:
-            self._write_line(shown)
-            self._mark = mark
-        self.stream.flush()
-
-    def end(self, done: int) -> None:
-        """After the last chunk (or a failure): the line ended, or the figure it
-        stopped at shown."""
-        if self.rewrite:
-            self.stream.write("\n")
-        else:
-            self._write_line(self._figure(done))
-        self.stream.flush()
-
-    def _figure(self, done: int) -> str:
-        return f"{100.0 * done / self.total:.1f}%" if self.total else f"{done / 1e6:.1f} MB"
-
-    def _write_line(self, shown: str) -> None:
-        if shown != self._last:
-            self._last = shown
-            self.stream.write(f">> Downloading {self.name} {shown}\n")
+        super().__init__(describe, total, stream, unsized_step=_UNSIZED_STEP)
 
 
 # Where the size is not known, a line on a log file every this many bytes.
@@ -297,8 +268,8 @@ def _download(
             if problem:
                 raise DataError(
                     f"the file downloaded from {url} is not the expected tarball ({problem}). "
-                    f"Check {_url_settings(archive)}, or put the right "
-                    f"{archive.tarball} in {dest_dir}."
+                    f"Check {_url_settings(archive)}; for a mirror of other data, give its "
+                    f"MD5 as --data_md5; or put the right {archive.tarball} in {dest_dir}."
                 )
             os.replace(part, final)
     except OSError as e:

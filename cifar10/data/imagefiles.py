@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -35,7 +35,10 @@ def find_images(paths: Sequence[str]) -> list[str]:
     taken, in sorted order, but for hidden files and folders (their names start with
     '.': macOS's ``._`` copies of each image among them) and the metadata folders of
     macOS's zip files and Synology's thumbnails (``SKIPPED_FOLDERS``); a file named
-    directly is taken whatever its name.
+    directly is taken whatever its name.  Links to folders are followed, and within
+    one folder given each real folder is searched once and each file taken once
+    (``_images_under``).  A file that is not a regular one (a FIFO, a socket, a
+    device) is listed like any other: decoding refuses it without opening it.
 
     Raises:
       Cifar10Error: a path does not exist, or a folder holds no image.
@@ -43,7 +46,7 @@ def find_images(paths: Sequence[str]) -> list[str]:
     found = []
     for path in paths:
         if os.path.isdir(path):
-            images = sorted(_images_under(path))
+            images = _images_under(path)
             if not images:
                 raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
                                    f"{path} or its subfolders")
@@ -55,14 +58,66 @@ def find_images(paths: Sequence[str]) -> list[str]:
     return found
 
 
-def _images_under(folder: str) -> Iterator[str]:
-    """The image files in ``folder`` and its subfolders, hidden ones and metadata
-    folders left out (``find_images``)."""
-    for root, folders, names in os.walk(folder):
-        folders[:] = [name for name in folders
-                      if not name.startswith(".") and name not in SKIPPED_FOLDERS]
-        yield from (os.path.join(root, name) for name in names
-                    if not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS))
+def _images_under(folder: str) -> list[str]:
+    """The image files in ``folder`` and its subfolders, sorted, hidden ones and
+    metadata folders left out (``find_images``).
+
+    Links to folders are followed (a class folder gathered from elsewhere by links),
+    but each real folder is searched once, under the first path that reaches it in
+    a search in name order: a link to a folder above it, or to one searched already,
+    adds nothing, so that a cycle of links ends.  Likewise a file reached by two
+    paths (a link to an image beside it, two links to one folder) is taken once,
+    under the first of them in sorted order.
+    """
+    seen_folders: set[tuple[int, int]] = set()
+    files: list[tuple[str, tuple[int, int] | None]] = []
+
+    def search(path: str) -> None:
+        try:
+            identity = _identity(os.stat(path))
+            entries = sorted(os.scandir(path), key=lambda entry: entry.name)
+        except OSError:
+            return  # an unreadable subfolder: as os.walk, passed over
+        if identity in seen_folders:
+            return
+        seen_folders.add(identity)
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if _is_dir(entry):
+                if entry.name not in SKIPPED_FOLDERS:
+                    search(entry.path)
+            elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                files.append((entry.path, _file_identity(entry)))
+
+    search(folder)
+    taken, found = set(), []
+    for path, identity in sorted(files, key=lambda file: file[0]):
+        if identity is not None:
+            if identity in taken:
+                continue
+            taken.add(identity)
+        found.append(path)
+    return found
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # (through a link too)
+    except OSError:
+        return False
+
+
+def _file_identity(entry: os.DirEntry) -> tuple[int, int] | None:
+    """The real file's (device, inode); None for a broken link, kept by its name."""
+    try:
+        return _identity(entry.stat())
+    except OSError:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,15 @@
 """An image file's size in pixels, read from its header without decoding it, so that
 an image too large to decode safely is refused before it takes the memory (a small
 PNG can hold 12000x12000 pixels: 430 MB decoded, and more once resized).  PNG, GIF,
-BMP and JPEG; no TensorFlow.
+BMP and JPEG; and a BMP of a bit depth the decoder refuses, told as such rather than
+as a damaged file.  No TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import struct
 
 # The most pixels an image may have to be decoded: 50 megapixels (e.g. 8660x5773),
@@ -20,7 +24,9 @@ def pixels(path: str | bytes) -> int | None:
     """Width x height of the image in ``path`` from its header; None when the file
     cannot be read or its format or header is not recognised (the decoder then says)."""
     try:
-        with open(path, "rb") as f:
+        with _opened(path) as f:
+            if f is None:
+                return None
             head = f.read(32)
             if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
                 width, height = struct.unpack(">II", head[16:24])
@@ -36,6 +42,45 @@ def pixels(path: str | bytes) -> int | None:
     except (OSError, struct.error, ValueError):
         return None
     return abs(width) * abs(height)
+
+
+def _opened(path: str | bytes):
+    """The file ``path`` opened to read (binary), or None when it is not a regular file.
+    Opened without blocking: a FIFO put in the file's place since it was looked at
+    would wait for a writer.
+
+    Raises:
+      OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return contextlib.nullcontext(None)
+    return open(fd, "rb")
+
+
+# The bits per pixel of the BMPs TensorFlow's decoder takes; 1, 2, 4 and 16 are valid
+# BMPs it refuses ("Number of channels inherent in the image must be 1, 3 or 4").
+BMP_BITS = (8, 24, 32)
+
+
+def unsupported(path: str | bytes) -> str:
+    """Why the image in ``path``, valid by its header, is of a kind the decoder does not
+    take ('' when it is not known to be): a BMP of 1, 2, 4 or 16 bits per pixel."""
+    try:
+        with _opened(path) as f:
+            head = f.read(30) if f is not None else b""
+    except OSError:
+        return ""
+    if head[:2] != b"BM" or len(head) < 30:
+        return ""
+    (info_size,) = struct.unpack("<I", head[14:18])
+    (bits,) = struct.unpack("<H", head[24:26] if info_size == 12 else head[28:30])
+    if bits not in (1, 2, 4, 16):
+        return ""  # (a depth no BMP has: the decoder calls the file damaged)
+    return (f"a {bits}-bit BMP, a bit depth TensorFlow does not decode (it takes "
+            f"{', '.join(map(str, BMP_BITS[:-1]))} and {BMP_BITS[-1]}-bit BMPs): save it as "
+            f"PNG or as a 24-bit BMP")
 
 
 def _jpeg_size(f) -> tuple[int, int]:

@@ -8,6 +8,7 @@ the images it is sent with the same functions.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from cifar10.data import imageheader
 from cifar10.data import pipeline
 
 DECODE_PARALLEL = 2  # images decoded at once
+NOT_REGULAR = "not a regular file"  # a FIFO, a socket, a device, a folder
 
 
 def resize_to_cifar(images: tf.Tensor) -> tf.Tensor:
@@ -56,10 +58,13 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
-    a file that cannot be read or decoded, or whose header gives more pixels than
-    ``imageheader.MAX_PIXELS``, gives None and a one-line reason, and the others go on.
+    a file that cannot be read or decoded, whose header gives more pixels than
+    ``imageheader.MAX_PIXELS``, or that is of a kind the decoder does not take (a
+    1-bit BMP: ``imageheader.unsupported``), gives None and a one-line reason, and the others go on.
+    A file that is not a regular one (a FIFO, a socket, a device) is not opened at
+    all: reading a FIFO would wait for a writer for ever.
     """
-    refused = [imageheader.too_large(os.fsencode(p)) for p in paths]
+    refused = [_refused(os.fsencode(p)) for p in paths]
     decoded = [os.fsencode(p) for p, why in zip(paths, refused) if not why]
     images = pipeline.without_autotuning(
         tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
@@ -77,11 +82,22 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
             yield path, None, _reason(e)
 
 
+def _refused(path: bytes) -> str:
+    """Why the file ``path`` is not decoded, before it is opened ('' when it may be)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""  # (missing, or not to be looked at: reading it says which)
+    if not stat.S_ISREG(mode):
+        return NOT_REGULAR
+    return imageheader.too_large(path) or imageheader.unsupported(path)
+
+
 def _reason(error: tf.errors.OpError) -> str:
     if isinstance(error, tf.errors.NotFoundError):
         return "no such file"
     if isinstance(error, tf.errors.PermissionDeniedError):
         return "permission denied"
     if isinstance(error, tf.errors.FailedPreconditionError):
-        return "not a regular file"
+        return NOT_REGULAR
     return "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import time
 from typing import Callable
 
 import numpy as np
@@ -100,7 +99,7 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
-            progress: Callable[[int, int, float], None] | None = None) -> Summary:
+            progress: Callable[[int, int], None] | None = None) -> Summary:
     """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``.
 
     The training records are shuffled (``seed``) and spread over the five
@@ -109,7 +108,8 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     that fails, the folders made for it (``data_dir`` and its parents) are removed.
 
     Args:
-      progress: called now and then with (images done, images in all, seconds).
+      progress: called with (images done, images in all): at the start, after each
+        hundredth of the images (each image, for fewer than 100), and at the end.
       strict: an unreadable image is an error (nothing is written) instead of
         being skipped.
 
@@ -164,7 +164,9 @@ def _records(source: Source, seed: int, strict: bool, progress
 
     pairs = source.train + source.test
     records, skipped = [], []
-    start = time.monotonic()
+    every = max(1, len(pairs) // 100)  # often enough for a progress line's tenths
+    if progress:
+        progress(0, len(pairs))
     decoded = image_files.decode_files([path for path, _ in pairs])
     for done, ((path, label), (_, image, why)) in enumerate(zip(pairs, decoded), 1):
         if image is None:
@@ -174,8 +176,8 @@ def _records(source: Source, seed: int, strict: bool, progress
             records.append(None)
         else:
             records.append(bytes([label]) + image.transpose(2, 0, 1).tobytes())
-        if progress and (done % 1000 == 0 or done == len(pairs)):
-            progress(done, len(pairs), time.monotonic() - start)
+        if progress and (done % every == 0 or done == len(pairs)):
+            progress(done, len(pairs))
     train = [r for r in records[:len(source.train)] if r is not None]
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:

@@ -19,6 +19,7 @@ import shutil
 import struct
 from typing import Iterator
 
+from cifar10.core import atomic
 from cifar10.core.errors import io_error
 from cifar10.runs import records
 from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE,
@@ -27,9 +28,12 @@ from cifar10.runs.statefile import STATE_FILE, TEMP_FILE as STATE_TEMP_FILE
 
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+\.v2")
-# The trainer's own small files besides checkpoints: each is written as <name>.tmp first.
+# The trainer's own small files besides checkpoints: each is written under a temporary
+# name of its own first (<name>.tmp<32 hex digits>: atomic.temp_name); a user's
+# <name>.tmp is not one.
 _RECORDS = (COMPLETE_FILE, CLASSES_FILE, records.FLAGS_FILE, records.ENVIRONMENT_FILE)
-_RECORD_TEMP_FILE = re.compile(f"({'|'.join(re.escape(name) for name in _RECORDS)})\\.tmp")
+_RECORD_TEMP_FILE = re.compile(
+    f"({'|'.join(re.escape(name) for name in _RECORDS)}){atomic.TEMP_SUFFIX}")
 # What a save or a record cut short leaves: never a file a finished write leaves.
 _LEFTOVERS = (TEMP_DIR, STATE_TEMP_FILE, _RECORD_TEMP_FILE)
 

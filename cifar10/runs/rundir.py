@@ -220,8 +220,9 @@ def _check_class_count(directory: str, names: Sequence[str]) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    """Writes one of the run's small files through ``<path>.tmp``."""
+    """Writes one of the run's small files through a temporary name of its own
+    (``atomic.temp_name``)."""
     try:
-        atomic.write_text(path, text, path + ".tmp")
+        atomic.write_text(path, text)
     except OSError as e:
         raise io_error("cannot write", path, e) from e

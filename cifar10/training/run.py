@@ -90,13 +90,10 @@ def _trained_settings(trainer: Trainer, data: TrainData) -> dict:
 def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
             invocation: Invocation) -> None:
     """Appends this start to the run's flags.txt and environment.jsonl; on resume,
-    one notice per trained setting that changed since the start before."""
+    then one notice per trained setting that changed since the start before."""
     train_dir = trainer.config.train_dir
     settings = _trained_settings(trainer, data)
     changed = records.changes(records.last_settings(train_dir) if resumed else None, settings)
-    for change in changed:
-        logging.warning(records.describe_change(change, start, train_dir),
-                        extra={"notice": True})
     record = records.environment(
         "cifar10-train", invocation.command,
         devices.describe(trainer.strategy.extended.worker_devices), tf.__version__)
@@ -105,3 +102,7 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
                   start_step=start, num_replicas=trainer.num_replicas,
                   num_workers=settings["num_workers"], settings=settings, changes=changed)
     records.record_start(train_dir, record, invocation.flags_text)
+    # Said once recorded: a notice says "(recorded in environment.jsonl)".
+    for change in changed:
+        logging.warning(records.describe_change(change, start, train_dir),
+                        extra={"notice": True})
