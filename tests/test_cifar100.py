@@ -141,8 +141,19 @@ def test_the_other_label_of_the_same_data_is_another_run(url, tarball, tmp_path)
         f"on CIFAR-100's coarse labels (--dataset=cifar100 --label=coarse): pass "
         f"--dataset=cifar100 --label=fine to go on with the run, or --fresh_start (or another "
         f"--train_dir) for a new run")
-    # Without the run's records (a run of an older version), the class count says it.
+    # Without flags.txt, environment.jsonl's data folder says it.
     os.remove(train_dir / "flags.txt")
+    coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
+    assert coarse.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={train_dir} holds a run trained on CIFAR-100's "
+        f"fine labels (--dataset=cifar100 --label=fine) in "
+        f"{data_dir / 'cifar-100-fine-batches-bin'} (its environment.jsonl; its flags.txt is "
+        f"missing, empty or holds no data flags), and this start would go on with it on "
+        f"CIFAR-100's coarse labels (--dataset=cifar100 --label=coarse): pass "
+        f"--dataset=cifar100 --label=fine --data_dir={data_dir} to go on with the run, or "
+        f"--fresh_start (or another --train_dir) for a new run")
+    # Without the run's records (a run of an older version), the class count says it.
+    os.remove(train_dir / "environment.jsonl")
     coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
     assert coarse.stderr.strip().splitlines()[-1].startswith(
         f"cifar10-train: error: the run in {train_dir} has a model of 100 classes "
