@@ -22,6 +22,7 @@ from cifar10.runs import checkpoints
 from cifar10.data import cifar100
 from cifar10.data import getdata
 from cifar10.data import pipeline as data
+from cifar10.data import synthetic
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import DataError
 from conftest import EVAL_LINE
@@ -368,3 +369,32 @@ def test_a_task_whose_data_another_converts_waits_for_the_labels_folder(tarball,
     assert found == str(data_dir / cifar100.batches_dir_name("fine"))
     assert counts == {"train": 300, "test": 100}
     assert lines == [f"Waiting for {first} to fetch the data into {data_dir}."]
+
+
+@pytest.mark.parametrize("given", ["folder", "parent"])
+def test_a_cifar100_run_scored_on_own_data_of_cifar10s_format_is_refused(url, tmp_path, given):
+    # The evaluator takes --dataset=cifar100 from the run; the --data_dir given holds
+    # data of CIFAR-10's format: nothing is downloaded into it, and the error says why.
+    own = tmp_path / "own"
+    batches = synthetic.write_dataset(str(own), records_per_file=10)
+    data_dir = batches if given == "folder" else str(own)
+    files = {str(p): p.read_bytes() for p in own.rglob("*") if p.is_file()}
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+        f"--data_dir={tmp_path / 'c100'}\n--dataset=cifar100\n--label=fine\n")
+    for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+        (train / name).write_bytes(b"")
+    result = call("cifar10-eval", f"--checkpoint_dir={train}", f"--eval_dir={tmp_path / 'eval'}",
+                  f"--data_dir={data_dir}", f"--data_url={url}", "--run_once")
+    assert result.returncode == 1
+    held = ("cifar-10-batches-bin/" if given == "parent"
+            else "batches.meta.txt, data_batch_1.bin, ...")
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-eval: error: --data_dir={data_dir} (--dataset=cifar100, from "
+        f"{train}/flags.txt) holds data of CIFAR-10's format ({held}), and --dataset=cifar100 "
+        f"asks for CIFAR-100's: pass the folder that holds cifar-100-binary/ (or a new folder "
+        f"to download CIFAR-100 into); data of CIFAR-10's format is read with "
+        f"--dataset=cifar10")
+    assert {str(p): p.read_bytes() for p in own.rglob("*") if p.is_file()} == files
