@@ -22,6 +22,7 @@ from cifar10.runs import checkpoints
 from cifar10.data import cifar100
 from cifar10.data import getdata
 from cifar10.data import pipeline as data
+from cifar10.data import synthetic
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import DataError
 from conftest import EVAL_LINE
@@ -141,8 +142,19 @@ def test_the_other_label_of_the_same_data_is_another_run(url, tarball, tmp_path)
         f"on CIFAR-100's coarse labels (--dataset=cifar100 --label=coarse): pass "
         f"--dataset=cifar100 --label=fine to go on with the run, or --fresh_start (or another "
         f"--train_dir) for a new run")
-    # Without the run's records (a run of an older version), the class count says it.
+    # Without flags.txt, environment.jsonl's data folder says it.
     os.remove(train_dir / "flags.txt")
+    coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
+    assert coarse.stderr.strip().splitlines()[-1] == (
+        f"cifar10-train: error: --train_dir={train_dir} holds a run trained on CIFAR-100's "
+        f"fine labels (--dataset=cifar100 --label=fine) in "
+        f"{data_dir / 'cifar-100-fine-batches-bin'} (its environment.jsonl; its flags.txt is "
+        f"missing, empty or holds no data flags), and this start would go on with it on "
+        f"CIFAR-100's coarse labels (--dataset=cifar100 --label=coarse): pass "
+        f"--dataset=cifar100 --label=fine --data_dir={data_dir} to go on with the run, or "
+        f"--fresh_start (or another --train_dir) for a new run")
+    # Without the run's records (a run of an older version), the class count says it.
+    os.remove(train_dir / "environment.jsonl")
     coarse = call("cifar10-train", *flags, "--label=coarse", "--max_steps=2")
     assert coarse.stderr.strip().splitlines()[-1].startswith(
         f"cifar10-train: error: the run in {train_dir} has a model of 100 classes "
@@ -357,3 +369,32 @@ def test_a_task_whose_data_another_converts_waits_for_the_labels_folder(tarball,
     assert found == str(data_dir / cifar100.batches_dir_name("fine"))
     assert counts == {"train": 300, "test": 100}
     assert lines == [f"Waiting for {first} to fetch the data into {data_dir}."]
+
+
+@pytest.mark.parametrize("given", ["folder", "parent"])
+def test_a_cifar100_run_scored_on_own_data_of_cifar10s_format_is_refused(url, tmp_path, given):
+    # The evaluator takes --dataset=cifar100 from the run; the --data_dir given holds
+    # data of CIFAR-10's format: nothing is downloaded into it, and the error says why.
+    own = tmp_path / "own"
+    batches = synthetic.write_dataset(str(own), records_per_file=10)
+    data_dir = batches if given == "folder" else str(own)
+    files = {str(p): p.read_bytes() for p in own.rglob("*") if p.is_file()}
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+        f"--data_dir={tmp_path / 'c100'}\n--dataset=cifar100\n--label=fine\n")
+    for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+        (train / name).write_bytes(b"")
+    result = call("cifar10-eval", f"--checkpoint_dir={train}", f"--eval_dir={tmp_path / 'eval'}",
+                  f"--data_dir={data_dir}", f"--data_url={url}", "--run_once")
+    assert result.returncode == 1
+    held = ("cifar-10-batches-bin/" if given == "parent"
+            else "batches.meta.txt, data_batch_1.bin, ...")
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-eval: error: --data_dir={data_dir} (--dataset=cifar100, from "
+        f"{train}/flags.txt) holds data of CIFAR-10's format ({held}), and --dataset=cifar100 "
+        f"asks for CIFAR-100's: pass the folder that holds cifar-100-binary/ (or a new folder "
+        f"to download CIFAR-100 into); data of CIFAR-10's format is read with "
+        f"--dataset=cifar10")
+    assert {str(p): p.read_bytes() for p in own.rglob("*") if p.is_file()} == files

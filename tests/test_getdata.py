@@ -3,7 +3,11 @@ the data folder itself is taken, the common mistakes get one line with the fix."
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -286,3 +290,111 @@ def _dirs(tmp_path, module):
     for name in ("model.ckpt-2.index", "model.ckpt-2.data-00000-of-00001"):
         (tmp_path / "train" / name).write_bytes(b"")
     return (f"--checkpoint_dir={tmp_path / 'train'}", f"--eval_dir={tmp_path / 'eval'}")
+
+
+# ---- a --data_dir that is a run's folder ---------------------------------------------
+
+RUN_START = "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+
+
+def _run_folder(folder, kind):
+    """A folder that is a training run's by ``kind`` (one of its marks), or an
+    evaluator's; returns {path: bytes} of its files."""
+    folder.mkdir(parents=True)
+    if kind == "lock":
+        (folder / "cifar10-train.lock").write_text('{"pid": 1}\n')
+    elif kind == "flags":
+        (folder / "flags.txt").write_text(RUN_START + f"--train_dir={folder}\n")
+    elif kind == "checkpoint":
+        (folder / "model.ckpt-5.index").write_bytes(b"i")
+        (folder / "model.ckpt-5.data-00000-of-00001").write_bytes(b"d")
+    else:  # an evaluator's
+        (folder / "flags.txt").write_text(
+            "# cifar10-eval, started 2026-11-26T10:00:00+00:00 on h\n--eval_dir=x\n")
+    return {str(p): p.read_bytes() for p in folder.rglob("*")}
+
+
+class _CountingHandler(http.server.SimpleHTTPRequestHandler):
+    requests = 0
+
+    def do_GET(self):  # noqa: N802 - name required by the base class
+        type(self).requests += 1
+        super().do_GET()
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def counted_tarball(tmp_path):
+    """(URL of a small data set's tarball on 127.0.0.1, its MD5, the handler that counts
+    the requests)."""
+    www = tmp_path / "www"
+    www.mkdir()
+    tarball = synthetic.tarball_bytes(records_per_file=5)
+    (www / ff.TARBALL_NAME).write_bytes(tarball)
+    handler = type("Handler", (_CountingHandler,), {"requests": 0})
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(www)))
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield (f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}",
+               hashlib.md5(tarball).hexdigest(), handler)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+RUN_FOLDER = {"lock": "a training run's folder (cifar10-train.lock)",
+              "flags": "a training run's folder (flags.txt)",
+              "checkpoint": "a training run's folder (model.ckpt-*)",
+              "eval": "an evaluator's folder (its flags.txt records cifar10-eval)"}
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_FOLDER))
+@pytest.mark.parametrize("synthetic_data", [False, True])
+def test_a_data_dir_that_is_a_runs_folder_is_refused_before_anything_is_fetched(
+        tmp_path, counted_tarball, kind, synthetic_data):
+    url, md5, handler = counted_tarball
+    run = tmp_path / "runs" / "a" / "train"
+    files = _run_folder(run, kind)
+    result = call("cifar10-train", f"--data_dir={run}", f"--train_dir={tmp_path / 'new1'}",
+                  f"--data_url={url}", f"--data_md5={md5}", "--max_steps=1",
+                  *(["--synthetic_data"] if synthetic_data else []))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: --data_dir={run} is {RUN_FOLDER[kind]}, not a data folder: "
+        f"pass the folder that holds the data (cifar-10-batches-bin/), or a new folder to "
+        f"download it into"]
+    assert handler.requests == 0
+    assert {str(p): p.read_bytes() for p in run.rglob("*")} == files
+    assert not (tmp_path / "new1").exists()
+
+
+def test_the_evaluators_data_dir_from_its_run_is_refused_naming_where_it_came_from(tmp_path):
+    run = tmp_path / "train"
+    files = _run_folder(run, "checkpoint")
+    with pytest.raises(DataError, match=re.escape(
+            f"--data_dir={run} (from {run}/flags.txt) is a training run's folder "
+            f"(model.ckpt-*), not a data folder: ")):
+        getdata.prepare(str(run), url=OFFLINE, followed=f"from {run}/flags.txt")
+    assert {str(p): p.read_bytes() for p in run.rglob("*")} == files
+
+
+def test_cifar10_prepare_refuses_a_runs_folder_as_its_data_dir(tmp_path):
+    images = tmp_path / "img3"
+    for name in ("cat", "dog"):
+        (images / name).mkdir(parents=True)
+        for i in range(6):  # (one each for testing, by --test_fraction's default)
+            (images / name / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    run = tmp_path / "runs" / "a" / "train"
+    files = _run_folder(run, "flags")
+    result = call("cifar10-prepare", f"--image_dir={images}", f"--data_dir={run}")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"cifar10-prepare: error: --data_dir={run} is a training run's folder (flags.txt), "
+        f"not a data folder: name a new folder to write the data set in"]
+    assert {str(p): p.read_bytes() for p in run.rglob("*")} == files

@@ -3,6 +3,7 @@ trained on (cifar10.cli.kind_of_data)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -148,3 +149,102 @@ def test_the_launcher_refuses_that_download_for_its_workers_too(tmp_path):
                                                   f"trained on --data_dir={mine} (")):
         launch_args.fetch_data(values)
     assert not default.exists()
+
+
+def unrecorded_run(train_dir, data_folder, flags_txt: str | None):
+    """A run in ``train_dir`` whose flags.txt is ``flags_txt`` (None: no such file) and
+    whose environment.jsonl recorded it read ``data_folder``, with a checkpoint."""
+    train_dir.mkdir()
+    if flags_txt is not None:
+        (train_dir / "flags.txt").write_text(flags_txt)
+    settings = {"batch_size": 16, "data_dir": str(data_folder), "num_classes": 10}
+    (train_dir / "environment.jsonl").write_text(
+        json.dumps({"program": "cifar10-train", "settings": settings}) + "\n")
+    for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+        (train_dir / name).write_bytes(b"")
+    return train_dir
+
+
+@pytest.mark.parametrize("flags_txt", [None, "", START, START + "--batch_size=16\n"])
+def test_a_run_on_generated_data_whose_flags_txt_tells_nothing_is_refused_real_data(
+        tmp_path, flags_txt):
+    # flags.txt missing, empty, or without the data flags: environment.jsonl's data
+    # folder (--synthetic_data's, with the generated data's marker) tells the kind.
+    generated = tmp_path / "sd" / "synthetic"
+    synthetic.write_dataset(str(generated), records_per_file=10)
+    real = tmp_path / "d10"
+    synthetic.write_dataset(str(real), records_per_file=10)
+    os.remove(real / "cifar-10-batches-bin" / synthetic.SYNTHETIC_MARKER)
+    train_dir = unrecorded_run(tmp_path / "train", generated / "cifar-10-batches-bin",
+                               flags_txt)
+    before = sorted(os.listdir(train_dir))
+    result = cli.call("cifar10-train", f"--train_dir={train_dir}", f"--data_dir={real}",
+                      "--max_steps=6", "--batch_size=16")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: --train_dir={train_dir} holds a run trained on generated "
+        f"data (--synthetic_data) in {generated / 'cifar-10-batches-bin'} (its "
+        f"environment.jsonl; its flags.txt is missing, empty or holds no data flags), and "
+        f"this start would go on with it on CIFAR-10 or data of its format (no "
+        f"--synthetic_data or --dataset): pass --synthetic_data --data_dir={tmp_path / 'sd'} "
+        f"to go on with the run, or --fresh_start (or another --train_dir) for a new run"]
+    assert sorted(os.listdir(train_dir)) == before
+
+
+def test_a_run_on_real_data_whose_flags_txt_is_empty_is_refused_generated_data(tmp_path):
+    real = tmp_path / "d10" / "cifar-10-batches-bin"
+    train_dir = unrecorded_run(tmp_path / "train", real, "")
+    result = cli.call("cifar10-train", f"--train_dir={train_dir}", "--synthetic_data",
+                      f"--data_dir={tmp_path / 'sd'}", "--max_steps=6")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: --train_dir={train_dir} holds a run trained on CIFAR-10 or "
+        f"data of its format (no --synthetic_data or --dataset) in {real} (its "
+        f"environment.jsonl; its flags.txt is missing, empty or holds no data flags), and "
+        f"this start would go on with it on generated data (--synthetic_data): pass "
+        f"--data_dir={tmp_path / 'd10'} (no --synthetic_data or --dataset) to go on with the "
+        f"run, or --fresh_start (or another --train_dir) for a new run"]
+    assert not (tmp_path / "sd").exists()
+
+
+def test_the_data_folder_recorded_tells_the_kind_and_the_same_kind_goes_on(tmp_path):
+    def refusal(folder, *argv):
+        train_dir = tmp_path / f"train{len(os.listdir(tmp_path))}"
+        unrecorded_run(train_dir, folder, None)
+        values = flags.FlagValues()
+        cli.ENTRY_POINTS["cifar10-train"].define_flags(values)
+        values(["cifar10-train", *argv])
+        try:
+            kind_of_data.refuse_other_kind_of_data(values, str(train_dir))
+        except Cifar10Error as e:
+            return str(e).split(" and this start")[0].split("holds a run trained on ")[1]
+        return ""
+
+    made = tmp_path / "data" / "cifar-100-coarse-batches-bin"
+    assert refusal(made, "--dataset=cifar100").startswith("CIFAR-100's coarse labels")
+    assert refusal(made, "--dataset=cifar100", "--label=coarse") == ""
+    # Generated data given as --data_dir itself (its marker tells) is generated data
+    # again; the same folder is the same kind without --synthetic_data.
+    given = tmp_path / "given"
+    synthetic.write_dataset(str(given), records_per_file=10)
+    assert refusal(given / "cifar-10-batches-bin", f"--data_dir={given}") == ""
+    assert refusal(given / "cifar-10-batches-bin", f"--data_dir={tmp_path / 'none'}"
+                   ).startswith("generated data")
+    assert refusal(tmp_path / "x" / "synthetic" / "cifar-10-batches-bin", "--synthetic_data",
+                   f"--data_dir={tmp_path / 'other'}") == ""  # a data_dir change: a notice
+
+
+def test_a_run_with_checkpoints_and_no_record_is_resumed_with_a_warning(tmp_path):
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    (train_dir / "model.ckpt-5.index").write_bytes(b"")
+    (train_dir / "flags.txt").write_text("")
+    # (Then the download from nothing fails: the start ends before TensorFlow loads.)
+    result = cli.call("cifar10-train", f"--train_dir={train_dir}",
+                      f"--data_dir={tmp_path / 'd10'}", f"--data_url={OFFLINE}",
+                      "--max_steps=6")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (
+        f"cifar10-train: warning: --train_dir={train_dir} holds checkpoints, but neither its "
+        f"flags.txt nor its environment.jsonl records the data the run was trained on "
+        f"(missing or empty): this start's data is not checked against the run's")

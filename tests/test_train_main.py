@@ -221,6 +221,34 @@ def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path):
     assert not [name for name in os.listdir(train_dir) if name.endswith("_temp")]
 
 
+def test_signals_after_the_save_do_not_end_the_trainer_otherwise_than_it_said(tmp_path):
+    # Stopped and saved, the trainer still ends its TensorFlow: further signals from
+    # then on (a scheduler's second SIGTERM) are ignored, and the status stays 0.
+    args = train_args(tmp_path, "--max_steps=100000", "--batch_size=4", "--log_frequency=1",
+                      "--checkpoint_steps=100000")
+    proc = start("cifar10-train", *args)
+    try:
+        wait_for_log_step(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Stopped at step "):
+                break
+        assert lines and lines[-1].startswith("Stopped at step "), "".join(lines)
+        while proc.poll() is None:  # one after another, until it has ended
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.02)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "interrupted" not in err
+    assert out.strip().splitlines()[-1].startswith("Evaluate it: cifar10-eval ")
+    stopped = int(lines[-1].split()[3].rstrip(";"))
+    assert checkpoint_steps(tmp_path / "train") == [stopped]
+
+
 @pytest.mark.parametrize("task, said", [
     (None, "the last checkpoint is {d}/model.ckpt-4"),
     ("worker 1", "this is worker 1: the chief saves the checkpoints in {d}")])

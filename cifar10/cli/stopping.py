@@ -5,7 +5,9 @@ The first SIGINT or SIGTERM sets the stop event: the trainer finishes the loop o
 steps under way, saves a checkpoint and returns.  A second one ends the process
 at once with exit status 130, after one line on stderr naming the last checkpoint
 complete on disk (``last_good_checkpoint``); nothing is saved, so nothing is half
-written by it.
+written by it.  Once the trainer has returned (the ``with`` block ended without an
+error: its checkpoint saved), SIGINT and SIGTERM are ignored until the process
+ends, with exit status 0 (or 141, below).
 
 The signals are watched by a thread that reads the signal wake-up descriptor
 (``signal.set_wakeup_fd``): a Python signal handler runs only when the main
@@ -51,7 +53,9 @@ class StopRequests:
 
     ``event`` is set by the first SIGINT or SIGTERM and when standard output is
     closed; ``print`` writes a line to standard output, and notices there that it
-    was closed.  Enter it in the main thread (signal handlers are set there).
+    was closed.  Enter it in the main thread (signal handlers are set there).  Left
+    without an error, it leaves SIGINT and SIGTERM ignored: the program that entered
+    it ends (an in-process caller puts its handlers back itself).
     """
 
     def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
@@ -82,9 +86,16 @@ class StopRequests:
                          daemon=True).start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        # Training returned: its checkpoint is saved (the stop asked for, or the run
+        # complete), and only its summary and the process's end are left.  A signal
+        # from then on is ignored, so that the status stays the one promised (0): the
+        # previous handlers would make it an interrupt, and Python's own end puts back
+        # the default action (killed, 143) while TensorFlow is still torn down.  Ignored
+        # (SIG_IGN), the signals stay ignored through that end.  After an error the
+        # previous handlers are put back: the error is the program's last word.
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if exc_type is None else handler)
         signal.set_wakeup_fd(self._previous_wakeup)
         os.close(self._wakeup[1])  # the watching thread reads the end and returns
 

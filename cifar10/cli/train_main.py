@@ -68,11 +68,12 @@ def main(argv: list[str]) -> None:
     with stopping.StopRequests(PROGRAM, FLAGS.train_dir, task=None if is_chief else task) as stop:
         result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                   print_fn=stop.print, invocation=_invocation(batches_dir))
-        # Else train said the run was already complete.
-        summary = (result.summary(outdirs.eval_dir_to_suggest(FLAGS.train_dir))
-                   if result.steps_run else [])
-        for line in summary:
-            stop.print(line)
+    # Saved: from here on a signal is ignored (``stopping``).  Else train said the run
+    # was already complete.
+    summary = (result.summary(outdirs.eval_dir_to_suggest(FLAGS.train_dir))
+               if result.steps_run else [])
+    for line in summary:
+        stop.print(line)
     if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))

@@ -58,8 +58,11 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
 
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt, or the
-        process ``fetched_by`` did not fetch it.
+        process ``fetched_by`` did not fetch it, or ``data_dir`` is a training run's
+        or an evaluator's folder (``folder.refuse_run_folder``).
     """
+    # Before anything is written there (leftovers removed, data generated or fetched).
+    datafolder.refuse_run_folder(data_dir, followed)
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
         batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait)
@@ -220,6 +223,23 @@ def _refuse_cifar100_as_cifar10(data_dir: str, followed: str) -> None:
                         f"CIFAR-10's data")
 
 
+def _refuse_cifar10_as_cifar100(data_dir: str, followed: str) -> None:
+    """Raises DataError when ``data_dir`` holds data of CIFAR-10's format (a data folder,
+    or the folder that holds one: own data, say) and CIFAR-100 is asked for (by
+    --dataset=cifar100, or the run an evaluator scores): a download of CIFAR-100
+    would go into it."""
+    found = datafolder.find_batches_dir(data_dir)
+    if found:
+        origin = f" ({followed})" if followed else ""
+        held = (f"{ff.BATCHES_DIRNAME}/" if found != data_dir
+                else ", ".join(datafolder.data_files_in(data_dir)[:2]) + ", ...")
+        raise DataError(f"--data_dir={data_dir}{origin} holds data of CIFAR-10's format "
+                        f"({held}), and --dataset=cifar100 asks for CIFAR-100's: pass the "
+                        f"folder that holds {ff.CIFAR100.folder}/ (or a new folder to download "
+                        f"CIFAR-100 into); data of CIFAR-10's format is read with "
+                        f"--dataset=cifar10")
+
+
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
                followed: str, no_download: str = "", wait: _Wait | None = None) -> str:
     """The data folder of a real data set under ``data_dir``, downloaded when missing
@@ -246,6 +266,8 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
     datafolder.refuse_non_data(data_dir, followed)
     if archive is ff.CIFAR10:
         _refuse_cifar100_as_cifar10(data_dir, followed)
+    else:
+        _refuse_cifar10_as_cifar100(data_dir, followed)
     if no_download:
         raise DataError(no_download)
     if wait:
