@@ -269,8 +269,9 @@ def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
                   *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
     assert result.returncode == 1
     assert (result.stdout, result.stderr.splitlines()) == ("", [
-        f"{ERROR} No checkpoint file found in {typo}: train first (cifar10-train "
-        f"--train_dir={typo}) or point --checkpoint_dir at a training run"])
+        f"{ERROR} No checkpoint file found in {typo}: there is no such folder; point "
+        f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
+        f"--train_dir={typo})"])
     assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
 
 

@@ -236,10 +236,14 @@ def test_signals_after_the_save_do_not_end_the_trainer_otherwise_than_it_said(tm
             if line.startswith("Stopped at step "):
                 break
         assert lines and lines[-1].startswith("Stopped at step "), "".join(lines)
-        while proc.poll() is None:  # one after another, until it has ended
+        deadline = time.time() + 60
+        while proc.poll() is None and time.time() < deadline:  # one after another
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.02)
-        out, err = proc.communicate(timeout=60)
+        assert proc.poll() is not None, "still running 60 s after its stop"
+        # Read through the file objects: the lines read above may have taken more of
+        # stdout into its buffer, which communicate(), reading the pipe, would miss.
+        out, err = proc.stdout.read(), proc.stderr.read()
     finally:
         proc.kill()
     assert proc.returncode == 0, err
