@@ -101,6 +101,11 @@ def test_fp16_and_bf16_exclude_each_other(config_class):
                                                      "such file or directory; name a file of "
                                                      "flags, one per line"),
     ("train", ["--batch_size"], "--batch_size needs a value (--batch_size=VALUE)"),
+    ("train", ["--seed=-1"], "--seed=-1: must be a whole number in the range "
+                             "[0, 9223372036854775807]"),
+    ("train", [f"--seed={2**63}"], f"--seed={2**63}: must be a whole number in the range "
+                                   "[0, 9223372036854775807]"),
+    ("prepare", ["--seed=-1"], "--seed=-1: must be a whole number of at least 0"),
     ("eval", ["--eval_timeout=-1"], "--eval_timeout=-1: must be a number of at least 0"),
     ("eval", ["--eval_interval_secs=abc"], "--eval_interval_secs=abc: expected a number"),
 ])

@@ -202,7 +202,7 @@ def test_a_resume_with_another_batch_size_says_so_once_and_records_it(tmp_path):
     environment = tmp_path / "train" / runrecord.ENVIRONMENT_FILE
     notices = [line for line in resumed.stderr.splitlines() if ": notice: " in line]
     assert notices == [
-        f"cifar10-train: notice: batch_size (the batch size per replica) changed from 16 to 8; "
+        f"cifar10-train: notice: batch_size (the batch size per replica) changed from 16 to 8, the global batch from 16 to 8; "
         f"the run goes on from step 2 with 8 (recorded in {environment})"]
     before, after = records(tmp_path / "train")
     assert (before["start_step"], before["changes"]) == (0, [])
@@ -425,3 +425,22 @@ def test_a_start_that_cannot_be_recorded_gives_no_notice_that_it_was(tmp_path):
     assert resumed.stderr.splitlines() == [
         f"cifar10-train: error: cannot record the run's start in {flags_txt} (Is a directory); "
         f"a folder of that name is not the run's record: move it away"]
+
+
+def test_a_change_of_the_global_batchs_factors_names_the_global_batch(tmp_path):
+    before = {"batch_size": 16, "num_replicas": 1, "global_batch": 16,
+              "examples_per_epoch": 500}
+    now = {"batch_size": 16, "num_replicas": 2, "global_batch": 32, "examples_per_epoch": 600}
+    changed = runrecord.changes(before, now)
+    assert [c["setting"] for c in changed] == ["num_replicas", "examples_per_epoch"]
+    environment = tmp_path / runrecord.ENVIRONMENT_FILE
+    assert [runrecord.describe_change(c, 7, str(tmp_path), before, now) for c in changed] == [
+        f"num_replicas (the number of replicas) changed from 1 to 2, the global batch from 16 "
+        f"to 32; the run goes on from step 7 with 2 (recorded in {environment})",
+        f"examples_per_epoch (the examples per epoch, which the learning-rate schedule "
+        f"counts) changed from 500 to 600; the run goes on from step 7 with 600 (recorded in "
+        f"{environment})"]
+    # An earlier start that did not record the global batch: the change alone.
+    del before["global_batch"]
+    assert ", the global batch" not in runrecord.describe_change(changed[0], 7, str(tmp_path),
+                                                                before, now)

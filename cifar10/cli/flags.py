@@ -270,7 +270,7 @@ def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        "test set when image_dir holds class folders alone (no split folders).",
                        lower_bound=0, upper_bound=0.99, flag_values=flag_values)
     flags.DEFINE_integer("seed", 0, "Seed of the train/test split and of the shuffling.",
-                         flag_values=flag_values)
+                         lower_bound=0, flag_values=flag_values)  # numpy's: not negative
     flags.DEFINE_boolean("strict", False, "Stop at the first unreadable image instead of "
                          "skipping it.", flag_values=flag_values)
 

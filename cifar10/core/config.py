@@ -91,7 +91,8 @@ class TrainConfig:
     keep_checkpoints: int = setting(5, "How many recent checkpoints to keep.", lower_bound=1)
     summary_steps: int = setting(100, "Write TensorBoard summaries every this many steps.",
                                  lower_bound=1)
-    seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.")
+    seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.",
+                        lower_bound=0, upper_bound=2**63 - 1)  # TensorFlow's int64 seeds
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
                                     "compute, float32 variables, dynamic loss scaling).")
     use_bf16: bool = setting(False, "Train with bfloat16 conv2 and matmuls (float32 "

@@ -46,7 +46,7 @@ TRAINED_SETTINGS = {
     "num_workers": "the number of workers",
     "precision": "the compute precision",
     "data_dir": "the training data",
-    "examples_per_epoch": "the examples per epoch (which the learning-rate schedule counts)",
+    "examples_per_epoch": "the examples per epoch, which the learning-rate schedule counts",
     "initial_learning_rate": "the initial learning rate",
     "seed": "the seed",
     "deterministic": "deterministic mode",
@@ -117,12 +117,25 @@ def changes(before: Mapping[str, Any] | None, now_: Mapping[str, Any]) -> list[d
             for name in TRAINED_SETTINGS if name in before and before[name] != now_.get(name)]
 
 
-def describe_change(change: Mapping[str, Any], step: int, directory: str) -> str:
-    """One line for a change: '<setting> (...) changed from X to Y; ...'."""
+# The settings whose product is the global batch (the examples of one step).
+_GLOBAL_BATCH_FACTORS = ("batch_size", "num_replicas", "num_workers")
+
+
+def describe_change(change: Mapping[str, Any], step: int, directory: str,
+                    before: Mapping[str, Any] | None = None,
+                    now_: Mapping[str, Any] | None = None) -> str:
+    """One line for a change: '<setting> (...) changed from X to Y; ...'; for a change
+    of the global batch's factors, with the global batch ``before`` and ``now_`` (two
+    starts' ``settings``) where both recorded it."""
     new = _shown(change["to"])
+    batch = ""
+    if change["setting"] in _GLOBAL_BATCH_FACTORS and before and now_:
+        was, is_ = before.get("global_batch"), now_.get("global_batch")
+        if was is not None and is_ is not None and was != is_:
+            batch = f", the global batch from {was} to {is_}"
     return (f"{change['setting']} ({TRAINED_SETTINGS[change['setting']]}) changed from "
-            f"{_shown(change['from'])} to {new}; the run goes on from step {step} with {new} "
-            f"(recorded in {os.path.join(directory, ENVIRONMENT_FILE)})")
+            f"{_shown(change['from'])} to {new}{batch}; the run goes on from step {step} "
+            f"with {new} (recorded in {os.path.join(directory, ENVIRONMENT_FILE)})")
 
 
 def _shown(value: Any) -> str:

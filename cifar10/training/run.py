@@ -93,7 +93,8 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     then one notice per trained setting that changed since the start before."""
     train_dir = trainer.config.train_dir
     settings = _trained_settings(trainer, data)
-    changed = records.changes(records.last_settings(train_dir) if resumed else None, settings)
+    before = records.last_settings(train_dir) if resumed else None
+    changed = records.changes(before, settings)
     record = records.environment(
         "cifar10-train", invocation.command,
         devices.describe(trainer.strategy.extended.worker_devices), tf.__version__)
@@ -104,5 +105,5 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     records.record_start(train_dir, record, invocation.flags_text)
     # Said once recorded: a notice says "(recorded in environment.jsonl)".
     for change in changed:
-        logging.warning(records.describe_change(change, start, train_dir),
+        logging.warning(records.describe_change(change, start, train_dir, before, settings),
                         extra={"notice": True})
