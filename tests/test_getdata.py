@@ -21,7 +21,8 @@ from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import synthetic
-from cifar10.core.errors import DataError
+from cifar10.cli import outdirs
+from cifar10.core.errors import Cifar10Error, DataError
 
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 
@@ -376,10 +377,10 @@ def test_a_data_dir_that_is_a_runs_folder_is_refused_before_anything_is_fetched(
 def test_the_evaluators_data_dir_from_its_run_is_refused_naming_where_it_came_from(tmp_path):
     run = tmp_path / "train"
     files = _run_folder(run, "checkpoint")
-    with pytest.raises(DataError, match=re.escape(
+    with pytest.raises(Cifar10Error, match=re.escape(
             f"--data_dir={run} (from {run}/flags.txt) is a training run's folder "
             f"(model.ckpt-*), not a data folder: ")):
-        getdata.prepare(str(run), url=OFFLINE, followed=f"from {run}/flags.txt")
+        outdirs.refuse_run_as_data_dir(str(run), followed=f"from {run}/flags.txt")
     assert {str(p): p.read_bytes() for p in run.rglob("*")} == files
 
 

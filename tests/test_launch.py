@@ -206,6 +206,22 @@ def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_pat
                              f"and records, outside the data, such as /tmp/cifar10_train\n")
 
 
+def test_a_runs_folder_as_data_dir_is_one_line_before_any_fetch_or_worker(tmp_path):
+    run = tmp_path / "runs" / "a" / "train"
+    run.mkdir(parents=True)
+    (run / "cifar10-train.lock").write_text('{"pid": 1}\n')
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--", f"--data_dir={run}",
+                      "--data_url=http://127.0.0.1:9/cifar-10-binary.tar.gz",
+                      f"--train_dir={tmp_path / 'new'}")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"cifar10-launch: error: --data_dir={run} is a training run's folder "
+        f"(cifar10-train.lock), not a data folder: pass the folder that holds the data "
+        f"(cifar-10-batches-bin/), or a new folder to download it into\n")
+    assert os.listdir(run) == ["cifar10-train.lock"]
+
+
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
     launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)

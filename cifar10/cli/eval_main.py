@@ -91,6 +91,7 @@ def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
     """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
     flags.txt (``follow.Followed.describe()``, or ''); ``no_download`` is raised
     where it would be downloaded."""
+    outdirs.refuse_run_as_data_dir(FLAGS.data_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,

@@ -82,6 +82,7 @@ def fetch_data(values: flags.FlagValues) -> None:
     if not values["fresh_start"].value:
         kind_of_data.refuse_other_kind_of_data(values, values["train_dir"].value)
         no_download = kind_of_data.download_refusal(values, values["train_dir"].value)
+    outdirs.refuse_run_as_data_dir(values["data_dir"].value)
     getdata.prepare(values["data_dir"].value, url=values["data_url"].value,
                     md5=values["data_md5"].value, use_synthetic=values["synthetic_data"].value,
                     synthetic_records=values["synthetic_records"].value,

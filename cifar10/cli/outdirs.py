@@ -69,6 +69,31 @@ def _refuse_evaluators_folder(flag: str, folder: str, choose: str, suggested: st
             f"cifar10-eval): choose {choose}, such as {suggested}")
 
 
+# What a program that fetches data into --data_dir says to do instead of a run's folder.
+FETCH_INSTEAD = ("pass the folder that holds the data (cifar-10-batches-bin/), or a new "
+                 "folder to download it into")
+
+
+def refuse_run_as_data_dir(data_dir: str, followed: str = "", fix: str = FETCH_INSTEAD) -> None:
+    """Raises Cifar10Error when ``data_dir`` (--data_dir, ``followed`` from a run's
+    flags.txt if it says so) is a training run's folder (``_trainer_files``) or an
+    evaluator's: data fetched, generated or written there would go among the run's
+    checkpoints and records, which ``--fresh_start`` and the leftovers' cleanup take
+    for the run's own.  Called before the data is looked for; ``fix`` says what to pass
+    instead."""
+    if not os.path.isdir(data_dir):
+        return
+    found = _trainer_files(data_dir)
+    if found:
+        what = f"a training run's folder ({', '.join(found)})"
+    elif records.recorded_flags(data_dir, "cifar10-eval") is not None:
+        what = f"an evaluator's folder (its {records.FLAGS_FILE} records cifar10-eval)"
+    else:
+        return
+    origin = f" ({followed})" if followed else ""
+    raise Cifar10Error(f"--data_dir={data_dir}{origin} is {what}, not a data folder: {fix}")
+
+
 def _trainer_files(directory: str) -> list[str]:
     """The files in ``directory`` that make it a training run's: the trainer's lock, a
     flags.txt that records a cifar10-train start, checkpoint files."""

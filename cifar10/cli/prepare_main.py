@@ -21,8 +21,8 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
-from cifar10.data import folder as datafolder
 from cifar10.data import prepare
+from cifar10.cli import outdirs
 from cifar10.cli import programs
 from cifar10.core.errors import listed, shown_path
 
@@ -53,8 +53,8 @@ def main(argv: list[str]) -> None:
     # The folders are checked before TensorFlow loads (seconds), so that a mistake
     # in them is answered at once.
     source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
-    datafolder.refuse_run_folder(FLAGS.data_dir, fix="name a new folder to write the data "
-                                                    "set in")
+    outdirs.refuse_run_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data "
+                                                      "set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
     print(source.layout)
     for folder in source.skipped:

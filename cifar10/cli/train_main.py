@@ -40,6 +40,7 @@ def main(argv: list[str]) -> None:
     no_download = _refuse_before_tensorflow()
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
     # so that a data mistake is answered at once; under srun by each node's first task.
+    outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,

@@ -18,11 +18,7 @@ import numpy as np
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS, SKIPPED_FOLDERS
-from cifar10.core.errors import Cifar10Error, DataError
-# The run's files, by their names (these three import no TensorFlow and nothing of data/).
-from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
-from cifar10.runs import records
+from cifar10.core.errors import DataError
 
 
 def batches_dir_of(data_dir: str) -> str:
@@ -286,41 +282,6 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"--data_dir={data_dir}{origin} holds image folders ({', '.join(images)}), not "
             f"CIFAR-format data: convert them with cifar10-prepare --image_dir={data_dir} "
             f"--data_dir=<a new folder>, then pass that folder as --data_dir")
-
-
-def refuse_run_folder(data_dir: str, followed: str = "",
-                      fix: str = "pass the folder that holds the data (cifar-10-batches-bin/), "
-                                 "or a new folder to download it into") -> None:
-    """Raises DataError when ``data_dir`` is a training run's folder or an evaluator's
-    (``run_folder``): data fetched, generated or written there would go among the
-    run's checkpoints and records, which ``--fresh_start`` and the leftovers' cleanup
-    take for the run's own.  ``fix`` says what to pass instead."""
-    what = run_folder(data_dir)
-    if what:
-        origin = f" ({followed})" if followed else ""
-        raise DataError(f"--data_dir={data_dir}{origin} is {what}, not a data folder: {fix}")
-
-
-def run_folder(path: str) -> str:
-    """What makes ``path`` a training run's folder (the trainer's lock, a flags.txt that
-    records a cifar10-train start, checkpoint files) or an evaluator's (a flags.txt
-    that records a cifar10-eval start), in words: 'a training run's folder (...)', or
-    ''.  A path that is no folder, or cannot be read, is none."""
-    if not os.path.isdir(path):
-        return ""
-    found = [lock.LOCK_FILE] if os.path.exists(os.path.join(path, lock.LOCK_FILE)) else []
-    if records.recorded_flags(path, "cifar10-train") is not None:
-        found.append(records.FLAGS_FILE)
-    try:
-        if checkpoint_files.holds_checkpoints(path):
-            found.append(f"{checkpoint_files.PREFIX}-*")
-    except Cifar10Error:
-        pass
-    if found:
-        return f"a training run's folder ({', '.join(found)})"
-    if records.recorded_flags(path, "cifar10-eval") is not None:
-        return f"an evaluator's folder (its {records.FLAGS_FILE} records cifar10-eval)"
-    return ""
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:

@@ -58,11 +58,10 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
 
     Raises:
       DataError: the data cannot be fetched or a file is missing or corrupt, or the
-        process ``fetched_by`` did not fetch it, or ``data_dir`` is a training run's
-        or an evaluator's folder (``folder.refuse_run_folder``).
+        process ``fetched_by`` did not fetch it; a --data_dir that is a training run's
+        or an evaluator's folder is the programs' to refuse first
+        (``cli.outdirs.refuse_run_as_data_dir``).
     """
-    # Before anything is written there (leftovers removed, data generated or fetched).
-    datafolder.refuse_run_folder(data_dir, followed)
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
         batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait)
