@@ -18,6 +18,7 @@ from cifar10.runs import records as runrecord
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import programs, train_main
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import getdata, synthetic
 from conftest import TRAIN_LINE
 
 
@@ -357,29 +358,27 @@ def deterministic_runs(tmp_path_factory):
     """Deterministic runs as processes, two at a time: for 1 and 2 replicas, two
     uninterrupted runs of 6 steps, and one stopped at 3 and resumed to 6."""
     root = tmp_path_factory.mktemp("deterministic")
+    # The generated data written once, as --synthetic_data would write it, before two
+    # processes would both write it.
+    synthetic.write_dataset(str(root / "data" / getdata.SYNTHETIC_SUBDIR), records_per_file=100)
     common = [f"--data_dir={root / 'data'}", "--synthetic_data", "--synthetic_records=100",
               "--batch_size=16", "--log_frequency=1", "--checkpoint_steps=3",
               "--deterministic", "--seed=5"]
-    prepared = cli.run("cifar10-train", *common, "--max_steps=1",
-                       f"--train_dir={root / 'warmup'}")  # writes the data once
-    assert prepared.returncode == 0, prepared.stderr
 
     def start(name, replicas, max_steps):
         return cli.start("cifar10-train", *common, f"--num_gpus={replicas}",
                          f"--max_steps={max_steps}", f"--train_dir={root / name}")
 
     outputs = {}
-    for replicas in (1, 2):
-        names = (f"a{replicas}", f"b{replicas}")
-        batches = (lambda: [start(n, replicas, 6) for n in names],
-                   lambda: [start(f"stopped{replicas}", replicas, 3)],
-                   lambda: [start(f"stopped{replicas}", replicas, 6)])
-        for batch in batches:
-            for process in batch():
-                out, err = process.communicate(timeout=300)
-                assert process.returncode == 0, err
-                name = process.args[-1].rsplit("/", 1)[-1]
-                outputs[name] = outputs.get(name, "") + out
+    batches = [[(f"{run}{replicas}", replicas, 6) for run in "ab"] for replicas in (1, 2)]
+    batches += [[(f"stopped{replicas}", replicas, max_steps) for replicas in (1, 2)]
+                for max_steps in (3, 6)]
+    for batch in batches:
+        for process in [start(*run) for run in batch]:
+            out, err = process.communicate(timeout=300)
+            assert process.returncode == 0, err
+            name = process.args[-1].rsplit("/", 1)[-1]
+            outputs[name] = outputs.get(name, "") + out
     return root, outputs
 
 
