@@ -133,7 +133,7 @@ class _Poller:
         self.done = recording.scored_checkpoints(config.eval_dir)  # result keys
         self.failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that could not be read
         self.said_waiting = False
-        self.last_start: float | None = None  # when the previous evaluation started
+        self.last_start: float | None = None  # when the last one scored started
         self.last_new = clock()  # when a checkpoint to score was last seen
 
     def run(self, should_stop: Callable[[], bool]) -> list[EvalResult]:
@@ -152,7 +152,12 @@ class _Poller:
     def _score(self, latest: str) -> None:
         """Scores ``latest``, or the newest checkpoint once ``eval_interval_secs`` have
         passed since the previous evaluation started; one that cannot be read is
-        skipped with a warning and not tried again."""
+        skipped with a warning and not tried again.
+
+        A checkpoint that could not be read (or that the trainer removed) was no
+        evaluation: the interval still counts from the previous one scored, so the
+        newest older checkpoint that reads is scored at once, not an interval later.
+        """
         self.said_waiting = False
         self.last_new = self.clock()
         if self.last_start is not None:
@@ -161,7 +166,7 @@ class _Poller:
                 self.sleep(wait)
             # A newer checkpoint may have appeared while waiting: take the newest.
             latest = self._candidate() or latest
-        self.last_start = self.clock()
+        started = self.clock()
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
         except checkpoints.READ_ERRORS as e:
@@ -175,6 +180,7 @@ class _Poller:
                             "scored instead if it is not scored yet.", latest, first_line(e))
             self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
             return
+        self.last_start = started
         recording.record(result, self.config.eval_dir, self.writer)
         self.done.add(self._key(latest, result.checkpoint_mtime_ns))
         self.results.append(result)
