@@ -264,9 +264,38 @@ def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_
         polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
                                    eval_timeout=0.5, eval_interval_secs=0.1),
                          print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
-    assert str(err.value) == (f"no checkpoint of {train_dir} could be read within "
-                              f"--eval_timeout=0.5 seconds (see the warnings above): nothing "
-                              f"was scored")
+    # The fix: the trainer's next checkpoint, if it still runs; else none of these.
+    assert str(err.value) == (
+        f"no checkpoint of {train_dir} could be read within --eval_timeout=0.5 seconds "
+        f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; raise "
+        f"--eval_timeout if its trainer is still running (its next checkpoint may read); else "
+        f"train again (cifar10-train --train_dir={train_dir} --fresh_start deletes them) or "
+        f"point --checkpoint_dir at another run")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_poll_that_times_out_with_no_newest_checkpoint_that_reads_names_an_older_one(
+        run, tmp_path):
+    # Only the newest few are tried: an older one is named, as for a complete run.
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for step in (1, 2):
+        for suffix in (".index", DATA_SUFFIX):
+            shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                        os.path.join(train_dir, f"model.ckpt-{step}{suffix}"))
+    for step in (2, 3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+    sleep = FakeSleep()
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   eval_timeout=0.5, eval_interval_secs=0.1),
+                         print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
+    assert str(err.value) == (
+        f"none of the 3 newest checkpoints of {train_dir} could be read within "
+        f"--eval_timeout=0.5 seconds (model.ckpt-6, model.ckpt-3, model.ckpt-2; see the "
+        f"warnings above): nothing was scored; pass "
+        f"--checkpoint={os.path.join(train_dir, 'model.ckpt-1')}, an older one not tried, if "
+        f"it reads, or raise --eval_timeout if its trainer is still running (its next "
+        f"checkpoint may read)")
 
 
 def test_a_restarted_poll_with_everything_scored_stops_at_its_timeout_as_before(run, tmp_path):

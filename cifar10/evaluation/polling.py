@@ -237,23 +237,30 @@ class _Poller:
 
 
 def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -> str:
-    """Why a polling evaluation that timed out scored nothing: no checkpoint appeared,
-    or none of them read (``latest``: the newest, or None)."""
+    """Why a polling evaluation that timed out scored nothing, and what to do: no
+    checkpoint appeared, or none of the newest it tries reads (``latest``: the newest,
+    or None), where the trainer may still be running and its next one may read."""
     waited = f"within --eval_timeout={timeout:g} seconds"
     if latest is None:
         return (f"no checkpoint appeared in {checkpoint_dir} {waited}: check --checkpoint_dir, "
                 f"and that its trainer is running")
-    return (f"no checkpoint of {checkpoint_dir} could be read {waited} (see the warnings "
-            f"above): nothing was scored")
+    tried, older = _tried(checkpoint_dir)
+    which = (f"none of the {len(tried)} newest checkpoints of {checkpoint_dir}" if older
+             else f"no checkpoint of {checkpoint_dir}")
+    wait = "raise --eval_timeout if its trainer is still running (its next checkpoint may read)"
+    fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads, or {wait}"
+           if older else
+           f"{wait}; else train again (cifar10-train --train_dir={checkpoint_dir} "
+           f"--fresh_start deletes them) or point --checkpoint_dir at another run")
+    return (f"{which} could be read {waited} ({', '.join(tried)}; see the warnings above): "
+            f"nothing was scored; {fix}")
 
 
 def _none_reads(checkpoint_dir: str) -> str:
     """Why a polling evaluation of a complete run scored nothing: none of the newest
     checkpoints it tries reads (each was named in a warning); what to do, as
     ``checkpoints.newest_that_reads`` says it to --run_once."""
-    found = checkpoints.find(checkpoint_dir)
-    tried = [checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])]
-    older = found[:-checkpoints.TRIED]
+    tried, older = _tried(checkpoint_dir)
     which = f"none of its {len(tried)} newest checkpoints" if older else "none of its checkpoints"
     fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
            if older else
@@ -261,6 +268,14 @@ def _none_reads(checkpoint_dir: str) -> str:
            f"them) or point --checkpoint_dir at another run")
     return (f"training in {checkpoint_dir} is complete and {which} could be read "
             f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
+
+
+def _tried(checkpoint_dir: str) -> tuple[list[str], list[checkpoints.Checkpoint]]:
+    """(the names of the ``checkpoints.TRIED`` newest checkpoints, the newest first: those
+    the poller tries; the older ones, which it does not)."""
+    found = checkpoints.find(checkpoint_dir)
+    return ([checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])],
+            found[:-checkpoints.TRIED])
 
 
 def _latest(checkpoint_dir: str) -> str | None:
