@@ -7,6 +7,7 @@ it where a test damages it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -18,7 +19,7 @@ import cli
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.data import fileformat as ff
 from cifar10.data import folder
-from cifar10.runs import checkpoint_files, checkpoints
+from cifar10.runs import checkpoint_files, checkpoints, records
 from conftest import LAYERS
 from rundirs import copy_run, truncate
 
@@ -86,6 +87,13 @@ def test_the_runs_class_names_are_its_own_file_not_the_datas(tmp_path):
 
 FIX = ("write the run's 10 class names {where}, one per line in label order (the "
        "batches.meta.txt of the data it was trained on)")
+# Where the run's records name its data folder: the file to copy.
+COPY_FIX = "write the run's 10 class names in it, one per line in label order, e.g. cp {} {}"
+
+
+def trained_on_meta(trained_run):
+    """The batches.meta.txt of the data folder ``trained_run`` was trained on."""
+    return os.path.join(os.path.dirname(trained_run[1][0]), ff.META_FILE)
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -104,9 +112,18 @@ def test_a_damaged_class_names_file_is_one_line_naming_it_and_the_fix(trained_ru
         path.mkdir()
     else:
         path.write_bytes(content)
-    where = "in a file of that name" if content is None else "in it"
+    # Its environment.jsonl names the data folder it read: the fix copies its names,
+    # but onto a folder (a cp would copy into it).
+    fix = (FIX.format(where="in a file of that name") if content is None else
+           COPY_FIX.format(trained_on_meta(trained_run), path))
     with pytest.raises(DataError) as info:
         checkpoints.trained_class_names(str(run_dir))  # the newest model's 10 classes
+    assert str(info.value) == f"{path} {problem}: {fix}"
+    # Without that record, the fix says where the names are in words.
+    (run_dir / records.ENVIRONMENT_FILE).unlink()
+    where = "in a file of that name" if content is None else "in it"
+    with pytest.raises(DataError) as info:
+        checkpoints.trained_class_names(str(run_dir))
     assert str(info.value) == f"{path} {problem}: {FIX.format(where=where)}"
     # Given the data's names (the evaluator), one warning, and the run goes on with them.
     names = tuple(f"k{i}" for i in range(10))
@@ -128,6 +145,66 @@ def test_a_run_of_other_than_ten_classes_without_its_class_names_file_is_one_lin
         checkpoints.trained_class_names(str(tmp_path), num_classes=3)
 
 
+def write_data_folder(path, names):
+    path.mkdir(parents=True)
+    (path / ff.META_FILE).write_text("".join(f"{name}\n" for name in names))
+    return path
+
+
+def test_a_missing_class_names_file_names_the_data_folders_names_where_the_run_records_it(
+        tmp_path):
+    run_dir = tmp_path / "train"
+    run_dir.mkdir()
+    path = run_dir / checkpoints.CLASSES_FILE
+    read = write_data_folder(tmp_path / "my data" / "cifar-10-batches-bin", ["ant", "bee", "cow"])
+
+    def error():
+        with pytest.raises(DataError) as info:
+            checkpoints.trained_class_names(str(run_dir), num_classes=3)
+        return str(info.value)
+
+    missing = f"{path} is missing and the run's model has 3 classes: write the run's 3 class "
+    words = missing + ("names in it, one per line in label order (the batches.meta.txt of the "
+                       "data it was trained on)")
+    assert error() == words  # no records
+    # environment.jsonl: the data folder its latest start read.
+    (run_dir / records.ENVIRONMENT_FILE).write_text(
+        json.dumps({"program": "cifar10-train", "settings": {"data_dir": str(tmp_path)}}) + "\n"
+        + json.dumps({"program": "cifar10-train", "settings": {"data_dir": str(read)}}) + "\n")
+    copy = missing + "names in it, one per line in label order, e.g. cp {} " + str(path)
+    assert error() == copy.format(f"'{read / ff.META_FILE}'")  # quoted: a space
+    # A data folder whose names are not the model's: not offered.
+    (read / ff.META_FILE).write_text("ant\nbee\n")
+    assert error() == words
+    (read / ff.META_FILE).unlink()
+    assert error() == words
+
+    # flags.txt: its absolute --data_dir, for data of CIFAR-10's format.
+    (run_dir / records.ENVIRONMENT_FILE).unlink()
+    data_dir = tmp_path / "data"
+    given = write_data_folder(data_dir / "cifar-10-batches-bin", ["ant", "bee", "cow"])
+
+    def flags_txt(*lines):
+        (run_dir / records.FLAGS_FILE).write_text(
+            "# cifar10-train, started 2026-11-26T10:00:00+00:00 on host\n"
+            + "".join(f"{line}\n" for line in lines))
+
+    flags_txt(f"--data_dir={data_dir}", "--nosynthetic_data", "--dataset=cifar10")
+    assert error() == copy.format(given / ff.META_FILE)
+    (given / "test_batch.bin").write_bytes(b"")
+    flags_txt(f"--data_dir={given}")  # the data folder itself
+    assert error() == copy.format(given / ff.META_FILE)
+    # Not where the folder read is under it, nor for a relative --data_dir (relative to
+    # where the trainer started, which is not recorded).
+    flags_txt(f"--data_dir={data_dir}", "--synthetic_data")
+    assert error() == words
+    flags_txt(f"--data_dir={data_dir}", "--dataset=cifar100")
+    assert error() == words
+    flags_txt("--data_dir=data")
+    assert error() == words
+    assert not path.exists()  # only said, not written
+
+
 def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(trained_run,
                                                                                tmp_path):
     """cifar10-predict and cifar10-export stop with one line (they printed and exported
@@ -142,12 +219,12 @@ def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(tra
 
     predicted = cli.run("cifar10-predict", f"--checkpoint_dir={run_dir}", str(image))
     assert (predicted.returncode, predicted.stdout) == (1, "")
-    assert predicted.stderr.splitlines() == [
-        f"cifar10-predict: error: {problem}: {FIX.format(where='in it')}"]
+    fix = COPY_FIX.format(trained_on_meta(trained_run), path)  # from its environment.jsonl
+    assert predicted.stderr.splitlines() == [f"cifar10-predict: error: {problem}: {fix}"]
     exported = cli.call("cifar10-export", f"--checkpoint_dir={run_dir}",
                         f"--export_dir={tmp_path / 'export'}")
     assert (exported.returncode, exported.stderr) == (
-        1, f"cifar10-export: error: {problem}: {FIX.format(where='in it')}\n")
+        1, f"cifar10-export: error: {problem}: {fix}\n")
     assert not (tmp_path / "export").exists()
 
     data_dir = os.path.dirname(os.path.dirname(trained_run[1][0]))

@@ -264,9 +264,38 @@ def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_
         polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
                                    eval_timeout=0.5, eval_interval_secs=0.1),
                          print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
-    assert str(err.value) == (f"no checkpoint of {train_dir} could be read within "
-                              f"--eval_timeout=0.5 seconds (see the warnings above): nothing "
-                              f"was scored")
+    # The fix: the trainer's next checkpoint, if it still runs; else none of these.
+    assert str(err.value) == (
+        f"no checkpoint of {train_dir} could be read within --eval_timeout=0.5 seconds "
+        f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; raise "
+        f"--eval_timeout if its trainer is still running (its next checkpoint may read); else "
+        f"train again (cifar10-train --train_dir={train_dir} --fresh_start deletes them) or "
+        f"point --checkpoint_dir at another run")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_poll_that_times_out_with_no_newest_checkpoint_that_reads_names_an_older_one(
+        run, tmp_path):
+    # Only the newest few are tried: an older one is named, as for a complete run.
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for step in (1, 2):
+        for suffix in (".index", DATA_SUFFIX):
+            shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                        os.path.join(train_dir, f"model.ckpt-{step}{suffix}"))
+    for step in (2, 3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+    sleep = FakeSleep()
+    with pytest.raises(polling.NoCheckpointError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   eval_timeout=0.5, eval_interval_secs=0.1),
+                         print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
+    assert str(err.value) == (
+        f"none of the 3 newest checkpoints of {train_dir} could be read within "
+        f"--eval_timeout=0.5 seconds (model.ckpt-6, model.ckpt-3, model.ckpt-2; see the "
+        f"warnings above): nothing was scored; pass "
+        f"--checkpoint={os.path.join(train_dir, 'model.ckpt-1')}, an older one not tried, if "
+        f"it reads, or raise --eval_timeout if its trainer is still running (its next "
+        f"checkpoint may read)")
 
 
 def test_a_restarted_poll_with_everything_scored_stops_at_its_timeout_as_before(run, tmp_path):
@@ -312,9 +341,13 @@ def test_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_says_so(run,
     train_dir = copy_run(run, tmp_path)
     truncate(os.path.join(train_dir, "model.ckpt-6.index"))
     lines = []
+    sleep = FakeSleep()
     results = polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir),
-                               print_fn=lines.append, sleep=FakeSleep())
+                               print_fn=lines.append, sleep=sleep, clock=sleep.clock)
     assert [r.step for r in results] == [3]  # the newest that reads, instead
+    # At once: the checkpoint that did not read was no evaluation to wait
+    # --eval_interval_secs (300 s) after.
+    assert sleep.calls == []
     assert len(lines) == 2  # it stops: nothing will ever make ckpt-6 readable
     assert "is evaluated" not in lines[1]
     assert lines[1].endswith("final checkpoint " + os.path.join(train_dir, "model.ckpt-6")
@@ -397,6 +430,34 @@ def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
                            100 - polling.POLL_SECS]  # the rest of the interval
     assert lines[-1] == completion_line(train_dir)
     assert [r["step"] for r in results_lines(tmp_path / "eval")] == [3, 6]
+
+
+def test_poll_scores_the_one_before_an_unreadable_checkpoint_without_another_interval(
+        run, tmp_path):
+    # The interval runs between evaluations that happened: ckpt-3 scored at 1000, ckpt-6
+    # tried at 1100 and unreadable, ckpt-4 scored at 1100, not at 1200.
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for suffix in (".index", DATA_SUFFIX):
+        shutil.copy(os.path.join(train_dir, "model.ckpt-3" + suffix),
+                    os.path.join(train_dir, "model.ckpt-4" + suffix))
+    truncate(os.path.join(train_dir, "model.ckpt-6.index"))
+    set_checkpoints(train_dir, [3])
+
+    def trainer_saves_two_and_ends():
+        set_checkpoints(train_dir, [3, 4, 6])
+        mark_complete(train_dir, 6)
+
+    lines = []
+    sleep = FakeSleep(trainer_saves_two_and_ends)
+    results = polling.evaluate(
+        config_of(run, tmp_path / "eval", checkpoint_dir=train_dir, eval_interval_secs=100),
+        print_fn=lines.append, sleep=sleep, clock=sleep.clock)
+    assert [os.path.basename(r.checkpoint) for r in results] == ["model.ckpt-3", "model.ckpt-4"]
+    assert sleep.calls == [polling.POLL_SECS,  # looking for a new checkpoint
+                           100 - polling.POLL_SECS]  # the interval after ckpt-3, before ckpt-6
+    assert lines[-1] == (f"Training in {train_dir} is complete but its final checkpoint "
+                         f"{os.path.join(train_dir, 'model.ckpt-6')} could not be evaluated; "
+                         f"stopping.")
 
 
 def test_poll_moves_to_the_newest_checkpoint_after_waiting(run, tmp_path):

@@ -133,7 +133,7 @@ class _Poller:
         self.done = recording.scored_checkpoints(config.eval_dir)  # result keys
         self.failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that could not be read
         self.said_waiting = False
-        self.last_start: float | None = None  # when the previous evaluation started
+        self.last_start: float | None = None  # when the last one scored started
         self.last_new = clock()  # when a checkpoint to score was last seen
 
     def run(self, should_stop: Callable[[], bool]) -> list[EvalResult]:
@@ -152,7 +152,12 @@ class _Poller:
     def _score(self, latest: str) -> None:
         """Scores ``latest``, or the newest checkpoint once ``eval_interval_secs`` have
         passed since the previous evaluation started; one that cannot be read is
-        skipped with a warning and not tried again."""
+        skipped with a warning and not tried again.
+
+        A checkpoint that could not be read (or that the trainer removed) was no
+        evaluation: the interval still counts from the previous one scored, so the
+        newest older checkpoint that reads is scored at once, not an interval later.
+        """
         self.said_waiting = False
         self.last_new = self.clock()
         if self.last_start is not None:
@@ -161,7 +166,7 @@ class _Poller:
                 self.sleep(wait)
             # A newer checkpoint may have appeared while waiting: take the newest.
             latest = self._candidate() or latest
-        self.last_start = self.clock()
+        started = self.clock()
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
         except checkpoints.READ_ERRORS as e:
@@ -175,6 +180,7 @@ class _Poller:
                             "scored instead if it is not scored yet.", latest, first_line(e))
             self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
             return
+        self.last_start = started
         recording.record(result, self.config.eval_dir, self.writer)
         self.done.add(self._key(latest, result.checkpoint_mtime_ns))
         self.results.append(result)
@@ -231,23 +237,30 @@ class _Poller:
 
 
 def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -> str:
-    """Why a polling evaluation that timed out scored nothing: no checkpoint appeared,
-    or none of them read (``latest``: the newest, or None)."""
+    """Why a polling evaluation that timed out scored nothing, and what to do: no
+    checkpoint appeared, or none of the newest it tries reads (``latest``: the newest,
+    or None), where the trainer may still be running and its next one may read."""
     waited = f"within --eval_timeout={timeout:g} seconds"
     if latest is None:
         return (f"no checkpoint appeared in {checkpoint_dir} {waited}: check --checkpoint_dir, "
                 f"and that its trainer is running")
-    return (f"no checkpoint of {checkpoint_dir} could be read {waited} (see the warnings "
-            f"above): nothing was scored")
+    tried, older = _tried(checkpoint_dir)
+    which = (f"none of the {len(tried)} newest checkpoints of {checkpoint_dir}" if older
+             else f"no checkpoint of {checkpoint_dir}")
+    wait = "raise --eval_timeout if its trainer is still running (its next checkpoint may read)"
+    fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads, or {wait}"
+           if older else
+           f"{wait}; else train again (cifar10-train --train_dir={checkpoint_dir} "
+           f"--fresh_start deletes them) or point --checkpoint_dir at another run")
+    return (f"{which} could be read {waited} ({', '.join(tried)}; see the warnings above): "
+            f"nothing was scored; {fix}")
 
 
 def _none_reads(checkpoint_dir: str) -> str:
     """Why a polling evaluation of a complete run scored nothing: none of the newest
     checkpoints it tries reads (each was named in a warning); what to do, as
     ``checkpoints.newest_that_reads`` says it to --run_once."""
-    found = checkpoints.find(checkpoint_dir)
-    tried = [checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])]
-    older = found[:-checkpoints.TRIED]
+    tried, older = _tried(checkpoint_dir)
     which = f"none of its {len(tried)} newest checkpoints" if older else "none of its checkpoints"
     fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
            if older else
@@ -255,6 +268,14 @@ def _none_reads(checkpoint_dir: str) -> str:
            f"them) or point --checkpoint_dir at another run")
     return (f"training in {checkpoint_dir} is complete and {which} could be read "
             f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
+
+
+def _tried(checkpoint_dir: str) -> tuple[list[str], list[checkpoints.Checkpoint]]:
+    """(the names of the ``checkpoints.TRIED`` newest checkpoints, the newest first: those
+    the poller tries; the older ones, which it does not)."""
+    found = checkpoints.find(checkpoint_dir)
+    return ([checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])],
+            found[:-checkpoints.TRIED])
 
 
 def _latest(checkpoint_dir: str) -> str | None:

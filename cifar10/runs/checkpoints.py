@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import Sequence
 
 import tensorflow as tf
@@ -38,8 +39,9 @@ from absl import logging
 from cifar10.core.config import WEIGHTS
 from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import fileformat as ff
-from cifar10.data.folder import class_names_in
+from cifar10.data.folder import class_names_in, find_batches_dir
 from cifar10.model import Model
+from cifar10.runs import records
 # Finding the checkpoint files needs no TensorFlow: they are in a module of their own,
 # and named here too, where the modules that read runs have always found them.
 from cifar10.runs.checkpoint_files import (  # noqa: F401
@@ -190,9 +192,46 @@ def trained_class_names(directory: str, num_classes: int | None = None,
             logging.warning("%s %s: the run's %sclasses are taken to be the data's (%s).",
                             path, problem, count, listed(list(fallback)))
         return tuple(fallback)
-    where = "in a file of that name" if os.path.isdir(path) else "in it"
+    if os.path.isdir(path):
+        where, meta = "in a file of that name", None  # a cp would copy into the folder
+    else:
+        where, meta = "in it", _trained_on_meta_file(directory, num_classes)
+    source = (f", e.g. cp {shlex.quote(meta)} {shlex.quote(path)}" if meta else
+              f" (the {ff.META_FILE} of the data it was trained on)")
     raise DataError(f"{path} {problem}: write the run's {count}class names {where}, one per "
-                    f"line in label order (the {ff.META_FILE} of the data it was trained on)")
+                    f"line in label order{source}")
+
+
+def _trained_on_meta_file(directory: str, num_classes: int | None) -> str | None:
+    """The ``batches.meta.txt`` of the data folder the run in ``directory`` was trained
+    on, where its records tell the folder and the file there lists ``num_classes``
+    sound names (any number, for None); else None.
+
+    The folder is the one its latest start read (environment.jsonl's ``settings``'
+    ``data_dir``), or else the one its flags.txt's --data_dir holds, for a run on data
+    of CIFAR-10's format (not --synthetic_data's or CIFAR-100's folders, which are
+    made under it) and an absolute --data_dir (a relative one was relative to where
+    the trainer started, which is not recorded).
+    """
+    folders = []
+    record = records.last_record(directory) or {}
+    settings = record.get("settings")
+    read = settings.get("data_dir") if isinstance(settings, dict) else None
+    if isinstance(read, str) and read:
+        folders.append(read)
+    recorded = records.recorded_flags(directory) or {}
+    data_dir = recorded.get("data_dir", "")
+    if (os.path.isabs(data_dir) and recorded.get("synthetic_data", "false") == "false"
+            and recorded.get("dataset", ff.CIFAR10.name) == ff.CIFAR10.name):
+        found = find_batches_dir(data_dir)
+        if found:
+            folders.append(found)
+    for folder in folders:
+        meta = os.path.join(folder, ff.META_FILE)
+        names, problem, _ = class_names_in(meta)
+        if names and not problem and num_classes in (None, len(names)):
+            return meta
+    return None
 
 
 # The damaged class names files warned about, each once per process.
