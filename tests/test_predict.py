@@ -166,7 +166,7 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
                                    want.probabilities, atol=1e-6)
     errors = result.stderr.strip().splitlines()[-2:]
     assert errors == [
-        f"cifar10-predict: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
+        f"cifar10-predict: warning: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
         f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
         "cifar10-predict: error: 1 of 4 images could not be read (see above)"]
 
@@ -270,6 +270,6 @@ def test_a_fifo_named_or_in_a_folder_is_not_opened_and_fails_at_the_end(trained_
     assert result.returncode == 1
     assert [line.split(":")[0] for line in result.stdout.splitlines()] == good
     assert result.stderr.strip().splitlines()[-3:] == [
-        f"cifar10-predict: cannot read {inside}: not a regular file",
-        f"cifar10-predict: cannot read {named}: not a regular file",
+        f"cifar10-predict: warning: cannot read {inside}: not a regular file",
+        f"cifar10-predict: warning: cannot read {named}: not a regular file",
         "cifar10-predict: error: 2 of 4 images could not be read (see above)"]
