@@ -152,6 +152,9 @@ def test_the_command_splits_class_folders_alone_by_the_test_fraction(image_dir, 
      "{root} has train/ but no test/, val/, valid/ or validation/ beside it: add the test "
      "images as {root}/test/<class>/, or point --image_dir at {root}/train to split its "
      "classes by --test_fraction"),
+    (["Train/cat", "Train/dog", "VAL/Cat", "VAL/dog"],
+     "{root}/VAL has classes that {root}/Train lacks: Cat; Cat (in VAL/) differs from cat "
+     "(in Train/) only in case: rename one so that the names match"),
 ])
 def test_the_command_refuses_an_ambiguous_layout_and_writes_nothing(tmp_path, folders, error):
     root = write_folders(tmp_path / "photos", {folder: 1 for folder in folders})
