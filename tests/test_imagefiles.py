@@ -84,6 +84,19 @@ def test_a_test_folder_may_lack_a_class_but_not_add_one(tmp_path):
                               f"out of {root / 'val'}")
 
 
+def test_a_test_class_that_differs_from_a_training_class_only_in_case_is_named_so(tmp_path):
+    """Cat/ beside cat/ would be a class of its own: the error says to rename one."""
+    root = make_files(tmp_path / "sp", {"Train/cat": 2, "Train/dog": 2, "Train/ant": 2,
+                                        "VAL/Cat": 1, "VAL/DOG": 1, "VAL/cow": 1})
+    with pytest.raises(Cifar10Error) as err:
+        imagefiles.find_source(str(root))
+    assert str(err.value) == (
+        f"{root / 'VAL'} has classes that {root / 'Train'} lacks: Cat, DOG, cow; Cat (in VAL/) "
+        f"differs from cat (in Train/) only in case, as does DOG: rename one of each pair so "
+        f"that the names match; for the others, add their training images to "
+        f"{root / 'Train'}, or move them out of {root / 'VAL'}")
+
+
 @pytest.mark.parametrize("fraction, layout, counts", [
     (1 / 6, "16.7% of each class's images, chosen at random, go to the test set "
             "(--test_fraction, --seed)", (10 + 5, 2 + 1)),

@@ -75,6 +75,6 @@ def test_an_image_beyond_the_bound_is_named_by_predict_and_the_others_classified
     assert result.returncode == 1
     assert result.stdout.startswith(f"{tmp_path / 'small.png'}: ")
     assert result.stderr.splitlines() == [
-        f"cifar10-predict: cannot read {tmp_path / 'huge.png'}: 144,000,000 pixels, more than "
+        f"cifar10-predict: warning: cannot read {tmp_path / 'huge.png'}: 144,000,000 pixels, more than "
         f"the 50,000,000 an image may have here; scale it down first",
         "cifar10-predict: error: 1 of 2 images could not be read (see above)"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10.data import imageheader
 from cifar10.data import images as image_files
 from specialfiles import unix_socket, watched_fifos
 
@@ -142,3 +143,86 @@ def test_a_bmp_of_a_depth_tensorflow_refuses_is_named_as_such_not_as_damaged(tmp
         (tmp_path / f"{depth}.bmp").write_bytes(bmp_of_depth(depth))
         [(_, image, why)] = image_files.decode_files([str(tmp_path / f"{depth}.bmp")])
         assert image is not None and why == ""
+
+
+def palette_bmp(indices: np.ndarray, palette: np.ndarray, top_down: bool = False,
+                compression: int = 0, pixels: bytes | None = None) -> bytes:
+    """An 8-bit BMP, written by hand: BITMAPFILEHEADER, BITMAPINFOHEADER, the palette
+    (``palette``: [colours, 3] RGB, stored B, G, R, 0) and the pixels' palette indices
+    (``indices``: [H, W], rows padded to 4 bytes, bottom-up unless ``top_down``), or
+    ``pixels`` as given."""
+    height, width = indices.shape
+    pad = b"\0" * ((4 - width % 4) % 4)
+    rows = [indices[y].astype(np.uint8).tobytes() + pad for y in range(height)]
+    if pixels is None:
+        pixels = b"".join(rows if top_down else rows[::-1])
+    table = b"".join(bytes([b, g, r, 0]) for r, g, b in palette.tolist())
+    offset = 14 + 40 + len(table)
+    header = struct.pack("<2sIHHI", b"BM", offset + len(pixels), 0, 0, offset)
+    info = struct.pack("<IiiHHIIiiII", 40, width, -height if top_down else height, 1, 8,
+                       compression, len(pixels), 2835, 2835, len(palette), 0)
+    return header + info + table + pixels
+
+
+# A palette of colours far from grey: entry i is (i, 255 - i, 7i mod 256).
+COLOURS = np.stack([np.arange(256), 255 - np.arange(256), np.arange(256) * 7 % 256],
+                   axis=1).astype(np.uint8)
+
+
+@pytest.mark.parametrize("top_down", [False, True])
+def test_an_8_bit_bmp_with_a_colour_palette_gets_its_colours(tmp_path, top_down):
+    indices = np.random.default_rng(5).integers(0, 256, (32, 32))
+    encoded = palette_bmp(indices, COLOURS, top_down)
+    # TensorFlow's decoder ignores the palette: each index becomes a grey level.
+    assert np.array_equal(decoded(encoded), np.repeat(indices[:, :, None], 3, axis=2))
+    (tmp_path / "p.bmp").write_bytes(encoded)
+    [(_, image, why)] = image_files.decode_files([str(tmp_path / "p.bmp")])
+    assert why == "" and np.array_equal(image, COLOURS[indices])
+
+
+def test_a_palette_bmp_of_any_size_among_other_files_keeps_its_place(tmp_path):
+    """A 45x30 palette BMP (rows padded by 2 bytes) is resized as any other image, and
+    the files around it come in order."""
+    indices = np.random.default_rng(6).integers(0, 40, (45, 30))
+    (tmp_path / "p.bmp").write_bytes(palette_bmp(indices, COLOURS[:40]))
+    tf.io.write_file(str(tmp_path / "a.png"), tf.io.encode_png(image(1)))
+    tf.io.write_file(str(tmp_path / "b.png"), tf.io.encode_png(image(2)))
+    paths = [str(tmp_path / name) for name in ("a.png", "p.bmp", "b.png")]
+    results = list(image_files.decode_files(paths))
+    assert [(path, why) for path, _, why in results] == [(path, "") for path in paths]
+    assert np.array_equal(results[0][1], image(1)) and np.array_equal(results[2][1], image(2))
+    want = image_files.resize_to_cifar(COLOURS[indices][None])[0].numpy()
+    assert np.array_equal(results[1][1], want)
+
+
+def test_a_grey_palette_bmp_is_left_to_tensorflow_which_decodes_it_right(tmp_path):
+    grey = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)
+    indices = np.random.default_rng(7).integers(0, 256, (32, 32))
+    (tmp_path / "g.bmp").write_bytes(palette_bmp(indices, grey))
+    assert imageheader.bmp_palette(str(tmp_path / "g.bmp")) is None
+    [(_, image, why)] = image_files.decode_files([str(tmp_path / "g.bmp")])
+    assert why == "" and np.array_equal(image, grey[indices])
+
+
+def test_a_palette_bmp_whose_pixels_pass_its_palette_is_called_damaged(tmp_path):
+    indices = np.full((32, 32), 3)
+    indices[5, 7] = 9
+    (tmp_path / "p.bmp").write_bytes(palette_bmp(indices, COLOURS[:4]))
+    [(_, image, why)] = image_files.decode_files([str(tmp_path / "p.bmp")])
+    assert image is None
+    assert why == ("an 8-bit BMP with pixels of palette index 9, past the end of its "
+                   "4-colour palette: a damaged one")
+
+
+def test_an_rle_compressed_8_bit_bmp_is_refused_not_decoded_wrong(tmp_path):
+    """TensorFlow reads the run-length codes as pixels: 3 pixels of colour 5, then of
+    colour 9, become 3, 5, 0 and 3, 9, 0."""
+    runs = bytes([3, 5, 0, 0, 3, 9, 0, 1])  # (count, index) runs, end of line, end of image
+    encoded = palette_bmp(np.zeros((2, 3)), COLOURS, compression=1, pixels=runs)
+    assert np.array_equal(tf.io.decode_bmp(encoded, channels=0).numpy()[..., 0],
+                          [[3, 9, 0], [3, 5, 0]])
+    (tmp_path / "r.bmp").write_bytes(encoded)
+    [(_, image, why)] = image_files.decode_files([str(tmp_path / "r.bmp")])
+    assert image is None
+    assert why == ("an RLE-compressed 8-bit BMP, which TensorFlow does not decode: save it "
+                   "as PNG or as a 24-bit BMP")

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 from cli import call, run
 from specialfiles import watched_fifos
+from test_images import COLOURS, palette_bmp
 
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
@@ -97,6 +98,22 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     assert [r.path for r in results if isinstance(r, predict.Prediction)] == good
 
 
+def test_an_8_bit_palette_bmp_is_classified_as_the_png_of_its_colours(trained_run, tmp_path):
+    """Not as the grey image of its palette indices, which TensorFlow alone decodes."""
+    train_dir, _ = trained_run
+    indices = np.random.default_rng(9).integers(0, 256, (40, 36))
+    (tmp_path / "palette.bmp").write_bytes(palette_bmp(indices, COLOURS))
+    tf.io.write_file(str(tmp_path / "colours.png"), tf.io.encode_png(COLOURS[indices]))
+    tf.io.write_file(str(tmp_path / "grey.png"),
+                     tf.io.encode_png(np.repeat(indices[:, :, None], 3, axis=2).astype(np.uint8)))
+    model, _ = checkpoints.load_model(checkpoints.latest(str(train_dir)).path)
+    bmp, colours, grey = predict.predict_files(
+        model, [str(tmp_path / name) for name in ("palette.bmp", "colours.png", "grey.png")],
+        top_k=10)
+    assert (bmp.labels, bmp.probabilities) == (colours.labels, colours.probabilities)
+    assert bmp.probabilities != grey.probabilities
+
+
 def test_a_file_name_that_is_not_utf8_is_classified_and_shown_by_its_bytes(trained_run,
                                                                          tmp_path):
     """As the user meets it: cifar10-predict on a folder holding such a name, as a process;
@@ -166,7 +183,7 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
                                    want.probabilities, atol=1e-6)
     errors = result.stderr.strip().splitlines()[-2:]
     assert errors == [
-        f"cifar10-predict: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
+        f"cifar10-predict: warning: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
         f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
         "cifar10-predict: error: 1 of 4 images could not be read (see above)"]
 
@@ -270,6 +287,6 @@ def test_a_fifo_named_or_in_a_folder_is_not_opened_and_fails_at_the_end(trained_
     assert result.returncode == 1
     assert [line.split(":")[0] for line in result.stdout.splitlines()] == good
     assert result.stderr.strip().splitlines()[-3:] == [
-        f"cifar10-predict: cannot read {inside}: not a regular file",
-        f"cifar10-predict: cannot read {named}: not a regular file",
+        f"cifar10-predict: warning: cannot read {inside}: not a regular file",
+        f"cifar10-predict: warning: cannot read {named}: not a regular file",
         "cifar10-predict: error: 2 of 4 images could not be read (see above)"]

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 from cli import call, run
 from specialfiles import watched_fifos
+from test_images import COLOURS, palette_bmp
 
 from cifar10.cli import prepare_main
 from cifar10.runs import checkpoints
@@ -152,6 +153,9 @@ def test_the_command_splits_class_folders_alone_by_the_test_fraction(image_dir, 
      "{root} has train/ but no test/, val/, valid/ or validation/ beside it: add the test "
      "images as {root}/test/<class>/, or point --image_dir at {root}/train to split its "
      "classes by --test_fraction"),
+    (["Train/cat", "Train/dog", "VAL/Cat", "VAL/dog"],
+     "{root}/VAL has classes that {root}/Train lacks: Cat; Cat (in VAL/) differs from cat "
+     "(in Train/) only in case: rename one so that the names match"),
 ])
 def test_the_command_refuses_an_ambiguous_layout_and_writes_nothing(tmp_path, folders, error):
     root = write_folders(tmp_path / "photos", {folder: 1 for folder in folders})
@@ -161,6 +165,20 @@ def test_the_command_refuses_an_ambiguous_layout_and_writes_nothing(tmp_path, fo
     assert result.stdout == ""
     assert result.stderr == f"cifar10-prepare: error: {error.format(root=root)}\n"
     assert sorted(os.listdir(tmp_path)) == ["photos"]
+
+
+def test_an_8_bit_palette_bmp_becomes_a_record_of_its_colours(image_dir, tmp_path):
+    """TensorFlow alone would store the palette indices as grey levels."""
+    indices = np.random.default_rng(8).integers(0, 256, (32, 32))
+    (image_dir / "cat" / "palette.bmp").write_bytes(palette_bmp(indices, COLOURS))
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr and "skipped 0 unreadable images." in result.stdout
+    batches_dir = tmp_path / "d" / ff.BATCHES_DIRNAME
+    labels, images = records(batches_dir, ff.TRAIN_FILES + ff.TEST_FILES)
+    found = [int(label) for label, image in zip(labels, images)
+             if np.array_equal(image, COLOURS[indices])]
+    assert found == [1]  # cat's
 
 
 def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, tmp_path):

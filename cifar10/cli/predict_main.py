@@ -16,10 +16,10 @@ the file names after a --.
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
@@ -57,8 +57,8 @@ def main(argv: list[str]) -> None:
                                         num_classes=len(names)):
         if isinstance(result, predict.Failure):
             failed += 1
-            print(f"{PROGRAM}: cannot read {shown_path(result.path)}: {result.reason}",
-                  file=sys.stderr, flush=True)
+            # As cifar10-prepare's skipped images: "cifar10-predict: warning: ...".
+            logging.warning("cannot read %s: %s", shown_path(result.path), result.reason)
         else:
             print(show(result, names), flush=True)
     if failed:

@@ -229,9 +229,9 @@ def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
     _check_classes(train_dir, names)
     unknown = sorted(set(_subfolders(test_dir)) - set(names))
     if unknown:
+        advice = _unknown_classes_advice(unknown, names, image_dir, train_name, test_name)
         raise Cifar10Error(f"{test_dir} has classes that {train_dir} lacks: "
-                           f"{listed(unknown)}; add their training images to {train_dir}, or "
-                           f"move them out of {test_dir}")
+                           f"{listed(unknown)}; {advice}")
     train = _labelled(train_dir, names, required=True)
     test = _labelled(test_dir, names, required=False)
     if not test:
@@ -242,6 +242,37 @@ def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
     return Source(tuple(names), tuple(train), tuple(test),
                   f"Found split folders {train_name}/ and {test_name}/: {test_name}/ is the "
                   f"test set.")
+
+
+def _unknown_classes_advice(unknown: Sequence[str], names: Sequence[str], image_dir: str,
+                            train_name: str, test_name: str) -> str:
+    """What to do with the classes ``unknown`` of the test folder ``test_name`` that the
+    training folder ``train_name`` (its classes ``names``) lacks: rename those that
+    differ from one of ``names`` only in case (``Cat`` beside ``cat`` would be a class
+    of its own); give the others training images, or move them out."""
+    train_dir, test_dir = (os.path.join(image_dir, name) for name in (train_name, test_name))
+    give_or_move = (f"add their training images to {train_dir}, or move them out of "
+                    f"{test_dir}")
+    same: dict[str, str] = {}  # a class's name in no case: the class
+    for name in names:
+        same.setdefault(name.casefold(), name)
+    pairs = [(name, same[name.casefold()]) for name in unknown if name.casefold() in same]
+    if not pairs:
+        return give_or_move
+    (test_class, train_class), more = pairs[0], [name for name, _ in pairs[1:]]
+    advice = (f"{test_class} (in {test_name}/) differs from {train_class} (in {train_name}/) "
+              f"only in case{_as_do(more)}: rename one"
+              f"{' of each pair' if more else ''} so that the names match")
+    if len(pairs) < len(unknown):
+        advice += f"; for the others, {give_or_move}"
+    return advice
+
+
+def _as_do(names: Sequence[str]) -> str:
+    """', as does Dog'; ', as do Dog, Bird'; '' for no names."""
+    if not names:
+        return ""
+    return f", as {'does' if len(names) == 1 else 'do'} {listed(names)}"
 
 
 def _random_split(image_dir: str, names: Sequence[str], test_fraction: float,

@@ -1,8 +1,9 @@
 """An image file's size in pixels, read from its header without decoding it, so that
 an image too large to decode safely is refused before it takes the memory (a small
 PNG can hold 12000x12000 pixels: 430 MB decoded, and more once resized).  PNG, GIF,
-BMP and JPEG; and a BMP of a bit depth the decoder refuses, told as such rather than
-as a damaged file.  No TensorFlow.
+BMP and JPEG; a BMP of a bit depth the decoder refuses, told as such rather than
+as a damaged file, or of a kind it would decode wrong (RLE-compressed); and the
+colour palette of an 8-bit BMP, which the decoder ignores.  No TensorFlow.
 """
 
 from __future__ import annotations
@@ -64,23 +65,63 @@ def _opened(path: str | bytes):
 BMP_BITS = (8, 24, 32)
 
 
+# A BMP's compression field: BI_RGB is none; BI_RLE8, the 8-bit BMP's run-length
+# coding, TensorFlow's decoder does not know: it reads the coded bytes as pixels.
+_BI_RGB, _BI_RLE8 = 0, 1
+
+
 def unsupported(path: str | bytes) -> str:
     """Why the image in ``path``, valid by its header, is of a kind the decoder does not
-    take ('' when it is not known to be): a BMP of 1, 2, 4 or 16 bits per pixel."""
+    take ('' when it is not known to be): a BMP of 1, 2, 4 or 16 bits per pixel, or an
+    RLE-compressed 8-bit BMP (which it would decode into wrong pixels, not refuse)."""
     try:
         with _opened(path) as f:
-            head = f.read(30) if f is not None else b""
+            head = f.read(34) if f is not None else b""
     except OSError:
         return ""
     if head[:2] != b"BM" or len(head) < 30:
         return ""
     (info_size,) = struct.unpack("<I", head[14:18])
     (bits,) = struct.unpack("<H", head[24:26] if info_size == 12 else head[28:30])
+    fix = "save it as PNG or as a 24-bit BMP"
+    if bits == 8 and info_size >= 40 and len(head) >= 34 \
+            and struct.unpack("<I", head[30:34])[0] == _BI_RLE8:
+        return f"an RLE-compressed 8-bit BMP, which TensorFlow does not decode: {fix}"
     if bits not in (1, 2, 4, 16):
         return ""  # (a depth no BMP has: the decoder calls the file damaged)
     return (f"a {bits}-bit BMP, a bit depth TensorFlow does not decode (it takes "
-            f"{', '.join(map(str, BMP_BITS[:-1]))} and {BMP_BITS[-1]}-bit BMPs): save it as "
-            f"PNG or as a 24-bit BMP")
+            f"{', '.join(map(str, BMP_BITS[:-1]))} and {BMP_BITS[-1]}-bit BMPs): {fix}")
+
+
+def bmp_palette(path: str | bytes) -> bytes | None:
+    """The colour palette of the uncompressed 8-bit BMP in ``path``, as R, G, B bytes
+    per entry in index order, when it is not grey; else None (any other image, a grey
+    palette, a file that cannot be read or whose palette is cut short).
+
+    TensorFlow's decoder ignores an 8-bit BMP's palette: it gives each pixel's index
+    as its grey level, which is right only where entry i is (i, i, i).
+    """
+    try:
+        with _opened(path) as f:
+            if f is None:
+                return None
+            head = f.read(54)
+            if head[:2] != b"BM" or len(head) < 54:
+                return None
+            info_size, _, _, _, bits, compression = struct.unpack("<IiiHHI", head[14:34])
+            (colours,) = struct.unpack("<I", head[46:50])
+            if info_size < 40 or bits != 8 or compression != _BI_RGB:
+                return None
+            colours = min(colours or 256, 256)  # 0: all 256
+            f.seek(14 + info_size)  # the palette follows the header: B, G, R, 0 per entry
+            entries = f.read(4 * colours)
+    except (OSError, struct.error):
+        return None
+    if len(entries) < 4 * colours:
+        return None
+    rgb = bytes(entries[i + c] for i in range(0, len(entries), 4) for c in (2, 1, 0))
+    grey = bytes(i for i in range(colours) for _ in range(3))
+    return None if rgb == grey else rgb
 
 
 def _jpeg_size(f) -> tuple[int, int]:

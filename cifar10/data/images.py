@@ -2,7 +2,9 @@
 frame, BMP) into RGB, resized to 32x32 with area averaging and rounded to uint8,
 as a CIFAR-10 record holds them.  cifar10-prepare converts folders of images with
 it, cifar10-predict classifies image files, and the exported SavedModel decodes
-the images it is sent with the same functions.
+the images it is sent with the same functions.  The files of an 8-bit BMP with a
+colour palette, which TensorFlow decodes as grey levels, are given their colours
+here (``decode_files``); the SavedModel, which is sent the bytes, does not.
 """
 
 from __future__ import annotations
@@ -62,24 +64,49 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
     ``imageheader.MAX_PIXELS``, or that is of a kind the decoder does not take (a
     1-bit BMP: ``imageheader.unsupported``), gives None and a one-line reason, and the others go on.
     A file that is not a regular one (a FIFO, a socket, a device) is not opened at
-    all: reading a FIFO would wait for a writer for ever.
+    all: reading a FIFO would wait for a writer for ever.  An 8-bit BMP with a
+    colour palette is decoded apart, its palette applied (``_palette_image``).
     """
     refused = [_refused(os.fsencode(p)) for p in paths]
-    decoded = [os.fsencode(p) for p, why in zip(paths, refused) if not why]
+    palettes = [None if why else imageheader.bmp_palette(os.fsencode(p))
+                for p, why in zip(paths, refused)]
+    decoded = [os.fsencode(p) for p, why, palette in zip(paths, refused, palettes)
+               if not why and palette is None]
     images = pipeline.without_autotuning(
         tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
         .map(lambda path: decode_image(tf.io.read_file(path)),
              num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
-    for path, why in zip(paths, refused):
+    for path, why, palette in zip(paths, refused, palettes):
         if why:
             yield path, None, why
+            continue
+        if palette is not None:
+            yield (path, *_palette_image(os.fsencode(path), palette))
             continue
         try:
             yield path, next(iterator).numpy(), ""
         except tf.errors.OpError as e:
             yield path, None, _reason(e)
+
+
+def _palette_image(path: bytes, palette: bytes) -> tuple[np.ndarray | None, str]:
+    """(uint8 [32, 32, 3] image or None, why not) of the 8-bit BMP ``path`` whose colour
+    palette is ``palette`` (``imageheader.bmp_palette``).
+
+    TensorFlow's decoder gives the pixels' palette indices (as grey levels: it
+    reads the rows, their padding and order); each index becomes its colour.
+    """
+    try:
+        indices = tf.io.decode_bmp(tf.io.read_file(path), channels=0).numpy()[..., 0]
+    except tf.errors.OpError as e:
+        return None, _reason(e)
+    colours = np.frombuffer(palette, np.uint8).reshape(-1, 3)
+    if indices.size and indices.max() >= len(colours):
+        return None, (f"an 8-bit BMP with pixels of palette index {indices.max()}, past "
+                      f"the end of its {len(colours)}-colour palette: a damaged one")
+    return resize_to_cifar(colours[indices][None])[0].numpy(), ""
 
 
 def _refused(path: bytes) -> str:
