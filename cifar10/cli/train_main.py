@@ -40,7 +40,6 @@ def main(argv: list[str]) -> None:
     no_download = _refuse_before_tensorflow()
     # The data is found (downloaded if need be) and checked before TensorFlow loads,
     # so that a data mistake is answered at once; under srun by each node's first task.
-    outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     batches_dir, counts = getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
@@ -89,6 +88,7 @@ def _refuse_before_tensorflow() -> str:
     memory.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
+    outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
         lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
     if FLAGS.fresh_start:
