@@ -296,10 +296,32 @@ def slurm_job(tmp_path_factory):
         daemons.stop()
 
 
+def free_port_base(tasks: int = 2) -> int:
+    """A --slurm_port_base whose ``tasks`` ports are free now (not the default, which
+    another job or program on this machine may hold)."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            base = probe.getsockname()[1]
+        if base + tasks > 65000 or base < 1024:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + tasks):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("", port))
+            except OSError:
+                continue
+        return base
+    raise AssertionError("no free ports for a --slurm_port_base")
+
+
 def train_args(folder, *extra):
+    base = () if any(arg.startswith("--slurm_port_base=") for arg in extra) else (
+        f"--slurm_port_base={free_port_base()}",)
     return ("--synthetic_data", "--synthetic_records=50", f"--data_dir={folder}/data",
             f"--train_dir={folder}/train", "--batch_size=8", "--worker_timeout_secs=60",
-            *extra)
+            *base, *extra)
 
 
 class _SlowTarball(http.server.BaseHTTPRequestHandler):
