@@ -439,6 +439,14 @@ def test_a_change_of_the_global_batchs_factors_names_the_global_batch(tmp_path):
         f"examples_per_epoch (the examples per epoch, which the learning-rate schedule "
         f"counts) changed from 500 to 600; the run goes on from step 7 with 600 (recorded in "
         f"{environment})"]
+    # Replicas and workers changed at once: the global batch is named once, with the last.
+    before.update(num_workers=1)
+    now.update(num_workers=2, global_batch=64)
+    lines = runrecord.describe_changes(runrecord.changes(before, now), 7, str(tmp_path),
+                                       before, now)
+    assert [", the global batch from 16 to 64" in line for line in lines] == [
+        False, True, False]
+    assert lines[1].startswith("num_workers (the number of workers) changed from 1 to 2, ")
     # An earlier start that did not record the global batch: the change alone.
     del before["global_batch"]
     assert ", the global batch" not in runrecord.describe_change(changed[0], 7, str(tmp_path),

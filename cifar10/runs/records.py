@@ -121,6 +121,19 @@ def changes(before: Mapping[str, Any] | None, now_: Mapping[str, Any]) -> list[d
 _GLOBAL_BATCH_FACTORS = ("batch_size", "num_replicas", "num_workers")
 
 
+def describe_changes(changes_: Sequence[Mapping[str, Any]], step: int, directory: str,
+                     before: Mapping[str, Any] | None = None,
+                     now_: Mapping[str, Any] | None = None) -> list[str]:
+    """A line for each change (``describe_change``); the last change of the global
+    batch's factors also names the global batch's change, where ``before`` and ``now_``
+    (two starts' ``settings``) recorded it."""
+    factors = [i for i, change in enumerate(changes_)
+               if change["setting"] in _GLOBAL_BATCH_FACTORS]
+    return [describe_change(change, step, directory,
+                            *((before, now_) if factors and i == factors[-1] else ()))
+            for i, change in enumerate(changes_)]
+
+
 def describe_change(change: Mapping[str, Any], step: int, directory: str,
                     before: Mapping[str, Any] | None = None,
                     now_: Mapping[str, Any] | None = None) -> str:

@@ -104,6 +104,5 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
                   num_workers=settings["num_workers"], settings=settings, changes=changed)
     records.record_start(train_dir, record, invocation.flags_text)
     # Said once recorded: a notice says "(recorded in environment.jsonl)".
-    for change in changed:
-        logging.warning(records.describe_change(change, start, train_dir, before, settings),
-                        extra={"notice": True})
+    for line in records.describe_changes(changed, start, train_dir, before, settings):
+        logging.warning(line, extra={"notice": True})
