@@ -52,7 +52,8 @@ import sys
 try:
     from cifar10.core import logs
     from cifar10.core.config import KERNEL_CHOICES
-    from cifar10.data.fileformat import RECORDS_PER_REAL_FILE
+    from cifar10.core.errors import Cifar10Error
+    from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
 except ImportError as e:
     sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
              f"({e}); run this script with the Python the package is installed in "
@@ -106,6 +107,11 @@ def parse_args(argv):
         p.error("--num_gpus and --warmup_steps must be >= 0")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
+    if args.data_dir is not None and not os.path.isdir(
+            os.path.join(args.data_dir, BATCHES_DIRNAME)):
+        p.error(f"--data_dir={args.data_dir} holds no {BATCHES_DIRNAME}/: pass the folder that "
+                f"holds it (the benchmark downloads nothing), or leave --data_dir out to "
+                f"time generated data")
     args.figures = _figures(p, args.figures, args.skip_launch)
     return args
 
@@ -127,7 +133,11 @@ def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from bench import report  # TensorFlow loads here, once the arguments are good
-    return report.run(args)
+    try:
+        return report.run(args)
+    except Cifar10Error as e:  # damaged data in --data_dir: one line, as the programs say
+        print(f"benchmark.py: error: {e}", file=sys.stderr)
+        return 1
 
 
 def _warnings_as_own_lines() -> None:

@@ -130,6 +130,10 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     ("--predict_images=0", "--predict_images must be at least 1, got 0"),
     ("--num_gpus=-1", "--num_gpus and --warmup_steps must be >= 0"),
     ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other"),
+    ("--data_dir=/nonexistent/data", "--data_dir=/nonexistent/data holds no "
+                                     "cifar-10-batches-bin/: pass the folder that holds it "
+                                     "(the benchmark downloads nothing), or leave --data_dir "
+                                     "out to time generated data"),
 ])
 def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -316,6 +320,15 @@ def test_bad_arguments_are_refused_before_tensorflow_loads(tmp_path):
     assert result.stderr.splitlines()[-1] == (
         "benchmark.py: error: --batch_size must be at least 1, got 0")
     assert result.stdout == "False\n"
+
+
+def test_damaged_data_in_data_dir_is_one_line(benchmark, tmp_path, capsys):
+    batches = tmp_path / "cifar-10-batches-bin"
+    batches.mkdir()  # a folder of the right name without its files
+    assert benchmark.benchmark.main([f"--data_dir={tmp_path}", "--figures=a",
+                                     "--skip_launch"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"benchmark.py: error: missing data file {batches}/")
 
 
 def test_the_script_prints_its_warnings_as_its_own_lines(tmp_path):
