@@ -9,6 +9,8 @@ from __future__ import annotations
 import types
 
 import pytest
+
+import cli
 import tensorflow as tf
 
 from cifar10.core import cpu
@@ -78,6 +80,30 @@ def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path, lines, expect
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n" + "\n".join(lines) + "\n")
     assert devices.cpu_has_bfloat16(str(cpuinfo)) is expected
     assert devices.cpu_has_bfloat16(str(tmp_path / "missing")) is None
+
+
+def test_float16_training_on_the_cpu_is_one_warning_line(caplog):
+    assert not devices.warn_if_float16_runs_on_cpu(
+        ["/job:localhost/replica:0/task:0/device:GPU:0"])
+    assert not caplog.records
+    assert devices.warn_if_float16_runs_on_cpu(["/job:localhost/replica:0/task:0/device:CPU:0"])
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and record.getMessage() == (
+        "--use_fp16 on the CPU: TensorFlow's CPU kernels compute float16 slowly, so training "
+        "runs many times slower than in float32 here; float16 is for GPUs (on a CPU with "
+        "bfloat16 instructions, --use_bf16 is the faster lower precision).")
+
+
+def test_the_trainer_warns_of_float16_on_the_cpu_as_its_own_line(tmp_path):
+    result = cli.call("cifar10-train", "--use_fp16", "--synthetic_data",
+                      "--synthetic_records=20", f"--data_dir={tmp_path / 'data'}",
+                      f"--train_dir={tmp_path / 'train'}", "--max_steps=1", "--batch_size=2")
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
+        "cifar10-train: warning: --use_fp16 on the CPU: TensorFlow's CPU kernels compute "
+        "float16 slowly, so training runs many times slower than in float32 here; float16 is "
+        "for GPUs (on a CPU with bfloat16 instructions, --use_bf16 is the faster lower "
+        "precision)."]
 
 
 def test_emulated_bfloat16_is_one_warning_line_naming_the_cpu_features(tmp_path, caplog):

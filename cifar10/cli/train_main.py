@@ -60,6 +60,8 @@ def main(argv: list[str]) -> None:
                                      FLAGS.slurm_port_base)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
+    if FLAGS.use_fp16:
+        devices.warn_if_float16_runs_on_cpu(strategy.extended.worker_devices)
     config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,
                                               profile_steps=FLAGS.profile_steps)
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
