@@ -135,6 +135,24 @@ def test_an_existing_version_is_kept_unless_overwrite_and_only_if_a_saved_model(
         export.export(str(train_dir / "model.ckpt-6"), str(tmp_path), overwrite=True)
     assert os.listdir(tmp_path / "6") == ["notes.txt"]
 
+    # A user's files in an earlier export: kept, and --overwrite refused naming them.
+    (tmp_path / "3" / "mynotes.txt").write_text("mine")
+    (tmp_path / "3" / "assets" / "vocab.txt").write_text("mine too")
+    with pytest.raises(Cifar10Error) as err:
+        export.export(first, str(tmp_path), overwrite=True)
+    assert str(err.value) == (
+        f"{target} holds files cifar10-export does not write (assets/vocab.txt, mynotes.txt):"
+        f" --overwrite would delete them; move them out of it, or choose another --export_dir")
+    assert (tmp_path / "3" / "mynotes.txt").read_text() == "mine"
+    # A link to a version folder elsewhere is not replaced through.
+    (tmp_path / "3" / "mynotes.txt").unlink()
+    (tmp_path / "3" / "assets" / "vocab.txt").unlink()
+    os.rename(tmp_path / "3", tmp_path / "real3")
+    os.symlink(tmp_path / "real3", tmp_path / "3")
+    with pytest.raises(Cifar10Error, match=r"/3 exists and is a link: it is not replaced; "):
+        export.export(first, str(tmp_path), overwrite=True)
+    assert os.path.isfile(tmp_path / "real3" / "saved_model.pb")
+
 
 def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_run, tmp_path):
     train_dir, _ = trained_run

@@ -17,6 +17,7 @@ TensorFlow Serving polls.  Its preprocessing is in the graph and is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import Sequence
 
@@ -89,9 +90,16 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
         if not overwrite:
             raise Cifar10Error(f"{target} exists (an export of step {step}): pass --overwrite "
                                f"to replace it, or choose another --export_dir")
-        if not os.path.isfile(os.path.join(target, "saved_model.pb")):
-            raise Cifar10Error(f"{target} exists and is not a SavedModel: it is not replaced; "
+        if os.path.islink(target) or not os.path.isfile(os.path.join(target, "saved_model.pb")):
+            what = "a link" if os.path.islink(target) else "not a SavedModel"
+            raise Cifar10Error(f"{target} exists and is {what}: it is not replaced; "
                                f"move it aside or choose another --export_dir")
+        foreign = _not_an_exports(target)
+        if foreign:
+            raise Cifar10Error(
+                f"{target} holds files cifar10-export does not write ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}): --overwrite would delete them; move "
+                f"them out of it, or choose another --export_dir")
     try:
         # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the export.
         with atomic.made_folders_removed_on_failure(export_dir), \
@@ -110,6 +118,30 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     except tf.errors.OpError as e:
         raise Cifar10Error(f"cannot write the export {target}: {first_line(e)}") from e
     return target
+
+
+# What an export's version folder holds (tf.saved_model.save's files, and --tflite's).
+_EXPORT_FILES = re.compile(r"saved_model\.pb|fingerprint\.pb|model\.tflite|"
+                           r"variables/variables\.(index|data-\d+-of-\d+)")
+_EXPORT_FOLDERS = ("variables", "assets")
+
+
+def _not_an_exports(folder: str) -> list[str]:
+    """The files and folders in ``folder`` (an earlier export's version folder) that an
+    export does not write, by their paths in it, sorted: what --overwrite would delete
+    of a user's."""
+    found = []
+    for parent, dirs, files in os.walk(folder):
+        relative = os.path.relpath(parent, folder)
+        for name in sorted(dirs + files):
+            path = name if relative == "." else f"{relative}/{name}"
+            if name in dirs and relative == "." and name in _EXPORT_FOLDERS:
+                continue
+            if name in files and _EXPORT_FILES.fullmatch(path):
+                continue
+            found.append(path + ("/" if name in dirs else ""))
+        dirs[:] = [d for d in dirs if relative == "." and d in _EXPORT_FOLDERS]
+    return sorted(found)
 
 
 def _write_tflite(saved_model_dir: str) -> None:
