@@ -65,6 +65,11 @@ def test_host_lists_and_task_counts_expand_in_slurms_order():
     assert slurm.expand_hostlist("gpu[01-02,7],login,r[1-2]n[1-2]") == [
         "gpu01", "gpu02", "gpu7", "login", "r1n1", "r1n2", "r2n1", "r2n2"]
     assert slurm.expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    for broken in ("vm[", "vm]", "vm[1-2]]", "vm[[1-2]]", "a[1-2],b[3"):
+        with pytest.raises(Cifar10Error, match=rf"^Slurm's node list {re.escape(repr(broken))} "
+                                               rf"is not a host list this program reads \(its "
+                                               rf"brackets do not pair\)"):
+            slurm.expand_hostlist(broken)
     with pytest.raises(Cifar10Error, match=r"^SLURM_STEP_TASKS_PER_NODE='2x' is not Slurm's"):
         slurm.expand_tasks_per_node("2x")
 

@@ -96,6 +96,10 @@ class SlurmTask:
 
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's compressed host list ('node[9-10],gpu[01-02]x') as names, in its order."""
+    if text.count("[") != text.count("]") or re.search(r"\[[^\]]*\[|\][^\[]*\]", text):
+        raise Cifar10Error(f"Slurm's node list {text!r} is not a host list this program "
+                           f"reads (its brackets do not pair); report it with the output of "
+                           f"`scontrol show hostnames`")
     hosts = []
     for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
         parts = re.split(r"\[([^\]]*)\]", item)
