@@ -6,6 +6,7 @@ cifar10-launch does (once, through cifar10-launch itself), and bounds every wait
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -24,8 +25,10 @@ from conftest import mirrored
 from test_output import NATIVE
 from test_train import fixed_batches
 from cifar10.runs import checkpoints
+from cifar10.runs.lock import LOCK_FILE
 from cifar10.cli import workers as launch
 from cifar10.core.config import TrainConfig
+from cifar10.distribute import coordination
 from cifar10.training.engine import Trainer
 
 LOG_STEP = re.compile(r": step (\d+), loss = ")
@@ -224,3 +227,37 @@ def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, 
         assert "the workers restored different steps" in err
         assert "must be one directory shared by every worker" in err
     assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-6")
+
+
+def test_a_chief_that_refuses_a_locked_train_dir_stops_the_other_worker_with_one_line(
+        tmp_path):
+    # Another trainer holds the run's lock: only the chief takes it, once the cluster
+    # has formed, so worker 1 is already waiting in a collective when the chief stops.
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    with open(train_dir / LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (chief_code, _, chief_err), (code, _, err) = finish(
+            start_workers(2, train_args(tmp_path, "--max_steps=3"), tmp_path))
+    assert "Traceback" not in chief_err + err, chief_err + err
+    assert chief_code == 1
+    assert chief_err.splitlines()[-1].startswith(
+        f"cifar10-train: error: --train_dir {train_dir} is in use by another trainer (")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        "cifar10-train: error: this is worker 1: lost the chief (worker 0) or the connection "
+        "to it before training started (see its error); start every worker again once it "
+        "is fixed")
+    assert os.listdir(train_dir) == [LOCK_FILE]
+
+
+@pytest.mark.parametrize("cluster, task, lost", [
+    ({"worker": ["a:1", "b:1"]}, "worker 1", "the chief (worker 0)"),
+    ({"worker": ["a:1", "b:1"]}, "worker 0", "worker 1"),
+    ({"chief": ["a:1"], "worker": ["b:1"]}, "worker 0", "the chief"),
+    ({"chief": ["a:1"], "worker": ["b:1"]}, "chief 0", "worker 0"),
+    ({"worker": ["a:1", "b:1", "c:1"]}, "worker 1", "another worker"),
+])
+def test_the_worker_lost_before_training_is_named_where_there_is_only_one_other(
+        cluster, task, lost):
+    assert coordination._lost_worker(cluster, task) == lost

@@ -4,11 +4,12 @@ What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
 the check that every worker restored the same step, and the error a lost worker
-becomes.  With one worker it only watches the local stop request.
+becomes, before training (``starting``) and in it (``failure``).  With one worker it only watches the local stop request.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -99,6 +100,29 @@ class Coordinator:
         if fresh_start and self.multi_worker:
             cluster.refuse_fresh_start("multi_worker", train_dir)
 
+    @contextlib.contextmanager
+    def starting(self):
+        """A context for what the workers do together between the cluster forming and
+        the training loop (building the variables, checking the restored step): a
+        worker lost there, e.g. the chief that refused ``train_dir``, is a one-line
+        error on the others, as ``failure`` is in the loop.
+
+        Raises:
+          Cifar10Error: a collective failed because another worker stopped or
+            cannot be reached.
+        """
+        try:
+            yield
+        except LOST_WORKER_ERRORS as e:
+            if not self.multi_worker:
+                raise
+            lost = _lost_worker(self.strategy.cluster_resolver.cluster_spec().as_dict(),
+                                self.task)
+            see = "see its error" if lost != "another worker" else "see the others' errors"
+            raise Cifar10Error(
+                f"this is {self.task}: lost {lost} or the connection to it before training "
+                f"started ({see}); start every worker again once it is fixed") from e
+
     def check_same_start(self, start: int, train_dir: str) -> None:
         """Stops every worker when they did not all restore the same step.
 
@@ -164,6 +188,21 @@ class Coordinator:
                 f"{last}; a smaller --batch_size (examples per replica) fits, or more "
                 f"memory: another machine, or fewer programs beside it")
         return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; {last}")
+
+
+def _lost_worker(cluster: dict[str, list[str]], task: str) -> str:
+    """The worker that ``task`` (e.g. 'worker 1') of ``cluster`` ({job: [address]})
+    lost: 'the chief (worker 0)' or 'worker 1' where there is only one other, else
+    'another worker' (a failed collective does not say which one stopped)."""
+    others = [f"{job} {i}" for job in ("chief", "worker")
+              for i in range(len(cluster.get(job, ()))) if f"{job} {i}" != task]
+    if len(others) != 1:
+        return "another worker"
+    other = others[0]
+    chief = "chief 0" if "chief" in cluster else "worker 0"
+    if other != chief:
+        return other
+    return "the chief" if other == "chief 0" else f"the chief ({other})"
 
 
 def _oom_cause(error: tf.errors.OpError) -> str:

@@ -68,14 +68,19 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
       Cifar10Error: the run directory cannot be used (in use, unwritable, full,
         no checkpoint restores), or training failed (e.g. another worker was lost).
     """
-    with op_determinism(config.deterministic):
-        trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
-        with coordination.Coordinator(strategy, stop_event) as cluster, \
-                _run_directory(trainer, cluster, print_fn) as run_dir:
+    with op_determinism(config.deterministic), \
+            coordination.Coordinator(strategy, stop_event) as cluster:
+        # The workers meet before the loop where they build the variables (the chief's
+        # initial values are broadcast) and check the restored step: ``starting``
+        # makes a worker lost there (e.g. a chief that refused train_dir) one line.
+        with cluster.starting():
+            trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
+        with _run_directory(trainer, cluster, print_fn) as run_dir:
             run_dir.record_class_names(data.class_names)
-            restored = run_dir.restore()
-            start = restored.step if restored else 0
-            cluster.check_same_start(start, config.train_dir)
+            with cluster.starting():
+                restored = run_dir.restore()
+                start = restored.step if restored else 0
+                cluster.check_same_start(start, config.train_dir)
             if start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
             settings = run.begin(trainer, cluster, data, restored,
