@@ -4,7 +4,8 @@ What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
 the check that every worker restored the same step, and the error a lost worker
-becomes, before training (``starting``) and in it (``failure``).  With one worker it only watches the local stop request.
+becomes, before training (``starting``) and in it (``failure``).  With one worker
+it only watches the local stop request.
 """
 
 from __future__ import annotations
