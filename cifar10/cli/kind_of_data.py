@@ -60,8 +60,9 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
         if now != before:
             raise Cifar10Error(
                 f"--train_dir={run_dir} holds a run trained on {_kind_name(before)} in "
-                f"{folder} (its {records.ENVIRONMENT_FILE}; its {records.FLAGS_FILE} is missing, "
-                f"empty or holds no data flags), and this start would go on with it on {_kind_name(now)}: "
+                f"{folder} (its {records.ENVIRONMENT_FILE}; its {records.FLAGS_FILE} is "
+                f"missing, empty or holds no data flags), and this start would go on with it "
+                f"on {_kind_name(now)}: "
                 f"pass {_flags_for(before, folder)} to go on with the run, or --fresh_start "
                 f"(or another --train_dir) for a new run")
         return
