@@ -1,9 +1,10 @@
-"""Tests of cifar10.cli.workers, cifar10.cli.launch_args and the cifar10-launch command without TensorFlow workers.
+"""Tests of cifar10.cli.workers, cifar10.cli.launch_args and the cifar10-launch command, mostly without TensorFlow workers.
 
 The workers here are a small Python script that prints a line to stdout and one
 to stderr and then does what the test asks (exit with a status, wait for a
 signal); tests/test_multi_worker.py runs cifar10-launch with real cifar10-train
-workers once.
+workers once.  The tests of a job that never forms (``half_job``) run one real
+cifar10-train worker, which waits for a worker 1 that never joins.
 """
 
 from __future__ import annotations
@@ -161,6 +162,100 @@ def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker,
     got = sorted(line for line in lines if " got " in line)
     assert got == ["[worker 0] worker 0 got SIGTERM", "[worker 1] worker 1 got SIGTERM"]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# Worker 0 is the real cifar10-train; worker 1 never joins the job (it sleeps), so
+# worker 0 waits for it, deaf to a signal to its own pid only (see resolver's watchdog).
+HALF_JOB = """
+import json, os, sys, time
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+time.sleep(120)
+"""
+
+
+def _children(pid):
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    children = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:  # not a process, or it ended
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            children.append(int(name))
+    return children
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def half_job(tmp_path):
+    """Runs launch() with HALF_JOB's workers; calls ``act(worker_1_pid)`` once worker 0
+    waits for worker 1 (its watchdog runs).  Returns (WorkerFailed, lines, seconds
+    from the act to the end)."""
+    script = tmp_path / "half_job.py"
+    script.write_text(HALF_JOB)
+    args = ["--synthetic_data", "--synthetic_records=50", f"--data_dir={tmp_path / 'data'}",
+            f"--train_dir={tmp_path / 'train'}", "--batch_size=8", "--max_steps=5",
+            "--worker_timeout_secs=120"]
+
+    def run(act):
+        acted = []
+
+        def act_when_waiting():
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                workers = _children(os.getpid())
+                for pid in workers:
+                    if any("import os, select" in _cmdline(c) for c in _children(pid)):
+                        [other] = [w for w in workers if w != pid]
+                        acted.append(time.time())
+                        act(other)
+                        return
+                time.sleep(0.1)
+
+        actor = threading.Thread(target=act_when_waiting, daemon=True)
+        actor.start()
+        out = io.StringIO()
+        with pytest.raises(launch.WorkerFailed) as failed:
+            launch.launch(2, args, all_output=True, out=out, print_fn=lambda line: None,
+                          command=[sys.executable, str(script), *launch.trainer_command()])
+        ended = time.time()
+        actor.join()
+        assert acted, out.getvalue()
+        return failed.value, out.getvalue().splitlines(), ended - acted[0]
+
+    return run
+
+
+WAITING = ("[worker 0] cifar10-train: error: stopped by SIGTERM while waiting for the other "
+           "workers to start")
+
+
+def test_a_worker_that_dies_before_the_job_forms_stops_the_waiting_others_at_once(half_job):
+    failed, lines, took = half_job(lambda worker_1: os.kill(worker_1, signal.SIGKILL))
+    assert took < 30, lines  # not the 120 s of --worker_timeout_secs
+    assert str(failed) == "worker 1 was ended by SIGKILL, then worker 0 exited with status 1"
+    assert failed.status == 128 + signal.SIGKILL
+    assert lines.count(WAITING) == 1, lines
+    assert not [line for line in lines if "did not all start" in line]
+
+
+def test_sigterm_to_the_launcher_reaches_workers_waiting_for_each_other_once(half_job):
+    failed, lines, took = half_job(lambda worker_1: os.kill(os.getpid(), signal.SIGTERM))
+    assert took < 30, lines
+    assert sorted(str(failed).split(", then ")) == ["worker 0 exited with status 1",
+                                                    "worker 1 was ended by SIGTERM"]
+    assert lines.count(WAITING) == 1, lines  # once: it ended at the first
+    assert not [line for line in lines if "did not all start" in line]
 
 
 @pytest.mark.parametrize("args, error", [

@@ -3,8 +3,11 @@
 ``launch`` starts N ``cifar10-train`` workers, each with a free port on 127.0.0.1
 and a ``TF_CONFIG`` naming the whole cluster and its own index (worker 0 is the
 chief, which writes the checkpoints and summaries), passes SIGINT and SIGTERM on
-to every worker, and ends with the first worker that failed (their flags are
-checked and their data fetched before, by ``launch_args``).
+to every worker, stops the others (SIGTERM) a few seconds after one failed if they
+have not ended by then, and ends with the first worker that failed (their flags
+are checked and their data fetched before, by ``launch_args``).  Each worker leads its own process group, and every signal goes
+to the whole group: a worker still waiting for the others to start hears a signal
+only through its watchdog (``cifar10.distribute.resolver``), a process of its group.
 
 What it shows: the workers run the same synchronous steps, so each of them
 prints the same lines (the data notice, every logged step and its loss, the end
@@ -39,6 +42,12 @@ TRAINER_MODULE = "cifar10.cli.train_main"
 HOST = "127.0.0.1"
 # How often the launcher looks whether a worker has ended.
 _POLL_SECS = 0.1
+# How long the others may still run after a worker failed before the launcher stops
+# them.  In training they see the lost worker at once (its connections reset) and
+# end with their own error line; a SIGTERM in the middle of that would break into
+# their last words (a KeyboardInterrupt in TensorFlow's clean-up).  Workers still
+# waiting for each other to start would wait out their --worker_timeout_secs.
+_STOP_OTHERS_AFTER_SECS = 5.0
 
 
 class WorkerFailed(Cifar10Error):
@@ -109,11 +118,12 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     processes: list[subprocess.Popen] = []
     relays: list[threading.Thread] = []
     closed = threading.Event()  # nobody reads ``out`` any more (| head)
-    previous = _forward_signals(processes)
+    signalled: set[int] = set()  # the pids of the workers the launcher has signalled
+    previous = _forward_signals(processes, signalled)
     try:
         _start_all(command, train_args, ports, all_output, out, processes, relays,
-                   on_closed=lambda: _stop_once(processes, closed))
-        ended = _wait(processes)
+                   on_closed=lambda: _stop_once(processes, closed, signalled))
+        ended = _wait(processes, on_failure=lambda: _stop_unsignalled(processes, signalled))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -192,38 +202,79 @@ def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock,
                 on_closed()  # under the relays' lock: one stop, whichever relay sees it
 
 
-def _stop_once(processes: list[subprocess.Popen], closed: threading.Event) -> None:
+def _signal(process: subprocess.Popen, signum: int, signalled: set[int]) -> None:
+    """``signum`` to ``process``'s process group, once to each of its processes, if the
+    worker still runs; its pid is added to ``signalled``.
+
+    The worker leads its own session (``_start_worker``), so that group is the worker
+    and the processes it started, and never the launcher.  While the worker waits for
+    the others to start, TensorFlow keeps it deaf to signals: its watchdog, in the
+    group, hears the signal and ends it (``cifar10.distribute.resolver``).  In
+    training the group is the worker alone.
+    """
+    if process.poll() is None:  # not reaped: its pid is still its group's id
+        signalled.add(process.pid)
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:  # it and its group ended just now
+            pass
+
+
+def _stop_once(processes: list[subprocess.Popen], closed: threading.Event,
+               signalled: set[int]) -> None:
     """The first time ``closed`` is set: every running worker gets SIGTERM, as from
     Ctrl-C (it saves at one step and stops); a second SIGTERM would stop it at once,
     so the relays call this under their shared lock."""
     if not closed.is_set():
         closed.set()
         for process in list(processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+            _signal(process, signal.SIGTERM, signalled)
 
 
-def _forward_signals(processes: list[subprocess.Popen]) -> dict:
-    """SIGINT and SIGTERM passed on to every running process of ``processes`` (the
-    list as it is when the signal comes); returns the handlers replaced."""
+def _stop_unsignalled(processes: Sequence[subprocess.Popen], signalled: set[int]) -> None:
+    """SIGTERM to every running worker the launcher has not signalled yet: a worker
+    failed, and the others cannot go on without it.  One still waiting for the others
+    to start stops at once (not after its --worker_timeout_secs); one in training
+    (which its lost connection would stop anyway) stops with its error that a worker
+    was lost.  A worker already asked to stop (Ctrl-C, a closed output) is left to
+    finish: a second signal would stop it without its checkpoint."""
+    for process in processes:
+        if process.pid not in signalled:
+            _signal(process, signal.SIGTERM, signalled)
+
+
+def _forward_signals(processes: list[subprocess.Popen], signalled: set[int]) -> dict:
+    """SIGINT and SIGTERM passed on to every running worker of ``processes`` (the list
+    as it is when the signal comes), to its process group; returns the handlers
+    replaced."""
 
     def forward(signum, frame):
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signum)
+        for process in list(processes):
+            _signal(process, signum, signalled)
 
     return {signum: signal.signal(signum, forward) for signum in (signal.SIGINT,
                                                                   signal.SIGTERM)}
 
 
-def _wait(processes: Sequence[subprocess.Popen]) -> list[tuple[int, int]]:
-    """(index, return code) of each process, in the order they ended."""
+def _wait(processes: Sequence[subprocess.Popen], on_failure: Callable[[], None] = lambda: None,
+          grace_secs: float = _STOP_OTHERS_AFTER_SECS) -> list[tuple[int, int]]:
+    """(index, return code) of each process, in the order they ended; calls
+    ``on_failure`` once, if others still run ``grace_secs`` after the first process
+    that ended with a non-zero status."""
     running, ended = dict(enumerate(processes)), []
+    failed_at: float | None = None
+    stopped = False
     while running:
         for index, process in list(running.items()):
             if process.poll() is not None:
                 ended.append((index, process.returncode))
                 del running[index]
+                if process.returncode != 0 and failed_at is None:
+                    failed_at = time.monotonic()
+        if (running and not stopped and failed_at is not None
+                and time.monotonic() - failed_at >= grace_secs):
+            stopped = True
+            on_failure()
         if running:
             time.sleep(_POLL_SECS)
     return ended
