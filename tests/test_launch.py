@@ -274,6 +274,11 @@ def test_sigterm_to_the_launcher_reaches_workers_waiting_for_each_other_once(hal
                              "you mean --max_steps?) (see cifar10-train --help)"),
     (["--", "--batch_size=0"], "cifar10-train's flags (after --): --batch_size=0: must be a "
                                "whole number of at least 1 (see cifar10-train --help)"),
+    (["--", f"--train_dir={__file__}"], f"cifar10-train's flags (after --): --train_dir="
+                                        f"{__file__} is a file, not a folder: name a folder "
+                                        f"for its output (see cifar10-train --help)"),
+    (["--", "--train_dir="], "cifar10-train's flags (after --): --train_dir is empty: name a "
+                             "folder (default: /tmp/cifar10_train) (see cifar10-train --help)"),
     (["--", "--synthetic_data", "200"], "unexpected arguments for cifar10-train: 200 (after -- "
                                         "come its flags only, e.g. -- --max_steps=300)"),
     (["--", "--strategy=mirrored"], "--strategy=mirrored would have each worker train on its "

@@ -47,6 +47,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
             values[flag.name] = copy.deepcopy(flag)
     try:
         rest = flagfiles.parse(values, [TRAINER, *args], TRAINER)
+        outdirs.refuse_folders_that_are_not(values)  # as cifar10-train's parse does
     except flags.Error as e:
         message = str(e) if isinstance(e, flagfiles.FlagfileError) else \
             flag_errors.flag_error_text(e)
