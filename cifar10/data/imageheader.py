@@ -21,28 +21,55 @@ MAX_PIXELS = 50_000_000
 _JPEG_FRAMES = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
-def pixels(path: str | bytes) -> int | None:
-    """Width x height of the image in ``path`` from its header; None when the file
-    cannot be read or its format or header is not recognised (the decoder then says)."""
+def examine(path: str | bytes, limit: int = MAX_PIXELS) -> tuple[str, bytes | None]:
+    """(why the image in ``path`` is not decoded: ``too_large``'s or ``unsupported``'s
+    reason, '' when it may be; its ``bmp_palette`` where it may be), from one opening
+    of the file: what a folder of images costs before it is decoded."""
     try:
         with _opened(path) as f:
             if f is None:
-                return None
-            head = f.read(32)
-            if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
-                width, height = struct.unpack(">II", head[16:24])
-            elif head[:6] in (b"GIF87a", b"GIF89a"):
-                width, height = struct.unpack("<HH", head[6:10])
-            elif head[:2] == b"BM" and len(head) >= 26:
-                width, height = struct.unpack("<ii", head[18:26])
-            elif head[:2] == b"\xff\xd8":
-                f.seek(2)
-                width, height = _jpeg_size(f)
-            else:
-                return None
+                return "", None
+            why = _too_large(_pixels_of(f), limit) or _unsupported_of(f)
+            return why, None if why else _palette_of(f)
+    except OSError:
+        return "", None
+
+
+def pixels(path: str | bytes) -> int | None:
+    """Width x height of the image in ``path`` from its header; None when the file
+    cannot be read or its format or header is not recognised (the decoder then says)."""
+    return _read(path, _pixels_of, None)
+
+
+def _pixels_of(f) -> int | None:
+    """``pixels`` of the open file ``f``."""
+    try:
+        f.seek(0)
+        head = f.read(32)
+        if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
+            width, height = struct.unpack(">II", head[16:24])
+        elif head[:6] in (b"GIF87a", b"GIF89a"):
+            width, height = struct.unpack("<HH", head[6:10])
+        elif head[:2] == b"BM" and len(head) >= 26:
+            width, height = struct.unpack("<ii", head[18:26])
+        elif head[:2] == b"\xff\xd8":
+            f.seek(2)
+            width, height = _jpeg_size(f)
+        else:
+            return None
     except (OSError, struct.error, ValueError):
         return None
     return abs(width) * abs(height)
+
+
+def _read(path: str | bytes, reading, default):
+    """``reading(f)`` of the file ``path`` opened (``_opened``); ``default`` where it
+    cannot be opened or is not a regular file."""
+    try:
+        with _opened(path) as f:
+            return default if f is None else reading(f)
+    except OSError:
+        return default
 
 
 def _opened(path: str | bytes):
@@ -74,9 +101,14 @@ def unsupported(path: str | bytes) -> str:
     """Why the image in ``path``, valid by its header, is of a kind the decoder does not
     take ('' when it is not known to be): a BMP of 1, 2, 4 or 16 bits per pixel, or an
     RLE-compressed 8-bit BMP (which it would decode into wrong pixels, not refuse)."""
+    return _read(path, _unsupported_of, "")
+
+
+def _unsupported_of(f) -> str:
+    """``unsupported`` of the open file ``f``."""
     try:
-        with _opened(path) as f:
-            head = f.read(34) if f is not None else b""
+        f.seek(0)
+        head = f.read(34)
     except OSError:
         return ""
     if head[:2] != b"BM" or len(head) < 30:
@@ -101,20 +133,23 @@ def bmp_palette(path: str | bytes) -> bytes | None:
     TensorFlow's decoder ignores an 8-bit BMP's palette: it gives each pixel's index
     as its grey level, which is right only where entry i is (i, i, i).
     """
+    return _read(path, _palette_of, None)
+
+
+def _palette_of(f) -> bytes | None:
+    """``bmp_palette`` of the open file ``f``."""
     try:
-        with _opened(path) as f:
-            if f is None:
-                return None
-            head = f.read(54)
-            if head[:2] != b"BM" or len(head) < 54:
-                return None
-            info_size, _, _, _, bits, compression = struct.unpack("<IiiHHI", head[14:34])
-            (colours,) = struct.unpack("<I", head[46:50])
-            if info_size < 40 or bits != 8 or compression != _BI_RGB:
-                return None
-            colours = min(colours or 256, 256)  # 0: all 256
-            f.seek(14 + info_size)  # the palette follows the header: B, G, R, 0 per entry
-            entries = f.read(4 * colours)
+        f.seek(0)
+        head = f.read(54)
+        if head[:2] != b"BM" or len(head) < 54:
+            return None
+        info_size, _, _, _, bits, compression = struct.unpack("<IiiHHI", head[14:34])
+        (colours,) = struct.unpack("<I", head[46:50])
+        if info_size < 40 or bits != 8 or compression != _BI_RGB:
+            return None
+        colours = min(colours or 256, 256)  # 0: all 256
+        f.seek(14 + info_size)  # the palette follows the header: B, G, R, 0 per entry
+        entries = f.read(4 * colours)
     except (OSError, struct.error):
         return None
     if len(entries) < 4 * colours:
@@ -139,7 +174,11 @@ def _jpeg_size(f) -> tuple[int, int]:
 
 def too_large(path: str | bytes, limit: int = MAX_PIXELS) -> str:
     """Why the image in ``path`` is not decoded ('' when it may be)."""
-    count = pixels(path)
+    return _too_large(pixels(path), limit)
+
+
+def _too_large(count: int | None, limit: int) -> str:
+    """``too_large``'s reason for an image of ``count`` pixels (None: not known)."""
     if count is None or count <= limit:
         return ""
     return (f"{count:,} pixels, more than the {limit:,} an image may have here; scale it "

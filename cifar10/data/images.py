@@ -67,10 +67,8 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
     all: reading a FIFO would wait for a writer for ever.  An 8-bit BMP with a
     colour palette is decoded apart, its palette applied (``_palette_image``).
     """
-    refused = [_refused(os.fsencode(p)) for p in paths]
-    palettes = [None if why else imageheader.bmp_palette(os.fsencode(p))
-                for p, why in zip(paths, refused)]
-    decoded = [os.fsencode(p) for p, why, palette in zip(paths, refused, palettes)
+    checked = [_before_decoding(os.fsencode(p)) for p in paths]  # (why not, palette) of each
+    decoded = [os.fsencode(p) for p, (why, palette) in zip(paths, checked)
                if not why and palette is None]
     images = pipeline.without_autotuning(
         tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
@@ -78,7 +76,7 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
              num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
-    for path, why, palette in zip(paths, refused, palettes):
+    for path, (why, palette) in zip(paths, checked):
         if why:
             yield path, None, why
             continue
@@ -109,15 +107,16 @@ def _palette_image(path: bytes, palette: bytes) -> tuple[np.ndarray | None, str]
     return resize_to_cifar(colours[indices][None])[0].numpy(), ""
 
 
-def _refused(path: bytes) -> str:
-    """Why the file ``path`` is not decoded, before it is opened ('' when it may be)."""
+def _before_decoding(path: bytes) -> tuple[str, bytes | None]:
+    """(why the file ``path`` is not decoded, '' when it may be; its BMP colour palette,
+    if any), read from its header before it is decoded (``imageheader.examine``)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
-        return ""  # (missing, or not to be looked at: reading it says which)
+        return "", None  # (missing, or not to be looked at: reading it says which)
     if not stat.S_ISREG(mode):
-        return NOT_REGULAR
-    return imageheader.too_large(path) or imageheader.unsupported(path)
+        return NOT_REGULAR, None
+    return imageheader.examine(path)
 
 
 def _reason(error: tf.errors.OpError) -> str:
