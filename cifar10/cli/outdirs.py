@@ -233,7 +233,7 @@ def export_kind(folder: str) -> str:
     """What export folder ``folder`` is: 'an export (a SavedModel: saved_model.pb)' (a
     version folder cifar10-export wrote), 'a folder of exports (SavedModel version
     folders 5, 10)' (which TensorFlow Serving loads); '' for any other folder."""
-    if _is_saved_model(folder):
+    if checkpoint_files.is_saved_model(folder):
         return "an export (a SavedModel: saved_model.pb)"
     versions = _export_versions(folder)
     if not versions:
@@ -278,8 +278,6 @@ def eval_dir_to_suggest(train_dir: str,
 # What cifar10-export writes in its folder: <step>/, and .<step>-incomplete-* while it writes.
 _EXPORT_NAME = re.compile(r"[0-9]+|\.[0-9]+-incomplete-[A-Za-z0-9_]+")
 _VERSION = re.compile(r"[0-9]+")
-# The file that makes a folder a SavedModel (tf.saved_model.save writes the first).
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 def export_dir_for(run_dir: str) -> str:
@@ -298,10 +296,6 @@ def _holds_exports_alone(folder: str) -> bool:
     return all(_EXPORT_NAME.fullmatch(name) for name in names)
 
 
-def _is_saved_model(folder: str) -> bool:
-    return any(os.path.isfile(os.path.join(folder, name)) for name in _SAVED_MODEL_FILES)
-
-
 def _export_versions(folder: str) -> list[str]:
     """The numbered SavedModel folders in ``folder`` (its exports' versions), in order;
     none when it cannot be read."""
@@ -310,7 +304,7 @@ def _export_versions(folder: str) -> list[str]:
     except OSError:
         return []
     return sorted((name for name in names if _VERSION.fullmatch(name)
-                   and _is_saved_model(os.path.join(folder, name))), key=int)
+                   and checkpoint_files.is_saved_model(os.path.join(folder, name))), key=int)
 
 
 def _exports_folder(folder: str) -> str:
@@ -318,7 +312,7 @@ def _exports_folder(folder: str) -> str:
     (runs/a/export for runs/a/export/100: a folder suggested beside it goes beside
     the exports, not among them); else ``folder``."""
     path = os.path.abspath(folder)
-    if _VERSION.fullmatch(os.path.basename(path)) and _is_saved_model(path):
+    if _VERSION.fullmatch(os.path.basename(path)) and checkpoint_files.is_saved_model(path):
         return os.path.dirname(path)
     return folder
 

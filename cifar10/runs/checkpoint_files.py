@@ -165,10 +165,19 @@ def given(value: str) -> str:
     raise Cifar10Error(f"{shown} does not exist; {_holds(folder)}")
 
 
+# The files that make a folder a SavedModel (tf.saved_model.save writes the first).
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+def is_saved_model(folder: str) -> bool:
+    """Whether ``folder`` is a SavedModel (an export's version folder)."""
+    return any(os.path.isfile(os.path.join(folder, name)) for name in SAVED_MODEL_FILES)
+
+
 def _in_saved_model(folder: str) -> bool:
     """Whether ``folder`` is a SavedModel's variables/ folder (beside its saved_model.pb)."""
     return (os.path.basename(os.path.normpath(folder)) == "variables"
-            and os.path.isfile(os.path.join(folder, os.pardir, "saved_model.pb")))
+            and is_saved_model(os.path.join(folder, os.pardir)))
 
 
 def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None:
