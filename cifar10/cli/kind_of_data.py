@@ -42,35 +42,42 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
     now = _kind({name: flag_values[name].value
                  for name in ("synthetic_data", "dataset", "label") if name in flag_values})
     recorded = records.recorded_flags(run_dir) or {}
-    if "synthetic_data" in recorded or "dataset" in recorded:
-        before = _kind(recorded)
-    else:
-        folder = _recorded_data_folder(run_dir)
-        if folder is None:
-            logging.warning(
-                "--train_dir=%s holds checkpoints, but neither its %s nor its %s records "
-                "the data the run was trained on (missing or empty): this start's data is "
-                "not checked against the run's", run_dir, records.FLAGS_FILE,
-                records.ENVIRONMENT_FILE)
-            return
-        before = _folder_kind(folder)
-        if not now and flag_values["dataset"].value == ff.CIFAR10.name:
-            found = datafolder.find_batches_dir(flag_values["data_dir"].value)
-            now = _folder_kind(found) if found else ()
-        if now != before:
-            raise Cifar10Error(
-                f"--train_dir={run_dir} holds a run trained on {_kind_name(before)} in "
-                f"{folder} (its {records.ENVIRONMENT_FILE}; its {records.FLAGS_FILE} is "
-                f"missing, empty or holds no data flags), and this start would go on with it "
-                f"on {_kind_name(now)}: "
-                f"pass {_flags_for(before, folder)} to go on with the run, or --fresh_start "
-                f"(or another --train_dir) for a new run")
+    if "synthetic_data" not in recorded and "dataset" not in recorded:
+        _refuse_other_than_recorded_folder(flag_values, run_dir, now)
         return
+    before = _kind(recorded)
     if now != before:
         raise Cifar10Error(
             f"--train_dir={run_dir} holds a run trained on {_kind_name(before)}, and this "
             f"start would go on with it on {_kind_name(now)}: pass "
             f"{' '.join(before) or 'no --synthetic_data or --dataset'} to go on with the run, "
+            f"or --fresh_start (or another --train_dir) for a new run")
+
+
+def _refuse_other_than_recorded_folder(flag_values: flags.FlagValues, run_dir: str,
+                                       now: tuple[str, ...]) -> None:
+    """``refuse_other_kind_of_data`` where the run's flags.txt records no data flags:
+    the kind ``now`` that this start asks for (or, with no flag of a kind, that of the
+    data folder it would read) against that of the data folder the run's
+    environment.jsonl last recorded; a warning where neither file tells."""
+    folder = _recorded_data_folder(run_dir)
+    if folder is None:
+        logging.warning(
+            "--train_dir=%s holds checkpoints, but neither its %s nor its %s records "
+            "the data the run was trained on (missing or empty): this start's data is "
+            "not checked against the run's", run_dir, records.FLAGS_FILE,
+            records.ENVIRONMENT_FILE)
+        return
+    before = _folder_kind(folder)
+    if not now and flag_values["dataset"].value == ff.CIFAR10.name:
+        found = datafolder.find_batches_dir(flag_values["data_dir"].value)
+        now = _folder_kind(found) if found else ()
+    if now != before:
+        raise Cifar10Error(
+            f"--train_dir={run_dir} holds a run trained on {_kind_name(before)} in "
+            f"{folder} (its {records.ENVIRONMENT_FILE}; its {records.FLAGS_FILE} is "
+            f"missing, empty or holds no data flags), and this start would go on with it "
+            f"on {_kind_name(now)}: pass {_flags_for(before, folder)} to go on with the run, "
             f"or --fresh_start (or another --train_dir) for a new run")
 
 
