@@ -94,6 +94,13 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, status, stdout.getvalue(), stderr.getvalue())
 
 
+def assert_refused(result: subprocess.CompletedProcess, line: str) -> None:
+    """That a program's run ``result`` was refused with ``line`` alone: exit status 1,
+    nothing on stdout, that one line on stderr."""
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr.splitlines() == [line]
+
+
 def start(name: str, *args: str, **extra_env: str) -> subprocess.Popen:
     """Starts an installed program with stdout piped line by line."""
     return subprocess.Popen([program(name), *args], stdout=subprocess.PIPE,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from cli import call
+from cli import assert_refused, call
 
 from cifar10.cli import outdirs
 from cifar10.data import synthetic
@@ -151,11 +151,10 @@ def test_cifar10_eval_refuses_a_data_folder_as_eval_dir_and_leaves_it_as_it_was(
     before = listing(tmp_path / "data")
     result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
                   f"--eval_dir={data}", "--run_once")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
+    assert_refused(result,
         f"cifar10-eval: error: --eval_dir={data} holds data files (batches.meta.txt, "
         f"data_batch_1.bin, ...): choose a directory for the evaluator's results, outside the "
-        f"data, such as {tmp_path / 'a' / 'eval'}"]
+        f"data, such as {tmp_path / 'a' / 'eval'}")
     assert listing(tmp_path / "data") == before
 
 
@@ -187,11 +186,10 @@ def test_cifar10_export_refuses_a_training_runs_folder_as_export_dir(tmp_path, s
     for export_dir, what in [(run, "the run it exports"), (other, f"a training run ({listed})")]:
         before = listing(export_dir)
         result = export(tmp_path, export_dir)
-        assert (result.returncode, result.stdout) == (1, "")
-        assert result.stderr.splitlines() == [
+        assert_refused(result,
             f"cifar10-export: error: --export_dir={export_dir} is the directory of {what}, "
             f"where cifar10-train keeps its checkpoints and records: choose a folder for the "
-            f"exports, such as {tmp_path / 'a' / 'export'}"]
+            f"exports, such as {tmp_path / 'a' / 'export'}")
         assert listing(export_dir) == before
 
 
@@ -206,10 +204,9 @@ def test_cifar10_export_refuses_an_evaluators_folder_or_a_data_folder(tmp_path):
                    "directory for the exports, outside the data")]:
         before = listing(tmp_path)
         result = export(tmp_path, export_dir)
-        assert (result.returncode, result.stdout) == (1, "")
-        assert result.stderr.splitlines() == [
+        assert_refused(result,
             f"cifar10-export: error: --export_dir={export_dir} {error}, such as "
-            f"{tmp_path / 'a' / 'export'}"]
+            f"{tmp_path / 'a' / 'export'}")
         assert listing(tmp_path) == before
 
 
@@ -272,10 +269,9 @@ def test_cifar10_eval_refuses_an_export_folder_as_eval_dir(tmp_path, kind):
     before = listing(tmp_path)
     result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'a' / 'train'}",
                   f"--eval_dir={eval_dir}", "--run_once")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
+    assert_refused(result,
         f"cifar10-eval: error: --eval_dir={eval_dir} is {what}: choose a directory of the "
-        f"evaluator's own, such as {tmp_path / 'a' / 'eval'}"]
+        f"evaluator's own, such as {tmp_path / 'a' / 'eval'}")
     assert listing(tmp_path) == before
 
 
@@ -287,10 +283,9 @@ def test_cifar10_train_refuses_an_export_folder_as_train_dir(tmp_path, kind):
     before = listing(tmp_path)
     result = call("cifar10-train", f"--train_dir={train_dir}", "--synthetic_data",
                   f"--data_dir={tmp_path / 'data'}", "--max_steps=1")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
+    assert_refused(result,
         f"cifar10-train: error: --train_dir={train_dir} is {what}: choose a directory of the "
-        f"run's own, such as {tmp_path / 'a' / 'train'}"]
+        f"run's own, such as {tmp_path / 'a' / 'train'}")
     assert listing(tmp_path) == before  # no data/ either
 
 
@@ -336,11 +331,10 @@ def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_pa
             ("cifar10-export", "export_dir", [f"--checkpoint_dir={run}"], "the exports",
              tmp_path / "a" / "export")]:
         result = call(program, f"--{flag}={data_dir}", *args)
-        assert (result.returncode, result.stdout) == (1, "")
-        assert result.stderr.splitlines() == [
+        assert_refused(result,
             f"{program}: error: --{flag}={data_dir} is a folder of data sets, as a --data_dir "
             f"is (it holds {shown}): choose a directory for {what}, outside the data, such as "
-            f"{suggested}"]
+            f"{suggested}")
     assert listing(tmp_path) == before
 
 

@@ -479,11 +479,10 @@ def test_a_data_folder_given_as_data_dir_is_refused_and_left_as_it_was(image_dir
     result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={data}")
     instead = ("a new folder" if name == ff.BATCHES_DIRNAME
                else f"its parent ({tmp_path / 'data'}) or a new folder")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
+    cli.assert_refused(result,
         f"cifar10-prepare: error: --data_dir={data} is a data folder itself (it holds "
         f"batches.meta.txt, data_batch_1.bin, ...): the data set would be written inside it, as "
-        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir"]
+        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir")
     assert listing(tmp_path / "data") == before
 
 
@@ -491,10 +490,9 @@ def test_a_file_given_as_data_dir_is_named_as_the_other_programs_name_it(image_d
     (tmp_path / "cat.jpg").write_bytes(b"a photo")
     result = call("cifar10-prepare", f"--image_dir={image_dir}",
                   f"--data_dir={tmp_path / 'cat.jpg'}")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
+    cli.assert_refused(result,
         f"cifar10-prepare: error: --data_dir={tmp_path / 'cat.jpg'} is a file, not a folder: "
-        f"name a folder to write the data set in (it is made if missing)"]
+        f"name a folder to write the data set in (it is made if missing)")
     assert (tmp_path / "cat.jpg").read_bytes() == b"a photo"
 
 
