@@ -255,17 +255,23 @@ def test_poll_that_times_out_before_any_checkpoint_is_an_error(run, tmp_path):
     assert not (tmp_path / "eval").exists()
 
 
-def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_path):
-    train_dir = copy_run(run, tmp_path, complete=False)
-    for step in (3, 6):
-        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
+def timed_out(run, tmp_path, train_dir) -> str:
+    """The error of an evaluator of ``train_dir`` that reached its --eval_timeout of 0.5 s
+    (a fake clock's) without a checkpoint that reads."""
     sleep = FakeSleep()
     with pytest.raises(polling.NoCheckpointError) as err:
         polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
                                    eval_timeout=0.5, eval_interval_secs=0.1),
                          print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
+    return str(err.value)
+
+
+def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_path):
+    train_dir = copy_run(run, tmp_path, complete=False)
+    for step in (3, 6):
+        truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
     # The fix: the trainer's next checkpoint, if it still runs; else none of these.
-    assert str(err.value) == (
+    assert timed_out(run, tmp_path, train_dir) == (
         f"no checkpoint of {train_dir} could be read within --eval_timeout=0.5 seconds "
         f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; raise "
         f"--eval_timeout if its trainer is still running (its next checkpoint may read); else "
@@ -284,12 +290,7 @@ def test_poll_that_times_out_with_no_newest_checkpoint_that_reads_names_an_older
                         os.path.join(train_dir, f"model.ckpt-{step}{suffix}"))
     for step in (2, 3, 6):
         truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
-    sleep = FakeSleep()
-    with pytest.raises(polling.NoCheckpointError) as err:
-        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
-                                   eval_timeout=0.5, eval_interval_secs=0.1),
-                         print_fn=lambda line: None, sleep=sleep, clock=sleep.clock)
-    assert str(err.value) == (
+    assert timed_out(run, tmp_path, train_dir) == (
         f"none of the 3 newest checkpoints of {train_dir} could be read within "
         f"--eval_timeout=0.5 seconds (model.ckpt-6, model.ckpt-3, model.ckpt-2; see the "
         f"warnings above): nothing was scored; pass "
