@@ -7,7 +7,9 @@ at once with exit status 130, after one line on stderr naming the last checkpoin
 complete on disk (``last_good_checkpoint``); nothing is saved, so nothing is half
 written by it.  Once the trainer has returned (the ``with`` block ended without an
 error: its checkpoint saved), SIGINT and SIGTERM are ignored until the process
-ends, with exit status 0 (or 141, below).
+ends, with exit status 0 (or 141, below); once it has failed (the block ended with
+an error), they are ignored as well, so that the error stays the last line printed
+and its exit status (1) the process's.
 
 The signals are watched by a thread that reads the signal wake-up descriptor
 (``signal.set_wakeup_fd``): a Python signal handler runs only when the main
@@ -53,9 +55,9 @@ class StopRequests:
 
     ``event`` is set by the first SIGINT or SIGTERM and when standard output is
     closed; ``print`` writes a line to standard output, and notices there that it
-    was closed.  Enter it in the main thread (signal handlers are set there).  Left
-    without an error, it leaves SIGINT and SIGTERM ignored: the program that entered
-    it ends (an in-process caller puts its handlers back itself).
+    was closed.  Enter it in the main thread (signal handlers are set there).  Left,
+    with or without an error, it leaves SIGINT and SIGTERM ignored: the program that
+    entered it ends (an in-process caller puts its handlers back itself).
     """
 
     def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
@@ -87,15 +89,18 @@ class StopRequests:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        # Training returned: its checkpoint is saved (the stop asked for, or the run
-        # complete), and only its summary and the process's end are left.  A signal
-        # from then on is ignored, so that the status stays the one promised (0): the
-        # previous handlers would make it an interrupt, and Python's own end puts back
-        # the default action (killed, 143) while TensorFlow is still torn down.  Ignored
-        # (SIG_IGN), the signals stay ignored through that end.  After an error the
-        # previous handlers are put back: the error is the program's last word.
-        for signum, handler in self._previous.items():
-            signal.signal(signum, signal.SIG_IGN if exc_type is None else handler)
+        # Training returned (its checkpoint is saved: the stop asked for, or the run
+        # complete) or failed (its error is on its way to the one line that says it):
+        # either way only the process's end is left.  A signal from then on is ignored,
+        # so that the status stays the one promised (0, or the error's 1) and the last
+        # line the one that says how it ended: the previous handlers would make it an
+        # interrupt (a KeyboardInterrupt in the error's way out, or in TensorFlow's
+        # clean-up: a traceback), and Python's own end puts back the default action
+        # (killed, 143) while TensorFlow is still torn down.  Ignored (SIG_IGN), the
+        # signals stay ignored through that end.  (``StoppedBeforeTraining``, a stop
+        # request that came before training, is that signal's answer: status 130.)
+        for signum in self._previous:
+            signal.signal(signum, signal.SIG_IGN)
         signal.set_wakeup_fd(self._previous_wakeup)
         os.close(self._wakeup[1])  # the watching thread reads the end and returns
 
