@@ -25,6 +25,7 @@ import pytest
 from absl import flags
 
 from cli import call, env
+from test_slurm import _watchdog_started
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.distribute import cluster
@@ -164,13 +165,18 @@ def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker,
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-# Worker 0 is the real cifar10-train; worker 1 never joins the job (it sleeps), so
+# Worker 0 is the real cifar10-train; worker 1 never joins the job (it sleeps, and
+# ends at SIGINT or SIGTERM as cifar10-train does before training: status 130), so
 # worker 0 waits for it, deaf to a signal to its own pid only (see resolver's watchdog).
 HALF_JOB = """
-import json, os, sys, time
+import json, os, signal, sys, time
 if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
     os.execv(sys.argv[1], sys.argv[1:])
-time.sleep(120)
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    sys.exit(130)
 """
 
 
@@ -188,19 +194,11 @@ def _children(pid):
     return children
 
 
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 @pytest.fixture
 def half_job(tmp_path):
     """Runs launch() with HALF_JOB's workers; calls ``act(worker_1_pid)`` once worker 0
-    waits for worker 1 (its watchdog runs).  Returns (WorkerFailed, lines, seconds
-    from the act to the end)."""
+    waits for worker 1 (its watchdog runs).  Returns (what launch() raised:
+    WorkerFailed or Interrupted, lines, seconds from the act to the end)."""
     script = tmp_path / "half_job.py"
     script.write_text(HALF_JOB)
     args = ["--synthetic_data", "--synthetic_records=50", f"--data_dir={tmp_path / 'data'}",
@@ -215,7 +213,7 @@ def half_job(tmp_path):
             while time.time() < deadline:
                 workers = _children(os.getpid())
                 for pid in workers:
-                    if any("import os, select" in _cmdline(c) for c in _children(pid)):
+                    if _watchdog_started(pid):  # (its signal handlers set)
                         [other] = [w for w in workers if w != pid]
                         acted.append(time.time())
                         act(other)
@@ -225,7 +223,7 @@ def half_job(tmp_path):
         actor = threading.Thread(target=act_when_waiting, daemon=True)
         actor.start()
         out = io.StringIO()
-        with pytest.raises(launch.WorkerFailed) as failed:
+        with pytest.raises((launch.WorkerFailed, launch.Interrupted)) as failed:
             launch.launch(2, args, all_output=True, out=out, print_fn=lambda line: None,
                           command=[sys.executable, str(script), *launch.trainer_command()])
         ended = time.time()
@@ -243,19 +241,71 @@ WAITING = ("[worker 0] cifar10-train: error: stopped by SIGTERM while waiting fo
 def test_a_worker_that_dies_before_the_job_forms_stops_the_waiting_others_at_once(half_job):
     failed, lines, took = half_job(lambda worker_1: os.kill(worker_1, signal.SIGKILL))
     assert took < 30, lines  # not the 120 s of --worker_timeout_secs
-    assert str(failed) == "worker 1 was ended by SIGKILL, then worker 0 exited with status 1"
+    # The launcher's SIGTERM 5 s later ends the waiting worker 0 as an interrupt.
+    assert str(failed) == "worker 1 was ended by SIGKILL, then worker 0 was ended by SIGINT"
     assert failed.status == 128 + signal.SIGKILL
     assert lines.count(WAITING) == 1, lines
     assert not [line for line in lines if "did not all start" in line]
 
 
 def test_sigterm_to_the_launcher_reaches_workers_waiting_for_each_other_once(half_job):
-    failed, lines, took = half_job(lambda worker_1: os.kill(os.getpid(), signal.SIGTERM))
+    # Before training: the job ends as one interrupted cifar10-train (status 130), not
+    # as a failure of its workers.
+    stopped, lines, took = half_job(lambda worker_1: os.kill(os.getpid(), signal.SIGTERM))
     assert took < 30, lines
-    assert sorted(str(failed).split(", then ")) == ["worker 0 exited with status 1",
-                                                    "worker 1 was ended by SIGTERM"]
+    assert isinstance(stopped, launch.Interrupted), stopped
+    assert str(stopped) == "before training started; nothing was trained"
     assert lines.count(WAITING) == 1, lines  # once: it ended at the first
     assert not [line for line in lines if "did not all start" in line]
+
+
+def test_ctrl_c_to_the_launcher_while_the_job_forms_exits_130_saying_nothing_was_trained(
+        tmp_path):
+    # cifar10-launch itself, its worker 0 the real cifar10-train waiting for worker 1.
+    script = tmp_path / "half_job.py"
+    script.write_text(HALF_JOB)
+    half_job = [sys.executable, str(script), *launch.trainer_command()]
+
+    def ctrl_c_when_waiting():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if any(_watchdog_started(w) for w in _children(os.getpid())):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=ctrl_c_when_waiting, daemon=True).start()
+    with mock.patch.object(launch, "trainer_command", return_value=half_job):
+        result = call("cifar10-launch", "--num_workers=2", "--", "--synthetic_data",
+                      "--synthetic_records=50", f"--data_dir={tmp_path / 'data'}",
+                      f"--train_dir={tmp_path / 'train'}", "--worker_timeout_secs=120")
+    assert result.returncode == 130, result.stdout + result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "cifar10-launch: interrupted before training started; nothing was trained")
+    assert "[worker 0] cifar10-train: error: stopped by SIGINT while waiting for the other " \
+           "workers to start" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "train").exists() or not [
+        n for n in os.listdir(tmp_path / "train") if n.startswith("model.ckpt")]
+
+
+def test_one_stop_that_every_worker_answers_as_an_interrupt_is_the_launchers_interrupt(
+        tmp_path):
+    # Workers that end 130 at the stop (before training), as opposed to 0 (saved).
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.replace("sys.exit(0)", "sys.exit(130)"))
+
+    def send_when_ready():
+        deadline = time.time() + 60
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=send_when_ready, daemon=True).start()
+    with pytest.raises(launch.Interrupted):
+        launch.launch(2, ["wait", str(tmp_path)], out=io.StringIO(),
+                      print_fn=lambda line: None, command=[sys.executable, str(script)])
 
 
 @pytest.mark.parametrize("args, error", [

@@ -204,9 +204,9 @@ def test_a_worker_that_never_starts_ends_the_others_within_the_timeout(tmp_path)
     assert result.returncode == 1  # not killed: the shell says nothing after the line
     assert result.stderr.splitlines()[-1] == (
         "cifar10-train: error: the 2 workers did not all start within 3 s "
-        "(--worker_timeout_secs): this is worker 0; check that every task started (see the "
-        f"others' errors) and that each node reaches {', '.join(workers)}, then start "
-        "the job again")
+        "(--worker_timeout_secs): this is worker 0 (the chief); check that every task "
+        f"started (see the others' errors) and that each node reaches worker 0 at "
+        f"{workers[0]}, worker 1 at {workers[1]}, then start the job again")
     assert not (tmp_path / "train" / "model.ckpt-0.index").exists()
 
 
@@ -254,12 +254,13 @@ def test_a_hang_up_while_waiting_exits_with_status_1_unless_it_is_ignored(nohup,
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 128 + signal.SIGINT),
-                                            (signal.SIGTERM, 1)])
+                                            (signal.SIGTERM, 128 + signal.SIGINT)])
 def test_ctrl_c_or_sigterm_while_waiting_for_the_workers_ends_with_one_line(
         tmp_path, signum, status):
     """Ctrl-C (to the process group, as a terminal sends it) ends the worker as it ends
-    any program; scancel's SIGTERM to every process of the step, with status 1; each
-    after one line, the last, and not by SIGKILL ("Killed" after it, status 137)."""
+    any program; scancel's SIGTERM to every process of the step too (status 130, as
+    cifar10-train interrupted anywhere before training); each after one line, the
+    last, and not by SIGKILL ("Killed" after it, status 137)."""
     config, _ = waiting_worker_config()
     proc = subprocess.Popen(
         [program("cifar10-train"), "--synthetic_data", "--synthetic_records=50",

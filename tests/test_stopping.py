@@ -1,14 +1,27 @@
-"""Stop requests around training's edges (cifar10.cli.stopping): a signal while a
-failed run ends (a real process: the signal is what is tested)."""
+"""Stop requests around training's edges (cifar10.cli.stopping, the controller's stop
+before training): a signal while a failed run ends, a stop asked for before
+training starts, on one worker or on one of several (real processes where the
+signal or the workers are what is tested)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import pytest
+
 from cli import env
+from conftest import mirrored
+from test_train import small_config
+from cifar10.cli import workers as launch
+from cifar10.distribute import coordination
+from cifar10.runs import checkpoints
+from cifar10.training import controller
+from cifar10.training.run import TrainData
 
 # cifar10-train's way out of a failed run: its ``with StopRequests`` block ends with
 # the error, and the program takes seconds more to end (TensorFlow's clean-up, here
@@ -53,3 +66,60 @@ def test_signals_while_a_failed_run_ends_leave_its_error_last_and_its_status_1(t
                                     "fire; the last checkpoint is x")
     assert proc.returncode == 1, err
 
+
+def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_files, tmp_path):
+    files, count = learnable_files
+    stop = threading.Event()
+    stop.set()  # Ctrl-C while TensorFlow built the model
+    lines = []
+    with pytest.raises(coordination.StoppedBeforeTraining) as stopped:
+        controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
+                         TrainData(files, count), stop_event=stop, print_fn=lines.append)
+    assert str(stopped.value) == "before training started; nothing was trained"
+    assert lines == []  # no "Training on ...", no step
+    assert checkpoints.find(str(tmp_path)) == []
+    assert not [name for name in os.listdir(tmp_path)
+                if name.startswith(("events.out", "flags.txt", "environment.jsonl"))]
+
+
+# One worker of a job of two (TF_CONFIG) whose stop request is set before training
+# when it is worker 1, as when a signal reaches it a moment before the other.
+STOP_ONE = """
+import sys, threading
+from cifar10.data import pipeline as data
+from cifar10.distribute import coordination, devices
+from cifar10.core.config import TrainConfig
+from cifar10.training import controller
+from cifar10.training.run import TrainData
+
+batches_dir, train_dir = sys.argv[1:3]
+strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
+stop = threading.Event()
+if not devices.worker_role(strategy)[0]:
+    stop.set()
+files = data.split_files(batches_dir, "train")
+config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=1000, log_frequency=1)
+try:
+    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+                     stop_event=stop)
+except coordination.StoppedBeforeTraining as e:
+    print(f"stopped: {e}", flush=True)
+"""
+
+
+def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training(
+        learnable_files, tmp_path):
+    files, _ = learnable_files
+    train_dir = tmp_path / "train"
+    procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
+                               str(train_dir)], env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for config in launch.tf_configs(launch.free_ports(2))]
+    try:
+        results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for out, err, code in results:
+        assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
+    assert checkpoints.find(str(train_dir)) == []

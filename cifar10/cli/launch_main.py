@@ -9,8 +9,9 @@ Starts --num_workers cifar10-train workers of one job, each with a free port on
 Worker 0, the chief, shows the job's progress ([worker 0] lines); the other
 workers show their warnings and errors (--all_output: all their lines).
 Ctrl-C or SIGTERM reaches every worker: they save a checkpoint at one step and
-stop.  A worker that fails stops the others (SIGTERM, 5 s later).  The exit status
-is that of the first worker that failed, else 0.  On several machines, start
+stop; before training has started, they stop at once, nothing trained (exit
+status 130).  A worker that fails stops the others (SIGTERM, 5 s later).  The exit
+status is that of the first worker that failed, else 0.  On several machines, start
 cifar10-train on each instead (docs/multi-machine.md).
 """
 

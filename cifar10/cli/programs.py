@@ -152,7 +152,8 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     0 when it returns; 1 for a mistake the user can fix (``Cifar10Error``, or a
     ``UsageError`` such as a stray argument) and 130 for Ctrl-C or SIGTERM where no
     handler saves work, each with one line on stderr, the last the program prints:
-    ``<program>: error: <message>`` or ``<program>: interrupted``.
+    ``<program>: error: <message>`` or ``<program>: interrupted`` (followed by the
+    interrupt's message, if it has one: ``before training started; ...``).
     """
     try:
         main(argv)
@@ -161,8 +162,8 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
         last_line, status = f"{program}: error: {e}", 1
         if isinstance(e, app.UsageError):
             last_line += f" (see {program} --help)"
-    except KeyboardInterrupt:
-        last_line, status = f"{program}: interrupted", 130
+    except KeyboardInterrupt as e:  # (its message, if any, says what was left undone)
+        last_line, status = f"{program}: interrupted{f' {e}' if str(e) else ''}", 130
     # The exception and its frames are gone now: free what the failed run still
     # held (input pipelines, checkpoint readers), so that whatever TensorFlow
     # prints as they go comes before the line that says what went wrong.

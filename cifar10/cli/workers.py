@@ -5,7 +5,10 @@ and a ``TF_CONFIG`` naming the whole cluster and its own index (worker 0 is the
 chief, which writes the checkpoints and summaries), passes SIGINT and SIGTERM on
 to every worker, stops the others (SIGTERM) a few seconds after one failed if they
 have not ended by then, and ends with the first worker that failed (their flags
-are checked and their data fetched before, by ``launch_args``).  Each worker leads its own process group, and every signal goes
+are checked and their data fetched before, by ``launch_args``), or, where one stop
+request came before the job started training and every worker ended interrupted
+(exit status 130), as a program interrupted before its work began
+(``Interrupted``).  Each worker leads its own process group, and every signal goes
 to the whole group: a worker still waiting for the others to start hears a signal
 only through its watchdog (``cifar10.distribute.resolver``), a process of its group.
 
@@ -48,6 +51,20 @@ _POLL_SECS = 0.1
 # their last words (a KeyboardInterrupt in TensorFlow's clean-up).  Workers still
 # waiting for each other to start would wait out their --worker_timeout_secs.
 _STOP_OTHERS_AFTER_SECS = 5.0
+
+
+# The exit status of a cifar10-train that a stop request ended before it trained
+# (interrupted: 128 + SIGINT, whichever of SIGINT and SIGTERM it was).
+INTERRUPTED = 130
+
+
+class Interrupted(KeyboardInterrupt):
+    """The job was asked to stop (SIGINT, SIGTERM) before it started training, and
+    every worker stopped so, with nothing trained or saved; the program ends as one
+    interrupted (exit status 130)."""
+
+    def __init__(self):
+        super().__init__("before training started; nothing was trained")
 
 
 class WorkerFailed(Cifar10Error):
@@ -108,6 +125,8 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
       print_fn: where the launcher's own line goes.
 
     Raises:
+      Interrupted: one SIGINT or SIGTERM, passed on to the workers before they
+        started training, ended every one of them (exit status 130).
       WorkerFailed: a worker ended with a non-zero status (the first to end so).
       Cifar10Error: a worker could not be started (the others are stopped).
     """
@@ -119,7 +138,8 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     relays: list[threading.Thread] = []
     closed = threading.Event()  # nobody reads ``out`` any more (| head)
     signalled: set[int] = set()  # the pids of the workers the launcher has signalled
-    previous = _forward_signals(processes, signalled)
+    stops: list[int] = []  # the stop requests (signals) passed on to the workers
+    previous = _forward_signals(processes, signalled, stops)
     try:
         _start_all(command, train_args, ports, all_output, out, processes, relays,
                    on_closed=lambda: _stop_once(processes, closed, signalled))
@@ -130,6 +150,12 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     for relay in relays:
         relay.join(timeout=5)
     failed = [(index, status) for index, status in ended if status != 0]
+    # One stop request, and every worker interrupted: they stopped before training
+    # (in training, the first stop request saves and ends each with status 0; a
+    # second one interrupts them at once, with what they trained saved before).
+    if (len(stops) == 1 and not closed.is_set() and len(failed) == len(processes)
+            and all(_exit_status(status) == INTERRUPTED for _, status in failed)):
+        raise Interrupted()
     if failed:
         raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
                            _exit_status(failed[0][1]))
@@ -243,12 +269,14 @@ def _stop_unsignalled(processes: Sequence[subprocess.Popen], signalled: set[int]
             _signal(process, signal.SIGTERM, signalled)
 
 
-def _forward_signals(processes: list[subprocess.Popen], signalled: set[int]) -> dict:
+def _forward_signals(processes: list[subprocess.Popen], signalled: set[int],
+                     stops: list[int]) -> dict:
     """SIGINT and SIGTERM passed on to every running worker of ``processes`` (the list
-    as it is when the signal comes), to its process group; returns the handlers
-    replaced."""
+    as it is when the signal comes), to its process group, each appended to
+    ``stops``; returns the handlers replaced."""
 
     def forward(signum, frame):
+        stops.append(signum)
         for process in list(processes):
             _signal(process, signum, signalled)
 

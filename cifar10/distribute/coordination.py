@@ -3,15 +3,19 @@
 What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
-the check that every worker restored the same step, and the error a lost worker
-becomes, before training (``starting``) and in it (``failure``).  With one worker
-it only watches the local stop request.
+the check that every worker restored the same step, the workers' agreement to
+stop before training when any of them was asked to (``stop_before_training``),
+and the error a lost worker becomes, before training (``starting``) and in it
+(``failure``): one line naming this task and the one lost by their ``TF_CONFIG``
+type and index (``worker 1``, ``chief 0``).  With one worker it only watches the
+local stop request.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -26,6 +30,15 @@ from cifar10.core.errors import Cifar10Error, first_line
 # What a collective operation raises when a peer worker is gone or unreachable.
 LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                       tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+class StoppedBeforeTraining(KeyboardInterrupt):
+    """A stop request (SIGINT, SIGTERM) that came before training started, on this
+    worker or another: the run stops at once, nothing trained or saved, as a
+    program interrupted before its work began (exit status 130)."""
+
+    def __init__(self, message: str = "before training started; nothing was trained"):
+        super().__init__(message)
 
 
 class _Preempted(Exception):
@@ -64,6 +77,9 @@ class Coordinator:
     def __exit__(self, exc_type, *exc) -> None:
         if exc_type is None:
             self._stop_watching()
+        # After an error the handler's threads are left to the process's end: their
+        # wait on the chief's coordination service fails once the chief is gone, which
+        # ``_quiet_watcher_errors`` keeps from printing a traceback.
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -117,8 +133,7 @@ class Coordinator:
         except LOST_WORKER_ERRORS as e:
             if not self.multi_worker:
                 raise
-            lost = _lost_worker(self.strategy.cluster_resolver.cluster_spec().as_dict(),
-                                self.task)
+            lost = self._lost()
             see = "see its error" if lost != "another worker" else "see the others' errors"
             raise Cifar10Error(
                 f"this is {self.task}: lost {lost} or the connection to it before training "
@@ -141,6 +156,21 @@ class Coordinator:
                 f"{float(mean):g}): --train_dir {train_dir} must be one directory shared by "
                 f"every worker")
 
+    def stop_before_training(self) -> bool:
+        """Whether a stop was requested before training started, on any worker: then
+        every worker stops there, training nothing (``StoppedBeforeTraining``).
+
+        All workers answer alike: each adds whether its own stop event is set to one
+        collective, so that a worker signalled a moment before or after another (the
+        launcher signals them one after another) stops with the others, not in a
+        first step they would wait in for it.
+        """
+        asked = self.stop_event.is_set()
+        if not self.multi_worker:
+            return asked
+        mean, _ = _mean_and_square(self.strategy, tf.constant(float(asked), tf.float64))
+        return float(mean) > 0
+
     def watch(self, save: Callable[[], None]) -> None:
         """Makes a stop request on any worker save (with ``save``) on all of them.
 
@@ -151,6 +181,7 @@ class Coordinator:
         """
         if not self.multi_worker:
             return
+        _quiet_watcher_errors()
         manager = tf.train.CheckpointManager(
             tf.train.Checkpoint(), os.path.join(self._scratch, "preemption"), max_to_keep=1)
         self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
@@ -177,33 +208,85 @@ class Coordinator:
                 checkpoint: str | None) -> Cifar10Error:
         """The one-line error of a run that TensorFlow stopped at ``step``, whose newest
         checkpoint is ``checkpoint`` (a path; None where none was written)."""
+        if self.multi_worker and isinstance(error, LOST_WORKER_ERRORS):
+            kept = (f"the last checkpoint, {checkpoint}, is kept" if checkpoint
+                    else "no checkpoint was written yet")
+            return Cifar10Error(
+                f"this is {self.task}: lost {self._lost()} or the connection to it at step "
+                f"{step} ({tensorflow_cause(error)}); {kept}; start every worker again with "
+                f"the same command to resume")
         last = (f"the last checkpoint is {checkpoint}" if checkpoint
                 else "no checkpoint was written yet")
-        if self.multi_worker and isinstance(error, LOST_WORKER_ERRORS):
-            return Cifar10Error(
-                f"training stopped at step {step}: lost another worker or the connection to "
-                f"it ({first_line(error)}); {last}; start every worker again to resume")
         if isinstance(error, tf.errors.ResourceExhaustedError):
             return Cifar10Error(
                 f"training stopped at step {step}: out of memory ({_oom_cause(error)}); "
                 f"{last}; a smaller --batch_size (examples per replica) fits, or more "
                 f"memory: another machine, or fewer programs beside it")
-        return Cifar10Error(f"training stopped at step {step}: {first_line(error)}; {last}")
+        return Cifar10Error(f"training stopped at step {step}: {tensorflow_cause(error)}; "
+                            f"{last}")
+
+    def _lost(self) -> str:
+        """The task this one lost, as ``_lost_worker`` names it."""
+        return _lost_worker(self.strategy.cluster_resolver.cluster_spec().as_dict(), self.task)
 
 
 def _lost_worker(cluster: dict[str, list[str]], task: str) -> str:
-    """The worker that ``task`` (e.g. 'worker 1') of ``cluster`` ({job: [address]})
-    lost: 'the chief (worker 0)' or 'worker 1' where there is only one other, else
-    'another worker' (a failed collective does not say which one stopped)."""
+    """The task that ``task`` (e.g. 'worker 1') of ``cluster`` ({job: [address]})
+    lost, named by its ``TF_CONFIG`` type and index where there is only one other:
+    'the chief (worker 0)' (a cluster of workers alone, whose worker 0 is the chief),
+    'chief 0', 'worker 1'; else 'another worker' (a failed collective does not say
+    which one stopped)."""
     others = [f"{job} {i}" for job in ("chief", "worker")
               for i in range(len(cluster.get(job, ()))) if f"{job} {i}" != task]
     if len(others) != 1:
         return "another worker"
-    other = others[0]
-    chief = "chief 0" if "chief" in cluster else "worker 0"
-    if other != chief:
-        return other
-    return "the chief" if other == "chief 0" else f"the chief ({other})"
+    [other] = others
+    return "the chief (worker 0)" if other == "worker 0" and "chief" not in cluster else other
+
+
+# The lines of TensorFlow's error messages that say where, not what: the header of an
+# error raised from a graph, the stack of the op that failed, gRPC's detail, the node.
+_NOT_THE_CAUSE = re.compile(r"Graph execution error:|Detected at node|Node: |Stack trace|"
+                            r"File \"|Additional GRPC error|:UNKNOWN:|The error could be from|"
+                            r"\[\[|<stack traces unavailable>|Executing non-communication op")
+
+
+def tensorflow_cause(error: BaseException) -> str:
+    """The line of a TensorFlow error's message that says what went wrong, where the
+    first says only where ('Graph execution error:', then the op's stack): 'Collective
+    ops is aborted by: Socket closed', without its '{{function_node ...}}' prefix."""
+    lines, in_stack = [], False
+    for raw in str(error).splitlines():
+        line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", raw.strip())
+        if raw.startswith("Detected at node"):
+            in_stack = True  # the op's stack follows, to a blank line
+        elif not line:
+            in_stack = False
+        if line and not in_stack and not _NOT_THE_CAUSE.match(line):
+            lines.append(line)
+    aborted = [line for line in lines if "aborted by:" in line]
+    return (aborted or lines or [first_line(error)])[0]
+
+
+def _quiet_watcher_errors() -> None:
+    """Keeps the threads of TensorFlow's ``PreemptionCheckpointHandler`` from printing
+    a traceback when their wait on the chief's coordination service fails because
+    the chief or the connection to it is gone: the main thread says so in its one
+    line (``failure``), or has ended with its own.  Other threads' errors are shown
+    as before.  Once per process."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_watchers", False):
+        return
+
+    def hook(args) -> None:
+        name = getattr(args.thread, "name", "") or ""
+        if (name.startswith(("PeerTerminationWatcher", "WorkerTerminationSignalWatcher"))
+                and isinstance(args.exc_value, tf.errors.OpError)):
+            return
+        previous(args)
+
+    hook.quiets_watchers = True
+    threading.excepthook = hook
 
 
 def _oom_cause(error: tf.errors.OpError) -> str:

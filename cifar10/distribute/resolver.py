@@ -88,20 +88,18 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
     (its task failed, or a node cannot reach another's port) would keep the others
     waiting for ever, deaf to SIGTERM.  A small watchdog process ends it after
     ``timeout`` seconds, with one error line and exit status 1 (``_exit_on_sighup``);
-    Ctrl-C ends it as any program (exit status 130), and a SIGTERM that reaches the
-    watchdog too (scancel signals every process of a job step) with status 1, each
-    after one line saying so (nothing is trained or written yet).
+    Ctrl-C ends it as any program (exit status 130), and so does a SIGTERM that
+    reaches the watchdog too (scancel signals every process of a job step;
+    cifar10-launch every process of a worker's group), as a SIGTERM ends
+    cifar10-train anywhere before training: each after one line saying so
+    (nothing is trained or written yet).
     """
     resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    workers = [a for job in ("chief", "worker")
-               for a in resolver.cluster_spec().as_dict().get(job, [])]
-    message = _error_line(
-        f"the {len(workers)} workers did not all start within {timeout:g} s "
-        f"(--worker_timeout_secs): this is {resolver.task_type} {resolver.task_id}; check "
-        f"that every task started (see the others' errors) and that each node reaches "
-        f"{', '.join(workers)}, then start the job again")
-    with _ctrl_c_ends_the_process(), _exit_on_sighup(bool(timeout)) as exits:
-        watchdog = _start_watchdog(timeout, message, exits) if timeout else None
+    message = _error_line(timeout_line(resolver.cluster_spec().as_dict(), resolver.task_type,
+                                       resolver.task_id, timeout or 0))
+    with _ctrl_c_ends_the_process() as interrupts, \
+            _exit_on_sighup(bool(timeout)) as exits:
+        watchdog = _start_watchdog(timeout, message, exits, interrupts) if timeout else None
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=cluster_resolver, communication_options=options)
@@ -111,17 +109,35 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
                 watchdog.wait()
 
 
+def timeout_line(cluster: dict[str, list[str]], task_type: str, task_id: int,
+                 timeout: float) -> str:
+    """The error of a worker that did not see all the others start within ``timeout``
+    seconds: this task and every task it waited for, named by their ``TF_CONFIG``
+    type and index ('chief 0', 'worker 0'; a cluster of workers alone calls its
+    worker 0 the chief), with the address it waited at."""
+    tasks = [(f"{job} {i}", address) for job in ("chief", "worker")
+             for i, address in enumerate(cluster.get(job, []))]
+    chief = "" if "chief" in cluster else " (the chief)"
+    this = f"{task_type} {task_id or 0}"
+    return (f"the {len(tasks)} workers did not all start within {timeout:g} s "
+            f"(--worker_timeout_secs): this is {this}{chief if this == 'worker 0' else ''}; "
+            f"check that every task started (see the others' errors) and that each node "
+            f"reaches {', '.join(f'{name} at {address}' for name, address in tasks)}, then "
+            f"start the job again")
+
+
 @contextlib.contextmanager
-def _ctrl_c_ends_the_process() -> Iterator[None]:
+def _ctrl_c_ends_the_process() -> Iterator[bool]:
     """SIGINT at its default action in the block (the process ends, exit status 130):
-    Python's handler would run only once TensorFlow returns.  (SIGTERM is
-    TensorFlow's while it builds the strategy: its preemption notifier's.)"""
+    Python's handler would run only once TensorFlow returns; yields whether that is so
+    (not outside the main thread).  (SIGTERM is TensorFlow's while it builds the
+    strategy: its preemption notifier's.)"""
     if threading.current_thread() is not threading.main_thread():
-        yield  # (signal handlers are the main thread's to set)
+        yield False  # (signal handlers are the main thread's to set)
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        yield
+        yield True
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -164,17 +180,19 @@ _SIG_IGN = 1  # the C library's SIG_IGN, as signal() returns it
 # takes longer than the timeout, prints the error line and ends this process: with
 # SIGHUP, which its C handler turns into exit status 1, or else SIGKILL.  A SIGINT or
 # SIGTERM meanwhile (Ctrl-C reaches both processes; scancel signals every process
-# of the step) is said in one line and ends this process at once: SIGINT as itself
-# (its default action there), SIGTERM as the timeout does.
+# of the step) is said in one line and ends this process at once, both as a SIGINT
+# (its default action there: exit status 130, as cifar10-train interrupted before
+# training), or as the timeout does where SIGINT is not at its default action.
 _WATCHDOG = """
 import os, select, signal, sys
 parent, timeout, message, stopped = int(sys.argv[1]), float(sys.argv[2]), *sys.argv[3:5]
 end = signal.SIGHUP if sys.argv[5] == "1" else signal.SIGKILL
+interrupt = signal.SIGINT if sys.argv[6] == "1" else end
 def stop(signum, frame):
     sys.stderr.write(stopped % signal.Signals(signum).name + "\\n")
     sys.stderr.flush()
     try:
-        os.kill(parent, signum if signum == signal.SIGINT else end)
+        os.kill(parent, interrupt)
     except OSError:
         pass  # it has ended already (Ctrl-C reached it too)
     sys.exit(0)
@@ -189,7 +207,8 @@ if not select.select([sys.stdin], [], [], timeout)[0]:
 """
 
 
-def _start_watchdog(timeout: float, message: str, sighup_exits: bool) -> subprocess.Popen:
+def _start_watchdog(timeout: float, message: str, sighup_exits: bool, sigint_ends: bool
+                    ) -> subprocess.Popen:
     sys.stdout.flush()
     sys.stderr.flush()
     stopped = _error_line("stopped by %s while waiting for the other workers to start")
@@ -198,7 +217,8 @@ def _start_watchdog(timeout: float, message: str, sighup_exits: bool) -> subproc
     except (AttributeError, OSError, ValueError):
         stderr = None  # (a test's captured stderr)
     watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
-                                 str(timeout), message, stopped, "1" if sighup_exits else "0"],
+                                 str(timeout), message, stopped, "1" if sighup_exits else "0",
+                                 "1" if sigint_ends else "0"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
     # Its signal handlers set before the wait begins: a SIGTERM to the job step in
     # between would end the watchdog and leave this process waiting, deaf to it.

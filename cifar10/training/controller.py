@@ -56,7 +56,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
       strategy: the distribution strategy (``devices.make_strategy``).
       data: the training files, their record count and class names.
       stop_event: set (e.g. by a signal handler) to save and return after the
-        current loop of steps.
+        current loop of steps (before training starts: to stop at once).
       print_fn: where the progress lines and notices go.
       on_report: called with the figures of each logged step (``StepReport``),
         after its progress line is printed.
@@ -64,6 +64,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
         ``train_dir`` (``records``), and settings to show in TensorBoard.
 
     Raises:
+      StoppedBeforeTraining: ``stop_event`` was set, on this worker or another,
+        before training started (a KeyboardInterrupt: nothing trained or saved).
       DivergedError: the loss, or the weights, became NaN or infinite.
       Cifar10Error: the run directory cannot be used (in use, unwritable, full,
         no checkpoint restores), or training failed (e.g. another worker was lost).
@@ -83,6 +85,12 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                 cluster.check_same_start(start, config.train_dir)
             if start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
+            # A stop asked for before training starts (Ctrl-C while the job forms) stops
+            # every worker here, with nothing trained, recorded or saved: as a program
+            # interrupted before its work began, not a save after a first step.
+            with cluster.starting():
+                if cluster.stop_before_training():
+                    raise coordination.StoppedBeforeTraining()
             settings = run.begin(trainer, cluster, data, restored,
                                  invocation or Invocation(), print_fn)
             run_dir.unmark_complete()
