@@ -302,6 +302,17 @@ def test_a_bmp_with_bytes_after_its_pixels_is_decoded_though_tensorflow_refuses_
 FIX = "save it as PNG or as a 24-bit BMP"
 
 
+def bmp_16_bit(width: int, height: int) -> bytes:
+    """A 16-bit BI_BITFIELDS BMP (red 5 bits, green 6, blue 5) of one colour."""
+    row = b"\x1f\xf8" * width + b"\0" * (width * 2 % 4)
+    masks = struct.pack("<III", 0xF800, 0x07E0, 0x001F)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 16, 3, len(row) * height, 0, 0,
+                       0, 0) + masks
+    offset = 14 + len(info)
+    return (struct.pack("<2sIHHI", b"BM", offset + len(row) * height, 0, 0, offset) + info
+            + row * height)
+
+
 @pytest.mark.parametrize("name, encoded, tensorflow, why", [
     # TensorFlow reads an OS/2 header's fields at a BITMAPINFOHEADER's offsets.
     ("OS/2", lambda rgb: bmp_variant(rgb, info_size=12), "error",
@@ -313,6 +324,10 @@ FIX = "save it as PNG or as a 24-bit BMP"
     ("32-bit V5 RGBA", lambda rgb: bmp_variant(rgb, bits=32, info_size=124, masks=RGBA_MASKS),
      "wrong", "a 32-bit BMP whose colour masks store its channels in another order than "
               f"blue, green, red, which TensorFlow would decode into wrong colours: {FIX}"),
+    # A 16-bit BMP's masks (5, 6 and 5 bits here) do not make it one TensorFlow decodes.
+    ("16-bit BI_BITFIELDS", lambda rgb: bmp_16_bit(rgb.shape[1], rgb.shape[0]), "error",
+     "a 16-bit BMP, a bit depth TensorFlow does not decode (it takes 8, 24 and 32-bit "
+     f"BMPs): {FIX}"),
     ("cut short by a byte", lambda rgb: bmp_variant(rgb)[:-1], "error",
      "a BMP cut short: its header gives 30x32 pixels, 2998 bytes with the headers, and the "
      "file has 2997: a damaged or partly copied file"),
