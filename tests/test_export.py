@@ -302,3 +302,57 @@ def test_export_passes_over_a_damaged_newest_checkpoint_and_names_a_folder_given
         f"cifar10-export: error: --checkpoint {copy} is a folder: pass --checkpoint_dir={copy} "
         f"for its newest checkpoint, or --checkpoint={copy}/model.ckpt-6"]
     assert not (tmp_path / "f").exists()
+
+
+# Run in a fresh process, where the cifar10 package cannot be imported: the export's
+# serving_default given a palette BMP and the PNG of its colours, then an
+# RLE-compressed BMP.
+SERVE_BMP = """
+import json, sys
+sys.modules["cifar10"] = None  # (an import of it fails)
+import tensorflow as tf
+export_dir, palette, png, rle = sys.argv[1:]
+serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+read = lambda path: open(path, "rb").read()
+out = serve(images=tf.constant([read(palette), read(png)]))
+try:
+    serve(images=tf.constant([read(png), read(rle)]))
+    refusal = None
+except tf.errors.InvalidArgumentError as e:
+    refusal = e.message
+print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
+                  "classes": out["classes"].numpy().tolist(), "refusal": refusal}))
+"""
+
+
+def test_the_export_serves_a_palette_bmp_in_its_colours_and_refuses_an_rle_one(
+        exported, trained_run, tmp_path):
+    """TensorFlow's decoder alone takes an 8-bit BMP's palette indices for grey levels
+    and reads an RLE-compressed one's codes as pixels."""
+    from test_images import COLOURS, palette_bmp
+
+    export_dir, _, _ = exported
+    train_dir, _ = trained_run
+    indices = np.random.default_rng(4).integers(0, 256, (45, 30))
+    (tmp_path / "p.bmp").write_bytes(palette_bmp(indices, COLOURS))
+    tf.io.write_file(str(tmp_path / "p.png"), tf.io.encode_png(COLOURS[indices]))
+    (tmp_path / "grey.png").write_bytes(tf.io.encode_png(indices[..., None].astype(np.uint8)
+                                                         ).numpy())
+    runs = bytes([3, 5, 0, 0, 3, 9, 0, 1])  # (count, index) runs, end of line, end of image
+    (tmp_path / "r.bmp").write_bytes(palette_bmp(np.zeros((2, 3)), COLOURS, compression=1,
+                                                 pixels=runs))
+    served = subprocess.run([sys.executable, "-c", SERVE_BMP, str(export_dir / "6"),
+                             *(str(tmp_path / name) for name in ("p.bmp", "p.png", "r.bmp"))],
+                            capture_output=True, text=True, timeout=300, env=env())
+    assert served.returncode == 0, served.stderr
+    out = json.loads(served.stdout.strip().splitlines()[-1])
+    bmp, png = out["probabilities"]
+    assert bmp == png and out["classes"][0] == out["classes"][1]
+    model, _ = checkpoints.load_model(str(train_dir / "model.ckpt-6"))
+    predicted, grey = predict.predict_files(
+        model, [str(tmp_path / "p.bmp"), str(tmp_path / "grey.png")], top_k=10)
+    np.testing.assert_allclose(np.array(bmp)[list(predicted.labels)],
+                               predicted.probabilities, atol=1e-5)
+    assert not np.allclose(np.array(bmp)[list(grey.labels)], grey.probabilities, atol=1e-5)
+    assert ("assertion failed: [an RLE-compressed 8-bit BMP, which TensorFlow does not "
+            "decode: save it as PNG or as a 24-bit BMP]") in out["refusal"]

@@ -26,11 +26,18 @@ def png_header(width: int, height: int) -> bytes:
             + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0) + b"\0" * 4)
 
 
+def os2_bmp(width: int, height: int) -> bytes:
+    """The headers of an OS/2 BMP: a BITMAPCOREHEADER, its sizes 16-bit."""
+    return b"BM" + struct.pack("<IHHI", 26, 0, 0, 26) + struct.pack("<IHHHH", 12, width,
+                                                                     height, 1, 24)
+
+
 @pytest.mark.parametrize("name, content", [
     ("a.png", lambda: tf.io.encode_png(IMAGE).numpy()),
     ("a.jpg", lambda: tf.io.encode_jpeg(IMAGE).numpy()),
     ("a.gif", lambda: b"GIF89a" + struct.pack("<HH", 53, 37) + b"\0" * 20),
     ("a.bmp", lambda: bmp(53, -37)),  # a top-down BMP has a negative height
+    ("os2.bmp", lambda: os2_bmp(53, 37)),
 ])
 def test_the_size_comes_from_the_header(tmp_path, name, content):
     (tmp_path / name).write_bytes(content())
@@ -78,3 +85,22 @@ def test_an_image_beyond_the_bound_is_named_by_predict_and_the_others_classified
         f"cifar10-predict: warning: cannot read {tmp_path / 'huge.png'}: 144,000,000 pixels, more than "
         f"the 50,000,000 an image may have here; scale it down first",
         "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
+
+
+def test_an_os2_bmp_is_skipped_by_prepare_saying_so(tmp_path):
+    """Not as too large: its sizes are 16-bit fields where a BITMAPINFOHEADER's are
+    32-bit, and TensorFlow's decoder reads them as the latter."""
+    for label in ("cat", "dog"):
+        (tmp_path / "photos" / label).mkdir(parents=True)
+        for i in range(4):
+            tf.io.write_file(str(tmp_path / "photos" / label / f"{i}.png"),
+                             tf.io.encode_png(IMAGE))
+    os2 = tmp_path / "photos" / "cat" / "os2.bmp"
+    os2.write_bytes(os2_bmp(53, 37) + bytes(37 * 160))
+    result = call("cifar10-prepare", f"--image_dir={tmp_path / 'photos'}",
+                  f"--data_dir={tmp_path / 'data'}", "--test_fraction=0.25")
+    assert result.returncode == 0, result.stderr
+    assert (f"cifar10-prepare: warning: skipped {os2}: an OS/2 BMP (a 12-byte "
+            f"BITMAPCOREHEADER), which TensorFlow does not decode: save it as PNG or as a "
+            f"24-bit BMP") in result.stderr.splitlines()
+    assert "Wrote 6 training and 2 test records" in result.stdout

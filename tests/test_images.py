@@ -174,7 +174,9 @@ def test_an_8_bit_bmp_with_a_colour_palette_gets_its_colours(tmp_path, top_down)
     indices = np.random.default_rng(5).integers(0, 256, (32, 32))
     encoded = palette_bmp(indices, COLOURS, top_down)
     # TensorFlow's decoder ignores the palette: each index becomes a grey level.
-    assert np.array_equal(decoded(encoded), np.repeat(indices[:, :, None], 3, axis=2))
+    assert np.array_equal(tf.io.decode_image(encoded, channels=3).numpy(),
+                          np.repeat(indices[:, :, None], 3, axis=2))
+    assert np.array_equal(decoded(encoded), COLOURS[indices])
     (tmp_path / "p.bmp").write_bytes(encoded)
     [(_, image, why)] = image_files.decode_files([str(tmp_path / "p.bmp")])
     assert why == "" and np.array_equal(image, COLOURS[indices])
@@ -195,11 +197,10 @@ def test_a_palette_bmp_of_any_size_among_other_files_keeps_its_place(tmp_path):
     assert np.array_equal(results[1][1], want)
 
 
-def test_a_grey_palette_bmp_is_left_to_tensorflow_which_decodes_it_right(tmp_path):
+def test_a_grey_palette_bmp_decodes_as_its_grey_levels(tmp_path):
     grey = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)
     indices = np.random.default_rng(7).integers(0, 256, (32, 32))
     (tmp_path / "g.bmp").write_bytes(palette_bmp(indices, grey))
-    assert imageheader.bmp_palette(str(tmp_path / "g.bmp")) is None
     [(_, image, why)] = image_files.decode_files([str(tmp_path / "g.bmp")])
     assert why == "" and np.array_equal(image, grey[indices])
 
@@ -226,3 +227,131 @@ def test_an_rle_compressed_8_bit_bmp_is_refused_not_decoded_wrong(tmp_path):
     assert image is None
     assert why == ("an RLE-compressed 8-bit BMP, which TensorFlow does not decode: save it "
                    "as PNG or as a 24-bit BMP")
+
+
+# The colour masks (red, green, blue, alpha) of a 32-bit BMP whose pixels' bytes are
+# blue, green, red, alpha (what TensorFlow's decoder reads), and of one whose bytes
+# are red, green, blue, alpha.
+BGRA_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF, 0xFF000000)
+RGBA_MASKS = (0x000000FF, 0x0000FF00, 0x00FF0000, 0xFF000000)
+
+
+def bmp_variant(rgb: np.ndarray, bits: int = 24, info_size: int = 40, top_down: bool = False,
+                masks: tuple[int, ...] | None = None, trailing: bytes = b"") -> bytes:
+    """A 24- or 32-bit BMP of ``rgb`` written by hand: an OS/2 one (``info_size`` 12:
+    BITMAPCOREHEADER, 16-bit sizes), a BITMAPINFOHEADER (40) or a V4/V5 header (108,
+    124); with ``masks`` (red, green, blue, alpha) a BI_BITFIELDS one whose pixels'
+    bytes are in the masks' order; ``trailing`` bytes after the pixels."""
+    height, width, _ = rgb.shape
+    if bits == 24:
+        channels = rgb[:, :, ::-1]
+    else:
+        rgba = np.concatenate([rgb, np.full((height, width, 1), 255, np.uint8)], axis=2)
+        # Each channel's byte in the pixel: where its mask's bits are.
+        order = [int(np.log2(mask) // 8) for mask in (masks or BGRA_MASKS)]
+        channels = np.zeros_like(rgba)
+        channels[:, :, order] = rgba
+    pad = b"\0" * ((4 - width * bits // 8 % 4) % 4)
+    rows = [channels[y].tobytes() + pad for y in range(height)]
+    pixels = b"".join(rows if top_down else rows[::-1])
+    compression = 3 if masks else 0
+    if info_size == 12:
+        info = struct.pack("<IHHHH", 12, width, height, 1, bits)
+    else:
+        info = struct.pack("<IiiHHIIiiII", info_size, width, -height if top_down else height,
+                           1, bits, compression, len(pixels), 2835, 2835, 0, 0)
+        if info_size > 40:
+            info += struct.pack("<IIII", *(masks or BGRA_MASKS)) + b"\0" * (info_size - 56)
+        elif masks:
+            info += struct.pack("<III", *masks[:3])
+    offset = 14 + len(info)
+    header = struct.pack("<2sIHHI", b"BM", offset + len(pixels), 0, 0, offset)
+    return header + info + pixels + trailing
+
+
+@pytest.mark.parametrize("name, encoded", [
+    ("top-down", lambda rgb: bmp_variant(rgb, top_down=True)),
+    ("32-bit", lambda rgb: bmp_variant(rgb, bits=32)),
+    ("32-bit top-down", lambda rgb: bmp_variant(rgb, bits=32, top_down=True)),
+    ("32-bit BI_BITFIELDS BGRA", lambda rgb: bmp_variant(rgb, bits=32, masks=BGRA_MASKS)),
+    ("32-bit V4 header", lambda rgb: bmp_variant(rgb, bits=32, info_size=108,
+                                                 masks=BGRA_MASKS)),
+    ("24-bit V5 header", lambda rgb: bmp_variant(rgb, info_size=124)),
+])
+def test_bmp_variants_tensorflow_decodes_right_are_taken(tmp_path, name, encoded):
+    rgb = image(11, 32, 30)  # rows of 90 bytes: padded to 92
+    (tmp_path / "a.bmp").write_bytes(encoded(rgb))
+    assert np.array_equal(tf.io.decode_image(encoded(rgb), channels=3).numpy(), rgb), name
+    [(_, got, why)] = image_files.decode_files([str(tmp_path / "a.bmp")])
+    assert why == "", name
+    assert np.array_equal(got, decoded(tf.io.encode_png(rgb).numpy())), name
+
+
+def test_a_bmp_with_bytes_after_its_pixels_is_decoded_though_tensorflow_refuses_it(tmp_path):
+    """Some programs pad a BMP file past its pixels; TensorFlow's decoder wants the
+    file to end where the pixels do."""
+    rgb = image(12)
+    encoded = bmp_variant(rgb, trailing=b"\0\0")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Input size should match"):
+        tf.io.decode_image(encoded, channels=3)
+    (tmp_path / "a.bmp").write_bytes(encoded)
+    [(_, got, why)] = image_files.decode_files([str(tmp_path / "a.bmp")])
+    assert why == "" and np.array_equal(got, rgb)
+
+
+FIX = "save it as PNG or as a 24-bit BMP"
+
+
+def bmp_16_bit(width: int, height: int) -> bytes:
+    """A 16-bit BI_BITFIELDS BMP (red 5 bits, green 6, blue 5) of one colour."""
+    row = b"\x1f\xf8" * width + b"\0" * (width * 2 % 4)
+    masks = struct.pack("<III", 0xF800, 0x07E0, 0x001F)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 16, 3, len(row) * height, 0, 0,
+                       0, 0) + masks
+    offset = 14 + len(info)
+    return (struct.pack("<2sIHHI", b"BM", offset + len(row) * height, 0, 0, offset) + info
+            + row * height)
+
+
+@pytest.mark.parametrize("name, encoded, tensorflow, why", [
+    # TensorFlow reads an OS/2 header's fields at a BITMAPINFOHEADER's offsets.
+    ("OS/2", lambda rgb: bmp_variant(rgb, info_size=12), "error",
+     f"an OS/2 BMP (a 12-byte BITMAPCOREHEADER), which TensorFlow does not decode: {FIX}"),
+    # TensorFlow ignores the masks: red and blue swapped, silently.
+    ("32-bit BI_BITFIELDS RGBA", lambda rgb: bmp_variant(rgb, bits=32, masks=RGBA_MASKS),
+     "wrong", "a 32-bit BMP whose colour masks store its channels in another order than "
+              f"blue, green, red, which TensorFlow would decode into wrong colours: {FIX}"),
+    ("32-bit V5 RGBA", lambda rgb: bmp_variant(rgb, bits=32, info_size=124, masks=RGBA_MASKS),
+     "wrong", "a 32-bit BMP whose colour masks store its channels in another order than "
+              f"blue, green, red, which TensorFlow would decode into wrong colours: {FIX}"),
+    # A 16-bit BMP's masks (5, 6 and 5 bits here) do not make it one TensorFlow decodes.
+    ("16-bit BI_BITFIELDS", lambda rgb: bmp_16_bit(rgb.shape[1], rgb.shape[0]), "error",
+     "a 16-bit BMP, a bit depth TensorFlow does not decode (it takes 8, 24 and 32-bit "
+     f"BMPs): {FIX}"),
+    ("cut short by a byte", lambda rgb: bmp_variant(rgb)[:-1], "error",
+     "a BMP cut short: its header gives 30x32 pixels, 2998 bytes with the headers, and the "
+     "file has 2997: a damaged or partly copied file"),
+    ("cut in its header", lambda rgb: bmp_variant(rgb)[:40], "error",
+     "a BMP cut short: its header gives 30x32 pixels, 2998 bytes with the headers, and the "
+     "file has 40: a damaged or partly copied file"),
+])
+def test_bmp_variants_tensorflow_refuses_or_decodes_wrong_are_refused_saying_why(
+        tmp_path, name, encoded, tensorflow, why):
+    rgb = image(13, 32, 30)
+    data = encoded(rgb)
+    if tensorflow == "error":
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_image(data, channels=3)
+    else:
+        got = tf.io.decode_image(data, channels=3).numpy()
+        assert got.shape == rgb.shape and not np.array_equal(got, rgb)
+    (tmp_path / "a.bmp").write_bytes(data)
+    assert imageheader.unsupported(str(tmp_path / "a.bmp")) == why
+    [(_, got, reason)] = image_files.decode_files([str(tmp_path / "a.bmp")])
+    assert (got, reason) == (None, why)
+    # The graph's own checks (the SavedModel's), which decode_files's header check
+    # spares it: the same words.
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        decoded(data)
+    assert f"assertion failed: [{why}]" in error.value.message
+

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from cli import call, run
 from specialfiles import watched_fifos
-from test_images import COLOURS, palette_bmp
+from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
 
 from cifar10.runs import checkpoints
 from cifar10.data import pipeline as data
@@ -290,3 +290,27 @@ def test_a_fifo_named_or_in_a_folder_is_not_opened_and_fails_at_the_end(trained_
         f"cifar10-predict: warning: cannot read {inside}: not a regular file",
         f"cifar10-predict: warning: cannot read {named}: not a regular file",
         "cifar10-predict: error: 2 of 4 images could not be read (see above)"]
+
+
+def test_bmps_tensorflow_would_refuse_or_decode_wrong_are_each_one_warning(trained_run,
+                                                                             tmp_path):
+    """An OS/2 BMP and a 32-bit BMP of RGBA colour masks (which TensorFlow's decoder
+    alone decodes into swapped colours) are refused saying why; a top-down BMP with
+    bytes after its pixels (which the decoder alone refuses) is classified."""
+    train_dir, _ = trained_run
+    rgb = np.random.default_rng(8).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    (tmp_path / "a_os2.bmp").write_bytes(bmp_variant(rgb, info_size=12))
+    (tmp_path / "b_rgba.bmp").write_bytes(bmp_variant(rgb, bits=32, masks=RGBA_MASKS))
+    (tmp_path / "c_top_down.bmp").write_bytes(bmp_variant(rgb, top_down=True, trailing=b"\0\0"))
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
+                  str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0].startswith(f"{tmp_path / 'c_top_down.bmp'}: ")
+    fix = "save it as PNG or as a 24-bit BMP"
+    assert result.stderr.splitlines() == [
+        f"cifar10-predict: warning: cannot read {tmp_path / 'a_os2.bmp'}: an OS/2 BMP (a "
+        f"12-byte BITMAPCOREHEADER), which TensorFlow does not decode: {fix}",
+        f"cifar10-predict: warning: cannot read {tmp_path / 'b_rgba.bmp'}: a 32-bit BMP whose "
+        f"colour masks store its channels in another order than blue, green, red, which "
+        f"TensorFlow would decode into wrong colours: {fix}",
+        "cifar10-predict: error: 2 of 3 images could not be read (see above)"]

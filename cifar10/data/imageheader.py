@@ -1,9 +1,9 @@
 """An image file's size in pixels, read from its header without decoding it, so that
 an image too large to decode safely is refused before it takes the memory (a small
 PNG can hold 12000x12000 pixels: 430 MB decoded, and more once resized).  PNG, GIF,
-BMP and JPEG; a BMP of a bit depth the decoder refuses, told as such rather than
-as a damaged file, or of a kind it would decode wrong (RLE-compressed); and the
-colour palette of an 8-bit BMP, which the decoder ignores.  No TensorFlow.
+BMP and JPEG; and a BMP that TensorFlow's decoder refuses, told as such rather than
+as a damaged file, or that it would decode wrong (RLE-compressed, colour masks in
+another order), or that is cut short.  No TensorFlow.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ MAX_PIXELS = 50_000_000
 _JPEG_FRAMES = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
-def examine(path: str | bytes, limit: int = MAX_PIXELS) -> tuple[str, bytes | None]:
-    """(why the image in ``path`` is not decoded: ``too_large``'s or ``unsupported``'s
-    reason, '' when it may be; its ``bmp_palette`` where it may be), from one opening
-    of the file: what a folder of images costs before it is decoded."""
+def examine(path: str | bytes, limit: int = MAX_PIXELS) -> str:
+    """Why the image in ``path`` is not decoded: ``too_large``'s or ``unsupported``'s
+    reason, '' when it may be; from one opening of the file: what a folder of images
+    costs before it is decoded."""
     try:
         with _opened(path) as f:
             if f is None:
-                return "", None
-            why = _too_large(_pixels_of(f), limit) or _unsupported_of(f)
-            return why, None if why else _palette_of(f)
+                return ""
+            return _too_large(_pixels_of(f), limit) or _unsupported_of(f)
     except OSError:
-        return "", None
+        return ""
 
 
 def pixels(path: str | bytes) -> int | None:
@@ -50,6 +49,8 @@ def _pixels_of(f) -> int | None:
             width, height = struct.unpack(">II", head[16:24])
         elif head[:6] in (b"GIF87a", b"GIF89a"):
             width, height = struct.unpack("<HH", head[6:10])
+        elif head[:2] == b"BM" and head[14:18] == struct.pack("<I", OS2_HEADER):
+            width, height = struct.unpack("<HH", head[18:22])
         elif head[:2] == b"BM" and len(head) >= 26:
             width, height = struct.unpack("<ii", head[18:26])
         elif head[:2] == b"\xff\xd8":
@@ -91,16 +92,47 @@ def _opened(path: str | bytes):
 # BMPs it refuses ("Number of channels inherent in the image must be 1, 3 or 4").
 BMP_BITS = (8, 24, 32)
 
-
 # A BMP's compression field: BI_RGB is none; BI_RLE8, the 8-bit BMP's run-length
 # coding, TensorFlow's decoder does not know: it reads the coded bytes as pixels.
-_BI_RGB, _BI_RLE8 = 0, 1
+# BI_BITFIELDS and BI_ALPHABITFIELDS give each channel's bits as a mask; the decoder
+# ignores the masks and reads a 32-bit pixel's bytes as blue, green, red, alpha.
+BI_RGB, BI_RLE8, BI_BITFIELDS, BI_ALPHABITFIELDS = 0, 1, 3, 6
+# The masks of red, green and blue (at file offset 54: after a 40-byte header, or in
+# a larger one) under which a 32-bit pixel's bytes are blue, green, red (and alpha).
+BMP_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
+OS2_HEADER = 12  # the size of OS/2's BITMAPCOREHEADER: 16-bit sizes, other offsets
+
+# Why a BMP is not decoded (both here and in the graph, ``images.decode_image``;
+# "{}" are filled in by str.format or tf.strings.format).
+_FIX = "save it as PNG or as a 24-bit BMP"
+BMP_OS2 = (f"an OS/2 BMP (a 12-byte BITMAPCOREHEADER), which TensorFlow does not decode: "
+           f"{_FIX}")
+BMP_DEPTH = ("a {}-bit BMP, a bit depth TensorFlow does not decode (it takes "
+             f"{', '.join(map(str, BMP_BITS[:-1]))} and {BMP_BITS[-1]}-bit BMPs): {_FIX}")
+BMP_RLE8 = f"an RLE-compressed 8-bit BMP, which TensorFlow does not decode: {_FIX}"
+BMP_COMPRESSION = ("a {}-bit BMP of compression type {}, which TensorFlow does not decode: "
+                   + _FIX)
+BMP_MASKS_WRONG = ("a 32-bit BMP whose colour masks store its channels in another order "
+                   "than blue, green, red, which TensorFlow would decode into wrong colours: "
+                   + _FIX)
+BMP_CUT_SHORT = ("a BMP cut short: its header gives {}x{} pixels, {} bytes with the "
+                 "headers, and the file has {}: a damaged or partly copied file")
+BMP_PALETTE_INDEX = ("an 8-bit BMP with pixels of palette index {}, past the end of its "
+                     "{}-colour palette: a damaged one")
+BMP_HEAD = 70  # the bytes of a BMP's headers the checks read (the masks end at 66)
+
+
+def bmp_row_bytes(width: int, bits: int) -> int:
+    """The bytes of one row of a BMP's pixels: padded to a multiple of 4."""
+    return (width * bits + 31) // 32 * 4
 
 
 def unsupported(path: str | bytes) -> str:
-    """Why the image in ``path``, valid by its header, is of a kind the decoder does not
-    take ('' when it is not known to be): a BMP of 1, 2, 4 or 16 bits per pixel, or an
-    RLE-compressed 8-bit BMP (which it would decode into wrong pixels, not refuse)."""
+    """Why the image in ``path``, a BMP by its header, is one the decoder does not take
+    or would decode wrong ('' when it is not known to be): an OS/2 BMP, a BMP of 1, 2,
+    4 or 16 bits per pixel, an RLE-compressed 8-bit BMP (which it would decode into
+    wrong pixels, not refuse), a compression it does not know, a 32-bit BMP whose
+    colour masks are not blue, green, red, or a BMP shorter than its header says."""
     return _read(path, _unsupported_of, "")
 
 
@@ -108,55 +140,36 @@ def _unsupported_of(f) -> str:
     """``unsupported`` of the open file ``f``."""
     try:
         f.seek(0)
-        head = f.read(34)
+        head = f.read(BMP_HEAD)
+        length = os.fstat(f.fileno()).st_size
     except OSError:
         return ""
-    if head[:2] != b"BM" or len(head) < 30:
+    if head[:2] != b"BM" or len(head) < 18:
         return ""
-    (info_size,) = struct.unpack("<I", head[14:18])
-    (bits,) = struct.unpack("<H", head[24:26] if info_size == 12 else head[28:30])
-    fix = "save it as PNG or as a 24-bit BMP"
-    if bits == 8 and info_size >= 40 and len(head) >= 34 \
-            and struct.unpack("<I", head[30:34])[0] == _BI_RLE8:
-        return f"an RLE-compressed 8-bit BMP, which TensorFlow does not decode: {fix}"
-    if bits not in (1, 2, 4, 16):
-        return ""  # (a depth no BMP has: the decoder calls the file damaged)
-    return (f"a {bits}-bit BMP, a bit depth TensorFlow does not decode (it takes "
-            f"{', '.join(map(str, BMP_BITS[:-1]))} and {BMP_BITS[-1]}-bit BMPs): {fix}")
+    return bmp_refusal(head.ljust(BMP_HEAD, b"\0"), length)
 
 
-def bmp_palette(path: str | bytes) -> bytes | None:
-    """The colour palette of the uncompressed 8-bit BMP in ``path``, as R, G, B bytes
-    per entry in index order, when it is not grey; else None (any other image, a grey
-    palette, a file that cannot be read or whose palette is cut short).
-
-    TensorFlow's decoder ignores an 8-bit BMP's palette: it gives each pixel's index
-    as its grey level, which is right only where entry i is (i, i, i).
-    """
-    return _read(path, _palette_of, None)
-
-
-def _palette_of(f) -> bytes | None:
-    """``bmp_palette`` of the open file ``f``."""
-    try:
-        f.seek(0)
-        head = f.read(54)
-        if head[:2] != b"BM" or len(head) < 54:
-            return None
-        info_size, _, _, _, bits, compression = struct.unpack("<IiiHHI", head[14:34])
-        (colours,) = struct.unpack("<I", head[46:50])
-        if info_size < 40 or bits != 8 or compression != _BI_RGB:
-            return None
-        colours = min(colours or 256, 256)  # 0: all 256
-        f.seek(14 + info_size)  # the palette follows the header: B, G, R, 0 per entry
-        entries = f.read(4 * colours)
-    except (OSError, struct.error):
-        return None
-    if len(entries) < 4 * colours:
-        return None
-    rgb = bytes(entries[i + c] for i in range(0, len(entries), 4) for c in (2, 1, 0))
-    grey = bytes(i for i in range(colours) for _ in range(3))
-    return None if rgb == grey else rgb
+def bmp_refusal(head: bytes, length: int) -> str:
+    """Why the BMP whose first ``BMP_HEAD`` bytes are ``head`` (padded with zeros) and
+    whose file has ``length`` bytes is not decoded; '' when it may be.
+    ``images.decode_image`` makes the same checks in the graph, in the same order."""
+    offset, info_size, width, height, _, bits, compression = struct.unpack(
+        "<IIiiHHI", head[10:34])
+    if info_size == OS2_HEADER:
+        return BMP_OS2
+    if bits not in BMP_BITS:
+        return BMP_DEPTH.format(bits) if bits in (1, 2, 4, 16) else ""  # (else: damaged)
+    if bits == 8 and compression == BI_RLE8:
+        return BMP_RLE8
+    if compression != BI_RGB and not (
+            bits == 32 and compression in (BI_BITFIELDS, BI_ALPHABITFIELDS)):
+        return BMP_COMPRESSION.format(bits, compression)
+    if compression != BI_RGB and struct.unpack("<III", head[54:66]) != BMP_MASKS:
+        return BMP_MASKS_WRONG
+    needed = offset + bmp_row_bytes(width, bits) * abs(height)
+    if width > 0 and length < needed:
+        return BMP_CUT_SHORT.format(width, abs(height), needed, length)
+    return ""
 
 
 def _jpeg_size(f) -> tuple[int, int]:

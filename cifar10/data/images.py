@@ -2,14 +2,16 @@
 frame, BMP) into RGB, resized to 32x32 with area averaging and rounded to uint8,
 as a CIFAR-10 record holds them.  cifar10-prepare converts folders of images with
 it, cifar10-predict classifies image files, and the exported SavedModel decodes
-the images it is sent with the same functions.  The files of an 8-bit BMP with a
-colour palette, which TensorFlow decodes as grey levels, are given their colours
-here (``decode_files``); the SavedModel, which is sent the bytes, does not.
+the images it is sent with the same functions, in the graph.  A BMP is read apart
+(``_decode_bmp``): an 8-bit BMP's colour palette, which TensorFlow's decoder
+ignores (it gives the palette indices as grey levels), is applied, and a BMP the
+decoder would refuse or decode wrong (``imageheader.bmp_refusal``) fails saying why.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import Iterator, Sequence
 
@@ -17,11 +19,13 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10.data import fileformat as ff
-from cifar10.data import imageheader
+from cifar10.data import imageheader as ih
 from cifar10.data import pipeline
 
 DECODE_PARALLEL = 2  # images decoded at once
 NOT_REGULAR = "not a regular file"  # a FIFO, a socket, a device, a folder
+# How a failed tf.debugging.Assert's message reads: ``assertion failed: [<why>]``.
+_ASSERTION = re.compile(r"assertion failed: \[([^\]\n]+)\]")
 
 
 def resize_to_cifar(images: tf.Tensor) -> tf.Tensor:
@@ -49,10 +53,91 @@ def _area_weights(size: tf.Tensor) -> tf.Tensor:
     return tf.maximum(overlap, 0.0) / scale
 
 
+# A graph function even when called eagerly: its BMP checks read alike everywhere.
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
 def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3]."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3].
+
+    Raises (when run):
+      tf.errors.InvalidArgumentError: not an image, or a damaged one; a BMP that
+        ``_decode_bmp`` refuses, its message ``assertion failed: [<why>]``.
+    """
+    image = tf.cond(tf.strings.substr(encoded, 0, 2) == b"BM",
+                    lambda: _decode_bmp(encoded),
+                    lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
     return tf.ensure_shape(resize_to_cifar(image[None])[0], [ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3])
+
+
+def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
+    """A BMP as uint8 RGB [H, W, 3], by TensorFlow's decoder, with the header read here
+    as ``imageheader.bmp_refusal`` reads it: an 8-bit BMP's pixels (palette indices)
+    get its palette's colours; a BMP that the decoder refuses or would decode into
+    wrong pixels fails an assertion whose message says why (the same words as
+    ``bmp_refusal``'s, in the same order); bytes after the pixels, which the decoder
+    refuses, are left out.  TensorFlow's ops only: the SavedModel runs it without
+    this package.
+    """
+    length = tf.cast(tf.strings.length(encoded), tf.int64)
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, ih.BMP_HEAD),
+                                              b"\0" * ih.BMP_HEAD]), 0, ih.BMP_HEAD)
+    head = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def field(offset: int, size: int, signed: bool = False) -> tf.Tensor:
+        """The little-endian number of ``size`` bytes at ``offset`` in the file."""
+        value = sum(head[offset + i] * 256 ** i for i in range(size))
+        if signed:  # two's complement
+            value -= tf.cast(value >= 2 ** (8 * size - 1), tf.int64) * 2 ** (8 * size)
+        return value
+
+    offset, info_size, bits, compression = field(10, 4), field(14, 4), field(28, 2), field(30, 4)
+    width, height = field(18, 4, signed=True), tf.abs(field(22, 4, signed=True))
+    needed = offset + (width * bits + 31) // 32 * 4 * height
+    masks = tf.stack([field(54, 4), field(58, 4), field(62, 4)])
+    bitfields = (compression == ih.BI_BITFIELDS) | (compression == ih.BI_ALPHABITFIELDS)
+    checks = [  # (refused when, why), in bmp_refusal's order
+        (info_size == ih.OS2_HEADER, ih.BMP_OS2),
+        (_any_of(bits, (1, 2, 4, 16)), tf.strings.format(ih.BMP_DEPTH, bits)),
+        ((bits == 8) & (compression == ih.BI_RLE8), ih.BMP_RLE8),
+        (_any_of(bits, ih.BMP_BITS) & (compression != ih.BI_RGB) & ~((bits == 32) & bitfields),
+         tf.strings.format(ih.BMP_COMPRESSION, (bits, compression))),
+        (_any_of(bits, ih.BMP_BITS) & (compression != ih.BI_RGB)
+         & tf.reduce_any(masks != ih.BMP_MASKS), ih.BMP_MASKS_WRONG),
+        (_any_of(bits, ih.BMP_BITS) & (width > 0) & (length < needed),
+         tf.strings.format(ih.BMP_CUT_SHORT, (width, height, needed, length))),
+    ]
+    why = tf.constant("")
+    for refused, reason in reversed(checks):
+        why = tf.where(refused, reason, why)
+    with tf.control_dependencies([tf.debugging.Assert(tf.equal(why, ""), [why])]):
+        # (The decoder refuses a file longer than its pixels: the rest is left out.)
+        pixels = tf.io.decode_bmp(tf.strings.substr(encoded, tf.constant(0, tf.int64),
+                                                    tf.minimum(needed, length)))
+
+    # The palette: after the headers, up to the pixels, 4 bytes (B, G, R, 0) per colour;
+    # as many colours as the header says (0: 256) and the file holds.
+    start = tf.minimum(14 + info_size, length)
+    count = field(46, 4)
+    count = tf.where(count == 0, tf.constant(256, tf.int64), tf.minimum(count, 256))
+    count = tf.maximum(tf.minimum(count, (tf.minimum(offset, length) - start) // 4), 0)
+    table = tf.reshape(tf.io.decode_raw(tf.strings.substr(encoded, start, 4 * count),
+                                        tf.uint8), [-1, 4])[:, 2::-1]
+
+    def coloured() -> tf.Tensor:
+        indices = tf.cast(pixels[..., 0], tf.int64)
+        if_grey = tf.repeat(tf.cast(tf.range(256), tf.uint8)[:, None], 3, axis=1)
+        colours = tf.cond(count > 0, lambda: table, lambda: if_grey)
+        top = tf.reduce_max(tf.concat([tf.reshape(indices, [-1]), [0]], 0))
+        colour_count = tf.cast(tf.shape(colours)[0], tf.int64)
+        with tf.control_dependencies([tf.debugging.Assert(
+                top < colour_count,
+                [tf.strings.format(ih.BMP_PALETTE_INDEX, (top, colour_count))])]):
+            return tf.gather(colours, tf.minimum(indices, colour_count - 1))
+
+    return tf.cond(tf.shape(pixels)[2] == 1, coloured, lambda: pixels[..., :3])
+
+
+def _any_of(value: tf.Tensor, options) -> tf.Tensor:
+    return tf.reduce_any(tf.equal(value, tf.constant(options, tf.int64)))
 
 
 def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
@@ -61,27 +146,23 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
     a file that cannot be read or decoded, whose header gives more pixels than
-    ``imageheader.MAX_PIXELS``, or that is of a kind the decoder does not take (a
-    1-bit BMP: ``imageheader.unsupported``), gives None and a one-line reason, and the others go on.
-    A file that is not a regular one (a FIFO, a socket, a device) is not opened at
-    all: reading a FIFO would wait for a writer for ever.  An 8-bit BMP with a
-    colour palette is decoded apart, its palette applied (``_palette_image``).
+    ``ih.MAX_PIXELS``, or that is of a kind the decoder does not take or would
+    decode wrong (a 1-bit BMP, an OS/2 one: ``ih.unsupported``), gives None and a
+    one-line reason, and the others go on.  A file that is not a regular one (a
+    FIFO, a socket, a device) is not opened at all: reading a FIFO would wait for a
+    writer for ever.
     """
-    checked = [_before_decoding(os.fsencode(p)) for p in paths]  # (why not, palette) of each
-    decoded = [os.fsencode(p) for p, (why, palette) in zip(paths, checked)
-               if not why and palette is None]
+    checked = [_before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
+    decoded = [os.fsencode(p) for p, why in zip(paths, checked) if not why]
     images = pipeline.without_autotuning(
         tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
         .map(lambda path: decode_image(tf.io.read_file(path)),
              num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
-    for path, (why, palette) in zip(paths, checked):
+    for path, why in zip(paths, checked):
         if why:
             yield path, None, why
-            continue
-        if palette is not None:
-            yield (path, *_palette_image(os.fsencode(path), palette))
             continue
         try:
             yield path, next(iterator).numpy(), ""
@@ -89,34 +170,16 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
             yield path, None, _reason(e)
 
 
-def _palette_image(path: bytes, palette: bytes) -> tuple[np.ndarray | None, str]:
-    """(uint8 [32, 32, 3] image or None, why not) of the 8-bit BMP ``path`` whose colour
-    palette is ``palette`` (``imageheader.bmp_palette``).
-
-    TensorFlow's decoder gives the pixels' palette indices (as grey levels: it
-    reads the rows, their padding and order); each index becomes its colour.
-    """
-    try:
-        indices = tf.io.decode_bmp(tf.io.read_file(path), channels=0).numpy()[..., 0]
-    except tf.errors.OpError as e:
-        return None, _reason(e)
-    colours = np.frombuffer(palette, np.uint8).reshape(-1, 3)
-    if indices.size and indices.max() >= len(colours):
-        return None, (f"an 8-bit BMP with pixels of palette index {indices.max()}, past "
-                      f"the end of its {len(colours)}-colour palette: a damaged one")
-    return resize_to_cifar(colours[indices][None])[0].numpy(), ""
-
-
-def _before_decoding(path: bytes) -> tuple[str, bytes | None]:
-    """(why the file ``path`` is not decoded, '' when it may be; its BMP colour palette,
-    if any), read from its header before it is decoded (``imageheader.examine``)."""
+def _before_decoding(path: bytes) -> str:
+    """Why the file ``path`` is not decoded, '' when it may be, read from its header
+    before it is decoded (``ih.examine``)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
-        return "", None  # (missing, or not to be looked at: reading it says which)
+        return ""  # (missing, or not to be looked at: reading it says which)
     if not stat.S_ISREG(mode):
-        return NOT_REGULAR, None
-    return imageheader.examine(path)
+        return NOT_REGULAR
+    return ih.examine(path)
 
 
 def _reason(error: tf.errors.OpError) -> str:
@@ -126,4 +189,7 @@ def _reason(error: tf.errors.OpError) -> str:
         return "permission denied"
     if isinstance(error, tf.errors.FailedPreconditionError):
         return NOT_REGULAR
+    refused = _ASSERTION.search(error.message)  # (_decode_bmp's refusal, saying why)
+    if refused:
+        return refused[1]
     return "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"

@@ -8,7 +8,9 @@ TensorFlow Serving polls.  Its preprocessing is in the graph and is
 * ``serving_default``: ``images``, a batch of encoded images (tf.string: PNG,
   JPEG, GIF or BMP, any size) -> ``probabilities`` [N, C], ``classes`` [N]
   (int64) and ``class_names`` [N] (tf.string), where C is the number of
-  classes the run was trained on (10 for CIFAR-10);
+  classes the run was trained on (10 for CIFAR-10).  Decoded by
+  ``data.images.decode_image``, in the graph: an 8-bit BMP gets its palette's
+  colours, and a BMP cifar10-predict refuses fails the call, its message saying why;
 * ``predict_images``: ``images``, decoded RGB images float32 [N, H, W, 3] with
   values 0-255 -> the same outputs.  ``model.tflite`` (``--tflite``) has this
   signature.
