@@ -488,3 +488,38 @@ def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_
         records = [json.loads(line)["slurm"] for line in f]
     assert [(r["job_id"], r.get("restart_count")) for r in records] == [
         (job, None), (job, "1"), (again, None)]
+
+
+@pytest.mark.parametrize("status, complete, requeued", [
+    (0, False, True),     # stopped by --signal=TERM@secs, its checkpoint saved
+    (130, False, True),   # the signal came before training started: nothing lost
+    (0, True, False),     # the run reached --max_steps
+    (1, False, False),    # an error: the job ends with it
+    (143, False, False),  # killed
+])
+def test_the_batch_script_requeues_a_stopped_incomplete_run_only(tmp_path, status, complete,
+                                                                   requeued):
+    """scripts/slurm_train.sbatch with stand-ins for srun (ending with ``status``) and
+    scontrol (recording its arguments), no Slurm cluster."""
+    bin_dir, train_dir = tmp_path / "bin", tmp_path / "train"
+    bin_dir.mkdir()
+    train_dir.mkdir()
+    if complete:
+        (train_dir / "training_complete.json").write_text("{}")
+    (bin_dir / "srun").write_text(f"#!/bin/sh\necho \"srun $*\"\nexit {status}\n")
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/scontrol\n")
+    for stand_in in ("srun", "scontrol"):
+        os.chmod(bin_dir / stand_in, 0o755)
+    result = subprocess.run(
+        ["bash", SBATCH_SCRIPT, f"--train_dir={train_dir}", "--max_steps=10"],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "77",
+             "CIFAR10_TRAIN": "cifar10-train"})
+    assert result.returncode == status
+    assert result.stdout.splitlines()[0] == (
+        f"srun --kill-on-bad-exit=1 --output=0 --error=all cifar10-train "
+        f"--train_dir={train_dir} --max_steps=10")
+    recorded = (tmp_path / "scontrol").read_text() if (tmp_path / "scontrol").exists() else ""
+    assert recorded == ("requeue 77\n" if requeued else "")
+    assert ("slurm_train.sbatch: stopped before --max_steps; requeueing job 77"
+            in result.stdout) == requeued
