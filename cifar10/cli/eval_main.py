@@ -22,7 +22,6 @@ from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core.config import EvalConfig
-from cifar10.core.errors import DataError
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
@@ -83,14 +82,11 @@ def main(argv: list[str]) -> None:
                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
 
 
-# What ``_data`` raises where the data would be downloaded (``_data_on_disk``).
-_TO_DOWNLOAD = "the data is not on disk"
-
-
 def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
     """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
-    flags.txt (``follow.Followed.describe()``, or ''); ``no_download`` is raised
-    where it would be downloaded."""
+    flags.txt (``follow.Followed.describe()``, or ''); where it would be downloaded,
+    ``getdata.NotDownloaded(no_download)`` is raised instead when ``no_download`` is
+    given."""
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
@@ -103,10 +99,8 @@ def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
     be downloaded: a data mistake is answered before TensorFlow loads, and a download
     waits until the checkpoint is known to read."""
     try:
-        return _data(followed, no_download=_TO_DOWNLOAD)
-    except DataError as e:
-        if str(e) != _TO_DOWNLOAD:
-            raise
+        return _data(followed, no_download="the data is not on disk")
+    except getdata.NotDownloaded:
         return None
 
 
