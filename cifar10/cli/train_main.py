@@ -26,6 +26,7 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
+from cifar10.cli import suggestions
 from cifar10.cli import programs
 from cifar10.runs import lock
 
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> None:
                                   print_fn=stop.print, invocation=_invocation(batches_dir))
     # Saved: from here on a signal is ignored (``stopping``).  Else train said the run
     # was already complete.
-    summary = (result.summary(outdirs.eval_dir_to_suggest(FLAGS.train_dir))
+    summary = (result.summary(suggestions.eval_dir_to_suggest(FLAGS.train_dir))
                if result.steps_run else [])
     for line in summary:
         stop.print(line)
