@@ -315,7 +315,8 @@ DATA_SETS = {
 
 
 @pytest.mark.parametrize("held", DATA_SETS)
-def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_path, held):
+def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_path, held,
+                                                                         monkeypatch):
     data_dir = tmp_path / "cifar10_data"
     (data_dir / held).mkdir(parents=True)
     (data_dir / held / DATA_SETS[held]).write_bytes(b"")
@@ -323,10 +324,11 @@ def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_pa
     shown = held.split("/")[0] + "/"
     before = listing(tmp_path)
     run = tmp_path / "a" / "train"
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(tmp_path / "cifar10_train"))
     for program, flag, args, what, suggested in [
             ("cifar10-train", "train_dir",
              ["--synthetic_data", f"--data_dir={tmp_path / 'd'}", "--max_steps=1"],
-             "the run's checkpoints and records", "/tmp/cifar10_train"),
+             "the run's checkpoints and records", tmp_path / "cifar10_train"),
             ("cifar10-eval", "eval_dir", [f"--checkpoint_dir={run}", "--run_once"],
              "the evaluator's results", tmp_path / "a" / "eval"),
             ("cifar10-export", "export_dir", [f"--checkpoint_dir={run}"], "the exports",
@@ -391,6 +393,47 @@ def test_a_runs_parent_folder_is_refused_as_a_new_train_dir(tmp_path):
     # A run that is one itself (its own checkpoint) resumes, whatever it holds.
     (parent / "model.ckpt-3.index").write_bytes(b"")
     outdirs.refuse_foreign_train_dir(str(parent))
+
+
+def test_the_train_dir_suggested_for_a_data_folder_is_a_free_one(tmp_path, monkeypatch):
+    """In place of a folder of data: the trainer's default where it is free (not there,
+    or empty), else numbered past a run, a user's folder and a file."""
+    default = tmp_path / "cifar10_train"
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(default))
+    (tmp_path / "data" / "test_batch.bin").parent.mkdir()
+    (tmp_path / "data" / "test_batch.bin").write_bytes(b"")
+    data = str(tmp_path / "data")
+    assert suggestions.train_dir_instead(data) == str(default)  # not there yet
+    default.mkdir()
+    assert suggestions.train_dir_instead(data) == str(default)  # empty
+    (default / "cifar10-train.lock").write_bytes(b"")  # another run: resumed, were it taken
+    (tmp_path / "cifar10_train-2").write_text("a file")
+    (tmp_path / "cifar10_train-3").mkdir()
+    (tmp_path / "cifar10_train-3" / "notes.txt").write_text("mine")
+    before = listing(tmp_path)
+    with pytest.raises(Cifar10Error) as error:
+        outdirs.refuse_foreign_train_dir(data)
+    assert str(error.value) == (
+        f"--train_dir={data} holds data files (test_batch.bin): choose a directory for the "
+        f"run's checkpoints and records, outside the data, such as {tmp_path / 'cifar10_train-4'}")
+    assert listing(tmp_path) == before
+    # The folder of data is never its own suggestion, even as the default.
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", data)
+    assert suggestions.train_dir_instead(data) == f"{data}-2"
+
+
+def test_the_trainer_never_suggests_a_train_dir_that_holds_anything(tmp_path):
+    """Whatever the machine holds in /tmp/cifar10_train (another run, say), the folder the
+    refusal of a data folder suggests is free: not there yet, or empty."""
+    (tmp_path / "test_batch.bin").write_bytes(b"")
+    result = call("cifar10-train", f"--train_dir={tmp_path}", "--synthetic_data",
+                  f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 1
+    suggested = result.stderr.splitlines()[-1].rpartition(", such as ")[2]
+    assert suggested.startswith("/tmp/cifar10_train")
+    assert not os.path.lexists(suggested) or (os.path.isdir(suggested)
+                                              and not os.listdir(suggested)), suggested
+    assert sorted(os.listdir(tmp_path)) == ["test_batch.bin"]
 
 
 def test_a_suggested_folder_fits_the_longest_name_a_file_system_takes(tmp_path):

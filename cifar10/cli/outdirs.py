@@ -21,7 +21,6 @@ from absl import logging
 
 from cifar10.cli import suggestions
 from cifar10.cli import whose
-from cifar10.core.config import TrainConfig, flag_default
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
@@ -120,7 +119,7 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
             _exports_folder(train_dir), "train", whose.is_empty_folder))
         _refuse_runs_parent(train_dir)
     _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
-                        flag_default(TrainConfig, "train_dir"), data_sets=not run)
+                        suggestions.train_dir_instead(train_dir), data_sets=not run)
 
 
 def _refuse_runs_parent(train_dir: str) -> None:

@@ -1,8 +1,8 @@
 """The folders the programs suggest in their errors and closing lines: an
 ``--eval_dir`` or ``--export_dir`` that goes with a run (runs/a/eval for runs/a/train,
-/tmp/cifar10_train-eval for /tmp/cifar10_train), and other folders beside a given one,
-each numbered past those already there that are not free for it: a suggestion never
-names a folder of somebody else's.
+/tmp/cifar10_train-eval for /tmp/cifar10_train), other folders beside a given one, and
+a --train_dir in place of a folder of data; each numbered past those already there that
+are not free for it: a suggestion never names a folder of somebody else's.
 
 No TensorFlow here.
 """
@@ -86,6 +86,25 @@ def beside(directory: str, name: str, fits: Callable[[str], bool]) -> str:
         while stem and len(os.fsencode(f"{stem}-{name}-99")) > _NAME_MAX:
             stem = stem[:-1]
         base = os.path.join(os.path.dirname(path), f"{stem}-{name}")
+    return _numbered(base, directory, fits)
+
+
+# The trainer's default --train_dir, the base of the one suggested in place of a folder
+# of data (``train_dir_instead``).
+DEFAULT_TRAIN_DIR = flag_default(TrainConfig, "train_dir")
+
+
+def train_dir_instead(train_dir: str) -> str:
+    """A --train_dir to suggest in place of ``train_dir`` (a folder of data, which a run
+    does not go beside): the trainer's default, /tmp/cifar10_train, where it is free (not
+    there yet, or an empty folder), else the first of /tmp/cifar10_train-2, -3, ... that
+    is; never one that holds a run, or anything else, to resume or write over."""
+    return _numbered(DEFAULT_TRAIN_DIR, train_dir, whose.is_empty_folder)
+
+
+def _numbered(base: str, directory: str, fits: Callable[[str], bool]) -> str:
+    """``base``, or the first of ``base``-2, -3, ... that is not ``directory`` and is not
+    there yet or ``fits``."""
     suggested, number = base, 1
     while whose.same(suggested, directory) or (os.path.lexists(suggested)
                                                and not fits(suggested)):
