@@ -27,6 +27,7 @@ from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.cli import follow
 from cifar10.cli import outdirs
+from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
@@ -42,6 +43,7 @@ def main(argv: list[str]) -> None:
     checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
+    writable.refuse_unwritable("eval_dir", FLAGS.eval_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
         checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever

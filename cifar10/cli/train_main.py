@@ -27,6 +27,7 @@ from cifar10.data import getdata
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import suggestions
+from cifar10.cli import writable
 from cifar10.cli import programs
 from cifar10.runs import lock
 
@@ -91,6 +92,7 @@ def _refuse_before_tensorflow() -> str:
     memory.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
+    writable.refuse_unwritable("train_dir", FLAGS.train_dir)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
         lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
