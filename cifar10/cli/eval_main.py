@@ -21,6 +21,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.core import memory
 from cifar10.core.config import EvalConfig
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
@@ -40,6 +41,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
+    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
     checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
