@@ -12,9 +12,12 @@ import threading
 import time
 
 import pytest
+from absl import flags
 from cli import call, event_tags, start
 from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
+from cifar10.cli import eval_main
+from cifar10.core.errors import DataError
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.data import getdata
@@ -57,6 +60,25 @@ def results(eval_dir):
 
 def error_lines(stderr):
     return [line for line in stderr.splitlines() if ERROR in line]
+
+
+def test_only_a_download_ruled_out_counts_as_data_not_on_disk(tmp_path, monkeypatch):
+    """``_data_on_disk`` takes the data for one to download only when prepare says so by
+    its error's type: any other data error, whatever its words, is the user's to see
+    before TensorFlow loads."""
+    values = flags.FlagValues()
+    eval_main.define_flags(values)
+    values(["cifar10-eval", f"--data_dir={tmp_path / 'data'}"])
+    monkeypatch.setattr(eval_main, "FLAGS", values)
+    assert eval_main._data_on_disk("") is None  # nothing there: to be downloaded
+
+    def damaged(*args, **kwargs):
+        raise DataError("the data is not on disk")
+
+    monkeypatch.setattr(getdata, "prepare", damaged)
+    with pytest.raises(DataError, match="^the data is not on disk$"):
+        eval_main._data_on_disk("")
+    assert not (tmp_path / "data").exists()
 
 
 def truncate(path):

@@ -12,6 +12,7 @@ import pytest
 from absl import flags
 
 import cli
+from cifar10.cli import flagfile_lines
 from cifar10.cli import flagfiles
 from cifar10.cli import programs
 from cifar10.cli import workers as launch
@@ -108,7 +109,7 @@ def test_a_flagfile_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
         raise PermissionError(errno.EACCES, "Permission denied", name)
 
     # The tests run as root too, whom a file's mode does not stop.
-    monkeypatch.setattr(flagfiles, "open", denied, raising=False)
+    monkeypatch.setattr(flagfile_lines, "open", denied, raising=False)
     assert refused("cifar10-eval", "--flagfile=locked.txt") == (
         "--flagfile=locked.txt cannot be read (Permission denied); make it readable (chmod "
         "u+r), or copy it to a file you can read")

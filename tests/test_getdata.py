@@ -244,6 +244,19 @@ def test_a_data_mistake_is_not_waited_for(tmp_path):
                         no_download="not downloaded here")
 
 
+def test_a_download_ruled_out_is_an_error_of_its_own_kind(tmp_path):
+    """``no_download``'s error is told apart from other data errors by its type, not by
+    its words (cifar10-eval's look for the data on disk)."""
+    with pytest.raises(getdata.NotDownloaded, match="^not downloaded here$"):
+        getdata.prepare(str(tmp_path / "data"), url=OFFLINE, no_download="not downloaded here")
+    assert not (tmp_path / "data").exists()
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "1.png").write_bytes(b"")
+    with pytest.raises(DataError) as raised:
+        getdata.prepare(str(tmp_path), url=OFFLINE, no_download="not downloaded here")
+    assert not isinstance(raised.value, getdata.NotDownloaded)
+
+
 def test_image_folders_are_found_at_both_depths(tmp_path):
     (tmp_path / "a.jpg").write_bytes(b"")
     os.makedirs(tmp_path / "empty")

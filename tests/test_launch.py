@@ -30,6 +30,7 @@ from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.distribute import cluster
 from cifar10.cli import launch_args
+from cifar10.cli import suggestions
 from cifar10.cli import workers as launch
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "launch_workers.py")
@@ -346,14 +347,17 @@ def test_wrong_usage_is_one_line_before_any_worker_starts(args, error):
     assert result.stdout == ""
 
 
-def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_path):
+def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(tmp_path / "cifar10_train"))
     (tmp_path / "test_batch.bin").write_bytes(b"")
     with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
         result = call("cifar10-launch", "--", f"--train_dir={tmp_path}")
     assert result.returncode == 1
     assert result.stderr == (f"cifar10-launch: error: --train_dir={tmp_path} holds data files "
                              f"(test_batch.bin): choose a directory for the run's checkpoints "
-                             f"and records, outside the data, such as /tmp/cifar10_train\n")
+                             f"and records, outside the data, such as "
+                             f"{tmp_path / 'cifar10_train'}\n")
 
 
 def test_a_runs_folder_as_data_dir_is_one_line_before_any_fetch_or_worker(tmp_path):

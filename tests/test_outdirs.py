@@ -10,6 +10,7 @@ import pytest
 from cli import assert_refused, call
 
 from cifar10.cli import outdirs
+from cifar10.cli import suggestions
 from cifar10.data import synthetic
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
@@ -74,10 +75,10 @@ def evaluators_folder(folder, scored):
 
 def test_the_eval_dir_suggested_for_a_run_keeps_the_runs_name(tmp_path):
     # A run named as /tmp/cifar10_train is: its name and -eval, not /tmp/eval.
-    assert outdirs.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
+    assert suggestions.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
         tmp_path / "cifar10_train-eval")
     # A run laid out as runs/a/train: runs/a/eval.
-    assert outdirs.eval_dir_for(str(tmp_path / "a" / "train")) == str(tmp_path / "a" / "eval")
+    assert suggestions.eval_dir_for(str(tmp_path / "a" / "train")) == str(tmp_path / "a" / "eval")
 
 
 def test_the_eval_dir_suggested_is_never_a_folder_of_another(tmp_path):
@@ -85,20 +86,20 @@ def test_the_eval_dir_suggested_is_never_a_folder_of_another(tmp_path):
     suggested = tmp_path / "cifar10_train-eval"
     # Empty, or the evaluator's folder of this run: suggested as it is.
     suggested.mkdir()
-    assert outdirs.eval_dir_for(str(run)) == str(suggested)
+    assert suggestions.eval_dir_for(str(run)) == str(suggested)
     suggested.rmdir()
     evaluators_folder(suggested, run)
-    assert outdirs.eval_dir_for(str(run)) == str(suggested)
+    assert suggestions.eval_dir_for(str(run)) == str(suggested)
     # Another run's results, a user's folder, a training run, a file: numbered.
     (suggested / "flags.txt").write_text(EVAL_START + f"--checkpoint_dir={tmp_path / 'b'}\n")
-    assert outdirs.eval_dir_for(str(run)) == f"{suggested}-2"
+    assert suggestions.eval_dir_for(str(run)) == f"{suggested}-2"
     (tmp_path / "cifar10_train-eval-2").mkdir()
     (tmp_path / "cifar10_train-eval-2" / "notes.txt").write_text("mine")
-    assert outdirs.eval_dir_for(str(run)) == f"{suggested}-3"
+    assert suggestions.eval_dir_for(str(run)) == f"{suggested}-3"
     evaluators_folder(tmp_path / "cifar10_train-eval-3", run)
     (tmp_path / "cifar10_train-eval-3" / "cifar10-train.lock").write_bytes(b"")
     (tmp_path / "cifar10_train-eval-4").write_text("a file")
-    assert outdirs.eval_dir_for(str(run)) == f"{suggested}-5"
+    assert suggestions.eval_dir_for(str(run)) == f"{suggested}-5"
 
 
 def test_the_refusal_of_another_runs_folder_as_eval_dir_suggests_one_for_the_run_scored(
@@ -217,10 +218,10 @@ def test_a_folder_of_earlier_exports_is_the_exporters_own(tmp_path):
     (exports / ".6-incomplete-x1").mkdir()  # an export at work, or one killed
     outdirs.refuse_foreign_export_dir(str(exports), str(tmp_path / "a" / "train"))
     # And it is the folder suggested; one that holds anything else is not.
-    assert outdirs.export_dir_for(str(tmp_path / "a" / "train")) == str(exports)
+    assert suggestions.export_dir_for(str(tmp_path / "a" / "train")) == str(exports)
     (exports / "notes.txt").write_text("mine")
-    assert outdirs.export_dir_for(str(tmp_path / "a" / "train")) == f"{exports}-2"
-    assert outdirs.export_dir_for(str(tmp_path / "cifar10_train")) == str(
+    assert suggestions.export_dir_for(str(tmp_path / "a" / "train")) == f"{exports}-2"
+    assert suggestions.export_dir_for(str(tmp_path / "cifar10_train")) == str(
         tmp_path / "cifar10_train-export")
 
 
@@ -228,7 +229,7 @@ def test_the_suggested_eval_dir_keeps_the_runs_results_apart(tmp_path):
     default_train, default_eval = str(tmp_path / "cifar10_train"), str(tmp_path / "cifar10_eval")
 
     def suggested(train_dir):
-        return outdirs.eval_dir_to_suggest(str(train_dir), default_train, default_eval)
+        return suggestions.eval_dir_to_suggest(str(train_dir), default_train, default_eval)
 
     def scored_by_the_evaluator(eval_dir, run_dir):
         os.makedirs(eval_dir, exist_ok=True)
@@ -314,7 +315,8 @@ DATA_SETS = {
 
 
 @pytest.mark.parametrize("held", DATA_SETS)
-def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_path, held):
+def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_path, held,
+                                                                         monkeypatch):
     data_dir = tmp_path / "cifar10_data"
     (data_dir / held).mkdir(parents=True)
     (data_dir / held / DATA_SETS[held]).write_bytes(b"")
@@ -322,10 +324,11 @@ def test_a_folder_of_data_sets_is_refused_as_every_programs_output_folder(tmp_pa
     shown = held.split("/")[0] + "/"
     before = listing(tmp_path)
     run = tmp_path / "a" / "train"
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(tmp_path / "cifar10_train"))
     for program, flag, args, what, suggested in [
             ("cifar10-train", "train_dir",
              ["--synthetic_data", f"--data_dir={tmp_path / 'd'}", "--max_steps=1"],
-             "the run's checkpoints and records", "/tmp/cifar10_train"),
+             "the run's checkpoints and records", tmp_path / "cifar10_train"),
             ("cifar10-eval", "eval_dir", [f"--checkpoint_dir={run}", "--run_once"],
              "the evaluator's results", tmp_path / "a" / "eval"),
             ("cifar10-export", "export_dir", [f"--checkpoint_dir={run}"], "the exports",
@@ -392,16 +395,57 @@ def test_a_runs_parent_folder_is_refused_as_a_new_train_dir(tmp_path):
     outdirs.refuse_foreign_train_dir(str(parent))
 
 
+def test_the_train_dir_suggested_for_a_data_folder_is_a_free_one(tmp_path, monkeypatch):
+    """In place of a folder of data: the trainer's default where it is free (not there,
+    or empty), else numbered past a run, a user's folder and a file."""
+    default = tmp_path / "cifar10_train"
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(default))
+    (tmp_path / "data" / "test_batch.bin").parent.mkdir()
+    (tmp_path / "data" / "test_batch.bin").write_bytes(b"")
+    data = str(tmp_path / "data")
+    assert suggestions.train_dir_instead(data) == str(default)  # not there yet
+    default.mkdir()
+    assert suggestions.train_dir_instead(data) == str(default)  # empty
+    (default / "cifar10-train.lock").write_bytes(b"")  # another run: resumed, were it taken
+    (tmp_path / "cifar10_train-2").write_text("a file")
+    (tmp_path / "cifar10_train-3").mkdir()
+    (tmp_path / "cifar10_train-3" / "notes.txt").write_text("mine")
+    before = listing(tmp_path)
+    with pytest.raises(Cifar10Error) as error:
+        outdirs.refuse_foreign_train_dir(data)
+    assert str(error.value) == (
+        f"--train_dir={data} holds data files (test_batch.bin): choose a directory for the "
+        f"run's checkpoints and records, outside the data, such as {tmp_path / 'cifar10_train-4'}")
+    assert listing(tmp_path) == before
+    # The folder of data is never its own suggestion, even as the default.
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", data)
+    assert suggestions.train_dir_instead(data) == f"{data}-2"
+
+
+def test_the_trainer_never_suggests_a_train_dir_that_holds_anything(tmp_path):
+    """Whatever the machine holds in /tmp/cifar10_train (another run, say), the folder the
+    refusal of a data folder suggests is free: not there yet, or empty."""
+    (tmp_path / "test_batch.bin").write_bytes(b"")
+    result = call("cifar10-train", f"--train_dir={tmp_path}", "--synthetic_data",
+                  f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 1
+    suggested = result.stderr.splitlines()[-1].rpartition(", such as ")[2]
+    assert suggested.startswith("/tmp/cifar10_train")
+    assert not os.path.lexists(suggested) or (os.path.isdir(suggested)
+                                              and not os.listdir(suggested)), suggested
+    assert sorted(os.listdir(tmp_path)) == ["test_batch.bin"]
+
+
 def test_a_suggested_folder_fits_the_longest_name_a_file_system_takes(tmp_path):
     train_dir = tmp_path / ("r" * 250)
-    suggested = outdirs.eval_dir_for(str(train_dir))
+    suggested = suggestions.eval_dir_for(str(train_dir))
     assert os.path.dirname(suggested) == str(tmp_path)
     assert os.path.basename(suggested) == "r" * 247 + "-eval"  # with room for "-99"
     os.mkdir(suggested)  # the file system takes it
     # Characters of several bytes are cut whole.
     wide = tmp_path / ("é" * 126)  # 252 bytes
-    name = os.path.basename(outdirs.eval_dir_for(str(wide)))
+    name = os.path.basename(suggestions.eval_dir_for(str(wide)))
     assert name == "é" * 123 + "-eval" and len(os.fsencode(name + "-99")) <= 255
     # A short name is as before.
-    assert outdirs.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
+    assert suggestions.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
         tmp_path / "cifar10_train-eval")

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10.cli import stopping
+from cifar10.cli import suggestions
 from cifar10.runs import cleanup, rundir
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
@@ -357,7 +358,8 @@ def test_an_evaluators_folder_is_refused_as_train_dir_and_left_as_it_was(tmp_pat
     assert {p.name: p.read_text() for p in eval_dir.iterdir()} == records
 
 
-def test_a_data_folder_is_refused_as_train_dir(tmp_path):
+def test_a_data_folder_is_refused_as_train_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(tmp_path / "cifar10_train"))
     batches = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=10)
     before = sorted(os.listdir(batches))
     result = call("cifar10-train", f"--data_dir={tmp_path / 'data'}", f"--train_dir={batches}",
@@ -366,7 +368,7 @@ def test_a_data_folder_is_refused_as_train_dir(tmp_path):
     assert result.stderr.splitlines()[-1] == (
         f"cifar10-train: error: --train_dir={batches} holds data files (batches.meta.txt, "
         f"data_batch_1.bin, ...): choose a directory for the run's checkpoints and records, "
-        f"outside the data, such as /tmp/cifar10_train")
+        f"outside the data, such as {tmp_path / 'cifar10_train'}")
     assert sorted(os.listdir(batches)) == before
 
 

@@ -21,13 +21,14 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
+from cifar10.core import memory
 from cifar10.core.config import EvalConfig
-from cifar10.core.errors import DataError
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.cli import follow
 from cifar10.cli import outdirs
+from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
@@ -38,16 +39,9 @@ define_flags = cifar10_flags.define_eval_flags  # this program's flags
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    checkpoint, run_dir = _refuse_before_data()
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
-    checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
-    outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
-    outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
-    if not (FLAGS.run_once or checkpoint):
-        checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
-        follow.wait_for_run(run_dir, FLAGS.eval_timeout,
-                            print_fn=lambda line: print(line, flush=True))
     recorded = follow.follow_run(FLAGS, run_dir, PROGRAM)
     followed = recorded.describe() if recorded else ""
     # One checkpoint to score: a mistyped --checkpoint_dir, or a checkpoint that does not
@@ -62,35 +56,68 @@ def main(argv: list[str]) -> None:
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
-    batches_dir, counts = data
-    from cifar10.data import pipeline as data
-    from cifar10.distribute import devices
     from cifar10.evaluation import polling
 
+    _set_up_devices(tf)
+    polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
+                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+
+
+def _refuse_before_data() -> tuple[str | None, str]:
+    """What this start cannot do, refused before the data is looked for: a batch that
+    cannot fit, a --checkpoint that names none, an --eval_dir that is not the
+    evaluator's to write or cannot be written; and, to poll a run, a folder that is no
+    run (not to wait there for ever), then the wait for the run to start.
+
+    Returns:
+      (the --checkpoint given, as found, or None; the folder of the run scored).
+    """
+    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
+    checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
+    outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
+    writable.refuse_unwritable("eval_dir", FLAGS.eval_dir)
+    outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
+    if not (FLAGS.run_once or checkpoint):
+        checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
+        follow.wait_for_run(run_dir, FLAGS.eval_timeout,
+                            print_fn=lambda line: print(line, flush=True))
+    return checkpoint, run_dir
+
+
+def _set_up_devices(tf) -> None:
+    """The devices the evaluator computes on: never a GPU with --eval_on_cpu (not to
+    compete with training for one), else GPUs' memory taken as needed; and the warning
+    of a bfloat16 the devices only emulate."""
+    from cifar10.distribute import devices
+
     if FLAGS.eval_on_cpu:
-        tf.config.set_visible_devices([], "GPU")  # never compete with training for a GPU
+        tf.config.set_visible_devices([], "GPU")
     else:
         devices.enable_memory_growth()
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated()
+
+
+def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:
+    """The evaluation's settings: the flags', with the files, the number of examples and
+    the class names of the data in ``batches_dir`` (``counts`` records a split)."""
+    from cifar10.data import pipeline as data
+
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
-    config = cifar10_flags.config_from_flags(
+    return cifar10_flags.config_from_flags(
         EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
         num_examples=num_examples, class_names=data.class_names(batches_dir),
         checkpoint=checkpoint)
-    polling.evaluate(config, print_fn=lambda line: print(line, flush=True),
-                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
-
-
-# What ``_data`` raises where the data would be downloaded (``_data_on_disk``).
-_TO_DOWNLOAD = "the data is not on disk"
 
 
 def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
     """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
-    flags.txt (``follow.Followed.describe()``, or ''); ``no_download`` is raised
-    where it would be downloaded."""
+    flags.txt (``follow.Followed.describe()``, or ''); where it would be downloaded,
+    ``getdata.NotDownloaded(no_download)`` is raised instead when ``no_download`` is
+    given."""
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
@@ -103,10 +130,8 @@ def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
     be downloaded: a data mistake is answered before TensorFlow loads, and a download
     waits until the checkpoint is known to read."""
     try:
-        return _data(followed, no_download=_TO_DOWNLOAD)
-    except DataError as e:
-        if str(e) != _TO_DOWNLOAD:
-            raise
+        return _data(followed, no_download="the data is not on disk")
+    except getdata.NotDownloaded:
         return None
 
 

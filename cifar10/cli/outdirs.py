@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable
 
 from absl import flags
 from absl import logging
 
-from cifar10.core.config import EvalConfig, TrainConfig, flag_default
+from cifar10.cli import suggestions
+from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
 from cifar10.runs import records
 
 
@@ -33,7 +32,7 @@ def refuse_foreign_eval_dir(eval_dir: str, checkpoint_dir: str) -> None:
     """Raises Cifar10Error when ``eval_dir`` is a training run's directory
     (``refuse_training_dir``), an export folder, a data folder or a folder of data sets."""
     refuse_training_dir(eval_dir, checkpoint_dir)
-    suggested = eval_dir_for(checkpoint_dir)
+    suggested = suggestions.eval_dir_for(checkpoint_dir)
     _refuse_export_folder("eval_dir", eval_dir, "a directory of the evaluator's own", suggested)
     _refuse_data_folder("eval_dir", eval_dir, "the evaluator's results", suggested)
 
@@ -43,7 +42,7 @@ def refuse_training_dir(eval_dir: str, checkpoint_dir: str) -> None:
     scored, ``checkpoint_dir``, or another): the evaluator would write into the
     trainer's records.  The folder it suggests is one for the run scored."""
     _refuse_run_folder("eval_dir", eval_dir, checkpoint_dir, "scores",
-                       "a directory of the evaluator's own", eval_dir_for(checkpoint_dir))
+                       "a directory of the evaluator's own", suggestions.eval_dir_for(checkpoint_dir))
 
 
 def _refuse_run_folder(flag: str, folder: str, run_dir: str, verb: str, choose: str,
@@ -51,8 +50,8 @@ def _refuse_run_folder(flag: str, folder: str, run_dir: str, verb: str, choose: 
     """Raises Cifar10Error when ``folder`` (the value of --``flag``) is the directory
     of the run the program ``verb``s (``run_dir``) or of another training run: ``choose``
     one, such as ``suggested``."""
-    trainer_files = _trainer_files(folder)
-    same = _same(folder, run_dir)
+    trainer_files = whose.trainer_files(folder)
+    same = whose.same(folder, run_dir)
     if same or trainer_files:
         what = f"the run it {verb}" if same else f"a training run ({', '.join(trainer_files)})"
         raise Cifar10Error(
@@ -76,14 +75,14 @@ FETCH_INSTEAD = ("pass the folder that holds the data (cifar-10-batches-bin/), o
 
 def refuse_run_as_data_dir(data_dir: str, followed: str = "", fix: str = FETCH_INSTEAD) -> None:
     """Raises Cifar10Error when ``data_dir`` (--data_dir, ``followed`` from a run's
-    flags.txt if it says so) is a training run's folder (``_trainer_files``) or an
+    flags.txt if it says so) is a training run's folder (``whose.trainer_files``) or an
     evaluator's: data fetched, generated or written there would go among the run's
     checkpoints and records, which ``--fresh_start`` and the leftovers' cleanup take
     for the run's own.  Called before the data is looked for; ``fix`` says what to pass
     instead."""
     if not os.path.isdir(data_dir):
         return
-    found = _trainer_files(data_dir)
+    found = whose.trainer_files(data_dir)
     if found:
         what = f"a training run's folder ({', '.join(found)})"
     elif records.recorded_flags(data_dir, "cifar10-eval") is not None:
@@ -94,44 +93,15 @@ def refuse_run_as_data_dir(data_dir: str, followed: str = "", fix: str = FETCH_I
     raise Cifar10Error(f"--data_dir={data_dir}{origin} is {what}, not a data folder: {fix}")
 
 
-def _trainer_files(directory: str) -> list[str]:
-    """The files in ``directory`` that make it a training run's: the trainer's lock, a
-    flags.txt that records a cifar10-train start, checkpoint files."""
-    found = [lock.LOCK_FILE] if os.path.exists(os.path.join(directory, lock.LOCK_FILE)) else []
-    if records.recorded_flags(directory, "cifar10-train") is not None:
-        found.append(records.FLAGS_FILE)
-    if _holds_checkpoints(directory):
-        found.append(f"{checkpoint_files.PREFIX}-*")
-    return found
-
-
-def _holds_checkpoints(directory: str) -> bool:
-    """Whether ``directory`` holds checkpoint files; False for a file, or a folder that
-    cannot be read (the program's own write names it)."""
-    try:
-        return checkpoint_files.holds_checkpoints(directory)
-    except Cifar10Error:
-        return False
-
-
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
     """A warning when the evaluator's latest start in ``eval_dir`` scored another run
     than ``run_dir``: the results of both would share results.jsonl and TensorBoard's
     curves (the default --eval_dir, /tmp/cifar10_eval, is every run's)."""
-    scored = _scored_run(eval_dir)
-    if scored and not _same(scored, run_dir):
+    scored = whose.scored_run(eval_dir)
+    if scored and not whose.same(scored, run_dir):
         logging.warning("--eval_dir=%s holds the results of another run (%s): this run's go "
                         "beside them, on the same TensorBoard curves; pass --eval_dir=%s to "
-                        "keep them apart", eval_dir, scored, eval_dir_for(run_dir))
-
-
-def _scored_run(eval_dir: str) -> str | None:
-    """The run that the evaluator's latest start in ``eval_dir`` scored, as it named it;
-    None when no evaluator's start is recorded there."""
-    recorded = records.recorded_flags(eval_dir, "cifar10-eval")
-    if not recorded:
-        return None
-    return checkpoint_files.run_folder(recorded.get("checkpoint"), recorded.get("checkpoint_dir"))
+                        "keep them apart", eval_dir, scored, suggestions.eval_dir_for(run_dir))
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:
@@ -140,16 +110,16 @@ def refuse_foreign_train_dir(train_dir: str) -> None:
     trainer's lock: a run resumes, also one an older evaluator wrote into or one that
     holds its data) and it is an evaluator's folder (its flags.txt records a
     cifar10-eval start), an export folder or a folder of data sets."""
-    run = bool(_trainer_files(train_dir))
+    run = bool(whose.trainer_files(train_dir))
     if not run:
         choose = "a directory of the run's own"
         _refuse_evaluators_folder("train_dir", train_dir, choose,
-                                  _suggested(train_dir, "train", _is_empty_folder))
-        _refuse_export_folder("train_dir", train_dir, choose,
-                              _suggested(_exports_folder(train_dir), "train", _is_empty_folder))
+                                  suggestions.beside(train_dir, "train", whose.is_empty_folder))
+        _refuse_export_folder("train_dir", train_dir, choose, suggestions.beside(
+            _exports_folder(train_dir), "train", whose.is_empty_folder))
         _refuse_runs_parent(train_dir)
     _refuse_data_folder("train_dir", train_dir, "the run's checkpoints and records",
-                        flag_default(TrainConfig, "train_dir"), data_sets=not run)
+                        suggestions.train_dir_instead(train_dir), data_sets=not run)
 
 
 def _refuse_runs_parent(train_dir: str) -> None:
@@ -170,7 +140,7 @@ def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
     exported, ``run_dir``, or another), an evaluator's folder or a data folder: the
     version folders would go among their files.  A folder of earlier exports (numbered
     version folders) is the exporter's own."""
-    suggested = export_dir_for(run_dir)
+    suggested = suggestions.export_dir_for(run_dir)
     choose = "a folder for the exports"
     _refuse_run_folder("export_dir", export_dir, run_dir, "exports", choose, suggested)
     _refuse_evaluators_folder("export_dir", export_dir, choose, suggested)
@@ -243,57 +213,7 @@ def export_kind(folder: str) -> str:
             f"{', ...' if len(versions) > 3 else ''})")
 
 
-# Folder names of a run's layout, runs/a/train beside runs/a/eval: the evaluator's
-# folder of runs/a/train is runs/a/eval.  Other names keep theirs: the evaluator's
-# folder of /tmp/cifar10_train is /tmp/cifar10_train-eval.
-_LAYOUT_NAMES = ("train", "eval", "export")
-
-
-def eval_dir_for(run_dir: str) -> str:
-    """An --eval_dir for the run in ``run_dir``: one that is not there yet, empty, or
-    holds the evaluator's results of this run alone (``_suggested``)."""
-    def fits(folder: str) -> bool:
-        scored = _scored_run(folder)
-        return not _trainer_files(folder) and (
-            _is_empty_folder(folder) or scored is not None and _same(scored, run_dir))
-
-    return _suggested(run_dir, "eval", fits)
-
-
-def eval_dir_to_suggest(train_dir: str,
-                        default_train_dir: str = flag_default(TrainConfig, "train_dir"),
-                        default_eval_dir: str = flag_default(EvalConfig, "eval_dir")
-                        ) -> str | None:
-    """The --eval_dir the trainer's closing line's evaluation command names: none (the
-    evaluator's default) for the default --train_dir when the default --eval_dir holds
-    no training run and no other run's results, else one of the run's own
-    (``eval_dir_for``: runs/a/eval for runs/a/train)."""
-    if _same(train_dir, default_train_dir) and not _trainer_files(default_eval_dir):
-        scored = _scored_run(default_eval_dir)
-        if scored is None or _same(scored, train_dir):
-            return None
-    return eval_dir_for(train_dir)
-
-
-# What cifar10-export writes in its folder: <step>/, and .<step>-incomplete-* while it writes.
-_EXPORT_NAME = re.compile(r"[0-9]+|\.[0-9]+-incomplete-[A-Za-z0-9_]+")
 _VERSION = re.compile(r"[0-9]+")
-
-
-def export_dir_for(run_dir: str) -> str:
-    """An --export_dir for the run in ``run_dir``: one that is not there yet, or a
-    folder of exports alone (``_suggested``)."""
-    return _suggested(run_dir, "export", _holds_exports_alone)
-
-
-def _holds_exports_alone(folder: str) -> bool:
-    """Whether ``folder`` is a folder that holds nothing but what cifar10-export writes
-    (numbered version folders, the scratch folders of exports), or nothing at all."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return False
-    return all(_EXPORT_NAME.fullmatch(name) for name in names)
 
 
 def _export_versions(folder: str) -> list[str]:
@@ -315,42 +235,6 @@ def _exports_folder(folder: str) -> str:
     if _VERSION.fullmatch(os.path.basename(path)) and checkpoint_files.is_saved_model(path):
         return os.path.dirname(path)
     return folder
-
-
-# The longest file name Linux's file systems take, in bytes (NAME_MAX).
-_NAME_MAX = 255
-
-
-def _suggested(directory: str, name: str, fits: Callable[[str], bool]) -> str:
-    """A folder for ``name`` ('eval', 'train', 'export') that goes with ``directory``:
-    beside it where it is named as runs/a/train or runs/a/eval are (runs/a/<name>), else
-    its name and ``-<name>`` (/tmp/cifar10_train-eval); numbered (-2, -3, ...) where that is
-    ``directory`` itself, or a file or folder already there that ``fits`` refuses."""
-    path = os.path.abspath(directory)
-    if os.path.basename(path) in _LAYOUT_NAMES:
-        base = os.path.join(os.path.dirname(path), name)
-    else:
-        # Cut to fit the file system's longest name (255 bytes), room left for a number.
-        stem = os.path.basename(path)
-        while stem and len(os.fsencode(f"{stem}-{name}-99")) > _NAME_MAX:
-            stem = stem[:-1]
-        base = os.path.join(os.path.dirname(path), f"{stem}-{name}")
-    suggested, number = base, 1
-    while _same(suggested, directory) or (os.path.lexists(suggested) and not fits(suggested)):
-        number += 1
-        suggested = f"{base}-{number}"
-    return suggested
-
-
-def _is_empty_folder(path: str) -> bool:
-    try:
-        return os.path.isdir(path) and not os.listdir(path)
-    except OSError:
-        return False
-
-
-def _same(path: str, other: str) -> bool:
-    return os.path.realpath(path) == os.path.realpath(other)
 
 
 # The folder flags; the programs write into the first three (making them if need be).

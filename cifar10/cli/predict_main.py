@@ -26,6 +26,7 @@ from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
+from cifar10.core import memory
 from cifar10.runs import checkpoint_files
 from cifar10.core.errors import Cifar10Error, shown_path
 
@@ -37,6 +38,7 @@ define_flags = cifar10_flags.define_predict_flags  # this program's flags
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
+    memory.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
     paths = imagefiles.find_images(argv[1:])
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None

@@ -26,6 +26,8 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
+from cifar10.cli import suggestions
+from cifar10.cli import writable
 from cifar10.cli import programs
 from cifar10.runs import lock
 
@@ -38,13 +40,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     no_download = _refuse_before_tensorflow()
-    # The data is found (downloaded if need be) and checked before TensorFlow loads,
-    # so that a data mistake is answered at once; under srun by each node's first task.
-    batches_dir, counts = getdata.prepare(
-        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
-        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
-        no_download=no_download, fetched_by=cluster.data_fetcher(),
-        wait_s=FLAGS.worker_timeout_secs)
+    batches_dir, counts = _data(no_download)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import pipeline as data
@@ -52,16 +48,7 @@ def main(argv: list[str]) -> None:
     from cifar10.training import controller
     from cifar10.training.run import TrainData
 
-    # --num_gpus left at its default: one replica per GPU Slurm gave the task under srun,
-    # else one replica, on the CPU without a warning if need be.
-    num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
-    strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
-                                     FLAGS.strategy, FLAGS.worker_timeout_secs,
-                                     FLAGS.slurm_port_base)
-    if FLAGS.use_bf16:
-        devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
-    if FLAGS.use_fp16:
-        devices.warn_if_float16_runs_on_cpu(strategy.extended.worker_devices)
+    strategy = _strategy()
     config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,
                                               profile_steps=FLAGS.profile_steps)
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
@@ -70,9 +57,43 @@ def main(argv: list[str]) -> None:
     with stopping.StopRequests(PROGRAM, FLAGS.train_dir, task=None if is_chief else task) as stop:
         result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                   print_fn=stop.print, invocation=_invocation(batches_dir))
-    # Saved: from here on a signal is ignored (``stopping``).  Else train said the run
-    # was already complete.
-    summary = (result.summary(outdirs.eval_dir_to_suggest(FLAGS.train_dir))
+    _close(result, stop)
+
+
+def _data(no_download: str) -> tuple[str, dict[str, int]]:
+    """The data (``getdata.prepare``), found (downloaded if need be, unless
+    ``no_download`` says why not) and checked before TensorFlow loads, so that a data
+    mistake is answered at once; under srun by each node's first task."""
+    return getdata.prepare(
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
+        no_download=no_download, fetched_by=cluster.data_fetcher(),
+        wait_s=FLAGS.worker_timeout_secs)
+
+
+def _strategy():
+    """The run's distribution strategy, with the warnings of a precision its devices
+    only emulate.  --num_gpus left at its default: one replica per GPU Slurm gave the
+    task under srun, else one replica, on the CPU without a warning if need be."""
+    from cifar10.distribute import devices
+
+    num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
+    strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
+                                     FLAGS.strategy, FLAGS.worker_timeout_secs,
+                                     FLAGS.slurm_port_base)
+    if FLAGS.use_bf16:
+        devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
+    if FLAGS.use_fp16:
+        devices.warn_if_float16_runs_on_cpu(strategy.extended.worker_devices)
+    return strategy
+
+
+def _close(result, stop) -> None:
+    """The run's closing lines (``result.summary``: none where train said the run was
+    already complete), through ``stop`` (``stopping.StopRequests``, which from here on
+    ignores a signal: the run is saved); where standard output was closed, the first
+    of them on stderr instead, and the exit status of a closed pipe."""
+    summary = (result.summary(suggestions.eval_dir_to_suggest(FLAGS.train_dir))
                if result.steps_run else [])
     for line in summary:
         stop.print(line)
@@ -90,6 +111,7 @@ def _refuse_before_tensorflow() -> str:
     memory.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
+    writable.refuse_unwritable("train_dir", FLAGS.train_dir)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
         lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched

@@ -29,6 +29,11 @@ SYNTHETIC_SUBDIR = "synthetic"
 POLL_S = 0.5
 
 
+class NotDownloaded(DataError):
+    """The data is not on disk, and ``prepare``'s ``no_download`` (this error's
+    message) rules out downloading it."""
+
+
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             use_synthetic: bool = False, synthetic_records: int = 1000, print_fn=print,
             dataset: str = "cifar10", label: str = "fine",
@@ -44,8 +49,9 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     one that is CIFAR-100's extracted folder as that.
     ``followed`` (``cli.follow.Followed.describe()``) names the run settings the data
     flags came from, for the error that says the data is missing.  ``no_download``,
-    when given, is the error raised where the data would be downloaded (a resumed
-    run's own data not asked for: ``cli.kind_of_data.download_refusal``).
+    when given, is the message of the ``NotDownloaded`` error raised where the data
+    would be downloaded (a resumed run's own data not asked for:
+    ``cli.kind_of_data.download_refusal``; cifar10-eval's look on disk alone).
     ``fetched_by``, when given, names another process of this machine that fetches
     the data (under srun: the first task of the node, ``cluster.data_fetcher``):
     where this one would download, extract, convert or generate it, it waits for the
@@ -57,6 +63,7 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
       (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
 
     Raises:
+      NotDownloaded: the data would be downloaded, and ``no_download`` is given.
       DataError: the data cannot be fetched or a file is missing or corrupt, or the
         process ``fetched_by`` did not fetch it; a --data_dir that is a training run's
         or an evaluator's folder is the programs' to refuse first
@@ -242,7 +249,7 @@ def _refuse_cifar10_as_cifar100(data_dir: str, followed: str) -> None:
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
                followed: str, no_download: str = "", wait: _Wait | None = None) -> str:
     """The data folder of a real data set under ``data_dir``, downloaded when missing
-    (else the error ``no_download``, when given; with ``wait``, by another process)."""
+    (else ``NotDownloaded(no_download)``, when ``no_download`` is given; with ``wait``, by another process)."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
     if archive is ff.CIFAR100:
         made = _cifar100_made(data_dir, label, followed)
@@ -268,7 +275,7 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
     else:
         _refuse_cifar10_as_cifar100(data_dir, followed)
     if no_download:
-        raise DataError(no_download)
+        raise NotDownloaded(no_download)
     if wait:
         wait.until(lambda: _found(data_dir, archive, followed) is not None, data_dir)
         return _found(data_dir, archive, followed)  # (it stays: it appeared by a rename)
