@@ -330,6 +330,9 @@ def test_one_stop_that_every_worker_answers_as_an_interrupt_is_the_launchers_int
                                         f"for its output (see cifar10-train --help)"),
     (["--", "--train_dir="], "cifar10-train's flags (after --): --train_dir is empty: name a "
                              "folder (default: /tmp/cifar10_train) (see cifar10-train --help)"),
+    (["--", "--train_dir=/proc/cifar10_train"],
+     "cannot create --train_dir /proc/cifar10_train (/proc takes no new folders); choose a "
+     "directory you can write"),
     (["--", "--synthetic_data", "200"], "unexpected arguments for cifar10-train: 200 (after -- "
                                         "come its flags only, e.g. -- --max_steps=300)"),
     (["--", "--strategy=mirrored"], "--strategy=mirrored would have each worker train on its "
@@ -345,6 +348,20 @@ def test_wrong_usage_is_one_line_before_any_worker_starts(args, error):
     assert result.returncode == 1
     assert result.stderr == f"cifar10-launch: error: {error}\n"
     assert result.stdout == ""
+
+
+def test_a_batch_past_memory_is_one_line_before_any_worker_starts(tmp_path):
+    """Said once by the launcher, in the trainer's words, not once by each worker."""
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--", "--batch_size=99999999999999999999",
+                      f"--train_dir={tmp_path / 'train'}")
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("cifar10-launch: error: --batch_size=99999999999999999999 cannot "
+                           "fit: conv1's output alone would take at least 1.47e+16 GB a "
+                           "replica, more than "), line
+    assert line.endswith("; give a smaller --batch_size (the tutorial's is 128)")
+    assert not (tmp_path / "train").exists()
 
 
 def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_path,

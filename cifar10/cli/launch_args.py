@@ -16,7 +16,9 @@ from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
+from cifar10.cli import writable
 from cifar10.cli.workers import TRAINER
+from cifar10.core import memory
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.distribute import cluster
@@ -33,8 +35,9 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     Raises:
       Cifar10Error: a flag cifar10-train does not take or a bad value of one, a
         flagfile that cannot be read or sets a flag given before it (``flagfiles``); an
-        argument that is not a flag; ``--help``; a ``--train_dir`` that is an
-        evaluator's folder or holds data (``outdirs``); with several workers, a
+        argument that is not a flag; ``--help``; a ``--batch_size`` past memory; a
+        ``--train_dir`` that is an evaluator's folder or holds data (``outdirs``), or
+        cannot be made or written (``writable``); with several workers, a
         ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
@@ -56,7 +59,12 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     if len(rest) > 1:
         raise Cifar10Error(f"unexpected arguments for {TRAINER}: {' '.join(rest[1:])} (after "
                            f"-- come its flags only, e.g. -- --max_steps=300)")
+    # Each worker would refuse these in the same words: said once here instead.
+    memory.refuse_batch_beyond_memory(
+        values["batch_size"].value, 2 if values["use_bf16"].value or values["use_fp16"].value
+        else 4)
     outdirs.refuse_foreign_train_dir(values["train_dir"].value)
+    writable.refuse_unwritable("train_dir", values["train_dir"].value)
     if num_workers > 1:
         if values["strategy"].value not in ("auto", "multi_worker"):
             raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "
