@@ -25,6 +25,7 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.folder import split_files
+from cifar10.distribute import coordination
 from cifar10.evaluation import polling
 from cifar10.runs import checkpoints, rundir
 from cifar10.training import controller
@@ -106,14 +107,18 @@ def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run
 # --- stops and messages --------------------------------------------------------------
 
 
-def test_a_stop_requested_before_the_first_step_still_saves_a_checkpoint(tmp_path, learnable_files):
+def test_a_stop_requested_before_training_started_trains_and_saves_nothing(tmp_path,
+                                                                          learnable_files):
     stop = threading.Event()
     stop.set()
-    result = controller.train(config(tmp_path / "train", max_steps=100), mirrored(),
-                              TrainData(*learnable_files), stop_event=stop,
-                              print_fn=lambda line: None)
-    assert (result.step, result.stopped) == (1, True)
-    assert result.last_checkpoint == str(tmp_path / "train" / "model.ckpt-1")
+    lines = []
+    with pytest.raises(coordination.StoppedBeforeTraining,
+                       match="^before training started; nothing was trained$"):
+        controller.train(config(tmp_path / "train", max_steps=100), mirrored(),
+                         TrainData(*learnable_files), stop_event=stop, print_fn=lines.append)
+    assert lines == []
+    assert not [n for n in os.listdir(tmp_path / "train") if n.startswith(("model.ckpt",
+                                                                          "events.out"))]
 
 
 def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable_files):

@@ -190,6 +190,22 @@ def test_a_reader_that_stops_reading_stops_training_with_a_checkpoint(tmp_path):
     assert stopped_line(err, tmp_path / "train") >= 2
 
 
+def test_a_reader_gone_before_training_started_ends_as_a_closed_pipe_training_nothing(
+        tmp_path):
+    # `cifar10-train --fresh_start ... | head -1`: the data's note is the one line read;
+    # the next one, "Fresh start: removed ...", meets a closed pipe before training.
+    first = call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
+    assert first.returncode == 0, first.stderr
+    trainer, head = pipeline(train_args(tmp_path, "--max_steps=4", "--fresh_start"),
+                             ["head", "-1"], stdout=subprocess.PIPE, text=True)
+    err = ended_pipeline(trainer, head)
+    assert head.stdout.read().startswith("NOTE: using SYNTHETIC CIFAR-10-format data in ")
+    assert trainer.returncode == 141, err
+    assert err.splitlines()[-1] == ("cifar10-train: standard output was closed before "
+                                    "training started; nothing was trained")
+    assert checkpoint_steps(tmp_path / "train") == []  # (the fresh start removed step 2)
+
+
 def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(tmp_path):
     train_dir = tmp_path / "train"
     first = call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))

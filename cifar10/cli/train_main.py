@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import pipeline as data
-    from cifar10.distribute import devices
+    from cifar10.distribute import coordination, devices
     from cifar10.training import controller
     from cifar10.training.run import TrainData
 
@@ -54,9 +54,17 @@ def main(argv: list[str]) -> None:
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
                            data.class_names(batches_dir))
     is_chief, task = devices.worker_role(strategy)
-    with stopping.StopRequests(PROGRAM, FLAGS.train_dir, task=None if is_chief else task) as stop:
-        result = controller.train(config, strategy, train_data, stop_event=stop.event,
-                                  print_fn=stop.print, invocation=_invocation(batches_dir))
+    try:
+        with stopping.StopRequests(PROGRAM, FLAGS.train_dir,
+                                   task=None if is_chief else task) as stop:
+            result = controller.train(config, strategy, train_data, stop_event=stop.event,
+                                      print_fn=stop.print, invocation=_invocation(batches_dir))
+    except coordination.StoppedBeforeTraining:
+        if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
+            stop.say(f"{PROGRAM}: standard output was closed before training started; "
+                     f"nothing was trained")
+            sys.exit(programs.STDOUT_CLOSED)
+        raise
     _close(result, stop)
 
 
