@@ -1,5 +1,5 @@
 """Whose a folder is, as the programs' folder checks (``outdirs``) and the folders they
-suggest (``suggested``) tell it: a training run's (its files), the run an
+suggest (``suggestions``) tell it: a training run's (its files), the run an
 evaluator's folder scored, nobody's yet (empty).
 
 No TensorFlow here.
