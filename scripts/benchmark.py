@@ -97,10 +97,12 @@ def parse_args(argv):
                    help="PNG images converted in (j)")
     p.add_argument("--loop_window_steps", type=int, default=300,
                    help="steps per timed window of (m)")
+    p.add_argument("--turns", type=int, default=2,
+                   help="runs of each variant of (l) and (m), timed in turns")
     p.add_argument("--loop_only", action="store_true", help=argparse.SUPPRESS)  # (m)'s processes
     args = p.parse_args(argv)
     for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images",
-                 "prepare_images", "loop_window_steps"):
+                 "prepare_images", "loop_window_steps", "turns"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if (args.num_gpus or 0) < 0 or args.warmup_steps < 0:

@@ -47,7 +47,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
     assert benchmark.benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
                            "--records_per_file=64", "--batch_size=16", "--predict_images=12",
-                           "--prepare_images=30", "--loop_window_steps=3"]) == 0
+                           "--prepare_images=30", "--loop_window_steps=3", "--turns=1"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^machine: .+; \d+ cores; \d+ GPU\(s\); TensorFlow \d", out, re.M)
     assert out.startswith(f"machine: {devices.cpu_model().removeprefix('CPU: ')}; ")
@@ -128,6 +128,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
 @pytest.mark.parametrize("arguments, message", [
     ("--windows=0", "--windows must be at least 1, got 0"),
     ("--predict_images=0", "--predict_images must be at least 1, got 0"),
+    ("--turns=0", "--turns must be at least 1, got 0"),
     ("--num_gpus=-1", "--num_gpus and --warmup_steps must be >= 0"),
     ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other"),
     ("--data_dir=/nonexistent/data", "--data_dir=/nonexistent/data holds no "

@@ -32,13 +32,13 @@ def _rates(args, strategy, train_files, count, train_dir, windows, deterministic
 
 
 def determinism(args, strategy: tf.distribute.Strategy, train_files: list[str], count: int,
-                work: str, turns: int = 2) -> tuple[float, float, float]:
-    """(l): end-to-end examples/sec of normal and of --deterministic training, runs of
-    each in turns (medians of their windows after one warm-up window), and the
+                work: str) -> tuple[float, float, float]:
+    """(l): end-to-end examples/sec of normal and of --deterministic training, ``turns``
+    runs of each in turns (medians of their windows after one warm-up window), and the
     seconds a pipeline resumed at step 1,000 takes to reach its first batch."""
     windows = max(2, args.windows // 2)
     rates = {False: [], True: []}
-    for turn in range(turns):
+    for turn in range(args.turns):
         for deterministic in rates:
             rates[deterministic] += _rates(
                 args, strategy, train_files, count,
@@ -51,17 +51,16 @@ def determinism(args, strategy: tf.distribute.Strategy, train_files: list[str], 
     return statistics.median(rates[False]), statistics.median(rates[True]), resumed - fresh
 
 
-def loop_step_times(args, strategy: tf.distribute.Strategy, work: str, turns: int = 2
-                    ) -> dict[int, float]:
+def loop_step_times(args, strategy: tf.distribute.Strategy, work: str) -> dict[int, float]:
     """(m), in this process's strategy: {steps_per_loop: median ms per step} at batch
-    1 per replica, for 1 and the default, runs of each in turns (windows of
+    1 per replica, for 1 and the default, ``turns`` runs of each in turns (windows of
     ``loop_window_steps`` after one warm-up window)."""
     batches_dir = synthetic.write_dataset(os.path.join(work, "loop-data"), records_per_file=200)
     files = data.split_files(batches_dir, "train")
     count = data.validate_files(files)
     window = args.loop_window_steps
     times = {1: [], STEPS_PER_LOOP: []}
-    for turn in range(turns):
+    for turn in range(args.turns):
         for steps_per_loop in times:
             config = measure.train_config(
                 args, os.path.join(work, f"loop-{turn}-{steps_per_loop}"), batch_size=1,
@@ -80,6 +79,7 @@ def loop_times_in_process(args, replicas: int) -> tuple[float, float]:
     logical devices are fixed once a process has made its strategy)."""
     command = [sys.executable, SCRIPT, "--loop_only", f"--num_gpus={replicas}",
                f"--windows={args.windows}", f"--loop_window_steps={args.loop_window_steps}",
+               f"--turns={args.turns}",
                *[f"--{name}" for name in ("use_fp16", "use_bf16", "xla") if getattr(args, name)]]
     out = subprocess.run(command, capture_output=True, text=True, check=False,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
