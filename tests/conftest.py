@@ -44,6 +44,13 @@ EVAL_LINE = re.compile(
     r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)(?: on SYNTHETIC data)?$")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "newest_only: a long test whose TensorFlow calls other tests make too; "
+                   "the run against the lowest supported TensorFlow leaves it out "
+                   "(-m 'not newest_only'), to keep the whole command within 15 minutes")
+
+
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:
     """MirroredStrategy over the first ``num_replicas`` logical CPUs."""
     return tf.distribute.MirroredStrategy(

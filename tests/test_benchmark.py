@@ -43,6 +43,7 @@ def benchmark():
         sys.path.remove(SCRIPTS)
 
 
+@pytest.mark.newest_only  # a developer's tool; its parts' own tests run on both
 def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
     assert benchmark.benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
