@@ -116,17 +116,18 @@ def test_an_8_bit_palette_bmp_is_classified_as_the_png_of_its_colours(trained_ru
 
 def test_a_file_name_that_is_not_utf8_is_classified_and_shown_by_its_bytes(trained_run,
                                                                          tmp_path):
-    """As the user meets it: cifar10-predict on a folder holding such a name, as a process;
-    the others are classified too, in every output format."""
+    """As the user meets it: cifar10-predict on a folder holding such a name, as a process
+    (text), and in this process for the other output formats; the others are
+    classified too."""
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
     write_pngs(tmp_path / "photos", images[:2])
     odd = os.path.join(os.fsencode(tmp_path / "photos"), b"r\xff.png")
     with open(odd, "wb") as f:
         f.write(tf.io.encode_png(images[2]).numpy())
-    for output in ("text", "jsonl", "csv"):
-        result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
-                     f"--output={output}", str(tmp_path / "photos"))
+    for output, start in (("text", run), ("jsonl", call), ("csv", call)):
+        result = start("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
+                       f"--output={output}", str(tmp_path / "photos"))
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""
         shown = [line for line in result.stdout.splitlines() if "photos/" in line]
