@@ -55,13 +55,17 @@ def test_unknown_or_unreadable_files_are_left_to_the_decoder(tmp_path):
         assert imageheader.too_large(str(tmp_path / name)) == ""
 
 
+def photo_folders(folder) -> None:
+    """Class folders cat/ and dog/ in ``folder``, four small PNG images in each."""
+    for label in ("cat", "dog"):
+        (folder / label).mkdir(parents=True)
+        for i in range(4):
+            tf.io.write_file(str(folder / label / f"{i}.png"), tf.io.encode_png(IMAGE))
+
+
 def test_an_image_beyond_the_bound_is_skipped_by_prepare_and_named(tmp_path):
     """A 12000x12000 PNG (its header) is not decoded; the others are converted."""
-    for label in ("cat", "dog"):
-        (tmp_path / "photos" / label).mkdir(parents=True)
-        for i in range(4):
-            tf.io.write_file(str(tmp_path / "photos" / label / f"{i}.png"),
-                             tf.io.encode_png(IMAGE))
+    photo_folders(tmp_path / "photos")
     huge = tmp_path / "photos" / "cat" / "huge.png"
     huge.write_bytes(png_header(12000, 12000))
     result = call("cifar10-prepare", f"--image_dir={tmp_path / 'photos'}",
@@ -90,11 +94,7 @@ def test_an_image_beyond_the_bound_is_named_by_predict_and_the_others_classified
 def test_an_os2_bmp_is_skipped_by_prepare_saying_so(tmp_path):
     """Not as too large: its sizes are 16-bit fields where a BITMAPINFOHEADER's are
     32-bit, and TensorFlow's decoder reads them as the latter."""
-    for label in ("cat", "dog"):
-        (tmp_path / "photos" / label).mkdir(parents=True)
-        for i in range(4):
-            tf.io.write_file(str(tmp_path / "photos" / label / f"{i}.png"),
-                             tf.io.encode_png(IMAGE))
+    photo_folders(tmp_path / "photos")
     os2 = tmp_path / "photos" / "cat" / "os2.bmp"
     os2.write_bytes(os2_bmp(53, 37) + bytes(37 * 160))
     result = call("cifar10-prepare", f"--image_dir={tmp_path / 'photos'}",

@@ -147,18 +147,25 @@ def test_a_worker_that_cannot_start_is_one_line_and_stops_the_others():
     assert first[0].wait(timeout=10) == -signal.SIGKILL
 
 
-def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker, tmp_path):
-    before = signal.getsignal(signal.SIGTERM)
+def sigterm_once_ready(folder, workers=2) -> threading.Thread:
+    """A started thread that sends this process SIGTERM once each of ``workers`` fake
+    workers has written its ``ready-<i>`` file in ``folder``."""
 
     def send_when_ready():
         deadline = time.time() + 60
-        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
+        while not all((folder / f"ready-{i}").exists() for i in range(workers)):
             assert time.time() < deadline
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
 
     sender = threading.Thread(target=send_when_ready, daemon=True)
     sender.start()
+    return sender
+
+
+def test_sigterm_reaches_every_worker_once_and_the_handlers_are_restored(worker, tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    sender = sigterm_once_ready(tmp_path)
     lines, _ = worker("wait", all_output=True)  # no error: both exit 0
     sender.join()
     got = sorted(line for line in lines if " got " in line)
@@ -295,15 +302,7 @@ def test_one_stop_that_every_worker_answers_as_an_interrupt_is_the_launchers_int
     # Workers that end 130 at the stop (before training), as opposed to 0 (saved).
     script = tmp_path / "worker.py"
     script.write_text(WORKER.replace("sys.exit(0)", "sys.exit(130)"))
-
-    def send_when_ready():
-        deadline = time.time() + 60
-        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
-            assert time.time() < deadline
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=send_when_ready, daemon=True).start()
+    sigterm_once_ready(tmp_path)
     with pytest.raises(launch.Interrupted):
         launch.launch(2, ["wait", str(tmp_path)], out=io.StringIO(),
                       print_fn=lambda line: None, command=[sys.executable, str(script)])
