@@ -78,20 +78,40 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
     this package.
     """
     length = tf.cast(tf.strings.length(encoded), tf.int64)
+    field = _bmp_fields(encoded)
+    width, height, bits = field(18, 4, signed=True), tf.abs(field(22, 4, signed=True)), field(28, 2)
+    needed = field(10, 4) + (width * bits + 31) // 32 * 4 * height  # the pixels' end
+    why = _bmp_refusal(field, length, needed)
+    with tf.control_dependencies([tf.debugging.Assert(tf.equal(why, ""), [why])]):
+        # (The decoder refuses a file longer than its pixels: the rest is left out.)
+        pixels = tf.io.decode_bmp(tf.strings.substr(encoded, tf.constant(0, tf.int64),
+                                                    tf.minimum(needed, length)))
+    return tf.cond(tf.shape(pixels)[2] == 1,
+                   lambda: _palette_colours(encoded, field, length, pixels),
+                   lambda: pixels[..., :3])
+
+
+def _bmp_fields(encoded: tf.Tensor):
+    """field(offset, size, signed=False): the little-endian number of ``size`` bytes at
+    ``offset`` in the BMP header of ``encoded`` (0 past the file's end)."""
     head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, ih.BMP_HEAD),
                                               b"\0" * ih.BMP_HEAD]), 0, ih.BMP_HEAD)
     head = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
 
     def field(offset: int, size: int, signed: bool = False) -> tf.Tensor:
-        """The little-endian number of ``size`` bytes at ``offset`` in the file."""
         value = sum(head[offset + i] * 256 ** i for i in range(size))
         if signed:  # two's complement
             value -= tf.cast(value >= 2 ** (8 * size - 1), tf.int64) * 2 ** (8 * size)
         return value
 
-    offset, info_size, bits, compression = field(10, 4), field(14, 4), field(28, 2), field(30, 4)
+    return field
+
+
+def _bmp_refusal(field, length: tf.Tensor, needed: tf.Tensor) -> tf.Tensor:
+    """Why the decoder would refuse the BMP or decode it wrong, as a string tensor ('' when
+    it would not): ``imageheader.bmp_refusal``'s checks, in its order and words."""
+    info_size, bits, compression = field(14, 4), field(28, 2), field(30, 4)
     width, height = field(18, 4, signed=True), tf.abs(field(22, 4, signed=True))
-    needed = offset + (width * bits + 31) // 32 * 4 * height
     masks = tf.stack([field(54, 4), field(58, 4), field(62, 4)])
     bitfields = (compression == ih.BI_BITFIELDS) | (compression == ih.BI_ALPHABITFIELDS)
     checks = [  # (refused when, why), in bmp_refusal's order
@@ -108,32 +128,29 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
     why = tf.constant("")
     for refused, reason in reversed(checks):
         why = tf.where(refused, reason, why)
-    with tf.control_dependencies([tf.debugging.Assert(tf.equal(why, ""), [why])]):
-        # (The decoder refuses a file longer than its pixels: the rest is left out.)
-        pixels = tf.io.decode_bmp(tf.strings.substr(encoded, tf.constant(0, tf.int64),
-                                                    tf.minimum(needed, length)))
+    return why
 
-    # The palette: after the headers, up to the pixels, 4 bytes (B, G, R, 0) per colour;
-    # as many colours as the header says (0: 256) and the file holds.
-    start = tf.minimum(14 + info_size, length)
+
+def _palette_colours(encoded: tf.Tensor, field, length: tf.Tensor,
+                     pixels: tf.Tensor) -> tf.Tensor:
+    """An 8-bit BMP's ``pixels`` (palette indices, [H, W, 1]) as uint8 RGB [H, W, 3]: the
+    palette follows the headers, up to the pixels, 4 bytes (B, G, R, 0) per colour, as
+    many colours as the header says (0: 256) and the file holds (none: grey levels).
+    An index past the palette fails an assertion saying so."""
+    start = tf.minimum(14 + field(14, 4), length)
     count = field(46, 4)
     count = tf.where(count == 0, tf.constant(256, tf.int64), tf.minimum(count, 256))
-    count = tf.maximum(tf.minimum(count, (tf.minimum(offset, length) - start) // 4), 0)
+    count = tf.maximum(tf.minimum(count, (tf.minimum(field(10, 4), length) - start) // 4), 0)
     table = tf.reshape(tf.io.decode_raw(tf.strings.substr(encoded, start, 4 * count),
                                         tf.uint8), [-1, 4])[:, 2::-1]
-
-    def coloured() -> tf.Tensor:
-        indices = tf.cast(pixels[..., 0], tf.int64)
-        if_grey = tf.repeat(tf.cast(tf.range(256), tf.uint8)[:, None], 3, axis=1)
-        colours = tf.cond(count > 0, lambda: table, lambda: if_grey)
-        top = tf.reduce_max(tf.concat([tf.reshape(indices, [-1]), [0]], 0))
-        colour_count = tf.cast(tf.shape(colours)[0], tf.int64)
-        with tf.control_dependencies([tf.debugging.Assert(
-                top < colour_count,
-                [tf.strings.format(ih.BMP_PALETTE_INDEX, (top, colour_count))])]):
-            return tf.gather(colours, tf.minimum(indices, colour_count - 1))
-
-    return tf.cond(tf.shape(pixels)[2] == 1, coloured, lambda: pixels[..., :3])
+    indices = tf.cast(pixels[..., 0], tf.int64)
+    if_grey = tf.repeat(tf.cast(tf.range(256), tf.uint8)[:, None], 3, axis=1)
+    colours = tf.cond(count > 0, lambda: table, lambda: if_grey)
+    top = tf.reduce_max(tf.concat([tf.reshape(indices, [-1]), [0]], 0))
+    colour_count = tf.cast(tf.shape(colours)[0], tf.int64)
+    with tf.control_dependencies([tf.debugging.Assert(
+            top < colour_count, [tf.strings.format(ih.BMP_PALETTE_INDEX, (top, colour_count))])]):
+        return tf.gather(colours, tf.minimum(indices, colour_count - 1))
 
 
 def _any_of(value: tf.Tensor, options) -> tf.Tensor:
