@@ -38,7 +38,7 @@ import time
 from typing import Callable, Sequence, TextIO
 
 
-from cifar10.core.errors import Cifar10Error
+from cifar10.core.errors import Cifar10Error, StoppedBeforeTraining
 
 TRAINER = "cifar10-train"
 TRAINER_MODULE = "cifar10.cli.train_main"
@@ -58,13 +58,9 @@ _STOP_OTHERS_AFTER_SECS = 5.0
 INTERRUPTED = 130
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(StoppedBeforeTraining):
     """The job was asked to stop (SIGINT, SIGTERM) before it started training, and
-    every worker stopped so, with nothing trained or saved; the program ends as one
-    interrupted (exit status 130)."""
-
-    def __init__(self):
-        super().__init__("before training started; nothing was trained")
+    every worker stopped so (``INTERRUPTED``), with nothing trained or saved."""
 
 
 class WorkerFailed(Cifar10Error):

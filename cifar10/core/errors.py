@@ -26,6 +26,15 @@ class DivergedError(Cifar10Error):
     """The training loss became NaN or infinite."""
 
 
+class StoppedBeforeTraining(KeyboardInterrupt):
+    """A stop request (SIGINT, SIGTERM) that came before training started: nothing was
+    trained or saved, and the program ends as one interrupted before its work began
+    (``<program>: interrupted before training started; ...``, exit status 130)."""
+
+    def __init__(self):
+        super().__init__("before training started; nothing was trained")
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an exception's message (TensorFlow's can run to pages)."""
     text = str(error).strip()

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from cifar10.distribute import cluster
 from cifar10.distribute import devices
+from cifar10.core import errors
 from cifar10.core.errors import Cifar10Error, first_line
 
 # What a collective operation raises when a peer worker is gone or unreachable.
@@ -32,13 +33,9 @@ LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededErro
                       tf.errors.AbortedError, tf.errors.CancelledError)
 
 
-class StoppedBeforeTraining(KeyboardInterrupt):
-    """A stop request (SIGINT, SIGTERM) that came before training started, on this
-    worker or another: the run stops at once, nothing trained or saved, as a
-    program interrupted before its work began (exit status 130)."""
-
-    def __init__(self, message: str = "before training started; nothing was trained"):
-        super().__init__(message)
+class StoppedBeforeTraining(errors.StoppedBeforeTraining):
+    """A stop request that came before training started, on this worker or another:
+    every worker stops at once, nothing trained or saved."""
 
 
 class _Preempted(Exception):
