@@ -50,20 +50,16 @@ def test_a_folder_under_a_file_or_a_broken_link_is_named(tmp_path):
     assert listing(tmp_path) == ["link", "notes.txt"]
 
 
-def test_a_denied_permission_leaves_no_folder_made_on_the_way(tmp_path, monkeypatch):
+def test_a_denied_permission_is_named_and_no_folder_is_left(tmp_path, monkeypatch):
     # (As root, permissions deny nothing: the denial is the system's answer, stood in for.)
-    mkdir = os.mkdir
-
     def denied(path, *args, **kwargs):
-        if os.path.basename(path) == "train":
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        mkdir(path, *args, **kwargs)
+        raise PermissionError(errno.EACCES, "Permission denied", path)
 
     monkeypatch.setattr(os, "mkdir", denied)
     assert refused(tmp_path / "runs" / "train") == (
         f"cannot create --train_dir {tmp_path / 'runs' / 'train'} (Permission denied); choose "
         f"a directory you can write, or change its permissions")
-    assert listing(tmp_path) == []  # runs/, made on the way, removed
+    assert listing(tmp_path) == []
 
 
 def test_a_folder_on_a_read_only_file_system_is_named(tmp_path, monkeypatch):
@@ -76,21 +72,22 @@ def test_a_folder_on_a_read_only_file_system_is_named(tmp_path, monkeypatch):
         f"on a writable file system")
 
 
-def test_a_folder_another_start_makes_meanwhile_is_looked_at_again(tmp_path, monkeypatch):
-    # cifar10-launch's workers check the same new folder at once: one makes it while
-    # another looks.
-    mkdir, raced = os.mkdir, []
+def test_the_folder_asked_for_is_never_made_by_the_check(tmp_path, monkeypatch):
+    # cifar10-launch's workers, or a chief started beside them, may be making and
+    # writing in that folder at the same moment: the check makes a folder of a name of
+    # its own in the nearest folder there, and removes it.
+    mkdir, made = os.mkdir, []
 
-    def made_by_another(path, *args, **kwargs):
-        if not raced:
-            raced.append(path)
-            mkdir(path)
-            raise FileExistsError(errno.EEXIST, "File exists", path)
+    def recorded(path, *args, **kwargs):
+        made.append(str(path))
         mkdir(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "mkdir", made_by_another)
-    writable.refuse_unwritable("train_dir", str(tmp_path / "train"))
-    assert raced == [str(tmp_path / "train")]
+    monkeypatch.setattr(os, "mkdir", recorded)
+    writable.refuse_unwritable("train_dir", str(tmp_path / "runs" / "train"))
+    [probe] = made
+    assert os.path.dirname(probe) == str(tmp_path)
+    assert os.path.basename(probe).startswith(".cifar10-check-")
+    assert listing(tmp_path) == []
 
 
 @pytest.mark.skipif(not PROC, reason="no /proc")

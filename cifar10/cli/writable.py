@@ -4,15 +4,16 @@ TensorFlow loads: a folder on a read-only file system, one the user may not writ
 one under a file, or one where no folder can be made (/proc), is one line then, not
 after the data's download.
 
-Nothing is left behind: a folder made to see that it can be is removed at once, and
-a folder there is tried with a file that has no name (``O_TMPFILE``).  No TensorFlow
-here.
+Nothing is left behind: a folder not there yet is not made, but a folder of a name of
+its own in the nearest folder there (removed at once), and a folder there is tried
+with a file that has no name (``O_TMPFILE``).  No TensorFlow here.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import tempfile
 
 from cifar10.core.errors import Cifar10Error, io_advice
 
@@ -58,11 +59,10 @@ def _problem(flag: str, folder: str, path: str) -> str:
                     f"choose another")
         return (f"cannot create --{flag} {folder} ({parent} is a file, not a folder); "
                 f"choose a folder whose parents are folders")
-    error = _make_error(path)
+    error = _make_error(parent)
     if error is None:
         return ""
-    if error.errno == errno.EEXIST or (error.errno == errno.ENOENT
-                                       and not os.path.isdir(parent)):
+    if error.errno == errno.ENOENT and not os.path.isdir(parent):
         raise _Changed
     if error.errno == errno.ENOENT:  # /proc, /sys: file systems of the kernel's own
         return (f"cannot create --{flag} {folder} ({parent} takes no new folders); choose "
@@ -82,28 +82,20 @@ def _nearest_existing(path: str) -> str:
     return path
 
 
-def _make_error(path: str) -> OSError | None:
-    """The error of making the folder ``path`` and the parents of it not there yet,
-    or None: they are made, then removed (the deepest first)."""
-    made = []
+def _make_error(parent: str) -> OSError | None:
+    """The error of making a folder in the folder ``parent`` (the nearest one there of
+    the folders to make), or None.  Tried with a folder of a name of its own, removed
+    at once: never with the folder asked for, which another start (a worker of the same
+    job) may be making and writing in at that moment."""
     try:
-        missing = []
-        at = path
-        while not os.path.lexists(at):
-            missing.append(at)
-            at = os.path.dirname(at)
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            made.append(folder)
-        return _write_error(path)
+        probe = tempfile.mkdtemp(prefix=".cifar10-check-", dir=parent)
     except OSError as e:
         return e
-    finally:
-        for folder in reversed(made):
-            try:
-                os.rmdir(folder)
-            except OSError:  # another process wrote in it meanwhile: theirs now
-                break
+    try:
+        os.rmdir(probe)
+    except OSError:
+        pass
+    return None
 
 
 def _write_error(folder: str) -> OSError | None:
