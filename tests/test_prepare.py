@@ -226,6 +226,27 @@ def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path)
     assert not (tmp_path / "data").exists()
 
 
+def test_a_refusal_after_decoding_names_each_unreadable_image_before_it(image_dir, tmp_path):
+    # The refusal counts the unreadable images; the lines before it say why each is.
+    (image_dir / "eel").mkdir()
+    (image_dir / "eel" / "0.png").write_text("no image")
+    (image_dir / "eel" / "1.bmp").write_bytes(palette_bmp(np.array([[0, 1]]), COLOURS[:1]))
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0.3")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert re.fullmatch(
+        f"cifar10-prepare: error: class eel has no training image that could be read, such "
+        f"as {re.escape(str(image_dir / 'eel'))}/[01]\\.(png|bmp): add readable images to its "
+        f"folder or remove the folder; nothing written", lines[-1]), lines[-1]
+    assert sorted(line for line in lines if "warning" in line) == [
+        f"cifar10-prepare: warning: skipped {image_dir / 'eel' / '0.png'}: not an image "
+        f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
+        f"cifar10-prepare: warning: skipped {image_dir / 'eel' / '1.bmp'}: an 8-bit BMP with "
+        f"pixels of palette index 1, past the end of its 1-colour palette: a damaged one"]
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_class_whose_images_all_went_to_the_test_split_says_so(image_dir, tmp_path):
     write_png(image_dir / "eel" / "0.png", class_image(3, 0))  # readable, and alone
     source = prepare.find_source(str(image_dir), test_fraction=0.6)

@@ -68,18 +68,29 @@ def main(argv: list[str]) -> None:
               f"{', '.join(removed)}.")
     programs.load_tensorflow()
     line = progress_line(len(source.train) + len(source.test))
+    refused = None
     try:
         summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                                   progress=lambda done, _: line.show(done))
+    except prepare.TooFewReadable as e:
+        refused = e
     finally:
         line.end()  # (the terminal's line ended before an error, too)
-    for path, why in summary.skipped:
-        logging.warning("skipped %s: %s", shown_path(path), why)
+    # The unreadable images are named before a refusal too: it counts them.
+    _warn_skipped(refused.skipped if refused else summary.skipped)
+    if refused:
+        raise refused
     skipped = len(summary.skipped)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
           f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
           f"{summary.batches_dir}; skipped {skipped} unreadable "
           f"image{'' if skipped == 1 else 's'}.", flush=True)
+
+
+def _warn_skipped(skipped) -> None:
+    """A warning line for each unreadable image: ``skipped photos/x.png: <why>``."""
+    for path, why in skipped:
+        logging.warning("skipped %s: %s", shown_path(path), why)
 
 
 def run() -> None:
