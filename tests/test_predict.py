@@ -314,3 +314,19 @@ def test_bmps_tensorflow_would_refuse_or_decode_wrong_are_each_one_warning(train
         f"colour masks store its channels in another order than blue, green, red, which "
         f"TensorFlow would decode into wrong colours: {fix}",
         "cifar10-predict: error: 2 of 3 images could not be read (see above)"]
+
+
+def test_images_of_formats_it_does_not_read_in_a_folder_are_one_warning(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos", images[:2])
+    (tmp_path / "photos" / "holiday.webp").write_bytes(b"RIFF")
+    (tmp_path / "photos" / "notes.txt").write_text("not an image: passed over unsaid")
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=csv",
+                  str(tmp_path / "photos"))
+    assert result.returncode == 0, result.stderr
+    assert [line.split(",")[0] for line in result.stdout.splitlines()[1:]] == good
+    assert result.stderr.splitlines() == [
+        f"cifar10-predict: warning: left out 1 file of a format it does not read "
+        f"({tmp_path / 'photos' / 'holiday.webp'}): it reads PNG, JPEG, GIF and BMP; convert it "
+        f"to one of those to take it"]

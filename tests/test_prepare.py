@@ -579,3 +579,19 @@ def test_progress_in_a_log_is_a_line_at_each_tenth_and_on_a_terminal_one_line(im
     text = out.getvalue()
     assert text.startswith("\r0/36 images\r1/36 images (") and text.count("\r") == 37
     assert text.count("\n") == 1 and text.endswith("\n")
+
+
+def test_images_in_no_class_folder_or_of_formats_it_does_not_read_are_named(image_dir, tmp_path):
+    (image_dir / "stray.jpg").write_bytes(b"")
+    (image_dir / "cat" / "holiday.heic").write_bytes(b"")
+    (image_dir / "README.txt").write_text("not an image: passed over unsaid")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-prepare: warning: left out 1 image in no class folder ({image_dir / 'stray.jpg'}"
+        f"): a class's images go in its folder, {image_dir / '<class>'}/",
+        f"cifar10-prepare: warning: left out 1 file of a format it does not read "
+        f"({image_dir / 'cat' / 'holiday.heic'}): it reads PNG, JPEG, GIF and BMP; convert it to "
+        f"one of those to take it"]
+    assert result.stdout.splitlines()[1] == (
+        f"Found 36 images of 3 classes in {image_dir}: 30 for training, 6 for testing.")

@@ -39,7 +39,10 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
     memory.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
-    paths = imagefiles.find_images(argv[1:])
+    left_out: list[str] = []
+    paths = imagefiles.find_images(argv[1:], left_out)
+    if left_out:
+        logging.warning("%s", imagefiles.left_out_warning(left_out))
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     programs.load_tensorflow()

@@ -21,6 +21,7 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
+from cifar10.data import imagefiles
 from cifar10.data import prepare
 from cifar10.cli import outdirs
 from cifar10.cli import programs
@@ -62,6 +63,10 @@ def main(argv: list[str]) -> None:
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)
+    for warning in (imagefiles.unfiled_warning(source.unfiled),
+                    imagefiles.left_out_warning(source.left_out)):
+        if warning:
+            logging.warning("%s", warning)
     removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
     if removed:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
