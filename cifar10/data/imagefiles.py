@@ -127,6 +127,24 @@ def left_out_warning(left_out: Sequence[str]) -> str:
             f"{'it' if count == 1 else 'them'}")
 
 
+def holds_images(folder: str, depth: int = 2, looked_at: int = 64) -> bool:
+    """Whether ``folder`` holds image files (``IMAGE_EXTENSIONS``, not hidden) in it or
+    in its subfolders ``depth`` levels down (photos/cat/, photos/train/cat/): a folder of
+    images, which a program may be pointed at by mistake.  At most ``looked_at``
+    subfolders of each are looked in, so that a large tree costs little."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    if any(not entry.name.startswith(".") and entry.name.lower().endswith(IMAGE_EXTENSIONS)
+           and not _is_dir(entry) for entry in entries):
+        return True
+    subfolders = [entry.path for entry in entries
+                  if not entry.name.startswith(".") and _is_dir(entry)]
+    return depth > 0 and any(holds_images(path, depth - 1, looked_at)
+                             for path in sorted(subfolders)[:looked_at])
+
+
 def _identity(stat: os.stat_result) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
