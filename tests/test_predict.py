@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -330,3 +331,40 @@ def test_images_of_formats_it_does_not_read_in_a_folder_are_one_warning(trained_
         f"cifar10-predict: warning: left out 1 file of a format it does not read "
         f"({tmp_path / 'photos' / 'holiday.webp'}): it reads PNG, JPEG, GIF and BMP; convert it "
         f"to one of those to take it"]
+
+
+def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained_run, tmp_path,
+                                                                         monkeypatch):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    [path] = write_pngs(tmp_path, images[:1])
+    bmp = palette_bmp(np.array([[0, 1], [2, 3]]), COLOURS[:4], compression=1)  # RLE: refused
+    for piped, status in ((open(path, "rb").read(), 0), (bmp, 1)):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(piped)))
+        result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl", "-",
+                      path)
+        assert result.returncode == status, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        if status == 0:
+            assert [line["path"] for line in lines] == ["-", path]
+            assert lines[0]["top_k"] == lines[1]["top_k"]
+        else:
+            assert [line["path"] for line in lines] == [path]
+            assert result.stderr.splitlines() == [
+                "cifar10-predict: warning: cannot read -: an RLE-compressed 8-bit BMP, which "
+                "TensorFlow does not decode: save it as PNG or as a 24-bit BMP",
+                "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
+
+
+def test_a_dash_with_a_terminal_for_standard_input_is_one_line_before_tensorflow(tmp_path,
+                                                                                monkeypatch):
+    class Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"")))
+    result = call("cifar10-predict", f"--checkpoint_dir={tmp_path / 'nowhere'}", "-")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        "cifar10-predict: error: - names an image read from standard input, which is a "
+        "terminal: pipe the image in, as in cifar10-predict - < cat.png (a file named - is ./-)"]

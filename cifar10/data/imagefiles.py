@@ -30,6 +30,7 @@ METADATA_FOLDER = "__MACOSX"  # macOS's zip metadata (its ._ files), beside the 
 # Folders of no images of a class, inside a class folder too: the above, and the
 # thumbnails a Synology NAS keeps in each folder.
 SKIPPED_FOLDERS = (METADATA_FOLDER, "@eaDir")
+STDIN = "-"  # an image file read from standard input, named on a command line
 _ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
 
 
@@ -40,7 +41,8 @@ def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list
     taken, in sorted order, but for hidden files and folders (their names start with
     '.': macOS's ``._`` copies of each image among them) and the metadata folders of
     macOS's zip files and Synology's thumbnails (``SKIPPED_FOLDERS``); a file named
-    directly is taken whatever its name.  Links to folders are followed, and within
+    directly is taken whatever its name; ``STDIN`` ("-") is taken as it is, for
+    standard input.  Links to folders are followed, and within
     one folder given each real folder is searched once and each file taken once
     (``_images_under``).  A file that is not a regular one (a FIFO, a socket, a
     device) is listed like any other: decoding refuses it without opening it.
@@ -53,7 +55,9 @@ def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list
     """
     found = []
     for path in paths:
-        if os.path.isdir(path):
+        if path == STDIN:  # (a file named "-" is ./-)
+            found.append(path)
+        elif os.path.isdir(path):
             images = _images_under(path, left_out)
             if not images:
                 raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "

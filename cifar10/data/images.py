@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -140,7 +140,8 @@ def _any_of(value: tf.Tensor, options) -> tf.Tensor:
     return tf.reduce_any(tf.equal(value, tf.constant(options, tf.int64)))
 
 
-def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
+def decode_files(paths: Sequence[str], contents: Mapping[str, bytes] | None = None
+                 ) -> Iterator[tuple[str, np.ndarray | None, str]]:
     """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
@@ -150,14 +151,25 @@ def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None,
     decode wrong (a 1-bit BMP, an OS/2 one: ``ih.unsupported``), gives None and a
     one-line reason, and the others go on.  A file that is not a regular one (a
     FIFO, a socket, a device) is not opened at all: reading a FIFO would wait for a
-    writer for ever.
+    writer for ever.  The files of ``contents`` (path: bytes; standard input read, as
+    ``-``) are decoded from those bytes instead of read.
     """
-    checked = [_before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
-    decoded = [os.fsencode(p) for p, why in zip(paths, checked) if not why]
+    contents = contents or {}
+    checked = [ih.examine_bytes(contents[p]) if p in contents else
+               _before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
+    decoded = [p for p, why in zip(paths, checked) if not why]
+    given = [p in contents for p in decoded]
+
+    def read(path: tf.Tensor, content: tf.Tensor, is_given: tf.Tensor) -> tf.Tensor:
+        return decode_image(tf.cond(is_given, lambda: content, lambda: tf.io.read_file(path)))
+
     images = pipeline.without_autotuning(
-        tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
-        .map(lambda path: decode_image(tf.io.read_file(path)),
-             num_parallel_calls=DECODE_PARALLEL, deterministic=True)
+        tf.data.Dataset.from_tensor_slices((
+            tf.constant([os.fsencode(p) for p in decoded], tf.string, shape=[len(decoded)]),
+            tf.constant([contents.get(p, b"") for p in decoded], tf.string,
+                        shape=[len(decoded)]),
+            tf.constant(given, tf.bool, shape=[len(decoded)])))
+        .map(read, num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
     for path, why in zip(paths, checked):
