@@ -289,3 +289,22 @@ def test_the_pictures_of_a_few_classes_or_images_show_their_whole_title(picture,
     dark = np.flatnonzero(top.min(axis=0) < 128)
     assert dark.size and dark.min() > 2 and dark.max() < pixels.shape[1] - 3, (
         dark.min(), dark.max(), pixels.shape)
+
+
+def test_long_class_names_in_the_grid_are_broken_into_lines_of_their_own_column():
+    from cifar10.evaluation import plots
+
+    assert plots.grid_label("cat", "dog") == "cat →\ndog"
+    label = plots.grid_label("a very long class name of many words", "x" * 30)
+    assert label == "a very long class name\nof many words →\n" + "x" * 24 + "\n" + "x" * 6
+    assert all(len(line) <= plots.GRID_LABEL_WIDTH + 2 for line in label.splitlines())
+    # The grid is drawn taller for them, its labels clear of the title above.
+    short = plots.misclassified_png(np.zeros([2, 32, 32, 3], np.uint8), ["a", "b"], ["b", "a"],
+                                    "grid")
+    long = plots.misclassified_png(np.zeros([2, 32, 32, 3], np.uint8),
+                                   ["a very long class name of many words"] * 2, ["b", "a"],
+                                   "grid")
+    from PIL import Image
+
+    heights = [Image.open(io.BytesIO(png)).size[1] for png in (short, long)]
+    assert heights[1] > heights[0], heights

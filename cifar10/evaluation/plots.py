@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import re
+import textwrap
 import warnings
 from typing import Iterator, Sequence
 
@@ -59,15 +60,36 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
     columns = min(8, max(count, 1))
     rows = max(1, -(-count // columns))
     lines = title.count("\n") + 1
-    fig = figure.Figure(figsize=(1.6 * columns, 2.0 * rows + 0.3 + 0.2 * lines), dpi=100)
+    labels = [grid_label(t, p) for t, p in zip(true, predicted)]
+    # Each label line past a short label's two takes 0.12 inch (font size 7) in each row.
+    extra = max([label.count("\n") - 1 for label in labels] + [0])
+    fig = figure.Figure(figsize=(1.6 * columns, (2.0 + 0.12 * extra) * rows + 0.3 + 0.2 * lines),
+                        dpi=100)
     heading = fig.suptitle(title, fontsize=10)
     for k in range(rows * columns):
         ax = fig.add_subplot(rows, columns, k + 1)
         ax.axis("off")
         if k < count:
             ax.imshow(images[k], interpolation="nearest")
-            ax.set_title(f"{true[k]} →\n{predicted[k]}", fontsize=7)
+            ax.set_title(labels[k], fontsize=7)
     return _png(fig, title, heading)
+
+
+# The characters of a class name on one line of a grid label: a column is 1.6 inches,
+# about 35 characters of font size 7, and the longest line of the two names' takes
+# " →" too.
+GRID_LABEL_WIDTH = 24
+
+
+def grid_label(true: str, predicted: str) -> str:
+    """The label of a misclassified image, ``true →`` over ``predicted``, each name
+    broken at spaces (or, where it has none, cut) into lines of ``GRID_LABEL_WIDTH``
+    characters, so that a long name does not run into the next image's label."""
+    def lines(name: str) -> list[str]:
+        return textwrap.wrap(name, GRID_LABEL_WIDTH, break_on_hyphens=False) or [name]
+
+    first = lines(true)
+    return "\n".join(first[:-1] + [f"{first[-1]} →"] + lines(predicted))
 
 
 def _png(fig: figure.Figure, title: str, heading: text.Text) -> bytes:
