@@ -595,3 +595,19 @@ def test_images_in_no_class_folder_or_of_formats_it_does_not_read_are_named(imag
         f"one of those to take it"]
     assert result.stdout.splitlines()[1] == (
         f"Found 36 images of 3 classes in {image_dir}: 30 for training, 6 for testing.")
+
+
+def test_a_test_fraction_given_for_split_folders_is_said_to_be_unused(tmp_path):
+    root = write_folders(tmp_path / "photos", {"train/ant": 4, "train/bee": 3, "val/ant": 2,
+                                               "val/bee": 1})
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0.3")
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-prepare: warning: --test_fraction=0.3 is not used: val/ is the test set of the "
+        f"split folders; to split the classes of train/ by --test_fraction instead, point "
+        f"--image_dir at {root / 'train'}"]
+    assert "Wrote 7 training and 3 test records" in result.stdout
+    # Not given, it is not named.
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'e'}")
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr

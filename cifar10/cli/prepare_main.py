@@ -14,6 +14,8 @@ cifar10-train and cifar10-eval read.  Example:
 
 from __future__ import annotations
 
+import os
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -63,6 +65,12 @@ def main(argv: list[str]) -> None:
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)
+    if source.split and FLAGS["test_fraction"].present:
+        train, test = source.split
+        logging.warning("%s", f"--test_fraction={FLAGS.test_fraction:g} is not used: {test}/ is "
+                        f"the test set of the split folders; to split the classes of {train}/ "
+                        f"by --test_fraction instead, point --image_dir at "
+                        f"{os.path.join(FLAGS.image_dir, train)}")
     for warning in (imagefiles.unfiled_warning(source.unfiled),
                     imagefiles.left_out_warning(source.left_out)):
         if warning:

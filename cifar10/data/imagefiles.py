@@ -179,6 +179,7 @@ class Source:
     skipped: tuple[str, ...] = ()  # the metadata folders passed over (METADATA_FOLDER)
     left_out: tuple[str, ...] = ()  # the class folders' images of formats not read
     unfiled: tuple[str, ...] = ()  # images in no class folder (beside the class folders)
+    split: tuple[str, str] | None = None  # the split folders (train, test) kept, if any
 
 
 def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
@@ -320,7 +321,7 @@ def _kept_split(image_dir: str, train_name: str, test_name: str,
             f"{train_dir} to split its classes by --test_fraction")
     return Source(tuple(names), tuple(train), tuple(test),
                   f"Found split folders {train_name}/ and {test_name}/: {test_name}/ is the "
-                  f"test set.")
+                  f"test set.", split=(train_name, test_name))
 
 
 def _unknown_classes_advice(unknown: Sequence[str], names: Sequence[str], image_dir: str,
