@@ -116,6 +116,17 @@ def test_fifos_and_sockets_are_refused_without_being_opened(tmp_path):
     assert opened == []
 
 
+def test_an_empty_file_is_named_as_such_not_as_damaged(tmp_path):
+    tf.io.write_file(str(tmp_path / "good.png"), tf.io.encode_png(image(1)))
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    good, empty = str(tmp_path / "good.png"), str(tmp_path / "empty.jpg")
+    results = [(path, why) for path, _, why in image_files.decode_files(
+        [empty, good, "-"], contents={"-": b""})]
+    assert results == [
+        (empty, "an empty file (0 bytes): a download or copy that did not finish?"), (good, ""),
+        ("-", "an empty file (0 bytes): a download or copy that did not finish?")]
+
+
 def bmp_of_depth(bits: int, width: int = 8, height: int = 2) -> bytes:
     """A valid uncompressed BMP of ``bits`` bits per pixel (a grey palette below 16)."""
     colours = 2 ** bits if bits < 16 else 0

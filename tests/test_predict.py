@@ -17,6 +17,7 @@ from specialfiles import watched_fifos
 from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
 
 from cifar10.runs import checkpoints
+from cifar10.data import images as image_files
 from cifar10.data import pipeline as data
 from cifar10.serving import predict
 from cifar10.cli import checkpoint_dir
@@ -93,7 +94,7 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     not_an_image = "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
     assert failures == {str(tmp_path / "text.png"): not_an_image,
                         str(tmp_path / "missing.png"): "no such file",
-                        str(tmp_path / "empty.jpg"): not_an_image,
+                        str(tmp_path / "empty.jpg"): image_files.EMPTY,
                         str(tmp_path / "folder.png"): failures.get(str(tmp_path / "folder.png"))}
     assert failures[str(tmp_path / "folder.png")] in ("not a regular file", not_an_image)
     assert [r.path for r in results if isinstance(r, predict.Prediction)] == good

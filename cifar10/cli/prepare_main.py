@@ -101,8 +101,9 @@ def main(argv: list[str]) -> None:
 
 
 def _warn_skipped(skipped) -> None:
-    """A warning line for each unreadable image: ``skipped photos/x.png: <why>``."""
-    for path, why in skipped:
+    """A warning line for each unreadable image, in path order (the records' is
+    shuffled): ``skipped photos/x.png: <why>``."""
+    for path, why in sorted(skipped):
         logging.warning("skipped %s: %s", shown_path(path), why)
 
 

@@ -24,6 +24,7 @@ from cifar10.data import pipeline
 
 DECODE_PARALLEL = 2  # images decoded at once
 NOT_REGULAR = "not a regular file"  # a FIFO, a socket, a device, a folder
+EMPTY = "an empty file (0 bytes): a download or copy that did not finish?"
 # How a failed tf.debugging.Assert's message reads: ``assertion failed: [<why>]``.
 _ASSERTION = re.compile(r"assertion failed: \[([^\]\n]+)\]")
 
@@ -146,7 +147,7 @@ def decode_files(paths: Sequence[str], contents: Mapping[str, bytes] | None = No
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
-    a file that cannot be read or decoded, whose header gives more pixels than
+    a file that is empty, cannot be read or decoded, whose header gives more pixels than
     ``ih.MAX_PIXELS``, or that is of a kind the decoder does not take or would
     decode wrong (a 1-bit BMP, an OS/2 one: ``ih.unsupported``), gives None and a
     one-line reason, and the others go on.  A file that is not a regular one (a
@@ -155,8 +156,8 @@ def decode_files(paths: Sequence[str], contents: Mapping[str, bytes] | None = No
     ``-``) are decoded from those bytes instead of read.
     """
     contents = contents or {}
-    checked = [ih.examine_bytes(contents[p]) if p in contents else
-               _before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
+    checked = [(ih.examine_bytes(contents[p]) if contents[p] else EMPTY) if p in contents
+               else _before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
     decoded = [p for p, why in zip(paths, checked) if not why]
     given = [p in contents for p in decoded]
 
@@ -186,11 +187,13 @@ def _before_decoding(path: bytes) -> str:
     """Why the file ``path`` is not decoded, '' when it may be, read from its header
     before it is decoded (``ih.examine``)."""
     try:
-        mode = os.stat(path).st_mode
+        found = os.stat(path)
     except OSError:
         return ""  # (missing, or not to be looked at: reading it says which)
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(found.st_mode):
         return NOT_REGULAR
+    if not found.st_size:
+        return EMPTY
     return ih.examine(path)
 
 
