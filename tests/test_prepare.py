@@ -611,3 +611,14 @@ def test_a_test_fraction_given_for_split_folders_is_said_to_be_unused(tmp_path):
     # Not given, it is not named.
     result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'e'}")
     assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
+def test_skipped_images_are_named_in_path_order(image_dir, tmp_path):
+    bad = [image_dir / "bird" / f"bad{i}.png" for i in range(6)]
+    for path in bad:
+        path.write_text("no image")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    named = [line.split("skipped ")[1].split(": ")[0] for line in result.stderr.splitlines()
+             if "warning: skipped" in line]
+    assert named == [str(path) for path in bad]
