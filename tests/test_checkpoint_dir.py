@@ -105,3 +105,13 @@ def test_a_folder_of_images_is_named_so_not_told_to_train_there(tmp_path, layout
     result = call("cifar10-predict", f"--checkpoint_dir={photos}", str(image))
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == f"cifar10-predict: error: {expected}"
+
+
+def test_an_evaluators_pictures_do_not_make_a_folder_of_images(tmp_path):
+    # runs/a: the evaluator's folder with its pictures, the run's folder not started yet.
+    (tmp_path / "a" / "eval").mkdir(parents=True)
+    (tmp_path / "a" / "train").mkdir()
+    (tmp_path / "a" / "eval" / "flags.txt").write_text("# cifar10-eval\n")
+    (tmp_path / "a" / "eval" / "confusion_matrix-step20.png").write_bytes(b"")
+    for folder in (tmp_path / "a", tmp_path / "a" / "eval"):
+        assert "images" not in str(checkpoint_dir.no_checkpoint(str(folder)))

@@ -31,6 +31,7 @@ METADATA_FOLDER = "__MACOSX"  # macOS's zip metadata (its ._ files), beside the 
 # thumbnails a Synology NAS keeps in each folder.
 SKIPPED_FOLDERS = (METADATA_FOLDER, "@eaDir")
 STDIN = "-"  # an image file read from standard input, named on a command line
+PROGRAM_RECORD = "flags.txt"  # each program folder's record (runs.records.FLAGS_FILE)
 _ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
 
 
@@ -135,10 +136,14 @@ def holds_images(folder: str, depth: int = 2, looked_at: int = 64) -> bool:
     """Whether ``folder`` holds image files (``IMAGE_EXTENSIONS``, not hidden) in it or
     in its subfolders ``depth`` levels down (photos/cat/, photos/train/cat/): a folder of
     images, which a program may be pointed at by mistake.  At most ``looked_at``
-    subfolders of each are looked in, so that a large tree costs little."""
+    subfolders of each are looked in, so that a large tree costs little.  A program's
+    folder (it holds a ``flags.txt``: an evaluator's, with its pictures) and what is
+    below it are not looked in: its images are the program's."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
+        return False
+    if any(entry.name == PROGRAM_RECORD for entry in entries):
         return False
     if any(not entry.name.startswith(".") and entry.name.lower().endswith(IMAGE_EXTENSIONS)
            and not _is_dir(entry) for entry in entries):
