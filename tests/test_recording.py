@@ -308,3 +308,23 @@ def test_long_class_names_in_the_grid_are_broken_into_lines_of_their_own_column(
 
     heights = [Image.open(io.BytesIO(png)).size[1] for png in (short, long)]
     assert heights[1] > heights[0], heights
+
+
+@pytest.mark.parametrize("top", [1, 2, 7, 900])
+def test_the_heat_maps_colour_bar_has_whole_counts(monkeypatch, top):
+    from cifar10.evaluation import plots
+
+    drawn = []
+    real_png = plots._png
+
+    def capture(fig, title, heading):
+        png = real_png(fig, title, heading)  # (laid out and drawn: its ticks are final)
+        drawn.append(fig)
+        return png
+
+    monkeypatch.setattr(plots, "_png", capture)
+    plots.confusion_png([[top, 0], [1, 0]], ["a", "b"], "t")
+    [fig] = drawn
+    bar = fig.axes[1]
+    ticks = [t for t in bar.get_yticks() if 0 <= t <= top]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks

@@ -22,6 +22,7 @@ from absl import logging
 matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
 from matplotlib import text  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 from matplotlib.backends import backend_agg  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -35,7 +36,9 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
     fig = figure.Figure(figsize=(size, size * 0.9), dpi=100)
     ax = fig.add_subplot()
     image = ax.imshow(matrix, cmap="Blues")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    # Counts: whole ticks on the colour bar (a matrix of counts up to 2 had ticks 0.25 ...).
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04,
+                 ticks=ticker.MaxNLocator(integer=True))
     ticks = np.arange(n)
     labels = [names[i] if i < len(names) else f"output {i}" for i in range(n)]
     ax.set_xticks(ticks, labels, rotation=90 if n > 10 else 45, ha="right" if n <= 10 else "center",
