@@ -247,3 +247,11 @@ def test_images_in_no_class_folder_and_of_formats_not_read_are_named(tmp_path, l
     assert imagefiles.unfiled_warning(source.unfiled) == (
         f"left out 1 image in no class folder ({base / 'stray.jpg'}): a class's images go in its "
         f"folder, {base / '<class>'}/")
+
+
+def test_a_link_named_to_a_missing_file_says_where_it_points(tmp_path):
+    (tmp_path / "moved.png").symlink_to("/nonexistent/cat.png")
+    with pytest.raises(Cifar10Error) as error:
+        imagefiles.find_images([str(tmp_path / "moved.png")])
+    assert str(error.value) == (f"{tmp_path / 'moved.png'} is a link to /nonexistent/cat.png, "
+                                f"which does not exist")

@@ -66,6 +66,8 @@ def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list
             found.extend(images)
         elif os.path.exists(path):
             found.append(path)
+        elif os.path.islink(path):
+            raise Cifar10Error(f"{path} is a link to {os.readlink(path)}, which does not exist")
         else:
             raise Cifar10Error(f"no such file or folder: {path}")
     return found

@@ -189,12 +189,26 @@ def _before_decoding(path: bytes) -> str:
     try:
         found = os.stat(path)
     except OSError:
-        return ""  # (missing, or not to be looked at: reading it says which)
+        # (missing, or not to be looked at: reading it says which; a link, where to)
+        return _broken_link(path)
     if not stat.S_ISREG(found.st_mode):
         return NOT_REGULAR
     if not found.st_size:
         return EMPTY
     return ih.examine(path)
+
+
+def _broken_link(path: str | bytes) -> str:
+    """``a link to <target>, which does not exist`` where ``path`` is a link whose target
+    is missing (a folder of links whose images were moved); '' otherwise."""
+    try:
+        target = os.readlink(path)
+        if os.path.exists(path):
+            return ""
+    except OSError:
+        return ""
+    shown = os.fsencode(target).decode("utf-8", "backslashreplace")
+    return f"a link to {shown}, which does not exist"
 
 
 def _reason(error: tf.errors.OpError) -> str:
