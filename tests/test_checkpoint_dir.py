@@ -81,3 +81,37 @@ def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
         (tmp_path / "other" / "variables" / name).write_bytes(b"")
     plain = str(tmp_path / "other" / "variables" / "variables")
     assert checkpoint_files.given(plain) == plain
+
+
+@pytest.mark.parametrize("layout", ["class folders", "split folders", "images"])
+def test_a_folder_of_images_is_named_so_not_told_to_train_there(tmp_path, layout):
+    photos = tmp_path / "my photos"
+    folder = {"class folders": photos / "cat", "split folders": photos / "train" / "cat",
+              "images": photos}[layout]
+    folder.mkdir(parents=True)
+    (folder / "IMG_0001.JPG").write_bytes(b"")
+    expected = (f"No checkpoint found in {photos}, a folder of images, not a training run: pass "
+                f"a run's --train_dir as --checkpoint_dir")
+    if layout != "images":
+        expected += (f" (to train on its class folders, make a data set of them first: "
+                     f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
+    assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected
+    # The evaluator refuses it too, rather than wait there for a run's checkpoints.
+    with pytest.raises(Cifar10Error) as error:
+        checkpoint_dir.refuse_a_folder_that_is_no_run(str(photos))
+    assert str(error.value) == expected.replace("No checkpoint found", "No checkpoint file found")
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    result = call("cifar10-predict", f"--checkpoint_dir={photos}", str(image))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == f"cifar10-predict: error: {expected}"
+
+
+def test_an_evaluators_pictures_do_not_make_a_folder_of_images(tmp_path):
+    # runs/a: the evaluator's folder with its pictures, the run's folder not started yet.
+    (tmp_path / "a" / "eval").mkdir(parents=True)
+    (tmp_path / "a" / "train").mkdir()
+    (tmp_path / "a" / "eval" / "flags.txt").write_text("# cifar10-eval\n")
+    (tmp_path / "a" / "eval" / "confusion_matrix-step20.png").write_bytes(b"")
+    for folder in (tmp_path / "a", tmp_path / "a" / "eval"):
+        assert "images" not in str(checkpoint_dir.no_checkpoint(str(folder)))

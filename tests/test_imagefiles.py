@@ -217,3 +217,41 @@ def test_a_class_gathered_by_a_link_to_a_subfolder_keeps_its_images(tmp_path):
     source = imagefiles.find_source(str(tmp_path / "p"), test_fraction=0.5)
     assert source.class_names == ("a", "b", "c")
     assert len(source.train) + len(source.test) == 6 + 36 + 30
+
+
+def test_images_of_formats_not_read_are_listed_as_left_out(tmp_path):
+    for name in ("cat/1.jpg", "cat/2.webp", "cat/sub/3.TIFF", "cat/._4.webp", "cat/notes.txt",
+                 "cat/Thumbs.db"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    left_out = []
+    assert imagefiles.find_images([str(tmp_path)], left_out) == [str(tmp_path / "cat" / "1.jpg")]
+    assert left_out == [str(tmp_path / "cat" / "2.webp"), str(tmp_path / "cat" / "sub" / "3.TIFF")]
+    assert imagefiles.left_out_warning(left_out) == (
+        f"left out 2 files of formats it does not read ({tmp_path / 'cat' / '2.webp'}, "
+        f"{tmp_path / 'cat' / 'sub' / '3.TIFF'}): it reads PNG, JPEG, GIF and BMP; convert them "
+        f"to one of those to take them")
+    assert imagefiles.left_out_warning([]) == ""
+
+
+@pytest.mark.parametrize("layout", ["class folders", "split folders"])
+def test_images_in_no_class_folder_and_of_formats_not_read_are_named(tmp_path, layout):
+    base = tmp_path / "train" if layout == "split folders" else tmp_path
+    make_files(tmp_path, {"train/ant": 6, "train/bee": 6, "test/ant": 2} if layout ==
+               "split folders" else {"ant": 6, "bee": 6})
+    for name in ("stray.jpg", "notes.txt", ".hidden.png", "bee/x.webp"):
+        (base / name).write_bytes(b"")
+    source = imagefiles.find_source(str(tmp_path))
+    assert source.unfiled == (str(base / "stray.jpg"),)
+    assert source.left_out == (str(base / "bee" / "x.webp"),)
+    assert imagefiles.unfiled_warning(source.unfiled) == (
+        f"left out 1 image in no class folder ({base / 'stray.jpg'}): a class's images go in its "
+        f"folder, {base / '<class>'}/")
+
+
+def test_a_link_named_to_a_missing_file_says_where_it_points(tmp_path):
+    (tmp_path / "moved.png").symlink_to("/nonexistent/cat.png")
+    with pytest.raises(Cifar10Error) as error:
+        imagefiles.find_images([str(tmp_path / "moved.png")])
+    assert str(error.value) == (f"{tmp_path / 'moved.png'} is a link to /nonexistent/cat.png, "
+                                f"which does not exist")

@@ -116,6 +116,17 @@ def test_fifos_and_sockets_are_refused_without_being_opened(tmp_path):
     assert opened == []
 
 
+def test_an_empty_file_is_named_as_such_not_as_damaged(tmp_path):
+    tf.io.write_file(str(tmp_path / "good.png"), tf.io.encode_png(image(1)))
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    good, empty = str(tmp_path / "good.png"), str(tmp_path / "empty.jpg")
+    results = [(path, why) for path, _, why in image_files.decode_files(
+        [empty, good, "-"], contents={"-": b""})]
+    assert results == [
+        (empty, "an empty file (0 bytes): a download or copy that did not finish?"), (good, ""),
+        ("-", "an empty file (0 bytes): a download or copy that did not finish?")]
+
+
 def bmp_of_depth(bits: int, width: int = 8, height: int = 2) -> bytes:
     """A valid uncompressed BMP of ``bits`` bits per pixel (a grey palette below 16)."""
     colours = 2 ** bits if bits < 16 else 0
@@ -355,3 +366,17 @@ def test_bmp_variants_tensorflow_refuses_or_decodes_wrong_are_refused_saying_why
         decoded(data)
     assert f"assertion failed: [{why}]" in error.value.message
 
+
+
+def test_a_link_to_a_missing_file_names_where_it_points(tmp_path):
+    tf.io.write_file(str(tmp_path / "good.png"), tf.io.encode_png(image(1)))
+    (tmp_path / "moved.png").symlink_to(tmp_path / "elsewhere" / "cat.png")
+    results = [(path, why) for path, _, why in image_files.decode_files(
+        [str(tmp_path / "moved.png"), str(tmp_path / "good.png")])]
+    assert results == [
+        (str(tmp_path / "moved.png"),
+         f"a link to {tmp_path / 'elsewhere' / 'cat.png'}, which does not exist"),
+        (str(tmp_path / "good.png"), "")]
+    # A missing file that is no link is as it was.
+    [(_, _, why)] = image_files.decode_files([str(tmp_path / "nope.png")])
+    assert why == "no such file"

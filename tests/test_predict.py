@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from specialfiles import watched_fifos
 from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
 
 from cifar10.runs import checkpoints
+from cifar10.data import images as image_files
 from cifar10.data import pipeline as data
 from cifar10.serving import predict
 from cifar10.cli import checkpoint_dir
@@ -92,7 +94,7 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     not_an_image = "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
     assert failures == {str(tmp_path / "text.png"): not_an_image,
                         str(tmp_path / "missing.png"): "no such file",
-                        str(tmp_path / "empty.jpg"): not_an_image,
+                        str(tmp_path / "empty.jpg"): image_files.EMPTY,
                         str(tmp_path / "folder.png"): failures.get(str(tmp_path / "folder.png"))}
     assert failures[str(tmp_path / "folder.png")] in ("not a regular file", not_an_image)
     assert [r.path for r in results if isinstance(r, predict.Prediction)] == good
@@ -315,3 +317,56 @@ def test_bmps_tensorflow_would_refuse_or_decode_wrong_are_each_one_warning(train
         f"colour masks store its channels in another order than blue, green, red, which "
         f"TensorFlow would decode into wrong colours: {fix}",
         "cifar10-predict: error: 2 of 3 images could not be read (see above)"]
+
+
+def test_images_of_formats_it_does_not_read_in_a_folder_are_one_warning(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos", images[:2])
+    (tmp_path / "photos" / "holiday.webp").write_bytes(b"RIFF")
+    (tmp_path / "photos" / "notes.txt").write_text("not an image: passed over unsaid")
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=csv",
+                  str(tmp_path / "photos"))
+    assert result.returncode == 0, result.stderr
+    assert [line.split(",")[0] for line in result.stdout.splitlines()[1:]] == good
+    assert result.stderr.splitlines() == [
+        f"cifar10-predict: warning: left out 1 file of a format it does not read "
+        f"({tmp_path / 'photos' / 'holiday.webp'}): it reads PNG, JPEG, GIF and BMP; convert it "
+        f"to one of those to take it"]
+
+
+def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained_run, tmp_path,
+                                                                         monkeypatch):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    [path] = write_pngs(tmp_path, images[:1])
+    bmp = palette_bmp(np.array([[0, 1], [2, 3]]), COLOURS[:4], compression=1)  # RLE: refused
+    for piped, status in ((open(path, "rb").read(), 0), (bmp, 1)):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(piped)))
+        result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl", "-",
+                      path)
+        assert result.returncode == status, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        if status == 0:
+            assert [line["path"] for line in lines] == ["-", path]
+            assert lines[0]["top_k"] == lines[1]["top_k"]
+        else:
+            assert [line["path"] for line in lines] == [path]
+            assert result.stderr.splitlines() == [
+                "cifar10-predict: warning: cannot read -: an RLE-compressed 8-bit BMP, which "
+                "TensorFlow does not decode: save it as PNG or as a 24-bit BMP",
+                "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
+
+
+def test_a_dash_with_a_terminal_for_standard_input_is_one_line_before_tensorflow(tmp_path,
+                                                                                monkeypatch):
+    class Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"")))
+    result = call("cifar10-predict", f"--checkpoint_dir={tmp_path / 'nowhere'}", "-")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        "cifar10-predict: error: - names an image read from standard input, which is a "
+        "terminal: pipe the image in, as in cifar10-predict - < cat.png (a file named - is ./-)"]

@@ -226,6 +226,27 @@ def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path)
     assert not (tmp_path / "data").exists()
 
 
+def test_a_refusal_after_decoding_names_each_unreadable_image_before_it(image_dir, tmp_path):
+    # The refusal counts the unreadable images; the lines before it say why each is.
+    (image_dir / "eel").mkdir()
+    (image_dir / "eel" / "0.png").write_text("no image")
+    (image_dir / "eel" / "1.bmp").write_bytes(palette_bmp(np.array([[0, 1]]), COLOURS[:1]))
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0.3")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert re.fullmatch(
+        f"cifar10-prepare: error: class eel has no training image that could be read, such "
+        f"as {re.escape(str(image_dir / 'eel'))}/[01]\\.(png|bmp): add readable images to its "
+        f"folder or remove the folder; nothing written", lines[-1]), lines[-1]
+    assert sorted(line for line in lines if "warning" in line) == [
+        f"cifar10-prepare: warning: skipped {image_dir / 'eel' / '0.png'}: not an image "
+        f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
+        f"cifar10-prepare: warning: skipped {image_dir / 'eel' / '1.bmp'}: an 8-bit BMP with "
+        f"pixels of palette index 1, past the end of its 1-colour palette: a damaged one"]
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_class_whose_images_all_went_to_the_test_split_says_so(image_dir, tmp_path):
     write_png(image_dir / "eel" / "0.png", class_image(3, 0))  # readable, and alone
     source = prepare.find_source(str(image_dir), test_fraction=0.6)
@@ -558,3 +579,46 @@ def test_progress_in_a_log_is_a_line_at_each_tenth_and_on_a_terminal_one_line(im
     text = out.getvalue()
     assert text.startswith("\r0/36 images\r1/36 images (") and text.count("\r") == 37
     assert text.count("\n") == 1 and text.endswith("\n")
+
+
+def test_images_in_no_class_folder_or_of_formats_it_does_not_read_are_named(image_dir, tmp_path):
+    (image_dir / "stray.jpg").write_bytes(b"")
+    (image_dir / "cat" / "holiday.heic").write_bytes(b"")
+    (image_dir / "README.txt").write_text("not an image: passed over unsaid")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-prepare: warning: left out 1 image in no class folder ({image_dir / 'stray.jpg'}"
+        f"): a class's images go in its folder, {image_dir / '<class>'}/",
+        f"cifar10-prepare: warning: left out 1 file of a format it does not read "
+        f"({image_dir / 'cat' / 'holiday.heic'}): it reads PNG, JPEG, GIF and BMP; convert it to "
+        f"one of those to take it"]
+    assert result.stdout.splitlines()[1] == (
+        f"Found 36 images of 3 classes in {image_dir}: 30 for training, 6 for testing.")
+
+
+def test_a_test_fraction_given_for_split_folders_is_said_to_be_unused(tmp_path):
+    root = write_folders(tmp_path / "photos", {"train/ant": 4, "train/bee": 3, "val/ant": 2,
+                                               "val/bee": 1})
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'd'}",
+                  "--test_fraction=0.3")
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
+        f"cifar10-prepare: warning: --test_fraction=0.3 is not used: val/ is the test set of the "
+        f"split folders; to split the classes of train/ by --test_fraction instead, point "
+        f"--image_dir at {root / 'train'}"]
+    assert "Wrote 7 training and 3 test records" in result.stdout
+    # Not given, it is not named.
+    result = call("cifar10-prepare", f"--image_dir={root}", f"--data_dir={tmp_path / 'e'}")
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
+def test_skipped_images_are_named_in_path_order(image_dir, tmp_path):
+    bad = [image_dir / "bird" / f"bad{i}.png" for i in range(6)]
+    for path in bad:
+        path.write_text("no image")
+    result = call("cifar10-prepare", f"--image_dir={image_dir}", f"--data_dir={tmp_path / 'd'}")
+    assert result.returncode == 0, result.stderr
+    named = [line.split("skipped ")[1].split(": ")[0] for line in result.stderr.splitlines()
+             if "warning: skipped" in line]
+    assert named == [str(path) for path in bad]

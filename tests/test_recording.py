@@ -4,6 +4,7 @@ TensorBoard's scalars, PR curves and images, the PNG files and their titles."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -264,3 +265,66 @@ def test_other_warnings_while_drawing_pass_as_they_are(monkeypatch):
     monkeypatch.setattr(plots.figure.Figure, "savefig", savefig_warns)
     with pytest.warns(UserWarning, match="something else"):
         plots.confusion_png([[1]], ["a"], "t")
+
+
+@pytest.mark.parametrize("picture, classes", [("heat map", 2), ("heat map", 3),
+                                              ("heat map", 5), ("grid", 1), ("grid", 3)])
+def test_the_pictures_of_a_few_classes_or_images_show_their_whole_title(picture, classes):
+    """The title of a few classes' matrix (own images), or of a grid of a few images, is
+    not cut at the picture's sides: its pixels (a title without spaces, so that a cut
+    one ends in a letter) stop short of the first and last columns."""
+    from PIL import Image
+
+    from cifar10.evaluation import plots
+
+    title = "Confusion_matrix,_model.ckpt-123456,_averages_weights:_precision_@_1_=_0.333"
+    names = [f"c{i}" for i in range(classes)]
+    if picture == "heat map":
+        png = plots.confusion_png(np.eye(classes, dtype=int), names, title)
+    else:
+        png = plots.misclassified_png(np.zeros([classes, 32, 32, 3], np.uint8), names,
+                                      names[::-1], title)
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    top = pixels[:25]  # the title's band, above the matrix or the images
+    dark = np.flatnonzero(top.min(axis=0) < 128)
+    assert dark.size and dark.min() > 2 and dark.max() < pixels.shape[1] - 3, (
+        dark.min(), dark.max(), pixels.shape)
+
+
+def test_long_class_names_in_the_grid_are_broken_into_lines_of_their_own_column():
+    from cifar10.evaluation import plots
+
+    assert plots.grid_label("cat", "dog") == "cat →\ndog"
+    label = plots.grid_label("a very long class name of many words", "x" * 30)
+    assert label == "a very long class name\nof many words →\n" + "x" * 24 + "\n" + "x" * 6
+    assert all(len(line) <= plots.GRID_LABEL_WIDTH + 2 for line in label.splitlines())
+    # The grid is drawn taller for them, its labels clear of the title above.
+    short = plots.misclassified_png(np.zeros([2, 32, 32, 3], np.uint8), ["a", "b"], ["b", "a"],
+                                    "grid")
+    long = plots.misclassified_png(np.zeros([2, 32, 32, 3], np.uint8),
+                                   ["a very long class name of many words"] * 2, ["b", "a"],
+                                   "grid")
+    from PIL import Image
+
+    heights = [Image.open(io.BytesIO(png)).size[1] for png in (short, long)]
+    assert heights[1] > heights[0], heights
+
+
+@pytest.mark.parametrize("top", [1, 2, 7, 900])
+def test_the_heat_maps_colour_bar_has_whole_counts(monkeypatch, top):
+    from cifar10.evaluation import plots
+
+    drawn = []
+    real_png = plots._png
+
+    def capture(fig, title, heading):
+        png = real_png(fig, title, heading)  # (laid out and drawn: its ticks are final)
+        drawn.append(fig)
+        return png
+
+    monkeypatch.setattr(plots, "_png", capture)
+    plots.confusion_png([[top, 0], [1, 0]], ["a", "b"], "t")
+    [fig] = drawn
+    bar = fig.axes[1]
+    ticks = [t for t in bar.get_yticks() if 0 <= t <= top]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks

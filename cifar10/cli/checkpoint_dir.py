@@ -1,6 +1,6 @@
 """A program's --checkpoint_dir: the newest checkpoint in it, and, where it holds none,
 the error that says where the checkpoints are (a run's parent folder given for the
-run, a data folder) or to train first.  No TensorFlow until a checkpoint is read.
+run, a data folder, a folder of images) or to train first.  No TensorFlow until a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shlex
 from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
+from cifar10.data import imagefiles
 from cifar10.runs import checkpoint_files
 
 
@@ -112,4 +113,13 @@ def _elsewhere(checkpoint_dir: str) -> str:
         return (f", {export}, not a training run: pass the --train_dir of the run it was "
                 f"exported from as --checkpoint_dir (TensorFlow Serving, saved_model_cli "
                 f"and TFLite's converter load the export itself)")
+    # (Not "train first" there: the run would be mixed in with the images.)
+    if imagefiles.holds_images(checkpoint_dir, depth=0):
+        return (", a folder of images, not a training run: pass a run's --train_dir as "
+                "--checkpoint_dir")
+    if imagefiles.holds_images(checkpoint_dir):  # class folders (or split folders of them)
+        return (f", a folder of images, not a training run: pass a run's --train_dir as "
+                f"--checkpoint_dir (to train on its class folders, make a data set of them "
+                f"first: cifar10-prepare --image_dir={shlex.quote(checkpoint_dir)} "
+                f"--data_dir=<a new folder>)")
     return ""

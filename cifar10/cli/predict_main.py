@@ -16,6 +16,7 @@ the file names after a --.
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -39,7 +40,11 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
     memory.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
-    paths = imagefiles.find_images(argv[1:])
+    left_out: list[str] = []
+    paths = imagefiles.find_images(argv[1:], left_out)
+    if left_out:
+        logging.warning("%s", imagefiles.left_out_warning(left_out))
+    piped = _standard_input() if imagefiles.STDIN in paths else {}
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     programs.load_tensorflow()
@@ -56,7 +61,7 @@ def main(argv: list[str]) -> None:
         print(predict.csv_header(FLAGS.top_k, len(names)), flush=True)
     failed = 0
     for result in predict.predict_files(model, paths, FLAGS.batch_size, FLAGS.top_k,
-                                        num_classes=len(names)):
+                                        num_classes=len(names), contents=piped):
         if isinstance(result, predict.Failure):
             failed += 1
             # As cifar10-prepare's skipped images: "cifar10-predict: warning: ...".
@@ -65,6 +70,21 @@ def main(argv: list[str]) -> None:
             print(show(result, names), flush=True)
     if failed:
         raise Cifar10Error(f"{failed} of {len(paths)} images could not be read (see above)")
+
+
+def _standard_input() -> dict[str, bytes]:
+    """{"-": the bytes of standard input}, the image piped in that "-" names.
+
+    Raises:
+      Cifar10Error: standard input is a terminal (it would wait for typing) or closed.
+    """
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None or sys.stdin.isatty():
+        raise Cifar10Error(
+            f"{imagefiles.STDIN} names an image read from standard input, which is "
+            f"{'closed' if stdin is None else 'a terminal'}: pipe the image in, as in "
+            f"cifar10-predict {imagefiles.STDIN} < cat.png (a file named - is ./-)")
+    return {imagefiles.STDIN: stdin.read()}
 
 
 def run() -> None:

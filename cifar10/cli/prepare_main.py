@@ -14,6 +14,8 @@ cifar10-train and cifar10-eval read.  Example:
 
 from __future__ import annotations
 
+import os
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -21,6 +23,7 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
+from cifar10.data import imagefiles
 from cifar10.data import prepare
 from cifar10.cli import outdirs
 from cifar10.cli import programs
@@ -62,24 +65,46 @@ def main(argv: list[str]) -> None:
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)
+    if source.split and FLAGS["test_fraction"].present:
+        train, test = source.split
+        logging.warning("%s", f"--test_fraction={FLAGS.test_fraction:g} is not used: {test}/ is "
+                        f"the test set of the split folders; to split the classes of {train}/ "
+                        f"by --test_fraction instead, point --image_dir at "
+                        f"{os.path.join(FLAGS.image_dir, train)}")
+    for warning in (imagefiles.unfiled_warning(source.unfiled),
+                    imagefiles.left_out_warning(source.left_out)):
+        if warning:
+            logging.warning("%s", warning)
     removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
     if removed:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
               f"{', '.join(removed)}.")
     programs.load_tensorflow()
     line = progress_line(len(source.train) + len(source.test))
+    refused = None
     try:
         summary = prepare.convert(source, FLAGS.data_dir, seed=FLAGS.seed, strict=FLAGS.strict,
                                   progress=lambda done, _: line.show(done))
+    except prepare.TooFewReadable as e:
+        refused = e
     finally:
         line.end()  # (the terminal's line ended before an error, too)
-    for path, why in summary.skipped:
-        logging.warning("skipped %s: %s", shown_path(path), why)
+    # The unreadable images are named before a refusal too: it counts them.
+    _warn_skipped(refused.skipped if refused else summary.skipped)
+    if refused:
+        raise refused
     skipped = len(summary.skipped)
     print(f"Wrote {summary.train_records:,} training and {summary.test_records:,} test records "
           f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
           f"{summary.batches_dir}; skipped {skipped} unreadable "
           f"image{'' if skipped == 1 else 's'}.", flush=True)
+
+
+def _warn_skipped(skipped) -> None:
+    """A warning line for each unreadable image, in path order (the records' is
+    shuffled): ``skipped photos/x.png: <why>``."""
+    for path, why in sorted(skipped):
+        logging.warning("skipped %s: %s", shown_path(path), why)
 
 
 def run() -> None:

@@ -15,9 +15,14 @@ from typing import Sequence
 import numpy as np
 
 from cifar10.data import fileformat as ff
-from cifar10.core.errors import Cifar10Error, io_error, listed
+from cifar10.core.errors import Cifar10Error, io_error, listed, shown_path
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
+# Images of the formats not taken, which a search of folders names as left out rather
+# than passing over them unsaid as it does other files (notes.txt, Thumbs.db).
+OTHER_IMAGE_EXTENSIONS = (".webp", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl",
+                          ".jfif", ".jpe", ".jp2", ".ico", ".psd", ".svg", ".dng", ".cr2",
+                          ".nef", ".arw")
 DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
 TRAIN_FOLDER = "train"
 TEST_FOLDERS = ("test", "val", "valid", "validation")  # any of these is the test set
@@ -25,42 +30,53 @@ METADATA_FOLDER = "__MACOSX"  # macOS's zip metadata (its ._ files), beside the 
 # Folders of no images of a class, inside a class folder too: the above, and the
 # thumbnails a Synology NAS keeps in each folder.
 SKIPPED_FOLDERS = (METADATA_FOLDER, "@eaDir")
+STDIN = "-"  # an image file read from standard input, named on a command line
+PROGRAM_RECORD = "flags.txt"  # each program folder's record (runs.records.FLAGS_FILE)
 _ONE_FOLDER_PER_CLASS = "the folder that holds one folder of images per class"
 
 
-def find_images(paths: Sequence[str]) -> list[str]:
+def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list[str]:
     """The image files named by ``paths``: files as given, folders searched recursively.
 
     In folders only files ending in one of ``IMAGE_EXTENSIONS`` (any case) are
     taken, in sorted order, but for hidden files and folders (their names start with
     '.': macOS's ``._`` copies of each image among them) and the metadata folders of
     macOS's zip files and Synology's thumbnails (``SKIPPED_FOLDERS``); a file named
-    directly is taken whatever its name.  Links to folders are followed, and within
+    directly is taken whatever its name; ``STDIN`` ("-") is taken as it is, for
+    standard input.  Links to folders are followed, and within
     one folder given each real folder is searched once and each file taken once
     (``_images_under``).  A file that is not a regular one (a FIFO, a socket, a
     device) is listed like any other: decoding refuses it without opening it.
+    The files in folders whose names end in one of ``OTHER_IMAGE_EXTENSIONS``, images
+    of a format not taken, are appended to ``left_out`` (when given), so that the
+    program can say they were left out.
 
     Raises:
       Cifar10Error: a path does not exist, or a folder holds no image.
     """
     found = []
     for path in paths:
-        if os.path.isdir(path):
-            images = _images_under(path)
+        if path == STDIN:  # (a file named "-" is ./-)
+            found.append(path)
+        elif os.path.isdir(path):
+            images = _images_under(path, left_out)
             if not images:
                 raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
                                    f"{path} or its subfolders")
             found.extend(images)
         elif os.path.exists(path):
             found.append(path)
+        elif os.path.islink(path):
+            raise Cifar10Error(f"{path} is a link to {os.readlink(path)}, which does not exist")
         else:
             raise Cifar10Error(f"no such file or folder: {path}")
     return found
 
 
-def _images_under(folder: str) -> list[str]:
+def _images_under(folder: str, left_out: list[str] | None = None) -> list[str]:
     """The image files in ``folder`` and its subfolders, sorted, hidden ones and
-    metadata folders left out (``find_images``).
+    metadata folders left out (``find_images``); those of other image formats are
+    appended to ``left_out``, sorted.
 
     Links to folders are followed (a class folder gathered from elsewhere by links),
     but each real folder is searched once, under the first path that reaches it in
@@ -71,6 +87,7 @@ def _images_under(folder: str) -> list[str]:
     """
     seen_folders: set[tuple[int, int]] = set()
     files: list[tuple[str, tuple[int, int] | None]] = []
+    others: list[str] = []
 
     def search(path: str) -> None:
         try:
@@ -89,8 +106,12 @@ def _images_under(folder: str) -> list[str]:
                     search(entry.path)
             elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
                 files.append((entry.path, _file_identity(entry)))
+            elif entry.name.lower().endswith(OTHER_IMAGE_EXTENSIONS):
+                others.append(entry.path)
 
     search(folder)
+    if left_out is not None:
+        left_out.extend(sorted(others))
     taken, found = set(), []
     for path, identity in sorted(files, key=lambda file: file[0]):
         if identity is not None:
@@ -99,6 +120,40 @@ def _images_under(folder: str) -> list[str]:
             taken.add(identity)
         found.append(path)
     return found
+
+
+def left_out_warning(left_out: Sequence[str]) -> str:
+    """The warning for the files of ``left_out`` (images of formats not taken); '' for none."""
+    if not left_out:
+        return ""
+    count = len(left_out)
+    return (f"left out {count} file{'' if count == 1 else 's'} of "
+            f"{'a format' if count == 1 else 'formats'} it does not read "
+            f"({listed([shown_path(p) for p in left_out], 4)}): it reads PNG, JPEG, GIF and "
+            f"BMP; convert {'it' if count == 1 else 'them'} to one of those to take "
+            f"{'it' if count == 1 else 'them'}")
+
+
+def holds_images(folder: str, depth: int = 2, looked_at: int = 64) -> bool:
+    """Whether ``folder`` holds image files (``IMAGE_EXTENSIONS``, not hidden) in it or
+    in its subfolders ``depth`` levels down (photos/cat/, photos/train/cat/): a folder of
+    images, which a program may be pointed at by mistake.  At most ``looked_at``
+    subfolders of each are looked in, so that a large tree costs little.  A program's
+    folder (it holds a ``flags.txt``: an evaluator's, with its pictures) and what is
+    below it are not looked in: its images are the program's."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    if any(entry.name == PROGRAM_RECORD for entry in entries):
+        return False
+    if any(not entry.name.startswith(".") and entry.name.lower().endswith(IMAGE_EXTENSIONS)
+           and not _is_dir(entry) for entry in entries):
+        return True
+    subfolders = [entry.path for entry in entries
+                  if not entry.name.startswith(".") and _is_dir(entry)]
+    return depth > 0 and any(holds_images(path, depth - 1, looked_at)
+                             for path in sorted(subfolders)[:looked_at])
 
 
 def _identity(stat: os.stat_result) -> tuple[int, int]:
@@ -129,6 +184,9 @@ class Source:
     test: tuple[tuple[str, int], ...]
     layout: str = ""  # one line: the layout found and where the test set comes from
     skipped: tuple[str, ...] = ()  # the metadata folders passed over (METADATA_FOLDER)
+    left_out: tuple[str, ...] = ()  # the class folders' images of formats not read
+    unfiled: tuple[str, ...] = ()  # images in no class folder (beside the class folders)
+    split: tuple[str, str] | None = None  # the split folders (train, test) kept, if any
 
 
 def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
@@ -151,11 +209,39 @@ def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
         raise Cifar10Error(f"{image_dir} {state}: point --image_dir at {_ONE_FOLDER_PER_CLASS}")
     top = _subfolders(image_dir)
     splits = split_folders(image_dir, top)
-    source = (_kept_split(image_dir, *splits) if splits
-              else _random_split(image_dir, top, test_fraction, seed))
+    left_out: list[str] = []
+    source = (_kept_split(image_dir, *splits, left_out) if splits
+              else _random_split(image_dir, top, test_fraction, seed, left_out))
     check_counts(len(source.train), len(source.test), image_dir,
                  "" if splits else f"--test_fraction={test_fraction:g}")
-    return dataclasses.replace(source, skipped=_metadata_folders(image_dir, splits or ()))
+    return dataclasses.replace(source, skipped=_metadata_folders(image_dir, splits or ()),
+                               left_out=tuple(left_out),
+                               unfiled=_unfiled(image_dir, splits or ()))
+
+
+def _unfiled(image_dir: str, splits: Sequence[str]) -> tuple[str, ...]:
+    """The image files in ``image_dir`` itself and in its ``splits`` folders, beside the
+    class folders: in no class, so not taken (hidden ones aside)."""
+    found = []
+    for folder in [image_dir, *(os.path.join(image_dir, name) for name in splits)]:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        found += [entry.path for entry in entries
+                  if not entry.name.startswith(".") and not _is_dir(entry)
+                  and entry.name.lower().endswith(IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS)]
+    return tuple(found)
+
+
+def unfiled_warning(unfiled: Sequence[str]) -> str:
+    """The warning for the images ``unfiled`` in no class folder; '' for none."""
+    if not unfiled:
+        return ""
+    count = len(unfiled)
+    return (f"left out {count} image{'' if count == 1 else 's'} in no class folder "
+            f"({listed([shown_path(p) for p in unfiled], 4)}): a class's images go in its "
+            f"folder, {os.path.join(shown_path(os.path.dirname(unfiled[0])), '<class>')}/")
 
 
 def _metadata_folders(image_dir: str, splits: Sequence[str]) -> tuple[str, ...]:
@@ -223,7 +309,8 @@ def _slashed(names: Sequence[str], last: str = "and") -> str:
     return f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
-def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
+def _kept_split(image_dir: str, train_name: str, test_name: str,
+                left_out: list[str]) -> Source:
     train_dir, test_dir = (os.path.join(image_dir, name) for name in (train_name, test_name))
     names = _subfolders(train_dir)
     _check_classes(train_dir, names)
@@ -232,8 +319,8 @@ def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
         advice = _unknown_classes_advice(unknown, names, image_dir, train_name, test_name)
         raise Cifar10Error(f"{test_dir} has classes that {train_dir} lacks: "
                            f"{listed(unknown)}; {advice}")
-    train = _labelled(train_dir, names, required=True)
-    test = _labelled(test_dir, names, required=False)
+    train = _labelled(train_dir, names, required=True, left_out=left_out)
+    test = _labelled(test_dir, names, required=False, left_out=left_out)
     if not test:
         raise Cifar10Error(
             f"{test_dir} holds no images in class folders: put the test images in "
@@ -241,7 +328,7 @@ def _kept_split(image_dir: str, train_name: str, test_name: str) -> Source:
             f"{train_dir} to split its classes by --test_fraction")
     return Source(tuple(names), tuple(train), tuple(test),
                   f"Found split folders {train_name}/ and {test_name}/: {test_name}/ is the "
-                  f"test set.")
+                  f"test set.", split=(train_name, test_name))
 
 
 def _unknown_classes_advice(unknown: Sequence[str], names: Sequence[str], image_dir: str,
@@ -276,12 +363,12 @@ def _as_do(names: Sequence[str]) -> str:
 
 
 def _random_split(image_dir: str, names: Sequence[str], test_fraction: float,
-                  seed: int) -> Source:
+                  seed: int, left_out: list[str]) -> Source:
     _check_classes(image_dir, names)
     rng = np.random.default_rng(seed)
     train, test = [], []
     for label, name in enumerate(names):
-        images = _images(os.path.join(image_dir, name), required=True)
+        images = _images(os.path.join(image_dir, name), required=True, left_out=left_out)
         order = rng.permutation(len(images))
         cut = int(round(len(images) * test_fraction))
         test += [(images[i], label) for i in order[:cut]]
@@ -336,9 +423,9 @@ def _check_classes(folder: str, names: Sequence[str]) -> None:
                            f"{folder}")
 
 
-def _images(folder: str, required: bool) -> list[str]:
+def _images(folder: str, required: bool, left_out: list[str] | None = None) -> list[str]:
     try:
-        return find_images([folder])
+        return find_images([folder], left_out)
     except Cifar10Error:
         if required:
             raise Cifar10Error(f"the class folder {folder} holds no images "
@@ -347,10 +434,11 @@ def _images(folder: str, required: bool) -> list[str]:
         return []
 
 
-def _labelled(split_dir: str, names: Sequence[str], required: bool) -> list[tuple[str, int]]:
+def _labelled(split_dir: str, names: Sequence[str], required: bool,
+              left_out: list[str] | None = None) -> list[tuple[str, int]]:
     pairs = []
     for label, name in enumerate(names):
         folder = os.path.join(split_dir, name)
         if os.path.isdir(folder) or required:
-            pairs += [(path, label) for path in _images(folder, required)]
+            pairs += [(path, label) for path in _images(folder, required, left_out)]
     return pairs

@@ -9,6 +9,7 @@ another order), or that is cut short.  No TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import struct
@@ -32,6 +33,12 @@ def examine(path: str | bytes, limit: int = MAX_PIXELS) -> str:
             return _too_large(_pixels_of(f), limit) or _unsupported_of(f)
     except OSError:
         return ""
+
+
+def examine_bytes(data: bytes, limit: int = MAX_PIXELS) -> str:
+    """``examine`` of an image file's bytes ``data`` (an image read from standard input)."""
+    f = io.BytesIO(data)
+    return _too_large(_pixels_of(f), limit) or _unsupported_of(f)
 
 
 def pixels(path: str | bytes) -> int | None:
@@ -141,7 +148,7 @@ def _unsupported_of(f) -> str:
     try:
         f.seek(0)
         head = f.read(BMP_HEAD)
-        length = os.fstat(f.fileno()).st_size
+        length = f.seek(0, os.SEEK_END)
     except OSError:
         return ""
     if head[:2] != b"BM" or len(head) < 18:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,7 @@ from cifar10.data import pipeline
 
 DECODE_PARALLEL = 2  # images decoded at once
 NOT_REGULAR = "not a regular file"  # a FIFO, a socket, a device, a folder
+EMPTY = "an empty file (0 bytes): a download or copy that did not finish?"
 # How a failed tf.debugging.Assert's message reads: ``assertion failed: [<why>]``.
 _ASSERTION = re.compile(r"assertion failed: \[([^\]\n]+)\]")
 
@@ -157,24 +158,36 @@ def _any_of(value: tf.Tensor, options) -> tf.Tensor:
     return tf.reduce_any(tf.equal(value, tf.constant(options, tf.int64)))
 
 
-def decode_files(paths: Sequence[str]) -> Iterator[tuple[str, np.ndarray | None, str]]:
+def decode_files(paths: Sequence[str], contents: Mapping[str, bytes] | None = None
+                 ) -> Iterator[tuple[str, np.ndarray | None, str]]:
     """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
 
     The files are read and decoded by tf.data, ``DECODE_PARALLEL`` at a time, by
     their names' bytes (a name that is not UTF-8 is read as any other);
-    a file that cannot be read or decoded, whose header gives more pixels than
+    a file that is empty, cannot be read or decoded, whose header gives more pixels than
     ``ih.MAX_PIXELS``, or that is of a kind the decoder does not take or would
     decode wrong (a 1-bit BMP, an OS/2 one: ``ih.unsupported``), gives None and a
     one-line reason, and the others go on.  A file that is not a regular one (a
     FIFO, a socket, a device) is not opened at all: reading a FIFO would wait for a
-    writer for ever.
+    writer for ever.  The files of ``contents`` (path: bytes; standard input read, as
+    ``-``) are decoded from those bytes instead of read.
     """
-    checked = [_before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
-    decoded = [os.fsencode(p) for p, why in zip(paths, checked) if not why]
+    contents = contents or {}
+    checked = [(ih.examine_bytes(contents[p]) if contents[p] else EMPTY) if p in contents
+               else _before_decoding(os.fsencode(p)) for p in paths]  # why not, of each
+    decoded = [p for p, why in zip(paths, checked) if not why]
+    given = [p in contents for p in decoded]
+
+    def read(path: tf.Tensor, content: tf.Tensor, is_given: tf.Tensor) -> tf.Tensor:
+        return decode_image(tf.cond(is_given, lambda: content, lambda: tf.io.read_file(path)))
+
     images = pipeline.without_autotuning(
-        tf.data.Dataset.from_tensor_slices(tf.constant(decoded, tf.string, shape=[len(decoded)]))
-        .map(lambda path: decode_image(tf.io.read_file(path)),
-             num_parallel_calls=DECODE_PARALLEL, deterministic=True)
+        tf.data.Dataset.from_tensor_slices((
+            tf.constant([os.fsencode(p) for p in decoded], tf.string, shape=[len(decoded)]),
+            tf.constant([contents.get(p, b"") for p in decoded], tf.string,
+                        shape=[len(decoded)]),
+            tf.constant(given, tf.bool, shape=[len(decoded)])))
+        .map(read, num_parallel_calls=DECODE_PARALLEL, deterministic=True)
         .prefetch(2 * DECODE_PARALLEL))
     iterator = iter(images)
     for path, why in zip(paths, checked):
@@ -191,12 +204,28 @@ def _before_decoding(path: bytes) -> str:
     """Why the file ``path`` is not decoded, '' when it may be, read from its header
     before it is decoded (``ih.examine``)."""
     try:
-        mode = os.stat(path).st_mode
+        found = os.stat(path)
     except OSError:
-        return ""  # (missing, or not to be looked at: reading it says which)
-    if not stat.S_ISREG(mode):
+        # (missing, or not to be looked at: reading it says which; a link, where to)
+        return _broken_link(path)
+    if not stat.S_ISREG(found.st_mode):
         return NOT_REGULAR
+    if not found.st_size:
+        return EMPTY
     return ih.examine(path)
+
+
+def _broken_link(path: str | bytes) -> str:
+    """``a link to <target>, which does not exist`` where ``path`` is a link whose target
+    is missing (a folder of links whose images were moved); '' otherwise."""
+    try:
+        target = os.readlink(path)
+        if os.path.exists(path):
+            return ""
+    except OSError:
+        return ""
+    shown = os.fsencode(target).decode("utf-8", "backslashreplace")
+    return f"a link to {shown}, which does not exist"
 
 
 def _reason(error: tf.errors.OpError) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,16 @@ class Summary:
     train_records: int
     test_records: int
     skipped: tuple[tuple[str, str], ...]  # (path, why) of each unreadable image
+
+
+class TooFewReadable(Cifar10Error):
+    """The images that could be read are too few for a data folder (nothing written);
+    ``skipped`` holds (path, why) of each unreadable image, so that the program can
+    name them before its error, as after a conversion that succeeds."""
+
+    def __init__(self, message: str, skipped: Sequence[tuple[str, str]]):
+        super().__init__(message)
+        self.skipped = tuple(skipped)
 
 
 def check_output(data_dir: str, image_dir: str = "") -> str:
@@ -114,9 +124,11 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
         being skipped.
 
     Raises:
+      TooFewReadable: the images that could be read are too few (none of the
+        training set, none of a class, fewer than one per data_batch file, no test
+        image); it names the unreadable ones.
       Cifar10Error: the output folder exists, an image is unreadable (``strict``),
-        every image of the training set is unreadable, or ``data_dir`` cannot be
-        written.
+        or ``data_dir`` cannot be written.
     """
     batches_dir = check_output(data_dir)
     # The scratch folder is made first, so that an unwritable data_dir is found
@@ -147,14 +159,14 @@ def _refuse_classes_without_images(source: Source, train: list[bytes],
     unread = {path for path, _ in skipped}
     mine = [path for path, of in source.train if of == label]
     if not mine:  # all its images went to the test split
-        raise Cifar10Error(
+        raise TooFewReadable(
             f"class {name}{more} has no image in the training split (all of its went to the "
             f"test split): add images to its folder, or lower --test_fraction; nothing "
-            f"written")
+            f"written", skipped)
     example = next(path for path in mine if path in unread)
-    raise Cifar10Error(
+    raise TooFewReadable(
         f"class {name}{more} has no training image that could be read, such as {example}: "
-        f"add readable images to its folder or remove the folder; nothing written")
+        f"add readable images to its folder or remove the folder; nothing written", skipped)
 
 
 def _records(source: Source, seed: int, strict: bool, progress
@@ -181,13 +193,13 @@ def _records(source: Source, seed: int, strict: bool, progress
     train = [r for r in records[:len(source.train)] if r is not None]
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:
-        raise Cifar10Error("no training image could be read: nothing written")
+        raise TooFewReadable("no training image could be read: nothing written", skipped)
     _refuse_classes_without_images(source, train, skipped)
     if len(train) < len(ff.TRAIN_FILES) or not test:
-        raise Cifar10Error(
+        raise TooFewReadable(
             f"{len(train)} training and {len(test)} test images could be read: a data folder "
             f"needs at least {len(ff.TRAIN_FILES)} training images (one per data_batch file) "
-            f"and a test image; nothing written")
+            f"and a test image; nothing written", skipped)
     order = np.random.default_rng(seed).permutation(len(train))
     files = {name: b"".join(train[i] for i in part) for name, part in
              zip(ff.TRAIN_FILES, np.array_split(order, len(ff.TRAIN_FILES)))}

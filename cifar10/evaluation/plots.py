@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import re
+import textwrap
 import warnings
 from typing import Iterator, Sequence
 
@@ -20,6 +21,9 @@ from absl import logging
 
 matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
+from matplotlib import text  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+from matplotlib.backends import backend_agg  # noqa: E402
 import numpy as np  # noqa: E402
 
 
@@ -32,7 +36,9 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
     fig = figure.Figure(figsize=(size, size * 0.9), dpi=100)
     ax = fig.add_subplot()
     image = ax.imshow(matrix, cmap="Blues")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    # Counts: whole ticks on the colour bar (a matrix of counts up to 2 had ticks 0.25 ...).
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04,
+                 ticks=ticker.MaxNLocator(integer=True))
     ticks = np.arange(n)
     labels = [names[i] if i < len(names) else f"output {i}" for i in range(n)]
     ax.set_xticks(ticks, labels, rotation=90 if n > 10 else 45, ha="right" if n <= 10 else "center",
@@ -40,14 +46,14 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
-    ax.set_title(title, fontsize=10)
+    heading = fig.suptitle(title, fontsize=10)
     if n <= 30:
         threshold = matrix.max() / 2 if matrix.size else 0
         for i in range(n):
             for j in range(n):
                 ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
                         color="white" if matrix[i, j] > threshold else "black")
-    return _png(fig, title)
+    return _png(fig, title, heading)
 
 
 def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequence[str],
@@ -57,23 +63,47 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
     columns = min(8, max(count, 1))
     rows = max(1, -(-count // columns))
     lines = title.count("\n") + 1
-    # At least wide enough for the title's lines, however few the images.
-    width = max(1.6 * columns, 0.075 * max(map(len, title.splitlines())))
-    fig = figure.Figure(figsize=(width, 2.0 * rows + 0.3 + 0.2 * lines), dpi=100)
-    fig.suptitle(title, fontsize=10)
+    labels = [grid_label(t, p) for t, p in zip(true, predicted)]
+    # Each label line past a short label's two takes 0.12 inch (font size 7) in each row.
+    extra = max([label.count("\n") - 1 for label in labels] + [0])
+    fig = figure.Figure(figsize=(1.6 * columns, (2.0 + 0.12 * extra) * rows + 0.3 + 0.2 * lines),
+                        dpi=100)
+    heading = fig.suptitle(title, fontsize=10)
     for k in range(rows * columns):
         ax = fig.add_subplot(rows, columns, k + 1)
         ax.axis("off")
         if k < count:
             ax.imshow(images[k], interpolation="nearest")
-            ax.set_title(f"{true[k]} →\n{predicted[k]}", fontsize=7)
-    return _png(fig, title)
+            ax.set_title(labels[k], fontsize=7)
+    return _png(fig, title, heading)
 
 
-def _png(fig: figure.Figure, title: str) -> bytes:
-    """The laid-out figure as PNG bytes."""
+# The characters of a class name on one line of a grid label: a column is 1.6 inches,
+# about 35 characters of font size 7, and the longest line of the two names' takes
+# " →" too.
+GRID_LABEL_WIDTH = 24
+
+
+def grid_label(true: str, predicted: str) -> str:
+    """The label of a misclassified image, ``true →`` over ``predicted``, each name
+    broken at spaces (or, where it has none, cut) into lines of ``GRID_LABEL_WIDTH``
+    characters, so that a long name does not run into the next image's label."""
+    def lines(name: str) -> list[str]:
+        return textwrap.wrap(name, GRID_LABEL_WIDTH, break_on_hyphens=False) or [name]
+
+    first = lines(true)
+    return "\n".join(first[:-1] + [f"{first[-1]} →"] + lines(predicted))
+
+
+def _png(fig: figure.Figure, title: str, heading: text.Text) -> bytes:
+    """The laid-out figure as PNG bytes, widened where it is narrower than its title
+    ``heading`` as drawn (a few classes' matrix or a few images would cut it at both
+    ends), with a margin each side."""
     out = io.BytesIO()
     with _missing_glyphs_said_once():
+        drawn = heading.get_window_extent(backend_agg.FigureCanvasAgg(fig).get_renderer())
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(max(width, drawn.width / fig.dpi + 0.4), height)
         fig.tight_layout()
         fig.savefig(out, format="png", metadata={"Title": title})
     return out.getvalue()

@@ -13,7 +13,7 @@ import csv
 import dataclasses
 import io
 import json
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -58,13 +58,15 @@ def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
 
 
 def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
-                  top_k: int = 3, num_classes: int = ff.NUM_CLASSES
+                  top_k: int = 3, num_classes: int = ff.NUM_CLASSES,
+                  contents: Mapping[str, bytes] | None = None
                   ) -> Iterator[Prediction | Failure]:
     """Classifies image files among ``num_classes`` classes, ``batch_size`` at a time.
 
     Predictions come in the order of ``paths``, each with its ``top_k`` classes
     (at most ``num_classes``); a file that cannot be read or decoded gives a
-    ``Failure`` (as soon as it is met) and the others go on.
+    ``Failure`` (as soon as it is met) and the others go on.  The files of ``contents``
+    (path: bytes, standard input read as ``-``) are decoded from those bytes.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -80,7 +82,7 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                              tuple(float(row[i]) for i in labels))
         pending.clear()
 
-    for path, image, reason in image_files.decode_files(paths):
+    for path, image, reason in image_files.decode_files(paths, contents):
         if image is None:
             yield Failure(path, reason)
             continue
