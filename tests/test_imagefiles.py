@@ -12,14 +12,15 @@ from cifar10.core.errors import Cifar10Error
 
 def test_files_as_given_and_folders_searched_recursively_by_extension(tmp_path):
     for name in ("b.png", "a.JPG", "sub/c.jpeg", "sub/deeper/d.gif", "e.BMP", "notes.txt",
-                 "sub/f.png.txt"):
+                 "sub/f.png.txt", "g.jfif", "h.JPE"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "scan.tiff").write_bytes(b"")
     found = imagefiles.find_images([str(tmp_path / "other" / "scan.tiff"), str(tmp_path)])
     assert found == [str(tmp_path / name) for name in (
-        "other/scan.tiff", "a.JPG", "b.png", "e.BMP", "sub/c.jpeg", "sub/deeper/d.gif")]
+        "other/scan.tiff", "a.JPG", "b.png", "e.BMP", "g.jfif", "h.JPE", "sub/c.jpeg",
+        "sub/deeper/d.gif")]
 
 
 def test_hidden_files_and_metadata_folders_are_not_images(tmp_path):
@@ -41,7 +42,7 @@ def test_a_missing_path_or_a_folder_without_images_is_an_error(tmp_path):
     (tmp_path / "notes.txt").write_text("not an image")
     with pytest.raises(Cifar10Error) as err:
         imagefiles.find_images([str(tmp_path)])
-    assert str(err.value) == (f"no images (.png, .jpg, .jpeg, .gif, .bmp) in the folder "
+    assert str(err.value) == (f"no images (.png, .jpg, .jpeg, .gif, .bmp, .jfif, .jpe) in the folder "
                               f"{tmp_path} or its subfolders")
 
 

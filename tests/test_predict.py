@@ -215,7 +215,7 @@ def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp) in the folder "
+        f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp, .jfif, .jpe) in the folder "
         f"{tmp_path / 'empty'} or its subfolders"]
 
 

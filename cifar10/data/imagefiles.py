@@ -17,11 +17,11 @@ import numpy as np
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import Cifar10Error, io_error, listed, shown_path
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".jfif", ".jpe")  # (JPEG's too)
 # Images of the formats not taken, which a search of folders names as left out rather
 # than passing over them unsaid as it does other files (notes.txt, Thumbs.db).
 OTHER_IMAGE_EXTENSIONS = (".webp", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl",
-                          ".jfif", ".jpe", ".jp2", ".ico", ".psd", ".svg", ".dng", ".cr2",
+                          ".jp2", ".ico", ".psd", ".svg", ".dng", ".cr2",
                           ".nef", ".arw")
 DEFAULT_TEST_FRACTION = 1 / 6  # 10,000 of CIFAR-10's 60,000 images
 TRAIN_FOLDER = "train"
