@@ -54,6 +54,28 @@ def test_a_folder_of_image_folders_is_refused_with_cifar10_prepare(tmp_path, lay
     assert sorted(os.listdir(tmp_path / "photos")) == sorted({f.split("/")[0] for f in layout})
 
 
+def test_a_folder_of_loose_image_files_is_refused_with_how_to_sort_them(tmp_path):
+    # cifar10-prepare takes class folders only: the line says to make them first, and
+    # does not call the folder itself an image folder ("(.)").
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("0002.jpg", "0000.JPG", "0001.png", "notes.txt"):
+        (photos / name).write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(photos), url=OFFLINE)
+    assert str(error.value) == (
+        f"--data_dir={photos} holds image files (0000.JPG, 0001.png, ...), not CIFAR-format "
+        f"data: to train on your own images, put each class's images in a folder of its own "
+        f"({photos}/<class>/*.jpg), convert them with cifar10-prepare --image_dir={photos} "
+        f"--data_dir=<a new folder>, then pass that folder as --data_dir")
+    assert sorted(os.listdir(photos)) == ["0000.JPG", "0001.png", "0002.jpg", "notes.txt"]
+    # With class folders beside the loose files, the folders are what prepare converts.
+    (photos / "cat").mkdir()
+    (photos / "cat" / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError, match=r"holds image folders \(cat/\), not CIFAR-format"):
+        getdata.prepare(str(photos), url=OFFLINE)
+
+
 def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path):
     missing = tmp_path / "dta"
     with pytest.raises(DataError) as error:

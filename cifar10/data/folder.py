@@ -277,11 +277,21 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
         raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
                         f"folder that holds {ff.BATCHES_DIRNAME}/")
     images = image_folders(data_dir)
-    if images:
+    folders = [name for name in images if name != "."]
+    if folders:
         raise DataError(
-            f"--data_dir={data_dir}{origin} holds image folders ({', '.join(images)}), not "
+            f"--data_dir={data_dir}{origin} holds image folders ({', '.join(folders)}), not "
             f"CIFAR-format data: convert them with cifar10-prepare --image_dir={data_dir} "
             f"--data_dir=<a new folder>, then pass that folder as --data_dir")
+    if images:
+        # Image files loose in the folder: cifar10-prepare takes class folders only,
+        # so the fix starts with sorting them into those.
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds image files ({_image_files(data_dir)}), not "
+            f"CIFAR-format data: to train on your own images, put each class's images in a "
+            f"folder of its own ({os.path.join(data_dir, '<class>', '*.jpg')}), convert them "
+            f"with cifar10-prepare --image_dir={data_dir} --data_dir=<a new folder>, then pass "
+            f"that folder as --data_dir")
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:
@@ -297,6 +307,17 @@ def image_folders(path: str, limit: int = 3) -> list[str]:
                                       for s in _subfolders(here)[:20]):
             found.append(sub + "/")
     return found
+
+
+def _image_files(path: str, limit: int = 2) -> str:
+    """'a.jpg, b.jpg, ...': the first ``limit`` image files of ``path``, by name."""
+    try:
+        with os.scandir(path) as entries:
+            names = sorted(e.name for e in entries
+                           if e.name.lower().endswith(IMAGE_EXTENSIONS) and e.is_file())
+    except OSError:
+        names = []
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
 
 
 def _subfolders(path: str) -> list[str]:
