@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
+import shlex
 import urllib.error
 import urllib.request
 
@@ -109,6 +111,7 @@ def maybe_download_and_extract(
         )
     if md5 is None:
         md5, size = archive.md5, archive.size
+    _refuse_malformed_md5(md5, archive)
     _make_dir(data_dir)
     tarball = os.path.join(data_dir, archive.tarball)
     if os.path.exists(tarball):
@@ -117,6 +120,16 @@ def maybe_download_and_extract(
         _download(resolve_url(url, archive), data_dir, md5, size, progress, archive)
     extract.safe_extract(tarball, data_dir, archive)
     return batches_dir
+
+
+def _refuse_malformed_md5(md5: str, archive: ff.Archive) -> None:
+    """Raises DataError when ``md5`` (--data_md5) is no MD5 checksum: no tarball could
+    match it, so it is refused before one is checked or downloaded (170 MB)."""
+    if not re.fullmatch(r"[0-9a-fA-F]{32}", md5):
+        raise DataError(
+            f"--data_md5={shlex.quote(md5)} is not an MD5 checksum (32 hexadecimal digits, as "
+            f"md5sum prints them): give the MD5 of the tarball at --data_url, or leave "
+            f"--data_md5 out to expect {archive.title}'s own ({archive.md5})")
 
 
 def _make_dir(data_dir: str) -> None:
