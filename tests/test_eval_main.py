@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import signal
 import threading
 import time
@@ -295,6 +297,36 @@ def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
         f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
         f"--train_dir={typo})"])
     assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
+
+
+def test_run_once_beside_a_trainer_that_has_not_saved_yet_says_it_is_running(tmp_path):
+    # Not "train first": the trainer is at it (it holds the run's lock); nothing fetched.
+    from cifar10.runs import lock as runlock
+
+    run = tmp_path / "runs" / "a" / "train"
+    run.mkdir(parents=True)
+    held = runlock.TrainerLock(str(run))
+    held.acquire()
+    try:
+        result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
+                      *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
+    finally:
+        held.release()
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert re.fullmatch(
+        re.escape(f"{ERROR} No checkpoint in {run} yet: its trainer is running (PID "
+                  f"{os.getpid()} on host {socket.gethostname()}, started ")
+        + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+        + re.escape(") and has not saved one; run again after its first save (every "
+                    "--checkpoint_steps steps), or leave out --run_once to score each "
+                    "checkpoint as it is saved"), line), line
+    assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz", "runs"]
+    # Once no trainer holds it, the folder is a run not trained yet, as before.
+    result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
+                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
+    assert "train first (cifar10-train --train_dir=" in result.stderr
 
 
 @pytest.mark.parametrize("part", [".index", ".data-00000-of-00001"])
