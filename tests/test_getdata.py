@@ -76,6 +76,28 @@ def test_a_folder_of_loose_image_files_is_refused_with_how_to_sort_them(tmp_path
         getdata.prepare(str(photos), url=OFFLINE)
 
 
+@pytest.mark.parametrize("folder,files,dataset", [
+    ("cifar-10-batches-py", ("data_batch_1", "batches.meta", "test_batch"), "cifar10"),
+    ("cifar-100-python", ("train", "test", "meta"), "cifar100"),
+])
+def test_a_python_version_folder_is_refused_before_a_download_into_it(tmp_path, folder, files,
+                                                                      dataset):
+    # The pickled version other toolkits download: the binary one is not fetched into it
+    # (there is no server at OFFLINE: a download would be another error).
+    python_dir = tmp_path / "data" / folder
+    python_dir.mkdir(parents=True)
+    for name in files:
+        (python_dir / name).write_bytes(b"pickled")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(python_dir), url=OFFLINE, dataset=dataset)
+    assert str(error.value) == (
+        f"--data_dir={python_dir} holds a data set's Python version ({', '.join(files[:2])}"
+        f"{', meta' if dataset == 'cifar100' else ''}: pickled batches), not the binary "
+        f"version read here: pass another folder to download the binary version into, such "
+        f"as --data_dir={tmp_path / 'data'} (its data folder goes beside this one)")
+    assert sorted(os.listdir(python_dir)) == sorted(files)
+
+
 def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path):
     missing = tmp_path / "dta"
     with pytest.raises(DataError) as error:

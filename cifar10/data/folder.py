@@ -276,6 +276,14 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
                         f"folder that holds {ff.BATCHES_DIRNAME}/")
+    python_files = _python_version_files(data_dir)
+    if python_files:
+        parent = os.path.dirname(os.path.normpath(data_dir)) or "."
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds a data set's Python version "
+            f"({', '.join(python_files)}: pickled batches), not the binary version read here: "
+            f"pass another folder to download the binary version into, such as "
+            f"--data_dir={parent} (its data folder goes beside this one)")
     images = image_folders(data_dir)
     folders = [name for name in images if name != "."]
     if folders:
@@ -307,6 +315,21 @@ def image_folders(path: str, limit: int = 3) -> list[str]:
                                       for s in _subfolders(here)[:20]):
             found.append(sub + "/")
     return found
+
+
+# The files that mark the Python (pickled) versions of CIFAR-10 and CIFAR-100, as
+# their tarballs extract them (cifar-10-batches-py/, cifar-100-python/): what other
+# toolkits download, and no data of the binary version this package reads.
+_PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))
+
+
+def _python_version_files(path: str) -> list[str]:
+    """The files by which ``path`` is CIFAR-10's or CIFAR-100's Python version; none
+    when it is not."""
+    for names in _PYTHON_VERSIONS:
+        if all(os.path.isfile(os.path.join(path, name)) for name in names):
+            return list(names)
+    return []
 
 
 def _image_files(path: str, limit: int = 2) -> str:
