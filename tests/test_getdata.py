@@ -111,6 +111,19 @@ def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path)
     assert not missing.exists()
 
 
+def test_an_empty_data_dir_that_cannot_be_filled_offers_generated_data_too(tmp_path):
+    # As for a --data_dir that does not exist: offline, --synthetic_data is the way on.
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tmp_path / "data"), url=OFFLINE)
+    message = str(error.value)
+    assert message.startswith(f"could not download {OFFLINE} (")
+    assert message.endswith("or point --data_url or CIFAR10_DATA_URL at a mirror or a file:// "
+                            "path. Or pass --synthetic_data to try the programs on generated "
+                            "data.")
+    assert os.listdir(tmp_path / "data") == []
+
+
 def test_the_run_a_data_dir_came_from_is_named(tmp_path):
     with pytest.raises(DataError, match=r"--data_dir=\S+/gone, as the run it scores recorded "
                                         r"\(--data_dir=\S+/gone, from runs/a/flags.txt\)"):
