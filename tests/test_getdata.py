@@ -124,6 +124,18 @@ def test_an_empty_data_dir_that_cannot_be_filled_offers_generated_data_too(tmp_p
     assert os.listdir(tmp_path / "data") == []
 
 
+def test_a_data_dir_that_is_the_tarball_names_the_folder_that_holds_it(tmp_path):
+    tarball = tmp_path / "downloads" / ff.TARBALL_NAME
+    tarball.parent.mkdir()
+    tarball.write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tarball), url=OFFLINE)
+    assert str(error.value) == (
+        f"--data_dir={tarball} is the tarball, not a folder: pass the folder that holds it, "
+        f"--data_dir={tmp_path / 'downloads'}, where it is extracted")
+    assert os.listdir(tmp_path / "downloads") == [ff.TARBALL_NAME]
+
+
 def test_the_run_a_data_dir_came_from_is_named(tmp_path):
     with pytest.raises(DataError, match=r"--data_dir=\S+/gone, as the run it scores recorded "
                                         r"\(--data_dir=\S+/gone, from runs/a/flags.txt\)"):

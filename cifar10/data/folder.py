@@ -274,6 +274,11 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
     a folder of images (which cifar10-prepare converts) — instead of a download error."""
     origin = f" ({followed})" if followed else ""
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        if os.path.basename(data_dir) in (ff.CIFAR10.tarball, ff.CIFAR100.tarball):
+            parent = os.path.dirname(os.path.normpath(data_dir)) or "."
+            raise DataError(f"--data_dir={data_dir}{origin} is the tarball, not a folder: pass "
+                            f"the folder that holds it, --data_dir={parent}, where it is "
+                            f"extracted")
         raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
                         f"folder that holds {ff.BATCHES_DIRNAME}/")
     python_files = _python_version_files(data_dir)
