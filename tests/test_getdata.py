@@ -136,6 +136,23 @@ def test_a_data_dir_that_is_the_tarball_names_the_folder_that_holds_it(tmp_path)
     assert os.listdir(tmp_path / "downloads") == [ff.TARBALL_NAME]
 
 
+def test_a_half_extracted_folder_beside_its_tarball_is_extracted_again_not_downloaded(
+        tmp_path):
+    # A tar cut short by hand: the advice names the tarball that is there, not a download.
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=10)
+    os.remove(os.path.join(batches_dir, "data_batch_3.bin"))
+    os.remove(os.path.join(batches_dir, "SYNTHETIC_DATA.txt"))  # as CIFAR-10's own
+    (tmp_path / ff.TARBALL_NAME).write_bytes(synthetic.tarball_bytes(records_per_file=10))
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tmp_path), url=OFFLINE)
+    assert str(error.value).endswith(
+        f"; delete {batches_dir} so that it is extracted again from "
+        f"{tmp_path / ff.TARBALL_NAME}")
+    os.remove(tmp_path / ff.TARBALL_NAME)
+    with pytest.raises(DataError, match="so that it is downloaded and extracted again$"):
+        getdata.prepare(str(tmp_path), url=OFFLINE)
+
+
 def test_the_run_a_data_dir_came_from_is_named(tmp_path):
     with pytest.raises(DataError, match=r"--data_dir=\S+/gone, as the run it scores recorded "
                                         r"\(--data_dir=\S+/gone, from runs/a/flags.txt\)"):

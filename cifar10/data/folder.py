@@ -159,6 +159,9 @@ def _how_to_redo(batches_dir: str) -> str:
         return f"run cifar10-prepare again to make {batches_dir} from your images"
     if synthetic.is_synthetic(batches_dir):
         return f"delete {batches_dir} so that --synthetic_data generates it again"
+    tarball = os.path.join(os.path.dirname(os.path.normpath(batches_dir)), ff.TARBALL_NAME)
+    if os.path.isfile(tarball):  # (checked against its MD5 before it is extracted)
+        return f"delete {batches_dir} so that it is extracted again from {tarball}"
     return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
