@@ -128,6 +128,29 @@ def test_use_bf16_scores_the_float32_checkpoint_and_says_when_it_is_emulated(tra
     assert len(emulated) == (1 if devices.cpu_has_bfloat16() is False else 0)
 
 
+def test_a_signal_once_the_evaluation_is_done_is_ignored_not_an_interrupt(trained, tmp_path,
+                                                                         monkeypatch):
+    # Results recorded and printed, a Ctrl-C in TensorFlow's clean-up at the process's end
+    # ended it by the signal (status 130 in a shell, no line): it is ignored from there on.
+    data_dir, train_dir = trained
+    seen = {}
+    evaluate = eval_main.main
+
+    def evaluate_then_look(argv):
+        evaluate(argv)
+        seen.update({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)})
+
+    monkeypatch.setattr(eval_main, "main", evaluate_then_look)
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once"))
+    assert result.returncode == 0, result.stderr
+    assert seen == {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+    # A refusal keeps the handlers: a Ctrl-C before the work is done still interrupts it.
+    seen.clear()
+    result = call("cifar10-eval", *eval_args(data_dir, tmp_path / "none", tmp_path / "eval2",
+                                             "--run_once"))
+    assert result.returncode == 1 and seen == {}
+
+
 def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
     data_dir, train_dir = trained
     result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once",

@@ -14,6 +14,7 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from absl import app
@@ -64,6 +65,12 @@ def main(argv: list[str]) -> None:
     _set_up_devices(tf)
     polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
                      flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+    # Every result is recorded and printed: only the process's end is left, TensorFlow's
+    # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
+    # ignored, as after the trainer's last save, so that the status stays 0: at Python's
+    # end it would kill the process, with no line, its work done.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
