@@ -3,6 +3,7 @@ subprocesses beside a training process."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -149,6 +150,34 @@ def test_a_signal_once_the_evaluation_is_done_is_ignored_not_an_interrupt(traine
     result = call("cifar10-eval", *eval_args(data_dir, tmp_path / "none", tmp_path / "eval2",
                                              "--run_once"))
     assert result.returncode == 1 and seen == {}
+
+
+@pytest.mark.parametrize("scored_before_the_start", [True, False])
+def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
+                                                                  scored_before_the_start):
+    # The README's quick start on generated data, then CIFAR-10 after --fresh_start in
+    # the same --train_dir: the evaluator's results of both would share one curve.
+    run, eval_dir = tmp_path / "train", tmp_path / "eval"
+    run.mkdir()
+    (run / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
+        f"--train_dir={run}\n")
+    start = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
+    eval_dir.mkdir()
+    (eval_dir / "results.jsonl").write_text(json.dumps(
+        {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time":
+         start - 60 if scored_before_the_start else start + 60}) + "\n" + "{damaged\n")
+    result = call("cifar10-eval", f"--checkpoint_dir={run}", f"--eval_dir={eval_dir}",
+                  "--run_once", *offline_data_flags(tmp_path))
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == ([
+        f"cifar10-eval: warning: --eval_dir={eval_dir} holds 1 result(s) of an earlier run in "
+        f"{run}, scored before this run started there at step 0 (2026-11-26T12:00:00+00:00): "
+        f"this run's go beside them, on the same TensorBoard curves; pass "
+        f"--eval_dir={tmp_path}/eval-2 to keep them apart"]  # (eval/ is this one)
+        if scored_before_the_start else [])
+    assert result.returncode == 1  # (no checkpoint: the warning comes before that error)
+    assert os.listdir(eval_dir) == ["results.jsonl"]
 
 
 def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
