@@ -525,3 +525,55 @@ def test_a_download_killed_with_sigkill_is_cleaned_up_by_the_next_run(tmp_path):
         [foreign.name, "cifar-10-batches-bin", "cifar-10-binary.tar.gz"])
     assert sorted(os.listdir(batches_dir)) == sorted(
         [*ff.TRAIN_FILES, *ff.TEST_FILES, "batches.meta.txt", synthetic.SYNTHETIC_MARKER])
+
+
+@pytest.mark.parametrize("md5,shown", [("xyz", "xyz"), ("", "''"), (" " + "a" * 32, f"' {'a' * 32}'"),
+                                       ("a" * 31, "a" * 31)],
+                         ids=["word", "empty", "space", "short"])
+def test_a_malformed_data_md5_is_refused_before_anything_is_downloaded(tmp_path, md5, shown):
+    # No tarball could match it: refused before the 170 MB are fetched (nothing listens
+    # at the URL, so a download would be another error) and before the folder is made.
+    data_dir = tmp_path / "data"
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url="http://127.0.0.1:9/x.tar.gz",
+                                            md5=md5, progress=False)
+    assert str(info.value) == (
+        f"--data_md5={shown} is not an MD5 checksum (32 hexadecimal digits, as md5sum prints "
+        f"them): give the MD5 of the tarball at --data_url, or leave --data_md5 out to expect "
+        f"CIFAR-10's own ({ff.TARBALL_MD5})")
+    assert not data_dir.exists()
+
+
+def test_an_upper_case_data_md5_is_an_md5(served_tarball, data_dir):
+    got = download.maybe_download_and_extract(str(data_dir), url=served_tarball,
+                                              md5=TARBALL_MD5.upper(), progress=False)
+    _assert_extracted(got, data_dir)
+
+
+def test_a_path_given_as_data_url_is_refused_with_its_file_url(tmp_path, monkeypatch):
+    # urllib fetches no bare path ("unknown url type"): the line gives the URL to pass,
+    # and nothing is made in --data_dir.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "copy.tar.gz").write_bytes(TARBALL)
+    data_dir = tmp_path / "data"
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url="copy.tar.gz", md5=TARBALL_MD5)
+    assert str(info.value) == (
+        f"--data_url=copy.tar.gz is a path, not a URL: pass --data_url=file://{tmp_path}"
+        f"/copy.tar.gz (or copy the file into --data_dir as {ff.TARBALL_NAME})")
+    monkeypatch.setenv(ff.DATA_URL_ENV, str(tmp_path / "copy.tar.gz"))
+    with pytest.raises(DataError, match=f"^{ff.DATA_URL_ENV}=.* is a path, not a URL: set "
+                                        f"{ff.DATA_URL_ENV}=file://"):
+        download.maybe_download_and_extract(str(data_dir), md5=TARBALL_MD5)
+    assert not data_dir.exists()
+
+
+def test_an_address_without_its_scheme_is_refused_before_a_folder_is_made(tmp_path):
+    data_dir = tmp_path / "data"
+    with pytest.raises(DataError) as info:
+        download.maybe_download_and_extract(str(data_dir), url="mirror.lan:8000/c.tar.gz",
+                                            md5=TARBALL_MD5)
+    assert str(info.value) == (
+        f"--data_url=mirror.lan:8000/c.tar.gz is not a URL: give one that starts with http:// "
+        f"or https://, or file:// for a tarball on disk (file:///path/to/{ff.TARBALL_NAME})")
+    assert not data_dir.exists()

@@ -3,10 +3,13 @@ subprocesses beside a training process."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import signal
 import threading
 import time
@@ -124,6 +127,57 @@ def test_use_bf16_scores_the_float32_checkpoint_and_says_when_it_is_emulated(tra
     assert [m.groups()[1:] for m in matches] == [("6", "model.ckpt-6", str(RECORDS), "averages")]
     emulated = [line for line in result.stderr.splitlines() if "--use_bf16:" in line]
     assert len(emulated) == (1 if devices.cpu_has_bfloat16() is False else 0)
+
+
+def test_a_signal_once_the_evaluation_is_done_is_ignored_not_an_interrupt(trained, tmp_path,
+                                                                         monkeypatch):
+    # Results recorded and printed, a Ctrl-C in TensorFlow's clean-up at the process's end
+    # ended it by the signal (status 130 in a shell, no line): it is ignored from there on.
+    data_dir, train_dir = trained
+    seen = {}
+    evaluate = eval_main.main
+
+    def evaluate_then_look(argv):
+        evaluate(argv)
+        seen.update({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)})
+
+    monkeypatch.setattr(eval_main, "main", evaluate_then_look)
+    result = call("cifar10-eval", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once"))
+    assert result.returncode == 0, result.stderr
+    assert seen == {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+    # A refusal keeps the handlers: a Ctrl-C before the work is done still interrupts it.
+    seen.clear()
+    result = call("cifar10-eval", *eval_args(data_dir, tmp_path / "none", tmp_path / "eval2",
+                                             "--run_once"))
+    assert result.returncode == 1 and seen == {}
+
+
+@pytest.mark.parametrize("scored_before_the_start", [True, False])
+def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
+                                                                  scored_before_the_start):
+    # The README's quick start on generated data, then CIFAR-10 after --fresh_start in
+    # the same --train_dir: the evaluator's results of both would share one curve.
+    run, eval_dir = tmp_path / "train", tmp_path / "eval"
+    run.mkdir()
+    (run / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
+        f"--train_dir={run}\n")
+    start = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
+    eval_dir.mkdir()
+    (eval_dir / "results.jsonl").write_text(json.dumps(
+        {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time":
+         start - 60 if scored_before_the_start else start + 60}) + "\n" + "{damaged\n")
+    result = call("cifar10-eval", f"--checkpoint_dir={run}", f"--eval_dir={eval_dir}",
+                  "--run_once", *offline_data_flags(tmp_path))
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == ([
+        f"cifar10-eval: warning: --eval_dir={eval_dir} holds 1 result(s) of an earlier run in "
+        f"{run}, scored before this run started there at step 0 (2026-11-26T12:00:00+00:00): "
+        f"this run's go beside them, on the same TensorBoard curves; pass "
+        f"--eval_dir={tmp_path}/eval-2 to keep them apart"]  # (eval/ is this one)
+        if scored_before_the_start else [])
+    assert result.returncode == 1  # (no checkpoint: the warning comes before that error)
+    assert os.listdir(eval_dir) == ["results.jsonl"]
 
 
 def test_eval_data_must_be_test_or_train_eval(trained, tmp_path):
@@ -295,6 +349,36 @@ def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
         f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
         f"--train_dir={typo})"])
     assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
+
+
+def test_run_once_beside_a_trainer_that_has_not_saved_yet_says_it_is_running(tmp_path):
+    # Not "train first": the trainer is at it (it holds the run's lock); nothing fetched.
+    from cifar10.runs import lock as runlock
+
+    run = tmp_path / "runs" / "a" / "train"
+    run.mkdir(parents=True)
+    held = runlock.TrainerLock(str(run))
+    held.acquire()
+    try:
+        result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
+                      *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
+    finally:
+        held.release()
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert re.fullmatch(
+        re.escape(f"{ERROR} No checkpoint in {run} yet: its trainer is running (PID "
+                  f"{os.getpid()} on host {socket.gethostname()}, started ")
+        + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+        + re.escape(") and has not saved one; run again after its first save (every "
+                    "--checkpoint_steps steps), or leave out --run_once to score each "
+                    "checkpoint as it is saved"), line), line
+    assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz", "runs"]
+    # Once no trainer holds it, the folder is a run not trained yet, as before.
+    result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
+                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
+    assert "train first (cifar10-train --train_dir=" in result.stderr
 
 
 @pytest.mark.parametrize("part", [".index", ".data-00000-of-00001"])

@@ -54,6 +54,50 @@ def test_a_folder_of_image_folders_is_refused_with_cifar10_prepare(tmp_path, lay
     assert sorted(os.listdir(tmp_path / "photos")) == sorted({f.split("/")[0] for f in layout})
 
 
+def test_a_folder_of_loose_image_files_is_refused_with_how_to_sort_them(tmp_path):
+    # cifar10-prepare takes class folders only: the line says to make them first, and
+    # does not call the folder itself an image folder ("(.)").
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("0002.jpg", "0000.JPG", "0001.png", "notes.txt"):
+        (photos / name).write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(photos), url=OFFLINE)
+    assert str(error.value) == (
+        f"--data_dir={photos} holds image files (0000.JPG, 0001.png, ...), not CIFAR-format "
+        f"data: to train on your own images, put each class's images in a folder of its own "
+        f"({photos}/<class>/*.jpg), convert them with cifar10-prepare --image_dir={photos} "
+        f"--data_dir=<a new folder>, then pass that folder as --data_dir")
+    assert sorted(os.listdir(photos)) == ["0000.JPG", "0001.png", "0002.jpg", "notes.txt"]
+    # With class folders beside the loose files, the folders are what prepare converts.
+    (photos / "cat").mkdir()
+    (photos / "cat" / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError, match=r"holds image folders \(cat/\), not CIFAR-format"):
+        getdata.prepare(str(photos), url=OFFLINE)
+
+
+@pytest.mark.parametrize("folder,files,dataset", [
+    ("cifar-10-batches-py", ("data_batch_1", "batches.meta", "test_batch"), "cifar10"),
+    ("cifar-100-python", ("train", "test", "meta"), "cifar100"),
+])
+def test_a_python_version_folder_is_refused_before_a_download_into_it(tmp_path, folder, files,
+                                                                      dataset):
+    # The pickled version other toolkits download: the binary one is not fetched into it
+    # (there is no server at OFFLINE: a download would be another error).
+    python_dir = tmp_path / "data" / folder
+    python_dir.mkdir(parents=True)
+    for name in files:
+        (python_dir / name).write_bytes(b"pickled")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(python_dir), url=OFFLINE, dataset=dataset)
+    assert str(error.value) == (
+        f"--data_dir={python_dir} holds a data set's Python version ({', '.join(files[:2])}"
+        f"{', meta' if dataset == 'cifar100' else ''}: pickled batches), not the binary "
+        f"version read here: pass another folder to download the binary version into, such "
+        f"as --data_dir={tmp_path / 'data'} (its data folder goes beside this one)")
+    assert sorted(os.listdir(python_dir)) == sorted(files)
+
+
 def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path):
     missing = tmp_path / "dta"
     with pytest.raises(DataError) as error:
@@ -65,6 +109,48 @@ def test_a_data_dir_that_does_not_exist_says_so_and_is_not_left_behind(tmp_path)
                             "cifar-10-batches-bin/> (or that folder itself), or --synthetic_data "
                             "to try the programs on generated data")  # one full stop there
     assert not missing.exists()
+
+
+def test_an_empty_data_dir_that_cannot_be_filled_offers_generated_data_too(tmp_path):
+    # As for a --data_dir that does not exist: offline, --synthetic_data is the way on.
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tmp_path / "data"), url=OFFLINE)
+    message = str(error.value)
+    assert message.startswith(f"could not download {OFFLINE} (")
+    assert message.endswith("or point --data_url or CIFAR10_DATA_URL at a mirror or a file:// "
+                            "path. Or pass --synthetic_data to try the programs on generated "
+                            "data.")
+    assert os.listdir(tmp_path / "data") == []
+
+
+def test_a_data_dir_that_is_the_tarball_names_the_folder_that_holds_it(tmp_path):
+    tarball = tmp_path / "downloads" / ff.TARBALL_NAME
+    tarball.parent.mkdir()
+    tarball.write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tarball), url=OFFLINE)
+    assert str(error.value) == (
+        f"--data_dir={tarball} is the tarball, not a folder: pass the folder that holds it, "
+        f"--data_dir={tmp_path / 'downloads'}, where it is extracted")
+    assert os.listdir(tmp_path / "downloads") == [ff.TARBALL_NAME]
+
+
+def test_a_half_extracted_folder_beside_its_tarball_is_extracted_again_not_downloaded(
+        tmp_path):
+    # A tar cut short by hand: the advice names the tarball that is there, not a download.
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=10)
+    os.remove(os.path.join(batches_dir, "data_batch_3.bin"))
+    os.remove(os.path.join(batches_dir, "SYNTHETIC_DATA.txt"))  # as CIFAR-10's own
+    (tmp_path / ff.TARBALL_NAME).write_bytes(synthetic.tarball_bytes(records_per_file=10))
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(tmp_path), url=OFFLINE)
+    assert str(error.value).endswith(
+        f"; delete {batches_dir} so that it is extracted again from "
+        f"{tmp_path / ff.TARBALL_NAME}")
+    os.remove(tmp_path / ff.TARBALL_NAME)
+    with pytest.raises(DataError, match="so that it is downloaded and extracted again$"):
+        getdata.prepare(str(tmp_path), url=OFFLINE)
 
 
 def test_the_run_a_data_dir_came_from_is_named(tmp_path):

@@ -203,6 +203,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     try:
         rest = flagfiles.parse(flag_values, argv, program)
         _refuse_paths_not_utf8(flag_values)
+        _refuse_unexpanded_tilde(flag_values)
         outdirs.refuse_folders_that_are_not(flag_values)
         if program in RECORDING_PROGRAMS:
             _refuse_values_flags_txt_cannot_hold(flag_values)
@@ -234,6 +235,21 @@ def _refuse_paths_not_utf8(flag_values: flags.FlagValues) -> None:
                 why = _TENSORFLOW_NAMES if name in _TENSORFLOW_PATHS else _RECORDED_NAMES
                 raise flags.Error(f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a "
                                   f"name in UTF-8 ({why})") from None
+
+
+def _refuse_unexpanded_tilde(flag_values: flags.FlagValues) -> None:
+    """A path flag whose value starts with a ~ the shell left as it is (it expands none
+    after '=': ``--data_dir=~/data``) is a flag error: taken as it is, it would make a
+    folder named ~ in the current folder (and a later ``rm -rf ~`` of it, the home)."""
+    for name in PATH_FLAGS:
+        value = flag_values[name].value if name in flag_values else None
+        if isinstance(value, str) and value.startswith("~"):
+            home = os.path.expanduser(value)
+            if home != value:
+                raise flags.Error(
+                    f"--{name}={value} starts with a ~ that was not expanded (the shell does "
+                    f"not expand a ~ after '='): write --{name} {value} or --{name}={home}; "
+                    f"for a folder named ~, write ./{value}")
 
 
 # Why a path flag's value must be UTF-8.

@@ -26,6 +26,9 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import pathlib
+import re
+import shlex
 import urllib.error
 import urllib.request
 
@@ -109,14 +112,46 @@ def maybe_download_and_extract(
         )
     if md5 is None:
         md5, size = archive.md5, archive.size
-    _make_dir(data_dir)
+    _refuse_malformed_md5(md5, archive)
     tarball = os.path.join(data_dir, archive.tarball)
-    if os.path.exists(tarball):
+    source = None if os.path.exists(tarball) else _checked_url(url, archive)
+    _make_dir(data_dir)
+    if source is None:
         _verify(tarball, md5, size)
     else:
-        _download(resolve_url(url, archive), data_dir, md5, size, progress, archive)
+        _download(source, data_dir, md5, size, progress, archive)
     extract.safe_extract(tarball, data_dir, archive)
     return batches_dir
+
+
+_URL_SCHEMES = ("http://", "https://", "ftp://", "file:")  # what urllib fetches
+
+
+def _checked_url(url: str | None, archive: ff.Archive) -> str:
+    """``resolve_url(url, archive)``, or DataError where it is no URL urllib fetches (a
+    path on disk, or an address without ``http://``), before any folder is made."""
+    source = resolve_url(url, archive)
+    if source.lower().startswith(_URL_SCHEMES):
+        return source
+    setting, verb = ("--data_url", "pass") if url else (archive.url_env, "set")
+    if os.path.isfile(source):
+        raise DataError(
+            f"{setting}={source} is a path, not a URL: {verb} "
+            f"{setting}={pathlib.Path(os.path.abspath(source)).as_uri()} (or copy the file "
+            f"into --data_dir as {archive.tarball})")
+    raise DataError(
+        f"{setting}={source} is not a URL: give one that starts with http:// or https://, "
+        f"or file:// for a tarball on disk (file:///path/to/{archive.tarball})")
+
+
+def _refuse_malformed_md5(md5: str, archive: ff.Archive) -> None:
+    """Raises DataError when ``md5`` (--data_md5) is no MD5 checksum: no tarball could
+    match it, so it is refused before one is checked or downloaded (170 MB)."""
+    if not re.fullmatch(r"[0-9a-fA-F]{32}", md5):
+        raise DataError(
+            f"--data_md5={shlex.quote(md5)} is not an MD5 checksum (32 hexadecimal digits, as "
+            f"md5sum prints them): give the MD5 of the tarball at --data_url, or leave "
+            f"--data_md5 out to expect {archive.title}'s own ({archive.md5})")
 
 
 def _make_dir(data_dir: str) -> None:

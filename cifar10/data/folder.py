@@ -159,6 +159,9 @@ def _how_to_redo(batches_dir: str) -> str:
         return f"run cifar10-prepare again to make {batches_dir} from your images"
     if synthetic.is_synthetic(batches_dir):
         return f"delete {batches_dir} so that --synthetic_data generates it again"
+    tarball = os.path.join(os.path.dirname(os.path.normpath(batches_dir)), ff.TARBALL_NAME)
+    if os.path.isfile(tarball):  # (checked against its MD5 before it is extracted)
+        return f"delete {batches_dir} so that it is extracted again from {tarball}"
     return f"delete {batches_dir} so that it is downloaded and extracted again"
 
 
@@ -274,14 +277,37 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
     a folder of images (which cifar10-prepare converts) — instead of a download error."""
     origin = f" ({followed})" if followed else ""
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        if os.path.basename(data_dir) in (ff.CIFAR10.tarball, ff.CIFAR100.tarball):
+            parent = os.path.dirname(os.path.normpath(data_dir)) or "."
+            raise DataError(f"--data_dir={data_dir}{origin} is the tarball, not a folder: pass "
+                            f"the folder that holds it, --data_dir={parent}, where it is "
+                            f"extracted")
         raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
                         f"folder that holds {ff.BATCHES_DIRNAME}/")
-    images = image_folders(data_dir)
-    if images:
+    python_files = _python_version_files(data_dir)
+    if python_files:
+        parent = os.path.dirname(os.path.normpath(data_dir)) or "."
         raise DataError(
-            f"--data_dir={data_dir}{origin} holds image folders ({', '.join(images)}), not "
+            f"--data_dir={data_dir}{origin} holds a data set's Python version "
+            f"({', '.join(python_files)}: pickled batches), not the binary version read here: "
+            f"pass another folder to download the binary version into, such as "
+            f"--data_dir={parent} (its data folder goes beside this one)")
+    images = image_folders(data_dir)
+    folders = [name for name in images if name != "."]
+    if folders:
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds image folders ({', '.join(folders)}), not "
             f"CIFAR-format data: convert them with cifar10-prepare --image_dir={data_dir} "
             f"--data_dir=<a new folder>, then pass that folder as --data_dir")
+    if images:
+        # Image files loose in the folder: cifar10-prepare takes class folders only,
+        # so the fix starts with sorting them into those.
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds image files ({_image_files(data_dir)}), not "
+            f"CIFAR-format data: to train on your own images, put each class's images in a "
+            f"folder of its own ({os.path.join(data_dir, '<class>', '*.jpg')}), convert them "
+            f"with cifar10-prepare --image_dir={data_dir} --data_dir=<a new folder>, then pass "
+            f"that folder as --data_dir")
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:
@@ -297,6 +323,32 @@ def image_folders(path: str, limit: int = 3) -> list[str]:
                                       for s in _subfolders(here)[:20]):
             found.append(sub + "/")
     return found
+
+
+# The files that mark the Python (pickled) versions of CIFAR-10 and CIFAR-100, as
+# their tarballs extract them (cifar-10-batches-py/, cifar-100-python/): what other
+# toolkits download, and no data of the binary version this package reads.
+_PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))
+
+
+def _python_version_files(path: str) -> list[str]:
+    """The files by which ``path`` is CIFAR-10's or CIFAR-100's Python version; none
+    when it is not."""
+    for names in _PYTHON_VERSIONS:
+        if all(os.path.isfile(os.path.join(path, name)) for name in names):
+            return list(names)
+    return []
+
+
+def _image_files(path: str, limit: int = 2) -> str:
+    """'a.jpg, b.jpg, ...': the first ``limit`` image files of ``path``, by name."""
+    try:
+        with os.scandir(path) as entries:
+            names = sorted(e.name for e in entries
+                           if e.name.lower().endswith(IMAGE_EXTENSIONS) and e.is_file())
+    except OSError:
+        names = []
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
 
 
 def _subfolders(path: str) -> list[str]:

@@ -287,6 +287,8 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
                                                             archive=archive)
     except download.DownloadFailed as e:
         if existed:
-            raise
+            # Offline, the way to try the programs is the same as for a new folder.
+            raise download.DownloadFailed(
+                f"{e} Or pass --synthetic_data to try the programs on generated data.") from e
         raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
     return extracted

@@ -88,18 +88,27 @@ def refuse_if_held(directory: str) -> None:
     """Raises Cifar10Error, as ``TrainerLock.acquire`` would, when another trainer holds
     the lock of ``directory`` now: a check before the data is fetched and TensorFlow
     loads, so that a second trainer says nothing else first.  Takes no lock."""
+    holder = held_by(directory)
+    if holder is not None:
+        raise _in_use(directory, holder)
+
+
+def held_by(directory: str) -> str | None:
+    """Who holds the trainer's lock of ``directory`` now ('PID 123 on host h, started
+    ...'), or None when no trainer does (or it cannot be told).  Takes no lock."""
     try:
         fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDONLY)
     except OSError:
-        return  # no lock file (no run yet), or not readable: acquire() will say
+        return None  # no lock file (no run yet), or not readable: acquire() will say
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _in_use(directory, _holder(fd)) from None
+        return _holder(fd)
     except OSError:
         pass  # no locks on this file system: acquire() warns
     finally:
         os.close(fd)  # (and with it the shared lock, if taken)
+    return None
 
 
 def _in_use(directory: str, holder: str) -> Cifar10Error:
