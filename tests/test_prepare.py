@@ -278,7 +278,7 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
         prepare.find_source(str(image_dir))
     assert str(error.value) == (
         f"the class folder {image_dir / 'eel'} holds no images (.png, .jpg, .jpeg, .gif, "
-        f".bmp): add the class's images to it, or move it out of {image_dir}")
+        f".bmp, .jfif, .jpe): add the class's images to it, or move it out of {image_dir}")
     many = tmp_path / "many"
     for i in range(257):  # a record's label is one byte
         (many / f"class{i:03d}").mkdir(parents=True)

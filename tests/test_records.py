@@ -102,6 +102,8 @@ def test_every_flag_whose_presence_the_programs_test_is_recorded_as_given_or_not
         "verbosity": "absl's own: not recorded in flags.txt",
         "data_dir": "cifar10-train's refusal to download for a run of another --data_dir: a "
                     "replay gives the data the start used",
+        "test_fraction": "cifar10-prepare's warning that split folders keep their own test "
+                         "set: cifar10-prepare keeps no flags.txt",
     }
     cli_dir = os.path.join(os.path.dirname(programs.__file__))
     tested = set()
