@@ -22,6 +22,15 @@ def _export(folder):
         (folder / "variables" / name).write_bytes(b"")
 
 
+
+def predict_refusal(tmp_path, checkpoint_dir) -> str:
+    """The last line of cifar10-predict given ``checkpoint_dir``, which it must refuse."""
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    result = call("cifar10-predict", f"--checkpoint_dir={checkpoint_dir}", str(image))
+    assert result.returncode == 1
+    return result.stderr.splitlines()[-1]
+
 def test_a_folder_that_does_not_exist_is_said_to_be_missing(tmp_path):
     missing = tmp_path / "runs" / "nonexist"
     assert str(checkpoint_dir.no_checkpoint(str(missing))) == (
@@ -58,11 +67,8 @@ def test_an_export_is_not_taken_for_a_run_that_has_not_trained(tmp_path, which):
                 f"load the export itself)")
     assert str(checkpoint_dir.no_checkpoint(os.path.normpath(folder))) == expected
     # The program says it before TensorFlow loads, as its last line.
-    image = tmp_path / "x.png"
-    image.write_bytes(b"")
-    result = call("cifar10-predict", f"--checkpoint_dir={os.path.normpath(folder)}", str(image))
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == f"cifar10-predict: error: {expected}"
+    assert (predict_refusal(tmp_path, os.path.normpath(folder))
+            == f"cifar10-predict: error: {expected}")
 
 
 def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
@@ -100,11 +106,7 @@ def test_a_folder_of_images_is_named_so_not_told_to_train_there(tmp_path, layout
     with pytest.raises(Cifar10Error) as error:
         checkpoint_dir.refuse_a_folder_that_is_no_run(str(photos))
     assert str(error.value) == expected.replace("No checkpoint found", "No checkpoint file found")
-    image = tmp_path / "x.png"
-    image.write_bytes(b"")
-    result = call("cifar10-predict", f"--checkpoint_dir={photos}", str(image))
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == f"cifar10-predict: error: {expected}"
+    assert predict_refusal(tmp_path, photos) == f"cifar10-predict: error: {expected}"
 
 
 def test_an_evaluators_pictures_do_not_make_a_folder_of_images(tmp_path):
