@@ -48,7 +48,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "newest_only: a long test whose TensorFlow calls other tests make too; "
                    "the run against the lowest supported TensorFlow leaves it out "
-                   "(-m 'not newest_only'), to keep the whole command within 15 minutes")
+                   "(-m 'not newest_only'), to keep the whole command short")
 
 
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:
