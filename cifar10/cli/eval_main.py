@@ -14,10 +14,6 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import re
 import signal
 import sys
 
@@ -34,8 +30,6 @@ from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
 from cifar10.cli import follow
 from cifar10.cli import outdirs
-from cifar10.cli import suggestions
-from cifar10.cli import whose
 from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
@@ -95,52 +89,12 @@ def _refuse_before_data() -> tuple[str | None, str]:
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
     writable.refuse_unwritable("eval_dir", FLAGS.eval_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
-    _warn_of_an_earlier_runs_results(FLAGS.eval_dir, run_dir)
+    outdirs.warn_of_an_earlier_runs_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
         checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
     return checkpoint, run_dir
-
-
-# flags.txt's header of a start at step 0 ('# cifar10-train, started <ISO time> on <host>
-# at step 0'): group 1 is its time.
-_NEW_RUN = re.compile(r"# cifar10-train, started (\S+) on .* at step 0$", re.MULTILINE)
-
-
-def _warn_of_an_earlier_runs_results(eval_dir: str, run_dir: str) -> None:
-    """One warning where ``eval_dir``'s results.jsonl holds results of ``run_dir``'s
-    checkpoints scored before its run started at step 0: an earlier run in the same
-    folder (before a --fresh_start, such as the README's quick start on generated data
-    and CIFAR-10 after it), whose results this run's would join on the same curves."""
-    try:
-        with open(os.path.join(run_dir, "flags.txt"), encoding="utf-8", errors="replace") as f:
-            starts = _NEW_RUN.findall(f.read())
-        began = datetime.datetime.fromisoformat(starts[-1]).timestamp() if starts else None
-    except (OSError, ValueError):
-        return  # no record of the run's start: nothing to tell it by
-    if began is None:
-        return
-    earlier = 0
-    try:
-        with open(os.path.join(eval_dir, "results.jsonl"), "rb") as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                    checkpoint, wall_time = r["checkpoint"], float(r["wall_time"])
-                except (ValueError, KeyError, TypeError):
-                    continue  # (the evaluator warns of damaged lines as it reads them)
-                earlier += (wall_time < began and isinstance(checkpoint, str)
-                            and os.path.realpath(os.path.dirname(checkpoint))
-                            == os.path.realpath(run_dir))
-    except OSError:
-        return
-    if earlier:
-        logging.warning(
-            "--eval_dir=%s holds %d result(s) of an earlier run in %s, scored before this run "
-            "started there at step 0 (%s): this run's go beside them, on the same TensorBoard "
-            "curves; pass --eval_dir=%s to keep them apart", eval_dir, earlier, run_dir,
-            starts[-1], suggestions.beside(run_dir, "eval", whose.is_empty_folder))
 
 
 def _refuse_a_run_not_saved_yet(run_dir: str) -> None:

@@ -13,6 +13,7 @@ Checked before TensorFlow loads: no TensorFlow here.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 
@@ -24,6 +25,7 @@ from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
+from cifar10.evaluation import result
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 
@@ -102,6 +104,25 @@ def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
         logging.warning("--eval_dir=%s holds the results of another run (%s): this run's go "
                         "beside them, on the same TensorBoard curves; pass --eval_dir=%s to "
                         "keep them apart", eval_dir, scored, suggestions.eval_dir_for(run_dir))
+
+
+def warn_of_an_earlier_runs_results(eval_dir: str, run_dir: str) -> None:
+    """A warning where ``eval_dir`` holds results of ``run_dir``'s checkpoints scored
+    before its run started at step 0: an earlier run in the same folder (before a
+    --fresh_start, such as the README's quick start on generated data and CIFAR-10
+    after it), whose results this run's would join on the same curves."""
+    began = records.last_new_run(run_dir)
+    try:
+        began_s = datetime.datetime.fromisoformat(began).timestamp() if began else None
+    except ValueError:
+        began_s = None  # a header edited by hand: nothing to tell the runs apart by
+    earlier = result.results_of_run_before(eval_dir, run_dir, began_s) if began_s else 0
+    if earlier:
+        logging.warning(
+            "--eval_dir=%s holds %d result(s) of an earlier run in %s, scored before this run "
+            "started there at step 0 (%s): this run's go beside them, on the same TensorBoard "
+            "curves; pass --eval_dir=%s to keep them apart", eval_dir, earlier, run_dir,
+            began, suggestions.beside(run_dir, "eval", whose.is_empty_folder))
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:

@@ -14,10 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10.core.errors import io_error
-from cifar10.evaluation.result import EvalResult
+from cifar10.evaluation.result import RESULTS_FILE, EvalResult
 from cifar10.evaluation.scoring import PR_THRESHOLDS
 
-RESULTS_FILE = "results.jsonl"
 PRECISION_TAG = "Precision @ 1"
 PER_CLASS_PREFIX = "per_class"  # per_class/recall/<class>, per_class/precision/<class>
 PR_CURVE_PREFIX = "pr_curve"  # pr_curve/<class>/pr_curves (the plugin adds its suffix)

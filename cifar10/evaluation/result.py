@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import unicodedata
 
 import numpy as np
 
 SYNTHETIC_SUFFIX = " on SYNTHETIC data"  # ends the precision line of generated data
+RESULTS_FILE = "results.jsonl"  # in --eval_dir: one result's record a line
 
 
 @dataclasses.dataclass
@@ -116,3 +118,25 @@ def _char_width(ch: str) -> int:
 def pad(text: str, width: int) -> str:
     """``text`` left-aligned in ``width`` terminal columns (``display_width``)."""
     return text + " " * max(0, width - display_width(text))
+
+
+def results_of_run_before(eval_dir: str, run_dir: str, before: float) -> int:
+    """How many results in ``eval_dir``'s results.jsonl scored a checkpoint of
+    ``run_dir`` and were recorded before ``before`` (seconds since the epoch); 0 where
+    the file cannot be read.  Damaged lines are passed over (the evaluator warns of
+    them as it reads them)."""
+    count = 0
+    try:
+        with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    checkpoint, wall_time = record["checkpoint"], float(record["wall_time"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                count += (wall_time < before and isinstance(checkpoint, str)
+                          and os.path.realpath(os.path.dirname(checkpoint))
+                          == os.path.realpath(run_dir))
+    except OSError:
+        return 0
+    return count

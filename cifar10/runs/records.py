@@ -224,6 +224,23 @@ class Start:
     flags: dict[str, str]
 
 
+# The header of a cifar10-train start at step 0 (``record_start``): group 1 its time.
+_NEW_RUN = re.compile(r"^# cifar10-train, started (\S+) on .* at step 0$", re.MULTILINE)
+
+
+def last_new_run(directory: str) -> str | None:
+    """When the newest cifar10-train start at step 0 recorded in ``directory``'s flags.txt
+    began (its ISO time, as the header line gives it), or None where none is recorded
+    or the file cannot be read."""
+    try:
+        with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
+                  errors="replace") as f:
+            starts = _NEW_RUN.findall(f.read())
+    except OSError:
+        return None
+    return starts[-1] if starts else None
+
+
 def recorded_starts(directory: str) -> list[Start] | None:
     """The starts recorded in ``directory``'s flags.txt, oldest first, or None when
     there is no such file.
