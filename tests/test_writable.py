@@ -109,3 +109,14 @@ def test_the_evaluator_refuses_it_before_the_data_is_fetched(tmp_path):
                            f"({tmp_path / 'notes.txt'} is a file, not a folder); choose a "
                            f"folder whose parents are folders")
     assert listing(tmp_path) == ["notes.txt"]
+
+
+def test_the_exporter_refuses_it_before_tensorflow_loads(trained_run, tmp_path):
+    train_dir, _ = trained_run
+    (tmp_path / "notes.txt").write_text("mine")
+    export_dir = tmp_path / "notes.txt" / "export"
+    result = call("cifar10-export", f"--checkpoint_dir={train_dir}", f"--export_dir={export_dir}")
+    assert_refused(result, f"cifar10-export: error: cannot create --export_dir {export_dir} "
+                           f"({tmp_path / 'notes.txt'} is a file, not a folder); choose a "
+                           f"folder whose parents are folders")
+    assert listing(tmp_path) == ["notes.txt"]

@@ -23,6 +23,7 @@ from cifar10.cli import outdirs
 from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
+from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
 
 FLAGS = flags.FLAGS
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> None:
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     outdirs.refuse_foreign_export_dir(FLAGS.export_dir,
                                       checkpoint_files.run_folder(given, FLAGS.checkpoint_dir))
+    writable.refuse_unwritable("export_dir", FLAGS.export_dir)
     programs.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import export
