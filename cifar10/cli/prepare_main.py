@@ -59,22 +59,7 @@ def main(argv: list[str]) -> None:
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data "
                                                       "set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
-    print(source.layout)
-    for folder in source.skipped:
-        print(f"Skipped {folder}/: macOS's zip metadata, not a class.")
-    print(f"Found {len(source.train) + len(source.test):,} images of "
-          f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
-          f"training, {len(source.test):,} for testing.", flush=True)
-    if source.split and FLAGS["test_fraction"].present:
-        train, test = source.split
-        logging.warning("%s", f"--test_fraction={FLAGS.test_fraction:g} is not used: {test}/ is "
-                        f"the test set of the split folders; to split the classes of {train}/ "
-                        f"by --test_fraction instead, point --image_dir at "
-                        f"{os.path.join(FLAGS.image_dir, train)}")
-    for warning in (imagefiles.unfiled_warning(source.unfiled),
-                    imagefiles.left_out_warning(source.left_out)):
-        if warning:
-            logging.warning("%s", warning)
+    _say_what_was_found(source)
     removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
     if removed:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
@@ -98,6 +83,28 @@ def main(argv: list[str]) -> None:
           f"of {len(summary.class_names)} classes ({listed(summary.class_names)}) to "
           f"{summary.batches_dir}; skipped {skipped} unreadable "
           f"image{'' if skipped == 1 else 's'}.", flush=True)
+
+
+def _say_what_was_found(source) -> None:
+    """The layout, the folders passed over and the images found (``prepare.find_source``),
+    then a warning for each thing given that is not used: --test_fraction beside split
+    folders, images in no class folder, images of formats not read."""
+    print(source.layout)
+    for folder in source.skipped:
+        print(f"Skipped {folder}/: macOS's zip metadata, not a class.")
+    print(f"Found {len(source.train) + len(source.test):,} images of "
+          f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
+          f"training, {len(source.test):,} for testing.", flush=True)
+    if source.split and FLAGS["test_fraction"].present:
+        train, test = source.split
+        logging.warning("%s", f"--test_fraction={FLAGS.test_fraction:g} is not used: {test}/ is "
+                        f"the test set of the split folders; to split the classes of {train}/ "
+                        f"by --test_fraction instead, point --image_dir at "
+                        f"{os.path.join(FLAGS.image_dir, train)}")
+    for warning in (imagefiles.unfiled_warning(source.unfiled),
+                    imagefiles.left_out_warning(source.left_out)):
+        if warning:
+            logging.warning("%s", warning)
 
 
 def _warn_skipped(skipped) -> None:
