@@ -4,7 +4,7 @@ What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
 the check that every worker restored the same step, the workers' agreement to
-stop before training when any of them was asked to (``stop_before_training``),
+stop before training when any of them was asked to (``stop_if_asked_before_training``),
 and the error a lost worker becomes, before training (``starting``) and in it
 (``failure``): one line naming this task and the one lost by their ``TF_CONFIG``
 type and index (``worker 1``, ``chief 0``).  With one worker it only watches the
@@ -153,20 +153,24 @@ class Coordinator:
                 f"{float(mean):g}): --train_dir {train_dir} must be one directory shared by "
                 f"every worker")
 
-    def stop_before_training(self) -> bool:
-        """Whether a stop was requested before training started, on any worker: then
-        every worker stops there, training nothing (``StoppedBeforeTraining``).
+    def stop_if_asked_before_training(self) -> None:
+        """Stops every worker, training nothing, when a stop was requested before
+        training started on any of them (as ``check_same_start`` stops them all).
 
         All workers answer alike: each adds whether its own stop event is set to one
         collective, so that a worker signalled a moment before or after another (the
         launcher signals them one after another) stops with the others, not in a
         first step they would wait in for it.
+
+        Raises:
+          StoppedBeforeTraining: a stop was requested, here or on another worker.
         """
         asked = self.stop_event.is_set()
-        if not self.multi_worker:
-            return asked
-        mean, _ = _mean_and_square(self.strategy, tf.constant(float(asked), tf.float64))
-        return float(mean) > 0
+        if self.multi_worker:
+            mean, _ = _mean_and_square(self.strategy, tf.constant(float(asked), tf.float64))
+            asked = float(mean) > 0
+        if asked:
+            raise StoppedBeforeTraining()
 
     def watch(self, save: Callable[[], None]) -> None:
         """Makes a stop request on any worker save (with ``save``) on all of them.

@@ -89,8 +89,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             # every worker here, with nothing trained, recorded or saved: as a program
             # interrupted before its work began, not a save after a first step.
             with cluster.starting():
-                if cluster.stop_before_training():
-                    raise coordination.StoppedBeforeTraining()
+                cluster.stop_if_asked_before_training()
             settings = run.begin(trainer, cluster, data, restored,
                                  invocation or Invocation(), print_fn)
             run_dir.unmark_complete()
