@@ -1,6 +1,6 @@
 """A folder of class folders as CIFAR-10 binary files: cifar10-prepare's library.
 
-``find_source`` (``cifar10.data.imagefiles``) finds the classes and images of
+``find_source`` (``cifar10.data.classfolders``) finds the classes and images of
 ``image_dir`` and their split into training and test, knowing the layouts people
 use: ``image_dir/<class>/*.jpg``, split at random, or ``image_dir/train/<class>/``
 beside ``test/``, ``val/``, ``valid/`` or ``validation/`` (ImageFolder's and
@@ -27,7 +27,7 @@ from cifar10.core import atomic
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.core.errors import Cifar10Error, io_advice, io_error
-from cifar10.data.imagefiles import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
+from cifar10.data.classfolders import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
