@@ -27,6 +27,7 @@ the workers run the same package in the same one.  Nothing here loads TensorFlow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -130,32 +131,59 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     command = list(command or trainer_command())
     ports = free_ports(num_workers)
     print_fn(_start_line(ports, all_output))
-    processes: list[subprocess.Popen] = []
-    relays: list[threading.Thread] = []
-    closed = threading.Event()  # nobody reads ``out`` any more (| head)
-    signalled: set[int] = set()  # the pids of the workers the launcher has signalled
-    stops: list[int] = []  # the stop requests (signals) passed on to the workers
-    previous = _forward_signals(processes, signalled, stops)
+    job = _Job()
+    ended = _run_workers(job, command, train_args, ports, all_output, out)
+    _raise_for_ending(job, ended)
+
+
+@dataclasses.dataclass
+class _Job:
+    """What the launcher, its relays and its signal handler share while the workers run."""
+
+    processes: list[subprocess.Popen] = dataclasses.field(default_factory=list)
+    relays: list[threading.Thread] = dataclasses.field(default_factory=list)
+    closed: threading.Event = dataclasses.field(  # nobody reads ``out`` any more (| head)
+        default_factory=threading.Event)
+    # The pids of the workers the launcher has signalled.
+    signalled: set[int] = dataclasses.field(default_factory=set)
+    # The stop requests (signals) passed on to the workers.
+    stops: list[int] = dataclasses.field(default_factory=list)
+
+
+def _run_workers(job: _Job, command: list[str], train_args: Sequence[str],
+                 ports: Sequence[int], all_output: bool, out: TextIO) -> list[tuple[int, int]]:
+    """Starts the workers of ``job`` and waits for all to end, passing SIGINT and SIGTERM
+    on to them meanwhile; returns (index, return code) of each, in the order they
+    ended, once their lines are all shown."""
+    previous = _forward_signals(job.processes, job.signalled, job.stops)
     try:
-        _start_all(command, train_args, ports, all_output, out, processes, relays,
-                   on_closed=lambda: _stop_once(processes, closed, signalled))
-        ended = _wait(processes, on_failure=lambda: _stop_unsignalled(processes, signalled))
+        _start_all(command, train_args, ports, all_output, out, job.processes, job.relays,
+                   on_closed=lambda: _stop_once(job.processes, job.closed, job.signalled))
+        ended = _wait(job.processes,
+                      on_failure=lambda: _stop_unsignalled(job.processes, job.signalled))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    for relay in relays:
+    for relay in job.relays:
         relay.join(timeout=5)
+    return ended
+
+
+def _raise_for_ending(job: _Job, ended: Sequence[tuple[int, int]]) -> None:
+    """Raises what the workers' ``ended`` (index, return code) make of the job:
+    ``Interrupted``, ``WorkerFailed``, or BrokenPipeError where its output was
+    closed; returns where every worker ended well."""
     failed = [(index, status) for index, status in ended if status != 0]
     # One stop request, and every worker interrupted: they stopped before training
     # (in training, the first stop request saves and ends each with status 0; a
     # second one interrupts them at once, with what they trained saved before).
-    if (len(stops) == 1 and not closed.is_set() and len(failed) == len(processes)
+    if (len(job.stops) == 1 and not job.closed.is_set() and len(failed) == len(job.processes)
             and all(_exit_status(status) == INTERRUPTED for _, status in failed)):
         raise Interrupted()
     if failed:
         raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
                            _exit_status(failed[0][1]))
-    if closed.is_set():  # the workers saved and stopped: end as a closed pipe ends a program
+    if job.closed.is_set():  # the workers saved and stopped: end as a closed pipe ends a program
         raise BrokenPipeError("standard output was closed")
 
 
