@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import coordination
+from cifar10.distribute import failures
 
 
 @pytest.mark.parametrize("checkpoint, said", [
@@ -85,11 +86,11 @@ def test_a_lost_worker_in_training_is_named_with_the_cause_tensorflow_buries(
 
 
 def test_the_cause_of_a_tensorflow_error_is_its_first_line_that_says_what():
-    assert coordination.tensorflow_cause(Exception(GRAPH_ERROR)) == (
+    assert failures.tensorflow_cause(Exception(GRAPH_ERROR)) == (
         "Collective ops is aborted by: Socket closed")
-    assert coordination.tensorflow_cause(Exception("Graph execution error:\n\nDetected at "
-                                                   "node x defined at:\n  File \"a\"\n\n"
-                                                   "disk on fire\n\t [[{{node x}}]]")) == (
+    assert failures.tensorflow_cause(Exception("Graph execution error:\n\nDetected at "
+                                               "node x defined at:\n  File \"a\"\n\n"
+                                               "disk on fire\n\t [[{{node x}}]]")) == (
         "disk on fire")
-    assert coordination.tensorflow_cause(Exception("plain\nmore")) == "plain"
-    assert coordination.tensorflow_cause(Exception("")) == "Exception"
+    assert failures.tensorflow_cause(Exception("plain\nmore")) == "plain"
+    assert failures.tensorflow_cause(Exception("")) == "Exception"

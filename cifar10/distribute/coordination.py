@@ -5,9 +5,9 @@ chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
 the check that every worker restored the same step, the workers' agreement to
 stop before training when any of them was asked to (``stop_if_asked_before_training``),
-and the error a lost worker becomes, before training (``starting``) and in it
-(``failure``): one line naming this task and the one lost by their ``TF_CONFIG``
-type and index (``worker 1``, ``chief 0``).  With one worker it only watches the
+and which worker this one lost, before training (``starting``) and in it
+(``failure``), named by its ``TF_CONFIG`` type and index (``worker 1``, ``chief 0``)
+in the one-line error ``failures`` words.  With one worker it only watches the
 local stop request.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -25,12 +24,9 @@ import tensorflow as tf
 
 from cifar10.distribute import cluster
 from cifar10.distribute import devices
+from cifar10.distribute import failures
 from cifar10.core import errors
-from cifar10.core.errors import Cifar10Error, first_line
-
-# What a collective operation raises when a peer worker is gone or unreachable.
-LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                      tf.errors.AbortedError, tf.errors.CancelledError)
+from cifar10.core.errors import Cifar10Error
 
 
 class StoppedBeforeTraining(errors.StoppedBeforeTraining):
@@ -64,7 +60,7 @@ class Coordinator:
         self.multi_worker = devices.is_multi_worker(strategy)
         self.is_chief, self.task = devices.worker_role(strategy)
         self._scratch: str | None = None
-        self._handler = None
+        self._stop: _AllWorkersStop | None = None  # (``watch``)
 
     def __enter__(self) -> "Coordinator":
         if self.multi_worker:
@@ -72,36 +68,14 @@ class Coordinator:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is None:
-            self._stop_watching()
+        if exc_type is None and self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop.end()
         # After an error the handler's threads are left to the process's end: their
         # wait on the chief's coordination service fails once the chief is gone, which
         # ``_quiet_watcher_errors`` keeps from printing a traceback.
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
-
-    def _stop_watching(self) -> None:
-        """At the end of a run: ends the handler's thread that waits on the chief's
-        coordination service for another worker's stop request, on every worker
-        before any exits.
-
-        TensorFlow ends that thread only when the handler is garbage collected, which
-        the thread itself prevents (its target is a method of the handler).  A worker
-        still running when the chief, host of the service, had exited got a
-        traceback from it: 'Exception in thread PeerTerminationWatcher-1: ...
-        UnavailableError: Socket closed'.  Each worker releases every worker's wait
-        and joins its own thread; the barrier after it keeps the chief up until all
-        have.  Only at a normal end, which every worker reaches at the same step.
-        """
-        handler, self._handler = self._handler, None
-        stop = getattr(handler, "_stop_cluster_wise_termination_watcher_thread", None)
-        if stop is None:
-            return
-        stop()
-        try:
-            _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
-        except LOST_WORKER_ERRORS:
-            pass  # another worker ended otherwise (its error says so); this one has saved
 
     @property
     def save_dir(self) -> str | None:
@@ -127,14 +101,10 @@ class Coordinator:
         """
         try:
             yield
-        except LOST_WORKER_ERRORS as e:
+        except failures.LOST_WORKER_ERRORS as e:
             if not self.multi_worker:
                 raise
-            lost = self._lost()
-            see = "see its error" if lost != "another worker" else "see the others' errors"
-            raise Cifar10Error(
-                f"this is {self.task}: lost {lost} or the connection to it before training "
-                f"started ({see}); start every worker again once it is fixed") from e
+            raise failures.lost_before_training(self.task, self._lost()) from e
 
     def check_same_start(self, start: int, train_dir: str) -> None:
         """Stops every worker when they did not all restore the same step.
@@ -173,23 +143,11 @@ class Coordinator:
             raise StoppedBeforeTraining()
 
     def watch(self, save: Callable[[], None]) -> None:
-        """Makes a stop request on any worker save (with ``save``) on all of them.
-
-        The handler counts its calls from a variable it restores from its own
-        manager: an empty one per start, so that every worker counts from 0 (the
-        chief's would restore the count of an earlier stop, the others' not, and
-        a second stop would then never meet).  Saving is the trainer's.
-        """
-        if not self.multi_worker:
-            return
-        _quiet_watcher_errors()
-        manager = tf.train.CheckpointManager(
-            tf.train.Checkpoint(), os.path.join(self._scratch, "preemption"), max_to_keep=1)
-        self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-            self.strategy.cluster_resolver, manager,
-            termination_config=tf.distribute.experimental.TerminationConfig(
-                termination_watcher_fn=self.stop_event.is_set, exit_fn=_raise_preempted,
-                grace_period=0, save_fn=lambda *_: save()))
+        """Makes a stop request on any worker save (with ``save``) on all of them
+        (``_AllWorkersStop``).  Saving is the trainer's."""
+        if self.multi_worker:
+            self._stop = _AllWorkersStop(self.strategy, self.stop_event,
+                                         os.path.join(self._scratch, "preemption"), save)
 
     def should_stop(self) -> bool:
         """After a step: True when the run must stop here (all workers at once).
@@ -197,38 +155,74 @@ class Coordinator:
         One worker alone must not stop: under multi-worker the handler decides,
         and it has saved on every worker when it says so.
         """
-        if self._handler is None:
+        if self._stop is None:
             return self.stop_event.is_set()
+        return self._stop.should_stop()
+
+    def failure(self, error: tf.errors.OpError, step: int,
+                checkpoint: str | None) -> Cifar10Error:
+        """The one-line error of a run that TensorFlow stopped at ``step``, whose newest
+        checkpoint is ``checkpoint`` (a path; None where none was written)."""
+        if self.multi_worker and isinstance(error, failures.LOST_WORKER_ERRORS):
+            return failures.lost_in_training(self.task, self._lost(), error, step, checkpoint)
+        return failures.stopped(error, step, checkpoint)
+
+    def _lost(self) -> str:
+        """The task this one lost, as ``_lost_worker`` names it."""
+        return _lost_worker(self.strategy.cluster_resolver.cluster_spec().as_dict(), self.task)
+
+
+class _AllWorkersStop:
+    """The stop every worker takes at one step: TensorFlow's
+    ``PreemptionCheckpointHandler``, which saves (with ``save``) on every worker when
+    ``stop_event`` is set on any.
+
+    The handler counts its calls from a variable it restores from its own
+    manager (in ``folder``): an empty one per start, so that every worker counts
+    from 0 (the chief's would restore the count of an earlier stop, the others' not,
+    and a second stop would then never meet).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, stop_event: threading.Event,
+                 folder: str, save: Callable[[], None]):
+        self.strategy = strategy
+        _quiet_watcher_errors()
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(), folder, max_to_keep=1)
+        self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            strategy.cluster_resolver, manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                termination_watcher_fn=stop_event.is_set, exit_fn=_raise_preempted,
+                grace_period=0, save_fn=lambda *_: save()))
+
+    def should_stop(self) -> bool:
+        """Whether every worker has saved and must stop here."""
         try:
             self._handler.save_checkpoint_if_preempted()
         except _Preempted:
             return True
         return False
 
-    def failure(self, error: tf.errors.OpError, step: int,
-                checkpoint: str | None) -> Cifar10Error:
-        """The one-line error of a run that TensorFlow stopped at ``step``, whose newest
-        checkpoint is ``checkpoint`` (a path; None where none was written)."""
-        if self.multi_worker and isinstance(error, LOST_WORKER_ERRORS):
-            kept = (f"the last checkpoint, {checkpoint}, is kept" if checkpoint
-                    else "no checkpoint was written yet")
-            return Cifar10Error(
-                f"this is {self.task}: lost {self._lost()} or the connection to it at step "
-                f"{step} ({tensorflow_cause(error)}); {kept}; start every worker again with "
-                f"the same command to resume")
-        last = (f"the last checkpoint is {checkpoint}" if checkpoint
-                else "no checkpoint was written yet")
-        if isinstance(error, tf.errors.ResourceExhaustedError):
-            return Cifar10Error(
-                f"training stopped at step {step}: out of memory ({_oom_cause(error)}); "
-                f"{last}; a smaller --batch_size (examples per replica) fits, or more "
-                f"memory: another machine, or fewer programs beside it")
-        return Cifar10Error(f"training stopped at step {step}: {tensorflow_cause(error)}; "
-                            f"{last}")
+    def end(self) -> None:
+        """At the end of a run: ends the handler's thread that waits on the chief's
+        coordination service for another worker's stop request, on every worker
+        before any exits.
 
-    def _lost(self) -> str:
-        """The task this one lost, as ``_lost_worker`` names it."""
-        return _lost_worker(self.strategy.cluster_resolver.cluster_spec().as_dict(), self.task)
+        TensorFlow ends that thread only when the handler is garbage collected, which
+        the thread itself prevents (its target is a method of the handler).  A worker
+        still running when the chief, host of the service, had exited got a
+        traceback from it: 'Exception in thread PeerTerminationWatcher-1: ...
+        UnavailableError: Socket closed'.  Each worker releases every worker's wait
+        and joins its own thread; the barrier after it keeps the chief up until all
+        have.  Only at a normal end, which every worker reaches at the same step.
+        """
+        stop = getattr(self._handler, "_stop_cluster_wise_termination_watcher_thread", None)
+        if stop is None:
+            return
+        stop()
+        try:
+            _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
+        except failures.LOST_WORKER_ERRORS:
+            pass  # another worker ended otherwise (its error says so); this one has saved
 
 
 def _lost_worker(cluster: dict[str, list[str]], task: str) -> str:
@@ -243,30 +237,6 @@ def _lost_worker(cluster: dict[str, list[str]], task: str) -> str:
         return "another worker"
     [other] = others
     return "the chief (worker 0)" if other == "worker 0" and "chief" not in cluster else other
-
-
-# The lines of TensorFlow's error messages that say where, not what: the header of an
-# error raised from a graph, the stack of the op that failed, gRPC's detail, the node.
-_NOT_THE_CAUSE = re.compile(r"Graph execution error:|Detected at node|Node: |Stack trace|"
-                            r"File \"|Additional GRPC error|:UNKNOWN:|The error could be from|"
-                            r"\[\[|<stack traces unavailable>|Executing non-communication op")
-
-
-def tensorflow_cause(error: BaseException) -> str:
-    """The line of a TensorFlow error's message that says what went wrong, where the
-    first says only where ('Graph execution error:', then the op's stack): 'Collective
-    ops is aborted by: Socket closed', without its '{{function_node ...}}' prefix."""
-    lines, in_stack = [], False
-    for raw in str(error).splitlines():
-        line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", raw.strip())
-        if raw.startswith("Detected at node"):
-            in_stack = True  # the op's stack follows, to a blank line
-        elif not line:
-            in_stack = False
-        if line and not in_stack and not _NOT_THE_CAUSE.match(line):
-            lines.append(line)
-    aborted = [line for line in lines if "aborted by:" in line]
-    return (aborted or lines or [first_line(error)])[0]
 
 
 def _quiet_watcher_errors() -> None:
@@ -288,14 +258,6 @@ def _quiet_watcher_errors() -> None:
 
     hook.quiets_watchers = True
     threading.excepthook = hook
-
-
-def _oom_cause(error: tf.errors.OpError) -> str:
-    """'OOM when allocating tensor with shape[100000,24,24,64] ...' of TensorFlow's
-    message, without its '{{function_node ...}}' prefix."""
-    line = first_line(error)
-    return line.split("}} ", 1)[-1].split(" and type ")[0] if "}} " in line else \
-        line.split(" and type ")[0]
 
 
 def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):

@@ -1,0 +1,82 @@
+"""The one-line errors of a run that TensorFlow stopped: a worker lost, before
+training or in it (this task and the one lost named by their ``TF_CONFIG`` type and
+index, ``coordination.Coordinator`` tells which), memory run out, or another
+error, its cause dug out of TensorFlow's message.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+
+from cifar10.core.errors import Cifar10Error, first_line
+
+# What a collective operation raises when a peer worker is gone or unreachable.
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                      tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+def lost_before_training(task: str, lost: str) -> Cifar10Error:
+    """The error of ``task`` (e.g. 'worker 1'), which lost ``lost`` ('the chief
+    (worker 0)', 'another worker') before training started."""
+    see = "see its error" if lost != "another worker" else "see the others' errors"
+    return Cifar10Error(f"this is {task}: lost {lost} or the connection to it before "
+                        f"training started ({see}); start every worker again once it is fixed")
+
+
+def lost_in_training(task: str, lost: str, error: tf.errors.OpError, step: int,
+                     checkpoint: str | None) -> Cifar10Error:
+    """The error of ``task``, which lost ``lost`` at ``step`` (TensorFlow's ``error``);
+    ``checkpoint`` is the run's newest (a path; None where none was written)."""
+    kept = (f"the last checkpoint, {checkpoint}, is kept" if checkpoint
+            else "no checkpoint was written yet")
+    return Cifar10Error(f"this is {task}: lost {lost} or the connection to it at step {step} "
+                        f"({tensorflow_cause(error)}); {kept}; start every worker again with "
+                        f"the same command to resume")
+
+
+def stopped(error: tf.errors.OpError, step: int, checkpoint: str | None) -> Cifar10Error:
+    """The error of a run that TensorFlow's ``error`` stopped at ``step``, out of memory
+    or otherwise; ``checkpoint`` is its newest (a path; None where none was written)."""
+    last = (f"the last checkpoint is {checkpoint}" if checkpoint
+            else "no checkpoint was written yet")
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        return Cifar10Error(
+            f"training stopped at step {step}: out of memory ({_oom_cause(error)}); "
+            f"{last}; a smaller --batch_size (examples per replica) fits, or more "
+            f"memory: another machine, or fewer programs beside it")
+    return Cifar10Error(f"training stopped at step {step}: {tensorflow_cause(error)}; "
+                        f"{last}")
+
+
+# The lines of TensorFlow's error messages that say where, not what: the header of an
+# error raised from a graph, the stack of the op that failed, gRPC's detail, the node.
+_NOT_THE_CAUSE = re.compile(r"Graph execution error:|Detected at node|Node: |Stack trace|"
+                            r"File \"|Additional GRPC error|:UNKNOWN:|The error could be from|"
+                            r"\[\[|<stack traces unavailable>|Executing non-communication op")
+
+
+def tensorflow_cause(error: BaseException) -> str:
+    """The line of a TensorFlow error's message that says what went wrong, where the
+    first says only where ('Graph execution error:', then the op's stack): 'Collective
+    ops is aborted by: Socket closed', without its '{{function_node ...}}' prefix."""
+    lines, in_stack = [], False
+    for raw in str(error).splitlines():
+        line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", raw.strip())
+        if raw.startswith("Detected at node"):
+            in_stack = True  # the op's stack follows, to a blank line
+        elif not line:
+            in_stack = False
+        if line and not in_stack and not _NOT_THE_CAUSE.match(line):
+            lines.append(line)
+    aborted = [line for line in lines if "aborted by:" in line]
+    return (aborted or lines or [first_line(error)])[0]
+
+
+def _oom_cause(error: tf.errors.OpError) -> str:
+    """'OOM when allocating tensor with shape[100000,24,24,64] ...' of TensorFlow's
+    message, without its '{{function_node ...}}' prefix."""
+    line = first_line(error)
+    return line.split("}} ", 1)[-1].split(" and type ")[0] if "}} " in line else \
+        line.split(" and type ")[0]
