@@ -72,36 +72,20 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
     """
     with op_determinism(config.deterministic), \
             coordination.Coordinator(strategy, stop_event) as cluster:
-        # The workers meet before the loop where they build the variables (the chief's
-        # initial values are broadcast) and check the restored step: ``starting``
-        # makes a worker lost there (e.g. a chief that refused train_dir) one line.
-        with cluster.starting():
-            trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
+        trainer = _trainer(config, strategy, data, cluster)
         with _run_directory(trainer, cluster, print_fn) as run_dir:
             run_dir.record_class_names(data.class_names)
-            with cluster.starting():
-                restored = run_dir.restore()
-                start = restored.step if restored else 0
-                cluster.check_same_start(start, config.train_dir)
+            restored = _restore(run_dir, cluster, config.train_dir)
+            start = restored.step if restored else 0
             if start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
-            # A stop asked for before training starts (Ctrl-C while the job forms) stops
-            # every worker here, with nothing trained, recorded or saved: as a program
-            # interrupted before its work began, not a save after a first step.
-            with cluster.starting():
-                cluster.stop_if_asked_before_training()
+            _stop_if_asked_before_training(cluster)
             settings = run.begin(trainer, cluster, data, restored,
                                  invocation or Invocation(), print_fn)
             run_dir.unmark_complete()
             loops = _Controller(trainer, cluster, run_dir, start, print_fn, on_report)
             step = loops.run(data.files, settings)
-            complete = step == config.max_steps
-            if complete:
-                run_dir.mark_complete(step)
-            return TrainResult(start_step=start, step=step, complete=complete,
-                               last_checkpoint=run_dir.latest_path(),
-                               train_dir=config.train_dir, is_chief=cluster.is_chief,
-                               task=cluster.task, **loops.meter.figures())
+            return _ended(config, cluster, run_dir, loops, start, step)
 
 
 @contextlib.contextmanager
@@ -144,6 +128,16 @@ def _set_op_determinism(on: bool) -> bool:
     return was_on
 
 
+def _trainer(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData,
+             cluster: coordination.Coordinator) -> Trainer:
+    """The step engine, its variables built on every worker (the chief's initial
+    values broadcast): the workers' first meeting, where a worker lost (e.g. a
+    chief that refused train_dir) is one line (``cluster.starting``), as in the
+    others before the loop."""
+    with cluster.starting():
+        return Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
+
+
 def _run_directory(trainer: Trainer, cluster: coordination.Coordinator,
                    print_fn: Callable[[str], None]) -> RunDirectory:
     """The run's directory, as this worker uses it (``coordination``)."""
@@ -152,6 +146,16 @@ def _run_directory(trainer: Trainer, cluster: coordination.Coordinator,
     return RunDirectory(cfg.train_dir, trainer.state.checkpoint(),
                                     cfg.keep_checkpoints, save_dir=cluster.save_dir,
                                     fresh_start=cfg.fresh_start, print_fn=print_fn)
+
+
+def _restore(run_dir: RunDirectory, cluster: coordination.Coordinator,
+             train_dir: str) -> checkpoints.Checkpoint | None:
+    """The checkpoint the run goes on from (None: it starts at step 0), the same step
+    on every worker."""
+    with cluster.starting():
+        restored = run_dir.restore()
+        cluster.check_same_start(restored.step if restored else 0, train_dir)
+    return restored
 
 
 def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
@@ -166,6 +170,26 @@ def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
     return TrainResult(start_step=step, step=step, complete=True,
                        last_checkpoint=restored.path, train_dir=config.train_dir,
                        is_chief=cluster.is_chief, task=cluster.task)
+
+
+def _stop_if_asked_before_training(cluster: coordination.Coordinator) -> None:
+    """A stop asked for before training starts (Ctrl-C while the job forms) stops
+    every worker here, with nothing trained, recorded or saved: as a program
+    interrupted before its work began, not a save after a first step."""
+    with cluster.starting():
+        cluster.stop_if_asked_before_training()
+
+
+def _ended(config: TrainConfig, cluster: coordination.Coordinator, run_dir: RunDirectory,
+           loops: _Controller, start: int, step: int) -> TrainResult:
+    """The run's result, its directory marked complete where it reached ``max_steps``."""
+    complete = step == config.max_steps
+    if complete:
+        run_dir.mark_complete(step)
+    return TrainResult(start_step=start, step=step, complete=complete,
+                       last_checkpoint=run_dir.latest_path(),
+                       train_dir=config.train_dir, is_chief=cluster.is_chief,
+                       task=cluster.task, **loops.meter.figures())
 
 
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
