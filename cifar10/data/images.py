@@ -6,6 +6,9 @@ the images it is sent with the same functions, in the graph.  A BMP is read apar
 (``_decode_bmp``): an 8-bit BMP's colour palette, which TensorFlow's decoder
 ignores (it gives the palette indices as grey levels), is applied, and a BMP the
 decoder would refuse or decode wrong (``imageheader.bmp_refusal``) fails saying why.
+An image whose header gives more than ``imageheader.MAX_PIXELS`` pixels fails before
+it is decoded, in the graph as well (``_refused_if_too_large``): the exported model
+refuses it as cifar10-predict does.
 """
 
 from __future__ import annotations
