@@ -95,6 +95,61 @@ def test_the_export_serves_what_cifar10_predict_prints(exported, trained_run):
         assert out["class_names"] == [predict.ff.CLASS_NAMES[p.labels[0]] for p in expected]
 
 
+# Run in a fresh process: what each function of the export gives for no images, and for
+# a batch holding an 8000x8000 PNG (62 KB; 192 MB decoded), with the growth of the
+# process's peak memory while it is sent.
+SERVE_EDGES = """
+import json, resource, sys
+import tensorflow as tf
+export_dir, small, huge = sys.argv[1], open(sys.argv[2], "rb").read(), open(sys.argv[3], "rb").read()
+loaded = tf.saved_model.load(export_dir)
+empty = {"serving_default": loaded.signatures["serving_default"](images=tf.zeros([0], tf.string)),
+         "predict_images": loaded.signatures["predict_images"](images=tf.zeros([0, 40, 50, 3])),
+         "classify": {"": loaded.classify(tf.zeros([0, 32, 32, 3], tf.uint8))}}
+shapes = {name: {k: [v.shape.as_list(), v.dtype.name] for k, v in out.items()}
+          for name, out in empty.items()}
+loaded.signatures["serving_default"](images=tf.constant([small]))  # its first call's memory
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    loaded.signatures["serving_default"](images=tf.constant([small, huge]))
+    refusal = None
+except tf.errors.InvalidArgumentError as e:
+    refusal = e.message
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # MB
+print(json.dumps({"empty": shapes, "refusal": refusal, "grown_mb": grown}))
+"""
+
+
+@pytest.fixture(scope="module")
+def served_edges(exported, tmp_path_factory):
+    """SERVE_EDGES's output on the export."""
+    from test_imageheader import grey_png
+
+    export_dir, _, paths = exported
+    huge = tmp_path_factory.mktemp("huge") / "huge.png"
+    huge.write_bytes(grey_png(8000, 8000))
+    served = subprocess.run([sys.executable, "-c", SERVE_EDGES, str(export_dir / "6"),
+                             paths[0], str(huge)],
+                            capture_output=True, text=True, timeout=300, env=env())
+    assert served.returncode == 0, served.stderr
+    return json.loads(served.stdout.strip().splitlines()[-1])
+
+
+def test_every_function_of_the_export_answers_no_images_with_empty_outputs(served_edges):
+    """Not TensorFlow's "input depth must be evenly divisible by filter depth: 3 vs 64"."""
+    outputs = {"probabilities": [[0, 10], "float32"], "classes": [[0], "int64"],
+               "class_names": [[0], "string"]}
+    assert served_edges["empty"] == {"serving_default": outputs, "predict_images": outputs,
+                                     "classify": {"": [[0, 10], "float32"]}}
+
+
+def test_the_export_refuses_an_image_over_50_megapixels_before_decoding_it(served_edges):
+    assert ("assertion failed: [an image of 8000x8000 pixels, more than the 50,000,000 an "
+            "image may have here; scale it down first]") in served_edges["refusal"]
+    # Decoded, its pixels alone would take 192 MB.
+    assert served_edges["grown_mb"] < 50
+
+
 def test_saved_model_cli_shows_both_signatures_and_runs_the_bytes_one(exported, tmp_path):
     export_dir, _, paths = exported
     cli = program("saved_model_cli")  # installed with tensorflow

@@ -4,6 +4,7 @@ pixels an image may have, as cifar10-prepare and cifar10-predict meet it."""
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -24,6 +25,22 @@ def png_header(width: int, height: int) -> bytes:
     """The start of a PNG that claims ``width`` x ``height`` (its pixel data left out)."""
     return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR"
             + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0) + b"\0" * 4)
+
+
+def grey_png(width: int, height: int) -> bytes:
+    """A whole 8-bit grey PNG of ``width`` x ``height`` black pixels: small compressed (an
+    8000x8000 one is 62 KB), and as large as its size decoded (192 MB as RGB)."""
+    compress = zlib.compressobj(9)
+    row = b"\0" * (width + 1)  # the filter byte, then the pixels
+    pixels = b"".join(compress.compress(row) for _ in range(height)) + compress.flush()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0,
+                                                                 0, 0, 0))
+            + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
 
 
 def os2_bmp(width: int, height: int) -> bytes:

@@ -14,6 +14,7 @@ import tensorflow as tf
 from cifar10.data import imageheader
 from cifar10.data import images as image_files
 from specialfiles import unix_socket, watched_fifos
+from test_imageheader import bmp as bmp_header, os2_bmp, png_header
 
 
 def image(seed, height=32, width=32):
@@ -100,6 +101,44 @@ def test_grayscale_rgba_bmp_and_jpeg_become_rgb():
     assert from_jpeg.shape == (32, 32, 3) and from_jpeg.dtype == np.uint8
     want = decoded(tf.io.encode_png(smooth).numpy()).astype(int)
     assert np.abs(from_jpeg.astype(int) - want).max() <= 8  # lossy, but the same picture
+
+
+def jpeg_claiming(width: int, height: int) -> bytes:
+    """A small JPEG whose start-of-frame segment says ``width`` x ``height``."""
+    data = bytearray(tf.io.encode_jpeg(image(2, 37, 53)).numpy())
+    frame = data.index(b"\xff\xc0")  # length 2 bytes, precision 1, then height, width
+    data[frame + 5:frame + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def too_large(width: int, height: int) -> str:
+    return (f"assertion failed: [an image of {width}x{height} pixels, more than the 50,000,000 "
+            f"an image may have here; scale it down first]")
+
+
+@pytest.mark.parametrize("encoded, width, height", [
+    (lambda: png_header(12000, 12000), 12000, 12000),
+    (lambda: png_header(7072, 7071), 7072, 7071),  # 50,006,112
+    (lambda: png_header(2 ** 32 - 1, 2 ** 32 - 1), 2 ** 32 - 1, 2 ** 32 - 1),
+    (lambda: jpeg_claiming(9000, 9000), 9000, 9000),
+    (lambda: b"GIF89a" + struct.pack("<HH", 60000, 60000) + b"\0" * 20, 60000, 60000),
+    (lambda: bmp_header(10000, -10000), 10000, 10000),  # top-down: a negative height
+    (lambda: os2_bmp(60000, 60000), 60000, 60000),
+], ids=["png", "png-just-over", "png-past-2**31", "jpeg", "gif", "bmp", "os2-bmp"])
+def test_an_image_whose_header_gives_over_50_megapixels_is_refused_saying_so(encoded, width,
+                                                                            height):
+    """In the graph (the exported model's decoding), as cifar10-predict refuses it from the
+    file's header; before any decoder runs (these headers' pixels are not there)."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        decoded(encoded())
+    assert too_large(width, height) in refused.value.message
+
+
+def test_an_image_of_50_megapixels_is_left_to_the_decoder():
+    with pytest.raises(tf.errors.InvalidArgumentError) as refused:
+        decoded(png_header(5000, 10000))  # its pixels missing: the decoder refuses it
+    assert "an image of" not in refused.value.message
+    assert "PNG" in refused.value.message
 
 
 def test_fifos_and_sockets_are_refused_without_being_opened(tmp_path):

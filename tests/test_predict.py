@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import call, run
+from cli import assert_refused, call, run
 from specialfiles import watched_fifos
 from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
 
@@ -356,6 +356,60 @@ def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained
                 "cifar10-predict: warning: cannot read -: an RLE-compressed 8-bit BMP, which "
                 "TensorFlow does not decode: save it as PNG or as a 24-bit BMP",
                 "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
+
+
+class Endless(io.RawIOBase):
+    """A pipe that never ends (for safety, it ends after ``cap`` bytes); ``given`` counts
+    the bytes read from it."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap, self.given = cap, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        count = min(len(buffer), self.cap - self.given)
+        buffer[:count] = b"\7" * count
+        self.given += count
+        return count
+
+
+def test_standard_input_past_its_limit_is_one_line_and_read_no_further(tmp_path, monkeypatch):
+    """Not read to its end: an endless pipe would take all the memory."""
+    from cifar10.cli import predict_main
+
+    monkeypatch.setattr(predict_main, "STDIN_LIMIT", 3 * 2 ** 20)  # 3 MiB, read by MiB
+    endless = Endless(cap=50 * 2 ** 20)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(endless)))
+    result = call("cifar10-predict", f"--checkpoint_dir={tmp_path / 'nowhere'}", "-")
+    assert_refused(result, "cifar10-predict: error: - names an image read from standard "
+                   "input, which holds more than 3,145,728 bytes (3 MiB), the most an image "
+                   "piped in may have: save the image to a file and name the file")
+    assert endless.given <= 3 * 2 ** 20 + io.DEFAULT_BUFFER_SIZE
+
+
+def test_an_image_as_long_as_the_standard_input_limit_is_read(trained_run, monkeypatch):
+    from cifar10.cli import predict_main
+
+    train_dir, test_files = trained_run
+    image = tf.io.encode_png(records_of(test_files)[0][0]).numpy()
+    for limit, status in ((len(image), 0), (len(image) - 1, 1)):
+        monkeypatch.setattr(predict_main, "STDIN_LIMIT", limit)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(image)))
+        result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1", "-")
+        assert result.returncode == status, result.stderr
+        assert result.stdout.startswith("-: ") == (status == 0)
+
+
+def test_the_standard_input_limit_takes_any_image_of_the_most_pixels():
+    """A 32-bit BMP of 50 megapixels, the largest of the formats read, uncompressed."""
+    from cifar10.cli import predict_main
+    from cifar10.data import imageheader
+
+    assert predict_main.STDIN_LIMIT == 256 * 2 ** 20
+    assert predict_main.STDIN_LIMIT > 138 + 4 * imageheader.MAX_PIXELS  # (with a BITMAPV5 header)
 
 
 def test_a_dash_with_a_terminal_for_standard_input_is_one_line_before_tensorflow(tmp_path,

@@ -35,6 +35,12 @@ FLAGS = flags.FLAGS
 PROGRAM = "cifar10-predict"
 define_flags = cifar10_flags.define_predict_flags  # this program's flags
 
+# The most bytes an image piped in as - may have: 256 MiB, more than any image of the
+# pixels an image may have (a 32-bit BMP of 50 megapixels is 200 MB), so that an
+# endless or mistaken pipe (a video, a disk image) is refused, not read into memory.
+STDIN_LIMIT = 256 * 2 ** 20
+_CHUNK = 2 ** 20  # read at a time
+
 
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
@@ -76,7 +82,8 @@ def _standard_input() -> dict[str, bytes]:
     """{"-": the bytes of standard input}, the image piped in that "-" names.
 
     Raises:
-      Cifar10Error: standard input is a terminal (it would wait for typing) or closed.
+      Cifar10Error: standard input is a terminal (it would wait for typing) or closed,
+        or holds more than ``STDIN_LIMIT`` bytes (no more than one byte past it is read).
     """
     stdin = getattr(sys.stdin, "buffer", None)
     if stdin is None or sys.stdin.isatty():
@@ -84,7 +91,17 @@ def _standard_input() -> dict[str, bytes]:
             f"{imagefiles.STDIN} names an image read from standard input, which is "
             f"{'closed' if stdin is None else 'a terminal'}: pipe the image in, as in "
             f"cifar10-predict {imagefiles.STDIN} < cat.png (a file named - is ./-)")
-    return {imagefiles.STDIN: stdin.read()}
+    chunks, size = [], 0
+    while size <= STDIN_LIMIT:
+        chunk = stdin.read(min(_CHUNK, STDIN_LIMIT + 1 - size))
+        if not chunk:
+            return {imagefiles.STDIN: b"".join(chunks)}
+        chunks.append(chunk)
+        size += len(chunk)
+    raise Cifar10Error(
+        f"{imagefiles.STDIN} names an image read from standard input, which holds more than "
+        f"{STDIN_LIMIT:,} bytes ({STDIN_LIMIT // 2 ** 20} MiB), the most an image piped in "
+        f"may have: save the image to a file and name the file")
 
 
 def run() -> None:

@@ -18,6 +18,11 @@ import struct
 # about 150 MB as 8-bit RGB and 600 MB while it is resized in float32.
 MAX_PIXELS = 50_000_000
 
+# Why an image is not decoded in the graph (``images.decode_image``, the exported
+# model's): "{}" are its width and height, filled in by tf.strings.format.
+TOO_LARGE_SIZE = (f"an image of {{}}x{{}} pixels, more than the {MAX_PIXELS:,} an image may "
+                  f"have here; scale it down first")
+
 # JPEG start-of-frame markers (they hold the size): C0-CF but C4, C8 and CC.
 _JPEG_FRAMES = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 

@@ -6,6 +6,9 @@ the images it is sent with the same functions, in the graph.  A BMP is read apar
 (``_decode_bmp``): an 8-bit BMP's colour palette, which TensorFlow's decoder
 ignores (it gives the palette indices as grey levels), is applied, and a BMP the
 decoder would refuse or decode wrong (``imageheader.bmp_refusal``) fails saying why.
+An image whose header gives more than ``imageheader.MAX_PIXELS`` pixels fails before
+it is decoded, in the graph as well (``_refused_if_too_large``): the exported model
+refuses it as cifar10-predict does.
 """
 
 from __future__ import annotations
@@ -60,13 +63,55 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
     """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3].
 
     Raises (when run):
-      tf.errors.InvalidArgumentError: not an image, or a damaged one; a BMP that
-        ``_decode_bmp`` refuses, its message ``assertion failed: [<why>]``.
+      tf.errors.InvalidArgumentError: not an image, or a damaged one; an image whose
+        header gives more than ``ih.MAX_PIXELS`` pixels (refused before it is decoded)
+        or a BMP that ``_decode_bmp`` refuses, its message ``assertion failed: [<why>]``.
     """
+    encoded = _refused_if_too_large(encoded)
     image = tf.cond(tf.strings.substr(encoded, 0, 2) == b"BM",
                     lambda: _decode_bmp(encoded),
                     lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
     return tf.ensure_shape(resize_to_cifar(image[None])[0], [ff.IMAGE_SIZE, ff.IMAGE_SIZE, 3])
+
+
+def _refused_if_too_large(encoded: tf.Tensor) -> tf.Tensor:
+    """``encoded``, once its header (``_header_size``) gives at most ``ih.MAX_PIXELS``
+    pixels: what decodes it waits for the check, so that an image too large fails an
+    assertion saying so (``ih.TOO_LARGE_SIZE``) and is never decoded."""
+    width, height = tf.unstack(_header_size(encoded))
+    # Sizes past 2**31 (a damaged PNG's) are capped: their product stays in int64.
+    count = tf.minimum(width, 2 ** 31) * tf.minimum(height, 2 ** 31)
+    why = tf.strings.format(ih.TOO_LARGE_SIZE, (width, height))
+    with tf.control_dependencies([tf.debugging.Assert(count <= ih.MAX_PIXELS, [why])]):
+        return tf.identity(encoded)
+
+
+def _header_size(encoded: tf.Tensor) -> tf.Tensor:
+    """int64 [width, height] of the image ``encoded`` from its header, as
+    ``imageheader.pixels`` reads it (a JPEG's by ``tf.image.extract_jpeg_shape``, which
+    reads its headers only); [0, 0] when its format or header is not recognised (the
+    decoder then says)."""
+    field = _fields(encoded, 32)
+    head = _head(encoded, 32)
+
+    def starts(prefix: bytes, at: int = 0) -> tf.Tensor:
+        return tf.strings.substr(head, at, len(prefix)) == prefix
+
+    is_bmp = starts(b"BM")
+    os2 = is_bmp & (field(14, 4) == ih.OS2_HEADER)
+    sizes = [  # (when, [width, height]), the first that holds
+        (starts(b"\x89PNG\r\n\x1a\n") & starts(b"IHDR", 12),
+         [field(16, 4, big_endian=True), field(20, 4, big_endian=True)]),
+        (starts(b"GIF87a") | starts(b"GIF89a"), [field(6, 2), field(8, 2)]),
+        (os2, [field(18, 2), field(20, 2)]),
+        (is_bmp, [tf.abs(field(18, 4, signed=True)), tf.abs(field(22, 4, signed=True))]),
+    ]
+    size = tf.zeros([2], tf.int64)
+    for when, found in reversed(sizes):
+        size = tf.where(when, tf.stack(found), size)
+    return tf.cond(starts(b"\xff\xd8"),
+                   lambda: tf.cast(tf.image.extract_jpeg_shape(encoded)[1::-1], tf.int64),
+                   lambda: size)
 
 
 def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
@@ -79,7 +124,7 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
     this package.
     """
     length = tf.cast(tf.strings.length(encoded), tf.int64)
-    field = _bmp_fields(encoded)
+    field = _fields(encoded, ih.BMP_HEAD)
     width, height, bits = field(18, 4, signed=True), tf.abs(field(22, 4, signed=True)), field(28, 2)
     needed = field(10, 4) + (width * bits + 31) // 32 * 4 * height  # the pixels' end
     why = _bmp_refusal(field, length, needed)
@@ -92,17 +137,24 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
                    lambda: pixels[..., :3])
 
 
-def _bmp_fields(encoded: tf.Tensor):
-    """field(offset, size, signed=False): the little-endian number of ``size`` bytes at
-    ``offset`` in the BMP header of ``encoded`` (0 past the file's end)."""
-    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, ih.BMP_HEAD),
-                                              b"\0" * ih.BMP_HEAD]), 0, ih.BMP_HEAD)
-    head = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+def _head(encoded: tf.Tensor, size: int) -> tf.Tensor:
+    """The first ``size`` bytes of ``encoded``, padded with zeros past its end."""
+    return tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, size),
+                                              b"\0" * size]), 0, size)
 
-    def field(offset: int, size: int, signed: bool = False) -> tf.Tensor:
-        value = sum(head[offset + i] * 256 ** i for i in range(size))
+
+def _fields(encoded: tf.Tensor, size: int):
+    """field(offset, length, signed=False, big_endian=False): the number of ``length``
+    bytes at ``offset`` in the first ``size`` bytes of ``encoded`` (little-endian, as a
+    BMP's header, unless ``big_endian``; 0 past the file's end)."""
+    head = tf.cast(tf.io.decode_raw(_head(encoded, size), tf.uint8), tf.int64)
+
+    def field(offset: int, length: int, signed: bool = False,
+              big_endian: bool = False) -> tf.Tensor:
+        places = range(length - 1, -1, -1) if big_endian else range(length)
+        value = sum(head[offset + i] * 256 ** place for i, place in enumerate(places))
         if signed:  # two's complement
-            value -= tf.cast(value >= 2 ** (8 * size - 1), tf.int64) * 2 ** (8 * size)
+            value -= tf.cast(value >= 2 ** (8 * length - 1), tf.int64) * 2 ** (8 * length)
         return value
 
     return field

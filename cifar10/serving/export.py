@@ -10,10 +10,14 @@ TensorFlow Serving polls.  Its preprocessing is in the graph and is
   (int64) and ``class_names`` [N] (tf.string), where C is the number of
   classes the run was trained on (10 for CIFAR-10).  Decoded by
   ``data.images.decode_image``, in the graph: an 8-bit BMP gets its palette's
-  colours, and a BMP cifar10-predict refuses fails the call, its message saying why;
+  colours, and a BMP cifar10-predict refuses, or an image whose header gives more
+  than 50 megapixels, fails the call (before it is decoded), its message saying why;
 * ``predict_images``: ``images``, decoded RGB images float32 [N, H, W, 3] with
   values 0-255 -> the same outputs.  ``model.tflite`` (``--tflite``) has this
   signature.
+
+No images give empty outputs ([0, C], [0], [0]): ``predict.make_classifier`` does not
+run the model on them.
 """
 
 from __future__ import annotations
