@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+import cli
 from cli import call, env
 
 from cifar10.core import atomic
@@ -498,3 +499,50 @@ def test_cifar10_prepare_refuses_a_runs_folder_as_its_data_dir(tmp_path):
         f"cifar10-prepare: error: --data_dir={run} is a training run's folder (flags.txt), "
         f"not a data folder: name a new folder to write the data set in"]
     assert {str(p): p.read_bytes() for p in run.rglob("*")} == files
+
+
+# ---- --synthetic_data where a file stands in the way ---------------------------------
+
+def _synthetic_in_a_file(tmp_path, data_dir: str) -> str:
+    with pytest.raises(DataError) as err:
+        getdata.prepare(str(tmp_path / data_dir), use_synthetic=True, synthetic_records=5,
+                        print_fn=lambda line: None)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("data_dir", ["data", "data/"])
+def test_generated_data_asked_in_a_data_dir_that_is_a_file_names_the_folder_to_pass(
+        tmp_path, data_dir):
+    (tmp_path / "data").write_text("")
+    assert _synthetic_in_a_file(tmp_path, data_dir) == (
+        f"--data_dir={tmp_path / data_dir} is a file, not a folder: --synthetic_data generates "
+        f"its data in a folder under --data_dir (<data_dir>/synthetic); pass a folder (made if "
+        f"missing), such as --data_dir={tmp_path}")
+    assert os.listdir(tmp_path) == ["data"]
+
+
+@pytest.mark.parametrize("file", ["synthetic", "synthetic/cifar-10-batches-bin"])
+def test_generated_data_where_a_file_has_its_name_names_the_file(tmp_path, file):
+    (tmp_path / "data" / file).parent.mkdir(parents=True)
+    (tmp_path / "data" / file).write_text("mine")
+    assert _synthetic_in_a_file(tmp_path, "data") == (
+        f"{tmp_path / 'data' / file} is a file, where --synthetic_data keeps its generated data "
+        f"(under --data_dir={tmp_path / 'data'}): move the file away, or pass another --data_dir")
+    assert (tmp_path / "data" / file).read_text() == "mine"
+
+
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval"])
+def test_the_programs_given_a_file_as_data_dir_for_generated_data_say_so(tmp_path, program):
+    (tmp_path / "afile").write_text("")
+    if program == "cifar10-train":
+        dirs = (f"--train_dir={tmp_path / 'train'}",)
+    else:
+        _dirs(tmp_path, "eval_main")  # a run with a checkpoint, by its files' names
+        dirs = (f"--checkpoint_dir={tmp_path / 'train'}", f"--eval_dir={tmp_path / 'eval'}",
+                "--run_once")
+    result = cli.call(program, "--synthetic_data", f"--data_dir={tmp_path / 'afile'}", *dirs)
+    cli.assert_refused(result, (
+        f"{program}: error: --data_dir={tmp_path / 'afile'} is a file, not a folder: "
+        f"--synthetic_data generates its data in a folder under --data_dir "
+        f"(<data_dir>/synthetic); pass a folder (made if missing), such as "
+        f"--data_dir={tmp_path}"))
