@@ -71,10 +71,36 @@ def test_a_folder_of_loose_image_files_is_refused_with_how_to_sort_them(tmp_path
         f"--data_dir=<a new folder>, then pass that folder as --data_dir")
     assert sorted(os.listdir(photos)) == ["0000.JPG", "0001.png", "0002.jpg", "notes.txt"]
     # With class folders beside the loose files, the folders are what prepare converts.
-    (photos / "cat").mkdir()
-    (photos / "cat" / "1.png").write_bytes(b"not read")
-    with pytest.raises(DataError, match=r"holds image folders \(cat/\), not CIFAR-format"):
+    for name in ("cat", "dog"):
+        (photos / name).mkdir()
+        (photos / name / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError, match=r"holds image folders \(cat/, dog/\), not CIFAR-format"):
         getdata.prepare(str(photos), url=OFFLINE)
+
+
+@pytest.mark.parametrize("layout,one_class", [
+    (("cat",), "cat"),
+    (("cat", "."), "cat"),  # loose images beside it, which prepare leaves out
+    (("train/cat", "test/cat"), "train/cat"),
+])
+def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_path, layout,
+                                                                          one_class):
+    # Not sent to cifar10-prepare first, which would refuse it for the same reason.
+    photos = tmp_path / "photos"
+    for folder in layout:
+        os.makedirs(photos / folder, exist_ok=True)
+        (photos / folder / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(photos), url=OFFLINE)
+    classes_dir = os.path.dirname(photos / one_class)
+    assert str(error.value) == (
+        f"--data_dir={photos} holds images of one class alone ({one_class}/), not CIFAR-format "
+        f"data: a classifier needs two or more classes, each in a folder of its own "
+        f"({classes_dir}/<class>/); add the other classes' folders, convert them with "
+        f"cifar10-prepare --image_dir={photos} --data_dir=<a new folder>, then pass that "
+        f"folder as --data_dir")
+    assert sorted(os.listdir(photos)) == sorted({f.split("/")[0] for f in layout} - {"."}
+                                                | ({"1.png"} if "." in layout else set()))
 
 
 @pytest.mark.parametrize("folder,files,dataset", [
@@ -324,7 +350,7 @@ def test_a_data_mistake_is_not_waited_for(tmp_path):
     """What the other task refuses, this one refuses at once, in the same words."""
     (tmp_path / "cat").mkdir()
     (tmp_path / "cat" / "1.png").write_bytes(b"")
-    with pytest.raises(DataError, match=r"holds image folders \(cat/\)"):
+    with pytest.raises(DataError, match=r"holds images of one class alone \(cat/\)"):
         getdata.prepare(str(tmp_path), url=OFFLINE, fetched_by=FETCHER, wait_s=60)
     with pytest.raises(DataError, match="^not downloaded here$"):
         getdata.prepare(str(tmp_path / "data"), url=OFFLINE, fetched_by=FETCHER, wait_s=60,
