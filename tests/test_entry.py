@@ -112,3 +112,18 @@ def test_the_program_runs_with_pythons_own_sigint_handler(tmp_path):
     result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
                    modules_dir=modules_dir)
     assert (result.returncode, result.stdout, result.stderr) == (3, "True\n", "")
+
+
+def test_a_sigint_ignored_by_whoever_started_the_program_stays_ignored(tmp_path):
+    # A job a script starts in the background (or nohup) has SIGINT ignored.
+    modules_dir = write_module(tmp_path, """\
+        import os, signal
+        os.kill(os.getpid(), signal.SIGINT)
+        def run():
+            os.kill(os.getpid(), signal.SIGINT)
+            print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+        """)
+    result = start("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                   "from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
+                   modules_dir=modules_dir)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")

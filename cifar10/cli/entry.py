@@ -56,8 +56,12 @@ def start(program: str, module_name: str) -> None:
         interrupts.append(signum)  # on record even if an import's bare except drops it
         raise KeyboardInterrupt
 
+    previous = signal.getsignal(signal.SIGINT)
     try:
-        previous = signal.signal(signal.SIGINT, interrupt)
+        # Where SIGINT is ignored (a job started in the background by a script, nohup),
+        # it stays ignored, as it would for the program.
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
         module = importlib.import_module(module_name)
         if interrupts:
             raise KeyboardInterrupt
