@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from cifar10.data import fileformat as ff
-from cifar10.data import imagefiles
+from cifar10.data import classfolders
 from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS, SKIPPED_FOLDERS
 from cifar10.core.errors import Cifar10Error, DataError
@@ -328,7 +328,7 @@ def _one_class(path: str) -> str | None:
     (or none, or a layout cifar10-prepare refuses for another reason)."""
     top = _subfolders(path)
     try:
-        split = imagefiles.split_folders(path, top)
+        split = classfolders.split_folders(path, top)
     except Cifar10Error:
         return None
     classes = _subfolders(os.path.join(path, split[0])) if split else top
