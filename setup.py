@@ -31,14 +31,16 @@ setup(
         # TensorBoard's Profile tab, to read cifar10-train --profile_steps' traces.
         "profile": ["tensorboard-plugin-profile>=2.16"],
     },
+    # The programs start in cifar10.cli.entry, which answers a Ctrl-C with one line
+    # from the first moment, then imports the program (cifar10.cli.<program>_main).
     entry_points={
         "console_scripts": [
-            "cifar10-train=cifar10.cli.train_main:run",
-            "cifar10-eval=cifar10.cli.eval_main:run",
-            "cifar10-predict=cifar10.cli.predict_main:run",
-            "cifar10-export=cifar10.cli.export_main:run",
-            "cifar10-prepare=cifar10.cli.prepare_main:run",
-            "cifar10-launch=cifar10.cli.launch_main:run",
+            "cifar10-train=cifar10.cli.entry:train",
+            "cifar10-eval=cifar10.cli.entry:evaluate",
+            "cifar10-predict=cifar10.cli.entry:predict",
+            "cifar10-export=cifar10.cli.entry:export",
+            "cifar10-prepare=cifar10.cli.entry:prepare",
+            "cifar10-launch=cifar10.cli.entry:launch",
         ],
     },
 )

@@ -163,18 +163,23 @@ def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
         "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
         f"--train_dir={run}\n")
     start = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
+    # The start's record, stamped by the file system as the trainer wrote it.
+    (run / "environment.jsonl").write_text(json.dumps(
+        {"program": "cifar10-train", "start_time": "2026-11-26T12:00:00+00:00"}) + "\n")
+    os.utime(run / "environment.jsonl", (start + 0.5, start + 0.5))
+    saved = start - 60 if scored_before_the_start else start + 60
     eval_dir.mkdir()
     (eval_dir / "results.jsonl").write_text(json.dumps(
-        {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time":
-         start - 60 if scored_before_the_start else start + 60}) + "\n" + "{damaged\n")
+        {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time": saved + 5,
+         "checkpoint_mtime_ns": int(saved * 1e9)}) + "\n" + "{damaged\n")
     result = call("cifar10-eval", f"--checkpoint_dir={run}", f"--eval_dir={eval_dir}",
                   "--run_once", *offline_data_flags(tmp_path))
     warnings = [line for line in result.stderr.splitlines() if "warning" in line]
     assert warnings == ([
         f"cifar10-eval: warning: --eval_dir={eval_dir} holds 1 result(s) of an earlier run in "
-        f"{run}, scored before this run started there at step 0 (2026-11-26T12:00:00+00:00): "
-        f"this run's go beside them, on the same TensorBoard curves; pass "
-        f"--eval_dir={tmp_path}/eval-2 to keep them apart"]  # (eval/ is this one)
+        f"{run}, of checkpoints saved before this run started there at step 0 "
+        f"(2026-11-26T12:00:00+00:00): this run's go beside them, on the same TensorBoard "
+        f"curves; pass --eval_dir={tmp_path}/eval-2 to keep them apart"]  # (eval/ is this one)
         if scored_before_the_start else [])
     assert result.returncode == 1  # (no checkpoint: the warning comes before that error)
     assert os.listdir(eval_dir) == ["results.jsonl"]

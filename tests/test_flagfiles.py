@@ -323,3 +323,37 @@ def test_a_negated_boolean_with_a_value_is_one_line_not_a_traceback(tmp_path, mo
     assert refused("cifar10-eval", "--flagfile=neg.txt") == (
         "line 1 of --flagfile=neg.txt: --nosynthetic_data=true: --nosynthetic_data takes no "
         "value; write --nosynthetic_data, or --synthetic_data=VALUE; fix or delete that line")
+
+
+@pytest.mark.parametrize("program,flag", [("cifar10-train", "data_dir"),
+                                          ("cifar10-eval", "eval_dir"),
+                                          ("cifar10-export", "export_dir")])
+def test_a_tilde_in_a_flagfile_is_refused_with_the_expanded_path_to_write(tmp_path, monkeypatch,
+                                                                          program, flag):
+    # No shell reads a flagfile: the command line's fix (--data_dir ~/data) would not
+    # do there, where a line is one argument.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "outer.txt").write_text("--flagfile=flags.txt\n")
+    (tmp_path / "flags.txt").write_text(f"# mine\n--{flag}=~/runs/a\n")
+    for flagfile, place in [("flags.txt", "line 2 of --flagfile=flags.txt"),
+                            ("outer.txt", "line 2 of flags.txt, read by --flagfile=outer.txt")]:
+        assert refused(program, f"--flagfile={flagfile}") == (
+            f"{place}: --{flag}=~/runs/a starts with a ~, which a flagfile does not expand "
+            f"(no shell reads it): write --{flag}={tmp_path}/home/runs/a on that line; for a "
+            f"folder named ~, --{flag}=./~/runs/a")
+    assert sorted(os.listdir(tmp_path)) == ["flags.txt", "outer.txt"]
+
+
+def test_a_tilde_in_a_flagfile_that_the_command_line_sets_again_is_no_mistake(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flags.txt").write_text("--data_dir=~/data\n")
+    values = flags.FlagValues()
+    define_train_flags(values)
+    flagfiles.parse(values, ["cifar10-train", "--flagfile=flags.txt",
+                             f"--data_dir={tmp_path}"], "cifar10-train")
+    assert values.data_dir == str(tmp_path)
+    # Given on the command line after '=', it is the shell's fix that is told.
+    assert refused("cifar10-train", "--flagfile=flags.txt", "--data_dir=~/data").startswith(
+        "--data_dir=~/data starts with a ~ that was not expanded (the shell does not expand")

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+import cli
 from cli import call, env
 
 from cifar10.core import atomic
@@ -70,10 +71,36 @@ def test_a_folder_of_loose_image_files_is_refused_with_how_to_sort_them(tmp_path
         f"--data_dir=<a new folder>, then pass that folder as --data_dir")
     assert sorted(os.listdir(photos)) == ["0000.JPG", "0001.png", "0002.jpg", "notes.txt"]
     # With class folders beside the loose files, the folders are what prepare converts.
-    (photos / "cat").mkdir()
-    (photos / "cat" / "1.png").write_bytes(b"not read")
-    with pytest.raises(DataError, match=r"holds image folders \(cat/\), not CIFAR-format"):
+    for name in ("cat", "dog"):
+        (photos / name).mkdir()
+        (photos / name / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError, match=r"holds image folders \(cat/, dog/\), not CIFAR-format"):
         getdata.prepare(str(photos), url=OFFLINE)
+
+
+@pytest.mark.parametrize("layout,one_class", [
+    (("cat",), "cat"),
+    (("cat", "."), "cat"),  # loose images beside it, which prepare leaves out
+    (("train/cat", "test/cat"), "train/cat"),
+])
+def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_path, layout,
+                                                                          one_class):
+    # Not sent to cifar10-prepare first, which would refuse it for the same reason.
+    photos = tmp_path / "photos"
+    for folder in layout:
+        os.makedirs(photos / folder, exist_ok=True)
+        (photos / folder / "1.png").write_bytes(b"not read")
+    with pytest.raises(DataError) as error:
+        getdata.prepare(str(photos), url=OFFLINE)
+    classes_dir = os.path.dirname(photos / one_class)
+    assert str(error.value) == (
+        f"--data_dir={photos} holds images of one class alone ({one_class}/), not CIFAR-format "
+        f"data: a classifier needs two or more classes, each in a folder of its own "
+        f"({classes_dir}/<class>/); add the other classes' folders, convert them with "
+        f"cifar10-prepare --image_dir={photos} --data_dir=<a new folder>, then pass that "
+        f"folder as --data_dir")
+    assert sorted(os.listdir(photos)) == sorted({f.split("/")[0] for f in layout} - {"."}
+                                                | ({"1.png"} if "." in layout else set()))
 
 
 @pytest.mark.parametrize("folder,files,dataset", [
@@ -323,7 +350,7 @@ def test_a_data_mistake_is_not_waited_for(tmp_path):
     """What the other task refuses, this one refuses at once, in the same words."""
     (tmp_path / "cat").mkdir()
     (tmp_path / "cat" / "1.png").write_bytes(b"")
-    with pytest.raises(DataError, match=r"holds image folders \(cat/\)"):
+    with pytest.raises(DataError, match=r"holds images of one class alone \(cat/\)"):
         getdata.prepare(str(tmp_path), url=OFFLINE, fetched_by=FETCHER, wait_s=60)
     with pytest.raises(DataError, match="^not downloaded here$"):
         getdata.prepare(str(tmp_path / "data"), url=OFFLINE, fetched_by=FETCHER, wait_s=60,
@@ -498,3 +525,50 @@ def test_cifar10_prepare_refuses_a_runs_folder_as_its_data_dir(tmp_path):
         f"cifar10-prepare: error: --data_dir={run} is a training run's folder (flags.txt), "
         f"not a data folder: name a new folder to write the data set in"]
     assert {str(p): p.read_bytes() for p in run.rglob("*")} == files
+
+
+# ---- --synthetic_data where a file stands in the way ---------------------------------
+
+def _synthetic_in_a_file(tmp_path, data_dir: str) -> str:
+    with pytest.raises(DataError) as err:
+        getdata.prepare(str(tmp_path / data_dir), use_synthetic=True, synthetic_records=5,
+                        print_fn=lambda line: None)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("data_dir", ["data", "data/"])
+def test_generated_data_asked_in_a_data_dir_that_is_a_file_names_the_folder_to_pass(
+        tmp_path, data_dir):
+    (tmp_path / "data").write_text("")
+    assert _synthetic_in_a_file(tmp_path, data_dir) == (
+        f"--data_dir={tmp_path / data_dir} is a file, not a folder: --synthetic_data generates "
+        f"its data in a folder under --data_dir (<data_dir>/synthetic); pass a folder (made if "
+        f"missing), such as --data_dir={tmp_path}")
+    assert os.listdir(tmp_path) == ["data"]
+
+
+@pytest.mark.parametrize("file", ["synthetic", "synthetic/cifar-10-batches-bin"])
+def test_generated_data_where_a_file_has_its_name_names_the_file(tmp_path, file):
+    (tmp_path / "data" / file).parent.mkdir(parents=True)
+    (tmp_path / "data" / file).write_text("mine")
+    assert _synthetic_in_a_file(tmp_path, "data") == (
+        f"{tmp_path / 'data' / file} is a file, where --synthetic_data keeps its generated data "
+        f"(under --data_dir={tmp_path / 'data'}): move the file away, or pass another --data_dir")
+    assert (tmp_path / "data" / file).read_text() == "mine"
+
+
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval"])
+def test_the_programs_given_a_file_as_data_dir_for_generated_data_say_so(tmp_path, program):
+    (tmp_path / "afile").write_text("")
+    if program == "cifar10-train":
+        dirs = (f"--train_dir={tmp_path / 'train'}",)
+    else:
+        _dirs(tmp_path, "eval_main")  # a run with a checkpoint, by its files' names
+        dirs = (f"--checkpoint_dir={tmp_path / 'train'}", f"--eval_dir={tmp_path / 'eval'}",
+                "--run_once")
+    result = cli.call(program, "--synthetic_data", f"--data_dir={tmp_path / 'afile'}", *dirs)
+    cli.assert_refused(result, (
+        f"{program}: error: --data_dir={tmp_path / 'afile'} is a file, not a folder: "
+        f"--synthetic_data generates its data in a folder under --data_dir "
+        f"(<data_dir>/synthetic); pass a folder (made if missing), such as "
+        f"--data_dir={tmp_path}"))

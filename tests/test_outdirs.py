@@ -4,6 +4,8 @@ before TensorFlow loads) and in test_train_main.py, test_follow.py, test_launch.
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 
 import pytest
@@ -64,6 +66,88 @@ def test_the_run_an_evaluators_folder_scored_is_found_as_the_evaluator_finds_it(
     outdirs.warn_of_another_runs_results(str(tmp_path / "eval"), "/tmp/cifar10_train")
     assert [r.getMessage().split(": ")[0] for r in caplog.records] == [
         f"--eval_dir={tmp_path / 'eval'} holds the results of another run ({run_a})"]
+
+
+# ---- results of an earlier run in the same --train_dir ----------------------------
+
+HOUR_S = 3600
+NEW_RUN = "2026-11-26T13:00:00+00:00"  # its start at step 0, by the trainer's clock
+
+
+def stamp(iso: str) -> float:
+    return datetime.datetime.fromisoformat(iso).timestamp()
+
+
+def run_started(run, new_run=NEW_RUN, resumed=None, file_clock_behind_s=HOUR_S):
+    """``run``'s records of a start at step 0 at ``new_run`` (and of a resumed start at
+    ``resumed``), by a trainer whose clock runs ``file_clock_behind_s`` ahead of the
+    file system's: environment.jsonl is stamped by the file system, half a second after
+    the latest start."""
+    run.mkdir()
+    starts = [(new_run, 0)] + ([(resumed, 30)] if resumed else [])
+    (run / "flags.txt").write_text("".join(
+        f"# cifar10-train, started {t} on vm at step {step}\n--train_dir={run}\n"
+        for t, step in starts))
+    (run / "environment.jsonl").write_text("".join(
+        json.dumps({"program": "cifar10-train", "start_time": t, "start_step": step}) + "\n"
+        for t, step in starts))
+    written = stamp(starts[-1][0]) - file_clock_behind_s + 0.5
+    os.utime(run / "environment.jsonl", (written, written))
+
+
+def results_of(eval_dir, run, saved_s):
+    """``eval_dir``'s results.jsonl: one result per checkpoint of ``run`` whose index
+    file the file system stamped at each of ``saved_s`` (-1: unknown), scored 5 s
+    later by an evaluator whose clock (wall_time) is the file system's."""
+    eval_dir.mkdir()
+    (eval_dir / "results.jsonl").write_text("".join(
+        json.dumps({"checkpoint": f"{run}/model.ckpt-{i}", "step": i, "wall_time":
+                    max(s, 0) + 5, "checkpoint_mtime_ns": int(s * 1e9)}) + "\n"
+        for i, s in enumerate(saved_s)) + "{damaged\n")
+
+
+@pytest.mark.parametrize("resumed", [None, "2026-11-26T15:00:00+00:00"])
+def test_an_earlier_runs_results_are_told_by_the_file_systems_clock_alone(tmp_path, caplog,
+                                                                           resumed):
+    # The trainer's clock is an hour ahead of the file system's (and the evaluator's):
+    # only the file system's times of the checkpoints and of the run's records are
+    # compared, not the trainer's start with the evaluator's wall_time.
+    run, eval_dir = tmp_path / "train", tmp_path / "eval"
+    run_started(run, resumed=resumed)
+    began_on_disk = stamp(NEW_RUN) - HOUR_S
+    # Two checkpoints saved a minute and 3 s before the new run began, one 2 s after
+    # it (before its record was written), one unknown (-1).
+    results_of(eval_dir, run, [began_on_disk - 60, began_on_disk - 3, began_on_disk + 2, -1e-9])
+    outdirs.warn_of_an_earlier_runs_results(str(eval_dir), str(run))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--eval_dir={eval_dir} holds 2 result(s) of an earlier run in {run}, of checkpoints "
+        f"saved before this run started there at step 0 ({NEW_RUN}): this run's go beside "
+        f"them, on the same TensorBoard curves; pass --eval_dir={tmp_path}/eval-2 to keep "
+        f"them apart"]
+
+
+@pytest.mark.parametrize("file_clock_behind_s", [HOUR_S, -HOUR_S, 0])
+def test_a_runs_own_results_get_no_warning_whatever_the_clocks(tmp_path, caplog,
+                                                               file_clock_behind_s):
+    # Its checkpoints saved from a second after its start on, by a trainer whose clock
+    # is an hour ahead of the file system's and the evaluator's (or behind, or not).
+    run, eval_dir = tmp_path / "train", tmp_path / "eval"
+    run_started(run, file_clock_behind_s=file_clock_behind_s)
+    began_on_disk = stamp(NEW_RUN) - file_clock_behind_s
+    results_of(eval_dir, run, [began_on_disk + 1, began_on_disk + 600])
+    outdirs.warn_of_an_earlier_runs_results(str(eval_dir), str(run))
+    assert caplog.records == []
+
+
+def test_a_run_without_its_records_gets_no_warning(tmp_path, caplog):
+    run, eval_dir = tmp_path / "train", tmp_path / "eval"
+    run_started(run)
+    results_of(eval_dir, run, [0.0])
+    (run / "environment.jsonl").write_text("{damaged\n")
+    outdirs.warn_of_an_earlier_runs_results(str(eval_dir), str(run))
+    os.remove(run / "environment.jsonl")
+    outdirs.warn_of_an_earlier_runs_results(str(eval_dir), str(run))
+    assert caplog.records == []
 
 
 def evaluators_folder(folder, scored):

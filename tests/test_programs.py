@@ -164,8 +164,10 @@ def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_p
     with pytest.raises(DataError) as err:
         getdata.prepare(str(tmp_path / "a_file" / "data"), use_synthetic=True,
                               synthetic_records=5, print_fn=lambda line: None)
-    assert str(err.value) == (f"cannot write generated data in {tmp_path}/a_file/data/synthetic "
-                              f"(Not a directory); choose a --data_dir you can write")
+    assert str(err.value) == (f"--data_dir={tmp_path}/a_file/data is under a file, "
+                              f"{tmp_path}/a_file, not a folder: --synthetic_data generates its "
+                              f"data in a folder under --data_dir (<data_dir>/synthetic); pass a "
+                              f"folder (made if missing), such as --data_dir={tmp_path}")
 
 
 def test_float32_is_float32_unless_tf32_is_allowed():

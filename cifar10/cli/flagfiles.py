@@ -43,7 +43,7 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
         raise FlagfileError(other)
     refuse_lost_flags(args, flag_values)
     try:
-        return flag_values([argv[0], *(arg.text for arg in args)])
+        rest = flag_values([argv[0], *(arg.text for arg in args)])
     except flags.Error as e:
         line = _line_at_fault(e, args, flag_values)
         if line is None:
@@ -61,6 +61,34 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
         if arg.top is not None:
             raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
         raise flags.Error(message) from None
+    refuse_unexpanded_tilde(args, flag_values)
+    return rest
+
+
+def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
+    """Refuses a path flag set by a flagfile line to a value that starts with a ~
+    (``--data_dir=~/data``): no shell reads a flagfile, so the ~ is not expanded, and
+    taken as it is it would make a folder named ~ in the current folder.  The line
+    to write is the expanded path (``--data_dir ~/data``, the command line's fix,
+    would not do in a flagfile: absl takes a line as one argument).  A ~ of the
+    command line is ``programs``' to refuse, with the shell's fix.
+
+    Raises:
+      FlagfileError: naming the line and the path to write on it.
+    """
+    settings = {}
+    for setting in _settings(args, flag_values):
+        settings[setting.name] = setting  # the last, whose value absl keeps
+    for name in cifar10_flags.PATH_FLAGS:
+        setting = settings.get(name)
+        value = flag_values[name].value if name in flag_values else None
+        if (setting is None or setting.arg.top is None or not isinstance(value, str)
+                or not value.startswith("~") or os.path.expanduser(value) == value):
+            continue
+        raise FlagfileError(f"{setting.arg.place()}: {setting.written} starts with a ~, which "
+                            f"a flagfile does not expand (no shell reads it): write "
+                            f"--{name}={os.path.expanduser(value)} on that line; for a folder "
+                            f"named ~, --{name}=./{value}")
 
 
 def _negated_with_value(text: str, flag_values: flags.FlagValues) -> str | None:

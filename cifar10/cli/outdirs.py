@@ -14,6 +14,7 @@ Checked before TensorFlow loads: no TensorFlow here.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 
@@ -107,22 +108,78 @@ def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
 
 
 def warn_of_an_earlier_runs_results(eval_dir: str, run_dir: str) -> None:
-    """A warning where ``eval_dir`` holds results of ``run_dir``'s checkpoints scored
+    """A warning where ``eval_dir`` holds results of ``run_dir``'s checkpoints saved
     before its run started at step 0: an earlier run in the same folder (before a
     --fresh_start, such as the README's quick start on generated data and CIFAR-10
-    after it), whose results this run's would join on the same curves."""
+    after it), whose results this run's would join on the same curves.
+
+    The times compared are the file system's, not the evaluator's clock (which may
+    differ from the trainer's machine's): each result's ``checkpoint_mtime_ns`` and the
+    run's start on the same clock (``_new_run_start_on_disk``)."""
     began = records.last_new_run(run_dir)
-    try:
-        began_s = datetime.datetime.fromisoformat(began).timestamp() if began else None
-    except ValueError:
-        began_s = None  # a header edited by hand: nothing to tell the runs apart by
-    earlier = result.results_of_run_before(eval_dir, run_dir, began_s) if began_s else 0
+    start_s = _new_run_start_on_disk(run_dir, began) if began else None
+    earlier = _results_of_checkpoints_before(eval_dir, run_dir, start_s) if start_s else 0
     if earlier:
         logging.warning(
-            "--eval_dir=%s holds %d result(s) of an earlier run in %s, scored before this run "
-            "started there at step 0 (%s): this run's go beside them, on the same TensorBoard "
-            "curves; pass --eval_dir=%s to keep them apart", eval_dir, earlier, run_dir,
-            began, suggestions.beside(run_dir, "eval", whose.is_empty_folder))
+            "--eval_dir=%s holds %d result(s) of an earlier run in %s, of checkpoints saved "
+            "before this run started there at step 0 (%s): this run's go beside them, on the "
+            "same TensorBoard curves; pass --eval_dir=%s to keep them apart", eval_dir, earlier,
+            run_dir, began, suggestions.beside(run_dir, "eval", whose.is_empty_folder))
+
+
+# Seconds by which the run's start on the file system's clock is taken as earlier than
+# reckoned: a start's time is recorded to the second (truncated) before its record is
+# written, so the reckoning can be up to a second late; a new run's checkpoints, all
+# saved after its start, must not pass for an earlier run's.  (An earlier run's last
+# save comes more than 2 s before: its trainer ended, and the new one loaded
+# TensorFlow before it recorded its start.)
+_START_MARGIN_S = 2.0
+
+
+def _new_run_start_on_disk(run_dir: str, began: str) -> float | None:
+    """When the run in ``run_dir`` began at step 0 (``began``, its header's time), in
+    seconds since the epoch by the clock of the run directory's file system, the clock
+    that also stamped its checkpoint files; None where the records do not tell.
+
+    The start a run's records were last written for (environment.jsonl's newest
+    record) is stamped twice: its time by the trainer's clock, and the file's
+    modification time by the file system's; the offset between the two, applied to
+    ``began``, puts the run's start on the file system's clock.  (Were the run
+    resumed since on a machine whose clock differs from the one it began on, that
+    difference would remain.)"""
+    path = os.path.join(run_dir, records.ENVIRONMENT_FILE)
+    try:
+        written_s = os.stat(path).st_mtime
+    except OSError:
+        return None
+    last = (records.last_record(run_dir) or {}).get("start_time")
+    try:
+        began_s, last_s = (datetime.datetime.fromisoformat(t).timestamp() for t in (began, last))
+    except (TypeError, ValueError):
+        return None  # a record edited by hand: nothing to tell the runs apart by
+    return written_s - (last_s - began_s) - _START_MARGIN_S
+
+
+def _results_of_checkpoints_before(eval_dir: str, run_dir: str, before_s: float) -> int:
+    """How many results in ``eval_dir``'s results.jsonl scored a checkpoint of
+    ``run_dir`` whose files were modified before ``before_s`` (the file system's
+    clock); 0 where the file cannot be read.  Damaged lines are passed over (the
+    evaluator warns of them as it reads them)."""
+    count = 0
+    try:
+        with open(os.path.join(eval_dir, result.RESULTS_FILE), "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    checkpoint, mtime_ns = record["checkpoint"], int(record["checkpoint_mtime_ns"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                count += (0 <= mtime_ns < before_s * 1e9 and isinstance(checkpoint, str)
+                          and os.path.realpath(os.path.dirname(checkpoint))
+                          == os.path.realpath(run_dir))
+    except OSError:
+        return 0
+    return count
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:

@@ -16,9 +16,10 @@ from typing import Sequence
 import numpy as np
 
 from cifar10.data import fileformat as ff
+from cifar10.data import classfolders
 from cifar10.data import synthetic
 from cifar10.data.imagefiles import IMAGE_EXTENSIONS, SKIPPED_FOLDERS
-from cifar10.core.errors import DataError
+from cifar10.core.errors import Cifar10Error, DataError
 
 
 def batches_dir_of(data_dir: str) -> str:
@@ -294,6 +295,17 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"--data_dir={parent} (its data folder goes beside this one)")
     images = image_folders(data_dir)
     folders = [name for name in images if name != "."]
+    one_class = _one_class(data_dir) if folders else None
+    if one_class:
+        # cifar10-prepare would refuse it (a classifier needs two classes): what to do
+        # comes first, not a conversion that cannot be done yet.
+        classes_dir = os.path.dirname(os.path.join(data_dir, one_class))
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds images of one class alone ({one_class}/), not "
+            f"CIFAR-format data: a classifier needs two or more classes, each in a folder of "
+            f"its own ({os.path.join(classes_dir, '<class>')}/); add the other classes' "
+            f"folders, convert them with cifar10-prepare --image_dir={data_dir} "
+            f"--data_dir=<a new folder>, then pass that folder as --data_dir")
     if folders:
         raise DataError(
             f"--data_dir={data_dir}{origin} holds image folders ({', '.join(folders)}), not "
@@ -308,6 +320,21 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"folder of its own ({os.path.join(data_dir, '<class>', '*.jpg')}), convert them "
             f"with cifar10-prepare --image_dir={data_dir} --data_dir=<a new folder>, then pass "
             f"that folder as --data_dir")
+
+
+def _one_class(path: str) -> str | None:
+    """The one class folder of a folder of images (``cat``, or ``train/cat`` in a
+    split layout), as cifar10-prepare would take its classes; None when it has more
+    (or none, or a layout cifar10-prepare refuses for another reason)."""
+    top = _subfolders(path)
+    try:
+        split = classfolders.split_folders(path, top)
+    except Cifar10Error:
+        return None
+    classes = _subfolders(os.path.join(path, split[0])) if split else top
+    if len(classes) != 1:
+        return None
+    return os.path.join(split[0], classes[0]) if split else classes[0]
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:

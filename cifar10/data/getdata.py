@@ -71,7 +71,8 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
     """
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
-        batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait)
+        batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait,
+                                                 followed)
     else:
         _remove_leftovers(data_dir, print_fn)
         batches_dir = _real_data(data_dir, url, md5, dataset, label, followed, no_download,
@@ -137,9 +138,10 @@ class _Wait:
 
 
 def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
-                    wait: _Wait | None = None) -> tuple[str, bool]:
+                    wait: _Wait | None = None, followed: str = "") -> tuple[str, bool]:
     """(the generated data folder under ``data_dir``, whether it was written now)."""
     folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
+    _refuse_file_in_synthetic_path(data_dir, followed)
     _remove_leftovers(folder, print_fn)
     batches_dir = datafolder.batches_dir_of(folder)
     if os.path.isdir(batches_dir):
@@ -153,6 +155,30 @@ def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
         raise DataError(f"cannot write generated data in {folder} ({e.strerror or e}); "
                         f"choose a --data_dir you can write") from e
     return batches_dir, True
+
+
+def _refuse_file_in_synthetic_path(data_dir: str, followed: str = "") -> None:
+    """Raises DataError where a file stands where --synthetic_data keeps its data
+    (``<data_dir>/synthetic/cifar-10-batches-bin``): ``data_dir`` itself (a file given
+    as --data_dir, the tarball say), a folder above it, or one of that path; instead of
+    the error of the write that would fail there ('Not a directory', 'File exists')."""
+    origin = f" ({followed})" if followed else ""
+    nearest = os.path.normpath(data_dir)
+    while not os.path.exists(nearest) and os.path.dirname(nearest) not in ("", nearest):
+        nearest = os.path.dirname(nearest)  # the folder it would be made in, or a file
+    if os.path.exists(nearest) and not os.path.isdir(nearest):
+        what = "is a file" if nearest == os.path.normpath(data_dir) else f"is under a file, {nearest}"
+        parent = os.path.dirname(os.path.normpath(nearest)) or "."
+        raise DataError(f"--data_dir={data_dir}{origin} {what}, not a folder: "
+                        f"--synthetic_data generates its data in a folder under --data_dir "
+                        f"({os.path.join('<data_dir>', SYNTHETIC_SUBDIR)}); pass a folder "
+                        f"(made if missing), such as --data_dir={parent}")
+    folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
+    for path in (folder, datafolder.batches_dir_of(folder)):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise DataError(f"{path} is a file, where --synthetic_data keeps its generated "
+                            f"data (under --data_dir={data_dir}{origin}): move the file away, "
+                            f"or pass another --data_dir")
 
 
 def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,

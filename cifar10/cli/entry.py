@@ -1,0 +1,76 @@
+"""The console scripts' entry points (setup.py): each program's Ctrl-C answered with
+one line from its first moment.
+
+A console script imports its program's module before it calls the program, and
+that import (absl, the package's modules) takes a few tenths of a second, in
+which Python's own SIGINT handler would end a Ctrl-C with a KeyboardInterrupt
+traceback.  So each function here installs the program's handling of Ctrl-C
+first, with nothing but the standard library loaded, then imports the program
+and runs it.  A Ctrl-C that comes before the program's own handling of it
+(``programs.guarded``) ends the program as any interrupt outside training does:
+``<program>: interrupted`` on stderr and exit status 130.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+
+# The exit status of an interrupted program, as a shell reports one that SIGINT ended
+# (128 + 2); ``programs.guarded`` and ``stopping`` use the same.
+INTERRUPTED = 128 + signal.SIGINT
+
+
+def train() -> None:
+    start("cifar10-train", "cifar10.cli.train_main")
+
+
+def evaluate() -> None:
+    start("cifar10-eval", "cifar10.cli.eval_main")
+
+
+def predict() -> None:
+    start("cifar10-predict", "cifar10.cli.predict_main")
+
+
+def export() -> None:
+    start("cifar10-export", "cifar10.cli.export_main")
+
+
+def prepare() -> None:
+    start("cifar10-prepare", "cifar10.cli.prepare_main")
+
+
+def launch() -> None:
+    start("cifar10-launch", "cifar10.cli.launch_main")
+
+
+def start(program: str, module_name: str) -> None:
+    """Imports ``module_name`` (a program's ``*_main`` module) and calls its ``run``;
+    a Ctrl-C before ``run`` handles it ends the process with one line and status 130.
+    """
+    interrupts = []
+
+    def interrupt(signum, frame):
+        interrupts.append(signum)  # on record even if an import's bare except drops it
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        # Where SIGINT is ignored (a job started in the background by a script, nohup),
+        # it stays ignored, as it would for the program.
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
+        module = importlib.import_module(module_name)
+        if interrupts:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, previous)  # Python's own, which the programs expect
+        module.run()
+    except KeyboardInterrupt:
+        # Only a Ctrl-C the program did not answer itself comes here (one while its
+        # flags are read, before ``guarded``): the program was not under way yet.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one: the same one line
+        sys.stderr.write(f"{program}: interrupted\n")
+        sys.stderr.flush()
+        sys.exit(INTERRUPTED)
