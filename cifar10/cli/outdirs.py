@@ -14,7 +14,6 @@ Checked before TensorFlow loads: no TensorFlow here.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 
@@ -118,7 +117,7 @@ def warn_of_an_earlier_runs_results(eval_dir: str, run_dir: str) -> None:
     run's start on the same clock (``_new_run_start_on_disk``)."""
     began = records.last_new_run(run_dir)
     start_s = _new_run_start_on_disk(run_dir, began) if began else None
-    earlier = _results_of_checkpoints_before(eval_dir, run_dir, start_s) if start_s else 0
+    earlier = result.results_of_checkpoints_before(eval_dir, run_dir, start_s) if start_s else 0
     if earlier:
         logging.warning(
             "--eval_dir=%s holds %d result(s) of an earlier run in %s, of checkpoints saved "
@@ -158,28 +157,6 @@ def _new_run_start_on_disk(run_dir: str, began: str) -> float | None:
     except (TypeError, ValueError):
         return None  # a record edited by hand: nothing to tell the runs apart by
     return written_s - (last_s - began_s) - _START_MARGIN_S
-
-
-def _results_of_checkpoints_before(eval_dir: str, run_dir: str, before_s: float) -> int:
-    """How many results in ``eval_dir``'s results.jsonl scored a checkpoint of
-    ``run_dir`` whose files were modified before ``before_s`` (the file system's
-    clock); 0 where the file cannot be read.  Damaged lines are passed over (the
-    evaluator warns of them as it reads them)."""
-    count = 0
-    try:
-        with open(os.path.join(eval_dir, result.RESULTS_FILE), "rb") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                    checkpoint, mtime_ns = record["checkpoint"], int(record["checkpoint_mtime_ns"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                count += (0 <= mtime_ns < before_s * 1e9 and isinstance(checkpoint, str)
-                          and os.path.realpath(os.path.dirname(checkpoint))
-                          == os.path.realpath(run_dir))
-    except OSError:
-        return 0
-    return count
 
 
 def refuse_foreign_train_dir(train_dir: str) -> None:

@@ -120,21 +120,21 @@ def pad(text: str, width: int) -> str:
     return text + " " * max(0, width - display_width(text))
 
 
-def results_of_run_before(eval_dir: str, run_dir: str, before: float) -> int:
+def results_of_checkpoints_before(eval_dir: str, run_dir: str, before_s: float) -> int:
     """How many results in ``eval_dir``'s results.jsonl scored a checkpoint of
-    ``run_dir`` and were recorded before ``before`` (seconds since the epoch); 0 where
-    the file cannot be read.  Damaged lines are passed over (the evaluator warns of
-    them as it reads them)."""
+    ``run_dir`` whose files were modified before ``before_s`` (the file system's
+    clock); 0 where the file cannot be read.  Damaged lines are passed over (the
+    evaluator warns of them as it reads them)."""
     count = 0
     try:
         with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
             for line in f:
                 try:
                     record = json.loads(line)
-                    checkpoint, wall_time = record["checkpoint"], float(record["wall_time"])
+                    checkpoint, mtime_ns = record["checkpoint"], int(record["checkpoint_mtime_ns"])
                 except (ValueError, KeyError, TypeError):
                     continue
-                count += (wall_time < before and isinstance(checkpoint, str)
+                count += (0 <= mtime_ns < before_s * 1e9 and isinstance(checkpoint, str)
                           and os.path.realpath(os.path.dirname(checkpoint))
                           == os.path.realpath(run_dir))
     except OSError:
