@@ -88,16 +88,17 @@ def test_each_worker_gets_a_tf_config_of_one_local_cluster():
 def test_the_trainer_is_the_one_next_to_the_python_that_runs_the_launcher(tmp_path):
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
-    assert launch.trainer_command(str(python)) == [str(python), "-m", "cifar10.cli.train_main"]
+    assert launch.trainer_command(str(python)) == [
+        str(python), "-c", "from cifar10.cli import entry; entry.train()"]
     trainer = tmp_path / "bin" / "cifar10-train"
     trainer.write_text("#!/bin/sh\n")
-    assert launch.trainer_command(str(python))[1:] == ["-m", "cifar10.cli.train_main"]  # not executable
+    assert launch.trainer_command(str(python))[1] == "-c"  # not executable
     trainer.chmod(0o755)
     assert launch.trainer_command(str(python)) == [str(trainer)]
     # This test's Python has it installed; the other way starts the same program.
     assert launch.trainer_command() == [os.path.join(os.path.dirname(sys.executable),
                                                      "cifar10-train")]
-    result = subprocess.run([sys.executable, "-m", "cifar10.cli.train_main", "--help"],
+    result = subprocess.run([sys.executable, "-c", launch.TRAINER_CODE, "--help"],
                             capture_output=True, text=True, timeout=120, env=env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("USAGE: cifar10-train [flags]")

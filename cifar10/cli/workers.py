@@ -21,8 +21,8 @@ other workers only their stderr is, their own warnings and errors, prefixed
 
 The trainer is the ``cifar10-train`` installed next to the Python that runs this
 (a package's console scripts go into its interpreter's ``bin`` folder), else
-that Python's ``-m cifar10.cli.train_main``: whichever Python the launcher runs in,
-the workers run the same package in the same one.  Nothing here loads TensorFlow.
+that Python running ``cifar10.cli.entry.train`` (what the script runs): whichever
+Python the launcher runs in, the workers run the same package in the same one.  Nothing here loads TensorFlow.
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ from typing import Callable, Sequence, TextIO
 from cifar10.core.errors import Cifar10Error, StoppedBeforeTraining
 
 TRAINER = "cifar10-train"
-TRAINER_MODULE = "cifar10.cli.train_main"
+# What the console script runs (setup.py), for a Python whose scripts are elsewhere:
+# through ``entry``, so that a Ctrl-C while the worker imports its modules is one line,
+# where ``-m cifar10.cli.train_main`` would import them before any handler.
+TRAINER_CODE = "from cifar10.cli import entry; entry.train()"
 HOST = "127.0.0.1"
 # How often the launcher looks whether a worker has ended.
 _POLL_SECS = 0.1
@@ -98,14 +101,14 @@ def trainer_command(python: str | None = None) -> list[str]:
     """How to start cifar10-train with ``python`` (default: this one)'s package.
 
     The console script next to the interpreter when it is there (a virtual
-    environment's ``bin``), else ``python -m cifar10.cli.train_main`` (a package
-    installed with ``pip install --user``, whose scripts are elsewhere).
+    environment's ``bin``), else ``python -c`` running the script's entry point (a
+    package installed with ``pip install --user``, whose scripts are elsewhere).
     """
     python = python or sys.executable
     installed = os.path.join(os.path.dirname(python), TRAINER)
     if os.path.isfile(installed) and os.access(installed, os.X_OK):
         return [installed]
-    return [python, "-m", TRAINER_MODULE]
+    return [python, "-c", TRAINER_CODE]
 
 
 def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False,
