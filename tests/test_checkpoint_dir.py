@@ -92,10 +92,12 @@ def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
 @pytest.mark.parametrize("layout", ["class folders", "split folders", "images"])
 def test_a_folder_of_images_is_named_so_not_told_to_train_there(tmp_path, layout):
     photos = tmp_path / "my photos"
-    folder = {"class folders": photos / "cat", "split folders": photos / "train" / "cat",
-              "images": photos}[layout]
-    folder.mkdir(parents=True)
-    (folder / "IMG_0001.JPG").write_bytes(b"")
+    folders = {"class folders": [photos / "cat", photos / "dog"],
+               "split folders": [photos / "train" / "cat", photos / "train" / "dog"],
+               "images": [photos]}[layout]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "IMG_0001.JPG").write_bytes(b"")
     expected = (f"No checkpoint found in {photos}, a folder of images, not a training run: pass "
                 f"a run's --train_dir as --checkpoint_dir")
     if layout != "images":
@@ -117,3 +119,19 @@ def test_an_evaluators_pictures_do_not_make_a_folder_of_images(tmp_path):
     (tmp_path / "a" / "eval" / "confusion_matrix-step20.png").write_bytes(b"")
     for folder in (tmp_path / "a", tmp_path / "a" / "eval"):
         assert "images" not in str(checkpoint_dir.no_checkpoint(str(folder)))
+
+
+@pytest.mark.parametrize("layout,one_class", [(("cat",), "cat"),
+                                               (("train/cat", "test/cat"), "train/cat")])
+def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_path, layout,
+                                                                          one_class):
+    # cifar10-prepare would refuse one class: the message says what to add first.
+    photos = tmp_path / "my photos"
+    for folder in layout:
+        (photos / folder).mkdir(parents=True)
+        (photos / folder / "IMG_0001.JPG").write_bytes(b"")
+    expected = (f"No checkpoint found in {photos}, a folder of images, not a training run: pass "
+                f"a run's --train_dir as --checkpoint_dir (to train on it, a classifier needs "
+                f"two or more classes, each in a folder of its own beside {one_class}/, then "
+                f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
+    assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected

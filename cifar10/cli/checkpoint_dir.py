@@ -10,6 +10,7 @@ import shlex
 
 from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import imagefiles
 from cifar10.runs import checkpoint_files
@@ -118,6 +119,13 @@ def _elsewhere(checkpoint_dir: str) -> str:
         return (", a folder of images, not a training run: pass a run's --train_dir as "
                 "--checkpoint_dir")
     if imagefiles.holds_images(checkpoint_dir):  # class folders (or split folders of them)
+        one_class = datafolder.one_class_folder(checkpoint_dir)
+        if one_class:  # cifar10-prepare would refuse it: a classifier needs two classes
+            return (f", a folder of images, not a training run: pass a run's --train_dir as "
+                    f"--checkpoint_dir (to train on it, a classifier needs two or more "
+                    f"classes, each in a folder of its own beside {one_class}/, then "
+                    f"cifar10-prepare --image_dir={shlex.quote(checkpoint_dir)} "
+                    f"--data_dir=<a new folder>)")
         return (f", a folder of images, not a training run: pass a run's --train_dir as "
                 f"--checkpoint_dir (to train on its class folders, make a data set of them "
                 f"first: cifar10-prepare --image_dir={shlex.quote(checkpoint_dir)} "

@@ -295,7 +295,7 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"--data_dir={parent} (its data folder goes beside this one)")
     images = image_folders(data_dir)
     folders = [name for name in images if name != "."]
-    one_class = _one_class(data_dir) if folders else None
+    one_class = one_class_folder(data_dir) if folders else None
     if one_class:
         # cifar10-prepare would refuse it (a classifier needs two classes): what to do
         # comes first, not a conversion that cannot be done yet.
@@ -322,7 +322,7 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"that folder as --data_dir")
 
 
-def _one_class(path: str) -> str | None:
+def one_class_folder(path: str) -> str | None:
     """The one class folder of a folder of images (``cat``, or ``train/cat`` in a
     split layout), as cifar10-prepare would take its classes; None when it has more
     (or none, or a layout cifar10-prepare refuses for another reason)."""
