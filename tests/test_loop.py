@@ -66,19 +66,27 @@ def weights(checkpoint):
             if k.startswith(("model/", "averages/", "loss_averages/", "step/", "examples"))}
 
 
-def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_files,
-                                                                      tmp_path):
-    """On two replicas, where a loop also carries the replicas' gradient sums (one
-    replica's run takes the same loops; its steps are the other tests' default)."""
+@pytest.fixture(scope="module")
+def stopped_runs(learnable_files, tmp_path_factory):
+    """{steps_per_loop: (train_dir, its progress lines)}: runs of 1 and 7 steps per loop
+    on two replicas, where a loop also carries the replicas' gradient sums (one
+    replica's run takes the same loops; its steps are the other tests' default),
+    stopped at 11 and resumed to 20, with summaries every 4 steps."""
     files, count = learnable_files
-    replicas = 2
-    lines, finals = {}, {}
+    runs = {}
     for steps_per_loop in (1, 7):
-        train_dir, out = tmp_path / f"loop{steps_per_loop}", []
+        train_dir, out = tmp_path_factory.mktemp(f"loop{steps_per_loop}"), []
         for max_steps in (11, 20):  # stopped at 11, resumed to 20
             controller.train(small_config(train_dir, max_steps=max_steps, summary_steps=4,
                                           steps_per_loop=steps_per_loop),
-                             mirrored(replicas), TrainData(files, count), print_fn=out.append)
+                             mirrored(2), TrainData(files, count), print_fn=out.append)
+        runs[steps_per_loop] = train_dir, out
+    return runs
+
+
+def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(stopped_runs):
+    lines, finals = {}, {}
+    for steps_per_loop, (train_dir, out) in stopped_runs.items():
         lines[steps_per_loop] = losses_of(out)
         finals[steps_per_loop] = weights(str(train_dir / "model.ckpt-20"))
         assert {n for n in os.listdir(train_dir) if n.endswith(".index")} == {
@@ -137,19 +145,14 @@ def test_a_call_of_no_steps_runs_no_step_and_writes_no_summary(tmp_path):
     assert float(first["total_loss"]) == pytest.approx(float(expected["total_loss"]), rel=1e-5)
 
 
-def test_summaries_are_written_at_the_same_steps_for_any_loop_length(learnable_files,
-                                                                   tmp_path):
-    files, count = learnable_files
-    tags = {}
-    for steps_per_loop in (1, 7):
-        train_dir = tmp_path / f"loop{steps_per_loop}"
-        controller.train(small_config(train_dir, max_steps=12, summary_steps=4,
-                                      steps_per_loop=steps_per_loop),
-                         mirrored(1), TrainData(files, count), print_fn=lambda line: None)
-        tags[steps_per_loop] = cli.event_tags(str(train_dir))
+def test_summaries_are_written_at_the_same_steps_for_any_loop_length(stopped_runs):
+    """Across the stop too (where the stopped run logs its last step and the resumed
+    one its first)."""
+    tags = {steps_per_loop: cli.event_tags(str(train_dir))
+            for steps_per_loop, (train_dir, _) in stopped_runs.items()}
     assert tags[7] == tags[1]
-    assert tags[7]["learning_rate"] == [4, 8, 12]
-    assert tags[7]["examples_per_sec"] == [1, 3, 6, 9, 12]
+    assert tags[7]["learning_rate"] == [4, 8, 12, 16, 20]
+    assert tags[7]["examples_per_sec"] == [1, 3, 6, 9, 11, 12, 15, 18, 20]
 
 
 @pytest.mark.parametrize("value, replicas, said", [
