@@ -333,6 +333,10 @@ def test_damaged_data_in_data_dir_is_one_line(benchmark, tmp_path, capsys):
     assert err[-1].startswith(f"benchmark.py: error: missing data file {batches}/")
 
 
+# The script's own lines are Python; what TensorFlow does in them (the trainer's warning
+# of a machine without a GPU, cifar10-prepare's conversion, TensorFlow's C++ lines kept
+# off stderr by core/logs) test_output.py and test_prepare.py check on both versions.
+@pytest.mark.newest_only
 def test_the_script_prints_its_warnings_as_its_own_lines(tmp_path):
     # --num_gpus=1 given on a machine without a GPU: the trainer's warning, in the
     # script's own form; left at its default, nothing is said.
