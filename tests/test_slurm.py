@@ -491,36 +491,110 @@ def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_
         (job, None), (job, "1"), (again, None)]
 
 
-@pytest.mark.parametrize("status, complete, requeued", [
-    (0, False, True),     # stopped by --signal=TERM@secs, its checkpoint saved
-    (130, False, True),   # the signal came before training started: nothing lost
-    (0, True, False),     # the run reached --max_steps
-    (1, False, False),    # an error: the job ends with it
-    (143, False, False),  # killed
-])
-def test_the_batch_script_requeues_a_stopped_incomplete_run_only(tmp_path, status, complete,
-                                                                   requeued):
-    """scripts/slurm_train.sbatch with stand-ins for srun (ending with ``status``) and
-    scontrol (recording its arguments), no Slurm cluster."""
-    bin_dir, train_dir = tmp_path / "bin", tmp_path / "train"
-    bin_dir.mkdir()
-    train_dir.mkdir()
-    if complete:
-        (train_dir / "training_complete.json").write_text("{}")
-    (bin_dir / "srun").write_text(f"#!/bin/sh\necho \"srun $*\"\nexit {status}\n")
+def run_batch_script(tmp_path, *args, status=0, srun_does=""):
+    """scripts/slurm_train.sbatch run by bash with stand-ins for srun (printing its
+    arguments, doing ``srun_does``, ending with ``status``) and scontrol (recording its
+    arguments), no Slurm cluster: (the result, scontrol's arguments)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "srun").write_text(f"#!/bin/sh\necho \"srun $*\"\n{srun_does}\nexit {status}\n")
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/scontrol\n")
     for stand_in in ("srun", "scontrol"):
         os.chmod(bin_dir / stand_in, 0o755)
     result = subprocess.run(
-        ["bash", SBATCH_SCRIPT, f"--train_dir={train_dir}", "--max_steps=10"],
-        capture_output=True, text=True, timeout=30,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "77",
-             "CIFAR10_TRAIN": "cifar10-train"})
+        ["bash", SBATCH_SCRIPT, *args], capture_output=True, text=True, timeout=30,
+        cwd=tmp_path, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                           "SLURM_JOB_ID": "77", "CIFAR10_TRAIN": "cifar10-train"})
+    recorded = (tmp_path / "scontrol").read_text() if (tmp_path / "scontrol").exists() else ""
+    return result, recorded
+
+
+REQUEUED = "slurm_train.sbatch: stopped before --max_steps; requeueing job 77"
+A_TASK_FAILED = ("slurm_train.sbatch: error: job 77 is not requeued because a task failed "
+                 "(srun's status {}): the first task error above is the cause")
+
+
+@pytest.mark.parametrize("status, complete, requeued", [
+    (0, False, True),     # stopped by --signal=TERM@secs, its checkpoint saved
+    (0, True, False),     # the run reached --max_steps
+    (1, False, False),    # an error: the job ends with it
+    # A task failed (a port in use) while the others waited for it to start: srun's
+    # --kill-on-bad-exit stopped them (130, "stopped by SIGTERM while waiting ...").
+    (130, False, False),
+    (143, False, False),  # killed
+])
+def test_the_batch_script_requeues_a_stopped_incomplete_run_only(tmp_path, status, complete,
+                                                                   requeued):
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    if complete:
+        (train_dir / "training_complete.json").write_text("{}")
+    result, recorded = run_batch_script(tmp_path, f"--train_dir={train_dir}", "--max_steps=10",
+                                        status=status)
     assert result.returncode == status
     assert result.stdout.splitlines()[0] == (
         f"srun --kill-on-bad-exit=1 --output=0 --error=all cifar10-train "
         f"--train_dir={train_dir} --max_steps=10")
-    recorded = (tmp_path / "scontrol").read_text() if (tmp_path / "scontrol").exists() else ""
     assert recorded == ("requeue 77\n" if requeued else "")
-    assert ("slurm_train.sbatch: stopped before --max_steps; requeueing job 77"
-            in result.stdout) == requeued
+    assert (REQUEUED in result.stdout) == requeued
+    failed = status != 0 and not complete
+    assert result.stderr.splitlines() == ([A_TASK_FAILED.format(status)] if failed else [])
+
+
+def test_a_job_stopped_at_the_checkpoint_it_started_from_is_not_requeued(tmp_path):
+    """A time limit too short for one step: requeued, the job would start, save the
+    same checkpoint and stop, again and again."""
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    state = train_dir / "checkpoint"
+    state.write_text('model_checkpoint_path: "model.ckpt-40"\n'
+                     'all_model_checkpoint_paths: "model.ckpt-40"\n')
+    saves_again = f"cp {state} {state}.new && mv {state}.new {state}"
+    result, recorded = run_batch_script(tmp_path, f"--train_dir={train_dir}",
+                                        srun_does=saves_again)
+    assert (result.returncode, recorded) == (1, "")
+    assert result.stderr.splitlines() == [
+        "slurm_train.sbatch: error: job 77 stopped at the checkpoint it started from "
+        "(model.ckpt-40): no step was trained, so it is not requeued; give it a longer "
+        "time limit (sbatch --time)"]
+    # A step trained since: requeued.
+    result, recorded = run_batch_script(
+        tmp_path, f"--train_dir={train_dir}",
+        srun_does=f"echo 'model_checkpoint_path: \"model.ckpt-41\"' > {state}")
+    assert (result.returncode, recorded, result.stderr) == (0, "requeue 77\n", "")
+
+
+def test_the_batch_script_takes_the_train_dir_of_a_run_records_flagfile(tmp_path):
+    """``--flagfile=<run>/flags.txt`` replays a run: its last --train_dir line not
+    commented out is the one cifar10-train takes (an earlier start's is)."""
+    old, train_dir = tmp_path / "old", tmp_path / "train"
+    for folder in (old, train_dir):
+        folder.mkdir()
+    (old / "training_complete.json").write_text("{}")
+    flags_txt = train_dir / "flags.txt"
+    flags_txt.write_text(f"# cifar10-train, started 2026-01-01T00:00:00 on vm\n"
+                         f"# --train_dir={old}\n# --max_steps=5\n"
+                         f"# cifar10-train, started 2026-01-02T00:00:00 on vm at step 5\n"
+                         f"--train_dir={old}\n\n  --train_dir={train_dir}  \r\n"
+                         f"--max_steps=10\n")
+    result, recorded = run_batch_script(tmp_path, f"--flagfile={flags_txt}", "--max_steps=30")
+    assert result.stdout.splitlines()[0].endswith(
+        f"cifar10-train --flagfile={flags_txt} --max_steps=30")
+    assert (result.returncode, recorded, REQUEUED in result.stdout) == (0, "requeue 77\n", True)
+    # The command line's own --train_dir after the flagfile wins, as in cifar10-train.
+    result, recorded = run_batch_script(tmp_path, "--flagfile", str(flags_txt),
+                                        "--train_dir", str(old))
+    assert (result.returncode, REQUEUED in result.stdout) == (0, False)
+
+    (tmp_path / "no_dir.txt").write_text("# cifar10-train, started ...\n--max_steps=30\n")
+    for args in (["--flagfile=no_dir.txt"], []):
+        result, _ = run_batch_script(tmp_path, *args, "--max_steps=30")
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr.splitlines() == [
+            "slurm_train.sbatch: error: give cifar10-train's --train_dir=DIR (a folder every "
+            "node shares), on the command line or in the --flagfile"]
+    result, _ = run_batch_script(tmp_path, "--flagfile=missing.txt")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        "slurm_train.sbatch: error: --flagfile=missing.txt cannot be read (no such file, or "
+        "not a file): name a file of cifar10-train's flags, such as a run's flags.txt"]
