@@ -308,8 +308,7 @@ def _lost_worker(cluster: dict[str, list[str]], task: str) -> str:
     'the chief (worker 0)' (a cluster of workers alone, whose worker 0 is the chief),
     'chief 0', 'worker 1'; else 'another worker' (a failed collective does not say
     which one stopped)."""
-    others = [f"{job} {i}" for job in ("chief", "worker")
-              for i in range(len(cluster.get(job, ()))) if f"{job} {i}" != task]
+    others = [other for other in _tasks(cluster) if other != task]
     if len(others) != 1:
         return "another worker"
     [other] = others
