@@ -40,6 +40,20 @@ def config(cluster=TWO, **task):
      'names a "ps" task: only "chief" and "worker" tasks are supported'),
     (config(cluster={**TWO, "chief": ["h:1", "h:2"]}, type="worker", index=0),
      'names more than one "chief"'),
+    (config(cluster={"worker": ["127.0.0.1:1234", "127.0.0.1:99999"]}, type="worker", index=0),
+     'worker 1\'s address "127.0.0.1:99999" has port 99999: a port is 1 to 65535'),
+    (config(cluster={"chief": ["h:0"], "worker": ["h:1"]}, type="worker", index=0),
+     'chief 0\'s address "h:0" has port 0: a port is 1 to 65535'),
+    (config(cluster={"worker": ["host with space:1234", "h:1"]}, type="worker", index=0),
+     'worker 0\'s address "host with space:1234" has no host name or IP address before its '
+     'port'),
+    (config(cluster={"worker": [":1234", "h:1"]}, type="worker", index=0),
+     'worker 0\'s address ":1234" has no host name or IP address'),
+    (config(cluster={"worker": ["127.0.0.1:1234"] * 2}, type="worker", index=1),
+     "names 127.0.0.1:1234 for both worker 0 and worker 1: each task needs a host:port of "
+     "its own"),
+    (config(cluster={"chief": ["h:1"], "worker": ["g:1", "h:1"]}, type="worker", index=1),
+     "names h:1 for both chief 0 and worker 1"),
     (config(type="chief", index=0), 'task type "chief" is not in the cluster (it has worker)'),
     (config(index=0), 'task has no "type"'),
     (config(type="worker"), 'task has no "index"'),
@@ -62,6 +76,8 @@ def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, pr
     (config(type="worker", index=1), 2),
     (config(cluster={"chief": ["h:1"], "worker": ["h:2", "h:3"]}, type="chief", index=0), 3),
     (config(cluster={"worker": ["localhost:5000"]}, type="worker", index=0), 1),
+    (config(cluster={"worker": ["node-1.example.org:65535", "[::1]:1", "10.0.0.2:1"]},
+            type="worker", index=2), 3),
 ])
 def test_valid_tf_configs_are_accepted_and_their_tasks_counted(tf_config, tasks):
     assert cluster.read_tf_config(tf_config) == json.loads(tf_config)

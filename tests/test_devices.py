@@ -6,6 +6,8 @@ then, so more devices than those cannot be made).
 
 from __future__ import annotations
 
+import json
+import socket
 import types
 
 import pytest
@@ -15,6 +17,7 @@ import tensorflow as tf
 
 from cifar10.core import cpu
 from cifar10.distribute import devices
+from cifar10.distribute import resolver
 from cifar10.core.errors import Cifar10Error
 
 
@@ -151,3 +154,44 @@ def test_cpu_features_are_the_flags_line_of_cpuinfo(tmp_path):
     assert cpu.features(str(tmp_path / "missing")) is None
     # has_amx reads this machine's: the same answer as its flags give.
     assert cpu.has_amx() == ("amx_bf16" in (cpu.features() or ()))
+
+
+def held_port_tf_config(held, index=1):
+    """A TF_CONFIG of two workers on 127.0.0.1 whose worker ``index`` has the port of the
+    listening socket ``held``; and that address."""
+    held.bind(("", 0))
+    held.listen()
+    own = f"127.0.0.1:{held.getsockname()[1]}"
+    other = "127.0.0.1:1" if own != "127.0.0.1:1" else "127.0.0.1:2"
+    workers = [other, own] if index == 1 else [own, other]
+    return json.dumps({"cluster": {"worker": workers},
+                       "task": {"type": "worker", "index": index}}), own
+
+
+def test_a_tf_config_task_whose_port_is_in_use_is_refused_before_its_server_starts(
+        monkeypatch):
+    with socket.socket() as held:
+        config, own = held_port_tf_config(held)
+        monkeypatch.setenv("TF_CONFIG", config)
+        with pytest.raises(Cifar10Error) as raised:
+            devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=5)
+    assert str(raised.value) == (
+        f"this is worker 1: cannot listen at its address {own}: port {own.split(':')[1]} is "
+        f"in use on this machine (by another program, or another worker given the same "
+        f"TF_CONFIG task index); give each worker its own index and a free port")
+
+
+def test_a_port_taken_after_the_check_is_the_same_line_not_a_traceback(monkeypatch):
+    # (The port taken between the check and TensorFlow's server: TensorFlow's error.)
+    with socket.socket() as held:
+        config, own = held_port_tf_config(held, index=0)
+    monkeypatch.setenv("TF_CONFIG", config)
+
+    def taken(**_):
+        raise tf.errors.UnknownError(None, None, "Could not start gRPC server")
+
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", taken)
+    with pytest.raises(Cifar10Error, match=rf"^this is worker 0: cannot listen at its "
+                                           rf"address {own}: port \d+ is in use on this "
+                                           rf"machine"):
+        resolver.multi_worker_strategy(None, None, None)

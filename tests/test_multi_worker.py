@@ -237,6 +237,25 @@ def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, 
     assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-6")
 
 
+def test_workers_started_with_different_flags_each_name_theirs_and_train_nothing(tmp_path):
+    # Worker 1's --batch_size and --max_steps differ (absl takes the last one given).
+    configs = launch.tf_configs(launch.free_ports(2))
+    args = [train_args(tmp_path, "--max_steps=3"),
+            train_args(tmp_path, "--max_steps=2", "--batch_size=4")]
+    results = finish([start("cifar10-train", *a, TF_CONFIG=c, TMPDIR=str(tmp_path))
+                      for a, c in zip(args, configs)])
+    for (code, out, err), (this, other, own) in zip(results, [
+            ("worker 0", "worker 1", "--batch_size=8 and --max_steps=3"),
+            ("worker 1", "worker 0", "--batch_size=4 and --max_steps=2")]):
+        assert code == 1, err
+        assert err.splitlines()[-1] == (
+            f"cifar10-train: error: this is {this}: its {own} differ from {other}'s; start "
+            f"every worker with the same flags and data")
+        assert "Traceback" not in err and "Training on" not in out
+    train_dir = tmp_path / "train"
+    assert not train_dir.exists() or not os.listdir(train_dir)
+
+
 def test_a_chief_that_refuses_a_locked_train_dir_stops_the_other_worker_with_one_line(
         tmp_path):
     # Another trainer holds the run's lock: only the chief takes it, once the cluster

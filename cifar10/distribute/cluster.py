@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import slurm
@@ -19,6 +20,9 @@ STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
 TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
                      '"task": {"type": "worker", "index": 0}}')
 _TASK_TYPES = ("chief", "worker")
+# A host of a "host:port" address: a host name or IPv4 address (letters, digits, '.',
+# '-', '_'), or an IPv6 address in brackets.
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Za-z:.%]+\]")
 
 
 def read_tf_config(text: str | None = None) -> dict | None:
@@ -63,6 +67,28 @@ def _check_cluster(cluster) -> None:
                                    f"strings")
     if len(cluster.get("chief", [])) > 1:
         raise _tf_config_error('names more than one "chief"')
+    _check_addresses(cluster)
+
+
+def _check_addresses(cluster: dict) -> None:
+    """Each task's "host:port" a host and a port it can listen at, and its own: a
+    mistake there would show only as the workers not all starting, after
+    --worker_timeout_secs."""
+    seen = {}
+    for task_type in _TASK_TYPES:
+        for index, address in enumerate(cluster.get(task_type, [])):
+            task = f"{task_type} {index}"
+            host, _, port = address.rpartition(":")
+            if not 1 <= int(port) <= 65535:
+                raise _tf_config_error(f'{task}\'s address "{address}" has port {int(port)}: '
+                                       f"a port is 1 to 65535")
+            if not _HOST.fullmatch(host):
+                raise _tf_config_error(f'{task}\'s address "{address}" has no host name or IP '
+                                       f"address before its port")
+            if address in seen:
+                raise _tf_config_error(f"names {address} for both {seen[address]} and {task}: "
+                                       f"each task needs a host:port of its own")
+            seen[address] = task
 
 
 def _check_task(task, cluster: dict) -> None:

@@ -137,6 +137,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
 def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
                            port_base: int | None) -> tf.distribute.Strategy:
     cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None) if not Slurm
+    if cluster_resolver is None:
+        resolver.check_tf_config_port()
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
     if num_gpus == 0:

@@ -26,6 +26,7 @@ from typing import Iterator
 from absl import logging
 import tensorflow as tf
 
+from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import cluster
 from cifar10.distribute import slurm
 
@@ -68,6 +69,34 @@ def from_slurm(port_base: int | None) -> tuple[SlurmResolver | None, list | None
     return SlurmResolver(task, port_base), gpus
 
 
+def check_tf_config_port() -> None:
+    """Refuses, in one line, to start this task of ``TF_CONFIG`` where its address's port
+    is in use on this machine (as ``slurm.check_port`` under ``srun``): TensorFlow would
+    fail to start its server with a traceback.
+
+    Raises:
+      Cifar10Error: the port is in use, e.g. by a second worker given the same
+        "index" on this machine.
+    """
+    config = cluster.read_tf_config()
+    task_type, index = config["task"]["type"], config["task"]["index"]
+    address = config["cluster"][task_type][index]
+    if slurm.port_in_use(int(address.rpartition(":")[2])):
+        raise _port_in_use(f"{task_type} {index}", address)
+
+
+def _port_in_use(task: str, address: str, under_slurm: bool = False) -> Cifar10Error:
+    port = address.rpartition(":")[2]
+    if under_slurm:
+        return Cifar10Error(f"this is {task}: cannot listen at its address {address}: port "
+                            f"{port} is in use by another program or job: choose another "
+                            f"--slurm_port_base")
+    return Cifar10Error(
+        f"this is {task}: cannot listen at its address {address}: port {port} is in use on "
+        f"this machine (by another program, or another worker given the same TF_CONFIG task "
+        f"index); give each worker its own index and a free port")
+
+
 def default_num_gpus() -> int | None:
     """The replicas of a task that ``srun`` started: one per GPU Slurm gave it; None
     where it gave none, or outside Slurm (``TF_CONFIG`` wins)."""
@@ -103,6 +132,14 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=cluster_resolver, communication_options=options)
+        except tf.errors.UnknownError as e:
+            if "Could not start gRPC server" not in str(e):
+                raise
+            # Taken since the check (check_tf_config_port, slurm.check_port) said free.
+            address = resolver.cluster_spec().task_address(resolver.task_type,
+                                                           resolver.task_id)
+            raise _port_in_use(f"{resolver.task_type} {resolver.task_id}", address,
+                               isinstance(resolver, SlurmResolver)) from e
         finally:
             if watchdog:
                 watchdog.stdin.close()  # the watchdog ends quietly

@@ -227,6 +227,16 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, bool]:
 def check_port(task: SlurmTask, port_base: int) -> None:
     """Raises a one-line ``Cifar10Error`` when this task's port is taken on its node."""
     port = port_base + task.local_id
+    if port_in_use(port):
+        raise Cifar10Error(
+            f"port {port} on {task.node} (--slurm_port_base={port_base} + local task "
+            f"{task.local_id}) is in use by another program or job: choose another "
+            f"--slurm_port_base, e.g. {port_base + 1000}")
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a program listens at ``port`` of this machine (where a task of a Slurm
+    job step, or of ``TF_CONFIG``, would start its server)."""
     with socket.socket() as probe:
         # SO_REUSEADDR: a port whose last connections are closing (an earlier run's)
         # is free; one that a program listens on is not.
@@ -236,10 +246,8 @@ def check_port(task: SlurmTask, port_base: int) -> None:
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 raise
-            raise Cifar10Error(
-                f"port {port} on {task.node} (--slurm_port_base={port_base} + local task "
-                f"{task.local_id}) is in use by another program or job: choose another "
-                f"--slurm_port_base, e.g. {port_base + 1000}") from e
+            return True
+    return False
 
 
 def job_record(env: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:

@@ -72,6 +72,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
     """
     with op_determinism(config.deterministic), \
             coordination.Coordinator(strategy, stop_event) as cluster:
+        cluster.check_same_settings(run.shared_settings(config, data))
         trainer = _trainer(config, strategy, data, cluster)
         with _run_directory(trainer, cluster, print_fn) as run_dir:
             run_dir.record_class_names(data.class_names)

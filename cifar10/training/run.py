@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
-from cifar10.core.config import compute_dtype
+from cifar10.core.config import TrainConfig, compute_dtype
 from cifar10.data import fileformat as ff
 from cifar10.distribute import devices
 from cifar10.distribute.coordination import Coordinator
@@ -71,6 +71,39 @@ def begin(trainer: Trainer, cluster: Coordinator, data: TrainData,
              f"{where}.")
     return {**dataclasses.asdict(trainer.config), **trainer.settings(), "start_step": start,
             "classes": ", ".join(data.class_names), **invocation.settings}
+
+
+# TrainConfig's flags that every worker of a run must be given alike: what the step
+# and the loops depend on (the schedule, the precision, where loops end and so which
+# functions run; --max_steps: how many).  Not --train_dir (one shared folder may be
+# mounted at different paths), --keep_checkpoints (only the chief saves) or --kernels
+# (each worker chooses for its own devices; both compute the same function).
+SHARED_FLAGS = ("batch_size", "max_steps", "steps_per_loop", "log_frequency", "summary_steps",
+                "checkpoint_steps", "use_fp16", "use_bf16", "xla", "deterministic", "seed")
+
+
+def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:
+    """What every worker of a multi-worker run must be started with alike
+    (``Coordinator.check_same_settings``): {the setting with its value here, as the
+    error names it ('--batch_size=8'): the value}, in one order."""
+    shown = {f"--{name}={_flag_value(getattr(config, name))}": getattr(config, name)
+             for name in SHARED_FLAGS}
+    profile = config.profile_steps
+    shown["--profile_steps=" + ",".join(map(str, profile)) if profile
+          else "no --profile_steps"] = profile
+    shown[f"initial_learning_rate {config.initial_learning_rate:g}"] = (
+        config.initial_learning_rate)
+    shown[f"loss_scale_growth_steps {config.loss_scale_growth_steps}"] = (
+        config.loss_scale_growth_steps)
+    shown[f"training data of {data.examples_per_epoch} records"] = data.examples_per_epoch
+    names = list(data.class_names)
+    shown[f"{len(names)} classes ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+          ] = names
+    return shown
+
+
+def _flag_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _trained_settings(trainer: Trainer, data: TrainData) -> dict:
