@@ -164,3 +164,27 @@ def test_a_folder_with_the_name_of_a_trainers_file_is_never_removed(tmp_path):
     assert cleanup.remove_run(str(tmp_path)) == 0
     assert all((tmp_path / name / "notes.txt").read_text() == "mine"
                for name in os.listdir(tmp_path))
+
+
+def _event_file(directory, tag=None):
+    """An event file TensorFlow writes in ``directory``: three scalars of ``tag``, or
+    nothing but the file's version record (a start cut short)."""
+    writer = tf.summary.create_file_writer(str(directory))
+    with writer.as_default():
+        for step in range(3) if tag else ():
+            tf.summary.scalar(tag, 0.5, step=step)
+    writer.close()
+    [name] = [n for n in os.listdir(directory) if n.startswith("events.")]
+    return directory / name
+
+
+def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
+    """--fresh_start removed an event file of 3 'accuracy' scalars (274 bytes): any file
+    under 1 KiB counted as the trainer's, summaries of other tags or not."""
+    foreign = _event_file(tmp_path / "foreign", "accuracy")
+    assert os.path.getsize(foreign) < 1024
+    assert not cleanup.trainers_events(str(foreign))
+    assert cleanup.own_files(str(foreign.parent)) == []
+    empty = _event_file(tmp_path / "cut_short")
+    assert cleanup.trainers_events(str(empty))  # no summary: nothing is lost with it
+    assert cleanup.remove_run(str(empty.parent)) == 1

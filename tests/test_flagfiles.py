@@ -131,6 +131,25 @@ def test_a_missing_nested_flagfile_names_the_line_that_names_it(tmp_path, monkey
         "folder, not from the file's: write --flagfile=sub/inner.txt)")
 
 
+@pytest.mark.parametrize("kept", [1, 4])
+def test_a_runs_flags_txt_cut_short_after_a_start_header_is_refused(run, kept):
+    """Cut inside its first start, every line left a comment, it set no flag: the
+    trainer ran on its defaults (and went to download CIFAR-10 into /tmp/cifar10_data)."""
+    recorded_run(run / "train", "cifar10-train", "--train_dir=runs/a/train", "--max_steps=40")
+    lines = (run / "train" / "flags.txt").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("# cifar10-train, started ") and lines[1].startswith("# --")
+    pathlib.Path("cut.txt").write_text("".join(lines[:kept]))
+    assert refused("cifar10-train", "--flagfile=cut.txt", "--max_steps=2") == (
+        "--flagfile=cut.txt: the start it records last (line 1) has no flag line under it, "
+        "only comments (a record cut short, or its flags commented out), so it sets no "
+        "flag and the program would run on its defaults: give the run's whole flags.txt, "
+        "or the flags on the command line")
+    # Flag lines under the last header (the latest start's, as the trainer writes them).
+    pathlib.Path("whole.txt").write_text("".join(lines[:kept]) + "--max_steps=3\n")
+    assert flagfile_lines.expand(["--flagfile=whole.txt"]) == [
+        flagfile_lines.Arg("--max_steps=3", "whole.txt", kept + 1, "whole.txt")]
+
+
 def test_flagfiles_that_name_each_other_and_a_flagfile_without_its_file(tmp_path,
                                                                         monkeypatch):
     monkeypatch.chdir(tmp_path)

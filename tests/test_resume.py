@@ -168,3 +168,27 @@ def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learn
     assert {n: after[n] for n in before if n != LOCK_FILE} == {
         n: s for n, s in before.items() if n != LOCK_FILE}
     assert set(after) - set(before) <= {LOCK_FILE}
+
+
+def _write_checkpoint(path, **objects):
+    tf.train.Checkpoint(**objects).write(str(path))
+
+
+def test_a_checkpoint_of_another_model_is_named_as_such_in_one_line(tmp_path):
+    """The cause was TensorFlow's list of the unmatched objects, cut inside the first:
+    '(Found 23 Python objects ... unmatched objects: [MirroredVariable:{).'"""
+    with mirrored().scope():  # the variables the trainer restores into, as it makes them
+        state = TrainState(seed=1, compute_dtype=tf.float32)
+        _write_checkpoint(tmp_path / "model.ckpt-5", net=tf.Module(), w=tf.Variable(tf.zeros([3])))
+        _write_checkpoint(tmp_path / "model.ckpt-4", model=state.model, averages=state.averages,
+                          step=state.step, loss_averages=state.loss_averages)
+    with pytest.raises(Cifar10Error) as err:
+        rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5).restore()
+    # Every variable of the state: the model's and its averages' 10 each, the step,
+    # examples_seen and the two losses' moving averages.
+    assert str(err.value).startswith(
+        f"no checkpoint in {tmp_path} can be restored: the state file {tmp_path}/checkpoint "
+        f"is missing; model.ckpt-5 does not restore (it is not a checkpoint of this model: "
+        f"24 of the variables to restore are not in it); model.ckpt-4 does not restore (it "
+        f"is not a checkpoint of this model: 1 of the variables to restore is not in it: "
+        f"examples_seen). To keep them")

@@ -64,6 +64,18 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     assert not [n for n in names - set(USER_FILES) if "_temp" in n or ".tmp" in n]
 
 
+@pytest.mark.parametrize("names, removed", [((), "0 files"), (("flags.txt",), "1 file"),
+                                             (("flags.txt", "class_names.txt"), "2 files")])
+def test_fresh_start_says_how_many_files_it_removed(tmp_path, names, removed):
+    for name in names:
+        (tmp_path / name).write_text("x")
+    lines = []
+    with rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=5, fresh_start=True,
+                             print_fn=lines.append):
+        pass
+    assert lines == [f"Fresh start: removed {removed} of the earlier run from {tmp_path}."]
+
+
 def test_leftovers_of_an_interrupted_save_are_removed_when_the_run_resumes(run_dir):
     leave_an_interrupted_save(run_dir, step=9)
     lines = []

@@ -20,6 +20,7 @@ from test_train import small_config
 from cifar10.cli import workers as launch
 from cifar10.distribute import coordination
 from cifar10.runs import checkpoints
+from cifar10.runs.lock import LOCK_FILE, TrainerLock
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
@@ -77,9 +78,11 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
                          TrainData(files, count), stop_event=stop, print_fn=lines.append)
     assert str(stopped.value) == "before training started; nothing was trained"
     assert lines == []  # no "Training on ...", no step
-    assert checkpoints.find(str(tmp_path)) == []
-    assert not [name for name in os.listdir(tmp_path)
-                if name.startswith(("events.out", "flags.txt", "environment.jsonl"))]
+    # No checkpoint, event file, flags.txt or environment.jsonl: what the docs say stays.
+    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
+    lock = TrainerLock(str(tmp_path))
+    lock.acquire()  # released: the next start is not refused
+    lock.release()
 
 
 # One worker of a job of two (TF_CONFIG) whose stop request is set before training
@@ -123,3 +126,38 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
     for out, err, code in results:
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
     assert checkpoints.find(str(train_dir)) == []
+
+
+# A signal to a StopRequests: the line it prints, before and after the trainer's line
+# that says training starts.
+SIGNALLED = """
+import os, signal, sys
+from cifar10.cli import stopping
+with stopping.StopRequests("cifar10-train", sys.argv[1]) as s:
+    if len(sys.argv) > 2:
+        s.print(sys.argv[2])
+    os.kill(os.getpid(), signal.SIGINT)
+    s.event.wait(10)
+    signal.pause()  # until killed: the line is written by a thread of its own
+"""
+
+
+@pytest.mark.parametrize("printed, said", [
+    ((), "Received SIGINT: stopping; training has not started (send it again to stop at "
+         "once)."),
+    (("Training on 50000 examples from d with 1 replica(s), global batch 128; checkpoints "
+      "and summaries in t.",),
+     "Received SIGINT: finishing the current steps and saving a checkpoint (send it again to "
+     "stop at once).")])
+def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, printed, said):
+    """Before training it promised a save, and the program ended 'interrupted before
+    training started; nothing was trained'."""
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path), *printed],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env())
+    try:
+        lines = [proc.stdout.readline() for _ in range(len(printed) + 1)]
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert [line.rstrip("\n") for line in lines] == [*printed, said]

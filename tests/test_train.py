@@ -409,6 +409,29 @@ def test_completed_run_is_reported_not_trained_further(learnable_files, tmp_path
     assert len(lines) == 1 and "already complete at step 5" in lines[0]  # no "Training on"
 
 
+def test_max_steps_below_the_runs_step_is_refused_not_marked_complete(learnable_files,
+                                                                     tmp_path):
+    """A run stopped at step 5 of many, resumed with --max_steps=3, was declared complete
+    (training_complete.json written), so the evaluator stopped and the Slurm job no
+    longer requeued.  Once it ran to its --max_steps, the marker stays as it was."""
+    files, count = learnable_files
+    controller.train(small_config(tmp_path, max_steps=5), mirrored(1), TrainData(files, count),
+                     print_fn=lambda line: None)
+    for marked in (True, False):
+        if not marked:  # as a run stopped at step 5 leaves it
+            os.remove(tmp_path / "training_complete.json")
+        lines = []
+        with pytest.raises(Cifar10Error) as err:
+            controller.train(small_config(tmp_path, max_steps=3), mirrored(1),
+                             TrainData(files, count), print_fn=lines.append)
+        assert str(err.value) == (
+            f"--max_steps=3 is below the run's step 5 ({tmp_path / 'model.ckpt-5'}): pass "
+            f"a --max_steps above 5 to train it further, or --fresh_start (or another "
+            f"--train_dir) for a new run")
+        assert lines == []
+        assert checkpoints.completed_step(str(tmp_path)) == (5 if marked else None)
+
+
 def test_stop_event_saves_at_the_step_reached(learnable_files, tmp_path):
     files, count = learnable_files
     stop = threading.Event()

@@ -99,6 +99,7 @@ def _file_lines(name: str, top: str, reading: tuple[str, ...],
                             f"that line")
     raw = _read(name, where, named_at)
     text = _decoded(raw, where)
+    _refuse_a_start_without_flags(text, where)
     lines = []
     for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
         # absl's tests, in its order, on the line as read (its line break still on).
@@ -115,6 +116,30 @@ def _file_lines(name: str, top: str, reading: tuple[str, ...],
         else:
             lines.append(arg)
     return lines
+
+
+def _refuse_a_start_without_flags(text: str, where: str) -> None:
+    """Refuses a run's record (flags.txt) whose last start header has no flag line
+    under it: cut short inside its first start, or its latest start's lines commented
+    out, it sets no flag, and the program would run on its defaults without a word
+    (downloading CIFAR-10 into /tmp, training into another folder).  No program writes
+    such a file: each start's header is followed by its flags.
+
+    Raises:
+      FlagfileError: naming the file and the header line.
+    """
+    header = None  # the line number of the last header with no flag line under it yet
+    for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
+        if records.is_start_header(line):
+            header = number
+        elif not (line.isspace() or line.startswith(("#", "//"))):  # absl's flag line
+            header = None
+    if header is not None:
+        raise FlagfileError(
+            f"{where}: the start it records last (line {header}) has no flag line under it, "
+            f"only comments (a record cut short, or its flags commented out), so it sets no "
+            f"flag and the program would run on its defaults: give the run's whole "
+            f"flags.txt, or the flags on the command line")
 
 
 def _read(name: str, where: str, named_at: Arg | None) -> bytes:

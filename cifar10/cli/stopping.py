@@ -2,7 +2,8 @@
 that was closed.
 
 The first SIGINT or SIGTERM sets the stop event: the trainer finishes the loop of
-steps under way, saves a checkpoint and returns.  A second one ends the process
+steps under way, saves a checkpoint and returns; before training started (before the
+trainer's ``Training on ...`` line) it stops there, with nothing trained or saved.  A second one ends the process
 at once with exit status 130, after one line on stderr naming the last checkpoint
 complete on disk (``last_good_checkpoint``); nothing is saved, so nothing is half
 written by it.  Once the trainer has returned (the ``with`` block ended without an
@@ -37,6 +38,12 @@ INTERRUPTED = 130
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+# How the trainer's line that says training starts begins (``training.run.begin``;
+# docs/training.md names it as that edge): a stop asked for before it ends the run
+# with nothing trained or saved (``StoppedBeforeTraining``), so only from it on does
+# the first signal's line promise a save.
+_TRAINING_STARTS = "Training on "
+
 
 def last_good_checkpoint(directory: str) -> str | None:
     """The newest complete checkpoint of ``directory`` whose save is over (it has no
@@ -69,6 +76,7 @@ class StopRequests:
         self.stderr = stderr or sys.stderr
         self.event = threading.Event()
         self.stdout_closed = False
+        self.training_started = False  # the trainer printed its _TRAINING_STARTS line
         self._signals = 0
         self._lock = threading.Lock()
         self._previous: dict = {}
@@ -106,6 +114,7 @@ class StopRequests:
 
     def print(self, line: str) -> None:
         """Writes ``line`` to standard output; a closed one is a stop request."""
+        self.training_started = self.training_started or line.startswith(_TRAINING_STARTS)
         if self.stdout_closed:
             return
         try:
@@ -160,8 +169,13 @@ class StopRequests:
         self._signals += 1
         if self._signals == 1:
             self.event.set()
-            _in_background(self.print, f"Received {signum.name}: finishing the current steps "
-                                       f"and saving a checkpoint (send it again to stop at once).")
+            # Before training started it says what is so, and promises nothing: a stop
+            # seen before training saves nothing; one that meets the start being
+            # recorded (the line not yet printed) is a save after the first loop.
+            doing = ("finishing the current steps and saving a checkpoint"
+                     if self.training_started else "stopping; training has not started")
+            _in_background(self.print,
+                           f"Received {signum.name}: {doing} (send it again to stop at once).")
             return
         line = f"{self.program}: interrupted at once; {self._last_checkpoint()}"
         _in_background(self.say, line).join(timeout=1)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from typing import Sequence
 
@@ -55,6 +56,27 @@ CLASSES_FILE = "class_names.txt"
 # damage, IndexError for a truncated .data file, AssertionError/ValueError when
 # the objects do not match.
 READ_ERRORS = (tf.errors.OpError, AssertionError, ValueError, IndexError)
+
+# TensorFlow's AssertionError for objects a checkpoint holds no value for: the count,
+# then (on one line, and on to pages of their values) at most 10 of them.
+_UNBOUND = re.compile(r"Found (\d+) Python objects that were not bound to checkpointed values.*"
+                      r"Showing (\d+) of", re.DOTALL)
+_VARIABLE_NAME = re.compile(r"<tf\.Variable '([^':]+)")
+
+
+def restore_cause(error: BaseException) -> str:
+    """Why a checkpoint did not restore into a model, in one line: TensorFlow's first
+    line, except where that is its list of the objects the checkpoint has no value
+    for, cut inside the first (``[MirroredVariable:{``): how many, and their names
+    where it lists them all."""
+    text = str(error)
+    match = _UNBOUND.match(text.strip())
+    if not match:
+        return first_line(error)
+    count = int(match[1])
+    names = sorted(set(_VARIABLE_NAME.findall(text))) if int(match[2]) == count else []
+    return (f"it is not a checkpoint of this model: {count} of the variables to restore "
+            f"{'is' if count == 1 else 'are'} not in it{': ' + ', '.join(names) if names else ''}")
 
 # How many of a run's newest checkpoints ``newest_that_reads`` tries: enough for the
 # few a crash or a full disk damages, few enough that a run of many is not read whole.
@@ -157,7 +179,7 @@ def read_model(checkpoint: str, weights: str = "averages") -> tuple[Model, int]:
     try:
         return load_model(checkpoint, weights)
     except READ_ERRORS as e:
-        raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {first_line(e)}") from e
+        raise Cifar10Error(f"cannot read checkpoint {checkpoint}: {restore_cause(e)}") from e
 
 
 def trained_class_names(directory: str, num_classes: int | None = None,

@@ -83,9 +83,12 @@ def own_files(directory: str) -> list[str]:
 def trainers_events(path: str, records: int = 16) -> bool:
     """Whether the event file ``path`` is the trainer's: the first summary tag among its
     first ``records`` records that only one program writes is the trainer's.  One
-    that holds no summary (a start cut short) counts as the trainer's, since nothing
-    is lost with it; one that cannot be read, or another program's, does not.
+    that holds no summary at all and is under 1 KiB (a start cut short before its
+    first summary) counts as the trainer's, since nothing is lost with it; one that
+    cannot be read, another program's, or one whose summaries have only tags neither
+    program is known by (``accuracy`` of a script of the user's), does not.
     """
+    summaries = False
     try:
         for tags in _summary_tags(path, records):
             for tag, text in tags:
@@ -93,9 +96,11 @@ def trainers_events(path: str, records: int = 16) -> bool:
                     return _TRAINER_CONFIG_ROW in text
                 if tag in _TRAINER_TAGS or tag in _EVALUATOR_TAGS:
                     return tag in _TRAINER_TAGS
+                summaries = True
     except (OSError, ValueError):
         return False
-    return os.path.getsize(path) < 1024  # nothing but the file's version record
+    # Nothing but the file's version record (and, of a start cut short, no summary).
+    return not summaries and os.path.getsize(path) < 1024
 
 
 def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:

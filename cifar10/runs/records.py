@@ -210,6 +210,13 @@ def header_program(line: str) -> str:
 
 # A start's header line, as ``record_start`` writes it: group 1 is its program.
 _HEADER = re.compile(r"# (cifar10-[\w-]+), started ")
+
+
+def is_start_header(line: str) -> bool:
+    """Whether ``line`` is a start's header line of flags.txt ('# cifar10-train, started ...')."""
+    return bool(_HEADER.match(line))
+
+
 # The flag that only each program's own records hold: it tells whose flags are the
 # lines under no header line (one that was edited away).
 OWN_FLAG = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}

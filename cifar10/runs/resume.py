@@ -12,9 +12,10 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
-from cifar10.core.errors import Cifar10Error, first_line
+from cifar10.core.errors import Cifar10Error
 from cifar10.runs import statefile
-from cifar10.runs.checkpoints import PREFIX, READ_ERRORS, Checkpoint, checkpoint_path, scan
+from cifar10.runs.checkpoints import (PREFIX, READ_ERRORS, Checkpoint, checkpoint_path,
+                                      restore_cause, scan)
 
 
 def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[[str], None],
@@ -71,7 +72,7 @@ def _newest_that_restores(directory: str, checkpoint: tf.train.Checkpoint,
         try:
             checkpoint.read(candidate.path).assert_existing_objects_matched()
         except READ_ERRORS as e:
-            failures.append(f"{candidate.name} does not restore ({first_line(e)})")
+            failures.append(f"{candidate.name} does not restore ({restore_cause(e)})")
             continue
         return candidate, failures
     return None, failures

@@ -79,7 +79,8 @@ class RunDirectory:
         self._lock.acquire()
         if self.fresh_start:
             removed = cleanup.remove_run(self.directory)
-            self.print_fn(f"Fresh start: removed {removed} files of the earlier run from "
+            files = "file" if removed == 1 else "files"
+            self.print_fn(f"Fresh start: removed {removed} {files} of the earlier run from "
                           f"{self.directory}.")
         elif removed := cleanup.remove_leftovers(self.directory):
             self.print_fn(_removed_leftovers(self.directory, removed))

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import tensorflow as tf
 
 from cifar10.core.config import TrainConfig
-from cifar10.core.errors import DivergedError
+from cifar10.core.errors import Cifar10Error, DivergedError
 from cifar10.distribute import coordination
 from cifar10.runs import checkpoints
 from cifar10.runs.rundir import RunDirectory
@@ -162,8 +162,19 @@ def _restore(run_dir: RunDirectory, cluster: coordination.Coordinator,
 def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
                       run_dir: RunDirectory, restored: checkpoints.Checkpoint,
                       print_fn: Callable[[str], None]) -> TrainResult:
-    """A run restored at or past ``max_steps``: says so and trains nothing."""
+    """A run restored at ``max_steps``: says so, marks it complete and trains nothing.
+
+    Raises:
+      Cifar10Error: the run is past ``max_steps``: a --max_steps below the step of a
+        run stopped on its way to a larger one is not its end, and a marker would
+        make the evaluator and the Slurm script take it for finished.
+    """
     step = restored.step
+    if step > config.max_steps:
+        raise Cifar10Error(
+            f"--max_steps={config.max_steps} is below the run's step {step} "
+            f"({restored.path}): pass a --max_steps above {step} to train it further, "
+            f"or --fresh_start (or another --train_dir) for a new run")
     print_fn(f"Training in {config.train_dir} is already complete at step {step} "
              f"(max_steps={config.max_steps}); nothing to do. Raise --max_steps to "
              f"train further or pass --fresh_start to start over.")
