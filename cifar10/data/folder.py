@@ -277,6 +277,13 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
     """Raises DataError when ``data_dir`` cannot be where data is downloaded: a file, or
     a folder of images (which cifar10-prepare converts) — instead of a download error."""
     origin = f" ({followed})" if followed else ""
+    _refuse_file(data_dir, origin)
+    _refuse_python_version(data_dir, origin)
+    _refuse_images(data_dir, origin)
+
+
+def _refuse_file(data_dir: str, origin: str) -> None:
+    """A file given as --data_dir (the tarball, say), not the folder that holds it."""
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         if os.path.basename(data_dir) in (ff.CIFAR10.tarball, ff.CIFAR100.tarball):
             parent = os.path.dirname(os.path.normpath(data_dir)) or "."
@@ -285,6 +292,10 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
                             f"extracted")
         raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
                         f"folder that holds {ff.BATCHES_DIRNAME}/")
+
+
+def _refuse_python_version(data_dir: str, origin: str) -> None:
+    """A folder of the data set's Python (pickled) version, which is not read here."""
     python_files = _python_version_files(data_dir)
     if python_files:
         parent = os.path.dirname(os.path.normpath(data_dir)) or "."
@@ -293,6 +304,10 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
             f"({', '.join(python_files)}: pickled batches), not the binary version read here: "
             f"pass another folder to download the binary version into, such as "
             f"--data_dir={parent} (its data folder goes beside this one)")
+
+
+def _refuse_images(data_dir: str, origin: str) -> None:
+    """A folder of images, in class folders or loose: what cifar10-prepare needs first."""
     images = image_folders(data_dir)
     folders = [name for name in images if name != "."]
     one_class = one_class_folder(data_dir) if folders else None
