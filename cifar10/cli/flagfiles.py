@@ -79,15 +79,13 @@ def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) 
     settings = {}
     for setting in _settings(args, flag_values):
         settings[setting.name] = setting  # the last, whose value absl keeps
-    for name in cifar10_flags.PATH_FLAGS:
+    for name, value, home in cifar10_flags.unexpanded_tildes(flag_values):
         setting = settings.get(name)
-        value = flag_values[name].value if name in flag_values else None
-        if (setting is None or setting.arg.top is None or not isinstance(value, str)
-                or not value.startswith("~") or os.path.expanduser(value) == value):
-            continue
+        if setting is None or setting.arg.top is None:
+            continue  # a ~ of the command line: programs' to refuse
         raise FlagfileError(f"{setting.arg.place()}: {setting.written} starts with a ~, which "
                             f"a flagfile does not expand (no shell reads it): write "
-                            f"--{name}={os.path.expanduser(value)} on that line; for a folder "
+                            f"--{name}={home} on that line; for a folder "
                             f"named ~, --{name}=./{value}")
 
 

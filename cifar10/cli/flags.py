@@ -11,6 +11,7 @@ arguments.  Booleans are absl booleans, so ``--use_fp16=false`` means False.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from absl import flags
@@ -32,6 +33,23 @@ UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 # The flags whose values are paths on this machine (flags.txt writes them absolute).
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
               "export_dir", "image_dir")
+
+
+
+def unexpanded_tildes(flag_values: flags.FlagValues) -> list[tuple[str, str, str]]:
+    """(name, value, the value with its ~ expanded) of each path flag whose value starts
+    with a ~ that names a home folder but was not expanded (the shell expands none after
+    '=', and no shell reads a flagfile): taken as it is, it would make a folder named ~
+    in the current folder."""
+    found = []
+    for name in PATH_FLAGS:
+        value = flag_values[name].value if name in flag_values else None
+        if isinstance(value, str) and value.startswith("~"):
+            home = os.path.expanduser(value)
+            if home != value:
+                found.append((name, value, home))
+    return found
+
 
 # Former names of flags, which set the flag of its name today: --kernels was
 # --lrn_kernel while LRN was the one compiled kernel, and a run's flags.txt of then

@@ -241,15 +241,13 @@ def _refuse_unexpanded_tilde(flag_values: flags.FlagValues) -> None:
     """A path flag whose value starts with a ~ the shell left as it is (it expands none
     after '=': ``--data_dir=~/data``) is a flag error: taken as it is, it would make a
     folder named ~ in the current folder (and a later ``rm -rf ~`` of it, the home)."""
-    for name in PATH_FLAGS:
-        value = flag_values[name].value if name in flag_values else None
-        if isinstance(value, str) and value.startswith("~"):
-            home = os.path.expanduser(value)
-            if home != value:
-                raise flags.Error(
-                    f"--{name}={value} starts with a ~ that was not expanded (the shell does "
-                    f"not expand a ~ after '='): write --{name} {value} or --{name}={home}; "
-                    f"for a folder named ~, write ./{value}")
+    found = cifar10_flags.unexpanded_tildes(flag_values)
+    if found:
+        name, value, home = found[0]
+        raise flags.Error(
+            f"--{name}={value} starts with a ~ that was not expanded (the shell does "
+            f"not expand a ~ after '='): write --{name} {value} or --{name}={home}; "
+            f"for a folder named ~, write ./{value}")
 
 
 # Why a path flag's value must be UTF-8.
