@@ -1,7 +1,8 @@
 """The one-line errors of a run that TensorFlow stopped (coordination.Coordinator.failure).
 
-The workers' stop, scratch directories, same-settings and same-start checks are tested
-with real workers in test_multi_worker.py; here, the lines they say.
+The workers' stop, scratch directories and same-start check are tested with real workers
+in test_multi_worker.py; here, the lines they say (the same-settings check's are in
+test_settings_check.py).
 """
 
 from unittest import mock
@@ -9,12 +10,9 @@ from unittest import mock
 import pytest
 import tensorflow as tf
 
-from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import coordination
 from cifar10.distribute import failures
-from cifar10.training import run
-from cifar10.training.run import TrainData
 
 
 @pytest.mark.parametrize("checkpoint, said", [
@@ -99,56 +97,6 @@ def test_the_cause_of_a_tensorflow_error_is_its_first_line_that_says_what():
     assert failures.tensorflow_cause(Exception("")) == "Exception"
 
 
-SETTINGS = ["--batch_size=16", "--max_steps=30", "--seed=0"]
-
-
-@pytest.mark.parametrize("task, workers, line", [
-    ("worker 1", [("worker 0", [1, 2, 3]), ("worker 1", [4, 2, 3])],
-     "this is worker 1: its --batch_size=16 differs from worker 0's; start every worker with "
-     "the same flags and data"),
-    # A worker of several replicas is there once a replica; the chief names the others.
-    ("chief 0", [("chief 0", [1, 2, 3])] * 2 + [("worker 0", [1, 5, 6]), ("worker 1", [1, 2, 6])],
-     "this is chief 0: its --max_steps=30 and --seed=0 differ from worker 0's and worker 1's; "
-     "start every worker with the same flags and data"),
-    ("worker 1", [("worker 0", [1, 2, 3]), ("worker 1", [1, 2, 3]), ("worker 2", [1, 2, 4])],
-     "this is worker 1: its --seed=0 differs from worker 2's; start every worker with the "
-     "same flags and data"),
-    ("worker 0", [("worker 0", [1, 2, 3]), ("worker 1", [1, 2, 3])], None),
-])
-def test_each_worker_names_its_settings_that_differ_and_the_workers_they_differ_from(
-        task, workers, line):
-    own = dict(workers)[task]
-    assert coordination.settings_differ(task, workers, SETTINGS, own) == line
-
-
-def test_the_settings_workers_must_share_name_their_flags_and_the_data_with_their_values():
-    config = TrainConfig(train_dir="/runs/a", batch_size=8, max_steps=20, use_bf16=True,
-                         profile_steps=(3, 4))
-    data = TrainData(["/data/a.bin"], 50, ("cat", "dog"))
-    settings = run.shared_settings(config, data)
-    assert list(settings) == [
-        "--batch_size=8", "--max_steps=20", "--steps_per_loop=100", "--log_frequency=10",
-        "--summary_steps=100", "--checkpoint_steps=1000", "--use_fp16=false",
-        "--use_bf16=true", "--xla=false", "--deterministic=false", "--seed=0",
-        "--profile_steps=3,4", "initial_learning_rate 0.1", "loss_scale_growth_steps 2000",
-        "training data of 50 records", "2 classes (cat, dog)"]
-    assert "no --profile_steps" in run.shared_settings(TrainConfig(train_dir="/runs/a"), data)
-    assert "10 classes (airplane, automobile, bird, ...)" in run.shared_settings(
-        config, TrainData(["/data/a.bin"], 50))
-    # Each differs in its fingerprint from the same setting on another worker.
-    other = run.shared_settings(TrainConfig(train_dir="/runs/b", batch_size=16),
-                                TrainData(["/other/a.bin"], 50, ("cat", "cow")))
-    differ = [a for a, x, y in zip(settings, settings.values(), other.values())
-              if coordination._fingerprint(x) != coordination._fingerprint(y)]
-    assert differ == ["--batch_size=8", "--max_steps=20", "--use_bf16=true",
-                      "--profile_steps=3,4", "2 classes (cat, dog)"]
-
-
-def test_one_worker_checks_no_settings():
-    cluster = coordination.Coordinator(tf.distribute.get_strategy())
-    cluster.check_same_settings({"--batch_size=8": 8})  # no collective, no error
-
-
 def test_a_worker_that_ended_when_another_did_not_says_so_in_one_line(monkeypatch, tmp_path):
     # Workers whose steps no longer match: the last barrier fails, not with a lost worker.
     def mismatched(*_):
@@ -170,3 +118,10 @@ def test_a_worker_that_ended_when_another_did_not_says_so_in_one_line(monkeypatc
         "data_type 1 but got type 0 and data_type 2); see their errors, and start every "
         "worker again with the same flags")
     assert not (tmp_path / "scratch").exists()
+
+
+def test_the_tasks_of_a_cluster_are_named_as_each_task_names_itself():
+    coordinator = coordination.Coordinator(tf.distribute.get_strategy())
+    coordinator.strategy = mock.Mock(cluster_resolver=_Resolver(
+        {"chief": ["a:1"], "worker": ["b:1", "c:1"]}))
+    assert coordinator.tasks() == ["chief 0", "worker 0", "worker 1"]

@@ -3,8 +3,8 @@
 What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
-the check that every worker was started with the same settings
-(``check_same_settings``) and restored the same step, the workers' agreement to
+the check that every worker restored the same step (``settings_check`` checks that
+they were started with the same settings), the workers' agreement to
 stop before training when any of them was asked to (``stop_if_asked_before_training``),
 and which worker this one lost, before training (``starting``) and in it
 (``failure``), named by its ``TF_CONFIG`` type and index (``worker 1``, ``chief 0``)
@@ -19,8 +19,7 @@ import os
 import shutil
 import tempfile
 import threading
-import zlib
-from typing import Callable, Sequence
+from typing import Callable
 
 import tensorflow as tf
 
@@ -110,34 +109,6 @@ class Coordinator:
                 raise
             raise failures.lost_before_training(self.task, self._lost()) from e
 
-    def check_same_settings(self, settings: dict[str, object]) -> None:
-        """Stops every worker, before anything is built or saved, when they were not all
-        started with the same settings.
-
-        Workers with another batch size, step limit or loop length would train
-        together anyway (each its own learning-rate schedule, example count, last
-        step), until their collectives no longer matched.  One all-gather of each
-        worker's fingerprint of each setting tells every worker the same: each names
-        the settings of its own that differ, and from which workers.
-
-        Args:
-          settings: {the setting with this worker's value, as the error names it
-            ('--batch_size=8'): the value}, in the same order on every worker.
-
-        Raises:
-          Cifar10Error: the settings differ (every worker raises it).
-        """
-        if not self.multi_worker:
-            return
-        tasks = _tasks(self._cluster())
-        own = [float(tasks.index(self.task))] + [_fingerprint(v) for v in settings.values()]
-        with self.starting():
-            rows = _gather(self.strategy, tf.constant([own], tf.float64)).numpy()
-        line = settings_differ(self.task, [(tasks[int(row[0])], list(row[1:])) for row in rows],
-                               list(settings), own[1:])
-        if line:
-            raise Cifar10Error(line)
-
     def check_same_start(self, start: int, train_dir: str) -> None:
         """Stops every worker when they did not all restore the same step.
 
@@ -199,6 +170,10 @@ class Coordinator:
             return failures.lost_in_training(self.task, self._lost(), error, step, checkpoint)
         return failures.stopped(error, step, checkpoint)
 
+    def tasks(self) -> list[str]:
+        """Every task of the cluster, named as ``task`` is ('chief 0', 'worker 1')."""
+        return _tasks(self._cluster())
+
     def _lost(self) -> str:
         """The task this one lost, as ``_lost_worker`` names it."""
         return _lost_worker(self._cluster(), self.task)
@@ -210,34 +185,6 @@ class Coordinator:
 def _tasks(cluster: dict[str, list[str]]) -> list[str]:
     """Every task of ``cluster``, named as ``devices.worker_role`` names them."""
     return [f"{job} {i}" for job in ("chief", "worker") for i in range(len(cluster.get(job, ())))]
-
-
-def _fingerprint(value: object) -> float:
-    """A number for ``value`` that differs where the value does (a 32-bit CRC of its
-    repr: exact in a float64, alike in every Python process)."""
-    return float(zlib.crc32(repr(value).encode()))
-
-
-def settings_differ(task: str, workers: Sequence[tuple[str, list[float]]],
-                    names: Sequence[str], own: list[float]) -> str | None:
-    """The error of ``task``, whose settings (``names``: each with its value here) have
-    the fingerprints ``own``, where ``workers`` ([(task, fingerprints)], one or more a
-    task) have others; None where all agree."""
-    differ, others = [], []
-    for other, fingerprints in workers:
-        names_differ = [name for name, a, b in zip(names, own, fingerprints) if a != b]
-        differ += [name for name in names_differ if name not in differ]
-        if names_differ and f"{other}'s" not in others:
-            others.append(f"{other}'s")
-    if not differ:
-        return None
-    verb = "differs" if len(differ) == 1 else "differ"
-    return (f"this is {task}: its {_and(differ)} {verb} from {_and(others)}; start every "
-            f"worker with the same flags and data")
-
-
-def _and(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 class _AllWorkersStop:
@@ -334,16 +281,6 @@ def _quiet_watcher_errors() -> None:
 
     hook.quiets_watchers = True
     threading.excepthook = hook
-
-
-def _gather(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
-    """``value`` of every replica, stacked on its first axis, in one graph."""
-
-    @tf.function
-    def gather():
-        return strategy.gather(strategy.run(lambda: tf.identity(value)), axis=0)
-
-    return gather()
 
 
 def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):

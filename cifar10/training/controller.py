@@ -24,6 +24,7 @@ import tensorflow as tf
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error, DivergedError
 from cifar10.distribute import coordination
+from cifar10.distribute import settings_check
 from cifar10.runs import checkpoints
 from cifar10.runs.rundir import RunDirectory
 from cifar10.runs import summaries
@@ -72,7 +73,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
     """
     with op_determinism(config.deterministic), \
             coordination.Coordinator(strategy, stop_event) as cluster:
-        cluster.check_same_settings(run.shared_settings(config, data))
+        settings_check.check_same_settings(cluster, run.shared_settings(config, data))
         trainer = _trainer(config, strategy, data, cluster)
         with _run_directory(trainer, cluster, print_fn) as run_dir:
             run_dir.record_class_names(data.class_names)
