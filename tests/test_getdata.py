@@ -1,5 +1,6 @@
-"""Finding a program's data before TensorFlow loads (cifar10.data.getdata, cifar10.data.folder):
-the data folder itself is taken, the common mistakes get one line with the fix."""
+"""Finding a program's data before TensorFlow loads (cifar10.data.getdata, cifar10.data.folder,
+cifar10.data.wrong_data_dir): the data folder itself is taken, the common mistakes get one
+line with the fix."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from cli import call, env
 
 from cifar10.core import atomic
 from cifar10.data import fileformat as ff
-from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import synthetic
+from cifar10.data import wrong_data_dir
 from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error, DataError
 
@@ -373,9 +374,9 @@ def test_a_download_ruled_out_is_an_error_of_its_own_kind(tmp_path):
 def test_image_folders_are_found_at_both_depths(tmp_path):
     (tmp_path / "a.jpg").write_bytes(b"")
     os.makedirs(tmp_path / "empty")
-    assert datafolder.image_folders(str(tmp_path)) == ["."]
-    assert datafolder.image_folders(str(tmp_path / "empty")) == []
-    assert datafolder.image_folders(str(tmp_path / "missing")) == []
+    assert wrong_data_dir.image_folders(str(tmp_path)) == ["."]
+    assert wrong_data_dir.image_folders(str(tmp_path / "empty")) == []
+    assert wrong_data_dir.image_folders(str(tmp_path / "missing")) == []
 
 
 # A program's process, reporting at exit whether it had imported TensorFlow.

@@ -10,9 +10,9 @@ import shlex
 
 from cifar10.cli import outdirs
 from cifar10.core.errors import Cifar10Error
-from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import imagefiles
+from cifar10.data import wrong_data_dir
 from cifar10.runs import checkpoint_files
 
 
@@ -119,7 +119,7 @@ def _elsewhere(checkpoint_dir: str) -> str:
         return (", a folder of images, not a training run: pass a run's --train_dir as "
                 "--checkpoint_dir")
     if imagefiles.holds_images(checkpoint_dir):  # class folders (or split folders of them)
-        one_class = datafolder.one_class_folder(checkpoint_dir)
+        one_class = wrong_data_dir.one_class_folder(checkpoint_dir)
         if one_class:  # cifar10-prepare would refuse it: a classifier needs two classes
             return (f", a folder of images, not a training run: pass a run's --train_dir as "
                     f"--checkpoint_dir (to train on it, a classifier needs two or more "

@@ -21,6 +21,7 @@ from cifar10.data import folder as datafolder
 from cifar10.data import download
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
+from cifar10.data import wrong_data_dir
 from cifar10.core.errors import DataError
 
 # Where --synthetic_data keeps its generated data, under --data_dir.
@@ -215,10 +216,10 @@ def _found(data_dir: str, archive: ff.Archive, followed: str = "") -> str | None
 
     Raises:
       DataError: ``data_dir`` is a CIFAR-10-format data folder that holds another one
-        (``folder.refuse_two_data_folders``).
+        (``wrong_data_dir.refuse_two_data_folders``).
     """
     if archive is ff.CIFAR10:
-        datafolder.refuse_two_data_folders(data_dir, followed)
+        wrong_data_dir.refuse_two_data_folders(data_dir, followed)
         return datafolder.find_batches_dir(data_dir)
     found = datafolder.find_batches_dir(data_dir, archive.folder, itself=False)
     return found or (data_dir if cifar100.holds_source(data_dir) else None)
@@ -295,7 +296,7 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
              followed: str, no_download: str, wait: _Wait | None) -> str:
     """The archive's extracted folder in ``data_dir``, where it is missing: downloaded
     and extracted (by the process ``wait`` waits for, with ``wait``)."""
-    datafolder.refuse_non_data(data_dir, followed)
+    wrong_data_dir.refuse_non_data(data_dir, followed)
     if archive is ff.CIFAR10:
         _refuse_cifar100_as_cifar10(data_dir, followed)
     else:
@@ -316,5 +317,5 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
             # Offline, the way to try the programs is the same as for a new folder.
             raise download.DownloadFailed(
                 f"{e} Or pass --synthetic_data to try the programs on generated data.") from e
-        raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
+        raise DataError(wrong_data_dir.missing_data_dir(data_dir, archive, followed, e)) from e
     return extracted
