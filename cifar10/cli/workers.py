@@ -4,10 +4,10 @@
 and a ``TF_CONFIG`` naming the whole cluster and its own index (worker 0 is the
 chief, which writes the checkpoints and summaries), passes SIGINT and SIGTERM on
 to every worker, stops the others (SIGTERM) a few seconds after one failed if they
-have not ended by then, and ends with the first worker that failed (their flags
-are checked and their data fetched before, by ``launch_args``), or, where one stop
-request came before the job started training and every worker ended interrupted
-(exit status 130), as a program interrupted before its work began
+have not ended by then (both ``worker_stops``), and ends with the first worker that
+failed (their flags are checked and their data fetched before, by ``launch_args``),
+or, where one stop request came before the job started training and every worker
+ended interrupted (exit status 130), as a program interrupted before its work began
 (``Interrupted``).  Each worker leads its own process group, and every signal goes
 to the whole group: a worker still waiting for the others to start hears a signal
 only through its watchdog (``cifar10.distribute.resolver``), a process of its group.
@@ -35,10 +35,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Callable, Sequence, TextIO
 
-
+from cifar10.cli import worker_stops
 from cifar10.core.errors import Cifar10Error, StoppedBeforeTraining
 
 TRAINER = "cifar10-train"
@@ -47,14 +46,6 @@ TRAINER = "cifar10-train"
 # where ``-m cifar10.cli.train_main`` would import them before any handler.
 TRAINER_CODE = "from cifar10.cli import entry; entry.train()"
 HOST = "127.0.0.1"
-# How often the launcher looks whether a worker has ended.
-_POLL_SECS = 0.1
-# How long the others may still run after a worker failed before the launcher stops
-# them.  In training they see the lost worker at once (its connections reset) and
-# end with their own error line; a SIGTERM in the middle of that would break into
-# their last words (a KeyboardInterrupt in TensorFlow's clean-up).  Workers still
-# waiting for each other to start would wait out their --worker_timeout_secs.
-_STOP_OTHERS_AFTER_SECS = 5.0
 
 
 # The exit status of a cifar10-train that a stop request ended before it trained
@@ -158,12 +149,14 @@ def _run_workers(job: _Job, command: list[str], train_args: Sequence[str],
     """Starts the workers of ``job`` and waits for all to end, passing SIGINT and SIGTERM
     on to them meanwhile; returns (index, return code) of each, in the order they
     ended, once their lines are all shown."""
-    previous = _forward_signals(job.processes, job.signalled, job.stops)
+    previous = worker_stops.forward_signals(job.processes, job.signalled, job.stops)
     try:
         _start_all(command, train_args, ports, all_output, out, job.processes, job.relays,
-                   on_closed=lambda: _stop_once(job.processes, job.closed, job.signalled))
-        ended = _wait(job.processes,
-                      on_failure=lambda: _stop_unsignalled(job.processes, job.signalled))
+                   on_closed=lambda: worker_stops.stop_once(job.processes, job.closed,
+                                                            job.signalled))
+        ended = worker_stops.wait(
+            job.processes,
+            on_failure=lambda: worker_stops.stop_unsignalled(job.processes, job.signalled))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -181,11 +174,12 @@ def _raise_for_ending(job: _Job, ended: Sequence[tuple[int, int]]) -> None:
     # (in training, the first stop request saves and ends each with status 0; a
     # second one interrupts them at once, with what they trained saved before).
     if (len(job.stops) == 1 and not job.closed.is_set() and len(failed) == len(job.processes)
-            and all(_exit_status(status) == INTERRUPTED for _, status in failed)):
+            and all(worker_stops.exit_status(status) == INTERRUPTED for _, status in failed)):
         raise Interrupted()
     if failed:
-        raise WorkerFailed(", then ".join(_ending(index, status) for index, status in failed),
-                           _exit_status(failed[0][1]))
+        raise WorkerFailed(", then ".join(worker_stops.ending(index, status)
+                                          for index, status in failed),
+                           worker_stops.exit_status(failed[0][1]))
     if job.closed.is_set():  # the workers saved and stopped: end as a closed pipe ends a program
         raise BrokenPipeError("standard output was closed")
 
@@ -253,98 +247,3 @@ def _relay(prefix: str, stream: TextIO, out: TextIO, lock: threading.Lock,
             except (OSError, ValueError):  # nobody reads the output any more (| head)
                 writable = False
                 on_closed()  # under the relays' lock: one stop, whichever relay sees it
-
-
-def _signal(process: subprocess.Popen, signum: int, signalled: set[int]) -> None:
-    """``signum`` to ``process``'s process group, once to each of its processes, if the
-    worker still runs; its pid is added to ``signalled``.
-
-    The worker leads its own session (``_start_worker``), so that group is the worker
-    and the processes it started, and never the launcher.  While the worker waits for
-    the others to start, TensorFlow keeps it deaf to signals: its watchdog, in the
-    group, hears the signal and ends it (``cifar10.distribute.resolver``).  In
-    training the group is the worker alone.
-    """
-    if process.poll() is None:  # not reaped: its pid is still its group's id
-        signalled.add(process.pid)
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:  # it and its group ended just now
-            pass
-
-
-def _stop_once(processes: list[subprocess.Popen], closed: threading.Event,
-               signalled: set[int]) -> None:
-    """The first time ``closed`` is set: every running worker gets SIGTERM, as from
-    Ctrl-C (it saves at one step and stops); a second SIGTERM would stop it at once,
-    so the relays call this under their shared lock."""
-    if not closed.is_set():
-        closed.set()
-        for process in list(processes):
-            _signal(process, signal.SIGTERM, signalled)
-
-
-def _stop_unsignalled(processes: Sequence[subprocess.Popen], signalled: set[int]) -> None:
-    """SIGTERM to every running worker the launcher has not signalled yet: a worker
-    failed, and the others cannot go on without it.  One still waiting for the others
-    to start stops at once (not after its --worker_timeout_secs); one in training
-    (which its lost connection would stop anyway) stops with its error that a worker
-    was lost.  A worker already asked to stop (Ctrl-C, a closed output) is left to
-    finish: a second signal would stop it without its checkpoint."""
-    for process in processes:
-        if process.pid not in signalled:
-            _signal(process, signal.SIGTERM, signalled)
-
-
-def _forward_signals(processes: list[subprocess.Popen], signalled: set[int],
-                     stops: list[int]) -> dict:
-    """SIGINT and SIGTERM passed on to every running worker of ``processes`` (the list
-    as it is when the signal comes), to its process group, each appended to
-    ``stops``; returns the handlers replaced."""
-
-    def forward(signum, frame):
-        stops.append(signum)
-        for process in list(processes):
-            _signal(process, signum, signalled)
-
-    return {signum: signal.signal(signum, forward) for signum in (signal.SIGINT,
-                                                                  signal.SIGTERM)}
-
-
-def _wait(processes: Sequence[subprocess.Popen], on_failure: Callable[[], None] = lambda: None,
-          grace_secs: float = _STOP_OTHERS_AFTER_SECS) -> list[tuple[int, int]]:
-    """(index, return code) of each process, in the order they ended; calls
-    ``on_failure`` once, if others still run ``grace_secs`` after the first process
-    that ended with a non-zero status."""
-    running, ended = dict(enumerate(processes)), []
-    failed_at: float | None = None
-    stopped = False
-    while running:
-        for index, process in list(running.items()):
-            if process.poll() is not None:
-                ended.append((index, process.returncode))
-                del running[index]
-                if process.returncode != 0 and failed_at is None:
-                    failed_at = time.monotonic()
-        if (running and not stopped and failed_at is not None
-                and time.monotonic() - failed_at >= grace_secs):
-            stopped = True
-            on_failure()
-        if running:
-            time.sleep(_POLL_SECS)
-    return ended
-
-
-def _ending(index: int, status: int) -> str:
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"worker {index} was ended by {name}"
-    return f"worker {index} exited with status {status}"
-
-
-def _exit_status(status: int) -> int:
-    """A return code as a shell reports it: 128 + the signal for a process it ended."""
-    return 128 - status if status < 0 else status
