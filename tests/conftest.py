@@ -70,14 +70,18 @@ def learnable_files(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """(train_dir, test files): 20 records per file, 6 steps trained, checkpoints at 3 and 6."""
+    """(train_dir, test files): 50 records per file (the test split holds 50
+    examples), 6 steps trained, checkpoints at 3 and 6; made once per test process
+    and shared by every file (tests/evalruns.py's too): a test that changes the run's
+    directory works on a copy.  The data is where --synthetic_data with
+    --data_dir=<root>/data reads it (test_eval_main.py's runs)."""
     root = tmp_path_factory.mktemp("trained_run")
-    batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=20)
+    batches_dir = synthetic.write_dataset(str(root / "data" / "synthetic"), records_per_file=50)
     files = data.split_files(batches_dir, "train")
     config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
                          checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                         shuffle_buffer=100)
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
-                     print_fn=lambda line: None)
+                         shuffle_buffer=300)
+    result = controller.train(config, mirrored(), TrainData(files, data.validate_files(files)),
+                              print_fn=lambda line: None)
+    assert result.complete
     return root / "train", data.split_files(batches_dir, "test")

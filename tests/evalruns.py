@@ -2,8 +2,9 @@
 short trained run, the settings to evaluate it, results.jsonl read back, and a run
 whose model always says cat.
 
-The trained run (6 steps, checkpoints at 3 and 6) is made once per test process and
-shared by the three files; tests that change its directory work on a copy.
+The trained run (6 steps, checkpoints at 3 and 6) is conftest.py's ``trained_run``,
+made once per test process and shared by every file; tests that change its directory
+work on a copy.
 """
 
 from __future__ import annotations
@@ -13,48 +14,25 @@ import os
 import types
 
 import tensorflow as tf
-from conftest import mirrored
 
-from cifar10.core.config import EvalConfig, TrainConfig
+from cifar10.core.config import EvalConfig
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.evaluation import recording
 from cifar10.runs import checkpoints
-from cifar10.training import controller
-from cifar10.training.run import TrainData
 from cifar10.training.state import TrainState
 
-RECORDS = 50  # records per generated file: the test split holds 50 examples
+RECORDS = 50  # records per generated file: conftest.trained_run's test split holds 50 examples
 DATA_SUFFIX = ".data-00000-of-00001"
 
-# One run per test process, whichever of the three files asks first: a module
-# fixture would train it once per file (3.5 s each).
-_RUNS: dict[str, types.SimpleNamespace] = {}
 
-
-def trained_run(tmp_path_factory) -> types.SimpleNamespace:
-    """A trained run: train_dir with model.ckpt-3 and model.ckpt-6, and the test files."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key not in _RUNS:
-        _RUNS[key] = _train(tmp_path_factory.mktemp("evaluate"))
-    return _RUNS[key]
-
-
-def _train(root) -> types.SimpleNamespace:
-    batches_dir = synthetic.write_dataset(str(root / "data" / "synthetic"),
-                                          records_per_file=RECORDS)
-    files = data.split_files(batches_dir, "train")
-    count = data.validate_files(files)
-    train_dir = str(root / "train")
-    config = TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
-                         checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                         shuffle_buffer=300)
-    strategy = mirrored()
-    result = controller.train(config, strategy, TrainData(files, count),
-                              print_fn=lambda line: None)
-    assert result.complete and checkpoints.completed_step(train_dir) == 6
+def run_of(trained_run) -> types.SimpleNamespace:
+    """conftest's session ``trained_run`` as the evaluator's tests read it: train_dir
+    with model.ckpt-3 and model.ckpt-6, and the test files."""
+    train_dir, test_files = trained_run
+    assert checkpoints.completed_step(str(train_dir)) == 6
     return types.SimpleNamespace(
-        train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
+        train_dir=str(train_dir), test_files=test_files,
         ckpt3=os.path.join(train_dir, "model.ckpt-3"),
         ckpt6=os.path.join(train_dir, "model.ckpt-6"))
 

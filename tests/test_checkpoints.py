@@ -217,7 +217,7 @@ def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(tra
     image = tmp_path / "cat.png"
     image.write_bytes(tf.io.encode_png(np.zeros((32, 32, 3), np.uint8)).numpy())
 
-    predicted = cli.run("cifar10-predict", f"--checkpoint_dir={run_dir}", str(image))
+    predicted = cli.call("cifar10-predict", f"--checkpoint_dir={run_dir}", str(image))
     assert (predicted.returncode, predicted.stdout) == (1, "")
     fix = COPY_FIX.format(trained_on_meta(trained_run), path)  # from its environment.jsonl
     assert predicted.stderr.splitlines() == [f"cifar10-predict: error: {problem}: {fix}"]

@@ -27,7 +27,12 @@ def write_classes(root, num_classes: int, per_class: int = 3) -> list[str]:
     return [str(root / "class000" / "0.png")]
 
 
-@pytest.mark.parametrize("num_classes", [3, 11, 100])
+# 11 and 100 classes change only this package's shapes, tables and class lists, not
+# which TensorFlow calls run: the run against the lowest TensorFlow takes the whole
+# chain (and the TFLite model) with 3 classes.
+@pytest.mark.parametrize("num_classes", [
+    3, pytest.param(11, marks=pytest.mark.newest_only),
+    pytest.param(100, marks=pytest.mark.newest_only)])
 def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_classes):
     image = write_classes(tmp_path / "photos", num_classes)
     data_dir, train_dir = tmp_path / "data", tmp_path / "train"

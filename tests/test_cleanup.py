@@ -127,7 +127,7 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
     (train_dir / "checkpoint").mkdir()
     (train_dir / "checkpoint" / "notes.txt").write_text("mine")
 
-    result = cli.run("cifar10-train", "--fresh_start", f"--train_dir={train_dir}",
+    result = cli.call("cifar10-train", "--fresh_start", f"--train_dir={train_dir}",
                      "--synthetic_data", f"--data_dir={tmp_path / 'data'}", "--max_steps=2",
                      "--batch_size=8", "--checkpoint_steps=1")
     assert result.returncode == 0, result.stderr

@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import json
 import os
+import pathlib
 import re
 import shutil
 import socket
@@ -17,38 +18,27 @@ import time
 import pytest
 from absl import flags
 from cli import call, event_tags, start
-from conftest import EVAL_LINE, TRAIN_LINE, mirrored
+from conftest import EVAL_LINE, TRAIN_LINE
 
 from cifar10.cli import eval_main
 from cifar10.core.errors import DataError
-from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
-from cifar10.core.config import TrainConfig
 from cifar10.runs import records as runrecord
-from cifar10.training import controller
-from cifar10.training.run import TrainData
 
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(data_dir, train_dir): synthetic data where --synthetic_data reads it; 6 steps trained."""
-    root = tmp_path_factory.mktemp("eval_main")
-    data_dir = root / "data"
-    batches_dir = synthetic.write_dataset(str(data_dir / getdata.SYNTHETIC_SUBDIR),
-                                          records_per_file=RECORDS)
-    files = data.split_files(batches_dir, "train")
-    config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
-                         checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
-                         shuffle_buffer=300)
-    strategy = mirrored()
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
-                     print_fn=lambda line: None)
-    return data_dir, root / "train"
+def trained(trained_run):
+    """(data_dir, train_dir): conftest's run (6 steps, 50 records per file), its data
+    where --synthetic_data with this --data_dir reads it."""
+    train_dir, test_files = trained_run
+    data_dir = pathlib.Path(test_files[0]).parents[2]
+    assert (data_dir / getdata.SYNTHETIC_SUBDIR).is_dir()
+    return data_dir, train_dir
 
 
 def eval_args(data_dir, checkpoint_dir, eval_dir, *extra):
@@ -259,6 +249,10 @@ def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_lin
     assert not (tmp_path / "eval2").exists() and not (tmp_path / "no_data").exists()
 
 
+# Two processes meeting through the run directory: what each does there is this
+# package's (the trainer's saves, polling.py), which test_polling.py checks in-process
+# on both TensorFlow versions; the processes' TensorFlow calls are the other tests'.
+@pytest.mark.newest_only
 def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, tmp_path):
     data_dir, _ = trained
     train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"

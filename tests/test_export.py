@@ -51,8 +51,9 @@ def exported(trained_run, tmp_path_factory):
     """(export_dir, the command's result, image paths): step 6 exported with --tflite."""
     train_dir, test_files = trained_run
     root = tmp_path_factory.mktemp("export")
-    result = run("cifar10-export", f"--checkpoint_dir={train_dir}",
-                 f"--export_dir={root / 'export'}", "--tflite")
+    # In this process: the exporter's own process start is test_output.py's.
+    result = call("cifar10-export", f"--checkpoint_dir={train_dir}",
+                  f"--export_dir={root / 'export'}", "--tflite")
     paths = write_pngs(root / "images", records_of(test_files)[0][:5])
     return root / "export", result, paths
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from cli import scalar_values
 from conftest import EVAL_LINE
-from evalruns import DATA_SUFFIX, config_of, results_lines, trained_run
+from evalruns import DATA_SUFFIX, config_of, results_lines, run_of
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.evaluation import polling, recording, scoring
@@ -22,8 +22,8 @@ from cifar10.runs import checkpoints
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return trained_run(tmp_path_factory)
+def run(trained_run):
+    return run_of(trained_run)
 
 
 def copy_run(run, tmp_path, complete=True):

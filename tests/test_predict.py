@@ -172,8 +172,8 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
     good = write_pngs(tmp_path / "photos" / "sub", images[:3])
     (tmp_path / "photos" / "notes.txt").write_text("not taken: not an image name")
     (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG broken")
-    result = run("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl",
-                 "--top_k=2", "--batch_size=2", str(tmp_path / "photos"))
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=jsonl",
+                  "--top_k=2", "--batch_size=2", str(tmp_path / "photos"))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]

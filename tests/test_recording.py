@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from cli import scalar_values
 from conftest import EVAL_LINE
-from evalruns import RECORDS, always_cat_run, config_of, results_lines, trained_run
+from evalruns import RECORDS, always_cat_run, config_of, results_lines, run_of
 
 from cifar10.core.config import EvalConfig
 from cifar10.data import pipeline as data
@@ -30,8 +30,8 @@ RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weight
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return trained_run(tmp_path_factory)
+def run(trained_run):
+    return run_of(trained_run)
 
 
 # --- results.jsonl -----------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from evalruns import RECORDS, always_cat_run, config_of, results_lines, trained_run
+from evalruns import RECORDS, always_cat_run, config_of, results_lines, run_of
 
 from cifar10.core.config import EvalConfig
 from cifar10.data import pipeline as data
@@ -15,8 +15,8 @@ from cifar10.model import Model
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return trained_run(tmp_path_factory)
+def run(trained_run):
+    return run_of(trained_run)
 
 
 def direct_counts(checkpoint, files, weights, num_examples=None):

@@ -60,7 +60,8 @@ def folder(trained_run, tmp_path_factory):
     served = tf.saved_model.load(str(root / VERSION)).signatures["serving_default"](
         images=tf.constant([(root / name).read_bytes() for name in ("cat.png", "dog.jpg")]))
     names = [n.decode() for n in served["class_names"].numpy()]
-    return root, train_dir.parent / "data", dict(zip(("cat.png", "dog.jpg"), names))
+    data_dir = pathlib.Path(test_files[0]).parents[1]  # it holds cifar-10-batches-bin/
+    return root, data_dir, dict(zip(("cat.png", "dog.jpg"), names))
 
 
 def run_block(language: str, code: str, cwd: pathlib.Path, data_dir: pathlib.Path,
