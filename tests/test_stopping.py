@@ -5,6 +5,7 @@ signal or the workers are what is tested)."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -17,10 +18,12 @@ import pytest
 from cli import env
 from conftest import mirrored
 from test_train import small_config
+from cifar10.cli import stopping
 from cifar10.cli import workers as launch
 from cifar10.distribute import coordination
 from cifar10.runs import checkpoints
 from cifar10.runs.lock import LOCK_FILE, TrainerLock
+from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
@@ -128,36 +131,158 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
     assert checkpoints.find(str(train_dir)) == []
 
 
-# A signal to a StopRequests: the line it prints, before and after the trainer's line
-# that says training starts.
+NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
+               "at once).")
+SAVING = ("Received SIGINT: finishing the current steps and saving a checkpoint (send it "
+          "again to stop at once).")
+
+# A signal to a StopRequests: the line it prints, before and after the trainer marked
+# the start of training (``training_starts``, its ``on_training_start``).
 SIGNALLED = """
 import os, signal, sys
 from cifar10.cli import stopping
 with stopping.StopRequests("cifar10-train", sys.argv[1]) as s:
-    if len(sys.argv) > 2:
-        s.print(sys.argv[2])
+    if sys.argv[2] == "started":
+        print("asked:", s.training_starts(), flush=True)
     os.kill(os.getpid(), signal.SIGINT)
     s.event.wait(10)
     signal.pause()  # until killed: the line is written by a thread of its own
 """
 
 
-@pytest.mark.parametrize("printed, said", [
-    ((), "Received SIGINT: stopping; training has not started (send it again to stop at "
-         "once)."),
-    (("Training on 50000 examples from d with 1 replica(s), global batch 128; checkpoints "
-      "and summaries in t.",),
-     "Received SIGINT: finishing the current steps and saving a checkpoint (send it again to "
-     "stop at once).")])
-def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, printed, said):
+@pytest.mark.parametrize("started, said", [
+    ((), NOT_STARTED), (("asked: False",), SAVING)])
+def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, started, said):
     """Before training it promised a save, and the program ended 'interrupted before
     training started; nothing was trained'."""
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path), *printed],
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path),
+                             "started" if started else "not"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env())
     try:
-        lines = [proc.stdout.readline() for _ in range(len(printed) + 1)]
+        lines = [proc.stdout.readline() for _ in range(len(started) + 1)]
     finally:
         proc.kill()
         proc.communicate()
-    assert [line.rstrip("\n") for line in lines] == [*printed, said]
+    assert [line.rstrip("\n") for line in lines] == [*started, said]
+
+
+class _Written(io.StringIO):
+    """A standard output that tells when a line was written (by a thread of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flushed = threading.Event()
+
+    def flush(self):
+        super().flush()
+        self.flushed.set()
+
+    def line(self) -> str:
+        assert self.flushed.wait(10), "no line was written"
+        return self.getvalue().rstrip("\n")
+
+
+def _unentered_stop_requests(tmp_path) -> tuple[stopping.StopRequests, _Written]:
+    """A StopRequests whose signals a test delivers itself, by calling what the
+    watching thread (``_signal``) and the Python handler (``event.set``) call, in an
+    order of its choosing: not entered, it changes no handler of this process."""
+    out = _Written()
+    return stopping.StopRequests("cifar10-train", str(tmp_path), stdout=out), out
+
+
+# Each order of a first signal (its watching thread's ``_signal``, and the Python
+# handler's ``event.set``, which may come before it) and the trainer's mark.
+@pytest.mark.parametrize("order, asked, said", [
+    (("signal", "mark"), True, NOT_STARTED),
+    (("mark", "signal"), False, SAVING),
+    (("handler", "mark", "signal"), True, NOT_STARTED),
+    (("mark", "handler", "signal"), False, SAVING),
+    # A printed line that says training starts is only a line.
+    (("print", "signal", "mark"), True, NOT_STARTED),
+])
+def test_the_first_signals_line_says_what_the_trainer_does_in_every_order(
+        tmp_path, order, asked, said):
+    stop, out = _unentered_stop_requests(tmp_path)
+    did = {"signal": lambda: stop._signal(signal.SIGINT), "handler": stop.event.set,
+           "mark": stop.training_starts,
+           "print": lambda: stop.print("Training on 50000 examples from d with 1 replica(s), "
+                                       "global batch 128; checkpoints and summaries in t.")}
+    answers = {step: did[step]() for step in order}
+    assert (answers["mark"], stop.training_started) == (asked, not asked)
+    assert out.line().splitlines()[-1] == said
+
+
+def test_the_trainer_marks_the_start_once_after_the_restore_before_anything_is_recorded(
+        learnable_files, tmp_path, monkeypatch):
+    files, count = learnable_files
+    events, seen = [], []
+    restore = RunDirectory.restore
+    monkeypatch.setattr(RunDirectory, "restore",
+                        lambda self: (events.append("restored"), restore(self))[1])
+
+    def training_starts():
+        events.append("training starts")
+        seen.append(sorted(os.listdir(tmp_path)))
+        return False
+
+    def train(max_steps):
+        events.clear()
+        return controller.train(small_config(tmp_path, max_steps=max_steps), mirrored(1),
+                                TrainData(files, count), print_fn=events.append,
+                                on_training_start=training_starts)
+
+    assert train(max_steps=1).step == 1
+    assert events[:2] == ["restored", "training starts"]
+    assert events[2].startswith("Training on ")  # said, and the start recorded, after it
+    assert events.count("training starts") == 1
+    assert seen == [[LOCK_FILE, "class_names.txt"]]  # no flags.txt, event file, checkpoint
+    assert train(max_steps=1).complete  # already complete: training does not start
+    assert events[0] == "restored" and "training starts" not in events
+    assert events[1].startswith("Training in ") and "already complete" in events[1]
+
+
+def _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark: bool):
+    """A training run, and its standard output, whose first signal comes in the
+    trainer's call of ``StopRequests.training_starts`` (its ``on_training_start``),
+    just before or just after the mark, as the watching thread would deliver it: the
+    window that was a race between the trainer's check of the stop and its line that
+    said training starts."""
+    files, count = learnable_files
+    stop, out = _unentered_stop_requests(tmp_path)
+
+    def signalled_at_the_edge():
+        if not after_the_mark:
+            stop._signal(signal.SIGINT)
+        asked = stop.training_starts()
+        if after_the_mark:
+            stop._signal(signal.SIGINT)
+        return asked
+
+    def train():
+        return controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
+                                TrainData(files, count), stop_event=stop.event,
+                                print_fn=lambda line: None,
+                                on_training_start=signalled_at_the_edge)
+    return train, out
+
+
+def test_a_signal_just_before_the_trainers_mark_stops_it_with_nothing_trained(
+        learnable_files, tmp_path):
+    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=False)
+    with pytest.raises(coordination.StoppedBeforeTraining):
+        train()
+    assert out.line() == NOT_STARTED
+    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
+
+
+def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
+        learnable_files, tmp_path):
+    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=True)
+    try:
+        result = train()
+    except coordination.StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
+        pytest.fail("a stop asked for after the mark stopped the run before training")
+    assert out.line() == SAVING
+    assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
+    assert checkpoints.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
