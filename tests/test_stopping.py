@@ -88,8 +88,9 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
     lock.release()
 
 
-# One worker of a job of two (TF_CONFIG) whose stop request is set before training
-# when it is worker 1, as when a signal reaches it a moment before the other.
+# One worker of a job of two (TF_CONFIG) whose stop request is set, when it is worker 1,
+# before training (as when a signal reaches it a moment before the other), or just
+# after its trainer marked the start (``on_training_start``).
 STOP_ONE = """
 import sys, threading
 from cifar10.data import pipeline as data
@@ -98,37 +99,69 @@ from cifar10.core.config import TrainConfig
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
-batches_dir, train_dir = sys.argv[1:3]
+batches_dir, train_dir, when = sys.argv[1:4]
 strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
 stop = threading.Event()
-if not devices.worker_role(strategy)[0]:
+signalled = not devices.worker_role(strategy)[0]
+if signalled and when == "before":
     stop.set()
+
+
+def training_starts():
+    asked = stop.is_set()
+    if signalled and when == "after the mark":
+        stop.set()
+    return asked
+
+
 files = data.split_files(batches_dir, "train")
-config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=1000, log_frequency=1)
+config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=100000, log_frequency=1)
 try:
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
-                     stop_event=stop)
+    result = controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+                              stop_event=stop, print_fn=lambda line: None,
+                              on_training_start=training_starts)
+    print(f"saved at step {result.step}", flush=True)
 except coordination.StoppedBeforeTraining as e:
     print(f"stopped: {e}", flush=True)
 """
+
+
+def _two_workers_one_stopped(files, train_dir, tmp_path, when: str) -> list[tuple]:
+    """(stdout, stderr, exit status) of each worker of a job of two (``STOP_ONE``)."""
+    procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
+                               str(train_dir), when],
+                              env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for config in launch.tf_configs(launch.free_ports(2))]
+    try:
+        return [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
 
 
 def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training(
         learnable_files, tmp_path):
     files, _ = learnable_files
     train_dir = tmp_path / "train"
-    procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
-                               str(train_dir)], env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for config in launch.tf_configs(launch.free_ports(2))]
-    try:
-        results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for out, err, code in results:
+    for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path, "before"):
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
     assert checkpoints.find(str(train_dir)) == []
+
+
+def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step(
+        learnable_files, tmp_path):
+    """The worker's own stop event, as read with its mark, is what it adds to the
+    workers' agreement to stop before training: set just after, it is a stop in
+    training, which every worker saves at one step."""
+    files, _ = learnable_files
+    train_dir = tmp_path / "train"
+    results = _two_workers_one_stopped(files, train_dir, tmp_path, "after the mark")
+    outs = [out for out, _, _ in results]
+    assert [code for _, _, code in results] == [0, 0], results
+    assert outs[0] == outs[1] and outs[0].startswith("saved at step "), results
+    step = int(outs[0].split()[-1])
+    assert checkpoints.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
 
 
 NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
