@@ -1,7 +1,9 @@
 """Stop requests around training's edges (cifar10.cli.stopping, the controller's stop
 before training): a signal while a failed run ends, a stop asked for before
-training starts, on one worker or on one of several (real processes where the
-signal or the workers are what is tested)."""
+training starts, on one worker or on one of several, and a first signal just before
+or just after the trainer marks where training starts (``on_training_start``: the
+order driven by calling the signal watcher's and the mark's methods; real processes
+where the signal or the workers are what is tested)."""
 
 from __future__ import annotations
 

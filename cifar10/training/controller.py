@@ -3,16 +3,15 @@ checkpoint to ``max_steps`` or a stop.
 
 ``train`` takes the run directory (lock, restore; ``rundir``), decides whether
 training starts (a stop asked for before it ends the run there, with nothing
-trained; the caller's ``on_training_start`` reads that stop request in one step
-with its own mark that training started), says where it resumes and records the
-start (``run``), then runs the trainer's loops of up to
-``steps_per_loop`` steps (``engine.Trainer.run_steps``).  A loop ends wherever the
-host has work (``loop_end``), and there small objects act: the progress meter
-(lines, rates; ``meter``), the saver (checkpoints), the profiler's window
-(``profiling``) and the workers' stop (``coordination``).  A NaN or infinite loss
-stops the run.  A ``deterministic`` run takes TensorFlow's op determinism for its
-own time (``op_determinism``).  It reads no flags: ``train_main`` builds a
-``TrainConfig``.
+trained; the caller's ``on_training_start`` reads that stop request in one step with
+its own mark that training started), says where it resumes and records the start
+(``run``), then runs the trainer's loops of up to ``steps_per_loop`` steps
+(``engine.Trainer.run_steps``).  A loop ends wherever the host has work
+(``loop_end``), and there small objects act: the progress meter (lines, rates;
+``meter``), the saver (checkpoints), the profiler's window (``profiling``) and the
+workers' stop (``coordination``).  A NaN or infinite loss stops the run.  A
+``deterministic`` run takes TensorFlow's op determinism for its own time
+(``op_determinism``).  It reads no flags: ``train_main`` builds a ``TrainConfig``.
 """
 
 from __future__ import annotations
@@ -66,14 +65,14 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
         after its progress line is printed.
       invocation: the program's command line and flags, recorded per start in
         ``train_dir`` (``records``), and settings to show in TensorBoard.
-      on_training_start: called once, where training starts: the run restored
-        and not complete (never for a run already complete), before its start is
-        recorded, its lines printed or a step run.  Returns whether a stop was
-        asked for by then (``stop_event`` is set), read in one step with the
-        caller's own mark that training started (by which, say, a signal
-        handler chooses what it promises), so that each stop falls on one side of the edge: before it, nothing is
-        trained (``StoppedBeforeTraining``); after it, the run saves after its
-        loop of steps.  None: ``stop_event.is_set``.
+      on_training_start: called once, where training starts: the run restored and not
+        complete (never for a run already complete), before its start is recorded, its
+        lines printed or a step run.  Returns whether a stop was asked for by then
+        (``stop_event`` is set), read in one step with the caller's own mark that
+        training started (by which, say, a signal handler chooses what it promises),
+        so that each stop falls on one side of the edge: before it, nothing is trained
+        (``StoppedBeforeTraining``); after it, the run saves after its loop of steps.
+        None: ``stop_event.is_set``.
 
     Raises:
       StoppedBeforeTraining: ``stop_event`` was set, on this worker or another,
