@@ -203,19 +203,22 @@ def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, s
 
 
 class _Written(io.StringIO):
-    """A standard output that tells when a line was written (by a thread of its own)."""
+    """A standard output that tells when a signal's line was written (by a thread of
+    its own)."""
 
     def __init__(self):
         super().__init__()
-        self.flushed = threading.Event()
+        self.signalled = threading.Event()
 
-    def flush(self):
-        super().flush()
-        self.flushed.set()
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if text.startswith("Received "):
+            self.signalled.set()
+        return written
 
-    def line(self) -> str:
-        assert self.flushed.wait(10), "no line was written"
-        return self.getvalue().rstrip("\n")
+    def signal_lines(self) -> list[str]:
+        assert self.signalled.wait(10), "no signal's line was written"
+        return [line for line in self.getvalue().splitlines() if line.startswith("Received ")]
 
 
 def _unentered_stop_requests(tmp_path) -> tuple[stopping.StopRequests, _Written]:
@@ -245,7 +248,7 @@ def test_the_first_signals_line_says_what_the_trainer_does_in_every_order(
                                        "global batch 128; checkpoints and summaries in t.")}
     answers = {step: did[step]() for step in order}
     assert (answers["mark"], stop.training_started) == (asked, not asked)
-    assert out.line().splitlines()[-1] == said
+    assert out.signal_lines() == [said]
 
 
 def test_the_trainer_marks_the_start_once_after_the_restore_before_anything_is_recorded(
@@ -307,7 +310,7 @@ def test_a_signal_just_before_the_trainers_mark_stops_it_with_nothing_trained(
     train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=False)
     with pytest.raises(coordination.StoppedBeforeTraining):
         train()
-    assert out.line() == NOT_STARTED
+    assert out.signal_lines() == [NOT_STARTED]
     assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
 
 
@@ -318,6 +321,6 @@ def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
         result = train()
     except coordination.StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
         pytest.fail("a stop asked for after the mark stopped the run before training")
-    assert out.line() == SAVING
+    assert out.signal_lines() == [SAVING]
     assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
     assert checkpoints.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
