@@ -1,10 +1,13 @@
 """Stop requests around training's edges (cifar10.cli.stopping, the controller's stop
 before training): a signal while a failed run ends, a stop asked for before
-training starts, on one worker or on one of several (real processes where the
-signal or the workers are what is tested)."""
+training starts, on one worker or on one of several, and a first signal just before
+or just after the trainer marks where training starts (``on_training_start``: the
+order driven by calling the signal watcher's and the mark's methods; real processes
+where the signal or the workers are what is tested)."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -17,10 +20,12 @@ import pytest
 from cli import env
 from conftest import mirrored
 from test_train import small_config
+from cifar10.cli import stopping
 from cifar10.cli import workers as launch
 from cifar10.distribute import coordination
 from cifar10.runs import checkpoints
 from cifar10.runs.lock import LOCK_FILE, TrainerLock
+from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
@@ -85,8 +90,9 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
     lock.release()
 
 
-# One worker of a job of two (TF_CONFIG) whose stop request is set before training
-# when it is worker 1, as when a signal reaches it a moment before the other.
+# One worker of a job of two (TF_CONFIG) whose stop request is set, when it is worker 1,
+# before training (as when a signal reaches it a moment before the other), or just
+# after its trainer marked the start (``on_training_start``).
 STOP_ONE = """
 import sys, threading
 from cifar10.data import pipeline as data
@@ -95,69 +101,226 @@ from cifar10.core.config import TrainConfig
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
-batches_dir, train_dir = sys.argv[1:3]
+batches_dir, train_dir, when = sys.argv[1:4]
 strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
 stop = threading.Event()
-if not devices.worker_role(strategy)[0]:
+signalled = not devices.worker_role(strategy)[0]
+if signalled and when == "before":
     stop.set()
+
+
+def training_starts():
+    asked = stop.is_set()
+    if signalled and when == "after the mark":
+        stop.set()
+    return asked
+
+
 files = data.split_files(batches_dir, "train")
-config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=1000, log_frequency=1)
+config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=100000, log_frequency=1)
 try:
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
-                     stop_event=stop)
+    result = controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+                              stop_event=stop, print_fn=lambda line: None,
+                              on_training_start=training_starts)
+    print(f"saved at step {result.step}", flush=True)
 except coordination.StoppedBeforeTraining as e:
     print(f"stopped: {e}", flush=True)
 """
+
+
+def _two_workers_one_stopped(files, train_dir, tmp_path, when: str) -> list[tuple]:
+    """(stdout, stderr, exit status) of each worker of a job of two (``STOP_ONE``)."""
+    procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
+                               str(train_dir), when],
+                              env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for config in launch.tf_configs(launch.free_ports(2))]
+    try:
+        return [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
 
 
 def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training(
         learnable_files, tmp_path):
     files, _ = learnable_files
     train_dir = tmp_path / "train"
-    procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
-                               str(train_dir)], env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for config in launch.tf_configs(launch.free_ports(2))]
-    try:
-        results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for out, err, code in results:
+    for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path, "before"):
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
     assert checkpoints.find(str(train_dir)) == []
 
 
-# A signal to a StopRequests: the line it prints, before and after the trainer's line
-# that says training starts.
+def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step(
+        learnable_files, tmp_path):
+    """The worker's own stop event, as read with its mark, is what it adds to the
+    workers' agreement to stop before training: set just after, it is a stop in
+    training, which every worker saves at one step."""
+    files, _ = learnable_files
+    train_dir = tmp_path / "train"
+    results = _two_workers_one_stopped(files, train_dir, tmp_path, "after the mark")
+    outs = [out for out, _, _ in results]
+    assert [code for _, _, code in results] == [0, 0], results
+    assert outs[0] == outs[1] and outs[0].startswith("saved at step "), results
+    step = int(outs[0].split()[-1])
+    assert checkpoints.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
+
+
+NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
+               "at once).")
+SAVING = ("Received SIGINT: finishing the current steps and saving a checkpoint (send it "
+          "again to stop at once).")
+
+# A signal to a StopRequests: the line it prints, before and after the trainer marked
+# the start of training (``training_starts``, its ``on_training_start``).
 SIGNALLED = """
 import os, signal, sys
 from cifar10.cli import stopping
 with stopping.StopRequests("cifar10-train", sys.argv[1]) as s:
-    if len(sys.argv) > 2:
-        s.print(sys.argv[2])
+    if sys.argv[2] == "started":
+        print("asked:", s.training_starts(), flush=True)
     os.kill(os.getpid(), signal.SIGINT)
     s.event.wait(10)
     signal.pause()  # until killed: the line is written by a thread of its own
 """
 
 
-@pytest.mark.parametrize("printed, said", [
-    ((), "Received SIGINT: stopping; training has not started (send it again to stop at "
-         "once)."),
-    (("Training on 50000 examples from d with 1 replica(s), global batch 128; checkpoints "
-      "and summaries in t.",),
-     "Received SIGINT: finishing the current steps and saving a checkpoint (send it again to "
-     "stop at once).")])
-def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, printed, said):
+@pytest.mark.parametrize("started, said", [
+    ((), NOT_STARTED), (("asked: False",), SAVING)])
+def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, started, said):
     """Before training it promised a save, and the program ended 'interrupted before
     training started; nothing was trained'."""
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path), *printed],
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path),
+                             "started" if started else "not"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env())
     try:
-        lines = [proc.stdout.readline() for _ in range(len(printed) + 1)]
+        lines = [proc.stdout.readline() for _ in range(len(started) + 1)]
     finally:
         proc.kill()
         proc.communicate()
-    assert [line.rstrip("\n") for line in lines] == [*printed, said]
+    assert [line.rstrip("\n") for line in lines] == [*started, said]
+
+
+class _Written(io.StringIO):
+    """A standard output that tells when a signal's line was written (by a thread of
+    its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.signalled = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if text.startswith("Received "):
+            self.signalled.set()
+        return written
+
+    def signal_lines(self) -> list[str]:
+        assert self.signalled.wait(10), "no signal's line was written"
+        return [line for line in self.getvalue().splitlines() if line.startswith("Received ")]
+
+
+def _unentered_stop_requests(tmp_path) -> tuple[stopping.StopRequests, _Written]:
+    """A StopRequests whose signals a test delivers itself, by calling what the
+    watching thread (``_signal``) and the Python handler (``event.set``) call, in an
+    order of its choosing: not entered, it changes no handler of this process."""
+    out = _Written()
+    return stopping.StopRequests("cifar10-train", str(tmp_path), stdout=out), out
+
+
+# Each order of a first signal (its watching thread's ``_signal``, and the Python
+# handler's ``event.set``, which may come before it) and the trainer's mark.
+@pytest.mark.parametrize("order, asked, said", [
+    (("signal", "mark"), True, NOT_STARTED),
+    (("mark", "signal"), False, SAVING),
+    (("handler", "mark", "signal"), True, NOT_STARTED),
+    (("mark", "handler", "signal"), False, SAVING),
+    # A printed line that says training starts is only a line.
+    (("print", "signal", "mark"), True, NOT_STARTED),
+])
+def test_the_first_signals_line_says_what_the_trainer_does_in_every_order(
+        tmp_path, order, asked, said):
+    stop, out = _unentered_stop_requests(tmp_path)
+    did = {"signal": lambda: stop._signal(signal.SIGINT), "handler": stop.event.set,
+           "mark": stop.training_starts,
+           "print": lambda: stop.print("Training on 50000 examples from d with 1 replica(s), "
+                                       "global batch 128; checkpoints and summaries in t.")}
+    answers = {step: did[step]() for step in order}
+    assert (answers["mark"], stop.training_started) == (asked, not asked)
+    assert out.signal_lines() == [said]
+
+
+def test_the_trainer_marks_the_start_once_after_the_restore_before_anything_is_recorded(
+        learnable_files, tmp_path, monkeypatch):
+    files, count = learnable_files
+    events, seen = [], []
+    restore = RunDirectory.restore
+    monkeypatch.setattr(RunDirectory, "restore",
+                        lambda self: (events.append("restored"), restore(self))[1])
+
+    def training_starts():
+        events.append("training starts")
+        seen.append(sorted(os.listdir(tmp_path)))
+        return False
+
+    def train(max_steps):
+        events.clear()
+        return controller.train(small_config(tmp_path, max_steps=max_steps), mirrored(1),
+                                TrainData(files, count), print_fn=events.append,
+                                on_training_start=training_starts)
+
+    assert train(max_steps=1).step == 1
+    assert events[:2] == ["restored", "training starts"]
+    assert events[2].startswith("Training on ")  # said, and the start recorded, after it
+    assert events.count("training starts") == 1
+    assert seen == [[LOCK_FILE, "class_names.txt"]]  # no flags.txt, event file, checkpoint
+    assert train(max_steps=1).complete  # already complete: training does not start
+    assert events[0] == "restored" and "training starts" not in events
+    assert events[1].startswith("Training in ") and "already complete" in events[1]
+
+
+def _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark: bool):
+    """A training run, and its standard output, whose first signal comes in the
+    trainer's call of ``StopRequests.training_starts`` (its ``on_training_start``),
+    just before or just after the mark, as the watching thread would deliver it: the
+    window that was a race between the trainer's check of the stop and its line that
+    said training starts."""
+    files, count = learnable_files
+    stop, out = _unentered_stop_requests(tmp_path)
+
+    def signalled_at_the_edge():
+        if not after_the_mark:
+            stop._signal(signal.SIGINT)
+        asked = stop.training_starts()
+        if after_the_mark:
+            stop._signal(signal.SIGINT)
+        return asked
+
+    def train():
+        return controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
+                                TrainData(files, count), stop_event=stop.event,
+                                print_fn=lambda line: None,
+                                on_training_start=signalled_at_the_edge)
+    return train, out
+
+
+def test_a_signal_just_before_the_trainers_mark_stops_it_with_nothing_trained(
+        learnable_files, tmp_path):
+    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=False)
+    with pytest.raises(coordination.StoppedBeforeTraining):
+        train()
+    assert out.signal_lines() == [NOT_STARTED]
+    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
+
+
+def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
+        learnable_files, tmp_path):
+    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=True)
+    try:
+        result = train()
+    except coordination.StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
+        pytest.fail("a stop asked for after the mark stopped the run before training")
+    assert out.signal_lines() == [SAVING]
+    assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
+    assert checkpoints.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")

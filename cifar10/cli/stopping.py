@@ -2,15 +2,19 @@
 that was closed.
 
 The first SIGINT or SIGTERM sets the stop event: the trainer finishes the loop of
-steps under way, saves a checkpoint and returns; before training started (before the
-trainer's ``Training on ...`` line) it stops there, with nothing trained or saved.  A second one ends the process
-at once with exit status 130, after one line on stderr naming the last checkpoint
-complete on disk (``last_good_checkpoint``); nothing is saved, so nothing is half
-written by it.  Once the trainer has returned (the ``with`` block ended without an
-error: its checkpoint saved), SIGINT and SIGTERM are ignored until the process
-ends, with exit status 0 (or 141, below); once it has failed (the block ended with
-an error), they are ignored as well, so that the error stays the last line printed
-and its exit status (1) the process's.
+steps under way, saves a checkpoint and returns; before training started it stops
+there, with nothing trained or saved.  Where training starts is the trainer's to
+say: it calls ``training_starts`` (``controller.train``'s ``on_training_start``),
+which reads the stop event and marks the start in one step under the lock the signal
+watcher takes to set the event and choose its line, so that the line of the first
+signal ("training has not started", or "saving a checkpoint") is what the trainer
+does.  A second signal ends the process at once with exit status 130, after one line on
+stderr naming the last checkpoint complete on disk (``last_good_checkpoint``);
+nothing is saved, so nothing is half written by it.  Once the trainer has returned
+(the ``with`` block ended without an error: its checkpoint saved), SIGINT and
+SIGTERM are ignored until the process ends, with exit status 0 (or 141, below); once
+it has failed (the block ended with an error), they are ignored as well, so that the
+error stays the last line printed and its exit status (1) the process's.
 
 The signals are watched by a thread that reads the signal wake-up descriptor
 (``signal.set_wakeup_fd``): a Python signal handler runs only when the main
@@ -38,13 +42,6 @@ INTERRUPTED = 130
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-# How the trainer's line that says training starts begins (``training.run.begin``;
-# docs/training.md names it as that edge): a stop asked for before it ends the run
-# with nothing trained or saved (``StoppedBeforeTraining``), so only from it on does
-# the first signal's line promise a save.
-_TRAINING_STARTS = "Training on "
-
-
 def last_good_checkpoint(directory: str) -> str | None:
     """The newest complete checkpoint of ``directory`` whose save is over (it has no
     ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
@@ -61,10 +58,11 @@ class StopRequests:
     """The stop requests of a training run in ``train_dir``, while in its ``with`` block.
 
     ``event`` is set by the first SIGINT or SIGTERM and when standard output is
-    closed; ``print`` writes a line to standard output, and notices there that it
-    was closed.  Enter it in the main thread (signal handlers are set there).  Left,
-    with or without an error, it leaves SIGINT and SIGTERM ignored: the program that
-    entered it ends (an in-process caller puts its handlers back itself).
+    closed; ``training_starts`` is the trainer's ``on_training_start``; ``print``
+    writes a line to standard output, and notices there that it was closed.  Enter
+    it in the main thread (signal handlers are set there).  Left, with or without an
+    error, it leaves SIGINT and SIGTERM ignored: the program that entered it ends
+    (an in-process caller puts its handlers back itself).
     """
 
     def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
@@ -76,7 +74,7 @@ class StopRequests:
         self.stderr = stderr or sys.stderr
         self.event = threading.Event()
         self.stdout_closed = False
-        self.training_started = False  # the trainer printed its _TRAINING_STARTS line
+        self.training_started = False  # (``training_starts``; under ``_lock``)
         self._signals = 0
         self._lock = threading.Lock()
         self._previous: dict = {}
@@ -88,7 +86,8 @@ class StopRequests:
         self._wakeup = read_fd, write_fd
         # The wake-up descriptor first, so that no signal is handled without being
         # counted; then a Python handler, so that the C handler writes each signal's
-        # number to it; the handler runs later, in the main thread, and only makes sure.
+        # number to it; the handler runs later, in the main thread, and only makes sure
+        # (without the lock: it may run inside training_starts, which holds it).
         self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         self._previous = {signum: signal.signal(signum, lambda *_: self.event.set())
                           for signum in _SIGNALS}
@@ -112,9 +111,25 @@ class StopRequests:
         signal.set_wakeup_fd(self._previous_wakeup)
         os.close(self._wakeup[1])  # the watching thread reads the end and returns
 
+    def training_starts(self) -> bool:
+        """Marks that training starts now, unless a stop was asked for already;
+        returns whether one was (then training does not start).
+
+        The event is read and the mark made under the lock that the first signal
+        takes to set the event and read the mark: a signal is either before (the
+        trainer sees the event and stops with nothing trained; the line says
+        training has not started) or after (the trainer trains its first loop and
+        saves; the line promises that).  A Python handler's ``event.set`` that
+        comes first is read here as a stop, and its signal's line, which comes
+        after, finds no mark.
+        """
+        with self._lock:
+            asked = self.event.is_set()
+            self.training_started = not asked
+            return asked
+
     def print(self, line: str) -> None:
         """Writes ``line`` to standard output; a closed one is a stop request."""
-        self.training_started = self.training_started or line.startswith(_TRAINING_STARTS)
         if self.stdout_closed:
             return
         try:
@@ -168,12 +183,13 @@ class StopRequests:
         # (a full pipe) must not keep this one from seeing the next signal.
         self._signals += 1
         if self._signals == 1:
-            self.event.set()
+            with self._lock:  # one step with the event: see training_starts
+                self.event.set()
+                started = self.training_started
             # Before training started it says what is so, and promises nothing: a stop
-            # seen before training saves nothing; one that meets the start being
-            # recorded (the line not yet printed) is a save after the first loop.
+            # seen before training saves nothing.
             doing = ("finishing the current steps and saving a checkpoint"
-                     if self.training_started else "stopping; training has not started")
+                     if started else "stopping; training has not started")
             _in_background(self.print,
                            f"Received {signum.name}: {doing} (send it again to stop at once).")
             return

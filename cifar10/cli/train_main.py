@@ -10,7 +10,8 @@ output (exit status 141).  Examples:
 
 # This file is intentionally short: it parses flags and calls
 # cifar10.training.controller.train, where the work is, with the stop requests of
-# cifar10.cli.stopping (signals, a closed standard output).
+# cifar10.cli.stopping (signals, a closed standard output) and its mark of where
+# training starts (on_training_start).
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def main(argv: list[str]) -> None:
         with stopping.StopRequests(PROGRAM, FLAGS.train_dir,
                                    task=None if is_chief else task) as stop:
             result = controller.train(config, strategy, train_data, stop_event=stop.event,
-                                      print_fn=stop.print, invocation=_invocation(batches_dir))
+                                      print_fn=stop.print, invocation=_invocation(batches_dir),
+                                      on_training_start=stop.training_starts)
     except coordination.StoppedBeforeTraining:
         if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
             stop.say(f"{PROGRAM}: standard output was closed before training started; "

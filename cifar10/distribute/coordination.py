@@ -126,19 +126,21 @@ class Coordinator:
                 f"{float(mean):g}): --train_dir {train_dir} must be one directory shared by "
                 f"every worker")
 
-    def stop_if_asked_before_training(self) -> None:
+    def stop_if_asked_before_training(self, asked: bool) -> None:
         """Stops every worker, training nothing, when a stop was requested before
         training started on any of them (as ``check_same_start`` stops them all).
 
-        All workers answer alike: each adds whether its own stop event is set to one
-        collective, so that a worker signalled a moment before or after another (the
-        launcher signals them one after another) stops with the others, not in a
-        first step they would wait in for it.
+        All workers answer alike: each adds ``asked``, whether its own stop was
+        requested, to one collective, so that a worker signalled a moment before or
+        after another (the launcher signals them one after another) stops with the
+        others, not in a first step they would wait in for it.  ``asked`` is the value
+        of this worker's stop event that its caller read as it marked the start of
+        training (``controller.train``'s ``on_training_start``), not read here again:
+        a stop that comes after that mark is one in training, which saves.
 
         Raises:
           StoppedBeforeTraining: a stop was requested, here or on another worker.
         """
-        asked = self.stop_event.is_set()
         if self.multi_worker:
             mean, _ = _mean_and_square(self.strategy, tf.constant(float(asked), tf.float64))
             asked = float(mean) > 0

@@ -1,15 +1,17 @@
 """The controller: runs the step engine in a run directory, from its newest
 checkpoint to ``max_steps`` or a stop.
 
-``train`` takes the run directory (lock, restore; ``rundir``), says where it
-resumes and records the start (``run``), then runs the trainer's loops of up to
-``steps_per_loop`` steps (``engine.Trainer.run_steps``).  A loop ends wherever the
-host has work (``loop_end``), and there small objects act: the progress meter
-(lines, rates; ``meter``), the saver (checkpoints), the profiler's window
-(``profiling``) and the workers' stop (``coordination``).  A NaN or infinite loss
-stops the run.  A ``deterministic`` run takes TensorFlow's op determinism for its
-own time (``op_determinism``).  It reads no flags: ``train_main`` builds a
-``TrainConfig``.
+``train`` takes the run directory (lock, restore; ``rundir``), decides whether
+training starts (a stop asked for before it ends the run there, with nothing
+trained; the caller's ``on_training_start`` reads that stop request in one step with
+its own mark that training started), says where it resumes and records the start
+(``run``), then runs the trainer's loops of up to ``steps_per_loop`` steps
+(``engine.Trainer.run_steps``).  A loop ends wherever the host has work
+(``loop_end``), and there small objects act: the progress meter (lines, rates;
+``meter``), the saver (checkpoints), the profiler's window (``profiling``) and the
+workers' stop (``coordination``).  A NaN or infinite loss stops the run.  A
+``deterministic`` run takes TensorFlow's op determinism for its own time
+(``op_determinism``).  It reads no flags: ``train_main`` builds a ``TrainConfig``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
           stop_event: threading.Event | None = None,
           print_fn: Callable[[str], None] = print,
           on_report: Callable[[StepReport], None] | None = None,
-          invocation: Invocation | None = None) -> TrainResult:
+          invocation: Invocation | None = None,
+          on_training_start: Callable[[], bool] | None = None) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
     Takes the lock of ``config.train_dir`` (one trainer per directory), with
@@ -63,6 +66,14 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
         after its progress line is printed.
       invocation: the program's command line and flags, recorded per start in
         ``train_dir`` (``records``), and settings to show in TensorBoard.
+      on_training_start: called once, where training starts: the run restored and not
+        complete (never for a run already complete), before its start is recorded, its
+        lines printed or a step run.  Returns whether a stop was asked for by then
+        (``stop_event`` is set), read in one step with the caller's own mark that
+        training started (by which, say, a signal handler chooses what it promises),
+        so that each stop falls on one side of the edge: before it, nothing is trained
+        (``StoppedBeforeTraining``); after it, the run saves after its loop of steps.
+        None: ``stop_event.is_set``.
 
     Raises:
       StoppedBeforeTraining: ``stop_event`` was set, on this worker or another,
@@ -81,7 +92,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             start = restored.step if restored else 0
             if start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
-            _stop_if_asked_before_training(cluster)
+            _stop_if_asked_before_training(
+                cluster, on_training_start or cluster.stop_event.is_set)
             settings = run.begin(trainer, cluster, data, restored,
                                  invocation or Invocation(), print_fn)
             run_dir.unmark_complete()
@@ -185,12 +197,19 @@ def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
                        is_chief=cluster.is_chief, task=cluster.task)
 
 
-def _stop_if_asked_before_training(cluster: coordination.Coordinator) -> None:
+def _stop_if_asked_before_training(cluster: coordination.Coordinator,
+                                   training_starts: Callable[[], bool]) -> None:
     """A stop asked for before training starts (Ctrl-C while the job forms) stops
     every worker here, with nothing trained, recorded or saved: as a program
-    interrupted before its work began, not a save after a first step."""
+    interrupted before its work began, not a save after a first step.
+
+    ``training_starts`` (``train``'s ``on_training_start``) says whether this
+    worker's stop was asked for; that value, not a later read of the stop event,
+    goes into the workers' agreement, so that a stop that comes once the caller
+    marked the start is one in training, which saves."""
+    asked = training_starts()
     with cluster.starting():
-        cluster.stop_if_asked_before_training()
+        cluster.stop_if_asked_before_training(asked)
 
 
 def _ended(config: TrainConfig, cluster: coordination.Coordinator, run_dir: RunDirectory,
