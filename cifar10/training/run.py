@@ -84,7 +84,7 @@ SHARED_FLAGS = ("batch_size", "max_steps", "steps_per_loop", "log_frequency", "s
 
 def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:
     """What every worker of a multi-worker run must be started with alike
-    (``Coordinator.check_same_settings``): {the setting with its value here, as the
+    (``settings_check.check_same_settings``): {the setting with its value here, as the
     error names it ('--batch_size=8'): the value}, in one order."""
     shown = {f"--{name}={_flag_value(getattr(config, name))}": getattr(config, name)
              for name in SHARED_FLAGS}
