@@ -11,7 +11,8 @@ import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoints, cleanup
+from cifar10.runs import checkpoints, cleanup, rundir
+from cifar10.runs.lock import TrainerLock
 from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place, leave_an_interrupted_save
 
 # What a run directory of the trainer's holds, by kind (a leftover of each kind of
@@ -230,3 +231,18 @@ def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
     empty = _event_file(tmp_path / "cut_short")
     assert cleanup.trainers_events(str(empty))  # no summary: nothing is lost with it
     assert cleanup.remove_run(str(empty.parent)) == 1
+
+
+def test_a_fresh_start_refused_lets_the_lock_go(tmp_path):
+    # Opening the run directory raised out of __enter__, where __exit__ does not run:
+    # the lock stayed held for the rest of the process.
+    (tmp_path / "model.ckpt-99.index").write_text("hi\n")
+    run_dir = rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=1,
+                                  fresh_start=True, print_fn=pytest.fail)
+    with pytest.raises(Cifar10Error, match=r"^model\.ckpt-99\.index in "):
+        with run_dir:
+            pytest.fail("opened")
+    lock = TrainerLock(str(tmp_path))
+    lock.acquire()  # free: not "in use by another trainer"
+    lock.release()
+    assert sorted(os.listdir(tmp_path)) == ["cifar10-train.lock", "model.ckpt-99.index"]

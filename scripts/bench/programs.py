@@ -1,5 +1,10 @@
 """What the rest of the toolkit costs: (d) evaluation's pass, (e)-(f) cifar10-train's
-start and memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare."""
+start and memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare.
+
+The programs it starts (and (m)'s processes, ``options``) are stopped and waited for
+when the benchmark stops on the way (Ctrl-C, SIGTERM, a closed standard output, an
+error): ``stopped_if_left``, so that none writes in its temporary folder as that is
+removed."""
 
 from __future__ import annotations
 
