@@ -141,6 +141,11 @@ def _check(p: argparse.ArgumentParser, args) -> None:
             p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
+    try:  # as the trainer refuses it: TensorFlow would not say so (a crash, an overflow)
+        memory.refuse_batch_beyond_memory(args.batch_size,
+                                          2 if args.use_fp16 or args.use_bf16 else 4)
+    except Cifar10Error as e:
+        p.error(str(e))
     if args.data_dir is not None and not os.path.isdir(
             os.path.join(args.data_dir, BATCHES_DIRNAME)):
         p.error(f"--data_dir={args.data_dir} holds no {BATCHES_DIRNAME}/: pass the folder that "

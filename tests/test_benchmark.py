@@ -150,6 +150,17 @@ def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
                                        f"(see benchmark.py --help)\n")
 
 
+def test_a_batch_beyond_memory_is_refused_as_the_trainer_refuses_it(benchmark, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.benchmark.parse_args(["--batch_size=10000000000000"])
+    assert exit_.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"benchmark\.py: error: --batch_size=10000000000000 cannot fit: "
+                        r"conv1's output alone would take at least .+ GB a replica, more "
+                        r"than .+; give a smaller --batch_size \(the tutorial's is 128\) "
+                        r"\(see benchmark\.py --help\)", line), line
+
+
 def test_records_per_file_beyond_memory_is_refused(benchmark, capsys, tmp_path):
     # It was numpy's ArrayMemoryError, a traceback, once generating began.
     parse = benchmark.benchmark.parse_args
