@@ -36,7 +36,9 @@ Prints, each the median of several timed windows after a warm-up:
       time, and with TensorFlow's ops alone, against all the kernels, in turns.
 --figures measures some of them only (--figures=k,n); --skip_launch leaves out (e)
 and (f).  It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
-directory when --data_dir is not given, so it runs offline.
+directory when --data_dir is not given, so it runs offline.  Ctrl-C and SIGTERM stop it
+(status 130) and a closed standard output (status 141), as they stop the programs: the
+program it started stopped and waited for, the temporary directory removed.
 
 This file parses the command line; the figures are in scripts/bench/ (its
 __init__ lists which module measures which), and TensorFlow loads only after the
@@ -47,10 +49,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 try:
-    from cifar10.core import logs
+    from cifar10.core import logs, memory
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
@@ -61,14 +64,34 @@ except ImportError as e:
 
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
+# The exit statuses of the programs (cifar10.cli): a usage error 1, as any error; a stop by
+# Ctrl-C or SIGTERM 130; a standard output that was closed (``| head``) 128 + SIGPIPE,
+# as a shell reports a program a closed pipe ended (``programs.STDOUT_CLOSED``).
+USAGE_ERROR = 1
+INTERRUPTED = 130
+STDOUT_CLOSED = 128 + signal.SIGPIPE
+
+# The memory generating one record of the data takes (numpy's float64 image and its
+# temporaries: 114 KB, measured with tracemalloc), so that a --records_per_file whose
+# file cannot be generated in this machine's memory is a usage error, not numpy's
+# ArrayMemoryError seconds later.
+GENERATED_RECORD_BYTES = 120_000
+
 # Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
 # programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).
 if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False):
     logs.hide_native_lines(logs.min_level(os.environ))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors as the programs give theirs: one line, exit status 1."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = _Parser(prog="benchmark.py", description=__doc__.splitlines()[0])
     p.add_argument("--num_gpus", type=int, default=None,
                    help="replicas (as cifar10-train; default: one, on the CPU without a "
                         "warning where there is no GPU)")
@@ -87,8 +110,9 @@ def parse_args(argv):
     p.add_argument("--records_per_file", type=int, default=RECORDS_PER_REAL_FILE,
                    help="records per file of generated data")
     p.add_argument("--figures", default=",".join(FIGURE_LETTERS),
-                   help="the figures to measure, letters separated by commas, such as "
-                        "k,n (default: all; (h) and (i) bring (a)-(c) along)")
+                   help="the figures to measure, letters from a to n (either case) separated "
+                        "by commas, such as k,n (default: all; (h) and (i) bring (a)-(c) "
+                        "along)")
     p.add_argument("--skip_launch", action="store_true",
                    help="skip (e) and (f), which start cifar10-train in a subprocess")
     p.add_argument("--predict_images", type=int, default=1000,
@@ -101,30 +125,60 @@ def parse_args(argv):
                    help="runs of each variant of (l) and (m), timed in turns")
     p.add_argument("--loop_only", action="store_true", help=argparse.SUPPRESS)  # (m)'s processes
     args = p.parse_args(argv)
+    _check(p, args)
+    args.figures = _figures(p, args.figures, args.skip_launch)
+    return args
+
+
+def _check(p: argparse.ArgumentParser, args) -> None:
+    """Refuses the values no run can take, each with one line naming the flag."""
     for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images",
                  "prepare_images", "loop_window_steps", "turns"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if (args.num_gpus or 0) < 0 or args.warmup_steps < 0:
-        p.error("--num_gpus and --warmup_steps must be >= 0")
+    for name in ("num_gpus", "warmup_steps"):
+        if (getattr(args, name) or 0) < 0:
+            p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
+    try:  # as the trainer refuses it: TensorFlow would not say so (a crash, an overflow)
+        memory.refuse_batch_beyond_memory(args.batch_size,
+                                          2 if args.use_fp16 or args.use_bf16 else 4)
+    except Cifar10Error as e:
+        p.error(str(e))
     if args.data_dir is not None and not os.path.isdir(
             os.path.join(args.data_dir, BATCHES_DIRNAME)):
         p.error(f"--data_dir={args.data_dir} holds no {BATCHES_DIRNAME}/: pass the folder that "
                 f"holds it (the benchmark downloads nothing), or leave --data_dir out to "
                 f"time generated data")
-    args.figures = _figures(p, args.figures, args.skip_launch)
-    return args
+    if args.data_dir is None:
+        _refuse_data_beyond_memory(p, args.records_per_file)
+
+
+def _refuse_data_beyond_memory(p: argparse.ArgumentParser, records: int,
+                               total: int | None = None) -> None:
+    """Refuses a --records_per_file whose file takes more memory to generate than the
+    machine has (``total`` bytes; default: this machine's, or what a 64-bit machine
+    can address where it is not known)."""
+    total = total or memory.total_memory()
+    held = f"this machine's {total / 1e9:.1f} GB" if total else "a 64-bit machine can address"
+    total = total or memory.ADDRESSABLE
+    needed = records * GENERATED_RECORD_BYTES
+    if needed > total:
+        p.error(f"--records_per_file={records} cannot be generated: a file of that many "
+                f"records takes about {needed / 1e9:.3g} GB of memory, more than {held}; "
+                f"give at most {total // GENERATED_RECORD_BYTES} (CIFAR-10's files hold "
+                f"{RECORDS_PER_REAL_FILE})")
 
 
 def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
     """The letters of the figures --figures names (in print order, each once; without
     (e) and (f) under --skip_launch)."""
-    letters = [letter.strip() for letter in given.lower().split(",") if letter.strip()]
-    if not letters or any(letter not in FIGURE_LETTERS for letter in letters):
-        p.error(f"--figures takes letters from a to {FIGURE_LETTERS[-1]} separated by commas, "
-                f"such as --figures=k,n; got {given!r}")
+    letters = [letter.strip() for letter in given.lower().split(",")]
+    if any(letter not in FIGURE_LETTERS or not letter for letter in letters):
+        p.error(f"--figures takes letters from a to {FIGURE_LETTERS[-1]} ({FIGURE_LETTERS}, "
+                f"either case) separated by single commas, such as --figures=k,n; "
+                f"got {given!r}")
     figures = "".join(letter for letter in FIGURE_LETTERS
                       if letter in letters and not (skip_launch and letter in "ef"))
     if not figures:
@@ -133,13 +187,35 @@ def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
 
 
 def main(argv=None) -> int:
+    """Runs the benchmark; returns its exit status.
+
+    A stop ends as the programs' do, the temporary folder removed on the way out
+    (``report.run``): Ctrl-C (and SIGTERM, which the script's process takes as one)
+    with ``benchmark.py: interrupted`` and status 130; a standard output that was
+    closed (``| head``) quietly, with status 141.
+    """
     args = parse_args(argv)
-    from bench import report  # TensorFlow loads here, once the arguments are good
     try:
+        from bench import report  # TensorFlow loads here, once the arguments are good
         return report.run(args)
     except Cifar10Error as e:  # damaged data in --data_dir: one line, as the programs say
         print(f"benchmark.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("benchmark.py: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        _stdout_to_devnull()  # the lines still buffered go nowhere, not into a traceback
+        return STDOUT_CLOSED
+
+
+def _stdout_to_devnull() -> None:
+    """Points standard output's descriptor at /dev/null (as the programs do)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _warnings_as_own_lines() -> None:
@@ -160,5 +236,8 @@ def _warnings_as_own_lines() -> None:
 
 
 if __name__ == "__main__":
+    # SIGTERM (`timeout`, a job scheduler) as Ctrl-C, as the programs take it: the
+    # temporary folder is removed on the way out, where the default action would leave it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     _warnings_as_own_lines()
     sys.exit(main())

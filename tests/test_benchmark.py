@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -130,8 +131,10 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     ("--windows=0", "--windows must be at least 1, got 0"),
     ("--predict_images=0", "--predict_images must be at least 1, got 0"),
     ("--turns=0", "--turns must be at least 1, got 0"),
-    ("--num_gpus=-1", "--num_gpus and --warmup_steps must be >= 0"),
-    ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other"),
+    ("--num_gpus=-1", "--num_gpus must be at least 0, got -1"),  # it alone named
+    ("--warmup_steps=-1", "--warmup_steps must be at least 0, got -1"),
+    ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other: pass at most "
+                              "one of them"),
     ("--data_dir=/nonexistent/data", "--data_dir=/nonexistent/data holds no "
                                      "cifar-10-batches-bin/: pass the folder that holds it "
                                      "(the benchmark downloads nothing), or leave --data_dir "
@@ -140,14 +143,51 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
 def test_benchmark_rejects_bad_arguments(benchmark, arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         benchmark.benchmark.parse_args(arguments.split())
-    assert exit_.value.code == 2
-    assert message in capsys.readouterr().err
+    # As the programs refuse a bad flag: one line, exit status 1 (argparse's is 2, after
+    # its usage lines).
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == (f"benchmark.py: error: {message} "
+                                       f"(see benchmark.py --help)\n")
+
+
+def test_a_batch_beyond_memory_is_refused_as_the_trainer_refuses_it(benchmark, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.benchmark.parse_args(["--batch_size=10000000000000"])
+    assert exit_.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"benchmark\.py: error: --batch_size=10000000000000 cannot fit: "
+                        r"conv1's output alone would take at least .+ GB a replica, more "
+                        r"than .+; give a smaller --batch_size \(the tutorial's is 128\) "
+                        r"\(see benchmark\.py --help\)", line), line
+
+
+def test_records_per_file_beyond_memory_is_refused(benchmark, capsys, tmp_path):
+    # It was numpy's ArrayMemoryError, a traceback, once generating began.
+    parse = benchmark.benchmark.parse_args
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--records_per_file=99999999999"])
+    assert exit_.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"benchmark\.py: error: --records_per_file=99999999999 cannot be "
+                        r"generated: a file of that many records takes about 1\.2e\+07 GB of "
+                        r"memory, more than this machine's [0-9.]+ GB; give at most \d+ "
+                        r"\(CIFAR-10's files hold 10000\) \(see benchmark\.py --help\)", line)
+    # Measured: 114 KB a record; on a machine of 1.2 GB, 10,000 records (the default) fit.
+    p = benchmark.benchmark._Parser(prog="benchmark.py")
+    benchmark.benchmark._refuse_data_beyond_memory(p, 10_000, total=1_200_000_000)
+    with pytest.raises(SystemExit):
+        benchmark.benchmark._refuse_data_beyond_memory(p, 10_001, total=1_200_000_000)
+    assert "give at most 10000 " in capsys.readouterr().err
+    # Data of one's own (--data_dir) is not generated: no bound.
+    (tmp_path / "cifar-10-batches-bin").mkdir()
+    assert parse(["--records_per_file=99999999999",
+                  f"--data_dir={tmp_path}"]).records_per_file == 99999999999
 
 
 @pytest.mark.parametrize("arguments, letters", [
     ("", "abcdefghijklmn"),
     ("--figures=k,n", "kn"),
-    ("--figures=N,k,,k", "kn"),  # any case, in the order they print, each once
+    ("--figures=N,k,k", "kn"),  # either case, in the order they print, each once
     ("--skip_launch", "abcdghijklmn"),
     ("--figures=e,g --skip_launch", "g"),
 ])
@@ -163,17 +203,18 @@ def test_the_figure_letters_are_those_the_figure_functions_print(benchmark):
 def test_figures_that_skip_launch_leaves_empty_is_refused(benchmark, capsys):
     with pytest.raises(SystemExit) as exit_:
         benchmark.benchmark.parse_args(["--figures=e,f", "--skip_launch"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 1
     assert "--figures=e,f --skip_launch leaves no figure to measure" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("figures", ["z", "k,10", ","])
+# An empty letter (a,,b, k,) was taken silently for no figure.
+@pytest.mark.parametrize("figures", ["z", "k,10", ",", "a,,b", "k,", ""])
 def test_figures_refuses_a_letter_with_no_figure(benchmark, figures, capsys):
     with pytest.raises(SystemExit) as exit_:
         benchmark.benchmark.parse_args([f"--figures={figures}"])
-    assert exit_.value.code == 2
-    assert ("--figures takes letters from a to n separated by commas, such as "
-            f"--figures=k,n; got {figures!r}") in capsys.readouterr().err
+    assert exit_.value.code == 1
+    assert ("--figures takes letters from a to n (abcdefghijklmn, either case) separated by "
+            f"single commas, such as --figures=k,n; got {figures!r}") in capsys.readouterr().err
 
 
 def test_each_figure_function_runs_for_its_letters_and_what_they_need(benchmark):
@@ -318,9 +359,9 @@ def test_bad_arguments_are_refused_before_tensorflow_loads(tmp_path):
     result = subprocess.run([sys.executable, "-c", show, SCRIPT, "--batch_size=0"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=60,
                             check=False)
-    assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == (
-        "benchmark.py: error: --batch_size must be at least 1, got 0")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "benchmark.py: error: --batch_size must be at least 1, got 0 (see benchmark.py --help)"]
     assert result.stdout == "False\n"
 
 
@@ -360,3 +401,142 @@ def test_the_script_prints_its_warnings_as_its_own_lines(tmp_path):
     assert default.stderr == ""
     assert re.search(r"^\(j\) cifar10-prepare: +[0-9.]+ images/sec \(30 PNG images",
                      default.stdout, re.M), default.stdout
+
+
+def _stand_in(tmp_path, body: str) -> list[str]:
+    """A program that writes its PID to ``tmp_path``/pid, then runs ``body`` (Python)."""
+    return [sys.executable, "-c",
+            f"import os, signal, sys, time\n"
+            f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n{body}"]
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process ``pid`` is left, not even one that was not waited for."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _interrupt_once_there(path) -> None:
+    """Ctrl-C in the main thread once ``path`` exists: a real SIGINT, which breaks into
+    a blocking read as the user's does."""
+    import signal
+    import threading
+
+    main = threading.main_thread().ident
+
+    def interrupt() -> None:
+        deadline = time.time() + 60
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+
+
+def test_a_program_the_benchmark_started_is_stopped_and_waited_for_on_ctrl_c(benchmark,
+                                                                            tmp_path):
+    # Ctrl-C during (e) left cifar10-train running, writing in the temporary folder
+    # as it was removed: the folder stayed.
+    programs = benchmark.programs
+    command = _stand_in(tmp_path, "time.sleep(60)")
+    _interrupt_once_there(tmp_path / "pid")
+    with pytest.raises(KeyboardInterrupt):
+        programs._start_training(command)  # reading its lines, up to a first step
+    pid = int((tmp_path / "pid").read_text())
+    assert _gone(pid)  # stopped (SIGTERM) and waited for
+
+
+def test_a_program_that_does_not_stop_on_sigterm_is_killed(benchmark, tmp_path):
+    programs = benchmark.programs
+    command = _stand_in(tmp_path, "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                  "print('ready', flush=True)\ntime.sleep(60)")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    programs.stop(proc, seconds=0.5)
+    assert proc.returncode == -9 and _gone(proc.pid)
+    ended = subprocess.Popen(_stand_in(tmp_path, "pass"))
+    ended.wait()
+    programs.stop(ended)  # ended already: nothing to do
+    assert ended.returncode == 0
+
+
+def test_ctrl_c_is_one_line_status_130_and_the_temporary_folder_removed(benchmark,
+                                                                        monkeypatch,
+                                                                        tmp_path, capsys):
+    # It was a 20-line KeyboardInterrupt traceback.
+    report = benchmark.report
+    monkeypatch.setattr(report.tempfile, "tempdir", str(tmp_path))
+    made = []
+
+    def interrupted(args, strategy, work):
+        made.append(work)
+        (tmp_path / os.path.basename(work) / "data.bin").write_bytes(b"\0" * 100)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "prepare_setting", interrupted)
+    try:
+        status = benchmark.benchmark.main(["--figures=g"])
+    except KeyboardInterrupt:  # (not left to end the test session)
+        pytest.fail("the KeyboardInterrupt came out of main")
+    assert status == 130
+    assert capsys.readouterr().err == "benchmark.py: interrupted\n"
+    assert made and os.path.dirname(made[0]) == str(tmp_path)
+    assert os.listdir(tmp_path) == []
+
+
+def _benchmark_process(tmp_path, *args: str, **popen_args) -> subprocess.Popen:
+    """scripts/benchmark.py in a process of its own, its temporary folder in ``tmp_path``."""
+    return subprocess.Popen([sys.executable, SCRIPT, "--records_per_file=100", "--windows=1",
+                             "--window_steps=2", "--warmup_steps=1", *args], cwd=tmp_path,
+                            env=env(TMPDIR=str(tmp_path)), text=True, **popen_args)
+
+
+def _work_folders(tmp_path) -> list[str]:
+    return [name for name in os.listdir(tmp_path) if name.startswith("cifar10-benchmark-")]
+
+
+@pytest.mark.newest_only  # the script's own process; its parts are tested above
+def test_sigterm_stops_the_benchmark_as_ctrl_c_does(tmp_path):
+    # `timeout 60 python scripts/benchmark.py` left its 177 MB of generated data in /tmp.
+    proc = _benchmark_process(tmp_path, "--figures=g", stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while not _work_folders(tmp_path) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert _work_folders(tmp_path), "no temporary folder was made"
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "benchmark.py: interrupted"
+    assert _work_folders(tmp_path) == []
+
+
+@pytest.mark.newest_only
+def test_a_closed_standard_output_stops_the_benchmark_quietly(tmp_path):
+    # `benchmark.py ... | head -1` ended in a BrokenPipeError traceback, exit status 1.
+    proc = _benchmark_process(tmp_path, "--figures=g", stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    try:
+        err = proc.stderr.read()
+        proc.wait(timeout=240)
+    finally:
+        proc.kill()
+    assert (proc.returncode, err) == (141, "")  # 128 + SIGPIPE, as the programs
+    assert _work_folders(tmp_path) == []
+
+
+def test_the_programs_started_keep_their_temporary_files_in_the_benchmarks_folder(
+        benchmark, tmp_path):
+    # A cifar10-train stopped by SIGKILL (after STOP_SECONDS) left TensorFlow's
+    # autograph modules in /tmp; under the benchmark's folder they go with it.
+    env = benchmark.programs.child_env(str(tmp_path), PYTHONUNBUFFERED="1")
+    assert env["TMPDIR"] == str(tmp_path / "tmp") and os.path.isdir(env["TMPDIR"])
+    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]

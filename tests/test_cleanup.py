@@ -11,7 +11,8 @@ import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoints, cleanup
+from cifar10.runs import checkpoints, cleanup, rundir
+from cifar10.runs.lock import TrainerLock
 from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place, leave_an_interrupted_save
 
 # What a run directory of the trainer's holds, by kind (a leftover of each kind of
@@ -35,6 +36,9 @@ MORE_USER_FILES = ("cifar10-train.lock", "checkpoint.tmp", "model.ckpt-9_temp.zi
 def make_run(directory):
     for name in CHECKPOINT_FILES + RECORDS + LEFTOVERS[1:] + USER_FILES + MORE_USER_FILES:
         (directory / name).write_text("x")
+    for name in CHECKPOINT_FILES:
+        if name.endswith(".index"):  # as a whole one ends: the table's magic number
+            (directory / name).write_bytes(b"x" + cleanup._TABLE_MAGIC)
     (directory / LEFTOVERS[0]).mkdir()
     (directory / LEFTOVERS[0] / "part-00000-of-00001.index").write_text("x")
     (directory / "my_folder").mkdir()
@@ -61,6 +65,45 @@ def test_remove_run_leaves_the_lock_the_users_files_and_folders(tmp_path):
     assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS + LEFTOVERS)
     assert sorted(os.listdir(tmp_path)) == sorted(USER_FILES + MORE_USER_FILES + ("my_folder",))
     assert (tmp_path / "my_folder" / "model.ckpt-3.index").read_text() == "mine"
+
+
+@pytest.mark.parametrize("foreign", [
+    ["model.ckpt-99.index"],  # `echo hi > model.ckpt-99.index`: --fresh_start removed it
+    ["model.ckpt-99.index", "model.ckpt-99.data-00000-of-00001"],
+    ["model.ckpt-6.index"],  # a file of the user's in place of a checkpoint's .index
+])
+def test_fresh_start_removes_nothing_where_a_file_named_as_a_checkpoint_is_not_one(
+        tmp_path, foreign):
+    make_run(tmp_path)
+    for name in foreign:
+        (tmp_path / name).write_text("hi\n")
+    # The .data files of a checkpoint whose .index is not whole are not told apart.
+    shards = [n for n in CHECKPOINT_FILES if n.startswith("model.ckpt-6.data")]
+    expected = sorted(foreign + (shards if "model.ckpt-6.index" in foreign else []))
+    assert cleanup.foreign_checkpoint_files(str(tmp_path)) == expected
+    assert not set(expected) & set(cleanup.own_files(str(tmp_path)))
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(Cifar10Error) as err:
+        cleanup.remove_run(str(tmp_path))
+    said, it = (("has a checkpoint's name but is not a checkpoint", "it") if len(expected) == 1
+                else ("have checkpoints' names but are not checkpoints", "them"))
+    assert str(err.value) == (
+        f"{', '.join(expected)} in {tmp_path} {said} the trainer wrote (no whole TensorFlow "
+        f".index), and --fresh_start removes only the trainer's files; the new run would "
+        f"take {it} for a checkpoint: move {it} out of {tmp_path} and start again (nothing "
+        f"was removed), or choose another --train_dir")
+    assert sorted(os.listdir(tmp_path)) == before
+    assert (tmp_path / foreign[0]).read_text() == "hi\n"
+
+
+def test_the_files_of_a_real_checkpoint_and_of_a_save_cut_short_are_the_trainers(
+        trained_run, tmp_path):
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    source = run_dir / "model.ckpt-6"
+    leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index") // 2)
+    assert cleanup.foreign_checkpoint_files(str(run_dir)) == []
+    assert {"model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001", "model.ckpt-9.index",
+            "model.ckpt-9.data-00000-of-00001"} <= set(cleanup.own_files(str(run_dir)))
 
 
 def test_checkpoint_files_are_its_index_data_and_temporary_folder(tmp_path):
@@ -188,3 +231,18 @@ def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
     empty = _event_file(tmp_path / "cut_short")
     assert cleanup.trainers_events(str(empty))  # no summary: nothing is lost with it
     assert cleanup.remove_run(str(empty.parent)) == 1
+
+
+def test_a_fresh_start_refused_lets_the_lock_go(tmp_path):
+    # Opening the run directory raised out of __enter__, where __exit__ does not run:
+    # the lock stayed held for the rest of the process.
+    (tmp_path / "model.ckpt-99.index").write_text("hi\n")
+    run_dir = rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=1,
+                                  fresh_start=True, print_fn=pytest.fail)
+    with pytest.raises(Cifar10Error, match=r"^model\.ckpt-99\.index in "):
+        with run_dir:
+            pytest.fail("opened")
+    lock = TrainerLock(str(tmp_path))
+    lock.acquire()  # free: not "in use by another trainer"
+    lock.release()
+    assert sorted(os.listdir(tmp_path)) == ["cifar10-train.lock", "model.ckpt-99.index"]

@@ -4,7 +4,11 @@ were put in place), a checkpoint's files, every file of a run (``--fresh_start``
 
 Files are matched by the exact names TensorFlow and the trainer give them, so a
 user's file that merely starts like one (``model.ckpt-best.txt``,
-``checkpoint.txt``, a folder of their own) stays.  A folder is removed only when it
+``checkpoint.txt``, a folder of their own) stays.  A file of a checkpoint's name is
+the trainer's only when it is one: a ``.index`` that ends as TensorFlow's table does,
+and the ``.data`` shards of such an index (or the files of a save cut short as they
+were put in place); ``--fresh_start`` refuses, removing nothing, where another file
+has such a name (``foreign_checkpoint_files``).  A folder is removed only when it
 is a save's temporary folder; an event file only when its first summaries are the
 trainer's (an evaluator pointed at the run directory by an older version wrote
 event files of the same names there).  The lock file stays too: it is held while
@@ -20,7 +24,7 @@ import struct
 from typing import Iterator
 
 from cifar10.core import atomic
-from cifar10.core.errors import io_error
+from cifar10.core.errors import Cifar10Error, io_error, listed
 from cifar10.runs import records
 from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE,
                                       PREFIX, TEMP_DIR, listdir)
@@ -66,11 +70,15 @@ def own_files(directory: str) -> list[str]:
     folder; an event file only if ``trainers_events`` says so.
     """
     exact = {STATE_FILE, *_RECORDS}
-    patterns = (INDEX_FILE, DATA_FILE, _EVENTS, *_LEFTOVERS)
+    patterns = (_EVENTS, *_LEFTOVERS)
+    foreign = set(foreign_checkpoint_files(directory))
     names = []
     for name in listdir(directory):
         path = os.path.join(directory, name)
-        if not (name in exact or any(p.fullmatch(name) for p in patterns)):
+        checkpoints_file = _checkpoint_step(name) is not None
+        if not (name in exact or checkpoints_file or any(p.fullmatch(name) for p in patterns)):
+            continue
+        if name in foreign:
             continue
         if os.path.isdir(path) and not TEMP_DIR.fullmatch(name):
             continue  # a user's folder that merely has the name of a file of the trainer's
@@ -78,6 +86,36 @@ def own_files(directory: str) -> list[str]:
             continue
         names.append(name)
     return sorted(names)
+
+
+def foreign_checkpoint_files(directory: str) -> list[str]:
+    """The files in ``directory`` with the name of a checkpoint's ``.index`` or ``.data``
+    file that the trainer did not write, sorted: a ``.index`` that does not end as
+    TensorFlow's table does (``echo hi > model.ckpt-99.index``), a ``.data`` shard
+    whose checkpoint has no such ``.index``.  The files of a save cut short as they
+    were put in place (``cut_short_steps``) are the trainer's.
+
+    The check reads 8 bytes of each .index and imports no TensorFlow: a .index that
+    TensorFlow wrote whole ends with the table's magic number, and nothing else does
+    by chance.
+    """
+    names = listdir(directory)
+    cut_short = set(cut_short_steps(directory))
+    whole = {step for step in {_checkpoint_step(n) for n in names if INDEX_FILE.fullmatch(n)}
+             if _whole_index(os.path.join(directory, f"{PREFIX}-{step}.index"))}
+    foreign = []
+    for name in names:
+        step = _checkpoint_step(name)
+        if (step is not None and step not in whole | cut_short
+                and not os.path.isdir(os.path.join(directory, name))):
+            foreign.append(name)
+    return sorted(foreign)
+
+
+def _checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint's .index or .data file of that name; None for another name."""
+    match = INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name)
+    return int(match[1]) if match else None
 
 
 def trainers_events(path: str, records: int = 16) -> bool:
@@ -196,7 +234,23 @@ def remove_run(directory: str) -> int:
     Matched by exact patterns (checkpoints, leftovers of interrupted saves, the
     state file, event files, the complete marker, the class names, the records);
     the lock file (held), the directory and anything else stay.
+
+    Raises:
+      Cifar10Error: a file has a checkpoint's name and is not the trainer's
+        (``foreign_checkpoint_files``); nothing is removed.  Left in place, the new
+        run would take it for a checkpoint of its own, and stop on it.
     """
+    if foreign := foreign_checkpoint_files(directory):
+        one = len(foreign) == 1
+        it, has, names = ("it", "has", "a checkpoint's name") if one else (
+            "them", "have", "checkpoints' names")
+        raise Cifar10Error(
+            f"{listed(foreign)} in {directory} {has} {names} but "
+            f"{'is not a checkpoint' if one else 'are not checkpoints'} the trainer wrote "
+            f"(no whole TensorFlow .index), and --fresh_start removes only the trainer's "
+            f"files; the new run would take {it} for a checkpoint: move {it} out of "
+            f"{directory} and start again (nothing was removed), or choose another "
+            f"--train_dir")
     names = own_files(directory)
     for name in names:
         delete(directory, name)

@@ -64,7 +64,11 @@ class RunDirectory:
 
     def __enter__(self) -> "RunDirectory":
         if self.is_chief:
-            self._open()
+            try:
+                self._open()
+            except BaseException:  # __exit__ is not called: the lock is let go here
+                self._lock.release()
+                raise
         return self
 
     def __exit__(self, *exc) -> None:

@@ -11,7 +11,7 @@ import sys
 
 import tensorflow as tf
 
-from bench import measure
+from bench import measure, programs
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.core.config import STEPS_PER_LOOP
@@ -73,7 +73,7 @@ def loop_step_times(args, strategy: tf.distribute.Strategy, work: str) -> dict[i
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def loop_times_in_process(args, replicas: int) -> tuple[float, float]:
+def loop_times_in_process(args, replicas: int, work: str) -> tuple[float, float]:
     """(m)'s ms per step with 1 and the default steps per loop, measured by
     loop_step_times in a process of its own with ``replicas`` replicas (the
     logical devices are fixed once a process has made its strategy)."""
@@ -81,8 +81,8 @@ def loop_times_in_process(args, replicas: int) -> tuple[float, float]:
                f"--windows={args.windows}", f"--loop_window_steps={args.loop_window_steps}",
                f"--turns={args.turns}",
                *[f"--{name}" for name in ("use_fp16", "use_bf16", "xla") if getattr(args, name)]]
-    out = subprocess.run(command, capture_output=True, text=True, check=False,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    out = programs.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=programs.child_env(work, PYTHONPATH=os.pathsep.join(sys.path)))
     if out.returncode != 0:
         raise RuntimeError(f"(m) with {replicas} replicas failed: {out.stderr.strip()}")
     times = json.loads(out.stdout.strip().splitlines()[-1])

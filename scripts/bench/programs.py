@@ -1,12 +1,20 @@
 """What the rest of the toolkit costs: (d) evaluation's pass, (e)-(f) cifar10-train's
-start and memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare."""
+start and memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare.
+
+The programs it starts (and (m)'s processes, ``options``) are stopped and waited for
+when the benchmark stops on the way (Ctrl-C, SIGTERM, a closed standard output, an
+error): ``stopped_if_left``, so that none writes in its temporary folder as that is
+removed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import signal
 import subprocess
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -36,26 +44,100 @@ def evaluation(args, test_files: list[str]) -> tuple[float, float]:
     return int(confusion.sum()) / seconds, seconds
 
 
-def _start_training(command: list[str]) -> tuple[subprocess.Popen, bool]:
+# Seconds a program started here has to end after SIGTERM before it is killed.
+STOP_SECONDS = 10
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """SIGINT and SIGTERM ignored in the block (the handlers put back after it): the
+    benchmark's clean-up (a program stopped and waited for, the temporary folder
+    removed) is not cut short by a second Ctrl-C.  In the main thread only, where
+    Python sets handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stop(proc: subprocess.Popen, seconds: float = STOP_SECONDS) -> None:
+    """Ends ``proc`` and waits for it: SIGTERM, which every program here takes as a
+    stop (the benchmark's own --loop_only process removes its folder on it), then
+    SIGKILL after ``seconds``; nothing of it writes in the temporary folder after."""
+    with interrupts_held():
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(seconds)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+
+
+@contextlib.contextmanager
+def stopped_if_left(proc: subprocess.Popen):
+    """Yields ``proc``; a block left by an exception (Ctrl-C, SIGTERM, a closed standard
+    output, an error) ``stop``s it on the way out, before the temporary folder it
+    writes in is removed."""
+    try:
+        yield proc
+    except BaseException:
+        stop(proc)
+        raise
+
+
+def child_env(work: str, **extra: str) -> dict[str, str]:
+    """The environment of a program started here: this one, its temporary files
+    (TensorFlow's autograph modules, a --loop_only process's folder) under ``work``,
+    so that they go with it even where the program was killed, plus ``extra``."""
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    return dict(os.environ, TMPDIR=tmp, **extra)
+
+
+def run(command: list[str], **popen_args) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, text=True, ...)`` whose program is stopped and waited for
+    (``stop``) when the benchmark is interrupted: subprocess.run would kill it at once
+    (SIGKILL), which leaves the files it was writing."""
+    with stopped_if_left(subprocess.Popen(command, text=True, **popen_args)) as proc:
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _start_training(command: list[str], env: dict[str, str] | None = None
+                    ) -> tuple[subprocess.Popen, bool]:
     """Starts ``command`` and reads its lines up to its first step's: (the process,
-    whether it got there)."""
+    whether it got there).  Interrupted, the process is stopped and waited for."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    return proc, any(": step 1," in line for line in proc.stdout)
+                            text=True, env=env)
+    with stopped_if_left(proc):
+        return proc, any(": step 1," in line for line in proc.stdout)
 
 
-def launch(args, data_dir: str, train_dir: str) -> tuple[float, float]:
+def launch(args, data_dir: str, work: str) -> tuple[float, float]:
     """(e), (f): seconds from starting cifar10-train to its first step; its peak RSS in MB."""
+    train_dir = os.path.join(work, "launch")
     command = [program("cifar10-train"), f"--data_dir={data_dir}", f"--train_dir={train_dir}",
                f"--batch_size={args.batch_size}",
                *([f"--num_gpus={args.num_gpus}"] if args.num_gpus is not None else []),
                f"--max_steps={args.warmup_steps + args.window_steps}",
                "--log_frequency=1000000", f"--use_fp16={args.use_fp16}",
                f"--use_bf16={args.use_bf16}", f"--xla={args.xla}"]
-    (proc, stepped), seconds = measure.timed(_start_training, command)
-    for _ in proc.stdout:  # the rest of its lines
-        pass
-    proc.wait()
+    (proc, stepped), seconds = measure.timed(_start_training, command,
+                                             child_env(work, PYTHONUNBUFFERED="1"))
+    with stopped_if_left(proc):
+        for _ in proc.stdout:  # the rest of its lines
+            pass
+        proc.wait()
     if proc.returncode:
         raise SystemExit(f"benchmark.py: error: {' '.join(command)} failed with exit status "
                          f"{proc.returncode}")
@@ -95,8 +177,8 @@ def predict_folder(args, train_dir: str, test_files: list[str], work: str) -> fl
         tf.io.write_file(os.path.join(folder, f"{i:05d}.png"), tf.io.encode_png(image))
     command = [program("cifar10-predict"), f"--checkpoint_dir={train_dir}", "--top_k=1",
                folder]
-    result, seconds = measure.timed(subprocess.run, command, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
+    result, seconds = measure.timed(run, command, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=child_env(work))
     lines = result.stdout.splitlines()
     if result.returncode or len(lines) != args.predict_images:
         raise SystemExit(f"benchmark.py: error: {' '.join(command)} failed with exit status "

@@ -87,7 +87,7 @@ def figure_evaluation(s: Setting) -> list[str]:
 
 
 def figure_launch(s: Setting) -> list[str]:
-    first, rss = programs.launch(s.args, s.data_dir, os.path.join(s.work, "launch"))
+    first, rss = programs.launch(s.args, s.data_dir, s.work)
     return [f"(e) launch to first step:    {first:9.2f} s",
             f"(f) peak resident memory:    {rss:9.0f} MB (the cifar10-train process of (e))"]
 
@@ -161,7 +161,7 @@ def figure_loop(s: Setting) -> list[str]:
     """(m): 1 and 4 replicas, each count in a process of its own."""
     parts = []
     for replicas in (1, 4):
-        one, default = options.loop_times_in_process(s.args, replicas)
+        one, default = options.loop_times_in_process(s.args, replicas, s.work)
         parts.append(f"{replicas} replica(s) {one:.2f} ms with 1, {default:.2f} ms with "
                      f"{STEPS_PER_LOOP} ({default / one:.2f}x)")
     return ["(m) ms per step at batch 1 per replica, --steps_per_loop 1 and default: "
@@ -212,5 +212,6 @@ def run(args) -> int:
             for line in figure(setting):
                 print(line, flush=True)
         return 0
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    finally:  # on Ctrl-C, SIGTERM and a closed standard output too (benchmark.main)
+        with programs.interrupts_held():
+            shutil.rmtree(work, ignore_errors=True)
