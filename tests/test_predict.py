@@ -191,6 +191,26 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
         "cifar10-predict: error: 1 of 4 images could not be read (see above)"]
 
 
+def test_a_folder_given_twice_is_classified_and_told_once(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos", images[:1])
+    (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG broken")
+    (tmp_path / "photos" / "scan.webp").write_bytes(b"")
+    photos = str(tmp_path / "photos")
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1", photos,
+                  photos + "/", good[0], f"{photos}/./{os.path.basename(good[0])}")
+    assert result.returncode == 1
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == good
+    assert result.stderr.splitlines() == [
+        f"cifar10-predict: warning: left out 1 file of a format it does not read "
+        f"({photos}/scan.webp): it reads PNG, JPEG, GIF and BMP; convert it to one of those "
+        f"to take it",
+        f"cifar10-predict: warning: cannot read {photos}/broken.png: not an image TensorFlow "
+        f"decodes (PNG, JPEG, GIF or BMP), or a damaged one",
+        "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
+
+
 def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
     train_dir, _ = trained_run
     with pytest.raises(Cifar10Error) as err:
