@@ -154,6 +154,24 @@ def test_text_jsonl_and_csv_lines():
     assert predict.csv_header(12).count("class_") == 10
 
 
+def test_the_docs_jsonl_line_is_what_the_program_writes():
+    """docs/using-a-trained-model.md's example line: the same JSON text for the same
+    prediction, its probabilities float32 values in full as the model gives them."""
+    page = os.path.join(os.path.dirname(__file__), "..", "docs", "using-a-trained-model.md")
+    with open(page, encoding="utf-8") as f:
+        examples = [line.strip() for line in f if line.startswith('{"path"')]
+    assert examples
+    for example in examples:
+        shown = json.loads(example)
+        ranked = shown["top_k"]
+        probabilities = tuple(c["probability"] for c in ranked)
+        assert [float(np.float32(p)) for p in probabilities] == list(probabilities)
+        assert [c["class"] for c in ranked] == [ff.CLASS_NAMES[c["label"]] for c in ranked]
+        prediction = predict.Prediction(shown["path"], tuple(c["label"] for c in ranked),
+                                        probabilities)
+        assert predict.format_jsonl(prediction, ff.CLASS_NAMES) == example
+
+
 def test_a_name_with_a_line_break_keeps_each_row_and_line_whole():
     odd = predict.Prediction("weird/new\nline\t.png", (3,), (0.5,))
     names = ff.CLASS_NAMES
