@@ -211,6 +211,30 @@ def test_an_existing_version_is_kept_unless_overwrite_and_only_if_a_saved_model(
     assert os.path.isfile(tmp_path / "real3" / "saved_model.pb")
 
 
+def test_overwrite_without_tflite_keeps_an_earlier_model_tflite_and_says_so(trained_run,
+                                                                          tmp_path):
+    """--overwrite replaces the version folder as a whole: an earlier --tflite export's
+    model.tflite, which this export would not write again, stops it (one line, nothing
+    deleted); with --tflite it is written anew."""
+    train_dir, _ = trained_run
+    target = export.export(str(train_dir / "model.ckpt-3"), str(tmp_path / "export"))
+    tflite = pathlib.Path(target) / export.TFLITE_FILE
+    tflite.write_bytes(b"an earlier --tflite export's")
+    stamp = os.stat(os.path.join(target, "saved_model.pb")).st_mtime_ns
+    result = call("cifar10-export", f"--checkpoint={train_dir / 'model.ckpt-3'}",
+                  f"--export_dir={tmp_path / 'export'}", "--overwrite")
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"cifar10-export: error: {target} holds model.tflite (an export with --tflite): "
+        f"--overwrite without --tflite would delete it; add --tflite to write it again, or "
+        f"remove {tflite} first")
+    assert tflite.read_bytes() == b"an earlier --tflite export's"
+    assert os.stat(os.path.join(target, "saved_model.pb")).st_mtime_ns == stamp
+    export.export(str(train_dir / "model.ckpt-3"), str(tmp_path / "export"), overwrite=True,
+                  tflite=True)
+    assert tflite.read_bytes()[4:8] == b"TFL3"  # a TFLite model's file identifier
+
+
 def test_a_missing_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_run, tmp_path):
     train_dir, _ = trained_run
     with pytest.raises(Cifar10Error, match=r"^cannot read checkpoint .*model\.ckpt-99: "):

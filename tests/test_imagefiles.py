@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cifar10.data import imagefiles
@@ -86,3 +88,23 @@ def test_a_link_named_to_a_missing_file_says_where_it_points(tmp_path):
         imagefiles.find_images([str(tmp_path / "moved.png")])
     assert str(error.value) == (f"{tmp_path / 'moved.png'} is a link to /nonexistent/cat.png, "
                                 f"which does not exist")
+
+
+def test_a_file_named_or_reached_twice_across_arguments_is_taken_once(tmp_path):
+    """Under the first path that names or reaches it, in the order given: a folder
+    given twice, a file named and in a folder given, another name of it (./, a link, a
+    hard link); an image left out is listed once; - is standard input each time."""
+    photos = tmp_path / "photos"
+    for name in ("b.png", "a.jpg", "c.webp", "sub/d.png"):
+        (photos / name).parent.mkdir(parents=True, exist_ok=True)
+        (photos / name).write_bytes(b"")
+    (tmp_path / "link.png").symlink_to(photos / "b.png")
+    os.link(photos / "a.jpg", tmp_path / "hard.jpg")
+    left_out = []
+    found = imagefiles.find_images(
+        [str(photos / "b.png"), str(photos), "-", str(photos), f"{photos}/./b.png",
+         str(tmp_path / "link.png"), str(tmp_path / "hard.jpg"), str(photos / "sub"), "-"],
+        left_out)
+    assert found == [str(photos / "b.png"), str(photos / "a.jpg"), str(photos / "sub" / "d.png"),
+                     "-", "-"]
+    assert left_out == [str(photos / "c.webp")]

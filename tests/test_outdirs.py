@@ -295,6 +295,27 @@ def test_cifar10_export_refuses_an_evaluators_folder_or_a_data_folder(tmp_path):
         assert listing(tmp_path) == before
 
 
+def test_cifar10_export_refuses_a_folder_of_images_loose_or_in_class_folders(tmp_path):
+    """Other programs would take the folder for one of exports once a version folder
+    is in it."""
+    (tmp_path / "a").mkdir()
+    for name in ("photos/cat.png", "photos/dog.jpg", "photos/x.bmp", "classes/cat/1.png",
+                 "classes/dog/2.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    for export_dir, shown in [(tmp_path / "photos", "cat.png, dog.jpg, ..."),
+                              (tmp_path / "classes", "in cat/, dog/")]:
+        before = listing(tmp_path)
+        assert_refused(export(tmp_path, export_dir),
+            f"cifar10-export: error: --export_dir={export_dir} is a folder of images ({shown}):"
+            f" choose a folder for the exports, such as {tmp_path / 'a' / 'export'}")
+        assert listing(tmp_path) == before
+    # An evaluator's pictures are its own, not a user's images: runs/a is not refused.
+    evaluators = evaluators_folder(tmp_path / "a" / "eval", tmp_path / "a" / "train")
+    (evaluators / "confusion_matrix.png").write_bytes(b"")
+    outdirs.refuse_foreign_export_dir(str(tmp_path / "a"), str(tmp_path / "a" / "train"))
+
+
 def test_a_folder_of_earlier_exports_is_the_exporters_own(tmp_path):
     exports = tmp_path / "a" / "export"
     (exports / "3").mkdir(parents=True)

@@ -154,6 +154,24 @@ def test_text_jsonl_and_csv_lines():
     assert predict.csv_header(12).count("class_") == 10
 
 
+def test_the_docs_jsonl_line_is_what_the_program_writes():
+    """docs/using-a-trained-model.md's example line: the same JSON text for the same
+    prediction, its probabilities float32 values in full as the model gives them."""
+    page = os.path.join(os.path.dirname(__file__), "..", "docs", "using-a-trained-model.md")
+    with open(page, encoding="utf-8") as f:
+        examples = [line.strip() for line in f if line.startswith('{"path"')]
+    assert examples
+    for example in examples:
+        shown = json.loads(example)
+        ranked = shown["top_k"]
+        probabilities = tuple(c["probability"] for c in ranked)
+        assert [float(np.float32(p)) for p in probabilities] == list(probabilities)
+        assert [c["class"] for c in ranked] == [ff.CLASS_NAMES[c["label"]] for c in ranked]
+        prediction = predict.Prediction(shown["path"], tuple(c["label"] for c in ranked),
+                                        probabilities)
+        assert predict.format_jsonl(prediction, ff.CLASS_NAMES) == example
+
+
 def test_a_name_with_a_line_break_keeps_each_row_and_line_whole():
     odd = predict.Prediction("weird/new\nline\t.png", (3,), (0.5,))
     names = ff.CLASS_NAMES
@@ -189,6 +207,26 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
         f"cifar10-predict: warning: cannot read {tmp_path / 'photos' / 'broken.png'}: not an image "
         f"TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one",
         "cifar10-predict: error: 1 of 4 images could not be read (see above)"]
+
+
+def test_a_folder_given_twice_is_classified_and_told_once(trained_run, tmp_path):
+    train_dir, test_files = trained_run
+    images, _ = records_of(test_files)
+    good = write_pngs(tmp_path / "photos", images[:1])
+    (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG broken")
+    (tmp_path / "photos" / "scan.webp").write_bytes(b"")
+    photos = str(tmp_path / "photos")
+    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1", photos,
+                  photos + "/", good[0], f"{photos}/./{os.path.basename(good[0])}")
+    assert result.returncode == 1
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == good
+    assert result.stderr.splitlines() == [
+        f"cifar10-predict: warning: left out 1 file of a format it does not read "
+        f"({photos}/scan.webp): it reads PNG, JPEG, GIF and BMP; convert it to one of those "
+        f"to take it",
+        f"cifar10-predict: warning: cannot read {photos}/broken.png: not an image TensorFlow "
+        f"decodes (PNG, JPEG, GIF or BMP), or a damaged one",
+        "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
 
 
 def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):

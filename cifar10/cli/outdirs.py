@@ -2,8 +2,9 @@
 ``--train_dir`` is neither an evaluator's folder, an export folder, a data folder nor
 a folder of data sets (a --data_dir), the evaluator's ``--eval_dir`` neither a
 training run's directory, an export folder nor one of data, and the exporter's
-``--export_dir`` none of a run's, an evaluator's or one of data; and every program's
-folder flags name folders (``refuse_folders_that_are_not``, as the flags are parsed).
+``--export_dir`` none of a run's, an evaluator's, one of data or one of images; and
+every program's folder flags name folders (``refuse_folders_that_are_not``, as the
+flags are parsed).
 Without these checks one program would write its records among the other's, and
 ``--fresh_start`` would remove files of the same names that the trainer did not
 write (``runs.cleanup``).
@@ -25,6 +26,8 @@ from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
+from cifar10.data import imagefiles
+from cifar10.data import wrong_data_dir
 from cifar10.evaluation import result
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
@@ -192,14 +195,30 @@ def _refuse_runs_parent(train_dir: str) -> None:
 
 def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
     """Raises Cifar10Error when ``export_dir`` is a training run's directory (the run
-    exported, ``run_dir``, or another), an evaluator's folder or a data folder: the
-    version folders would go among their files.  A folder of earlier exports (numbered
-    version folders) is the exporter's own."""
+    exported, ``run_dir``, or another), an evaluator's folder, a data folder or a folder
+    of images: the version folders would go among their files.  A folder of earlier
+    exports (numbered version folders) is the exporter's own."""
     suggested = suggestions.export_dir_for(run_dir)
     choose = "a folder for the exports"
     _refuse_run_folder("export_dir", export_dir, run_dir, "exports", choose, suggested)
     _refuse_evaluators_folder("export_dir", export_dir, choose, suggested)
     _refuse_data_folder("export_dir", export_dir, "the exports", suggested)
+    _refuse_images_folder("export_dir", export_dir, choose, suggested)
+
+
+def _refuse_images_folder(flag: str, folder: str, choose: str, suggested: str) -> None:
+    """Raises Cifar10Error when ``folder`` (the value of --``flag``) holds image files,
+    loose or in class folders (``imagefiles.holds_images``; a program's folder, such as
+    an evaluator's with its pictures, is not one): a user's images, among which the
+    other programs would then take the folder for the program's."""
+    if not imagefiles.holds_images(folder):
+        return
+    loose = [os.path.basename(path) for path in imagefiles.images_in([folder])]
+    held = [name for name in wrong_data_dir.image_folders(folder) if name != "."]
+    shown = (", ".join(loose[:2]) + (", ..." if len(loose) > 2 else "") if loose
+             else f"in {', '.join(held)}" if held else "")
+    raise Cifar10Error(f"--{flag}={folder} is a folder of images{f' ({shown})' if shown else ''}"
+                       f": choose {choose}, such as {suggested}")
 
 
 def _refuse_data_folder(flag: str, folder: str, what: str, suggested: str,

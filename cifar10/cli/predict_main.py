@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from cifar10.cli import cifar_data_named
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
@@ -46,6 +47,9 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
     memory.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
+    cifar_data_named.refuse_cifar_data(
+        argv[1:], f"--checkpoint={FLAGS.checkpoint}" if FLAGS.checkpoint
+        else f"--checkpoint_dir={FLAGS.checkpoint_dir}")
     left_out: list[str] = []
     paths = imagefiles.find_images(argv[1:], left_out)
     if left_out:

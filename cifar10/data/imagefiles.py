@@ -34,34 +34,61 @@ def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list
     '.': macOS's ``._`` copies of each image among them) and the metadata folders of
     macOS's zip files and Synology's thumbnails (``SKIPPED_FOLDERS``); a file named
     directly is taken whatever its name; ``STDIN`` ("-") is taken as it is, for
-    standard input.  Links to folders are followed, and within
-    one folder given each real folder is searched once and each file taken once
-    (``_images_under``).  A file that is not a regular one (a FIFO, a socket, a
-    device) is listed like any other: decoding refuses it without opening it.
+    standard input, each time it is given.  Links to folders are followed, and within
+    one folder given each real folder is searched once (``_images_under``); each real
+    file is taken once across all of ``paths``, under the first path that names or
+    reaches it, in the order given (photos/ photos/, or cat.png ./cat.png, take each
+    image once).  A file that is not a regular one (a FIFO, a socket, a device) is
+    listed like any other: decoding refuses it without opening it.
     The files in folders whose names end in one of ``OTHER_IMAGE_EXTENSIONS``, images
-    of a format not taken, are appended to ``left_out`` (when given), so that the
-    program can say they were left out.
+    of a format not taken, are appended to ``left_out`` (when given), each once, so
+    that the program can say they were left out.
 
     Raises:
       Cifar10Error: a path does not exist, or a folder holds no image.
     """
-    found = []
+    found: list[str] = []
+    taken: set[object] = set()  # the real files found, and those left out
     for path in paths:
         if path == STDIN:  # (a file named "-" is ./-)
             found.append(path)
-        elif os.path.isdir(path):
-            images = _images_under(path, left_out)
-            if not images:
-                raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
-                                   f"{path} or its subfolders")
-            found.extend(images)
-        elif os.path.exists(path):
-            found.append(path)
-        elif os.path.islink(path):
-            raise Cifar10Error(f"{path} is a link to {os.readlink(path)}, which does not exist")
-        else:
-            raise Cifar10Error(f"no such file or folder: {path}")
+            continue
+        others: list[str] = []
+        found += _first_time(_images_named(path, others), taken)
+        if left_out is not None:
+            left_out += _first_time(others, taken)
     return found
+
+
+def _images_named(path: str, left_out: list[str]) -> list[str]:
+    """The image files ``path`` names: itself, or those in it, a folder (``find_images``)."""
+    if os.path.isdir(path):
+        images = _images_under(path, left_out)
+        if not images:
+            raise Cifar10Error(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in the folder "
+                               f"{path} or its subfolders")
+        return images
+    if os.path.exists(path):
+        return [path]
+    if os.path.islink(path):
+        raise Cifar10Error(f"{path} is a link to {os.readlink(path)}, which does not exist")
+    raise Cifar10Error(f"no such file or folder: {path}")
+
+
+def _first_time(paths: Sequence[str], taken: set[object]) -> list[str]:
+    """Those of ``paths`` whose real file is not in ``taken`` yet, in order; ``taken``
+    gets theirs.  A real file is its (device, inode), a hard link's and a link's too;
+    a broken link's, the path it resolves to."""
+    first = []
+    for path in paths:
+        try:
+            identity: object = _identity(os.stat(path))
+        except OSError:
+            identity = os.path.realpath(path)
+        if identity not in taken:
+            taken.add(identity)
+            first.append(path)
+    return first
 
 
 def _images_under(folder: str, left_out: list[str] | None = None) -> list[str]:

@@ -82,9 +82,8 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     be such leftovers.
 
     Raises:
-      Cifar10Error: the checkpoint cannot be read; the version folder exists
-        (and ``overwrite`` is False, or it is not a SavedModel); ``export_dir``
-        cannot be written.
+      Cifar10Error: the checkpoint cannot be read; the version folder exists and
+        may not be replaced (``_refuse_to_replace``); ``export_dir`` cannot be written.
     """
     model, step = checkpoints.read_model(checkpoint, weights)
     removed = atomic.remove_leftovers(export_dir)
@@ -93,19 +92,7 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
                  f"{', '.join(removed)}.")
     target = os.path.join(export_dir, str(step))
     if os.path.lexists(target):
-        if not overwrite:
-            raise Cifar10Error(f"{target} exists (an export of step {step}): pass --overwrite "
-                               f"to replace it, or choose another --export_dir")
-        if os.path.islink(target) or not os.path.isfile(os.path.join(target, "saved_model.pb")):
-            what = "a link" if os.path.islink(target) else "not a SavedModel"
-            raise Cifar10Error(f"{target} exists and is {what}: it is not replaced; "
-                               f"move it aside or choose another --export_dir")
-        foreign = _not_an_exports(target)
-        if foreign:
-            raise Cifar10Error(
-                f"{target} holds files cifar10-export does not write ({', '.join(foreign[:3])}"
-                f"{', ...' if len(foreign) > 3 else ''}): --overwrite would delete them; move "
-                f"them out of it, or choose another --export_dir")
+        _refuse_to_replace(target, step, overwrite, tflite)
     try:
         # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the export.
         with atomic.made_folders_removed_on_failure(export_dir), \
@@ -124,6 +111,32 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     except tf.errors.OpError as e:
         raise Cifar10Error(f"cannot write the export {target}: {first_line(e)}") from e
     return target
+
+
+def _refuse_to_replace(target: str, step: int, overwrite: bool, tflite: bool) -> None:
+    """Raises Cifar10Error unless the existing version folder ``target`` may be replaced
+    as a whole: ``overwrite`` given, a SavedModel (not a link to one) holding nothing
+    but what an export writes, and no ``model.tflite`` that this export (without
+    ``tflite``) would not write again: replacing would delete it unsaid."""
+    if not overwrite:
+        raise Cifar10Error(f"{target} exists (an export of step {step}): pass --overwrite "
+                           f"to replace it, or choose another --export_dir")
+    if os.path.islink(target) or not os.path.isfile(os.path.join(target, "saved_model.pb")):
+        what = "a link" if os.path.islink(target) else "not a SavedModel"
+        raise Cifar10Error(f"{target} exists and is {what}: it is not replaced; "
+                           f"move it aside or choose another --export_dir")
+    foreign = _not_an_exports(target)
+    if foreign:
+        raise Cifar10Error(
+            f"{target} holds files cifar10-export does not write ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): --overwrite would delete them; move "
+            f"them out of it, or choose another --export_dir")
+    tflite_file = os.path.join(target, TFLITE_FILE)
+    if not tflite and os.path.lexists(tflite_file):
+        raise Cifar10Error(
+            f"{target} holds {TFLITE_FILE} (an export with --tflite): --overwrite without "
+            f"--tflite would delete it; add --tflite to write it again, or remove "
+            f"{tflite_file} first")
 
 
 # What an export's version folder holds (tf.saved_model.save's files, and --tflite's).
