@@ -6,6 +6,7 @@ answered while the flags are parsed, before TensorFlow loads."""
 import errno
 import os
 import pathlib
+import shutil
 from unittest import mock
 
 import pytest
@@ -229,6 +230,83 @@ def test_the_launcher_refuses_a_workers_flag_lost_to_their_flagfile_before_they_
         "cifar10-train's flags (after --): --max_steps=30 comes before "
         "--flagfile=runs/a/train/flags.txt, which sets --max_steps=20 and wins; put "
         "--max_steps=30 after --flagfile")
+
+
+# --- a run's flags.txt copied or moved away from its run ---------------------------------
+
+def parsed(program, *args):
+    """The flag values of ``program``'s command line ``args``, parsed as it parses them."""
+    values = flags.FlagValues()
+    cli.ENTRY_POINTS[program].define_flags(values)
+    assert flagfiles.parse(values, [program, *args], program) == [program]
+    return values
+
+
+def test_a_copied_runs_flags_txt_is_refused_with_both_folders_and_the_two_fixes(run):
+    """Replayed, the copy's flags.txt trained (and pruned) the run it recorded, not the
+    copy; with that run moved away, it started a new run there from step 0."""
+    shutil.copytree(run / "train", "other/b")
+    before = sorted(os.listdir(run / "train")), sorted(os.listdir("other/b"))
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt", "--max_steps=30") == (
+        f"--flagfile=other/b/flags.txt records --train_dir={run}/train, not the folder it "
+        f"is in (other/b): pass --train_dir=other/b after it to go on with this copy, or "
+        f"--train_dir={run}/train for the recorded run")
+    assert (sorted(os.listdir(run / "train")), sorted(os.listdir("other/b"))) == before
+    shutil.rmtree(run / "train")  # moved: the recorded folder is gone
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt").endswith(
+        f"or --train_dir={run}/train for the recorded run (not there now: a new run would "
+        f"start there)")
+    assert not (run / "train").exists()
+    # Either folder given after the file is the user's choice.
+    for folder in ("other/b", f"{run}/train"):
+        values = parsed("cifar10-train", "--flagfile=other/b/flags.txt", f"--train_dir={folder}")
+        assert values.train_dir == folder and values.max_steps == 20
+
+
+def test_a_runs_flags_txt_in_its_own_folder_replays_from_anywhere(run, monkeypatch):
+    monkeypatch.chdir(run / "train")
+    assert parsed("cifar10-train", "--flagfile=flags.txt").train_dir == str(run / "train")
+    # A link to the run's folder is the same folder.
+    os.symlink(run / "train", run / "linked")
+    assert parsed("cifar10-train", f"--flagfile={run}/linked/flags.txt").max_steps == 20
+
+
+def test_a_copied_evaluators_flags_txt_is_refused_as_the_trainers_is(run):
+    shutil.copytree(run / "eval", "other/e")
+    assert refused("cifar10-eval", "--flagfile=other/e/flags.txt") == (
+        f"--flagfile=other/e/flags.txt records --eval_dir={run}/eval, not the folder it is "
+        f"in (other/e): pass --eval_dir=other/e after it to go on with this copy, or "
+        f"--eval_dir={run}/eval for the recorded run")
+    assert parsed("cifar10-eval", "--flagfile=other/e/flags.txt",
+                  "--eval_dir=other/e").checkpoint_dir == f"{run}/train"
+
+
+def test_flags_that_are_no_runs_record_may_name_any_folder(run):
+    """Only a run's own record, flags.txt with its start headers, names its folder: a
+    file of flags kept elsewhere, or another name for a record's copy, names the run."""
+    lines = [line for line in (run / "train" / "flags.txt").read_text().splitlines()
+             if not line.startswith("#")]
+    os.makedirs("mine")
+    pathlib.Path("mine/flags.txt").write_text("\n".join(lines) + "\n")
+    shutil.copy(run / "train" / "flags.txt", "a.flags")
+    for name in ("mine/flags.txt", "a.flags"):
+        assert parsed("cifar10-train", f"--flagfile={name}").train_dir == str(run / "train")
+
+
+def test_a_copied_record_read_by_another_flagfile_names_both_files(run):
+    shutil.copytree(run / "train", "other/b")
+    pathlib.Path("mine.txt").write_text("--flagfile=other/b/flags.txt\n--seed=3\n")
+    assert refused("cifar10-train", "--flagfile=mine.txt").startswith(
+        f"other/b/flags.txt, read by --flagfile=mine.txt records --train_dir={run}/train, "
+        f"not the folder it is in (other/b): pass --train_dir=other/b after it")
+
+
+def test_the_launcher_refuses_a_copied_record_for_its_workers(run):
+    shutil.copytree(run / "train", "other/b")
+    assert refused("cifar10-launch", "--", "--flagfile=other/b/flags.txt",
+                   help_of="cifar10-train").startswith(
+        f"cifar10-train's flags (after --): --flagfile=other/b/flags.txt records "
+        f"--train_dir={run}/train, not the folder it is in (other/b)")
 
 
 # --- another program's flags.txt --------------------------------------------------------

@@ -34,7 +34,9 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
       FlagfileError: a flagfile cannot be read or is not UTF-8 text; it is another
         program's record (``other_programs_flagfile``); the command line gives a
         flag before a flagfile that sets it to another value (``refuse_lost_flags``);
-        a line of a flagfile sets a flag ``program`` does not take, or a bad value.
+        a line of a flagfile sets a flag ``program`` does not take, or a bad value;
+        a run's flags.txt records another folder than its own
+        (``refuse_a_record_elsewhere``).
       flags.Error: any other flag mistake, as absl raises it.
     """
     args = expand(argv[1:])
@@ -42,6 +44,7 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
     if other:
         raise FlagfileError(other)
     refuse_lost_flags(args, flag_values)
+    refuse_a_record_elsewhere(args, flag_values, program)
     try:
         rest = flag_values([argv[0], *(arg.text for arg in args)])
     except flags.Error as e:
@@ -174,6 +177,46 @@ def refuse_lost_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> Non
         raise FlagfileError(f"{given[-1].written} comes before --flagfile={last.arg.top}, "
                             f"which sets {last.written}{where} and wins; put "
                             f"{given[-1].written} after --flagfile")
+
+
+def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues,
+                              program: str) -> None:
+    """Refuses a run's record (``<X>/flags.txt`` holding start headers) that sets the
+    program's own folder (``records.OWN_FLAG``: --train_dir, --eval_dir) to another
+    folder than X, when no later argument sets it again.  Such a record was copied or
+    moved: replayed, it would go on with the run it names (pruning its checkpoints),
+    or start a new run there from step 0, and leave the run beside the file alone.
+
+    Raises:
+      FlagfileError: naming the file, both folders and the flag to pass for each.
+    """
+    own = records.OWN_FLAG.get(program)
+    if own is None or own not in flag_values:
+        return
+    settings = [s for s in _settings(args, flag_values) if s.name == own]
+    if not settings or settings[-1].arg.file is None:
+        return
+    arg, recorded = settings[-1].arg, settings[-1].value
+    folder = os.path.dirname(arg.file) or "."
+    if (os.path.basename(arg.file) != records.FLAGS_FILE or not _is_a_record(arg.file)
+            or os.path.realpath(recorded) == os.path.realpath(folder)):
+        return
+    where = f"--flagfile={arg.top}" if arg.file == arg.top else f"{arg.file}, read by " \
+        f"--flagfile={arg.top}"
+    gone = "" if os.path.isdir(recorded) else " (not there now: a new run would start there)"
+    raise FlagfileError(f"{where} records --{own}={recorded}, not the folder it is in "
+                        f"({folder}): pass --{own}={folder} after it to go on with this "
+                        f"copy, or --{own}={recorded} for the recorded run{gone}")
+
+
+def _is_a_record(path: str) -> bool:
+    """Whether the file ``path`` holds a start header line (``records.is_start_header``):
+    a program wrote it as a run's flags.txt."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(records.is_start_header(line) for line in f)
+    except OSError:
+        return False
 
 
 def _same(flag: flags.Flag, a: _Setting, b: _Setting) -> bool:
