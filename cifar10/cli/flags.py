@@ -141,6 +141,10 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
         flags.register_multi_flags_validator(
             precisions, lambda values: not all(values.values()),
             message=config.PRECISION_CONFLICT, flag_values=flag_values)
+    if "deterministic" in flag_values and "xla" in flag_values:
+        flags.register_multi_flags_validator(
+            ["deterministic", "xla"], lambda values: not all(values.values()),
+            message=config.DETERMINISTIC_XLA_CONFLICT, flag_values=flag_values)
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):

@@ -44,6 +44,11 @@ LRN_BETA = 0.75
 # -- choices -----------------------------------------------------------------
 
 PRECISION_CONFLICT = "use_fp16 and use_bf16 exclude each other: set at most one of them"
+# TensorFlow has no deterministic XLA max-pooling gradient: the first step would fail
+# ("GPU MaxPool gradient ops do not yet have a deterministic XLA implementation"), on
+# the CPU too, after the start was recorded.
+DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA has no "
+                              "deterministic max-pooling gradient; drop one")
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
 KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.choice.choose
@@ -128,6 +133,8 @@ class TrainConfig:
     def check(self) -> None:
         """Raises ValueError naming the first setting out of range."""
         compute_dtype(self)
+        if self.deterministic and self.xla:
+            raise ValueError(DETERMINISTIC_XLA_CONFLICT)
         for name in ("batch_size", "max_steps", "log_frequency", "steps_per_loop",
                      "checkpoint_steps", "keep_checkpoints", "summary_steps"):
             if getattr(self, name) < 1:
