@@ -385,6 +385,39 @@ def test_a_bad_value_in_a_flagfile_names_the_file_and_its_line(tmp_path, monkeyp
         "--batch_size=abc: expected a whole number")
 
 
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval", "cifar10-export"])
+def test_a_flagfile_line_without_its_dashes_names_the_file_and_its_line(program, tmp_path,
+                                                                      monkeypatch):
+    """absl passed it on as an argument: 'unexpected arguments: max_steps=5'."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text("# mine\nmax_steps=5\n")
+    assert refused(program, "--flagfile=f") == (
+        "line 2 of --flagfile=f: max_steps=5 is not a flag (flags start with --); fix or "
+        "delete that line")
+
+
+def test_a_flags_value_on_the_line_under_it_is_still_its_value(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text("--max_steps\n5\n")
+    assert parsed("cifar10-train", "--flagfile=f").max_steps == 5
+
+
+def test_a_byte_order_mark_before_the_first_line_is_dropped(run):
+    """Some editors write one; absl kept it, and the first flag became an argument."""
+    pathlib.Path("bom.txt").write_bytes(b"\xef\xbb\xbf--max_steps=5\n")
+    assert parsed("cifar10-train", "--flagfile=bom.txt").max_steps == 5
+    # A run's record with one is still the record it is.
+    record = run / "eval" / "flags.txt"
+    record.write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    assert refused("cifar10-train", f"--flagfile={record}").startswith(
+        f"--flagfile={record} holds cifar10-eval's flags, not cifar10-train's")
+    shutil.copytree(run / "train", "other/b")
+    record = pathlib.Path("other/b/flags.txt")
+    record.write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt").startswith(
+        f"--flagfile=other/b/flags.txt records --train_dir={run}/train, not the folder")
+
+
 # --- cifar10-predict's file names that start with a dash -------------------------------------
 
 def test_a_file_name_with_a_dash_given_to_predict_is_told_how_to_name_it(tmp_path,

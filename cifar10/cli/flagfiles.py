@@ -21,7 +21,7 @@ from absl import flags
 from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
 # FlagfileError is the programs' to catch from here, as flagfiles.FlagfileError.
-from cifar10.cli.flagfile_lines import DIRECTIVES, Arg, FlagfileError, expand, names_flagfile
+from cifar10.cli.flagfile_lines import BOM, DIRECTIVES, Arg, FlagfileError, expand, names_flagfile
 from cifar10.runs import records
 
 
@@ -65,7 +65,29 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
             raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
         raise flags.Error(message) from None
     refuse_unexpanded_tilde(args, flag_values)
+    if program != PREDICTOR:
+        refuse_lines_that_are_no_flags(args, flag_values)
     return rest
+
+
+# The program whose arguments (the files to classify) a flagfile's lines may give too.
+PREDICTOR = "cifar10-predict"
+
+
+def refuse_lines_that_are_no_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
+    """Refuses a flagfile line that absl leaves to the program as an argument, being
+    no flag (``max_steps=5``, without its dashes) nor a flag's value: the program
+    would say ``unexpected arguments: max_steps=5``, naming neither file nor line.
+
+    Raises:
+      FlagfileError: naming the line.
+    """
+    left: list[Arg] = []
+    _settings(args, flag_values, left)
+    for arg in left:
+        if arg.top is not None:
+            raise FlagfileError(f"{arg.place()}: {arg.text} is not a flag (flags start with "
+                                f"--); fix or delete that line")
 
 
 def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
@@ -114,9 +136,12 @@ class _Setting:
     arg: Arg
 
 
-def _settings(args: Sequence[Arg], flag_values: flags.FlagValues) -> list[_Setting]:
+def _settings(args: Sequence[Arg], flag_values: flags.FlagValues,
+              left: list[Arg] | None = None) -> list[_Setting]:
     """The flags ``args`` set, in order, read as absl's ``_parse_args`` reads them;
-    arguments absl would refuse (unknown flags, a missing value) are left out."""
+    arguments absl would refuse (unknown flags, a missing value) are left out.  The
+    arguments before a ``--`` that absl leaves to the program (no flag, nor a flag's
+    value) go into ``left``, if given."""
     known = {name: flag_values[name] for name in flag_values}
     found = []
     at = 0
@@ -127,6 +152,8 @@ def _settings(args: Sequence[Arg], flag_values: flags.FlagValues) -> list[_Setti
         if text == "--":
             break
         if not text.startswith("-"):
+            if left is not None:
+                left.append(arg)
             continue
         name, sep, value = (text[2:] if text.startswith("--") else text[1:]).partition("=")
         if not name:
@@ -214,7 +241,7 @@ def _is_a_record(path: str) -> bool:
     a program wrote it as a run's flags.txt."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return any(records.is_start_header(line) for line in f)
+            return any(records.is_start_header(line.removeprefix(BOM)) for line in f)
     except OSError:
         return False
 
@@ -258,7 +285,7 @@ def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: s
     for top in dict.fromkeys(arg.top for arg in args if arg.top):
         try:
             with open(top, encoding="utf-8", errors="replace") as f:
-                other = records.header_program(f.readline())
+                other = records.header_program(f.readline().removeprefix(BOM))
         except OSError:
             continue
         if not other.startswith("cifar10-") or other == program:
