@@ -418,6 +418,30 @@ def test_a_byte_order_mark_before_the_first_line_is_dropped(run):
         f"--flagfile=other/b/flags.txt records --train_dir={run}/train, not the folder")
 
 
+@pytest.mark.parametrize("line, problem, write", [
+    ("--max_steps = 5", "spaces around = are not allowed", "--max_steps=5"),
+    ("--max_steps =5", "spaces around = are not allowed", "--max_steps=5"),
+    ("-max_steps\t= 5", "spaces around = are not allowed", "-max_steps=5"),
+    ("--max_steps 5", "a flag's value goes after =, not after a space", "--max_steps=5"),
+    ("--nosynthetic_data =", "spaces around = are not allowed", "--nosynthetic_data"),
+    ("--data_dir /x/a=b", "a flag's value goes after =, not after a space",
+     "--data_dir=/x/a=b"),
+])
+def test_spaces_after_a_flags_name_in_a_flagfile_show_the_line_to_write(line, problem, write,
+                                                                        tmp_path, monkeypatch):
+    """absl read '--max_steps = 5' as a flag named 'max_steps ': 'unknown flag --max_steps
+    (did you mean --max_steps?)'."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text(f"--seed=1\n{line}\n")
+    assert refused("cifar10-train", "--flagfile=f") == (
+        f"line 2 of --flagfile=f: {line}: {problem} (absl reads the line as one argument): "
+        f"write {write}")
+    # A name that is no flag, with or without spaces, is absl's unknown flag.
+    pathlib.Path("f").write_text("--max_stepz = 5\n")
+    assert refused("cifar10-train", "--flagfile=f").startswith(
+        "line 1 of --flagfile=f: unknown flag --max_stepz  (did you mean --max_steps?)")
+
+
 # --- cifar10-predict's file names that start with a dash -------------------------------------
 
 def test_a_file_name_with_a_dash_given_to_predict_is_told_how_to_name_it(tmp_path,

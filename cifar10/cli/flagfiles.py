@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Sequence
 
 from absl import flags
@@ -51,6 +52,9 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
         line = _line_at_fault(e, args, flag_values)
         if line is None:
             raise
+        spaced = _spaced_flag(line.text, flag_values)
+        if isinstance(e, flags.UnrecognizedFlagError) and spaced:
+            raise FlagfileError(f"{line.place()}: {line.text}: {spaced}") from None
         fix = ("delete or fix" if isinstance(e, flags.UnrecognizedFlagError)
                else "fix or delete")
         raise FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(e)}; {fix} that "
@@ -276,6 +280,28 @@ def _line_at_fault(error: flags.Error, args: Sequence[Arg],
     setting = next((s for s in _settings(args, flag_values)
                     if s.arg.text.lstrip("-").split("=")[0] == name and s.value == value), None)
     return setting.arg if setting and setting.arg.top is not None else None
+
+
+def _spaced_flag(text: str, flag_values: flags.FlagValues) -> str | None:
+    """What is wrong with the flagfile line ``text`` and the line to write, where white
+    space follows its flag's name, before an ``=`` or in its place (``--max_steps = 5``,
+    ``--max_steps 5``: absl reads the whole line as one argument, so a flag named
+    'max_steps '); None when there is no such space, or the name is not a flag of
+    ``flag_values``."""
+    dashes = text[:len(text) - len(text.lstrip("-"))]
+    body = text[len(dashes):]
+    name = re.match(r"[^\s=]*", body)[0]
+    rest = body[len(name):].strip()
+    if not dashes or not body[len(name):][:1].isspace():
+        return None  # no white space after the flag's name: absl's own error says it
+    if name not in flag_values and not (name.startswith("no") and name[2:] in flag_values):
+        return None
+    around = rest.startswith("=")
+    value = rest[1:].strip() if around else rest
+    why = ("spaces around = are not allowed" if around
+           else "a flag's value goes after =, not after a space")
+    return (f"{why} (absl reads the line as one argument): write {dashes}{name}"
+            + (f"={value}" if value else ""))
 
 
 def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: str) -> str | None:
