@@ -30,9 +30,9 @@ LOGICAL_GPU_MEMORY_MB = 2048
 # The most replicas that run on logical devices.  They stand in for a machine's GPUs
 # (the same global batch and schedule as that many), and each is built one after the
 # other: its copy of every variable, its part of the step function.  That takes about
-# a second of CPU time a replica (64 logical CPU replicas: 73 s of CPU time for a start
-# and two steps of batch 2, 2026-11-26), so a start asking for thousands would be silent for hours; no machine
-# has more GPUs than this to stand in for.
+# a second of CPU time a replica (64 logical CPU replicas: 73 s of CPU time for a
+# start and two steps of batch 2, 2026-11-26), so a start asking for thousands would
+# be silent for hours; no machine has more GPUs than this to stand in for.
 MAX_LOGICAL_REPLICAS = 64
 
 
