@@ -33,6 +33,25 @@ def test_replicas_run_on_the_cpu_or_on_its_logical_devices():
         devices.replica_devices(-1)
 
 
+def test_more_logical_replicas_than_the_cap_are_refused_before_any_is_made(monkeypatch):
+    """--num_gpus=100000 on a CPU warned, then built replicas for hours in silence."""
+    physical = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: [] if kind == "GPU" else physical(kind))
+    asked = devices.MAX_LOGICAL_REPLICAS + 1
+    for num_gpus in (asked, 100_000):
+        with pytest.raises(Cifar10Error) as raised:
+            devices.replica_devices(num_gpus)
+        assert str(raised.value) == (
+            f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs (none), "
+            f"and more than the 64 that run on logical CPU devices in their place (each is "
+            f"built in turn, about a second of CPU time apiece, before the first step): give "
+            f"--num_gpus=64 or fewer")
+    with pytest.raises(Cifar10Error, match="^--num_gpus=65 asks for more replicas"):
+        devices.make_strategy(asked, kind="mirrored")
+    assert len(tf.config.list_logical_devices("CPU")) == 4  # none made
+
+
 def test_the_strategies_of_one_machine():
     mirrored = devices.make_strategy(2, kind="mirrored")
     assert isinstance(mirrored, tf.distribute.MirroredStrategy)

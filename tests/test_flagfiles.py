@@ -6,6 +6,7 @@ answered while the flags are parsed, before TensorFlow loads."""
 import errno
 import os
 import pathlib
+import shutil
 from unittest import mock
 
 import pytest
@@ -231,6 +232,83 @@ def test_the_launcher_refuses_a_workers_flag_lost_to_their_flagfile_before_they_
         "--max_steps=30 after --flagfile")
 
 
+# --- a run's flags.txt copied or moved away from its run ---------------------------------
+
+def parsed(program, *args):
+    """The flag values of ``program``'s command line ``args``, parsed as it parses them."""
+    values = flags.FlagValues()
+    cli.ENTRY_POINTS[program].define_flags(values)
+    assert flagfiles.parse(values, [program, *args], program) == [program]
+    return values
+
+
+def test_a_copied_runs_flags_txt_is_refused_with_both_folders_and_the_two_fixes(run):
+    """Replayed, the copy's flags.txt trained (and pruned) the run it recorded, not the
+    copy; with that run moved away, it started a new run there from step 0."""
+    shutil.copytree(run / "train", "other/b")
+    before = sorted(os.listdir(run / "train")), sorted(os.listdir("other/b"))
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt", "--max_steps=30") == (
+        f"--flagfile=other/b/flags.txt records --train_dir={run}/train, not the folder it "
+        f"is in (other/b): pass --train_dir=other/b after it to go on with this copy, or "
+        f"--train_dir={run}/train for the recorded run")
+    assert (sorted(os.listdir(run / "train")), sorted(os.listdir("other/b"))) == before
+    shutil.rmtree(run / "train")  # moved: the recorded folder is gone
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt").endswith(
+        f"or --train_dir={run}/train for the recorded run (not there now: a new run would "
+        f"start there)")
+    assert not (run / "train").exists()
+    # Either folder given after the file is the user's choice.
+    for folder in ("other/b", f"{run}/train"):
+        values = parsed("cifar10-train", "--flagfile=other/b/flags.txt", f"--train_dir={folder}")
+        assert values.train_dir == folder and values.max_steps == 20
+
+
+def test_a_runs_flags_txt_in_its_own_folder_replays_from_anywhere(run, monkeypatch):
+    monkeypatch.chdir(run / "train")
+    assert parsed("cifar10-train", "--flagfile=flags.txt").train_dir == str(run / "train")
+    # A link to the run's folder is the same folder.
+    os.symlink(run / "train", run / "linked")
+    assert parsed("cifar10-train", f"--flagfile={run}/linked/flags.txt").max_steps == 20
+
+
+def test_a_copied_evaluators_flags_txt_is_refused_as_the_trainers_is(run):
+    shutil.copytree(run / "eval", "other/e")
+    assert refused("cifar10-eval", "--flagfile=other/e/flags.txt") == (
+        f"--flagfile=other/e/flags.txt records --eval_dir={run}/eval, not the folder it is "
+        f"in (other/e): pass --eval_dir=other/e after it to go on with this copy, or "
+        f"--eval_dir={run}/eval for the recorded run")
+    assert parsed("cifar10-eval", "--flagfile=other/e/flags.txt",
+                  "--eval_dir=other/e").checkpoint_dir == f"{run}/train"
+
+
+def test_flags_that_are_no_runs_record_may_name_any_folder(run):
+    """Only a run's own record, flags.txt with its start headers, names its folder: a
+    file of flags kept elsewhere, or another name for a record's copy, names the run."""
+    lines = [line for line in (run / "train" / "flags.txt").read_text().splitlines()
+             if not line.startswith("#")]
+    os.makedirs("mine")
+    pathlib.Path("mine/flags.txt").write_text("\n".join(lines) + "\n")
+    shutil.copy(run / "train" / "flags.txt", "a.flags")
+    for name in ("mine/flags.txt", "a.flags"):
+        assert parsed("cifar10-train", f"--flagfile={name}").train_dir == str(run / "train")
+
+
+def test_a_copied_record_read_by_another_flagfile_names_both_files(run):
+    shutil.copytree(run / "train", "other/b")
+    pathlib.Path("mine.txt").write_text("--flagfile=other/b/flags.txt\n--seed=3\n")
+    assert refused("cifar10-train", "--flagfile=mine.txt").startswith(
+        f"other/b/flags.txt, read by --flagfile=mine.txt records --train_dir={run}/train, "
+        f"not the folder it is in (other/b): pass --train_dir=other/b after it")
+
+
+def test_the_launcher_refuses_a_copied_record_for_its_workers(run):
+    shutil.copytree(run / "train", "other/b")
+    assert refused("cifar10-launch", "--", "--flagfile=other/b/flags.txt",
+                   help_of="cifar10-train").startswith(
+        f"cifar10-train's flags (after --): --flagfile=other/b/flags.txt records "
+        f"--train_dir={run}/train, not the folder it is in (other/b)")
+
+
 # --- another program's flags.txt --------------------------------------------------------
 
 @pytest.mark.parametrize("form", ["--flagfile=runs/a/eval/flags.txt",
@@ -305,6 +383,63 @@ def test_a_bad_value_in_a_flagfile_names_the_file_and_its_line(tmp_path, monkeyp
         "delete that line")
     assert refused("cifar10-eval", "--batch_size=abc", "--flagfile=bad.txt") == (
         "--batch_size=abc: expected a whole number")
+
+
+@pytest.mark.parametrize("program", ["cifar10-train", "cifar10-eval", "cifar10-export"])
+def test_a_flagfile_line_without_its_dashes_names_the_file_and_its_line(program, tmp_path,
+                                                                      monkeypatch):
+    """absl passed it on as an argument: 'unexpected arguments: max_steps=5'."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text("# mine\nmax_steps=5\n")
+    assert refused(program, "--flagfile=f") == (
+        "line 2 of --flagfile=f: max_steps=5 is not a flag (flags start with --); fix or "
+        "delete that line")
+
+
+def test_a_flags_value_on_the_line_under_it_is_still_its_value(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text("--max_steps\n5\n")
+    assert parsed("cifar10-train", "--flagfile=f").max_steps == 5
+
+
+def test_a_byte_order_mark_before_the_first_line_is_dropped(run):
+    """Some editors write one; absl kept it, and the first flag became an argument."""
+    pathlib.Path("bom.txt").write_bytes(b"\xef\xbb\xbf--max_steps=5\n")
+    assert parsed("cifar10-train", "--flagfile=bom.txt").max_steps == 5
+    # A run's record with one is still the record it is.
+    record = run / "eval" / "flags.txt"
+    record.write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    assert refused("cifar10-train", f"--flagfile={record}").startswith(
+        f"--flagfile={record} holds cifar10-eval's flags, not cifar10-train's")
+    shutil.copytree(run / "train", "other/b")
+    record = pathlib.Path("other/b/flags.txt")
+    record.write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    assert refused("cifar10-train", "--flagfile=other/b/flags.txt").startswith(
+        f"--flagfile=other/b/flags.txt records --train_dir={run}/train, not the folder")
+
+
+@pytest.mark.parametrize("line, problem, write", [
+    ("--max_steps = 5", "spaces around = are not allowed", "--max_steps=5"),
+    ("--max_steps =5", "spaces around = are not allowed", "--max_steps=5"),
+    ("-max_steps\t= 5", "spaces around = are not allowed", "-max_steps=5"),
+    ("--max_steps 5", "a flag's value goes after =, not after a space", "--max_steps=5"),
+    ("--nosynthetic_data =", "spaces around = are not allowed", "--nosynthetic_data"),
+    ("--data_dir /x/a=b", "a flag's value goes after =, not after a space",
+     "--data_dir=/x/a=b"),
+])
+def test_spaces_after_a_flags_name_in_a_flagfile_show_the_line_to_write(line, problem, write,
+                                                                        tmp_path, monkeypatch):
+    """absl read '--max_steps = 5' as a flag named 'max_steps ': 'unknown flag --max_steps
+    (did you mean --max_steps?)'."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("f").write_text(f"--seed=1\n{line}\n")
+    assert refused("cifar10-train", "--flagfile=f") == (
+        f"line 2 of --flagfile=f: {line}: {problem} (absl reads the line as one argument): "
+        f"write {write}")
+    # A name that is no flag, with or without spaces, is absl's unknown flag.
+    pathlib.Path("f").write_text("--max_stepz = 5\n")
+    assert refused("cifar10-train", "--flagfile=f").startswith(
+        "line 1 of --flagfile=f: unknown flag --max_stepz  (did you mean --max_steps?)")
 
 
 # --- cifar10-predict's file names that start with a dash -------------------------------------

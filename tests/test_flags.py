@@ -82,6 +82,15 @@ def test_fp16_and_bf16_exclude_each_other(config_class):
         config.compute_dtype(config_class(**required, use_fp16=True, use_bf16=True))
 
 
+def test_the_library_refuses_deterministic_with_xla_before_anything_is_built():
+    """TensorFlow has no deterministic XLA max-pooling gradient: the first step failed,
+    after the start was recorded."""
+    for deterministic, xla in [(True, False), (False, True), (False, False)]:
+        config.TrainConfig(train_dir="t", deterministic=deterministic, xla=xla).check()
+    with pytest.raises(ValueError, match="^--deterministic and --xla exclude each other: "):
+        config.TrainConfig(train_dir="t", deterministic=True, xla=True).check()
+
+
 @pytest.mark.parametrize("define, argv, line", [
     ("train", ["--max_steps=ten"], "--max_steps=ten: expected a whole number"),
     ("train", ["--max_steps=1.5"], "--max_steps=1.5: expected a whole number"),
@@ -92,6 +101,9 @@ def test_fp16_and_bf16_exclude_each_other(config_class):
     ("train", ["--dataset=cifar100", "--synthetic_data"],
      "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
      "--synthetic_data"),
+    ("train", ["--deterministic", "--xla"], "--deterministic and --xla exclude each other: "
+                                            "XLA has no deterministic max-pooling gradient; "
+                                            "drop one"),
     ("train", ["--max_step=3"], "unknown flag --max_step (did you mean --max_steps?)"),
     ("train", ["--zzz=3"], "unknown flag --zzz"),
     ("train", ["--synthetic_data=maybe"], "--synthetic_data=maybe: expected true or false"),

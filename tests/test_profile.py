@@ -11,8 +11,12 @@ import threading
 
 import pytest
 import tensorflow as tf
+from absl import flags
 
 import cli
+from cifar10.cli import flagfiles
+from cifar10.cli import programs
+from cifar10.cli.flags import define_train_flags
 from cifar10.core import config
 from cifar10.training import profiling
 from cifar10.core.config import TrainConfig
@@ -34,15 +38,18 @@ def traces(train_dir):
 
 
 @pytest.mark.parametrize("text, window", [("11,20", (11, 20)), (" 3 , 4 ", (3, 4)),
-                                          ("7", (7, 7)), ("1,1", (1, 1))])
+                                          ("7", (7, 7)), ("1,1", (1, 1)), ("none", None),
+                                          ("None", None), ("", None), (" ", None)])
 def test_profile_steps_are_parsed_as_a_window(text, window):
     assert config.parse_profile_steps(text) == window
 
 
 @pytest.mark.parametrize("text, message", [
-    ("x", "expected FIRST,LAST: two step numbers such as 11,20, got 'x'"),
-    ("1,2,3", "expected FIRST,LAST: two step numbers such as 11,20, got '1,2,3'"),
-    ("", "expected FIRST,LAST: two step numbers such as 11,20, got ''"),
+    ("x", r"^expected FIRST,LAST: two step numbers such as 11,20 \(or none, no trace\), "
+          r"got 'x'$"),
+    ("1,2,3", "expected FIRST,LAST: two step numbers such as 11,20 \\(or none, no trace\\), "
+              "got '1,2,3'"),
+    ("nothing", "got 'nothing'"),
     ("0,3", "the first step to profile must be at least 1, got 0"),
     ("5,3", "the last step to profile, 3, comes before the first, 5"),
 ])
@@ -54,8 +61,8 @@ def test_bad_profile_steps_are_refused(text, message):
 @pytest.mark.parametrize("value, message", [
     ("5,x", "--profile_steps=5,x: expected FIRST,LAST: two step numbers such as 11,20"),
     ("4,2", "--profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
-    ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps "
-             "or raise --max_steps"),
+    ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps, "
+             "raise --max_steps, or pass --profile_steps=none for no trace"),
 ])
 def test_cifar10_train_refuses_a_bad_window_in_one_line(value, message, tmp_path):
     result = cli.call("cifar10-train", f"--profile_steps={value}", "--max_steps=10",
@@ -66,6 +73,28 @@ def test_cifar10_train_refuses_a_bad_window_in_one_line(value, message, tmp_path
     assert lines[-1].startswith("cifar10-train: error: ") and message in lines[-1]
     assert lines[-1].endswith("(see cifar10-train --help)")
     assert not (tmp_path / "train").exists()
+
+
+@pytest.mark.parametrize("off", ["none", ""])
+def test_a_replayed_window_is_turned_off_by_profile_steps_none(off, tmp_path, monkeypatch):
+    """A run recorded with --profile_steps=900,950 replayed with a lower --max_steps was
+    refused, and --profile_steps=none, the flag's default as the docs name it, too."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+        f"--train_dir={tmp_path / 'r'}\n--max_steps=1000\n--profile_steps=900,950\n")
+    replay = ["cifar10-train", "--flagfile=r/flags.txt", "--max_steps=500"]
+    values = flags.FlagValues()
+    define_train_flags(values)
+    with pytest.raises(flags.Error, match="or pass --profile_steps=none for no trace"):
+        flagfiles.parse(values, replay, "cifar10-train")
+    values = flags.FlagValues()
+    define_train_flags(values)
+    flagfiles.parse(values, [*replay, f"--profile_steps={off}"], "cifar10-train")
+    assert values.profile_steps is None and values.max_steps == 500
+    # The start records no window: its own replay traces nothing.
+    assert "profile_steps" not in programs.flagfile_text(values)
 
 
 def test_library_config_checks_the_window_against_max_steps(tmp_path):

@@ -22,6 +22,9 @@ from cifar10.runs import records
 # '-flagfile=F', and '--flagfile F' or '-flagfile F' on the command line.
 DIRECTIVES = ("--flagfile", "-flagfile")
 
+# The byte order mark some editors put at the start of a UTF-8 file.
+BOM = "\ufeff"
+
 
 class FlagfileError(flags.Error):
     """A flagfile, or a line of one, that cannot be used, or a flag that one would
@@ -170,10 +173,12 @@ def _read(name: str, where: str, named_at: Arg | None) -> bytes:
 
 
 def _decoded(raw: bytes, where: str) -> str:
-    """``raw`` as text; a file that is not UTF-8 text (absl would end in a traceback)
-    is an error naming the line of the first byte at fault."""
+    """``raw`` as text, without a leading byte order mark (which some editors write
+    and absl would keep, making the first flag an argument that is no flag); a file
+    that is not UTF-8 text (absl would end in a traceback) is an error naming the
+    line of the first byte at fault."""
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix(BOM)
         at = text.find("\0")
         if at < 0:
             return text

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Sequence
 
 from absl import flags
@@ -21,7 +22,7 @@ from absl import flags
 from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
 # FlagfileError is the programs' to catch from here, as flagfiles.FlagfileError.
-from cifar10.cli.flagfile_lines import DIRECTIVES, Arg, FlagfileError, expand, names_flagfile
+from cifar10.cli.flagfile_lines import BOM, DIRECTIVES, Arg, FlagfileError, expand, names_flagfile
 from cifar10.runs import records
 
 
@@ -34,7 +35,9 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
       FlagfileError: a flagfile cannot be read or is not UTF-8 text; it is another
         program's record (``other_programs_flagfile``); the command line gives a
         flag before a flagfile that sets it to another value (``refuse_lost_flags``);
-        a line of a flagfile sets a flag ``program`` does not take, or a bad value.
+        a line of a flagfile sets a flag ``program`` does not take, or a bad value;
+        a run's flags.txt records another folder than its own
+        (``refuse_a_record_elsewhere``).
       flags.Error: any other flag mistake, as absl raises it.
     """
     args = expand(argv[1:])
@@ -42,12 +45,16 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
     if other:
         raise FlagfileError(other)
     refuse_lost_flags(args, flag_values)
+    refuse_a_record_elsewhere(args, flag_values, program)
     try:
         rest = flag_values([argv[0], *(arg.text for arg in args)])
     except flags.Error as e:
         line = _line_at_fault(e, args, flag_values)
         if line is None:
             raise
+        spaced = _spaced_flag(line.text, flag_values)
+        if isinstance(e, flags.UnrecognizedFlagError) and spaced:
+            raise FlagfileError(f"{line.place()}: {line.text}: {spaced}") from None
         fix = ("delete or fix" if isinstance(e, flags.UnrecognizedFlagError)
                else "fix or delete")
         raise FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(e)}; {fix} that "
@@ -62,7 +69,29 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
             raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
         raise flags.Error(message) from None
     refuse_unexpanded_tilde(args, flag_values)
+    if program != PREDICTOR:
+        refuse_lines_that_are_no_flags(args, flag_values)
     return rest
+
+
+# The program whose arguments (the files to classify) a flagfile's lines may give too.
+PREDICTOR = "cifar10-predict"
+
+
+def refuse_lines_that_are_no_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
+    """Refuses a flagfile line that absl leaves to the program as an argument, being
+    no flag (``max_steps=5``, without its dashes) nor a flag's value: the program
+    would say ``unexpected arguments: max_steps=5``, naming neither file nor line.
+
+    Raises:
+      FlagfileError: naming the line.
+    """
+    left: list[Arg] = []
+    _settings(args, flag_values, left)
+    for arg in left:
+        if arg.top is not None:
+            raise FlagfileError(f"{arg.place()}: {arg.text} is not a flag (flags start with "
+                                f"--); fix or delete that line")
 
 
 def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
@@ -111,9 +140,12 @@ class _Setting:
     arg: Arg
 
 
-def _settings(args: Sequence[Arg], flag_values: flags.FlagValues) -> list[_Setting]:
+def _settings(args: Sequence[Arg], flag_values: flags.FlagValues,
+              left: list[Arg] | None = None) -> list[_Setting]:
     """The flags ``args`` set, in order, read as absl's ``_parse_args`` reads them;
-    arguments absl would refuse (unknown flags, a missing value) are left out."""
+    arguments absl would refuse (unknown flags, a missing value) are left out.  The
+    arguments before a ``--`` that absl leaves to the program (no flag, nor a flag's
+    value) go into ``left``, if given."""
     known = {name: flag_values[name] for name in flag_values}
     found = []
     at = 0
@@ -124,6 +156,8 @@ def _settings(args: Sequence[Arg], flag_values: flags.FlagValues) -> list[_Setti
         if text == "--":
             break
         if not text.startswith("-"):
+            if left is not None:
+                left.append(arg)
             continue
         name, sep, value = (text[2:] if text.startswith("--") else text[1:]).partition("=")
         if not name:
@@ -176,6 +210,46 @@ def refuse_lost_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> Non
                             f"{given[-1].written} after --flagfile")
 
 
+def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues,
+                              program: str) -> None:
+    """Refuses a run's record (``<X>/flags.txt`` holding start headers) that sets the
+    program's own folder (``records.OWN_FLAG``: --train_dir, --eval_dir) to another
+    folder than X, when no later argument sets it again.  Such a record was copied or
+    moved: replayed, it would go on with the run it names (pruning its checkpoints),
+    or start a new run there from step 0, and leave the run beside the file alone.
+
+    Raises:
+      FlagfileError: naming the file, both folders and the flag to pass for each.
+    """
+    own = records.OWN_FLAG.get(program)
+    if own is None or own not in flag_values:
+        return
+    settings = [s for s in _settings(args, flag_values) if s.name == own]
+    if not settings or settings[-1].arg.file is None:
+        return
+    arg, recorded = settings[-1].arg, settings[-1].value
+    folder = os.path.dirname(arg.file) or "."
+    if (os.path.basename(arg.file) != records.FLAGS_FILE or not _is_a_record(arg.file)
+            or os.path.realpath(recorded) == os.path.realpath(folder)):
+        return
+    where = f"--flagfile={arg.top}" if arg.file == arg.top else f"{arg.file}, read by " \
+        f"--flagfile={arg.top}"
+    gone = "" if os.path.isdir(recorded) else " (not there now: a new run would start there)"
+    raise FlagfileError(f"{where} records --{own}={recorded}, not the folder it is in "
+                        f"({folder}): pass --{own}={folder} after it to go on with this "
+                        f"copy, or --{own}={recorded} for the recorded run{gone}")
+
+
+def _is_a_record(path: str) -> bool:
+    """Whether the file ``path`` holds a start header line (``records.is_start_header``):
+    a program wrote it as a run's flags.txt."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(records.is_start_header(line.removeprefix(BOM)) for line in f)
+    except OSError:
+        return False
+
+
 def _same(flag: flags.Flag, a: _Setting, b: _Setting) -> bool:
     """Whether two settings give ``flag`` the same value (paths as absolute paths);
     a value that does not parse is left to absl, which refuses it."""
@@ -208,6 +282,28 @@ def _line_at_fault(error: flags.Error, args: Sequence[Arg],
     return setting.arg if setting and setting.arg.top is not None else None
 
 
+def _spaced_flag(text: str, flag_values: flags.FlagValues) -> str | None:
+    """What is wrong with the flagfile line ``text`` and the line to write, where white
+    space follows its flag's name, before an ``=`` or in its place (``--max_steps = 5``,
+    ``--max_steps 5``: absl reads the whole line as one argument, so a flag named
+    'max_steps '); None when there is no such space, or the name is not a flag of
+    ``flag_values``."""
+    dashes = text[:len(text) - len(text.lstrip("-"))]
+    body = text[len(dashes):]
+    name = re.match(r"[^\s=]*", body)[0]
+    rest = body[len(name):].strip()
+    if not dashes or not body[len(name):][:1].isspace():
+        return None  # no white space after the flag's name: absl's own error says it
+    if name not in flag_values and not (name.startswith("no") and name[2:] in flag_values):
+        return None
+    around = rest.startswith("=")
+    value = rest[1:].strip() if around else rest
+    why = ("spaces around = are not allowed" if around
+           else "a flag's value goes after =, not after a space")
+    return (f"{why} (absl reads the line as one argument): write {dashes}{name}"
+            + (f"={value}" if value else ""))
+
+
 def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: str) -> str | None:
     """The error for a ``--flagfile`` of the command line that is another program's
     flags.txt (its first line a start header, ``records.header_program``), worded for
@@ -215,7 +311,7 @@ def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: s
     for top in dict.fromkeys(arg.top for arg in args if arg.top):
         try:
             with open(top, encoding="utf-8", errors="replace") as f:
-                other = records.header_program(f.readline())
+                other = records.header_program(f.readline().removeprefix(BOM))
         except OSError:
             continue
         if not other.startswith("cifar10-") or other == program:

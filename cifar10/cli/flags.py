@@ -141,6 +141,10 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
         flags.register_multi_flags_validator(
             precisions, lambda values: not all(values.values()),
             message=config.PRECISION_CONFLICT, flag_values=flag_values)
+    if "deterministic" in flag_values and "xla" in flag_values:
+        flags.register_multi_flags_validator(
+            ["deterministic", "xla"], lambda values: not all(values.values()),
+            message=config.DETERMINISTIC_XLA_CONFLICT, flag_values=flag_values)
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):
@@ -157,7 +161,8 @@ def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 
 class _StepWindowParser(flags.ArgumentParser):
-    """--profile_steps' value: "FIRST,LAST" (or one step) as a (first, last) tuple."""
+    """--profile_steps' value: "FIRST,LAST" (or one step) as a (first, last) tuple;
+    "none" (or nothing) as None, no trace."""
 
     def parse(self, argument):
         if isinstance(argument, tuple):
@@ -194,7 +199,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE(_StepWindowParser(), "profile_steps", None,
                  "Trace steps FIRST to LAST (both included, e.g. 11,20) with TensorFlow's "
                  "profiler into <train_dir>/plugins/profile, for TensorBoard's Profile tab "
-                 "(pip install 'cifar10[profile]'); default: no trace.",
+                 "(pip install 'cifar10[profile]'); none (the default): no trace.",
                  flag_values=flag_values, serializer=_StepWindowSerializer())
     flags.register_multi_flags_validator(["profile_steps", "max_steps"],
                                          _window_within_max_steps, flag_values=flag_values)

@@ -44,6 +44,11 @@ LRN_BETA = 0.75
 # -- choices -----------------------------------------------------------------
 
 PRECISION_CONFLICT = "use_fp16 and use_bf16 exclude each other: set at most one of them"
+# TensorFlow has no deterministic XLA max-pooling gradient: the first step would fail
+# ("GPU MaxPool gradient ops do not yet have a deterministic XLA implementation"), on
+# the CPU too, after the start was recorded.
+DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA has no "
+                              "deterministic max-pooling gradient; drop one")
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
 KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.choice.choose
@@ -128,6 +133,8 @@ class TrainConfig:
     def check(self) -> None:
         """Raises ValueError naming the first setting out of range."""
         compute_dtype(self)
+        if self.deterministic and self.xla:
+            raise ValueError(DETERMINISTIC_XLA_CONFLICT)
         for name in ("batch_size", "max_steps", "log_frequency", "steps_per_loop",
                      "checkpoint_steps", "keep_checkpoints", "summary_steps"):
             if getattr(self, name) < 1:
@@ -136,20 +143,28 @@ class TrainConfig:
             check_profile_steps(self.profile_steps, self.max_steps)
 
 
-def parse_profile_steps(text: str) -> tuple[int, int]:
-    """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N).
+# --profile_steps' values for no trace, its default: so that a flag after a replayed
+# flags.txt that sets a window can turn it off.
+NO_PROFILE = ("none", "")
+
+
+def parse_profile_steps(text: str) -> tuple[int, int] | None:
+    """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N); "none"
+    or nothing is None, no trace.
 
     Raises:
       ValueError: not one or two whole numbers, or not a window of steps.
     """
+    if text.strip().lower() in NO_PROFILE:
+        return None
     parts = [part.strip() for part in text.split(",")]
     try:
         if len(parts) > 2:
             raise ValueError
         first, last = int(parts[0]), int(parts[-1])
     except ValueError:
-        raise ValueError(f"expected FIRST,LAST: two step numbers such as 11,20, "
-                         f"got {text!r}") from None
+        raise ValueError(f"expected FIRST,LAST: two step numbers such as 11,20 (or none, "
+                         f"no trace), got {text!r}") from None
     check_profile_steps((first, last))
     return first, last
 
@@ -166,7 +181,8 @@ def check_profile_steps(window: tuple[int, int], max_steps: int | None = None) -
                          f"{first}: give FIRST,LAST with FIRST <= LAST")
     if max_steps is not None and last > max_steps:
         raise ValueError(f"the last step to profile, {last}, is beyond max_steps={max_steps}: "
-                         f"profile earlier steps or raise --max_steps")
+                         f"profile earlier steps, raise --max_steps, or pass --profile_steps=none "
+                         f"for no trace")
 
 
 @dataclasses.dataclass

@@ -27,6 +27,14 @@ from cifar10.core.errors import Cifar10Error
 # Memory of each logical GPU when several replicas share one physical GPU.
 LOGICAL_GPU_MEMORY_MB = 2048
 
+# The most replicas that run on logical devices.  They stand in for a machine's GPUs
+# (the same global batch and schedule as that many), and each is built one after the
+# other: its copy of every variable, its part of the step function.  That takes about
+# a second of CPU time a replica (64 logical CPU replicas: 73 s of CPU time for a
+# start and two steps of batch 2, 2026-11-26), so a start asking for thousands would
+# be silent for hours; no machine has more GPUs than this to stand in for.
+MAX_LOGICAL_REPLICAS = 64
+
 
 def enable_memory_growth() -> list:
     """Turns on memory growth for every GPU; returns the physical GPUs."""
@@ -55,7 +63,8 @@ def replica_devices(num_gpus: int | None) -> list[str]:
         at its default) one replica, on the CPU without a word where there is no GPU.
 
     Raises:
-      Cifar10Error: TensorFlow was already initialised with too few devices.
+      Cifar10Error: more replicas than GPUs and than ``MAX_LOGICAL_REPLICAS``;
+        TensorFlow was already initialised with too few devices.
     """
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
@@ -67,6 +76,13 @@ def replica_devices(num_gpus: int | None) -> list[str]:
         enable_memory_growth()
         return [f"/gpu:{i}" for i in range(num_gpus)]
     kind = "GPU" if gpus else "CPU"
+    if num_gpus > MAX_LOGICAL_REPLICAS:
+        raise Cifar10Error(
+            f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs "
+            f"({len(gpus) or 'none'}), and more than the {MAX_LOGICAL_REPLICAS} that run on "
+            f"logical {kind} devices in their place (each is built in turn, about a second "
+            f"of CPU time apiece, before the first step): give --num_gpus="
+            f"{MAX_LOGICAL_REPLICAS} or fewer")
     if gpus:
         logging.warning(
             "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
