@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import tensorflow as tf
 
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
@@ -64,8 +64,8 @@ def learnable_files(tmp_path_factory):
     quickly (separable classes: the tests of learning count on it)."""
     batches_dir = synthetic.write_dataset(str(tmp_path_factory.mktemp("data")),
                                           records_per_file=100, separable=True)
-    files = data.split_files(batches_dir, "train")
-    return files, data.validate_files(files)
+    files = datafolder.split_files(batches_dir, "train")
+    return files, datafolder.validate_files(files)
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +73,11 @@ def trained_run(tmp_path_factory):
     """(train_dir, test files): 20 records per file, 6 steps trained, checkpoints at 3 and 6."""
     root = tmp_path_factory.mktemp("trained_run")
     batches_dir = synthetic.write_dataset(str(root / "data"), records_per_file=20)
-    files = data.split_files(batches_dir, "train")
+    files = datafolder.split_files(batches_dir, "train")
     config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
                          checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                          shuffle_buffer=100)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+    controller.train(config, strategy, TrainData(files, datafolder.validate_files(files)),
                      print_fn=lambda line: None)
-    return root / "train", data.split_files(batches_dir, "test")
+    return root / "train", datafolder.split_files(batches_dir, "test")

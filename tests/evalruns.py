@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import mirrored
 
 from cifar10.core.config import EvalConfig, TrainConfig
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.evaluation import recording
 from cifar10.runs import checkpoints
@@ -43,8 +43,8 @@ def trained_run(tmp_path_factory) -> types.SimpleNamespace:
 def _train(root) -> types.SimpleNamespace:
     batches_dir = synthetic.write_dataset(str(root / "data" / "synthetic"),
                                           records_per_file=RECORDS)
-    files = data.split_files(batches_dir, "train")
-    count = data.validate_files(files)
+    files = datafolder.split_files(batches_dir, "train")
+    count = datafolder.validate_files(files)
     train_dir = str(root / "train")
     config = TrainConfig(train_dir=train_dir, batch_size=16, max_steps=6,
                          checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
@@ -54,7 +54,7 @@ def _train(root) -> types.SimpleNamespace:
                               print_fn=lambda line: None)
     assert result.complete and checkpoints.completed_step(train_dir) == 6
     return types.SimpleNamespace(
-        train_dir=train_dir, test_files=data.split_files(batches_dir, "test"),
+        train_dir=train_dir, test_files=datafolder.split_files(batches_dir, "test"),
         ckpt3=os.path.join(train_dir, "model.ckpt-3"),
         ckpt6=os.path.join(train_dir, "model.ckpt-6"))
 
@@ -84,4 +84,4 @@ def always_cat_run(tmp_path):
         model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
     state.step.assign(9)
     state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
-    return batches_dir, data.split_files(batches_dir, "test"), tmp_path / "train"
+    return batches_dir, datafolder.split_files(batches_dir, "test"), tmp_path / "train"

@@ -21,7 +21,7 @@ from conftest import EVAL_LINE, TRAIN_LINE, mirrored
 
 from cifar10.cli import eval_main
 from cifar10.core.errors import DataError
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
@@ -41,12 +41,12 @@ def trained(tmp_path_factory):
     data_dir = root / "data"
     batches_dir = synthetic.write_dataset(str(data_dir / getdata.SYNTHETIC_SUBDIR),
                                           records_per_file=RECORDS)
-    files = data.split_files(batches_dir, "train")
+    files = datafolder.split_files(batches_dir, "train")
     config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
                          checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                          shuffle_buffer=300)
     strategy = mirrored()
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+    controller.train(config, strategy, TrainData(files, datafolder.validate_files(files)),
                      print_fn=lambda line: None)
     return data_dir, root / "train"
 

@@ -19,7 +19,7 @@ from conftest import mirrored
 from test_train import small_config
 from cifar10.cli import workers as launch
 from cifar10.distribute import coordination
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files
 from cifar10.runs.lock import LOCK_FILE, TrainerLock
 from cifar10.training import controller
 from cifar10.training.run import TrainData
@@ -89,7 +89,7 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
 # when it is worker 1, as when a signal reaches it a moment before the other.
 STOP_ONE = """
 import sys, threading
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.distribute import coordination, devices
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
@@ -100,10 +100,10 @@ strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
 stop = threading.Event()
 if not devices.worker_role(strategy)[0]:
     stop.set()
-files = data.split_files(batches_dir, "train")
+files = datafolder.split_files(batches_dir, "train")
 config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=1000, log_frequency=1)
 try:
-    controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+    controller.train(config, strategy, TrainData(files, datafolder.validate_files(files)),
                      stop_event=stop)
 except coordination.StoppedBeforeTraining as e:
     print(f"stopped: {e}", flush=True)
@@ -125,7 +125,7 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
             p.kill()
     for out, err, code in results:
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
-    assert checkpoints.find(str(train_dir)) == []
+    assert checkpoint_files.find(str(train_dir)) == []
 
 
 # A signal to a StopRequests: the line it prints, before and after the trainer's line

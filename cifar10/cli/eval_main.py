@@ -25,6 +25,7 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.core import memory
 from cifar10.core.config import EvalConfig
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
@@ -125,13 +126,11 @@ def _set_up_devices(tf) -> None:
 def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:
     """The evaluation's settings: the flags', with the files, the number of examples and
     the class names of the data in ``batches_dir`` (``counts`` records a split)."""
-    from cifar10.data import pipeline as data
-
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
     return cifar10_flags.config_from_flags(
-        EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
-        num_examples=num_examples, class_names=data.class_names(batches_dir),
+        EvalConfig, FLAGS, eval_files=datafolder.split_files(batches_dir, FLAGS.eval_data),
+        num_examples=num_examples, class_names=datafolder.class_names(batches_dir),
         checkpoint=checkpoint)
 
 

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
     batches_dir, counts = _data(no_download)
     programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
-    from cifar10.data import pipeline as data
+    from cifar10.data import folder as data
     from cifar10.distribute import coordination, devices
     from cifar10.training import controller
     from cifar10.training.run import TrainData
