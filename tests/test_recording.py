@@ -224,8 +224,8 @@ def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
     """Keras imports matplotlib.pyplot when it is installed (0.65 s of each start):
     the programs that do not draw keep it out while TensorFlow loads, TensorFlow works
     without it, and matplotlib can still be imported after (a library user's)."""
-    script = ("import sys; from cifar10.cli import programs; "
-              f"tf = programs.load_tensorflow(plots={plots}); "
+    script = ("import sys; from cifar10.cli import process; "
+              f"tf = process.load_tensorflow(plots={plots}); "
               "loaded = 'matplotlib.pyplot' in sys.modules; "
               "__import__('cifar10.evaluation.plots'); "  # the evaluator's drawing: importable
               "print(loaded, int(tf.reduce_sum([1, 2])), sys.modules['matplotlib'] is not None)")

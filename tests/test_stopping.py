@@ -26,11 +26,11 @@ from cifar10.training.run import TrainData
 
 # cifar10-train's way out of a failed run: its ``with StopRequests`` block ends with
 # the error, and the program takes seconds more to end (TensorFlow's clean-up, here
-# a sleep) before programs.guarded prints the error line.
+# a sleep) before process.guarded prints the error line.
 FAILING = """
 import sys, time
 from absl import flags
-from cifar10.cli import flags as cifar10_flags, programs, stopping
+from cifar10.cli import flags as cifar10_flags, process, stopping
 from cifar10.core.errors import Cifar10Error
 
 def main(argv):
@@ -42,7 +42,7 @@ def main(argv):
         print("failed", flush=True)
         time.sleep(1.5)
 
-programs.run("cifar10-train", main, "doc", cifar10_flags.define_train_flags)
+process.run("cifar10-train", main, "doc", cifar10_flags.define_train_flags)
 """
 
 

@@ -28,7 +28,8 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import programs
+from cifar10.cli import flags_txt
+from cifar10.cli import process
 from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> None:
         raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
     data = _data_on_disk(followed) if single else _data(followed)
     # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
-    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> None:
 
     _set_up_devices(tf)
     polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+                     flags_text=flags_txt.flagfile_text(FLAGS), command=sys.argv)
     # Every result is recorded and printed: only the process's end is left, TensorFlow's
     # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
     # ignored, as after the trainer's last save, so that the status stays 0: at Python's
@@ -170,7 +171,7 @@ def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_d
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

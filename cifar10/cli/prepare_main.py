@@ -27,7 +27,7 @@ from cifar10.data import classfolders
 from cifar10.data import imagefiles
 from cifar10.data import prepare
 from cifar10.cli import outdirs
-from cifar10.cli import programs
+from cifar10.cli import process
 from cifar10.core.errors import listed, shown_path
 
 FLAGS = flags.FLAGS
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
     if removed:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
               f"{', '.join(removed)}.")
-    programs.load_tensorflow()
+    process.load_tensorflow()
     line = progress_line(len(source.train) + len(source.test))
     refused = None
     try:
@@ -116,7 +116,7 @@ def _warn_skipped(skipped) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":
