@@ -25,7 +25,7 @@ from cifar10.cli import launch_main
 from cifar10.core import logs
 from cifar10.cli import predict_main
 from cifar10.cli import prepare_main
-from cifar10.cli import programs
+from cifar10.cli import command_line, process
 from cifar10.cli import train_main
 
 BIN_DIR = os.path.dirname(sys.executable)
@@ -62,7 +62,7 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
     """Runs a program in this process as ``run`` would run it; returns the same result.
 
     Its flags are parsed into fresh ``FlagValues`` that stand in for the entry
-    module's ``FLAGS``, then ``main`` runs under ``programs.guarded``; stdout, stderr
+    module's ``FLAGS``, then ``main`` runs under ``process.guarded``; stdout, stderr
     and absl's warnings are captured, and the signal handlers are restored after.
     It saves the seconds a new process spends importing TensorFlow; what only a
     process shows (signals, exit on SIGTERM, the console scripts, TensorFlow's start)
@@ -83,8 +83,8 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), \
                 mock.patch.object(module, "FLAGS", values), mock.patch.object(sys, "argv", argv):
             try:
-                status = programs.guarded(name, module.main,
-                                          programs.parse_flags(argv, name, module.__doc__, values))
+                status = process.guarded(name, module.main,
+                                          command_line.parse_flags(argv, name, module.__doc__, values))
             except SystemExit as e:
                 status = e.code
     finally:

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import tensorflow as tf
 
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
@@ -64,8 +64,8 @@ def learnable_files(tmp_path_factory):
     quickly (separable classes: the tests of learning count on it)."""
     batches_dir = synthetic.write_dataset(str(tmp_path_factory.mktemp("data")),
                                           records_per_file=100, separable=True)
-    files = data.split_files(batches_dir, "train")
-    return files, data.validate_files(files)
+    files = datafolder.split_files(batches_dir, "train")
+    return files, datafolder.validate_files(files)
 
 
 @pytest.fixture(scope="session")
@@ -77,11 +77,11 @@ def trained_run(tmp_path_factory):
     --data_dir=<root>/data reads it (test_eval_main.py's runs)."""
     root = tmp_path_factory.mktemp("trained_run")
     batches_dir = synthetic.write_dataset(str(root / "data" / "synthetic"), records_per_file=50)
-    files = data.split_files(batches_dir, "train")
+    files = datafolder.split_files(batches_dir, "train")
     config = TrainConfig(train_dir=str(root / "train"), batch_size=16, max_steps=6,
                          checkpoint_steps=3, summary_steps=1000, log_frequency=1000,
                          shuffle_buffer=300)
-    result = controller.train(config, mirrored(), TrainData(files, data.validate_files(files)),
+    result = controller.train(config, mirrored(), TrainData(files, datafolder.validate_files(files)),
                               print_fn=lambda line: None)
     assert result.complete
-    return root / "train", data.split_files(batches_dir, "test")
+    return root / "train", datafolder.split_files(batches_dir, "test")

@@ -16,7 +16,7 @@ import types
 import tensorflow as tf
 
 from cifar10.core.config import EvalConfig
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.evaluation import recording
 from cifar10.runs import checkpoints
@@ -62,4 +62,4 @@ def always_cat_run(tmp_path):
         model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
     state.step.assign(9)
     state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
-    return batches_dir, data.split_files(batches_dir, "test"), tmp_path / "train"
+    return batches_dir, datafolder.split_files(batches_dir, "test"), tmp_path / "train"

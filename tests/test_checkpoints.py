@@ -27,17 +27,17 @@ from rundirs import copy_run, truncate
 def test_find_lists_the_complete_checkpoints_and_nothing_that_only_looks_like_one(trained_run,
                                                                                    tmp_path):
     run_dir = copy_run(trained_run[0], tmp_path / "train")  # with a user's look-alikes
-    assert [(c.step, c.name) for c in checkpoints.find(str(run_dir))] == [
+    assert [(c.step, c.name) for c in checkpoint_files.find(str(run_dir))] == [
         (3, "model.ckpt-3"), (6, "model.ckpt-6")]
     (run_dir / "model.ckpt-3.index").unlink()  # data without index
     (run_dir / "model.ckpt-9.index").write_bytes(b"x")  # index without data
     (run_dir / "model.ckpt-12.index").write_bytes(b"x")  # a shard missing
     (run_dir / "model.ckpt-12.data-00000-of-00002").write_bytes(b"x")
-    assert [c.step for c in checkpoints.find(str(run_dir))] == [6]
-    assert checkpoints.scan(str(run_dir))[1] == {3: "no .index file", 9: "no .data file",
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [6]
+    assert checkpoint_files.scan(str(run_dir))[1] == {3: "no .index file", 9: "no .data file",
                                                  12: "some .data files are missing"}
-    assert checkpoints.latest(str(run_dir)).path == str(run_dir / "model.ckpt-6")
-    assert checkpoints.latest(str(run_dir / "no_such_dir")) is None
+    assert checkpoint_files.latest(str(run_dir)).path == str(run_dir / "model.ckpt-6")
+    assert checkpoint_files.latest(str(run_dir / "no_such_dir")) is None
 
 
 def test_load_model_gives_the_averages_or_the_raw_weights_and_the_step(trained_run):

@@ -21,7 +21,7 @@ from cli import call
 from cifar10.runs import checkpoints
 from cifar10.data import cifar100
 from cifar10.data import getdata
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.data import fileformat as ff
 from cifar10.core.errors import DataError
@@ -114,8 +114,8 @@ def test_download_extract_train_and_evaluate_with_either_label(url, tarball, tmp
     assert f"Training on 300 examples from {derived} " in trained.stdout
     assert sorted(os.listdir(data_dir)) == sorted(
         [ff.CIFAR100.tarball, ff.CIFAR100.folder, cifar100.batches_dir_name(label)])
-    assert data.class_names(str(derived)) == tuple(names)
-    assert [os.path.getsize(p) for p in data.split_files(str(derived), "train")] == \
+    assert datafolder.class_names(str(derived)) == tuple(names)
+    assert [os.path.getsize(p) for p in datafolder.split_files(str(derived), "train")] == \
         [60 * ff.RECORD_BYTES] * 5
     assert checkpoints.trained_class_names(str(train_dir)) == tuple(names)
     assert checkpoints.num_outputs(str(train_dir / "model.ckpt-2")) == len(names)
@@ -205,7 +205,7 @@ def test_the_extracted_folder_given_itself_as_data_dir_is_trained_on(tarball, tm
     assert trained.returncode == 0, trained.stderr
     derived = os.path.join(extracted, cifar100.batches_dir_name("fine"))
     assert f"Training on 300 examples from {derived} " in trained.stdout
-    assert data.class_names(derived) == tuple(FINE)
+    assert datafolder.class_names(derived) == tuple(FINE)
     after = _snapshot(extracted)
     assert {k: v for k, v in after.items() if k in before} == before  # the user's files
     assert sorted(set(after) - set(before)) == sorted(

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cli import call
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files, checkpoints
 from cifar10.training.state import TrainState
 from cifar10.data import fileformat as ff
 from conftest import EVAL_LINE
@@ -104,7 +104,7 @@ def test_the_tutorials_model_is_unchanged_for_ten_classes(trained_run):
     train_dir, _ = trained_run
     state = TrainState(seed=0, compute_dtype=tf.float32)
     assert sum(int(np.prod(v.shape)) for v in state.model.parameters()) == 1_068_298
-    ckpt = checkpoints.latest(str(train_dir)).path
+    ckpt = checkpoint_files.latest(str(train_dir)).path
     assert checkpoints.num_outputs(ckpt) == ff.NUM_CLASSES
     model, step = checkpoints.load_model(ckpt)
     assert (model.num_classes, step) == (10, 6)

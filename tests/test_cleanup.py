@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoints, cleanup, rundir
+from cifar10.runs import checkpoint_files, cleanup, rundir
 from cifar10.runs.lock import TrainerLock
 from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place, leave_an_interrupted_save
 
@@ -128,7 +128,7 @@ def test_a_checkpoint_cut_short_as_it_was_put_in_place_is_removed(trained_run, t
     leave_a_save_cut_in_place(run_dir, 9, source, index_written)
     if index_written is not None:
         # It looks complete, and does not read.
-        assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 6, 9]
+        assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 6, 9]
         with pytest.raises(tf.errors.OpError):
             tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))
     assert cleanup.cut_short_steps(str(run_dir)) == [9]
@@ -184,7 +184,7 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
     for name in evaluators:
         assert (train_dir / name).read_bytes() == (tmp_path / "eval" / name).read_bytes()
     assert (train_dir / "checkpoint" / "notes.txt").read_text() == "mine"
-    assert [c.step for c in checkpoints.find(str(train_dir))] == [1, 2]
+    assert [c.step for c in checkpoint_files.find(str(train_dir))] == [1, 2]
     # The new start's event file is the trainer's; the evaluator's is not.
     assert [cleanup.trainers_events(str(train_dir / n)) for n in sorted(names)
             if n.startswith("events.")].count(True) == 1

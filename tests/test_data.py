@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from cifar10.core import config
 from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.core.errors import DataError
@@ -75,7 +76,7 @@ def batches_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def train_files(batches_dir):
-    return data.split_files(batches_dir, "train")
+    return datafolder.split_files(batches_dir, "train")
 
 
 # decode_records / read_records
@@ -116,10 +117,10 @@ def test_read_records_file_then_record_order(tmp_path):
 
 
 def test_class_names_come_from_the_meta_file_or_are_cifar10s(tmp_path):
-    assert data.class_names(str(tmp_path)) == ff.CLASS_NAMES  # no batches.meta.txt
+    assert datafolder.class_names(str(tmp_path)) == ff.CLASS_NAMES  # no batches.meta.txt
     # CIFAR-10's own file ends in blank lines.
     (tmp_path / ff.META_FILE).write_text("ant\n bee \nsea lion\n\n\n")
-    assert data.class_names(str(tmp_path)) == ("ant", "bee", "sea lion")
+    assert datafolder.class_names(str(tmp_path)) == ("ant", "bee", "sea lion")
 
 
 @pytest.mark.parametrize("text, error", [
@@ -135,7 +136,7 @@ def test_class_names_come_from_the_meta_file_or_are_cifar10s(tmp_path):
 def test_bad_class_names_files_are_one_line_errors(tmp_path, text, error):
     (tmp_path / ff.META_FILE).write_text(text)
     with pytest.raises(DataError, match=f"^{tmp_path / ff.META_FILE} {error}"):
-        data.class_names(str(tmp_path))
+        datafolder.class_names(str(tmp_path))
 
 
 @pytest.mark.parametrize("content, error", [
@@ -152,7 +153,7 @@ def test_a_names_file_that_cannot_be_read_is_one_line_naming_it_and_the_fix(tmp_
     else:
         path.write_bytes(content)
     with pytest.raises(DataError) as info:
-        data.class_names(str(tmp_path))
+        datafolder.class_names(str(tmp_path))
     assert str(info.value) == f"{path} {error.format(dir=tmp_path)}"
 
 
@@ -194,13 +195,13 @@ def test_a_damaged_file_of_other_data_is_told_by_that_datas_sizes(tmp_path):
     (own / "data_batch_2.bin").write_bytes(b"")
     (own / "test_batch.bin").write_bytes(b"\0" * 5000)
     with pytest.raises(DataError) as info:
-        data.validate_files(data.split_files(str(own), "train"), 3)
+        datafolder.validate_files(datafolder.split_files(str(own), "train"), 3)
     assert str(info.value) == (
         f"empty data file {own / 'data_batch_2.bin'} (0 bytes; data made by cifar10-prepare: "
         f"its other files hold 6 to 7 records of 3,073 bytes); run cifar10-prepare again to "
         f"make {own} from your images")
     with pytest.raises(DataError) as info:
-        data.validate_files(data.split_files(str(own), "test"), 3)
+        datafolder.validate_files(datafolder.split_files(str(own), "test"), 3)
     assert str(info.value) == (
         f"truncated or corrupt data file {own / 'test_batch.bin'}: 5,000 bytes is not a whole "
         f"number of 3,073-byte records (data made by cifar10-prepare: its other files hold 6 "
@@ -209,7 +210,7 @@ def test_a_damaged_file_of_other_data_is_told_by_that_datas_sizes(tmp_path):
     fine = _prepared(tmp_path / "cifar-100-fine-batches-bin", [f"c{i}" for i in range(100)])
     (fine / "data_batch_5.bin").write_bytes(b"")
     with pytest.raises(DataError) as info:
-        data.validate_files(data.split_files(str(fine), "train"), 100)
+        datafolder.validate_files(datafolder.split_files(str(fine), "train"), 100)
     assert str(info.value) == (
         f"empty data file {fine / 'data_batch_5.bin'} (0 bytes; data made from CIFAR-100: its "
         f"other files hold 6 records of 3,073 bytes); delete {fine} so that it is made again "
@@ -235,16 +236,16 @@ def test_the_trainer_speaks_of_prepared_data_when_a_file_of_it_is_empty(tmp_path
 def test_validate_files_counts_records(tmp_path):
     first = _write(tmp_path / "a.bin", [_record(k, k, k, k) for k in range(10)])
     second = _write(tmp_path / "b.bin", [_record(9, 0, 0, 0)] * 3)
-    assert data.validate_files([first, second]) == 13
-    assert data.validate_files([second]) == 3
-    assert data.validate_files([]) == 0
+    assert datafolder.validate_files([first, second]) == 13
+    assert datafolder.validate_files([second]) == 3
+    assert datafolder.validate_files([]) == 0
 
 
 def test_validate_files_missing_file(tmp_path):
     good = _write(tmp_path / "a.bin", [_record(1, 0, 0, 0)])
     missing = str(tmp_path / "data_batch_2.bin")
     with pytest.raises(DataError) as info:
-        data.validate_files([good, missing])
+        datafolder.validate_files([good, missing])
     assert missing in str(info.value)
     assert "missing" in str(info.value)
 
@@ -253,7 +254,7 @@ def test_validate_files_missing_file(tmp_path):
 def test_validate_files_truncated_file(tmp_path, size):
     path = _write(tmp_path / "data_batch_1.bin", [(_record(1, 0, 0, 0) * 2)[:size]])
     with pytest.raises(DataError) as info:
-        data.validate_files([path])
+        datafolder.validate_files([path])
     message = str(info.value)
     assert path in message
     assert f"{size} bytes" in message or f"{size:,} bytes" in message
@@ -262,7 +263,7 @@ def test_validate_files_truncated_file(tmp_path, size):
 def test_validate_files_empty_file(tmp_path):
     path = _write(tmp_path / "test_batch.bin", [])
     with pytest.raises(DataError) as info:
-        data.validate_files([path])
+        datafolder.validate_files([path])
     assert str(info.value).startswith(f"empty data file {path} (0 bytes; the real files are "
                                       f"30,730,000 bytes)")
     assert "whole number" not in str(info.value)
@@ -275,7 +276,7 @@ def test_validate_files_bad_label(tmp_path, bad_label):
                                                          _record(4, 0, 0, 0)]
     bad = _write(tmp_path / "b.bin", records)
     with pytest.raises(DataError) as info:
-        data.validate_files([good, bad])
+        datafolder.validate_files([good, bad])
     message = str(info.value)
     assert bad in message
     assert "record 3 " in message
@@ -289,7 +290,7 @@ def test_damaged_generated_data_is_to_be_generated_again_not_downloaded(tmp_path
     with open(os.path.join(batches_dir, "data_batch_2.bin"), "ab") as f:
         f.write(b"\0" * 10)
     with pytest.raises(DataError) as info:
-        data.validate_files(data.split_files(batches_dir, "train"))
+        datafolder.validate_files(datafolder.split_files(batches_dir, "train"))
     assert str(info.value).endswith(f"; delete {batches_dir} so that --synthetic_data "
                                     f"generates it again")
 
@@ -299,12 +300,12 @@ def test_damaged_generated_data_is_to_be_generated_again_not_downloaded(tmp_path
 
 def test_split_files():
     root = os.path.join("some", "dir")
-    train = data.split_files(root, "train")
+    train = datafolder.split_files(root, "train")
     assert train == [os.path.join(root, f"data_batch_{i}.bin") for i in range(1, 6)]
-    assert data.split_files(root, "train_eval") == train
-    assert data.split_files(root, "test") == [os.path.join(root, "test_batch.bin")]
+    assert datafolder.split_files(root, "train_eval") == train
+    assert datafolder.split_files(root, "test") == [os.path.join(root, "test_batch.bin")]
     with pytest.raises(ValueError, match="validation"):
-        data.split_files(root, "validation")
+        datafolder.split_files(root, "validation")
 
 
 # distort_batch
@@ -425,7 +426,7 @@ def test_train_dataset_has_read_its_files_before_it_is_iterated(tmp_path):
     pass stops early is discarded, with a warning, when training stops within its
     first epoch): the files can go, and two epochs still come, each a permutation."""
     batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=30)
-    files = data.split_files(batches_dir, "train")
+    files = datafolder.split_files(batches_dir, "train")
     want = sorted(_file_labels(files).tolist())
     ds = data.train_dataset(files, 10, seed=1, shuffle_buffer=20)
     for path in files:
@@ -475,7 +476,7 @@ def eval_dir(tmp_path_factory):
 
 
 def test_eval_dataset_file_order_and_partial_batch(eval_dir):
-    paths = data.split_files(eval_dir, "test")
+    paths = datafolder.split_files(eval_dir, "test")
     batches = list(data.eval_dataset(paths, 20).as_numpy_iterator())
     assert [b[1].shape[0] for b in batches] == [20, 20, 5]
     assert all(images.shape == (n, 24, 24, 3) and images.dtype == np.float32
@@ -490,7 +491,7 @@ def test_eval_dataset_file_order_and_partial_batch(eval_dir):
 
 
 def test_eval_dataset_over_several_files_once(eval_dir):
-    paths = data.split_files(eval_dir, "train_eval")
+    paths = datafolder.split_files(eval_dir, "train_eval")
     labels = np.concatenate([l for _, l in data.eval_dataset(paths, 64).as_numpy_iterator()])
     np.testing.assert_array_equal(labels, _file_labels(paths))
     assert labels.size == 225
@@ -499,7 +500,7 @@ def test_eval_dataset_over_several_files_once(eval_dir):
 @pytest.mark.parametrize("num_examples,sizes", [(30, [20, 10]), (40, [20, 20]), (1, [1]),
                                                 (1000, [20, 20, 5])])
 def test_eval_dataset_num_examples(eval_dir, num_examples, sizes):
-    paths = data.split_files(eval_dir, "test")
+    paths = datafolder.split_files(eval_dir, "test")
     batches = list(data.eval_dataset(paths, 20, num_examples=num_examples).as_numpy_iterator())
     assert [b[1].shape[0] for b in batches] == sizes
     labels = np.concatenate([b[1] for b in batches])
@@ -508,7 +509,7 @@ def test_eval_dataset_num_examples(eval_dir, num_examples, sizes):
 
 def test_eval_dataset_rejects_bad_batch_size(eval_dir):
     with pytest.raises(ValueError, match="batch_size"):
-        data.eval_dataset(data.split_files(eval_dir, "test"), 0)
+        data.eval_dataset(datafolder.split_files(eval_dir, "test"), 0)
 
 
 # Distribution
@@ -563,7 +564,7 @@ def test_batched_distortions_equal_tf_image_ops_one_image_at_a_time(apply):
 
 def test_input_pipelines_of_two_workers_read_disjoint_shards(tmp_path):
     batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=20)
-    files = data.split_files(batches_dir, "train")
+    files = datafolder.split_files(batches_dir, "train")
     every = [label for _, labels in data.eval_dataset(files, 100) for label in labels.numpy()]
     shards = []
     for pipeline in (0, 1):
@@ -590,9 +591,9 @@ def test_eval_batch_equals_tf_image_central_crop_and_standardisation():
 def test_labels_beyond_the_named_classes_are_refused_with_advice_for_own_data(tmp_path):
     (tmp_path / ff.META_FILE).write_text("ant\nbee\n")
     path = _write(tmp_path / "data_batch_1.bin", [_record(k, 0, 0, 0) for k in (0, 1, 2)])
-    assert data.validate_files([path], num_classes=3) == 3
+    assert datafolder.validate_files([path], num_classes=3) == 3
     with pytest.raises(DataError) as info:
-        data.validate_files([path], num_classes=2)
+        datafolder.validate_files([path], num_classes=2)
     assert str(info.value) == (
         f"corrupt data file {path}: record 2 has label 2, expected 0-1 (batches.meta.txt names "
         f"2 classes); run cifar10-prepare again to make {tmp_path} from your images")

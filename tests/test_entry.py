@@ -90,7 +90,7 @@ def test_ctrl_c_that_an_import_swallows_still_ends_the_start(tmp_path):
 
 
 def test_ctrl_c_before_the_program_handles_it_is_one_line_and_status_130(tmp_path):
-    # As one while the flags are read: in run, before programs.guarded.
+    # As one while the flags are read: in run, before process.guarded.
     modules_dir = write_module(tmp_path, """\
         import os, signal
         def run():

@@ -15,7 +15,7 @@ from absl import flags
 import cli
 from cifar10.cli import flagfile_lines
 from cifar10.cli import flagfiles
-from cifar10.cli import programs
+from cifar10.cli import flags_txt
 from cifar10.cli import workers as launch
 from cifar10.cli.flags import define_train_flags
 from cifar10.runs import records
@@ -45,7 +45,7 @@ def recorded_run(directory, program, *args):
     values([program, *args])
     records.record_start(str(directory), {"program": program, "host": "h",
                                           "start_time": "2026-11-26T10:00:00+00:00"},
-                         programs.flagfile_text(values))
+                         flags_txt.flagfile_text(values))
     return directory / records.FLAGS_FILE
 
 

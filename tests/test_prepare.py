@@ -18,7 +18,8 @@ from test_images import COLOURS, palette_bmp
 
 from cifar10.cli import prepare_main
 from cifar10.runs import checkpoints
-from cifar10.data import pipeline as data
+from cifar10.data import classfolders
+from cifar10.data import folder as datafolder
 from cifar10.data import images as image_files
 from cifar10.data import prepare
 from cifar10.data import synthetic
@@ -64,7 +65,7 @@ def records_from_bytes(raw):
 
 
 def test_class_folders_become_cifar_files_split_per_class(image_dir, tmp_path):
-    source = prepare.find_source(str(image_dir), test_fraction=1 / 6, seed=3)
+    source = classfolders.find_source(str(image_dir), test_fraction=1 / 6, seed=3)
     assert source.class_names == ("bird", "cat", "dog")
     assert len(source.test) == 2 + 1 + 3 and len(source.train) == 10 + 5 + 15
     summary = prepare.convert(source, str(tmp_path / "data"), seed=3)
@@ -75,8 +76,8 @@ def test_class_folders_become_cifar_files_split_per_class(image_dir, tmp_path):
                                                       ff.META_FILE])
     assert open(os.path.join(batches_dir, ff.META_FILE)).read() == "bird\ncat\ndog\n"
     # The trainer's and the evaluator's own checks take it; five files of 6 records.
-    assert data.validate_files(data.split_files(batches_dir, "train")) == 30
-    assert data.validate_files(data.split_files(batches_dir, "test")) == 6
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "train")) == 30
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "test")) == 6
     assert [os.path.getsize(os.path.join(batches_dir, n)) for n in ff.TRAIN_FILES] == \
         [6 * ff.RECORD_BYTES] * 5
     labels, images = records(batches_dir, ff.TRAIN_FILES)
@@ -91,8 +92,8 @@ def test_class_folders_become_cifar_files_split_per_class(image_dir, tmp_path):
     assert sorted(np.bincount(test_labels).tolist()) == [1, 2, 3]
     assert labels.tolist() != sorted(labels.tolist())  # shuffled
     # The same seed gives the same files.
-    again = prepare.convert(prepare.find_source(str(image_dir), seed=3), str(tmp_path / "again"),
-                            seed=3)
+    again = prepare.convert(classfolders.find_source(str(image_dir), seed=3),
+                            str(tmp_path / "again"), seed=3)
     for name in ff.TRAIN_FILES + ff.TEST_FILES:
         assert open(os.path.join(batches_dir, name), "rb").read() == open(
             os.path.join(again.batches_dir, name), "rb").read()
@@ -184,7 +185,7 @@ def test_an_8_bit_palette_bmp_becomes_a_record_of_its_colours(image_dir, tmp_pat
 def test_images_of_any_size_are_resized_and_unreadable_ones_skipped(image_dir, tmp_path):
     write_png(image_dir / "cat" / "large.png", np.full((64, 48, 3), 90, np.uint8))
     (image_dir / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
-    source = prepare.find_source(str(image_dir), test_fraction=0.5)
+    source = classfolders.find_source(str(image_dir), test_fraction=0.5)
     summary = prepare.convert(source, str(tmp_path / "data"))
     assert summary.skipped == ((str(image_dir / "cat" / "broken.jpg"),
                                 "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a "
@@ -215,7 +216,7 @@ def test_a_class_whose_images_are_all_unreadable_is_refused(image_dir, tmp_path)
     for i in range(4):
         (image_dir / "eel" / f"{i}.png").parent.mkdir(exist_ok=True)
         (image_dir / "eel" / f"{i}.png").write_text("no image")
-    source = prepare.find_source(str(image_dir), test_fraction=0.5)
+    source = classfolders.find_source(str(image_dir), test_fraction=0.5)
     assert source.class_names == ("bird", "cat", "dog", "eel")
     with pytest.raises(Cifar10Error) as error:
         prepare.convert(source, str(tmp_path / "data"))
@@ -249,7 +250,7 @@ def test_a_refusal_after_decoding_names_each_unreadable_image_before_it(image_di
 
 def test_a_class_whose_images_all_went_to_the_test_split_says_so(image_dir, tmp_path):
     write_png(image_dir / "eel" / "0.png", class_image(3, 0))  # readable, and alone
-    source = prepare.find_source(str(image_dir), test_fraction=0.6)
+    source = classfolders.find_source(str(image_dir), test_fraction=0.6)
     with pytest.raises(Cifar10Error) as error:
         prepare.convert(source, str(tmp_path / "data"))
     assert str(error.value) == (
@@ -260,7 +261,7 @@ def test_a_class_whose_images_all_went_to_the_test_split_says_so(image_dir, tmp_
 def test_a_cifar_data_folder_given_as_images_is_named_for_what_it_is(tmp_path):
     synthetic.write_dataset(str(tmp_path / "d10"), records_per_file=4)
     with pytest.raises(Cifar10Error) as error:
-        prepare.find_source(str(tmp_path / "d10"))
+        classfolders.find_source(str(tmp_path / "d10"))
     assert str(error.value) == (
         f"{tmp_path / 'd10'} holds CIFAR-format data (cifar-10-batches-bin/), not image "
         f"folders: it needs no converting; pass --data_dir={tmp_path / 'd10'} to cifar10-train")
@@ -269,13 +270,13 @@ def test_a_cifar_data_folder_given_as_images_is_named_for_what_it_is(tmp_path):
 def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(Cifar10Error, match=r"^no class folders in .*empty: put the images"):
-        prepare.find_source(str(tmp_path / "empty"))
+        classfolders.find_source(str(tmp_path / "empty"))
     with pytest.raises(Cifar10Error, match=r"missing does not exist: point --image_dir at "):
-        prepare.find_source(str(tmp_path / "missing"))
+        classfolders.find_source(str(tmp_path / "missing"))
     (image_dir / "eel").mkdir()
     (image_dir / "eel" / "notes.txt").write_text("no images here")
     with pytest.raises(Cifar10Error) as error:
-        prepare.find_source(str(image_dir))
+        classfolders.find_source(str(image_dir))
     assert str(error.value) == (
         f"the class folder {image_dir / 'eel'} holds no images (.png, .jpg, .jpeg, .gif, "
         f".bmp, .jfif, .jpe): add the class's images to it, or move it out of {image_dir}")
@@ -283,7 +284,7 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     for i in range(257):  # a record's label is one byte
         (many / f"class{i:03d}").mkdir(parents=True)
     with pytest.raises(Cifar10Error) as error:
-        prepare.find_source(str(many))
+        classfolders.find_source(str(many))
     assert str(error.value) == (
         f"{many} has 257 class folders; a CIFAR record's one label byte holds at most 256 "
         f"classes: merge classes, or move 1 of the folders out of {many}")
@@ -291,7 +292,7 @@ def test_bad_folders_are_one_line_errors(image_dir, tmp_path):
     write_png(one / "cat" / "0.png", class_image(0, 0))
     with pytest.raises(Cifar10Error, match=r"has one class folder \(cat\): a classifier needs "
                                            r"at least 2 classes"):
-        prepare.find_source(str(one))
+        classfolders.find_source(str(one))
 
 
 def test_eleven_classes_are_taken(tmp_path):
@@ -299,7 +300,7 @@ def test_eleven_classes_are_taken(tmp_path):
     for i in range(11):
         write_png(many / f"class{i:02d}" / "0.png", class_image(0, i))
         write_png(many / f"class{i:02d}" / "1.png", class_image(1, i))
-    source = prepare.find_source(str(many), test_fraction=0.5)
+    source = classfolders.find_source(str(many), test_fraction=0.5)
     assert source.class_names == tuple(f"class{i:02d}" for i in range(11))
     assert sorted(label for _, label in source.train + source.test) == sorted(list(range(11)) * 2)
 
@@ -309,7 +310,7 @@ def test_an_existing_data_folder_is_kept(image_dir, tmp_path):
     batches_dir.mkdir(parents=True)
     (batches_dir / "data_batch_1.bin").write_bytes(b"the user's")
     with pytest.raises(Cifar10Error, match="exists: it is not replaced; move it aside"):
-        prepare.convert(prepare.find_source(str(image_dir)), str(tmp_path / "data"))
+        prepare.convert(classfolders.find_source(str(image_dir)), str(tmp_path / "data"))
     assert os.listdir(batches_dir) == ["data_batch_1.bin"]
     assert sorted(os.listdir(tmp_path / "data")) == [ff.BATCHES_DIRNAME]
 
@@ -340,8 +341,8 @@ def test_the_command_converts_and_reports(image_dir, tmp_path):
             f"image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
             in result.stderr.splitlines())
     # The trainer takes the folder as it is.
-    assert data.validate_files(data.split_files(str(tmp_path / "d" / ff.BATCHES_DIRNAME),
-                                                "train")) == 31
+    batches_dir = str(tmp_path / "d" / ff.BATCHES_DIRNAME)
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "train")) == 31
 
 
 @pytest.mark.parametrize("args, missing", [
@@ -369,18 +370,18 @@ def test_own_images_train_and_predict_with_their_class_names(tmp_path):
             write_png(path.with_suffix(".png"), image)
         else:
             tf.io.write_file(str(path.with_suffix(".jpg")), tf.io.encode_jpeg(image, quality=95))
-    source = prepare.find_source(str(root))
+    source = classfolders.find_source(str(root))
     summary = prepare.convert(source, str(tmp_path / "data"))
     assert (summary.train_records, summary.test_records) == (99, 21)  # 7 of 40 per class
-    assert data.class_names(summary.batches_dir) == names
+    assert datafolder.class_names(summary.batches_dir) == names
 
-    files = data.split_files(summary.batches_dir, "train")
+    files = datafolder.split_files(summary.batches_dir, "train")
     config = TrainConfig(train_dir=str(tmp_path / "train"), batch_size=32, max_steps=30,
                          log_frequency=30, checkpoint_steps=30, summary_steps=1000,
                          shuffle_buffer=100)
     controller.train(config, tf.distribute.OneDeviceStrategy("/cpu:0"),
-                     TrainData(files, data.validate_files(files, len(names)),
-                               data.class_names(summary.batches_dir)),
+                     TrainData(files, datafolder.validate_files(files, len(names)),
+                               datafolder.class_names(summary.batches_dir)),
                      print_fn=lambda line: None)
     assert checkpoints.trained_class_names(config.train_dir) == names
 
@@ -403,7 +404,7 @@ def test_an_unwritable_data_dir_is_one_line_before_any_image_is_decoded(image_di
     monkeypatch.setattr(image_files, "decode_files", lambda paths: pytest.fail("decoded"))
     target = tmp_path / "a_file" / "data"
     with pytest.raises(Cifar10Error) as info:
-        prepare.convert(prepare.find_source(str(image_dir)), str(target))
+        prepare.convert(classfolders.find_source(str(image_dir)), str(target))
     assert str(info.value) == (f"cannot write the data folder {target / ff.BATCHES_DIRNAME} "
                                f"(Not a directory); choose another --data_dir")
     assert (tmp_path / "a_file").read_text() == "not a folder"
@@ -544,7 +545,7 @@ def test_a_fifo_among_the_images_is_skipped_without_being_opened(image_dir, tmp_
     with watched_fifos(fifo) as opened:
         result = call("cifar10-prepare", f"--image_dir={image_dir}",
                       f"--data_dir={tmp_path / 'd'}")
-        source = prepare.find_source(str(image_dir))
+        source = classfolders.find_source(str(image_dir))
         with pytest.raises(Cifar10Error) as strict:
             prepare.convert(source, str(tmp_path / "strict"), strict=True)
     assert opened == []
@@ -573,7 +574,7 @@ def test_progress_in_a_log_is_a_line_at_each_tenth_and_on_a_terminal_one_line(im
 
     out = Terminal()
     line = prepare_main.progress_line(36, out)
-    prepare.convert(prepare.find_source(str(image_dir)), str(tmp_path / "t"),
+    prepare.convert(classfolders.find_source(str(image_dir)), str(tmp_path / "t"),
                     progress=lambda done, _: line.show(done))
     line.end()
     text = out.getvalue()

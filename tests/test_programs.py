@@ -1,4 +1,5 @@
-"""Tests of cifar10.cli.programs: data preparation and one-line errors of the programs."""
+"""Tests of what the programs share (cifar10.cli.process, command_line): data preparation and
+one-line errors of the programs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cifar10.data import fileformat as ff
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import programs
+from cifar10.cli import command_line, process
 from cifar10.data import synthetic
 from cifar10.core.errors import DataError, DivergedError, listed
 
@@ -61,9 +62,9 @@ def test_guarded_turns_errors_into_one_line_and_an_exit_status(error, code, stde
         print("started", argv)
         raise error
 
-    assert programs.guarded("prog", main, ["prog", "x"]) == code
+    assert process.guarded("prog", main, ["prog", "x"]) == code
     assert capsys.readouterr() == ("started ['prog', 'x']\n", stderr)
-    assert programs.guarded("prog", lambda argv: None, ["prog"]) == 0
+    assert process.guarded("prog", lambda argv: None, ["prog"]) == 0
     assert capsys.readouterr() == ("", "")
 
 
@@ -76,7 +77,7 @@ def flag_values():
 
 def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
     values = flag_values()
-    assert programs.parse_flags(["prog", "--batch_size=3", "a"], "prog", "doc", values) == [
+    assert command_line.parse_flags(["prog", "--batch_size=3", "a"], "prog", "doc", values) == [
         "prog", "a"]
     assert values.batch_size == 3
     for argv, message in [(["--batch_size=0"], "--batch_size=0: must be a whole number of "
@@ -84,7 +85,7 @@ def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
                           (["--bacth_size=3"], "unknown flag --bacth_size (did you mean "
                                                "--batch_size?)")]:
         with pytest.raises(SystemExit) as exit_info:
-            programs.parse_flags(["prog", *argv], "prog", "doc", flag_values())
+            command_line.parse_flags(["prog", *argv], "prog", "doc", flag_values())
         assert exit_info.value.code == 1
         assert capsys.readouterr() == ("", f"prog: error: {message} (see prog --help)\n")
 
@@ -116,7 +117,7 @@ def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
     values = flag_values()
     cifar10_flags.define_tf32_flag(values)  # a flag of cifar10.cli.flags, which help lists
     with pytest.raises(SystemExit) as exit_info:
-        programs.parse_flags(["prog", option], "prog", "Does things.", values)
+        command_line.parse_flags(["prog", option], "prog", "Does things.", values)
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("USAGE: prog [flags]\n\nDoes things.\n")
@@ -171,13 +172,13 @@ def test_generated_data_in_a_directory_that_cannot_be_made_is_a_data_error(tmp_p
 
 
 def test_float32_is_float32_unless_tf32_is_allowed():
-    tf = programs.load_tensorflow()
+    tf = process.load_tensorflow()
     try:
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
-        programs.load_tensorflow(allow_tf32=True)
+        process.load_tensorflow(allow_tf32=True)
         assert tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
-        programs.load_tensorflow()
+        process.load_tensorflow()
     assert not tf.config.experimental.tensor_float_32_execution_enabled()
 
 
@@ -200,7 +201,7 @@ def test_tensorflow_lines_are_asked_for_by_flag_or_environment(args, environ, as
     flags.DEFINE_integer("verbosity", -1, "absl's, as in every program", short_name="v",
                          flag_values=values)
     values(["cifar10-train", *args])
-    assert programs.tensorflow_lines_asked(values) is asked
+    assert process.tensorflow_lines_asked(values) is asked
 
 
 def test_long_class_lists_are_shortened_in_one_line_messages():

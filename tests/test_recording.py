@@ -20,6 +20,7 @@ from evalruns import RECORDS, always_cat_run, config_of, results_lines, run_of
 
 from cifar10.core.config import EvalConfig
 from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.evaluation import polling, recording, scoring
 from cifar10.evaluation.result import EvalResult
@@ -103,7 +104,7 @@ def test_per_class_scalars_and_pr_curves_go_to_tensorboard(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator
 
     batches_dir, test_files, _ = always_cat_run(tmp_path)
-    names = data.class_names(batches_dir)
+    names = datafolder.class_names(batches_dir)
     polling.evaluate(EvalConfig(
         checkpoint_dir=str(tmp_path / "train"), eval_dir=str(tmp_path / "eval"),
         eval_files=test_files, num_examples=23, batch_size=8, run_once=True, class_names=names),
@@ -144,7 +145,7 @@ def test_the_heat_map_and_the_misclassified_grid_go_to_tensorboard_and_png_files
     config = EvalConfig(
         checkpoint_dir=str(tmp_path / "train"), eval_dir=str(eval_dir), eval_files=test_files,
         num_examples=23, batch_size=8, run_once=True, misclassified_images=5,
-        class_names=data.class_names(batches_dir))
+        class_names=datafolder.class_names(batches_dir))
     [result] = polling.evaluate(config, print_fn=lambda line: None)
 
     # Each class's first wrong one in file order, in class order, 5 in all: cats are
@@ -223,8 +224,8 @@ def test_only_the_evaluator_lets_tensorflow_load_matplotlib(plots):
     """Keras imports matplotlib.pyplot when it is installed (0.65 s of each start):
     the programs that do not draw keep it out while TensorFlow loads, TensorFlow works
     without it, and matplotlib can still be imported after (a library user's)."""
-    script = ("import sys; from cifar10.cli import programs; "
-              f"tf = programs.load_tensorflow(plots={plots}); "
+    script = ("import sys; from cifar10.cli import process; "
+              f"tf = process.load_tensorflow(plots={plots}); "
               "loaded = 'matplotlib.pyplot' in sys.modules; "
               "__import__('cifar10.evaluation.plots'); "  # the evaluator's drawing: importable
               "print(loaded, int(tf.reduce_sum([1, 2])), sys.modules['matplotlib'] is not None)")

@@ -16,7 +16,7 @@ from absl import flags
 import cli
 from cifar10.runs import records as runrecord
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import programs, train_main
+from cifar10.cli import flags_txt, train_main
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata, synthetic
 from conftest import TRAIN_LINE
@@ -105,7 +105,7 @@ def test_every_flag_whose_presence_the_programs_test_is_recorded_as_given_or_not
         "test_fraction": "cifar10-prepare's warning that split folders keep their own test "
                          "set: cifar10-prepare keeps no flags.txt",
     }
-    cli_dir = os.path.join(os.path.dirname(programs.__file__))
+    cli_dir = os.path.join(os.path.dirname(flags_txt.__file__))
     tested = set()
     for name in os.listdir(cli_dir):
         if name.endswith(".py"):
@@ -125,7 +125,7 @@ def test_a_flags_txt_of_the_former_flag_name_still_replays(tmp_path):
     values = flags.FlagValues()
     train_main.define_flags(values)
     values(["cifar10-train", f"--flagfile={old}"])
-    text = programs.flagfile_text(values)
+    text = flags_txt.flagfile_text(values)
     assert "--kernels=tensorflow\n" in text and "lrn_kernel" not in text
 
 

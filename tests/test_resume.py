@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoints, rundir
+from cifar10.runs import checkpoint_files, rundir
 from cifar10.runs.lock import LOCK_FILE
 from cifar10.training import controller
 from cifar10.training.run import TrainData
@@ -78,7 +78,7 @@ def test_restore_takes_the_newest_checkpoint_that_restores_and_says_why(run_dir,
     damage(run_dir)
     lines = []
     restored, state = restore_into_new_state(run_dir, lines)
-    assert restored == checkpoints.Checkpoint(step, str(run_dir / f"model.ckpt-{step}"))
+    assert restored == checkpoint_files.Checkpoint(step, str(run_dir / f"model.ckpt-{step}"))
     assert state.step.numpy() == step
     saved = tf.train.load_checkpoint(restored.path)
     np.testing.assert_array_equal(state.model.conv1.weights.numpy(), saved.get_tensor(
@@ -138,7 +138,7 @@ def test_deleting_a_bad_checkpoint_resumes_from_the_one_before_not_from_step_0(
     assert ": step 4, loss = " in lines[2]
     after = snapshot(run_dir)
     assert {name: after[name] for name in before} == before  # 3 untouched
-    assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 4, 5]
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 4, 5]
 
 
 @pytest.mark.parametrize("damage, listed", [

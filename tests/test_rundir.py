@@ -27,7 +27,7 @@ from cifar10.data import synthetic
 from cifar10.data.folder import split_files
 from cifar10.distribute import coordination
 from cifar10.evaluation import polling
-from cifar10.runs import checkpoints, rundir
+from cifar10.runs import checkpoint_files, checkpoints, rundir
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 from cifar10.training.state import TrainState
@@ -60,7 +60,7 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     assert set(USER_FILES) | {"my_folder"} <= names
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
     assert (run_dir / "my_folder" / "model.ckpt-5.index").read_text() == "mine too"
-    assert [c.step for c in checkpoints.find(str(run_dir))] == [2]
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [2]
     assert not [n for n in names - set(USER_FILES) if "_temp" in n or ".tmp" in n]
 
 
@@ -109,9 +109,9 @@ def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run
     with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
                              print_fn=lambda line: None) as directory:
         directory.save(4)  # as a run resumed at 3 would; 6 is later
-        assert [c.step for c in checkpoints.find(str(run_dir))] == [3, 4, 6]
+        assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 4, 6]
         directory.save(5)
-    assert [c.step for c in checkpoints.find(str(run_dir))] == [4, 5, 6]
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [4, 5, 6]
     assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
     assert set(USER_FILES) <= set(os.listdir(run_dir))
 

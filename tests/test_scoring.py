@@ -10,6 +10,7 @@ from evalruns import RECORDS, always_cat_run, config_of, results_lines, run_of
 
 from cifar10.core.config import EvalConfig
 from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.evaluation import polling, scoring
 from cifar10.model import Model
 
@@ -69,7 +70,7 @@ def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path)
     [result] = polling.evaluate(EvalConfig(
         checkpoint_dir=str(train_dir), eval_dir=str(tmp_path / "eval"), eval_files=test_files,
         num_examples=23, batch_size=8, run_once=True,
-        class_names=data.class_names(batches_dir)), print_fn=lines.append)
+        class_names=datafolder.class_names(batches_dir)), print_fn=lines.append)
 
     want = np.zeros((10, 10), int)
     want[:, 3] = counts

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10.runs import statefile
-from cifar10.runs.checkpoints import Checkpoint
+from cifar10.runs.checkpoint_files import Checkpoint
 
 
 def test_the_state_file_the_trainer_writes_is_the_one_tensorflow_reads(trained_run):

@@ -23,7 +23,7 @@ from test_train import small_config
 from cifar10.cli import stopping
 from cifar10.cli import workers as launch
 from cifar10.distribute import coordination
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files
 from cifar10.runs.lock import LOCK_FILE, TrainerLock
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
@@ -31,11 +31,11 @@ from cifar10.training.run import TrainData
 
 # cifar10-train's way out of a failed run: its ``with StopRequests`` block ends with
 # the error, and the program takes seconds more to end (TensorFlow's clean-up, here
-# a sleep) before programs.guarded prints the error line.
+# a sleep) before process.guarded prints the error line.
 FAILING = """
 import sys, time
 from absl import flags
-from cifar10.cli import flags as cifar10_flags, programs, stopping
+from cifar10.cli import flags as cifar10_flags, process, stopping
 from cifar10.core.errors import Cifar10Error
 
 def main(argv):
@@ -47,7 +47,7 @@ def main(argv):
         print("failed", flush=True)
         time.sleep(1.5)
 
-programs.run("cifar10-train", main, "doc", cifar10_flags.define_train_flags)
+process.run("cifar10-train", main, "doc", cifar10_flags.define_train_flags)
 """
 
 
@@ -95,7 +95,7 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
 # after its trainer marked the start (``on_training_start``).
 STOP_ONE = """
 import sys, threading
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.distribute import coordination, devices
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
@@ -116,10 +116,10 @@ def training_starts():
     return asked
 
 
-files = data.split_files(batches_dir, "train")
+files = datafolder.split_files(batches_dir, "train")
 config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=100000, log_frequency=1)
 try:
-    result = controller.train(config, strategy, TrainData(files, data.validate_files(files)),
+    result = controller.train(config, strategy, TrainData(files, datafolder.validate_files(files)),
                               stop_event=stop, print_fn=lambda line: None,
                               on_training_start=training_starts)
     print(f"saved at step {result.step}", flush=True)
@@ -148,7 +148,7 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
     train_dir = tmp_path / "train"
     for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path, "before"):
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
-    assert checkpoints.find(str(train_dir)) == []
+    assert checkpoint_files.find(str(train_dir)) == []
 
 
 def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step(
@@ -163,7 +163,7 @@ def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step
     assert [code for _, _, code in results] == [0, 0], results
     assert outs[0] == outs[1] and outs[0].startswith("saved at step "), results
     step = int(outs[0].split()[-1])
-    assert checkpoints.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
+    assert checkpoint_files.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
 
 
 NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
@@ -323,4 +323,4 @@ def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
         pytest.fail("a stop asked for after the mark stopped the run before training")
     assert out.signal_lines() == [SAVING]
     assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
-    assert checkpoints.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
+    assert checkpoint_files.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")

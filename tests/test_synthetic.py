@@ -10,7 +10,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 
@@ -33,11 +33,11 @@ def _eval_crops(images: np.ndarray) -> np.ndarray:
 def _nearest_class_mean(batches_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """(labels, guesses) of the test file by the nearest class mean of the training
     files' eval crops: a cheap classifier on the pixels alone."""
-    train = [_records(p) for p in data.split_files(batches_dir, "train")]
+    train = [_records(p) for p in datafolder.split_files(batches_dir, "train")]
     train_labels = np.concatenate([l for l, _ in train])
     train_x = _eval_crops(np.concatenate([i for _, i in train]))
     means = np.stack([train_x[train_labels == k].mean(axis=0) for k in range(10)])
-    test_labels, test_images = _records(data.split_files(batches_dir, "test")[0])
+    test_labels, test_images = _records(datafolder.split_files(batches_dir, "test")[0])
     test_x = _eval_crops(test_images)
     distances = ((test_x[:, None, :] - means[None, :, :]) ** 2).sum(axis=2)
     return test_labels, distances.argmin(axis=1)
@@ -76,7 +76,7 @@ def test_write_dataset_creates_parents_and_returns_path(tmp_path):
     parent = tmp_path / "a" / "b"
     got = synthetic.write_dataset(str(parent), records_per_file=3)
     assert got == os.path.join(str(parent), ff.BATCHES_DIRNAME)
-    assert data.validate_files(data.split_files(got, "train")) == 15
+    assert datafolder.validate_files(datafolder.split_files(got, "train")) == 15
     assert os.listdir(parent) == [ff.BATCHES_DIRNAME]  # no scratch folder left
     # Readable by the other users a shared data folder has, not a private temporary one.
     mask = os.umask(0)
@@ -85,8 +85,8 @@ def test_write_dataset_creates_parents_and_returns_path(tmp_path):
 
 
 def test_validate_files_accepts_generated_data(batches_dir):
-    assert data.validate_files(data.split_files(batches_dir, "train")) == 250
-    assert data.validate_files(data.split_files(batches_dir, "test")) == 50
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "train")) == 250
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "test")) == 50
 
 
 def test_labels_cover_classes_evenly(batches_dir):

@@ -7,7 +7,7 @@ which Python's own SIGINT handler would end a Ctrl-C with a KeyboardInterrupt
 traceback.  So each function here installs the program's handling of Ctrl-C
 first, with nothing but the standard library loaded, then imports the program
 and runs it.  A Ctrl-C that comes before the program's own handling of it
-(``programs.guarded``) ends the program as any interrupt outside training does:
+(``process.guarded``) ends the program as any interrupt outside training does:
 ``<program>: interrupted`` on stderr and exit status 130.
 """
 
@@ -18,7 +18,7 @@ import signal
 import sys
 
 # The exit status of an interrupted program, as a shell reports one that SIGINT ended
-# (128 + 2); ``programs.guarded`` and ``stopping`` use the same.
+# (128 + 2); ``process.guarded`` and ``stopping`` use the same.
 INTERRUPTED = 128 + signal.SIGINT
 
 

@@ -25,9 +25,11 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.core import memory
 from cifar10.core.config import EvalConfig
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import programs
+from cifar10.cli import flags_txt
+from cifar10.cli import process
 from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
@@ -56,7 +58,7 @@ def main(argv: list[str]) -> None:
         raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
     data = _data_on_disk(followed) if single else _data(followed)
     # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
-    tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
@@ -64,7 +66,7 @@ def main(argv: list[str]) -> None:
 
     _set_up_devices(tf)
     polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+                     flags_text=flags_txt.flagfile_text(FLAGS), command=sys.argv)
     # Every result is recorded and printed: only the process's end is left, TensorFlow's
     # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
     # ignored, as after the trainer's last save, so that the status stays 0: at Python's
@@ -125,13 +127,11 @@ def _set_up_devices(tf) -> None:
 def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:
     """The evaluation's settings: the flags', with the files, the number of examples and
     the class names of the data in ``batches_dir`` (``counts`` records a split)."""
-    from cifar10.data import pipeline as data
-
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
     return cifar10_flags.config_from_flags(
-        EvalConfig, FLAGS, eval_files=data.split_files(batches_dir, FLAGS.eval_data),
-        num_examples=num_examples, class_names=data.class_names(batches_dir),
+        EvalConfig, FLAGS, eval_files=datafolder.split_files(batches_dir, FLAGS.eval_data),
+        num_examples=num_examples, class_names=datafolder.class_names(batches_dir),
         checkpoint=checkpoint)
 
 
@@ -171,7 +171,7 @@ def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_d
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

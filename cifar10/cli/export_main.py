@@ -22,7 +22,7 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import programs
+from cifar10.cli import process
 from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
 
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
     outdirs.refuse_foreign_export_dir(FLAGS.export_dir,
                                       checkpoint_files.run_folder(given, FLAGS.checkpoint_dir))
     writable.refuse_unwritable("export_dir", FLAGS.export_dir)
-    programs.load_tensorflow()
+    process.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import export
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from cifar10.data import fileformat as ff
 # --num_gpus left unset is one replica per GPU Slurm gave the task, else one, on the
 # CPU without a warning; cifar10-eval's --num_examples left unset is the whole test
 # split.  flags.txt writes them commented out when they were not given
-# (``programs.flagfile_text``), so that a replay leaves them unset too.
+# (``flags_txt.flagfile_text``), so that a replay leaves them unset too.
 UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 
 # The flags whose values are paths on this machine (flags.txt writes them absolute).

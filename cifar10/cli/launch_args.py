@@ -9,7 +9,7 @@ import copy
 from typing import Sequence
 
 from absl import flags
-from absl import logging  # noqa: F401  (defines absl's --verbosity and the like)
+from absl import logging  # defines absl's --verbosity and the like
 
 from cifar10.cli import flag_errors
 from cifar10.cli import flagfiles
@@ -24,7 +24,7 @@ from cifar10.data import getdata
 from cifar10.distribute import cluster
 
 # Flags every program takes from absl (its help flags are answered before parsing).
-_ABSL_MODULES = ("absl.logging",)
+_ABSL_MODULES = (logging.__name__,)
 _HELP = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 

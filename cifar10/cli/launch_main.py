@@ -27,7 +27,7 @@ from absl import flags
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import launch_args
 from cifar10.cli import workers as launch
-from cifar10.cli import programs
+from cifar10.cli import process
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-launch"
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import programs
+from cifar10.cli import process
 from cifar10.core import memory
 from cifar10.runs import checkpoint_files
 from cifar10.core.errors import Cifar10Error, shown_path
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> None:
     piped = _standard_input() if imagefiles.STDIN in paths else {}
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    programs.load_tensorflow()
+    process.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import predict
 
@@ -109,7 +109,7 @@ def _standard_input() -> dict[str, bytes]:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

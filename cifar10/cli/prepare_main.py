@@ -23,10 +23,11 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
+from cifar10.data import classfolders
 from cifar10.data import imagefiles
 from cifar10.data import prepare
 from cifar10.cli import outdirs
-from cifar10.cli import programs
+from cifar10.cli import process
 from cifar10.core.errors import listed, shown_path
 
 FLAGS = flags.FLAGS
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("; ".join(missing))
     # The folders are checked before TensorFlow loads (seconds), so that a mistake
     # in them is answered at once.
-    source = prepare.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    source = classfolders.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data "
                                                       "set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> None:
     if removed:
         print(f"Removed what an interrupted conversion left in {FLAGS.data_dir}: "
               f"{', '.join(removed)}.")
-    programs.load_tensorflow()
+    process.load_tensorflow()
     line = progress_line(len(source.train) + len(source.test))
     refused = None
     try:
@@ -86,7 +87,7 @@ def main(argv: list[str]) -> None:
 
 
 def _say_what_was_found(source) -> None:
-    """The layout, the folders passed over and the images found (``prepare.find_source``),
+    """The layout, the folders passed over and the images found (``classfolders.find_source``),
     then a warning for each thing given that is not used: --test_fraction beside split
     folders, images in no class folder, images of formats not read."""
     print(source.layout)
@@ -115,7 +116,7 @@ def _warn_skipped(skipped) -> None:
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ signals that come meanwhile would be seen as one.
 A standard output that was closed (``| head``, or ``| tee`` that Ctrl-C ended) is
 a stop request too: standard output is pointed at /dev/null, so that no later
 line fails, the trainer saves as for a signal, and the program ends with one
-line on stderr (``closed_line``) and exit status 141 (``programs.STDOUT_CLOSED``).
+line on stderr (``closed_line``) and exit status 141 (``process.STDOUT_CLOSED``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 
-from cifar10.cli import programs
+from cifar10.cli import process
 from cifar10.runs import checkpoint_files
 
 # The exit status of a run stopped at once by a second signal, as of any interrupted program.
@@ -157,7 +157,7 @@ class StopRequests:
                 return
             self.stdout_closed = True
             # Every later write, buffered lines included, goes nowhere instead of failing.
-            programs.stdout_to_devnull(self.stdout)
+            process.stdout_to_devnull(self.stdout)
         self.event.set()
 
     def _watch(self, read_fd: int) -> None:

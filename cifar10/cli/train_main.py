@@ -29,7 +29,8 @@ from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import suggestions
 from cifar10.cli import writable
-from cifar10.cli import programs
+from cifar10.cli import flags_txt
+from cifar10.cli import process
 from cifar10.runs import lock
 
 FLAGS = flags.FLAGS
@@ -42,9 +43,9 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     no_download = _refuse_before_tensorflow()
     batches_dir, counts = _data(no_download)
-    programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
+    process.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
-    from cifar10.data import pipeline as data
+    from cifar10.data import folder as data
     from cifar10.distribute import coordination, devices
     from cifar10.training import controller
     from cifar10.training.run import TrainData
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> None:
         if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
             stop.say(f"{PROGRAM}: standard output was closed before training started; "
                      f"nothing was trained")
-            sys.exit(programs.STDOUT_CLOSED)
+            sys.exit(process.STDOUT_CLOSED)
         raise
     _close(result, stop)
 
@@ -110,7 +111,7 @@ def _close(result, stop) -> None:
     if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))
-        sys.exit(programs.STDOUT_CLOSED)
+        sys.exit(process.STDOUT_CLOSED)
 
 
 def _refuse_before_tensorflow() -> str:
@@ -137,13 +138,13 @@ def _invocation(batches_dir: str):
     in train_dir), and settings TensorBoard shows with the run's config."""
     from cifar10.training.run import Invocation
 
-    return Invocation(command=sys.argv, flags_text=programs.flagfile_text(FLAGS),
+    return Invocation(command=sys.argv, flags_text=flags_txt.flagfile_text(FLAGS),
                       settings={"command": " ".join(sys.argv), "data_dir": batches_dir,
                                 "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32})
 
 
 def run() -> None:
-    programs.run(PROGRAM, main, __doc__, define_flags)
+    process.run(PROGRAM, main, __doc__, define_flags)
 
 
 if __name__ == "__main__":

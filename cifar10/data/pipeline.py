@@ -1,7 +1,8 @@
 """CIFAR-10 records and the train/eval ``tf.data`` pipelines.
 
-This module owns reading the binary format (``fileformat``), checking the files
-before a run starts, and the two input pipelines of the tutorial:
+This module owns decoding the binary format (``fileformat``) and the two input
+pipelines of the tutorial (the files are found and checked before a run starts by
+``folder``):
 
 * ``train_dataset``: the distorted inputs (random 24x24 crop, left-right flip,
   brightness, contrast, per-image standardisation), shuffled, repeated, batched,
@@ -22,8 +23,6 @@ import tensorflow as tf
 
 from cifar10.data import fileformat as ff
 from cifar10.core.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
-from cifar10.data.folder import (  # noqa: F401 (their home before)
-    batches_dir_of, class_names, read_class_names, split_files, validate_files)
 
 TRAIN_PARALLEL_BATCHES = 2  # batches distorted at once
 TRAIN_PREFETCH_BATCHES = 4  # distorted batches kept ready for the train step

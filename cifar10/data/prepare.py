@@ -27,7 +27,7 @@ from cifar10.core import atomic
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.core.errors import Cifar10Error, io_advice, io_error
-from cifar10.data.classfolders import DEFAULT_TEST_FRACTION, Source, find_source  # noqa: F401
+from cifar10.data.classfolders import Source
 
 
 @dataclasses.dataclass(frozen=True)

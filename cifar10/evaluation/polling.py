@@ -23,7 +23,7 @@ from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.distribute import devices
 from cifar10.evaluation import recording, scoring
 from cifar10.evaluation.result import EvalResult, class_table
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files, checkpoints
 from cifar10.runs import records
 from cifar10.runs import summaries
 
@@ -190,7 +190,7 @@ class _Poller:
     def _candidate(self) -> str | None:
         """The newest of the ``checkpoints.TRIED`` newest checkpoints not known to be
         unreadable, or None."""
-        for checkpoint in reversed(checkpoints.find(self.config.checkpoint_dir)
+        for checkpoint in reversed(checkpoint_files.find(self.config.checkpoint_dir)
                                    [-checkpoints.TRIED:]):
             if not self._unreadable(checkpoint.path):
                 return checkpoint.path
@@ -270,16 +270,16 @@ def _none_reads(checkpoint_dir: str) -> str:
             f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
 
 
-def _tried(checkpoint_dir: str) -> tuple[list[str], list[checkpoints.Checkpoint]]:
+def _tried(checkpoint_dir: str) -> tuple[list[str], list[checkpoint_files.Checkpoint]]:
     """(the names of the ``checkpoints.TRIED`` newest checkpoints, the newest first: those
     the poller tries; the older ones, which it does not)."""
-    found = checkpoints.find(checkpoint_dir)
+    found = checkpoint_files.find(checkpoint_dir)
     return ([checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])],
             found[:-checkpoints.TRIED])
 
 
 def _latest(checkpoint_dir: str) -> str | None:
-    latest = checkpoints.latest(checkpoint_dir)
+    latest = checkpoint_files.latest(checkpoint_dir)
     return latest.path if latest else None
 
 
@@ -287,4 +287,4 @@ def _training_finished(checkpoint_dir: str, latest: str | None) -> bool:
     """The trainer marked the run complete at the step of ``latest``."""
     final_step = checkpoints.completed_step(checkpoint_dir)
     return bool(latest) and final_step is not None and \
-        latest == checkpoints.checkpoint_path(checkpoint_dir, final_step)
+        latest == checkpoint_files.checkpoint_path(checkpoint_dir, final_step)

@@ -1,8 +1,8 @@
 """A training run's checkpoints, read: finding them, a model from one, the run's
 class names and whether it completed.  Evaluation and serving read runs through
 this module; the trainer writes them through ``rundir.RunDirectory``.  Finding the
-checkpoint files by name needs no TensorFlow: that is ``checkpoint_files``, whose
-names this module gives too.
+checkpoint files by name needs no TensorFlow: that is ``checkpoint_files``, where
+its callers find those names.
 
 A run directory (``--train_dir``) holds, each written by the module named:
 
@@ -43,11 +43,8 @@ from cifar10.data import fileformat as ff
 from cifar10.data.folder import class_names_in, find_batches_dir
 from cifar10.model import Model
 from cifar10.runs import records
-# Finding the checkpoint files needs no TensorFlow: they are in a module of their own,
-# and named here too, where the modules that read runs have always found them.
-from cifar10.runs.checkpoint_files import (  # noqa: F401
-    CHECKPOINT_NAME, DATA_FILE, INDEX_FILE, PREFIX, TEMP_DIR, Checkpoint, checkpoint_path,
-    find, latest, listdir, scan)
+# Finding the checkpoint files needs no TensorFlow: they are in a module of their own.
+from cifar10.runs.checkpoint_files import Checkpoint, find, latest
 
 COMPLETE_FILE = "training_complete.json"
 CLASSES_FILE = "class_names.txt"

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import statefile
-from cifar10.runs.checkpoints import (PREFIX, READ_ERRORS, Checkpoint, checkpoint_path,
-                                      restore_cause, scan)
+from cifar10.runs.checkpoint_files import PREFIX, Checkpoint, checkpoint_path, scan
+from cifar10.runs.checkpoints import READ_ERRORS, restore_cause
 
 
 def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[[str], None],

@@ -21,8 +21,8 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_advice, io_error, listed
 from cifar10.runs import cleanup, resume, statefile
-from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, PREFIX, READ_ERRORS,
-                                      Checkpoint, checkpoint_path, find, latest, num_outputs,
+from cifar10.runs.checkpoint_files import PREFIX, Checkpoint, checkpoint_path, find, latest
+from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, READ_ERRORS, num_outputs,
                                       recorded_class_names)
 from cifar10.runs.lock import TrainerLock
 

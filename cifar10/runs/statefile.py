@@ -17,7 +17,7 @@ from absl import logging
 
 from cifar10.core import atomic
 from cifar10.core.errors import io_error
-from cifar10.runs.checkpoints import CHECKPOINT_NAME, PREFIX, Checkpoint
+from cifar10.runs.checkpoint_files import CHECKPOINT_NAME, PREFIX, Checkpoint
 
 STATE_FILE = "checkpoint"
 # The temporary names of its atomic writes: this module's and TensorFlow's.

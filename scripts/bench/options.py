@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from bench import measure, programs
 from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.core.config import STEPS_PER_LOOP
 
@@ -56,8 +57,8 @@ def loop_step_times(args, strategy: tf.distribute.Strategy, work: str) -> dict[i
     1 per replica, for 1 and the default, ``turns`` runs of each in turns (windows of
     ``loop_window_steps`` after one warm-up window)."""
     batches_dir = synthetic.write_dataset(os.path.join(work, "loop-data"), records_per_file=200)
-    files = data.split_files(batches_dir, "train")
-    count = data.validate_files(files)
+    files = datafolder.split_files(batches_dir, "train")
+    count = datafolder.validate_files(files)
     window = args.loop_window_steps
     times = {1: [], STEPS_PER_LOOP: []}
     for turn in range(args.turns):

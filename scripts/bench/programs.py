@@ -20,11 +20,11 @@ import tensorflow as tf
 
 from bench import measure
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoint_files
 from cifar10.data import pipeline as data
 from cifar10.evaluation import scoring
 from cifar10.serving import export
-from cifar10.data import prepare
+from cifar10.data import classfolders, prepare
 from cifar10.model import Model
 
 
@@ -161,7 +161,7 @@ def _serving_rate(serve, images: list[tf.Tensor], batch_size: int, windows: int)
 
 def serving(args, train_dir: str, test_files: list[str], work: str) -> tuple[float, float]:
     """(h): images/sec of the exported SavedModel on PNG bytes, at batch 1 and 128."""
-    target = export.export(checkpoints.latest(train_dir).path, os.path.join(work, "export"))
+    target = export.export(checkpoint_files.latest(train_dir).path, os.path.join(work, "export"))
     serve = tf.saved_model.load(target).signatures["serving_default"]
     images = [tf.io.encode_png(image) for image, _ in data.read_records(test_files).take(128)]
     return (_serving_rate(serve, images, 1, args.windows),
@@ -196,7 +196,8 @@ def conversion(args, test_files: list[str], work: str) -> float:
         tf.io.write_file(path, tf.io.encode_png(image))
     try:
         summary, seconds = measure.timed(  # finding the images is part of the conversion
-            lambda: prepare.convert(prepare.find_source(folder), os.path.join(work, "prepared")))
+            lambda: prepare.convert(classfolders.find_source(folder),
+                                    os.path.join(work, "prepared")))
     except Cifar10Error as e:  # too few images to split, say
         raise SystemExit(f"benchmark.py: error: (j) cannot convert {args.prepare_images} "
                          f"images: {e}; a larger --prepare_images converts") from None

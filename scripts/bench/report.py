@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from bench import compute, kernels, measure, options, programs, training
 from cifar10 import precision
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
 from cifar10.kernels import choice
 from cifar10.data import synthetic
@@ -47,11 +47,11 @@ def prepare_setting(args, strategy: tf.distribute.Strategy, work: str) -> Settin
     if data_dir is None:
         data_dir = work
         synthetic.write_dataset(data_dir, records_per_file=args.records_per_file)
-    batches_dir = data.batches_dir_of(data_dir)
-    train_files = data.split_files(batches_dir, "train")
-    test_files = data.split_files(batches_dir, "test")
+    batches_dir = datafolder.batches_dir_of(data_dir)
+    train_files = datafolder.split_files(batches_dir, "train")
+    test_files = datafolder.split_files(batches_dir, "test")
     return Setting(args, strategy, work, data_dir, batches_dir, train_files, test_files,
-                   data.validate_files(train_files), data.validate_files(test_files),
+                   datafolder.validate_files(train_files), datafolder.validate_files(test_files),
                    measure.kernel_choice(args, strategy))
 
 
