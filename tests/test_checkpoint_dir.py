@@ -5,6 +5,8 @@ exist, an export, a SavedModel's variables; the other cases are in test_programs
 from __future__ import annotations
 
 import os
+import re
+import socket
 
 import pytest
 from cli import call
@@ -12,6 +14,7 @@ from cli import call
 from cifar10.cli import checkpoint_dir
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
+from cifar10.runs import lock
 
 
 def _export(folder):
@@ -135,3 +138,38 @@ def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_pa
                 f"two or more classes, each in a folder of its own beside {one_class}/, then "
                 f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
     assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected
+
+
+# The line of a run whose trainer (this process, holding the run's lock) has not saved yet.
+def _trainer_running(run) -> str:
+    return (re.escape(f"No checkpoint in {run} yet: its trainer is running (PID {os.getpid()} "
+                      f"on host {socket.gethostname()}, started ")
+            + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+            + re.escape(") and has not saved one; run again after its first save (every "
+                        "--checkpoint_steps steps)"))
+
+
+@pytest.mark.parametrize("program", ["cifar10-predict", "cifar10-export"])
+def test_a_run_whose_trainer_has_not_saved_yet_is_said_to_be_running(tmp_path, program):
+    # Not "train first": its trainer is at it (it holds the run's lock, as a trainer
+    # does); cifar10-eval --run_once says the same (test_eval_main.py).
+    run = tmp_path / "runs" / "b" / "train"
+    run.mkdir(parents=True)
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    args = {"cifar10-predict": [str(image)],
+            "cifar10-export": [f"--export_dir={tmp_path / 'runs' / 'b' / 'export'}"]}[program]
+    held = lock.TrainerLock(str(run))
+    held.acquire()
+    try:
+        result = call(program, f"--checkpoint_dir={run}", *args)
+    finally:
+        held.release()
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert re.fullmatch(re.escape(f"{program}: error: ") + _trainer_running(run), line), line
+    assert not (tmp_path / "runs" / "b" / "export").exists()
+    # Once no trainer holds it, it is a folder to train in, as before.
+    assert str(checkpoint_dir.no_checkpoint(str(run))).endswith(
+        f": train first (cifar10-train --train_dir={run}) or point --checkpoint_dir at a "
+        f"training run")

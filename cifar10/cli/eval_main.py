@@ -24,7 +24,6 @@ from absl import logging
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core import memory
 from cifar10.core.config import EvalConfig
-from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
@@ -32,7 +31,6 @@ from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -52,8 +50,9 @@ def main(argv: list[str]) -> None:
     # before TensorFlow loads; then it is read, and only then is the data downloaded.
     single = FLAGS.run_once or checkpoint
     if single and not checkpoint and not checkpoint_files.latest(run_dir):
-        _refuse_a_run_not_saved_yet(run_dir)
-        raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
+        raise checkpoint_dir.no_checkpoint(
+            run_dir, "No checkpoint file found",
+            or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
     # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
     tf = programs.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
@@ -95,17 +94,6 @@ def _refuse_before_data() -> tuple[str | None, str]:
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
     return checkpoint, run_dir
-
-
-def _refuse_a_run_not_saved_yet(run_dir: str) -> None:
-    """Raises Cifar10Error where ``run_dir`` holds no checkpoint because its trainer,
-    running now, has not saved one yet: "train first" would be wrong there."""
-    holder = lock.held_by(run_dir)
-    if holder is not None:
-        raise Cifar10Error(
-            f"No checkpoint in {run_dir} yet: its trainer is running ({holder}) and has not "
-            f"saved one; run again after its first save (every --checkpoint_steps steps), or "
-            f"leave out --run_once to score each checkpoint as it is saved")
 
 
 def _set_up_devices(tf) -> None:
