@@ -14,6 +14,7 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -24,6 +25,7 @@ from absl import logging
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core import memory
 from cifar10.core.config import EvalConfig
+from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import programs
@@ -31,6 +33,7 @@ from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
+from cifar10.runs import records
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -60,10 +63,15 @@ def main(argv: list[str]) -> None:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
     from cifar10.evaluation import polling
+    from cifar10.evaluation import scoring
 
     _set_up_devices(tf)
-    polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                     flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+    try:
+        polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
+                         flags_text=programs.flagfile_text(FLAGS), command=sys.argv)
+    except scoring.OtherClasses as e:
+        raise Cifar10Error(f"{e.what}: {_data_of_its_classes(e.run_dir, len(e.trained_on))}"
+                           ) from None
     # Every result is recorded and printed: only the process's end is left, TensorFlow's
     # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
     # ignored, as after the trainer's last save, so that the status stays 0: at Python's
@@ -94,6 +102,41 @@ def _refuse_before_data() -> tuple[str | None, str]:
         follow.wait_for_run(run_dir, FLAGS.eval_timeout,
                             print_fn=lambda line: print(line, flush=True))
     return checkpoint, run_dir
+
+
+def _data_of_its_classes(run_dir: str, count: int) -> str:
+    """How to score the run in ``run_dir`` on data of its ``count`` classes: leave out the
+    data flags given that differ from those the run recorded, to use its data; else
+    (the run's own data holds other classes now, or it recorded none) a --data_dir of
+    those classes."""
+    other = f"pass a --data_dir with those {count} classes"
+    recorded = records.recorded_flags(run_dir) or {}
+    given = [name for name in follow.DATA_FLAGS
+             if FLAGS[name].present and name in recorded and not _same(name, recorded[name])]
+    if not given:
+        return other
+    theirs = " ".join(_as_flag(name, recorded[name]) for name in given)
+    return (f"leave out {', '.join('--' + name for name in given)} to use the run's "
+            f"({theirs}, in {os.path.join(run_dir, records.FLAGS_FILE)}), or {other}")
+
+
+def _same(name: str, recorded: str) -> bool:
+    """Whether flag ``name``'s value is the one ``recorded`` (a flags.txt value); for a
+    folder, the same folder."""
+    try:
+        value = FLAGS[name].parser.parse(recorded)
+    except (ValueError, flags.Error):
+        return False
+    if name == "data_dir" and value and FLAGS[name].value:
+        return os.path.realpath(value) == os.path.realpath(FLAGS[name].value)
+    return value == FLAGS[name].value
+
+
+def _as_flag(name: str, recorded: str) -> str:
+    """``recorded`` (a flags.txt value) as a flag: --name=value, --name or --noname."""
+    if recorded in ("true", "false"):
+        return f"--{name}" if recorded == "true" else f"--no{name}"
+    return f"--{name}={recorded}"
 
 
 def _set_up_devices(tf) -> None:
