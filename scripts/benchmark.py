@@ -66,7 +66,7 @@ FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
 # The exit statuses of the programs (cifar10.cli): a usage error 1, as any error; a stop by
 # Ctrl-C or SIGTERM 130; a standard output that was closed (``| head``) 128 + SIGPIPE,
-# as a shell reports a program a closed pipe ended (``programs.STDOUT_CLOSED``).
+# as a shell reports a program a closed pipe ended (``process.STDOUT_CLOSED``).
 USAGE_ERROR = 1
 INTERRUPTED = 130
 STDOUT_CLOSED = 128 + signal.SIGPIPE

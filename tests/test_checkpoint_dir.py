@@ -5,13 +5,19 @@ exist, an export, a SavedModel's variables; the other cases are in test_programs
 from __future__ import annotations
 
 import os
+import re
+import socket
 
 import pytest
+from absl import flags
 from cli import call
 
 from cifar10.cli import checkpoint_dir
+from cifar10.cli import eval_main
+from cifar10.cli import programs
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
+from cifar10.runs import lock
 
 
 def _export(folder):
@@ -135,3 +141,99 @@ def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_pa
                 f"two or more classes, each in a folder of its own beside {one_class}/, then "
                 f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
     assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected
+
+
+# The line of a run whose trainer (this process, holding the run's lock) has not saved yet.
+def _trainer_running(run) -> str:
+    return (re.escape(f"No checkpoint in {run} yet: its trainer is running (PID {os.getpid()} "
+                      f"on host {socket.gethostname()}, started ")
+            + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+            + re.escape(") and has not saved one; run again after its first save (every "
+                        "--checkpoint_steps steps)"))
+
+
+@pytest.mark.parametrize("program", ["cifar10-predict", "cifar10-export"])
+def test_a_run_whose_trainer_has_not_saved_yet_is_said_to_be_running(tmp_path, program):
+    # Not "train first": its trainer is at it (it holds the run's lock, as a trainer
+    # does); cifar10-eval --run_once says the same (test_eval_main.py).
+    run = tmp_path / "runs" / "b" / "train"
+    run.mkdir(parents=True)
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    args = {"cifar10-predict": [str(image)],
+            "cifar10-export": [f"--export_dir={tmp_path / 'runs' / 'b' / 'export'}"]}[program]
+    held = lock.TrainerLock(str(run))
+    held.acquire()
+    try:
+        result = call(program, f"--checkpoint_dir={run}", *args)
+    finally:
+        held.release()
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert re.fullmatch(re.escape(f"{program}: error: ") + _trainer_running(run), line), line
+    assert not (tmp_path / "runs" / "b" / "export").exists()
+    # Once no trainer holds it, it is a folder to train in, as before.
+    assert str(checkpoint_dir.no_checkpoint(str(run))).endswith(
+        f": train first (cifar10-train --train_dir={run}) or point --checkpoint_dir at a "
+        f"training run")
+
+
+# ---- a --checkpoint with a --checkpoint_dir that does not hold it --------------------
+
+def _checkpoint(folder, step):
+    """A checkpoint's files as their names make one (what is checked before TensorFlow)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for suffix in (".index", ".data-00000-of-00001"):
+        (folder / f"model.ckpt-{step}{suffix}").write_bytes(b"")
+    return folder / f"model.ckpt-{step}"
+
+
+@pytest.mark.parametrize("program", ["cifar10-predict", "cifar10-export", "cifar10-eval"])
+def test_a_checkpoint_of_another_run_than_the_checkpoint_dir_given_is_refused(tmp_path,
+                                                                              program):
+    # Each program would use run c's checkpoint and class names, dropping run a unsaid.
+    run_a, run_c = tmp_path / "runs" / "a" / "train", tmp_path / "runs" / "c" / "train"
+    _checkpoint(run_a, 30)
+    other = _checkpoint(run_c, 10)
+    (tmp_path / "x.png").write_bytes(b"")
+    args = {"cifar10-predict": [str(tmp_path / "x.png")],
+            "cifar10-export": [f"--export_dir={tmp_path / 'export'}"],
+            "cifar10-eval": [f"--eval_dir={tmp_path / 'eval'}", "--synthetic_data",
+                             f"--data_dir={tmp_path / 'data'}"]}[program]
+    result = call(program, f"--checkpoint_dir={run_a}", f"--checkpoint={other}.index", *args)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"{program}: error: --checkpoint {other}.index is not in --checkpoint_dir {run_a}: give "
+        f"only --checkpoint to use it, or a --checkpoint_dir that holds it "
+        f"(--checkpoint_dir={run_c}) (see {program} --help)"]
+    assert sorted(os.listdir(tmp_path)) == ["runs", "x.png"]  # nothing made or fetched
+
+
+def test_a_checkpoint_in_the_checkpoint_dir_however_named_goes_with_it(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "a" / "train"
+    checkpoint = _checkpoint(run, 30)
+    os.symlink(run, tmp_path / "latest")
+    monkeypatch.chdir(run)
+    for value, folder in ((f"{checkpoint}.index", f"{run}/"), ("model.ckpt-30", "."),
+                          (str(tmp_path / "latest" / "model.ckpt-30"), str(run)),
+                          # no checkpoint: checkpoint_files.given says what it is
+                          (str(tmp_path / "b" / "model.ckpt-30"), str(run))):
+        assert checkpoint_files.not_in_checkpoint_dir(value, folder) is None, value
+    assert checkpoint_files.not_in_checkpoint_dir("model.ckpt-30", str(tmp_path)) == (
+        f"--checkpoint model.ckpt-30 is not in --checkpoint_dir {tmp_path}: give only "
+        f"--checkpoint to use it, or a --checkpoint_dir that holds it (--checkpoint_dir=.)")
+
+
+def test_an_evaluators_flags_txt_of_a_checkpoint_replays(tmp_path):
+    # It records --checkpoint_dir at its default beside --checkpoint: not a contradiction.
+    checkpoint = str(_checkpoint(tmp_path / "runs" / "c" / "train", 10))
+    first, replay = flags.FlagValues(), flags.FlagValues()
+    for values in (first, replay):
+        eval_main.define_flags(values)
+    programs.parse_flags(["cifar10-eval", f"--checkpoint={checkpoint}"], "cifar10-eval", "",
+                         first)
+    (tmp_path / "flags.txt").write_text(programs.flagfile_text(first))
+    assert f"--checkpoint_dir={first['checkpoint_dir'].default}\n" in programs.flagfile_text(first)
+    programs.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
+                         "cifar10-eval", "", replay)
+    assert (replay.checkpoint, replay.checkpoint_dir) == (checkpoint, "/tmp/cifar10_train")

@@ -3,6 +3,7 @@ cifar10-prepare through training, evaluation and prediction to the SavedModel.""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -165,11 +166,23 @@ def test_another_class_list_is_refused_by_the_trainer_and_the_evaluator(tmp_path
     assert resumed.returncode == 1
     assert "has a model of 3 classes (model.ckpt-1) and --data_dir holds 4 (class000, " \
            "class001, class002, class003)" in resumed.stderr.strip().splitlines()[-1]
-    evaluated = call("cifar10-eval", f"--data_dir={tmp_path / 'data_b'}",
-                     f"--checkpoint_dir={train_dir}", f"--eval_dir={tmp_path / 'eval'}",
-                     "--run_once")
-    assert evaluated.returncode == 1
+    refused = (f"cifar10-eval: error: the run in {train_dir} was trained on 3 classes "
+               f"(class000, class001, class002) and --data_dir holds 4 (class000, class001, "
+               f"class002, class003): ")
+    # The fix names the run's data (its flags.txt records it), scoring once or polling.
+    for once in (["--run_once"], []):
+        evaluated = call("cifar10-eval", f"--data_dir={tmp_path / 'data_b'}",
+                         f"--checkpoint_dir={train_dir}", f"--eval_dir={tmp_path / 'eval'}",
+                         *once)
+        assert evaluated.returncode == 1
+        assert evaluated.stderr.strip().splitlines()[-1] == refused + (
+            f"leave out --data_dir to use the run's (--data_dir={tmp_path / 'data_a'}, in "
+            f"{train_dir / 'flags.txt'}), or pass a --data_dir with those 3 classes")
+    # The run's own data, followed, holds other classes now: no data flag to leave out.
+    shutil.rmtree(tmp_path / "data_a")
+    shutil.copytree(tmp_path / "data_b", tmp_path / "data_a")
+    evaluated = call("cifar10-eval", f"--checkpoint_dir={train_dir}",
+                     f"--eval_dir={tmp_path / 'eval'}", "--run_once")
     assert evaluated.stderr.strip().splitlines()[-1] == (
-        f"cifar10-eval: error: the run in {train_dir} was trained on 3 classes (class000, "
-        f"class001, class002) and --data_dir holds 4 (class000, class001, class002, class003): "
-        f"evaluate it on the data it was trained on")
+        refused + "pass a --data_dir with those 3 classes")
+    assert not (tmp_path / "eval").exists()

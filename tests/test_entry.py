@@ -127,3 +127,44 @@ def test_a_sigint_ignored_by_whoever_started_the_program_stays_ignored(tmp_path)
                    "from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
                    modules_dir=modules_dir)
     assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")
+
+
+def test_ctrl_c_that_a_native_import_makes_an_import_error_still_ends_the_start(tmp_path):
+    # A KeyboardInterrupt raised in a native module's initialisation (pybind11's) comes
+    # out of the import as "ImportError: initialization failed".
+    modules_dir = write_module(tmp_path, """\
+        import os, signal
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+        def run():
+            print("ran")
+        """)
+    result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
+                   modules_dir=modules_dir)
+    assert (result.returncode, result.stdout, result.stderr) == (130, "", "cifar10-x: interrupted\n")
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_held_back_is_raised_as_the_block_ends(signal_name):
+    # SIGTERM is held where the program takes it as a Ctrl-C (programs.run's handler).
+    result = start(textwrap.dedent(f"""\
+        import os, signal
+        from cifar10.cli import entry
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            with entry.interrupts_held():
+                os.kill(os.getpid(), signal.{signal_name})
+                print("held")
+        except KeyboardInterrupt:
+            print("raised", signal.getsignal(signal.{signal_name}) is signal.default_int_handler)
+        with entry.interrupts_held():
+            print("none held")
+        signal.signal(signal.{signal_name}, signal.SIG_IGN)
+        with entry.interrupts_held():  # ignored by whoever started it: it stays ignored
+            os.kill(os.getpid(), signal.{signal_name})
+        print("ignored", signal.getsignal(signal.{signal_name}) is signal.SIG_IGN)
+        """))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0, "held\nraised True\nnone held\nignored True\n", "")

@@ -12,12 +12,16 @@ import re
 import shutil
 import socket
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
 import pytest
 from absl import flags
 from cli import call, event_tags, start
+from cli import env as cli_env
 from conftest import EVAL_LINE, TRAIN_LINE
 
 from cifar10.cli import eval_main
@@ -140,6 +144,47 @@ def test_a_signal_once_the_evaluation_is_done_is_ignored_not_an_interrupt(traine
     result = call("cifar10-eval", *eval_args(data_dir, tmp_path / "none", tmp_path / "eval2",
                                              "--run_once"))
     assert result.returncode == 1 and seen == {}
+
+
+# Sends SIGINT to the process itself from the first Python code that matplotlib's native
+# ft2font runs as it initialises (pybind11 makes its enums with Python's enum module):
+# a trace function, set only once that module is looked for; writes the file SENT then.
+_SIGINT_IN_FT2FONT = textwrap.dedent("""\
+    import os, signal, sys
+    def initialising_ft2font(frame):
+        while frame is not None:
+            if (frame.f_code.co_name == "exec_module"
+                    and "matplotlib.ft2font" in repr(frame.f_locals.get("module"))):
+                return True
+            frame = frame.f_back
+        return False
+    def trace(frame, event, arg):
+        if (event == "call" and not frame.f_code.co_filename.startswith("<frozen")
+                and initialising_ft2font(frame)):
+            sys.settrace(None)
+            open(os.environ["SENT"], "w").close()
+            os.kill(os.getpid(), signal.SIGINT)
+    class Trace:
+        def find_spec(self, name, path=None, target=None):
+            if name == "matplotlib.ft2font":
+                sys.settrace(trace)
+            return None
+    sys.meta_path.insert(0, Trace())
+    """)
+
+
+def test_ctrl_c_as_matplotlib_initialises_is_an_interrupt_not_a_traceback(trained, tmp_path):
+    # It made the first picture's import an ImportError: a traceback and exit status 1.
+    data_dir, train_dir = trained
+    sent = tmp_path / "sent"
+    result = subprocess.run(
+        [sys.executable, "-c", _SIGINT_IN_FT2FONT + "from cifar10.cli import entry; "
+         "entry.evaluate()", *eval_args(data_dir, train_dir, tmp_path / "eval", "--run_once")],
+        capture_output=True, text=True, timeout=300, env=cli_env(SENT=str(sent)))
+    if not sent.exists():
+        pytest.skip("this matplotlib's ft2font runs no Python code as it initialises")
+    assert (result.returncode, result.stderr) == (130, "cifar10-eval: interrupted\n")
+    assert not (tmp_path / "eval").exists()
 
 
 @pytest.mark.parametrize("scored_before_the_start", [True, False])

@@ -14,6 +14,7 @@ from cifar10.data import getdata
 from cifar10.data import imagefiles
 from cifar10.data import wrong_data_dir
 from cifar10.runs import checkpoint_files
+from cifar10.runs import lock
 
 
 def checkpoint_to_use(checkpoint_dir: str) -> str:
@@ -54,9 +55,20 @@ def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
     return given
 
 
-def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found") -> Cifar10Error:
-    """The error for a --checkpoint_dir without a checkpoint: ``lead`` ('No checkpoint
-    found') in it, and where to look instead, or to train first."""
+def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
+                  or_instead: str = "") -> Cifar10Error:
+    """The error for a --checkpoint_dir without a checkpoint: where its trainer is running
+    (it holds the run's lock, ``lock.held_by``) and has not saved yet, that it is, with
+    ``or_instead`` (a program's other way, such as cifar10-eval's 'leave out
+    --run_once ...') after 'run again after its first save'; else ``lead`` ('No
+    checkpoint found') in it, and where to look instead, or to train first."""
+    holder = lock.held_by(checkpoint_dir)
+    if holder is not None:  # "train first" would be wrong: the trainer is at it
+        also = f", or {or_instead}" if or_instead else ""
+        return Cifar10Error(
+            f"No checkpoint in {checkpoint_dir} yet: its trainer is running ({holder}) and "
+            f"has not saved one; run again after its first save (every --checkpoint_steps "
+            f"steps){also}")
     train = f"cifar10-train --train_dir={shlex.quote(checkpoint_dir)}"
     if not os.path.lexists(checkpoint_dir):
         return Cifar10Error(f"{lead} in {checkpoint_dir}: there is no such folder"

@@ -13,9 +13,12 @@ and runs it.  A Ctrl-C that comes before the program's own handling of it
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import signal
 import sys
+import threading
+from typing import Iterator
 
 # The exit status of an interrupted program, as a shell reports one that SIGINT ended
 # (128 + 2); ``process.guarded`` and ``stopping`` use the same.
@@ -62,7 +65,12 @@ def start(program: str, module_name: str) -> None:
         # it stays ignored, as it would for the program.
         if previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, interrupt)
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            if interrupts:  # a native module's initialisation made it an ImportError
+                raise KeyboardInterrupt from None
+            raise
         if interrupts:
             raise KeyboardInterrupt
         signal.signal(signal.SIGINT, previous)  # Python's own, which the programs expect
@@ -74,3 +82,31 @@ def start(program: str, module_name: str) -> None:
         sys.stderr.write(f"{program}: interrupted\n")
         sys.stderr.flush()
         sys.exit(INTERRUPTED)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """In the block, a Ctrl-C (SIGINT), or a SIGTERM that the program takes as one
+    (``process.run``), is held back, and raised as KeyboardInterrupt as the block ends.
+
+    For imports of native modules whose initialisation runs Python code (matplotlib's
+    ft2font, built with pybind11): a KeyboardInterrupt raised in it comes out as
+    ``ImportError: initialization failed``, which an import guarded for a missing
+    package takes for one.  Only a signal whose handler is Python's own is held (one
+    ignored stays ignored), and only in the main thread (signal handlers are its).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    own = [signum for signum in (signal.SIGINT, signal.SIGTERM)
+           if signal.getsignal(signum) is signal.default_int_handler]
+    for signum in own:
+        signal.signal(signum, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for signum in own:
+            signal.signal(signum, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt

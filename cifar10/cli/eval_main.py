@@ -14,6 +14,8 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
+import importlib
+import os
 import signal
 import sys
 
@@ -28,13 +30,14 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
+from cifar10.cli import entry
 from cifar10.cli import flags_txt
 from cifar10.cli import process
 from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
 from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
+from cifar10.runs import records
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-eval"
@@ -54,25 +57,44 @@ def main(argv: list[str]) -> None:
     # before TensorFlow loads; then it is read, and only then is the data downloaded.
     single = FLAGS.run_once or checkpoint
     if single and not checkpoint and not checkpoint_files.latest(run_dir):
-        _refuse_a_run_not_saved_yet(run_dir)
-        raise checkpoint_dir.no_checkpoint(run_dir, "No checkpoint file found")
+        raise checkpoint_dir.no_checkpoint(
+            run_dir, "No checkpoint file found",
+            or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
-    # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
-    tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    tf = _load_tensorflow()  # now that the flags are parsed
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
     from cifar10.evaluation import polling
+    from cifar10.evaluation import scoring
 
     _set_up_devices(tf)
-    polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                     flags_text=flags_txt.flagfile_text(FLAGS), command=sys.argv)
+    try:
+        polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
+                         flags_text=flags_txt.flagfile_text(FLAGS), command=sys.argv)
+    except scoring.OtherClasses as e:
+        raise Cifar10Error(f"{e.what}: {_data_of_its_classes(e.run_dir, len(e.trained_on))}"
+                           ) from None
     # Every result is recorded and printed: only the process's end is left, TensorFlow's
     # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
     # ignored, as after the trainer's last save, so that the status stays 0: at Python's
     # end it would kill the process, with no line, its work done.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+
+
+def _load_tensorflow():
+    """TensorFlow, after matplotlib (the evaluator's pictures), which is imported first
+    with Ctrl-C held back (``entry.interrupts_held``): its native modules (ft2font, built
+    with pybind11) make a Ctrl-C as they initialise an ImportError, which Keras, as
+    TensorFlow loads, takes for matplotlib missing (``try: import matplotlib.pyplot``):
+    the Ctrl-C was lost, and the half-made module failed the first pictures (a
+    traceback, exit status 1).  What Keras imports is in place then, so it imports
+    nothing more."""
+    with entry.interrupts_held():  # (for a second at most)
+        importlib.import_module("cifar10.evaluation.plots")  # Agg first: files only
+        importlib.import_module("matplotlib.pyplot")
+    return process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
@@ -99,15 +121,39 @@ def _refuse_before_data() -> tuple[str | None, str]:
     return checkpoint, run_dir
 
 
-def _refuse_a_run_not_saved_yet(run_dir: str) -> None:
-    """Raises Cifar10Error where ``run_dir`` holds no checkpoint because its trainer,
-    running now, has not saved one yet: "train first" would be wrong there."""
-    holder = lock.held_by(run_dir)
-    if holder is not None:
-        raise Cifar10Error(
-            f"No checkpoint in {run_dir} yet: its trainer is running ({holder}) and has not "
-            f"saved one; run again after its first save (every --checkpoint_steps steps), or "
-            f"leave out --run_once to score each checkpoint as it is saved")
+def _data_of_its_classes(run_dir: str, count: int) -> str:
+    """How to score the run in ``run_dir`` on data of its ``count`` classes: leave out the
+    data flags given that differ from those the run recorded, to use its data; else
+    (the run's own data holds other classes now, or it recorded none) a --data_dir of
+    those classes."""
+    other = f"pass a --data_dir with those {count} classes"
+    recorded = records.recorded_flags(run_dir) or {}
+    given = [name for name in follow.DATA_FLAGS
+             if FLAGS[name].present and name in recorded and not _same(name, recorded[name])]
+    if not given:
+        return other
+    theirs = " ".join(_as_flag(name, recorded[name]) for name in given)
+    return (f"leave out {', '.join('--' + name for name in given)} to use the run's "
+            f"({theirs}, in {os.path.join(run_dir, records.FLAGS_FILE)}), or {other}")
+
+
+def _same(name: str, recorded: str) -> bool:
+    """Whether flag ``name``'s value is the one ``recorded`` (a flags.txt value); for a
+    folder, the same folder."""
+    try:
+        value = FLAGS[name].parser.parse(recorded)
+    except (ValueError, flags.Error):
+        return False
+    if name == "data_dir" and value and FLAGS[name].value:
+        return os.path.realpath(value) == os.path.realpath(FLAGS[name].value)
+    return value == FLAGS[name].value
+
+
+def _as_flag(name: str, recorded: str) -> str:
+    """``recorded`` (a flags.txt value) as a flag: --name=value, --name or --noname."""
+    if recorded in ("true", "false"):
+        return f"--{name}" if recorded == "true" else f"--no{name}"
+    return f"--{name}={recorded}"
 
 
 def _set_up_devices(tf) -> None:

@@ -111,7 +111,7 @@ def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) 
     for name, value, home in cifar10_flags.unexpanded_tildes(flag_values):
         setting = settings.get(name)
         if setting is None or setting.arg.top is None:
-            continue  # a ~ of the command line: programs' to refuse
+            continue  # a ~ of the command line: path_flags' to refuse
         raise FlagfileError(f"{setting.arg.place()}: {setting.written} starts with a ~, which "
                             f"a flagfile does not expand (no shell reads it): write "
                             f"--{name}={home} on that line; for a folder "

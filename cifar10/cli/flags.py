@@ -20,6 +20,7 @@ from cifar10.distribute import cluster
 from cifar10.distribute import slurm
 from cifar10.core import config
 from cifar10.data import fileformat as ff
+from cifar10.runs import checkpoint_files
 
 
 # Flags whose being left unset means something else than their default value: the
@@ -233,6 +234,7 @@ def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     define_data_flags(flag_values, rules_when_parsed=False)  # once it follows the run
     define_config_flags(config.EvalConfig, flag_values)
     define_tf32_flag(flag_values)
+    define_checkpoint_rule(flag_values)
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
                          "present, so as not to compete with training for GPU memory.",
                          flag_values=flag_values)
@@ -279,6 +281,27 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
                         "its .index file).",
                         flag_values=flag_values)
     _define_weights_flag(verb, flag_values)
+    define_checkpoint_rule(flag_values)
+
+
+def define_checkpoint_rule(flag_values: flags.FlagValues) -> None:
+    """--checkpoint with a --checkpoint_dir that does not hold it is a flag error
+    (``checkpoint_files.not_in_checkpoint_dir``): the program would use the checkpoint's
+    own run, and --checkpoint_dir would be dropped without a word.  --checkpoint_dir
+    at its default counts as not given: cifar10-eval's flags.txt records it so beside
+    a --checkpoint, and its replay must not be refused."""
+    default = flag_values["checkpoint_dir"].default
+
+    def rule(values: dict[str, Any]) -> bool:
+        if values["checkpoint"] and values["checkpoint_dir"] != default:
+            problem = checkpoint_files.not_in_checkpoint_dir(values["checkpoint"],
+                                                             values["checkpoint_dir"])
+            if problem:
+                raise flags.ValidationError(problem)
+        return True
+
+    flags.register_multi_flags_validator(["checkpoint", "checkpoint_dir"], rule,
+                                         flag_values=flag_values)
 
 
 def define_prepare_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -29,7 +29,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files.
 
     Raises:
-      Cifar10Error: the run was trained on other classes than ``config.class_names``.
+      OtherClasses: the run was trained on other classes than ``config.class_names``.
       One of ``checkpoints.READ_ERRORS``: the checkpoint cannot be read.
     """
     start = time.monotonic()
@@ -165,17 +165,27 @@ def _generated(files: Sequence[str]) -> bool:
     return any(synthetic.is_synthetic(os.path.dirname(path)) for path in files)
 
 
+class OtherClasses(Cifar10Error):
+    """The data to score on holds other classes than the run in ``run_dir`` was trained
+    on; ``what`` says so, without the fix (a program that knows where the run's data is
+    names it)."""
+
+    def __init__(self, run_dir: str, trained_on: Sequence[str], data_classes: Sequence[str]):
+        self.run_dir, self.trained_on = run_dir, tuple(trained_on)
+        self.what = (f"the run in {run_dir} was trained on {len(trained_on)} classes "
+                     f"({listed(trained_on)}) and --data_dir holds {len(data_classes)} "
+                     f"({listed(data_classes)})")
+        super().__init__(f"{self.what}: evaluate it on the data it was trained on")
+
+
 def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
     """The class names the run of ``checkpoint`` was trained on.
 
     Raises:
-      Cifar10Error: ``data_classes`` (when given) are other classes.
+      OtherClasses: ``data_classes`` (when given) are other classes.
     """
     run_dir = os.path.dirname(checkpoint)
     trained_on = checkpoints.trained_class_names(run_dir, fallback=data_classes or None)
     if data_classes and tuple(trained_on) != tuple(data_classes):
-        raise Cifar10Error(
-            f"the run in {run_dir} was trained on {len(trained_on)} classes "
-            f"({listed(trained_on)}) and --data_dir holds {len(data_classes)} "
-            f"({listed(data_classes)}): evaluate it on the data it was trained on")
+        raise OtherClasses(run_dir, trained_on, data_classes)
     return trained_on

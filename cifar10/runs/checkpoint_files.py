@@ -189,6 +189,23 @@ def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None
     return checkpoint_dir
 
 
+def not_in_checkpoint_dir(value: str, checkpoint_dir: str) -> str | None:
+    """Why ``--checkpoint=value`` does not go with ``--checkpoint_dir=checkpoint_dir``:
+    the checkpoint is in another folder, whose run (its class names, its data) the
+    programs would use, not the one --checkpoint_dir names; None when it is in that
+    folder (links followed), or names no checkpoint (``given`` says what it is)."""
+    try:
+        checkpoint = given(value)
+    except Cifar10Error:
+        return None
+    folder = os.path.dirname(checkpoint) or "."
+    if os.path.realpath(folder) == os.path.realpath(checkpoint_dir):
+        return None
+    return (f"--checkpoint {value} is not in --checkpoint_dir {checkpoint_dir}: give only "
+            f"--checkpoint to use it, or a --checkpoint_dir that holds it "
+            f"(--checkpoint_dir={folder})")
+
+
 def _holds(folder: str) -> str:
     """'runs/a holds model.ckpt-10, model.ckpt-20' (its complete checkpoints)."""
     found = [checkpoint.name for checkpoint in find(folder or ".")]
