@@ -14,7 +14,7 @@ from cli import call
 
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import eval_main
-from cifar10.cli import programs
+from cifar10.cli import command_line, flags_txt
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
@@ -230,10 +230,10 @@ def test_an_evaluators_flags_txt_of_a_checkpoint_replays(tmp_path):
     first, replay = flags.FlagValues(), flags.FlagValues()
     for values in (first, replay):
         eval_main.define_flags(values)
-    programs.parse_flags(["cifar10-eval", f"--checkpoint={checkpoint}"], "cifar10-eval", "",
+    command_line.parse_flags(["cifar10-eval", f"--checkpoint={checkpoint}"], "cifar10-eval", "",
                          first)
-    (tmp_path / "flags.txt").write_text(programs.flagfile_text(first))
-    assert f"--checkpoint_dir={first['checkpoint_dir'].default}\n" in programs.flagfile_text(first)
-    programs.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
+    (tmp_path / "flags.txt").write_text(flags_txt.flagfile_text(first))
+    assert f"--checkpoint_dir={first['checkpoint_dir'].default}\n" in flags_txt.flagfile_text(first)
+    command_line.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
                          "cifar10-eval", "", replay)
     assert (replay.checkpoint, replay.checkpoint_dir) == (checkpoint, "/tmp/cifar10_train")
