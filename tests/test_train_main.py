@@ -22,7 +22,7 @@ import tensorflow as tf
 from cifar10.cli import stopping
 from cifar10.cli import suggestions
 from cifar10.runs import cleanup, rundir
-from cifar10.data import pipeline as data
+from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
 from cifar10.data import synthetic
 from cifar10.training.state import TrainState
@@ -475,8 +475,8 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
     result = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=7"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    files = data.split_files(str(tmp_path / "cifar-10-batches-bin"), "train")
-    assert data.validate_files(files) == 35
+    files = datafolder.split_files(str(tmp_path / "cifar-10-batches-bin"), "train")
+    assert datafolder.validate_files(files) == 35
     bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
