@@ -53,6 +53,8 @@ import signal
 import sys
 
 try:
+    from cifar10.cli.entry import INTERRUPTED
+    from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
     from cifar10.core import logs, memory
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
@@ -65,11 +67,9 @@ except ImportError as e:
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
 # The exit statuses of the programs (cifar10.cli): a usage error 1, as any error; a stop by
-# Ctrl-C or SIGTERM 130; a standard output that was closed (``| head``) 128 + SIGPIPE,
-# as a shell reports a program a closed pipe ended (``process.STDOUT_CLOSED``).
+# Ctrl-C or SIGTERM ``entry.INTERRUPTED`` (130); a standard output that was closed
+# (``| head``) ``process.STDOUT_CLOSED`` (141).
 USAGE_ERROR = 1
-INTERRUPTED = 130
-STDOUT_CLOSED = 128 + signal.SIGPIPE
 
 # The memory generating one record of the data takes (numpy's float64 image and its
 # temporaries: 114 KB, measured with tracemalloc), so that a --records_per_file whose
@@ -205,17 +205,8 @@ def main(argv=None) -> int:
         print("benchmark.py: interrupted", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
-        _stdout_to_devnull()  # the lines still buffered go nowhere, not into a traceback
+        stdout_to_devnull(sys.stdout)  # the lines still buffered go nowhere, not into a traceback
         return STDOUT_CLOSED
-
-
-def _stdout_to_devnull() -> None:
-    """Points standard output's descriptor at /dev/null (as the programs do)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
 
 
 def _warnings_as_own_lines() -> None:
