@@ -148,7 +148,7 @@ def test_a_runs_flags_txt_cut_short_after_a_start_header_is_refused(run, kept):
     # Flag lines under the last header (the latest start's, as the trainer writes them).
     pathlib.Path("whole.txt").write_text("".join(lines[:kept]) + "--max_steps=3\n")
     assert flagfile_lines.expand(["--flagfile=whole.txt"]) == [
-        flagfile_lines.Arg("--max_steps=3", "whole.txt", kept + 1, "whole.txt")]
+        flagfile_lines.Arg("--max_steps=3", "whole.txt", kept + 1, "whole.txt", in_record=True)]
 
 
 def test_flagfiles_that_name_each_other_and_a_flagfile_without_its_file(tmp_path,

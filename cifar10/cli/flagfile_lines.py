@@ -43,6 +43,7 @@ class Arg:
     file: str | None = None
     line: int = 0
     top: str | None = None
+    in_record: bool = False  # ``file`` holds a start header: a program wrote it as a run's record
 
     def place(self) -> str:
         """Where the argument was written: 'line 3 of --flagfile=F', or for a nested
@@ -102,13 +103,13 @@ def _file_lines(name: str, top: str, reading: tuple[str, ...],
                             f"that line")
     raw = _read(name, where, named_at)
     text = _decoded(raw, where)
-    _refuse_a_start_without_flags(text, where)
+    in_record = _start_headers(text, where)
     lines = []
     for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
         # absl's tests, in its order, on the line as read (its line break still on).
         if line.isspace() or line.startswith(("#", "//")):
             continue
-        arg = Arg(line.strip(), file=name, line=number, top=top)
+        arg = Arg(line.strip(), file=name, line=number, top=top, in_record=in_record)
         if arg.text in DIRECTIVES:  # absl takes a nested file's name on its line only
             raise FlagfileError(f"{arg.place()}: {arg.text} without its file: write "
                                 f"--flagfile=FILE on one line")
@@ -121,20 +122,24 @@ def _file_lines(name: str, top: str, reading: tuple[str, ...],
     return lines
 
 
-def _refuse_a_start_without_flags(text: str, where: str) -> None:
-    """Refuses a run's record (flags.txt) whose last start header has no flag line
-    under it: cut short inside its first start, or its latest start's lines commented
-    out, it sets no flag, and the program would run on its defaults without a word
-    (downloading CIFAR-10 into /tmp, training into another folder).  No program writes
-    such a file: each start's header is followed by its flags.
+def _start_headers(text: str, where: str) -> bool:
+    """Whether ``text`` holds a start header (``records.is_start_header``): a program
+    wrote it as a run's record (flags.txt).
+
+    Refuses a record whose last start header has no flag line under it: cut short
+    inside its first start, or its latest start's lines commented out, it sets no
+    flag, and the program would run on its defaults without a word (downloading
+    CIFAR-10 into /tmp, training into another folder).  No program writes such a
+    file: each start's header is followed by its flags.
 
     Raises:
       FlagfileError: naming the file and the header line.
     """
     header = None  # the line number of the last header with no flag line under it yet
+    seen = False
     for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
         if records.is_start_header(line):
-            header = number
+            header, seen = number, True
         elif not (line.isspace() or line.startswith(("#", "//"))):  # absl's flag line
             header = None
     if header is not None:
@@ -143,6 +148,7 @@ def _refuse_a_start_without_flags(text: str, where: str) -> None:
             f"only comments (a record cut short, or its flags commented out), so it sets no "
             f"flag and the program would run on its defaults: give the run's whole "
             f"flags.txt, or the flags on the command line")
+    return seen
 
 
 def _read(name: str, where: str, named_at: Arg | None) -> bytes:

@@ -229,7 +229,7 @@ def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues
         return
     arg, recorded = settings[-1].arg, settings[-1].value
     folder = os.path.dirname(arg.file) or "."
-    if (os.path.basename(arg.file) != records.FLAGS_FILE or not _is_a_record(arg.file)
+    if (os.path.basename(arg.file) != records.FLAGS_FILE or not arg.in_record
             or os.path.realpath(recorded) == os.path.realpath(folder)):
         return
     where = f"--flagfile={arg.top}" if arg.file == arg.top else f"{arg.file}, read by " \
@@ -238,16 +238,6 @@ def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues
     raise FlagfileError(f"{where} records --{own}={recorded}, not the folder it is in "
                         f"({folder}): pass --{own}={folder} after it to go on with this "
                         f"copy, or --{own}={recorded} for the recorded run{gone}")
-
-
-def _is_a_record(path: str) -> bool:
-    """Whether the file ``path`` holds a start header line (``records.is_start_header``):
-    a program wrote it as a run's flags.txt."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return any(records.is_start_header(line.removeprefix(BOM)) for line in f)
-    except OSError:
-        return False
 
 
 def _same(flag: flags.Flag, a: _Setting, b: _Setting) -> bool:
