@@ -11,6 +11,7 @@ import cli
 from cifar10.core.config import TrainConfig
 from cifar10.distribute import devices
 from cifar10.training import controller
+from cifar10.training.loops import loop_end
 from cifar10.training.engine import Trainer
 from cifar10.training.run import TrainData
 from cifar10.training.step import ReplicatedStep
@@ -29,7 +30,7 @@ def loops(config, start=0):
     """The (first, last) steps of each loop of a run from ``start``."""
     done, spans = start, []
     while done < config.max_steps:
-        end = controller.loop_end(done, start, config)
+        end = loop_end(done, start, config)
         spans.append((done + 1, end))
         done = end
     return spans

@@ -23,6 +23,7 @@ from cifar10.evaluation import scoring
 from cifar10.core.config import EvalConfig, TrainConfig
 from cifar10.distribute import devices
 from cifar10.training import controller
+from cifar10.training.determinism import op_determinism
 from cifar10.training import schedule
 from cifar10.training.engine import Trainer
 from cifar10.training.run import TrainData
@@ -635,7 +636,7 @@ def test_op_determinism_is_on_for_a_deterministic_run_only_and_as_found_after_it
         assert (during, after) == ([True, True, False, False], [False, False, False])
         # Found on (the caller's choice, or TF_DETERMINISTIC_OPS=1): left on.
         tf.config.experimental.enable_op_determinism()
-        with controller.op_determinism(True):
+        with op_determinism(True):
             pass
         assert tf_config.is_op_determinism_enabled()
     finally:

@@ -1,8 +1,10 @@
 """The trainer: the replicated step, the engine that runs it in loops, and the
 controller that runs the engine in a run directory.
 
-  controller.py  ``train()``: the run directory, resume, the loops and what acts
-                 where each ends (saving, stop, divergence); op determinism per run
+  controller.py  ``train()``: the run directory, resume, the start's checks, the loops
+  loops.py       ``loop_end``, ``LoopController``: the loops of steps and what acts
+                 where each ends (progress, saving, profiling, stop, divergence)
+  determinism.py ``op_determinism``: TensorFlow's op determinism for a run's time
   engine.py      ``Trainer``: the state, the replicated step and the input under a
                  strategy; the loop functions (steps_per_loop steps per call)
   step.py        ``ReplicatedStep``: one synchronous update (gradients per replica,
