@@ -12,7 +12,6 @@ Nothing here loads TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Sequence
@@ -21,8 +20,10 @@ from absl import flags
 
 from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli.flag_settings import Setting, flag_settings
 # FlagfileError is the programs' to catch from here, as flagfiles.FlagfileError.
-from cifar10.cli.flagfile_lines import BOM, DIRECTIVES, Arg, FlagfileError, expand, names_flagfile
+from cifar10.cli.flagfile_lines import Arg, FlagfileError, expand
+from cifar10.cli.other_programs import other_programs_flagfile
 from cifar10.runs import records
 
 
@@ -49,29 +50,49 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
     try:
         rest = flag_values([argv[0], *(arg.text for arg in args)])
     except flags.Error as e:
-        line = _line_at_fault(e, args, flag_values)
-        if line is None:
+        error = _flagfile_line_error(e, args, flag_values)
+        if error is None:
             raise
-        spaced = _spaced_flag(line.text, flag_values)
-        if isinstance(e, flags.UnrecognizedFlagError) and spaced:
-            raise FlagfileError(f"{line.place()}: {line.text}: {spaced}") from None
-        fix = ("delete or fix" if isinstance(e, flags.UnrecognizedFlagError)
-               else "fix or delete")
-        raise FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(e)}; {fix} that "
-                            f"line") from None
+        raise error from None
     except ValueError:  # absl's for --noname=value, which is not one of its flags.Error
-        arg, name = next(((arg, name) for arg in args if (name := _negated_with_value(
-            arg.text, flag_values))), (None, None))
-        if arg is None:
+        error = _negated_with_value_error(args, flag_values)
+        if error is None:
             raise
-        message = f"{arg.text}: --no{name} takes no value; write --no{name}, or --{name}=VALUE"
-        if arg.top is not None:
-            raise FlagfileError(f"{arg.place()}: {message}; fix or delete that line") from None
-        raise flags.Error(message) from None
+        raise error from None
     refuse_unexpanded_tilde(args, flag_values)
     if program != PREDICTOR:
         refuse_lines_that_are_no_flags(args, flag_values)
     return rest
+
+
+def _flagfile_line_error(error: flags.Error, args: Sequence[Arg],
+                         flag_values: flags.FlagValues) -> FlagfileError | None:
+    """absl's ``error`` as the one line naming the flagfile line at fault (a flag no
+    program takes, a bad value, spaces around =), or None where no line is."""
+    line = _line_at_fault(error, args, flag_values)
+    if line is None:
+        return None
+    spaced = _spaced_flag(line.text, flag_values)
+    if isinstance(error, flags.UnrecognizedFlagError) and spaced:
+        return FlagfileError(f"{line.place()}: {line.text}: {spaced}")
+    fix = "delete or fix" if isinstance(error, flags.UnrecognizedFlagError) else "fix or delete"
+    return FlagfileError(f"{line.place()}: {flag_errors.flag_error_text(error)}; {fix} that "
+                         f"line")
+
+
+def _negated_with_value_error(args: Sequence[Arg],
+                              flag_values: flags.FlagValues) -> flags.Error | None:
+    """The error for the first ``--noname=value`` of ``args`` (absl's ValueError
+    names neither flag nor line): a FlagfileError for a flagfile's line, else
+    absl's ``flags.Error``; None where there is none."""
+    arg, name = next(((arg, name) for arg in args if (name := _negated_with_value(
+        arg.text, flag_values))), (None, None))
+    if arg is None:
+        return None
+    message = f"{arg.text}: --no{name} takes no value; write --no{name}, or --{name}=VALUE"
+    if arg.top is not None:
+        return FlagfileError(f"{arg.place()}: {message}; fix or delete that line")
+    return flags.Error(message)
 
 
 # The program whose arguments (the files to classify) a flagfile's lines may give too.
@@ -87,7 +108,7 @@ def refuse_lines_that_are_no_flags(args: Sequence[Arg], flag_values: flags.FlagV
       FlagfileError: naming the line.
     """
     left: list[Arg] = []
-    _settings(args, flag_values, left)
+    flag_settings(args, flag_values, left)
     for arg in left:
         if arg.top is not None:
             raise FlagfileError(f"{arg.place()}: {arg.text} is not a flag (flags start with "
@@ -106,7 +127,7 @@ def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) 
       FlagfileError: naming the line and the path to write on it.
     """
     settings = {}
-    for setting in _settings(args, flag_values):
+    for setting in flag_settings(args, flag_values):
         settings[setting.name] = setting  # the last, whose value absl keeps
     for name, value, home in cifar10_flags.unexpanded_tildes(flag_values):
         setting = settings.get(name)
@@ -128,65 +149,6 @@ def _negated_with_value(text: str, flag_values: flags.FlagValues) -> str | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Setting:
-    """A flag set by an argument: the flag's name (an alias's flag's), the value as
-    absl parses it ('true' or 'false' for a bare boolean), as it was written, and the
-    argument of the flag's name."""
-
-    name: str
-    value: str
-    written: str
-    arg: Arg
-
-
-def _settings(args: Sequence[Arg], flag_values: flags.FlagValues,
-              left: list[Arg] | None = None) -> list[_Setting]:
-    """The flags ``args`` set, in order, read as absl's ``_parse_args`` reads them;
-    arguments absl would refuse (unknown flags, a missing value) are left out.  The
-    arguments before a ``--`` that absl leaves to the program (no flag, nor a flag's
-    value) go into ``left``, if given."""
-    known = {name: flag_values[name] for name in flag_values}
-    found = []
-    at = 0
-    while at < len(args):
-        arg = args[at]
-        at += 1
-        text = arg.text
-        if text == "--":
-            break
-        if not text.startswith("-"):
-            if left is not None:
-                left.append(arg)
-            continue
-        name, sep, value = (text[2:] if text.startswith("--") else text[1:]).partition("=")
-        if not name:
-            continue
-        if name == "undefok":
-            at += 0 if sep else 1
-            continue
-        flag = known.get(name)
-        written = text
-        if flag is not None and flag.boolean and not sep:
-            value = "true"
-        elif flag is not None and not sep:
-            if at >= len(args):
-                continue
-            value = args[at].text
-            written = f"{text} {value}"
-            at += 1
-        elif flag is None and name.startswith("no") and not sep:
-            flag = known.get(name[2:])
-            if flag is None or not flag.boolean:
-                continue
-            value = "false"
-        elif flag is None:
-            continue
-        found.append(_Setting(cifar10_flags.FORMER_NAMES.get(flag.name, flag.name), value,
-                              written, arg))
-    return found
-
-
 def refuse_lost_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> None:
     """Refuses a flag that the command line gives before a ``--flagfile`` which sets
     it again to another value and is the last to set it: absl takes the last value,
@@ -196,8 +158,8 @@ def refuse_lost_flags(args: Sequence[Arg], flag_values: flags.FlagValues) -> Non
     Raises:
       FlagfileError: naming the flag as given, the file and the value that would win.
     """
-    by_flag: dict[str, list[_Setting]] = {}
-    for setting in _settings(args, flag_values):
+    by_flag: dict[str, list[Setting]] = {}
+    for setting in flag_settings(args, flag_values):
         by_flag.setdefault(setting.name, []).append(setting)
     for name, settings in by_flag.items():
         last = settings[-1]
@@ -224,7 +186,7 @@ def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues
     own = records.OWN_FLAG.get(program)
     if own is None or own not in flag_values:
         return
-    settings = [s for s in _settings(args, flag_values) if s.name == own]
+    settings = [s for s in flag_settings(args, flag_values) if s.name == own]
     if not settings or settings[-1].arg.file is None:
         return
     arg, recorded = settings[-1].arg, settings[-1].value
@@ -240,7 +202,7 @@ def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues
                         f"copy, or --{own}={recorded} for the recorded run{gone}")
 
 
-def _same(flag: flags.Flag, a: _Setting, b: _Setting) -> bool:
+def _same(flag: flags.Flag, a: Setting, b: Setting) -> bool:
     """Whether two settings give ``flag`` the same value (paths as absolute paths);
     a value that does not parse is left to absl, which refuses it."""
     try:
@@ -267,7 +229,7 @@ def _line_at_fault(error: flags.Error, args: Sequence[Arg],
     if bad is None:
         return None
     name, value = bad
-    setting = next((s for s in _settings(args, flag_values)
+    setting = next((s for s in flag_settings(args, flag_values)
                     if s.arg.text.lstrip("-").split("=")[0] == name and s.value == value), None)
     return setting.arg if setting and setting.arg.top is not None else None
 
@@ -292,61 +254,3 @@ def _spaced_flag(text: str, flag_values: flags.FlagValues) -> str | None:
            else "a flag's value goes after =, not after a space")
     return (f"{why} (absl reads the line as one argument): write {dashes}{name}"
             + (f"={value}" if value else ""))
-
-
-def other_programs_flagfile(args: Sequence[Arg], argv: Sequence[str], program: str) -> str | None:
-    """The error for a ``--flagfile`` of the command line that is another program's
-    flags.txt (its first line a start header, ``records.header_program``), worded for
-    the pair of programs; or None."""
-    for top in dict.fromkeys(arg.top for arg in args if arg.top):
-        try:
-            with open(top, encoding="utf-8", errors="replace") as f:
-                other = records.header_program(f.readline().removeprefix(BOM))
-        except OSError:
-            continue
-        if not other.startswith("cifar10-") or other == program:
-            continue
-        # The latest start's flags, as flags.txt writes them (--name=value).
-        recorded = dict(arg.text[2:].split("=", 1) for arg in args
-                        if arg.top == top and arg.text.startswith("--") and "=" in arg.text)
-        return _advice(top, other, program, recorded, argv)
-    return None
-
-
-def _advice(top: str, other: str, program: str, recorded: dict[str, str],
-            argv: Sequence[str]) -> str:
-    """``other_programs_flagfile``'s line for ``program`` given ``other``'s flags.txt
-    ``top``, whose latest start set ``recorded``."""
-    head = f"--flagfile={top} holds {other}'s flags, not {program}'s"
-    if other == "cifar10-train":
-        # The run is where its records are, even when it moved since; a copy of the
-        # file elsewhere is of the run it recorded.
-        run = os.path.dirname(os.path.abspath(top))
-        if os.path.basename(top) != records.FLAGS_FILE and recorded.get("train_dir"):
-            run = recorded["train_dir"]
-        if program == "cifar10-eval":
-            return (f"{head}; {program} reads the data settings of the run it is given by "
-                    f"itself: pass --checkpoint_dir={run} instead")
-        if program == "cifar10-predict":
-            return f"{head}: pass --checkpoint_dir={run} to classify with that run's model"
-        if program == "cifar10-export":
-            return f"{head}: pass --checkpoint_dir={run} to export that run's model"
-        if program == "cifar10-launch":
-            own = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
-            after = list(argv[argv.index("--") + 1:]) if "--" in argv else []
-            kept = [a for i, a in enumerate(own) if not names_flagfile(a)
-                    and not (i and own[i - 1] in DIRECTIVES)]
-            return (f"{head}: {other}'s flags go after --, as in "
-                    f"{' '.join([program, *kept, '--', f'--flagfile={top}', *after])}")
-    if other == "cifar10-eval" and recorded.get("checkpoint_dir"):
-        scored = recorded["checkpoint_dir"]
-        if program == "cifar10-train":
-            replay = os.path.join(scored, records.FLAGS_FILE)
-            if os.path.isfile(replay):
-                return (f"{head}: to replay the training run it scores, pass "
-                        f"--flagfile={replay}")
-            return (f"{head}: give {program} a training run's own flags.txt ({top} scores "
-                    f"--checkpoint_dir={scored}, which holds none)")
-        if program in ("cifar10-predict", "cifar10-export"):
-            return f"{head}: pass --checkpoint_dir={scored}, the run it scores"
-    return f"{head}: give {program} its own flags"
