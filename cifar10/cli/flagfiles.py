@@ -20,6 +20,7 @@ from absl import flags
 
 from cifar10.cli import flag_errors
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import path_flags
 from cifar10.cli.flag_settings import Setting, flag_settings
 # FlagfileError is the programs' to catch from here, as flagfiles.FlagfileError.
 from cifar10.cli.flagfile_lines import Arg, FlagfileError, expand
@@ -129,7 +130,7 @@ def refuse_unexpanded_tilde(args: Sequence[Arg], flag_values: flags.FlagValues) 
     settings = {}
     for setting in flag_settings(args, flag_values):
         settings[setting.name] = setting  # the last, whose value absl keeps
-    for name, value, home in cifar10_flags.unexpanded_tildes(flag_values):
+    for name, value, home in path_flags.unexpanded_tildes(flag_values):
         setting = settings.get(name)
         if setting is None or setting.arg.top is None:
             continue  # a ~ of the command line: path_flags' to refuse

@@ -11,11 +11,11 @@ arguments.  Booleans are absl booleans, so ``--use_fp16=false`` means False.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from absl import flags
 
+from cifar10.cli.flag_rules import DATA_RULES, EXCLUSIVE_PAIRS, not_both
 from cifar10.distribute import cluster
 from cifar10.distribute import slurm
 from cifar10.core import config
@@ -36,47 +36,10 @@ PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir
               "export_dir", "image_dir")
 
 
-
-def unexpanded_tildes(flag_values: flags.FlagValues) -> list[tuple[str, str, str]]:
-    """(name, value, the value with its ~ expanded) of each path flag whose value starts
-    with a ~ that names a home folder but was not expanded (the shell expands none after
-    '=', and no shell reads a flagfile): taken as it is, it would make a folder named ~
-    in the current folder."""
-    found = []
-    for name in PATH_FLAGS:
-        value = flag_values[name].value if name in flag_values else None
-        if isinstance(value, str) and value.startswith("~"):
-            home = os.path.expanduser(value)
-            if home != value:
-                found.append((name, value, home))
-    return found
-
-
 # Former names of flags, which set the flag of its name today: --kernels was
 # --lrn_kernel while LRN was the one compiled kernel, and a run's flags.txt of then
 # still replays.
 FORMER_NAMES = {"lrn_kernel": "kernels"}
-
-# Rules the data flags keep together: (flags, rule on their values, what breaks it).
-DATA_RULES = (
-    (("dataset", "label"), lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
-     "--label=coarse applies to --dataset=cifar100 only"),
-    (("dataset", "synthetic_data"),
-     lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
-     "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
-     "--synthetic_data"),
-)
-
-
-def broken_data_rule(flag_values: flags.FlagValues) -> str | None:
-    """The message of the first of ``DATA_RULES`` the flags' values break ('--label=coarse
-    applies to --dataset=cifar100 only', as ``flag_errors.flag_error_text`` words a rule absl
-    checks), or None."""
-    for names, rule, message in DATA_RULES:
-        if not rule({name: flag_values[name].value for name in names}):
-            return message
-    return None
-
 
 def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       rules_when_parsed: bool = True) -> None:
@@ -137,15 +100,10 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
             flags.DEFINE_string(name, default, help_, **define)
         else:
             raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
-    precisions = ["use_fp16", "use_bf16"]
-    if all(name in flag_values for name in precisions):
-        flags.register_multi_flags_validator(
-            precisions, lambda values: not all(values.values()),
-            message=config.PRECISION_CONFLICT, flag_values=flag_values)
-    if "deterministic" in flag_values and "xla" in flag_values:
-        flags.register_multi_flags_validator(
-            ["deterministic", "xla"], lambda values: not all(values.values()),
-            message=config.DETERMINISTIC_XLA_CONFLICT, flag_values=flag_values)
+    for pair, message in EXCLUSIVE_PAIRS:
+        if all(name in flag_values for name in pair):
+            flags.register_multi_flags_validator(list(pair), not_both, message=message,
+                                                 flag_values=flag_values)
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):

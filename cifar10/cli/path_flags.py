@@ -1,5 +1,6 @@
 """The values of path flags refused once parsed: a name not in UTF-8, and a ~ the
-shell left unexpanded.  Nothing here loads TensorFlow.
+shell left unexpanded (``unexpanded_tildes``, which ``flagfiles`` refuses on a
+flagfile's line).  Nothing here loads TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,13 +31,28 @@ def refuse_unexpanded_tilde(flag_values: flags.FlagValues) -> None:
     """A path flag whose value starts with a ~ the shell left as it is (it expands none
     after '=': ``--data_dir=~/data``) is a flag error: taken as it is, it would make a
     folder named ~ in the current folder (and a later ``rm -rf ~`` of it, the home)."""
-    found = cifar10_flags.unexpanded_tildes(flag_values)
+    found = unexpanded_tildes(flag_values)
     if found:
         name, value, home = found[0]
         raise flags.Error(
             f"--{name}={value} starts with a ~ that was not expanded (the shell does "
             f"not expand a ~ after '='): write --{name} {value} or --{name}={home}; "
             f"for a folder named ~, write ./{value}")
+
+
+def unexpanded_tildes(flag_values: flags.FlagValues) -> list[tuple[str, str, str]]:
+    """(name, value, the value with its ~ expanded) of each path flag whose value starts
+    with a ~ that names a home folder but was not expanded (the shell expands none after
+    '=', and no shell reads a flagfile): taken as it is, it would make a folder named ~
+    in the current folder."""
+    found = []
+    for name in cifar10_flags.PATH_FLAGS:
+        value = flag_values[name].value if name in flag_values else None
+        if isinstance(value, str) and value.startswith("~"):
+            home = os.path.expanduser(value)
+            if home != value:
+                found.append((name, value, home))
+    return found
 
 
 # Why a path flag's value must be UTF-8.
