@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Callable
 
 from cifar10.cli import process
 from cifar10.runs import checkpoint_files
@@ -77,22 +78,13 @@ class StopRequests:
         self.training_started = False  # (``training_starts``; under ``_lock``)
         self._signals = 0
         self._lock = threading.Lock()
-        self._previous: dict = {}
-        self._wakeup: tuple[int, int] | None = None
+        self._watcher = _SignalWatcher(self._signal)
 
     def __enter__(self) -> "StopRequests":
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        self._wakeup = read_fd, write_fd
-        # The wake-up descriptor first, so that no signal is handled without being
-        # counted; then a Python handler, so that the C handler writes each signal's
-        # number to it; the handler runs later, in the main thread, and only makes sure
-        # (without the lock: it may run inside training_starts, which holds it).
-        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        self._previous = {signum: signal.signal(signum, lambda *_: self.event.set())
-                          for signum in _SIGNALS}
-        threading.Thread(target=self._watch, args=(read_fd,), name="stop-requests",
-                         daemon=True).start()
+        # The Python handler runs later, in the main thread, and only makes sure the
+        # event is set (without the lock: it may run inside training_starts, which
+        # holds it); each signal is counted and answered by the watcher's thread.
+        self._watcher.start(lambda *_: self.event.set())
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -106,10 +98,7 @@ class StopRequests:
         # (killed, 143) while TensorFlow is still torn down.  Ignored (SIG_IGN), the
         # signals stay ignored through that end.  (``StoppedBeforeTraining``, a stop
         # request that came before training, is that signal's answer: status 130.)
-        for signum in self._previous:
-            signal.signal(signum, signal.SIG_IGN)
-        signal.set_wakeup_fd(self._previous_wakeup)
-        os.close(self._wakeup[1])  # the watching thread reads the end and returns
+        self._watcher.ignore_signals()
 
     def training_starts(self) -> bool:
         """Marks that training starts now, unless a stop was asked for already;
@@ -160,24 +149,6 @@ class StopRequests:
             process.stdout_to_devnull(self.stdout)
         self.event.set()
 
-    def _watch(self, read_fd: int) -> None:
-        try:
-            while data := os.read(read_fd, 64):
-                for signum in data:
-                    if signum in _SIGNALS:
-                        self._signal(signal.Signals(signum))
-        finally:
-            os.close(read_fd)
-
-    def _last_checkpoint(self) -> str:
-        if self.task:
-            return f"this is {self.task}: the chief saves the checkpoints in {self.train_dir}"
-        try:
-            last = last_good_checkpoint(self.train_dir)
-        except Exception:  # noqa: BLE001 - the process ends at once all the same
-            return f"the checkpoints are in {self.train_dir}"
-        return f"the last checkpoint is {last}" if last else "no checkpoint was saved yet"
-
     def _signal(self, signum: signal.Signals) -> None:
         # The lines are written by threads of their own: a reader that does not read
         # (a full pipe) must not keep this one from seeing the next signal.
@@ -193,9 +164,65 @@ class StopRequests:
             _in_background(self.print,
                            f"Received {signum.name}: {doing} (send it again to stop at once).")
             return
-        line = f"{self.program}: interrupted at once; {self._last_checkpoint()}"
+        line = (f"{self.program}: interrupted at once; "
+                f"{_last_checkpoint_said(self.train_dir, self.task)}")
         _in_background(self.say, line).join(timeout=1)
         os._exit(INTERRUPTED)
+
+
+def _last_checkpoint_said(train_dir: str, task: str | None) -> str:
+    """What the line of a second signal says of the checkpoints of ``train_dir``, on
+    the chief (``task`` None) or on another worker (``task``), which saves none."""
+    if task:
+        return f"this is {task}: the chief saves the checkpoints in {train_dir}"
+    try:
+        last = last_good_checkpoint(train_dir)
+    except Exception:  # noqa: BLE001 - the process ends at once all the same
+        return f"the checkpoints are in {train_dir}"
+    return f"the last checkpoint is {last}" if last else "no checkpoint was saved yet"
+
+
+class _SignalWatcher:
+    """SIGINT and SIGTERM passed to ``on_signal``, each as it comes, by a thread that
+    reads the signal wake-up descriptor (``signal.set_wakeup_fd``), not by a Python
+    handler (see the module's docstring)."""
+
+    def __init__(self, on_signal: Callable[[signal.Signals], None]):
+        self._on_signal = on_signal
+        self._previous: dict = {}
+        self._previous_wakeup = -1
+        self._write_fd: int | None = None
+
+    def start(self, handler: Callable[..., None]) -> None:
+        """Starts watching (in the main thread: signal handlers are set there), with
+        ``handler`` as the Python handler of both signals."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._write_fd = write_fd
+        # The wake-up descriptor first, so that no signal is handled without being
+        # counted; then a Python handler, so that the C handler writes each signal's
+        # number to it.
+        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._previous = {signum: signal.signal(signum, handler) for signum in _SIGNALS}
+        threading.Thread(target=self._watch, args=(read_fd,), name="stop-requests",
+                         daemon=True).start()
+
+    def ignore_signals(self) -> None:
+        """Leaves both signals ignored (SIG_IGN) until the process ends, and stops
+        watching."""
+        for signum in self._previous:
+            signal.signal(signum, signal.SIG_IGN)
+        signal.set_wakeup_fd(self._previous_wakeup)
+        os.close(self._write_fd)  # the watching thread reads the end and returns
+
+    def _watch(self, read_fd: int) -> None:
+        try:
+            while data := os.read(read_fd, 64):
+                for signum in data:
+                    if signum in _SIGNALS:
+                        self._on_signal(signal.Signals(signum))
+        finally:
+            os.close(read_fd)
 
 
 def _in_background(function, *args) -> threading.Thread:
