@@ -104,7 +104,7 @@ def test_a_worker_that_ended_when_another_did_not_says_so_in_one_line(monkeypatc
             None, None, "Collective ops is aborted by: Collective instance 138 expected type "
                         "0 and data_type 1 but got type 0 and data_type 2\nmore")
 
-    monkeypatch.setattr(coordination, "_mean_and_square", mismatched)
+    monkeypatch.setattr(coordination, "mean_and_square", mismatched)
     stop = coordination._AllWorkersStop.__new__(coordination._AllWorkersStop)
     stop.strategy, stop._handler = None, mock.Mock()
     cluster = coordination.Coordinator(tf.distribute.get_strategy())

@@ -25,7 +25,7 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.folder import split_files
-from cifar10.distribute import coordination
+from cifar10.distribute import start_checks
 from cifar10.evaluation import polling
 from cifar10.runs import checkpoint_files, checkpoints, rundir
 from cifar10.training import controller
@@ -124,7 +124,7 @@ def test_a_stop_requested_before_training_started_trains_and_saves_nothing(tmp_p
     stop = threading.Event()
     stop.set()
     lines = []
-    with pytest.raises(coordination.StoppedBeforeTraining,
+    with pytest.raises(start_checks.StoppedBeforeTraining,
                        match="^before training started; nothing was trained$"):
         controller.train(config(tmp_path / "train", max_steps=100), mirrored(),
                          TrainData(*learnable_files), stop_event=stop, print_fn=lines.append)

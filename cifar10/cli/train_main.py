@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
     process.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import folder as data
-    from cifar10.distribute import coordination, devices
+    from cifar10.distribute import devices, start_checks
     from cifar10.training import controller
     from cifar10.training.run import TrainData
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> None:
             result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                       print_fn=stop.print, invocation=_invocation(batches_dir),
                                       on_training_start=stop.training_starts)
-    except coordination.StoppedBeforeTraining:
+    except start_checks.StoppedBeforeTraining:
         if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
             stop.say(f"{PROGRAM}: standard output was closed before training started; "
                      f"nothing was trained")

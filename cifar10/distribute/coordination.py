@@ -3,13 +3,12 @@
 What it owns: each worker's scratch directory (where the workers other than the
 chief save, as MultiWorkerMirroredStrategy makes every worker save), the stop
 that all workers take at one step (TensorFlow's ``PreemptionCheckpointHandler``),
-the check that every worker restored the same step (``settings_check`` checks that
-they were started with the same settings), the workers' agreement to
-stop before training when any of them was asked to (``stop_if_asked_before_training``),
 and which worker this one lost, before training (``starting``) and in it
 (``failure``), named by its ``TF_CONFIG`` type and index (``worker 1``, ``chief 0``)
 in the one-line error ``failures`` words.  With one worker it only watches the
-local stop request.
+local stop request.  The workers' checks before training are ``settings_check``'s
+(the same settings) and ``start_checks``' (the same restored step, a stop asked
+for before training on any of them).
 """
 
 from __future__ import annotations
@@ -26,13 +25,7 @@ import tensorflow as tf
 from cifar10.distribute import cluster
 from cifar10.distribute import devices
 from cifar10.distribute import failures
-from cifar10.core import errors
 from cifar10.core.errors import Cifar10Error
-
-
-class StoppedBeforeTraining(errors.StoppedBeforeTraining):
-    """A stop request that came before training started, on this worker or another:
-    every worker stops at once, nothing trained or saved."""
 
 
 class _Preempted(Exception):
@@ -108,44 +101,6 @@ class Coordinator:
             if not self.multi_worker:
                 raise
             raise failures.lost_before_training(self.task, self._lost()) from e
-
-    def check_same_start(self, start: int, train_dir: str) -> None:
-        """Stops every worker when they did not all restore the same step.
-
-        Workers restore from what each sees as ``train_dir``; if that is not one
-        shared directory, they would train different weights together.  The mean
-        and the mean square of the restored steps over all replicas tell: equal
-        steps have zero variance.
-        """
-        if not self.multi_worker:
-            return
-        mean, square = _mean_and_square(self.strategy, tf.constant(float(start), tf.float64))
-        if float(square) - float(mean) ** 2 > 0.5:
-            raise Cifar10Error(
-                f"the workers restored different steps (this one {start}, mean "
-                f"{float(mean):g}): --train_dir {train_dir} must be one directory shared by "
-                f"every worker")
-
-    def stop_if_asked_before_training(self, asked: bool) -> None:
-        """Stops every worker, training nothing, when a stop was requested before
-        training started on any of them (as ``check_same_start`` stops them all).
-
-        All workers answer alike: each adds ``asked``, whether its own stop was
-        requested, to one collective, so that a worker signalled a moment before or
-        after another (the launcher signals them one after another) stops with the
-        others, not in a first step they would wait in for it.  ``asked`` is the value
-        of this worker's stop event that its caller read as it marked the start of
-        training (``controller.train``'s ``on_training_start``), not read here again:
-        a stop that comes after that mark is one in training, which saves.
-
-        Raises:
-          StoppedBeforeTraining: a stop was requested, here or on another worker.
-        """
-        if self.multi_worker:
-            mean, _ = _mean_and_square(self.strategy, tf.constant(float(asked), tf.float64))
-            asked = float(mean) > 0
-        if asked:
-            raise StoppedBeforeTraining()
 
     def watch(self, save: Callable[[], None]) -> None:
         """Makes a stop request on any worker save (with ``save``) on all of them
@@ -241,7 +196,7 @@ class _AllWorkersStop:
             return
         stop()
         try:
-            _mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
+            mean_and_square(self.strategy, tf.constant(0.0, tf.float64))
         except failures.LOST_WORKER_ERRORS:
             pass  # another worker ended otherwise (its error says so); this one has saved
         except tf.errors.OpError as e:  # another is still training: its next step failed
@@ -285,9 +240,10 @@ def _quiet_watcher_errors() -> None:
     threading.excepthook = hook
 
 
-def _mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):
+def mean_and_square(strategy: tf.distribute.Strategy, value: tf.Tensor):
     """The mean of ``value`` and of its square over all replicas, in one graph (a
-    collective run eagerly costs more and makes TensorFlow warn)."""
+    collective run eagerly costs more and makes TensorFlow warn): what each worker
+    learns of the others' values in one collective."""
 
     @tf.function
     def reduce():

@@ -22,6 +22,7 @@ from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import coordination
 from cifar10.distribute import settings_check
+from cifar10.distribute import start_checks
 from cifar10.runs import checkpoints
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training import run
@@ -105,7 +106,8 @@ def _restore(run_dir: RunDirectory, cluster: coordination.Coordinator,
     run_dir.record_class_names(data.class_names)
     with cluster.starting():
         restored = run_dir.restore()
-        cluster.check_same_start(restored.step if restored else 0, run_dir.directory)
+        start_checks.check_same_start(cluster, restored.step if restored else 0,
+                                      run_dir.directory)
     return restored
 
 
@@ -149,7 +151,7 @@ def _stop_if_asked_before_training(cluster: coordination.Coordinator,
     after it, the run saves after its loop of steps."""
     asked = (training_starts or cluster.stop_event.is_set)()
     with cluster.starting():
-        cluster.stop_if_asked_before_training(asked)
+        start_checks.stop_if_asked_before_training(cluster, asked)
 
 
 def _run_loops(trainer: Trainer, cluster: coordination.Coordinator, run_dir: RunDirectory,
