@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from cifar10.core import cpu
 from cifar10.distribute import devices
+from cifar10.distribute import logical_devices
 from cifar10.distribute import resolver
 from cifar10.core.errors import Cifar10Error
 
@@ -38,7 +39,7 @@ def test_more_logical_replicas_than_the_cap_are_refused_before_any_is_made(monke
     physical = tf.config.list_physical_devices
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: [] if kind == "GPU" else physical(kind))
-    asked = devices.MAX_LOGICAL_REPLICAS + 1
+    asked = logical_devices.MAX_LOGICAL_REPLICAS + 1
     for num_gpus in (asked, 100_000):
         with pytest.raises(Cifar10Error) as raised:
             devices.replica_devices(num_gpus)

@@ -20,21 +20,10 @@ from absl import logging
 import tensorflow as tf
 
 from cifar10.distribute import cluster
+from cifar10.distribute import logical_devices
 from cifar10.distribute import resolver
 from cifar10.core import cpu
 from cifar10.core.errors import Cifar10Error
-
-# Memory of each logical GPU when several replicas share one physical GPU.
-LOGICAL_GPU_MEMORY_MB = 2048
-
-# The most replicas that run on logical devices.  They stand in for a machine's GPUs
-# (the same global batch and schedule as that many), and each is built one after the
-# other: its copy of every variable, its part of the step function.  That takes about
-# a second of CPU time a replica (64 logical CPU replicas: 73 s of CPU time for a
-# start and two steps of batch 2, 2026-11-26), so a start asking for thousands would
-# be silent for hours; no machine has more GPUs than this to stand in for.
-MAX_LOGICAL_REPLICAS = 64
-
 
 def enable_memory_growth() -> list:
     """Turns on memory growth for every GPU; returns the physical GPUs."""
@@ -47,14 +36,6 @@ def enable_memory_growth() -> list:
     return gpus
 
 
-def _split(physical, count: int, memory_limit: int | None) -> None:
-    config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count
-    try:
-        tf.config.set_logical_device_configuration(physical, config)
-    except RuntimeError:
-        pass  # runtime already initialised; the check in replica_devices decides
-
-
 def replica_devices(num_gpus: int | None) -> list[str]:
     """Returns one device name per replica for ``--num_gpus=num_gpus``.
 
@@ -63,7 +44,8 @@ def replica_devices(num_gpus: int | None) -> list[str]:
         at its default) one replica, on the CPU without a word where there is no GPU.
 
     Raises:
-      Cifar10Error: more replicas than GPUs and than ``MAX_LOGICAL_REPLICAS``;
+      Cifar10Error: more replicas than GPUs and than
+        ``logical_devices.MAX_LOGICAL_REPLICAS``;
         TensorFlow was already initialised with too few devices.
     """
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
@@ -76,34 +58,8 @@ def replica_devices(num_gpus: int | None) -> list[str]:
         enable_memory_growth()
         return [f"/gpu:{i}" for i in range(num_gpus)]
     kind = "GPU" if gpus else "CPU"
-    if num_gpus > MAX_LOGICAL_REPLICAS:
-        raise Cifar10Error(
-            f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs "
-            f"({len(gpus) or 'none'}), and more than the {MAX_LOGICAL_REPLICAS} that run on "
-            f"logical {kind} devices in their place (each is built in turn, about a second "
-            f"of CPU time apiece, before the first step): give --num_gpus="
-            f"{MAX_LOGICAL_REPLICAS} or fewer")
-    if gpus:
-        logging.warning(
-            "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
-            "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
-            num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
-        # Only /gpu:0 is split: hide the others, or a multi-worker strategy (which
-        # takes every GPU it sees) would run more replicas than asked.
-        try:
-            tf.config.set_visible_devices(gpus[:1], "GPU")
-        except RuntimeError:
-            pass  # runtime already initialised; the check below decides
-        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
-    elif num_gpus == 1:
-        if asked:  # left at its default, one CPU replica is what the user has and gets
-            logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
-    else:
-        logging.warning(
-            "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
-            "devices (same global batch and schedule as %d GPUs, not the same speed).",
-            num_gpus, num_gpus, num_gpus)
-        _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
+    logical_devices.refuse_too_many(num_gpus, gpus, kind)
+    logical_devices.make_logical_devices(num_gpus, gpus, asked)
     logical = tf.config.list_logical_devices(kind)
     if len(logical) < num_gpus:
         raise Cifar10Error(
