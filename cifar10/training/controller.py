@@ -94,9 +94,9 @@ def _run_directory(trainer: Trainer, cluster: coordination.Coordinator,
     """The run's directory, as this worker uses it (``coordination``)."""
     cfg = trainer.config
     cluster.refuse_fresh_start(cfg.fresh_start, cfg.train_dir)
-    return RunDirectory(cfg.train_dir, trainer.state.checkpoint(),
-                                    cfg.keep_checkpoints, save_dir=cluster.save_dir,
-                                    fresh_start=cfg.fresh_start, print_fn=print_fn)
+    return RunDirectory(cfg.train_dir, trainer.state.checkpoint(), cfg.keep_checkpoints,
+                        save_dir=cluster.save_dir, fresh_start=cfg.fresh_start,
+                        print_fn=print_fn)
 
 
 def _restore(run_dir: RunDirectory, cluster: coordination.Coordinator,
