@@ -12,7 +12,6 @@ one, and prints its MD5, for trying the download path without a network:
     cifar10-train --data_dir=/tmp/d --data_url=file:///tmp/t/cifar-10-binary.tar.gz --data_md5=<MD5>
 """
 
-import argparse
 import hashlib
 import os
 import sys
@@ -20,6 +19,7 @@ import sys
 try:
     from cifar10.data import fileformat
     from cifar10.data import synthetic
+    from script_args import ArgumentParser  # beside this script
 except ImportError as e:
     sys.exit(f"make_synthetic_data.py: error: {sys.executable} cannot import the cifar10 "
              f"package ({e}); run this script with the Python the package is installed in "
@@ -27,7 +27,7 @@ except ImportError as e:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="make_synthetic_data.py", description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", help="where to write cifar-10-batches-bin/ (or the tarball)")
     parser.add_argument("--records_per_file", type=int, default=1000,
                         help="records in each of the six .bin files (default 1000)")

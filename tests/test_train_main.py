@@ -477,9 +477,15 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
     assert result.returncode == 0, result.stderr
     files = datafolder.split_files(str(tmp_path / "cifar-10-batches-bin"), "train")
     assert datafolder.validate_files(files) == 35
-    bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
+    # A usage error as the programs' and benchmark.py's: one line, exit status 1 (not
+    # argparse's usage message and 2).
+    for value, error in [("0", "--records_per_file must be at least 1, got 0"),
+                         ("x", "argument --records_per_file: invalid int value: 'x'")]:
+        bad = subprocess.run([sys.executable, script, str(tmp_path), f"--records_per_file={value}"],
+                             capture_output=True, text=True, timeout=60)
+        assert (bad.returncode, bad.stdout, bad.stderr) == (
+            1, "", f"make_synthetic_data.py: error: {error} (see make_synthetic_data.py "
+                   f"--help)\n")
     # -S -I: a Python without the package, as the system's python3: one line saying so.
     for name in ("make_synthetic_data.py", "benchmark.py"):
         outside = subprocess.run([sys.executable, "-S", "-I", os.path.join(
