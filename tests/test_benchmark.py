@@ -537,6 +537,6 @@ def test_the_programs_started_keep_their_temporary_files_in_the_benchmarks_folde
         benchmark, tmp_path):
     # A cifar10-train stopped by SIGKILL (after STOP_SECONDS) left TensorFlow's
     # autograph modules in /tmp; under the benchmark's folder they go with it.
-    env = benchmark.programs.child_env(str(tmp_path), PYTHONUNBUFFERED="1")
-    assert env["TMPDIR"] == str(tmp_path / "tmp") and os.path.isdir(env["TMPDIR"])
-    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
+    child_env = benchmark.programs.child_env(str(tmp_path), PYTHONUNBUFFERED="1")
+    assert child_env["TMPDIR"] == str(tmp_path / "tmp") and os.path.isdir(child_env["TMPDIR"])
+    assert child_env["PYTHONUNBUFFERED"] == "1" and child_env["PATH"] == os.environ["PATH"]

@@ -197,12 +197,12 @@ def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
     (run / "flags.txt").write_text(
         "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
         f"--train_dir={run}\n")
-    start = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
+    started = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
     # The start's record, stamped by the file system as the trainer wrote it.
     (run / "environment.jsonl").write_text(json.dumps(
         {"program": "cifar10-train", "start_time": "2026-11-26T12:00:00+00:00"}) + "\n")
-    os.utime(run / "environment.jsonl", (start + 0.5, start + 0.5))
-    saved = start - 60 if scored_before_the_start else start + 60
+    os.utime(run / "environment.jsonl", (started + 0.5, started + 0.5))
+    saved = started - 60 if scored_before_the_start else started + 60
     eval_dir.mkdir()
     (eval_dir / "results.jsonl").write_text(json.dumps(
         {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time": saved + 5,

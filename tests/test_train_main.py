@@ -622,21 +622,21 @@ def test_sigterm_during_a_download_leaves_no_partial_file(tmp_path):
     assert not (tmp_path / "train").exists()
 
 
-@pytest.mark.parametrize("program,flag", [("cifar10-train", "data_dir"),
+@pytest.mark.parametrize("name,flag", [("cifar10-train", "data_dir"),
                                           ("cifar10-train", "train_dir"),
                                           ("cifar10-eval", "eval_dir"),
                                           ("cifar10-eval", "checkpoint_dir")])
 def test_a_path_flag_with_a_tilde_the_shell_left_is_refused_before_a_folder_named_tilde(
-        tmp_path, monkeypatch, program, flag):
+        tmp_path, monkeypatch, name, flag):
     # --data_dir=~/data: no shell expands a ~ after '='; taken as it is, it made ./~/data
     # (170 MB downloaded into it), a folder whose `rm -rf ~` removes the home.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    result = call(program, f"--{flag}=~/runs/a", "--synthetic_data",
+    result = call(name, f"--{flag}=~/runs/a", "--synthetic_data",
                   f"--data_dir={tmp_path / 'data'}" if flag != "data_dir" else "--max_steps=1")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"{program}: error: --{flag}=~/runs/a starts with a ~ that was not expanded (the shell "
+        f"{name}: error: --{flag}=~/runs/a starts with a ~ that was not expanded (the shell "
         f"does not expand a ~ after '='): write --{flag} ~/runs/a or --{flag}="
-        f"{tmp_path}/home/runs/a; for a folder named ~, write ./~/runs/a (see {program} --help)"]
+        f"{tmp_path}/home/runs/a; for a folder named ~, write ./~/runs/a (see {name} --help)"]
     assert os.listdir(tmp_path) == []
