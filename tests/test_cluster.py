@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -54,6 +55,17 @@ def config(tasks=TWO, **task):
      "its own"),
     (config(tasks={"chief": ["h:1"], "worker": ["g:1", "h:1"]}, type="worker", index=1),
      "names h:1 for both chief 0 and worker 1"),
+    # One port of this machine by two of its names: TensorFlow's second server could not
+    # start, and the job waited --worker_timeout_secs for it.
+    (config(tasks={"worker": ["localhost:1234", "127.0.0.1:1234"]}, type="worker", index=0),
+     "names localhost:1234 for worker 0 and 127.0.0.1:1234 for worker 1, both port 1234 of "
+     "this machine: each task needs a host:port of its own"),
+    (config(tasks={"chief": [f"{socket.gethostname()}:7"], "worker": ["[::1]:7"]},
+            type="worker", index=0),
+     f"names {socket.gethostname()}:7 for chief 0 and [::1]:7 for worker 0, both port 7 of "
+     f"this machine"),
+    (config(tasks={"worker": ["Node1:5", "node1:5"]}, type="worker", index=0),
+     "names Node1:5 for worker 0 and node1:5 for worker 1, both port 5 of node1"),
     (config(type="chief", index=0), 'task type "chief" is not in the cluster (it has worker)'),
     (config(index=0), 'task has no "type"'),
     (config(type="worker"), 'task has no "index"'),
