@@ -59,7 +59,7 @@ try:
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
-    from script_args import ArgumentParser  # beside this script, as bench is
+    from cifar10.cli.script_args import ArgumentParser
 except ImportError as e:
     sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
              f"({e}); run this script with the Python the package is installed in "
@@ -68,8 +68,8 @@ except ImportError as e:
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
 # The exit statuses of the programs (cifar10.cli): a usage error 1, as any error
-# (``script_args.USAGE_ERROR``); a stop by Ctrl-C or SIGTERM ``entry.INTERRUPTED`` (130);
-# a standard output that was closed (``| head``) ``process.STDOUT_CLOSED`` (141).
+# (``script_args.USAGE_ERROR``); a stop by Ctrl-C or SIGTERM ``entry.INTERRUPTED``
+# (130); a standard output that was closed (``| head``) ``process.STDOUT_CLOSED`` (141).
 
 # The memory generating one record of the data takes (numpy's float64 image and its
 # temporaries: 114 KB, measured with tracemalloc), so that a --records_per_file whose

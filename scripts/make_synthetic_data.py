@@ -19,7 +19,7 @@ import sys
 try:
     from cifar10.data import fileformat
     from cifar10.data import synthetic
-    from script_args import ArgumentParser  # beside this script
+    from cifar10.cli.script_args import ArgumentParser
 except ImportError as e:
     sys.exit(f"make_synthetic_data.py: error: {sys.executable} cannot import the cifar10 "
              f"package ({e}); run this script with the Python the package is installed in "

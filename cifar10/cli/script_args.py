@@ -1,6 +1,8 @@
-"""The scripts' command lines, refused as the programs refuse theirs: a usage error is
-one line, ``<script>: error: ...``, and exit status 1 (argparse's own is a usage
-message and status 2).  Imported from the scripts' folder, as ``bench`` is."""
+"""The command lines of scripts/ (argparse), refused as the programs refuse theirs: a
+usage error is one line, ``<script>: error: ...``, and exit status 1 (argparse's own
+is a usage message and status 2).  Here, not in scripts/, so that a script finds it
+wherever the cifar10 package is importable (``runpy.run_path``, ``python -P`` put no
+script folder on sys.path)."""
 
 import argparse
 
