@@ -486,6 +486,14 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
         assert (bad.returncode, bad.stdout, bad.stderr) == (
             1, "", f"make_synthetic_data.py: error: {error} (see make_synthetic_data.py "
                    f"--help)\n")
+    # A file where the folder goes: one line, not OSError's traceback.
+    (tmp_path / "a_file").write_text("mine")
+    bad = subprocess.run([sys.executable, script, str(tmp_path / "a_file")],
+                         capture_output=True, text=True, timeout=60)
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        1, "", f"make_synthetic_data.py: error: cannot write {tmp_path / 'a_file'} (File "
+               f"exists); a file is in the way of that folder: name a folder\n")
+    assert (tmp_path / "a_file").read_text() == "mine"
     # -S -I: a Python without the package, as the system's python3: one line saying so.
     for name in ("make_synthetic_data.py", "benchmark.py"):
         outside = subprocess.run([sys.executable, "-S", "-I", os.path.join(
