@@ -59,6 +59,7 @@ try:
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
+    from cifar10.cli.script_args import ArgumentParser
 except ImportError as e:
     sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
              f"({e}); run this script with the Python the package is installed in "
@@ -66,10 +67,9 @@ except ImportError as e:
 
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
-# The exit statuses of the programs (cifar10.cli): a usage error 1, as any error; a stop by
-# Ctrl-C or SIGTERM ``entry.INTERRUPTED`` (130); a standard output that was closed
-# (``| head``) ``process.STDOUT_CLOSED`` (141).
-USAGE_ERROR = 1
+# The exit statuses of the programs (cifar10.cli): a usage error 1, as any error
+# (``script_args.USAGE_ERROR``); a stop by Ctrl-C or SIGTERM ``entry.INTERRUPTED``
+# (130); a standard output that was closed (``| head``) ``process.STDOUT_CLOSED`` (141).
 
 # The memory generating one record of the data takes (numpy's float64 image and its
 # temporaries: 114 KB, measured with tracemalloc), so that a --records_per_file whose
@@ -83,15 +83,8 @@ if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False
     logs.hide_native_lines(logs.min_level(os.environ))
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, its errors as the programs give theirs: one line, exit status 1."""
-
-    def error(self, message: str):
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def parse_args(argv):
-    p = _Parser(prog="benchmark.py", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="benchmark.py", description=__doc__.splitlines()[0])
     p.add_argument("--num_gpus", type=int, default=None,
                    help="replicas (as cifar10-train; default: one, on the CPU without a "
                         "warning where there is no GPU)")

@@ -107,20 +107,20 @@ def start(name: str, *args: str, **extra_env: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env(**extra_env), bufsize=1)
 
 
-def sigterm_when(process: subprocess.Popen, printed: Callable[[str], bool],
+def sigterm_when(proc: subprocess.Popen, printed: Callable[[str], bool],
                  delay: float = 0.0) -> tuple[str, str]:
     """Sends SIGTERM to a ``start``ed program once it prints a line for which
     ``printed`` is true (and ``delay`` seconds more); returns its (stdout, stderr),
     the lines before that one left out of stdout."""
     try:
-        for line in process.stdout:
+        for line in proc.stdout:
             if printed(line.strip()):
                 time.sleep(delay)
-                process.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
                 break
-        return process.communicate(timeout=120)
+        return proc.communicate(timeout=120)
     finally:
-        process.kill()
+        proc.kill()
 
 
 def events(log_dir: str):

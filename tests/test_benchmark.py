@@ -173,7 +173,7 @@ def test_records_per_file_beyond_memory_is_refused(benchmark, capsys, tmp_path):
                         r"memory, more than this machine's [0-9.]+ GB; give at most \d+ "
                         r"\(CIFAR-10's files hold 10000\) \(see benchmark\.py --help\)", line)
     # Measured: 114 KB a record; on a machine of 1.2 GB, 10,000 records (the default) fit.
-    p = benchmark.benchmark._Parser(prog="benchmark.py")
+    p = benchmark.benchmark.ArgumentParser(prog="benchmark.py")
     benchmark.benchmark._refuse_data_beyond_memory(p, 10_000, total=1_200_000_000)
     with pytest.raises(SystemExit):
         benchmark.benchmark._refuse_data_beyond_memory(p, 10_001, total=1_200_000_000)
@@ -537,6 +537,6 @@ def test_the_programs_started_keep_their_temporary_files_in_the_benchmarks_folde
         benchmark, tmp_path):
     # A cifar10-train stopped by SIGKILL (after STOP_SECONDS) left TensorFlow's
     # autograph modules in /tmp; under the benchmark's folder they go with it.
-    env = benchmark.programs.child_env(str(tmp_path), PYTHONUNBUFFERED="1")
-    assert env["TMPDIR"] == str(tmp_path / "tmp") and os.path.isdir(env["TMPDIR"])
-    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
+    child_env = benchmark.programs.child_env(str(tmp_path), PYTHONUNBUFFERED="1")
+    assert child_env["TMPDIR"] == str(tmp_path / "tmp") and os.path.isdir(child_env["TMPDIR"])
+    assert child_env["PYTHONUNBUFFERED"] == "1" and child_env["PATH"] == os.environ["PATH"]

@@ -29,11 +29,11 @@ def _export(folder):
 
 
 
-def predict_refusal(tmp_path, checkpoint_dir) -> str:
-    """The last line of cifar10-predict given ``checkpoint_dir``, which it must refuse."""
+def predict_refusal(tmp_path, folder) -> str:
+    """The last line of cifar10-predict given ``folder``, which it must refuse."""
     image = tmp_path / "x.png"
     image.write_bytes(b"")
-    result = call("cifar10-predict", f"--checkpoint_dir={checkpoint_dir}", str(image))
+    result = call("cifar10-predict", f"--checkpoint_dir={folder}", str(image))
     assert result.returncode == 1
     return result.stderr.splitlines()[-1]
 

@@ -19,7 +19,7 @@ import cli
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.data import fileformat as ff
 from cifar10.data import folder
-from cifar10.runs import checkpoint_files, checkpoints, records
+from cifar10.runs import checkpoint_files, checkpoints, cleanup, records
 from conftest import LAYERS
 from rundirs import copy_run, truncate
 
@@ -310,8 +310,25 @@ def test_the_newest_checkpoint_that_reads_is_used_with_one_warning_naming_the_ot
         checkpoints.newest_that_reads(str(run_dir), warnings.append)
     assert str(err.value).startswith(f"no checkpoint in {run_dir} can be read: model.ckpt-6 "
                                      f"cannot be read (")
+    # The .index cut short is no file --fresh_start knows the trainer wrote: it refuses
+    # to delete it, so the advice is to move it (and its .data) out first.
+    assert str(err.value).endswith(
+        f"; train again (move model.ckpt-3.data-00000-of-00001, model.ckpt-3.index out of "
+        f"{run_dir} (damaged, or not the trainer's: --fresh_start deletes only the "
+        f"checkpoints it wrote whole), then cifar10-train --train_dir={run_dir} --fresh_start "
+        f"deletes the rest) or point --checkpoint_dir at another run")
+    assert "\n" not in str(err.value) and len(warnings) == 1
+    os.remove(run_dir / "model.ckpt-3.index")
+    os.remove(run_dir / "model.ckpt-3.data-00000-of-00001")
+    cleanup.remove_run(str(run_dir))  # what --fresh_start does: no refusal
+    assert checkpoint_files.find(str(run_dir)) == []
+    # Where every checkpoint is the trainer's, --fresh_start deletes them.
+    (run_dir / "model.ckpt-6.index").write_bytes(
+        (trained_run[0] / "model.ckpt-6.index").read_bytes())
+    (run_dir / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
+    with pytest.raises(Cifar10Error) as err:
+        checkpoints.newest_that_reads(str(run_dir), warnings.append)
     assert str(err.value).endswith(
         f"; train again (cifar10-train --train_dir={run_dir} --fresh_start deletes them) or "
         f"point --checkpoint_dir at another run")
-    assert "\n" not in str(err.value) and len(warnings) == 1
     assert checkpoints.newest_that_reads(str(tmp_path / "no_run")) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -18,8 +19,8 @@ EXPECTED_FORM = ('expected the form {"cluster": {"worker": ["host1:12345", "host
 TWO = {"worker": ["127.0.0.1:1234", "127.0.0.1:1235"]}
 
 
-def config(cluster=TWO, **task):
-    return json.dumps({"cluster": cluster, "task": task})
+def config(tasks=TWO, **task):
+    return json.dumps({"cluster": tasks, "task": task})
 
 
 @pytest.mark.parametrize("tf_config, problem", [
@@ -28,32 +29,43 @@ def config(cluster=TWO, **task):
     ("not json", "is not a JSON object (Expecting value: line 1 column 1 (char 0))"),
     ("[1, 2]", "is not a JSON object"),
     (json.dumps({"task": {"type": "worker", "index": 0}}), 'has no "cluster" naming the tasks'),
-    (config(cluster={}, type="worker", index=0), 'has no "cluster" naming the tasks'),
+    (config(tasks={}, type="worker", index=0), 'has no "cluster" naming the tasks'),
     (json.dumps({"cluster": TWO}), 'has no "task" saying which task this process is'),
-    (config(cluster={"worker": "127.0.0.1:1234,127.0.0.1:1235"}, type="worker", index=0),
+    (config(tasks={"worker": "127.0.0.1:1234,127.0.0.1:1235"}, type="worker", index=0),
      'cluster "worker" must be a list of "host:port" strings'),
-    (config(cluster={"worker": ["127.0.0.1"]}, type="worker", index=0),
+    (config(tasks={"worker": ["127.0.0.1"]}, type="worker", index=0),
      'cluster "worker" must be a list of "host:port" strings'),
-    (config(cluster={"worker": [1234]}, type="worker", index=0),
+    (config(tasks={"worker": [1234]}, type="worker", index=0),
      'cluster "worker" must be a list of "host:port" strings'),
-    (config(cluster={**TWO, "ps": ["127.0.0.1:1"]}, type="worker", index=0),
+    (config(tasks={**TWO, "ps": ["127.0.0.1:1"]}, type="worker", index=0),
      'names a "ps" task: only "chief" and "worker" tasks are supported'),
-    (config(cluster={**TWO, "chief": ["h:1", "h:2"]}, type="worker", index=0),
+    (config(tasks={**TWO, "chief": ["h:1", "h:2"]}, type="worker", index=0),
      'names more than one "chief"'),
-    (config(cluster={"worker": ["127.0.0.1:1234", "127.0.0.1:99999"]}, type="worker", index=0),
+    (config(tasks={"worker": ["127.0.0.1:1234", "127.0.0.1:99999"]}, type="worker", index=0),
      'worker 1\'s address "127.0.0.1:99999" has port 99999: a port is 1 to 65535'),
-    (config(cluster={"chief": ["h:0"], "worker": ["h:1"]}, type="worker", index=0),
+    (config(tasks={"chief": ["h:0"], "worker": ["h:1"]}, type="worker", index=0),
      'chief 0\'s address "h:0" has port 0: a port is 1 to 65535'),
-    (config(cluster={"worker": ["host with space:1234", "h:1"]}, type="worker", index=0),
+    (config(tasks={"worker": ["host with space:1234", "h:1"]}, type="worker", index=0),
      'worker 0\'s address "host with space:1234" has no host name or IP address before its '
      'port'),
-    (config(cluster={"worker": [":1234", "h:1"]}, type="worker", index=0),
+    (config(tasks={"worker": [":1234", "h:1"]}, type="worker", index=0),
      'worker 0\'s address ":1234" has no host name or IP address'),
-    (config(cluster={"worker": ["127.0.0.1:1234"] * 2}, type="worker", index=1),
+    (config(tasks={"worker": ["127.0.0.1:1234"] * 2}, type="worker", index=1),
      "names 127.0.0.1:1234 for both worker 0 and worker 1: each task needs a host:port of "
      "its own"),
-    (config(cluster={"chief": ["h:1"], "worker": ["g:1", "h:1"]}, type="worker", index=1),
+    (config(tasks={"chief": ["h:1"], "worker": ["g:1", "h:1"]}, type="worker", index=1),
      "names h:1 for both chief 0 and worker 1"),
+    # One port of this machine by two of its names: TensorFlow's second server could not
+    # start, and the job waited --worker_timeout_secs for it.
+    (config(tasks={"worker": ["localhost:1234", "127.0.0.1:1234"]}, type="worker", index=0),
+     "names localhost:1234 for worker 0 and 127.0.0.1:1234 for worker 1, both port 1234 of "
+     "this machine: each task needs a host:port of its own"),
+    (config(tasks={"chief": [f"{socket.gethostname()}:7"], "worker": ["[::1]:7"]},
+            type="worker", index=0),
+     f"names {socket.gethostname()}:7 for chief 0 and [::1]:7 for worker 0, both port 7 of "
+     f"this machine"),
+    (config(tasks={"worker": ["Node1:5", "node1:5"]}, type="worker", index=0),
+     "names Node1:5 for worker 0 and node1:5 for worker 1, both port 5 of node1"),
     (config(type="chief", index=0), 'task type "chief" is not in the cluster (it has worker)'),
     (config(index=0), 'task has no "type"'),
     (config(type="worker"), 'task has no "index"'),
@@ -74,9 +86,9 @@ def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, pr
 
 @pytest.mark.parametrize("tf_config, tasks", [
     (config(type="worker", index=1), 2),
-    (config(cluster={"chief": ["h:1"], "worker": ["h:2", "h:3"]}, type="chief", index=0), 3),
-    (config(cluster={"worker": ["localhost:5000"]}, type="worker", index=0), 1),
-    (config(cluster={"worker": ["node-1.example.org:65535", "[::1]:1", "10.0.0.2:1"]},
+    (config(tasks={"chief": ["h:1"], "worker": ["h:2", "h:3"]}, type="chief", index=0), 3),
+    (config(tasks={"worker": ["localhost:5000"]}, type="worker", index=0), 1),
+    (config(tasks={"worker": ["node-1.example.org:65535", "[::1]:1", "10.0.0.2:1"]},
             type="worker", index=2), 3),
 ])
 def test_valid_tf_configs_are_accepted_and_their_tasks_counted(tf_config, tasks):
@@ -92,11 +104,11 @@ def test_unset_tf_config_is_one_machine(monkeypatch):
 
 @pytest.mark.parametrize("kind, tf_config, resolved", [
     ("auto", None, "mirrored"),
-    ("auto", config(cluster={"worker": ["h:1"]}, type="worker", index=0), "mirrored"),
+    ("auto", config(tasks={"worker": ["h:1"]}, type="worker", index=0), "mirrored"),
     ("auto", config(type="worker", index=1), "multi_worker"),
     ("mirrored", config(type="worker", index=1), "mirrored"),
     ("one_device", None, "one_device"),
-    ("multi_worker", config(cluster={"worker": ["h:1"]}, type="worker", index=0),
+    ("multi_worker", config(tasks={"worker": ["h:1"]}, type="worker", index=0),
      "multi_worker"),
 ])
 def test_strategy_kind_resolves_auto_from_the_number_of_tasks(kind, tf_config, resolved,

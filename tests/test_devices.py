@@ -70,9 +70,9 @@ def test_the_strategies_of_one_machine():
 
 def with_cluster(spec, task_type, task_id):
     """A stand-in for a multi-worker strategy: only its cluster resolver is read."""
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+    cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec), task_type=task_type, task_id=task_id)
-    return types.SimpleNamespace(cluster_resolver=resolver)
+    return types.SimpleNamespace(cluster_resolver=cluster_resolver)
 
 
 @pytest.mark.parametrize("spec, task_type, task_id, role", [

@@ -197,12 +197,12 @@ def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
     (run / "flags.txt").write_text(
         "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
         f"--train_dir={run}\n")
-    start = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
+    started = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
     # The start's record, stamped by the file system as the trainer wrote it.
     (run / "environment.jsonl").write_text(json.dumps(
         {"program": "cifar10-train", "start_time": "2026-11-26T12:00:00+00:00"}) + "\n")
-    os.utime(run / "environment.jsonl", (start + 0.5, start + 0.5))
-    saved = start - 60 if scored_before_the_start else start + 60
+    os.utime(run / "environment.jsonl", (started + 0.5, started + 0.5))
+    saved = started - 60 if scored_before_the_start else started + 60
     eval_dir.mkdir()
     (eval_dir / "results.jsonl").write_text(json.dumps(
         {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time": saved + 5,
@@ -268,7 +268,10 @@ def test_polling_a_complete_run_of_which_no_checkpoint_reads_ends_with_one_error
     assert result.stderr.splitlines()[-1] == (
         f"{ERROR} training in {copy} is complete and none of its checkpoints could be read "
         f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; train "
-        f"again (cifar10-train --train_dir={copy} --fresh_start deletes them) or point "
+        f"again (move model.ckpt-3.data-00000-of-00001, model.ckpt-3.index, "
+        f"model.ckpt-6.data-00000-of-00001, model.ckpt-6.index out of {copy} (damaged, or not "
+        f"the trainer's: --fresh_start deletes only the checkpoints it wrote whole), then "
+        f"cifar10-train --train_dir={copy} --fresh_start deletes the rest) or point "
         f"--checkpoint_dir at another run")
     assert len(error_lines(result.stderr)) == 1
     assert [line.split(":")[1] for line in result.stderr.splitlines()[:-1]] == [
@@ -442,8 +445,15 @@ def test_run_once_on_checkpoints_that_do_not_read_fetches_no_data(trained, tmp_p
     assert error.startswith(f"{ERROR} no checkpoint in {copy} can be read: model.ckpt-6 "
                             f"cannot be read (")
     assert "; model.ckpt-3 cannot be read (" in error
-    assert error.endswith(f"; train again (cifar10-train --train_dir={copy} --fresh_start "
-                          f"deletes them) or point --checkpoint_dir at another run")
+    # A .index cut short is no checkpoint --fresh_start deletes: it is moved out first.
+    start_over = (f"cifar10-train --train_dir={copy} --fresh_start deletes them" if part != ".index"
+                  else f"move model.ckpt-3.data-00000-of-00001, model.ckpt-3.index, "
+                       f"model.ckpt-6.data-00000-of-00001, model.ckpt-6.index out of {copy} "
+                       f"(damaged, or not the trainer's: --fresh_start deletes only the "
+                       f"checkpoints it wrote whole), then cifar10-train --train_dir={copy} "
+                       f"--fresh_start deletes the rest")
+    assert error.endswith(f"; train again ({start_over}) or point --checkpoint_dir at another "
+                          f"run")
     assert sorted(os.listdir(tmp_path)) == before  # no data/, no eval/
 
 

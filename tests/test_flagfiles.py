@@ -145,10 +145,26 @@ def test_a_runs_flags_txt_cut_short_after_a_start_header_is_refused(run, kept):
         "only comments (a record cut short, or its flags commented out), so it sets no "
         "flag and the program would run on its defaults: give the run's whole flags.txt, "
         "or the flags on the command line")
-    # Flag lines under the last header (the latest start's, as the trainer writes them).
-    pathlib.Path("whole.txt").write_text("".join(lines[:kept]) + "--max_steps=3\n")
+    # Flag lines under the last header (the latest start's, as the trainer writes them,
+    # to the line that ends them).
+    pathlib.Path("whole.txt").write_text("".join(lines[:kept]) + "--max_steps=3\n"
+                                         + records.END_LINE + "\n")
     assert flagfile_lines.expand(["--flagfile=whole.txt"]) == [
         flagfile_lines.Arg("--max_steps=3", "whole.txt", kept + 1, "whole.txt", in_record=True)]
+
+
+def test_an_evaluators_flags_txt_cut_short_inside_its_flags_is_refused(run):
+    """Cut inside its flags (a copy interrupted), it replayed another evaluation: here
+    one of the run's own --eval_dir, runs/a/eval, as runs/a."""
+    text = (run / "eval" / "flags.txt").read_text()
+    assert text.endswith(f"\n{records.END_LINE}\n")
+    cut = text.index("--eval_dir=") + len(f"--eval_dir={run}")
+    pathlib.Path("cut.txt").write_text(text[:cut])
+    assert refused("cifar10-eval", "--flagfile=cut.txt") == (
+        f"--flagfile=cut.txt: the start it records last (line 1) is cut short (a disk that "
+        f"filled, a copy interrupted): its flags do not reach the line \"{records.END_LINE}\" "
+        f"written after them, so it would replay another run: give the run's whole "
+        f"flags.txt, or the flags on the command line")
 
 
 def test_flagfiles_that_name_each_other_and_a_flagfile_without_its_file(tmp_path,

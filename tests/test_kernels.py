@@ -210,20 +210,20 @@ def test_the_bias_relu_op_refuses_a_bias_of_another_length():
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_a_model_with_conv2s_bias_and_relu_in_norm2_computes_the_model_without(dtype):
-    ops, kernel = (model_pairs.run(compute_dtype=dtype, lrn=lrn.compiled_lrn,
-                                   relu_pool=compiled_relu_pool, relu_lrn=relu_lrn)
-                   for relu_lrn in (None, lrn.compiled_bias_relu_lrn))
-    assert kernel.stage_types == ops.stage_types  # each layer's output in the same precision
+    without, kernel = (model_pairs.run(compute_dtype=dtype, lrn=lrn.compiled_lrn,
+                                       relu_pool=compiled_relu_pool, relu_lrn=relu_lrn)
+                       for relu_lrn in (None, lrn.compiled_bias_relu_lrn))
+    assert kernel.stage_types == without.stage_types  # each layer's output in the same precision
     if dtype == tf.float32:  # the same function, to float32's rounding
-        model_pairs.assert_same_function(kernel, ops, "conv2", atol=1e-6)
+        model_pairs.assert_same_function(kernel, without, "conv2", atol=1e-6)
     else:  # z + bias in float32 with the kernel, in bfloat16 without
         assert kernel.activations["conv2"].dtype == tf.float32
-        model_pairs.assert_bfloat16_agreement(kernel, ops)
+        model_pairs.assert_bfloat16_agreement(kernel, without)
 
 
 def test_a_model_step_with_the_kernel_equals_one_with_tensorflows_ops():
-    ops, kernel = (model_pairs.run(lrn=function) for function in (fast_lrn, lrn.compiled_lrn))
-    model_pairs.assert_same_function(kernel, ops, "conv2", atol=1e-5)  # after norm1
+    tf_ops, kernel = (model_pairs.run(lrn=function) for function in (fast_lrn, lrn.compiled_lrn))
+    model_pairs.assert_same_function(kernel, tf_ops, "conv2", atol=1e-5)  # after norm1
 
 
 def test_the_op_refuses_more_channels_than_it_holds():

@@ -94,8 +94,8 @@ def old_run(tmp_path):
 
 
 def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(old_run, learnable_files):
-    lock = TrainerLock(str(old_run))  # the first trainer's
-    lock.acquire()
+    first = TrainerLock(str(old_run))  # the first trainer's
+    first.acquire()
     try:
         before = snapshot(old_run)  # the leftovers too: they may be the first trainer's save
         for fresh_start in (False, True):
@@ -106,7 +106,7 @@ def test_a_second_trainer_on_a_directory_in_use_stops_before_writing(old_run, le
             assert re.fullmatch(held_by_this_process(old_run), str(err.value))
             assert snapshot(old_run) == before
     finally:
-        lock.release()
+        first.release()
     # Released: the next trainer goes on, and removes the leftovers.
     lines = []
     result = controller.train(config(old_run, max_steps=31), mirrored(),

@@ -266,6 +266,17 @@ def timed_out(run, tmp_path, train_dir) -> str:
     return str(err.value)
 
 
+def moved_out(train_dir) -> str:
+    """The advice for a run whose .index files of steps 3 and 6 were cut short: moved
+    out first, since --fresh_start refuses to delete them (not whole: perhaps not the
+    trainer's), and does not start over while they are there."""
+    return (f"move model.ckpt-3.data-00000-of-00001, model.ckpt-3.index, "
+            f"model.ckpt-6.data-00000-of-00001, model.ckpt-6.index out of {train_dir} "
+            f"(damaged, or not the trainer's: --fresh_start deletes only the checkpoints it "
+            f"wrote whole), then cifar10-train --train_dir={train_dir} --fresh_start deletes "
+            f"the rest")
+
+
 def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     for step in (3, 6):
@@ -275,8 +286,7 @@ def test_poll_that_times_out_with_no_checkpoint_that_reads_is_an_error(run, tmp_
         f"no checkpoint of {train_dir} could be read within --eval_timeout=0.5 seconds "
         f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; raise "
         f"--eval_timeout if its trainer is still running (its next checkpoint may read); else "
-        f"train again (cifar10-train --train_dir={train_dir} --fresh_start deletes them) or "
-        f"point --checkpoint_dir at another run")
+        f"train again ({moved_out(train_dir)}) or point --checkpoint_dir at another run")
     assert not (tmp_path / "eval").exists()
 
 
@@ -368,8 +378,7 @@ def test_poll_on_a_complete_run_of_which_no_checkpoint_reads_is_an_error(run, tm
     assert str(err.value) == (
         f"training in {train_dir} is complete and none of its checkpoints could be read "
         f"(model.ckpt-6, model.ckpt-3; see the warnings above): nothing was scored; train "
-        f"again (cifar10-train --train_dir={train_dir} --fresh_start deletes them) or point "
-        f"--checkpoint_dir at another run")
+        f"again ({moved_out(train_dir)}) or point --checkpoint_dir at another run")
     assert lines == []
     assert not (tmp_path / "eval").exists()
 

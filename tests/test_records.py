@@ -16,7 +16,7 @@ from absl import flags
 import cli
 from cifar10.runs import records as runrecord
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import flags_txt, train_main
+from cifar10.cli import flagfile_lines, flags_txt, train_main
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata, synthetic
 from conftest import TRAIN_LINE
@@ -47,25 +47,81 @@ def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
                       "--fresh_start")
     first = cli.call("cifar10-train", *args)
     assert first.returncode == 0, first.stderr
-    flags_txt = tmp_path / "train" / runrecord.FLAGS_FILE
-    text = flags_txt.read_text()
+    record_file = tmp_path / "train" / runrecord.FLAGS_FILE
+    text = record_file.read_text()
     assert re.fullmatch(r"# cifar10-train, started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 on "
-                        r"\S+ at step 0", text.splitlines()[0])
+                        r"\S+ at step 0 \(flags to \"# end of this start\"\)",
+                        text.splitlines()[0])
+    assert text.endswith("\n--slurm_port_base=24000\n# end of this start\n")
     assert "--batch_size=16\n" in text and "--use_bf16\n" in text and "--seed=3\n" in text
     # The same flags, except that a replay never deletes the run it replays.
     expected = {**parsed(args), "fresh_start": False}
-    assert parsed([f"--flagfile={flags_txt}"]) == expected
+    assert parsed([f"--flagfile={record_file}"]) == expected
 
     # A replay with one flag changed resumes the run; the file keeps both starts and
     # a replay of it gives the latest start's flags.
-    again = cli.call("cifar10-train", f"--flagfile={flags_txt}", "--max_steps=3")
+    again = cli.call("cifar10-train", f"--flagfile={record_file}", "--max_steps=3")
     assert again.returncode == 0, again.stderr
     assert f"Resuming from {tmp_path / 'train' / 'model.ckpt-2'} at step 2." in again.stdout
-    text = flags_txt.read_text()
+    text = record_file.read_text()
     headers = [line for line in text.splitlines() if line.startswith("# cifar10-")]
-    assert len(headers) == 2 and headers[1].endswith(" at step 2")
-    assert parsed([f"--flagfile={flags_txt}"]) == {**expected, "max_steps": 3}
+    assert len(headers) == 2 and headers[1].endswith(' at step 2 (flags to "# end of this start")')
+    assert parsed([f"--flagfile={record_file}"]) == {**expected, "max_steps": 3}
     assert "notice" not in again.stderr
+
+
+def record_of(directory, *args):
+    """``directory``'s flags.txt after a start of cifar10-train given ``args``, as
+    ``run.record_start`` writes it (nothing trained)."""
+    values = flags.FlagValues()
+    train_main.define_flags(values)
+    values(["cifar10-train", *args])
+    runrecord.record_start(str(directory), runrecord.environment("cifar10-train", [], [], "2.x"),
+                           flags_txt.flagfile_text(values))
+    return directory / runrecord.FLAGS_FILE
+
+
+def test_a_record_cut_short_inside_its_flags_is_refused_and_an_old_one_replays(tmp_path):
+    """Cut short (a disk that filled, a copy interrupted), the trainer's record replayed
+    another run without a word: --max_steps=100000 as --max_steps=10, or its last flags
+    gone.  Each start's flags end with a line of their own; one without it is refused,
+    wherever the cut; a record from before that line (none in its header) replays."""
+    record_file = record_of(tmp_path, f"--train_dir={tmp_path}", "--max_steps=100000")
+    text = record_file.read_text()
+    header, end = text.splitlines()[0], "# end of this start\n"
+    assert header.endswith(' (flags to "# end of this start")') and text.endswith(end)
+    cut_file = tmp_path / "cut.txt"
+    last_start = f"--flagfile={cut_file}: the start it records last (line 1)"
+    refusals = set()
+    for cut in range(len(header) + 1, len(text) - 1):  # from no flag to "# end of this star"
+        cut_file.write_text(text[:cut])
+        with pytest.raises(flagfile_lines.FlagfileError) as err:
+            flagfile_lines.expand([f"--flagfile={cut_file}"])
+        refusals.add(str(err.value).split(", ")[0])
+    assert refusals == {f"{last_start} has no flag line under it",
+                        f"{last_start} is cut short (a disk that filled"}
+    cut_file.write_text(text[:len(text) - 1])  # the last line break alone: every flag is there
+    assert len(flagfile_lines.expand([f"--flagfile={cut_file}"])) == text.count("\n--")
+    # The trainer's one line, --max_steps=100000 cut to --max_steps=10.
+    cut_file.write_text(text[:text.index("--max_steps=") + len("--max_steps=10")])
+    result = cli.call("cifar10-train", f"--flagfile={cut_file}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"cifar10-train: error: --flagfile={cut_file}: the start it records last (line 1) is "
+        f"cut short (a disk that filled, a copy interrupted): its flags do not reach the line "
+        f"\"# end of this start\" written after them, so it would replay another run: give "
+        f"the run's whole flags.txt, or the flags on the command line (see cifar10-train "
+        f"--help)"]
+    # A record written before the mark: its header without it, no end line; replayed.
+    old = text.replace(' (flags to "# end of this start")', "").replace(end, "")
+    cut_file.write_text(old)
+    assert [arg.text for arg in flagfile_lines.expand([f"--flagfile={cut_file}"])] == [
+        line for line in old.splitlines() if line.startswith("--")]
+    # A start recorded after a cut one (its lines commented out): whole again.
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / runrecord.FLAGS_FILE).write_text(text[:len(text) // 2])
+    again = record_of(tmp_path / "again", f"--train_dir={tmp_path}", "--max_steps=7")
+    assert "--max_steps=7" in [arg.text for arg in flagfile_lines.expand([f"--flagfile={again}"])]
 
 
 def test_a_replay_leaves_unset_the_flags_whose_unset_value_means_something_else(tmp_path):
@@ -73,22 +129,22 @@ def test_a_replay_leaves_unset_the_flags_whose_unset_value_means_something_else(
     # given (--num_gpus=1), it warns. A replay does as the start did.
     first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=1"))
     assert (first.returncode, first.stderr) == (0, "")
-    flags_txt = tmp_path / "train" / runrecord.FLAGS_FILE
-    assert "\n# --num_gpus=1\n" in flags_txt.read_text()
+    record_file = tmp_path / "train" / runrecord.FLAGS_FILE
+    assert "\n# --num_gpus=1\n" in record_file.read_text()
     assert runrecord.recorded_flags(str(tmp_path / "train"))["num_gpus"] == "1"  # on record
-    replayed = cli.call("cifar10-train", f"--flagfile={flags_txt}", "--max_steps=2")
+    replayed = cli.call("cifar10-train", f"--flagfile={record_file}", "--max_steps=2")
     assert (replayed.returncode, replayed.stderr) == (0, "")
     values = flags.FlagValues()
     train_main.define_flags(values)
-    values(["cifar10-train", f"--flagfile={flags_txt}"])
+    values(["cifar10-train", f"--flagfile={record_file}"])
     assert not values["num_gpus"].present
     # Given, it is written as given, and a replay gives it.
     given = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=3", "--num_gpus=1"))
     assert given.returncode == 0, given.stderr
-    assert flags_txt.read_text().endswith("\n--num_gpus=1\n--nolog_device_placement\n"
+    assert record_file.read_text().endswith("\n--num_gpus=1\n--nolog_device_placement\n"
                                           "--strategy=auto\n--worker_timeout_secs=300.0\n"
-                                          "--slurm_port_base=24000\n")
-    values(["cifar10-train", f"--flagfile={flags_txt}"])
+                                          "--slurm_port_base=24000\n# end of this start\n")
+    values(["cifar10-train", f"--flagfile={record_file}"])
     assert values["num_gpus"].present
 
 
@@ -139,7 +195,7 @@ def test_flags_txt_replays_each_latest_start_exactly_from_another_directory(
     starts = [("--seed=3", "--max_steps=1", "--log_frequency=1"), ("--max_steps=2",)]
     base = ("--train_dir=r/a1", "--data_dir=data", "--synthetic_data",
             "--synthetic_records=50", "--batch_size=16")
-    flags_txt = tmp_path / "a" / "r" / "a1" / runrecord.FLAGS_FILE
+    record_file = tmp_path / "a" / "r" / "a1" / runrecord.FLAGS_FILE
     for extra in starts:
         monkeypatch.chdir(tmp_path / "a")
         result = cli.call("cifar10-train", *base, *extra)
@@ -148,12 +204,12 @@ def test_flags_txt_replays_each_latest_start_exactly_from_another_directory(
                     "train_dir": str(tmp_path / "a" / "r" / "a1"),
                     "data_dir": str(tmp_path / "a" / "data")}
         monkeypatch.chdir(tmp_path / "b")
-        assert parsed([f"--flagfile={flags_txt}"]) == expected
-    text = flags_txt.read_text()
+        assert parsed([f"--flagfile={record_file}"]) == expected
+    text = record_file.read_text()
     assert "# --seed=3\n" in text and "\n--seed=3\n" not in text  # kept, as history
-    assert runrecord.recorded_flags(str(flags_txt.parent))["max_steps"] == "2"
+    assert runrecord.recorded_flags(str(record_file.parent))["max_steps"] == "2"
     # Replayed from elsewhere, it resumes the same run (not a new one beside it).
-    again = cli.call("cifar10-train", f"--flagfile={flags_txt}", "--max_steps=3")
+    again = cli.call("cifar10-train", f"--flagfile={record_file}", "--max_steps=3")
     assert again.returncode == 0, again.stderr
     assert "Resuming from" in again.stdout and not (tmp_path / "b" / "r").exists()
 
@@ -187,12 +243,12 @@ def test_values_with_spaces_inside_and_equals_signs_replay_as_they_were(tmp_path
             "--synthetic_records=50", "--batch_size=16", "--max_steps=1")
     result = cli.call("cifar10-train", *args)
     assert result.returncode == 0, result.stderr
-    flags_txt = tmp_path / "r 1=x" / runrecord.FLAGS_FILE
+    record_file = tmp_path / "r 1=x" / runrecord.FLAGS_FILE
     assert (tmp_path / data_dir).is_dir()
-    assert parsed([f"--flagfile={flags_txt}"]) == {
+    assert parsed([f"--flagfile={record_file}"]) == {
         **parsed(args), "fresh_start": False, "train_dir": str(tmp_path / "r 1=x"),
         "data_dir": str(tmp_path / data_dir)}
-    assert runrecord.recorded_flags(str(flags_txt.parent))["data_dir"] == str(
+    assert runrecord.recorded_flags(str(record_file.parent))["data_dir"] == str(
         tmp_path / data_dir)
 
 
@@ -298,7 +354,7 @@ def test_a_record_that_cannot_be_written_is_one_line_and_leaves_the_old_file(tmp
             runrecord.record_start(str(tmp_path), record, "--seed=2\n")
     assert str(err.value).startswith(f"cannot record the run's start in {tmp_path}/flags.txt (")
     assert "\n" not in str(err.value)
-    assert (tmp_path / "flags.txt").read_text().endswith("--seed=1\n")
+    assert (tmp_path / "flags.txt").read_text().endswith("--seed=1\n# end of this start\n")
     assert runrecord.last_record(str(tmp_path)) == record
     assert sorted(os.listdir(tmp_path)) == ["environment.jsonl", "flags.txt"]  # no temporary
 
@@ -312,7 +368,7 @@ def test_a_users_tmp_files_beside_the_records_are_neither_written_nor_removed(tm
     record = runrecord.environment("cifar10-train", ["x"], [], "2.x")
     for seed in (1, 2):
         runrecord.record_start(str(tmp_path), record, f"--seed={seed}\n")
-    assert (tmp_path / "flags.txt").read_text().endswith("--seed=2\n")
+    assert (tmp_path / "flags.txt").read_text().endswith("--seed=2\n# end of this start\n")
     assert sorted(os.listdir(tmp_path)) == ["environment.jsonl", "environment.jsonl.tmp",
                                             "flags.txt", "flags.txt.tmp"]
     assert (tmp_path / "environment.jsonl.tmp").read_text() == "mine"
@@ -411,14 +467,14 @@ def test_replica_counts_give_different_runs(deterministic_runs):
 def test_a_start_that_cannot_be_recorded_gives_no_notice_that_it_was(tmp_path):
     first = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2"))
     assert first.returncode == 0, first.stderr
-    flags_txt = tmp_path / "train" / runrecord.FLAGS_FILE
-    flags_txt.unlink()
-    flags_txt.mkdir()  # a folder of the record's name: the start cannot be recorded
+    record_file = tmp_path / "train" / runrecord.FLAGS_FILE
+    record_file.unlink()
+    record_file.mkdir()  # a folder of the record's name: the start cannot be recorded
     resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=4"),
                        "--batch_size=8")
     assert resumed.returncode == 1
     assert resumed.stderr.splitlines() == [
-        f"cifar10-train: error: cannot record the run's start in {flags_txt} (Is a directory); "
+        f"cifar10-train: error: cannot record the run's start in {record_file} (Is a directory); "
         f"a folder of that name is not the run's record: move it away"]
 
 

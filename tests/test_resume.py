@@ -170,6 +170,34 @@ def test_when_no_checkpoint_restores_it_stops_and_changes_nothing(run_dir, learn
     assert set(after) - set(before) <= {LOCK_FILE}
 
 
+def test_the_advice_of_a_run_whose_checkpoints_do_not_restore_works_when_followed(
+        run_dir, learnable_files, tmp_path):
+    """Each checkpoint's .index cut short (a full disk): the error said "--fresh_start
+    deletes them", and --fresh_start refused, since a .index that is not whole is no
+    file it knows it wrote.  The error names those files; moved out, --fresh_start
+    starts over."""
+    for step in (3, 6):
+        truncate(run_dir / f"model.ckpt-{step}.index")
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(config(run_dir, max_steps=40), mirrored(), TrainData(*learnable_files),
+                         print_fn=lambda line: None)
+    named = [f"model.ckpt-{step}.{kind}" for step in (3, 6)
+             for kind in ("data-00000-of-00001", "index")]
+    assert str(err.value).endswith(
+        f"; to start over, move {', '.join(named)} out of {run_dir} (damaged, or not the "
+        f"trainer's: --fresh_start deletes only the checkpoints it wrote whole), then "
+        f"cifar10-train --train_dir={run_dir} --fresh_start deletes the rest")
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in named:
+        os.rename(run_dir / name, aside / name)
+    result = controller.train(config(run_dir, max_steps=1, fresh_start=True), mirrored(),
+                              TrainData(*learnable_files), print_fn=lambda line: None)
+    assert result.complete
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [1]
+    assert sorted(os.listdir(aside)) == named
+
+
 def _write_checkpoint(path, **objects):
     tf.train.Checkpoint(**objects).write(str(path))
 

@@ -477,9 +477,23 @@ def test_make_synthetic_data_script_writes_a_valid_data_set(tmp_path):
     assert result.returncode == 0, result.stderr
     files = datafolder.split_files(str(tmp_path / "cifar-10-batches-bin"), "train")
     assert datafolder.validate_files(files) == 35
-    bad = subprocess.run([sys.executable, script, str(tmp_path), "--records_per_file=0"],
+    # A usage error as the programs' and benchmark.py's: one line, exit status 1 (not
+    # argparse's usage message and 2).
+    for value, error in [("0", "--records_per_file must be at least 1, got 0"),
+                         ("x", "argument --records_per_file: invalid int value: 'x'")]:
+        bad = subprocess.run([sys.executable, script, str(tmp_path), f"--records_per_file={value}"],
+                             capture_output=True, text=True, timeout=60)
+        assert (bad.returncode, bad.stdout, bad.stderr) == (
+            1, "", f"make_synthetic_data.py: error: {error} (see make_synthetic_data.py "
+                   f"--help)\n")
+    # A file where the folder goes: one line, not OSError's traceback.
+    (tmp_path / "a_file").write_text("mine")
+    bad = subprocess.run([sys.executable, script, str(tmp_path / "a_file")],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--records_per_file must be at least 1" in bad.stderr
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        1, "", f"make_synthetic_data.py: error: cannot write {tmp_path / 'a_file'} (File "
+               f"exists); a file is in the way of that folder: name a folder\n")
+    assert (tmp_path / "a_file").read_text() == "mine"
     # -S -I: a Python without the package, as the system's python3: one line saying so.
     for name in ("make_synthetic_data.py", "benchmark.py"):
         outside = subprocess.run([sys.executable, "-S", "-I", os.path.join(
@@ -616,21 +630,21 @@ def test_sigterm_during_a_download_leaves_no_partial_file(tmp_path):
     assert not (tmp_path / "train").exists()
 
 
-@pytest.mark.parametrize("program,flag", [("cifar10-train", "data_dir"),
+@pytest.mark.parametrize("name,flag", [("cifar10-train", "data_dir"),
                                           ("cifar10-train", "train_dir"),
                                           ("cifar10-eval", "eval_dir"),
                                           ("cifar10-eval", "checkpoint_dir")])
 def test_a_path_flag_with_a_tilde_the_shell_left_is_refused_before_a_folder_named_tilde(
-        tmp_path, monkeypatch, program, flag):
+        tmp_path, monkeypatch, name, flag):
     # --data_dir=~/data: no shell expands a ~ after '='; taken as it is, it made ./~/data
     # (170 MB downloaded into it), a folder whose `rm -rf ~` removes the home.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    result = call(program, f"--{flag}=~/runs/a", "--synthetic_data",
+    result = call(name, f"--{flag}=~/runs/a", "--synthetic_data",
                   f"--data_dir={tmp_path / 'data'}" if flag != "data_dir" else "--max_steps=1")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"{program}: error: --{flag}=~/runs/a starts with a ~ that was not expanded (the shell "
+        f"{name}: error: --{flag}=~/runs/a starts with a ~ that was not expanded (the shell "
         f"does not expand a ~ after '='): write --{flag} ~/runs/a or --{flag}="
-        f"{tmp_path}/home/runs/a; for a folder named ~, write ./~/runs/a (see {program} --help)"]
+        f"{tmp_path}/home/runs/a; for a folder named ~, write ./~/runs/a (see {name} --help)"]
     assert os.listdir(tmp_path) == []

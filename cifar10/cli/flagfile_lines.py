@@ -130,24 +130,36 @@ def _start_headers(text: str, where: str) -> bool:
     inside its first start, or its latest start's lines commented out, it sets no
     flag, and the program would run on its defaults without a word (downloading
     CIFAR-10 into /tmp, training into another folder).  No program writes such a
-    file: each start's header is followed by its flags.
+    file: each start's header is followed by its flags.  Refuses too a record whose
+    last start was recorded with its completeness mark and lacks its end line
+    (``records.announces_end``): cut short inside its flags (``--max_steps=100000``
+    cut to ``--max_steps=10``, the last lines gone), it would replay another run.
 
     Raises:
       FlagfileError: naming the file and the header line.
     """
     header = None  # the line number of the last header with no flag line under it yet
+    unended = None  # the line number of the last header whose end line has not come yet
     seen = False
     for number, line in enumerate(io.StringIO(text, newline=None).readlines(), start=1):
         if records.is_start_header(line):
             header, seen = number, True
+            unended = number if records.announces_end(line) else None
+        elif records.is_end_line(line):
+            unended = None
         elif not (line.isspace() or line.startswith(("#", "//"))):  # absl's flag line
             header = None
+    fix = "give the run's whole flags.txt, or the flags on the command line"
     if header is not None:
         raise FlagfileError(
             f"{where}: the start it records last (line {header}) has no flag line under it, "
             f"only comments (a record cut short, or its flags commented out), so it sets no "
-            f"flag and the program would run on its defaults: give the run's whole "
-            f"flags.txt, or the flags on the command line")
+            f"flag and the program would run on its defaults: {fix}")
+    if unended is not None:
+        raise FlagfileError(
+            f"{where}: the start it records last (line {unended}) is cut short (a disk that "
+            f"filled, a copy interrupted): its flags do not reach the line "
+            f"\"{records.END_LINE}\" written after them, so it would replay another run: {fix}")
     return seen
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import slurm
@@ -23,6 +24,10 @@ _TASK_TYPES = ("chief", "worker")
 # A host of a "host:port" address: a host name or IPv4 address (letters, digits, '.',
 # '-', '_'), or an IPv6 address in brackets.
 _HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Za-z:.%]+\]")
+# Names of this machine, known without asking DNS: TensorFlow's server listens on every
+# address of its machine, so two tasks at one port of it clash whatever name each has.
+_LOOPBACK = re.compile(r"localhost|127(?:\.\d{1,3}){3}|0\.0\.0\.0|\[(?:::1|::)\]",
+                       re.IGNORECASE)
 
 
 def read_tf_config(text: str | None = None) -> dict | None:
@@ -74,7 +79,7 @@ def _check_addresses(cluster: dict) -> None:
     """Each task's "host:port" a host and a port it can listen at, and its own: a
     mistake there would show only as the workers not all starting, after
     --worker_timeout_secs."""
-    seen = {}
+    seen = {}  # (host, or this machine's '', port): (the task, its address)
     for task_type in _TASK_TYPES:
         for index, address in enumerate(cluster.get(task_type, [])):
             task = f"{task_type} {index}"
@@ -85,10 +90,20 @@ def _check_addresses(cluster: dict) -> None:
             if not _HOST.fullmatch(host):
                 raise _tf_config_error(f'{task}\'s address "{address}" has no host name or IP '
                                        f"address before its port")
-            if address in seen:
-                raise _tf_config_error(f"names {address} for both {seen[address]} and {task}: "
-                                       f"each task needs a host:port of its own")
-            seen[address] = task
+            key = ("" if _this_machine(host) else host.lower(), int(port))
+            if key in seen:
+                other, at = seen[key]
+                both = (f"{address} for both {other} and {task}" if at == address else
+                        f"{at} for {other} and {address} for {task}, both port {int(port)} "
+                        f"of {key[0] or 'this machine'}")
+                raise _tf_config_error(f"names {both}: each task needs a host:port of its own")
+            seen[key] = task, address
+
+
+def _this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine by a name known without DNS: a loopback name or
+    address, or the machine's own host name."""
+    return bool(_LOOPBACK.fullmatch(host)) or host.lower() == socket.gethostname().lower()
 
 
 def _check_task(task, cluster: dict) -> None:

@@ -250,8 +250,8 @@ def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -
     wait = "raise --eval_timeout if its trainer is still running (its next checkpoint may read)"
     fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads, or {wait}"
            if older else
-           f"{wait}; else train again (cifar10-train --train_dir={checkpoint_dir} "
-           f"--fresh_start deletes them) or point --checkpoint_dir at another run")
+           f"{wait}; else train again ({checkpoints.start_over(checkpoint_dir)}) or "
+           f"point --checkpoint_dir at another run")
     return (f"{which} could be read {waited} ({', '.join(tried)}; see the warnings above): "
             f"nothing was scored; {fix}")
 
@@ -264,8 +264,8 @@ def _none_reads(checkpoint_dir: str) -> str:
     which = f"none of its {len(tried)} newest checkpoints" if older else "none of its checkpoints"
     fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
            if older else
-           f"train again (cifar10-train --train_dir={checkpoint_dir} --fresh_start deletes "
-           f"them) or point --checkpoint_dir at another run")
+           f"train again ({checkpoints.start_over(checkpoint_dir)}) or point "
+           f"--checkpoint_dir at another run")
     return (f"training in {checkpoint_dir} is complete and {which} could be read "
             f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
 

@@ -121,10 +121,25 @@ def newest_that_reads(directory: str, warn=logging.warning,
     older = found[:-tried]
     fix = (f"pass --checkpoint={older[-1].path}, an older one not tried, if it reads"
            if older else
-           f"train again (cifar10-train --train_dir={directory} --fresh_start deletes them) "
-           f"or point --checkpoint_dir at another run")
+           f"train again ({start_over(directory)}) or point --checkpoint_dir at another run")
     which = f"none of the {len(failures)} newest checkpoints" if older else "no checkpoint"
     raise Cifar10Error(f"{which} in {directory} can be read: {'; '.join(failures)}; {fix}")
+
+
+def start_over(directory: str) -> str:
+    """How to train again in ``directory``, whose checkpoints do not read, as a clause
+    of an error's advice: ``--fresh_start`` deletes them; but it deletes only the
+    checkpoints the trainer wrote whole, and refuses while another file has a
+    checkpoint's name (a .index cut short: ``cleanup.foreign_checkpoint_files``), so
+    those are named, to be moved out first."""
+    from cifar10.runs.cleanup import foreign_checkpoint_files  # cleanup imports this module
+    command = f"cifar10-train --train_dir={directory} --fresh_start"
+    foreign = foreign_checkpoint_files(directory)
+    if not foreign:
+        return f"{command} deletes them"
+    return (f"move {listed(foreign)} out of {directory} (damaged, or not the trainer's: "
+            f"--fresh_start deletes only the checkpoints it wrote whole), then {command} "
+            f"deletes the rest")
 
 
 # The last layer's biases: one per class, so their shape tells a run's class count.

@@ -3,9 +3,9 @@
 In the run's directory (``--train_dir``, or ``--eval_dir`` for cifar10-eval):
 
 * ``flags.txt``: the program's effective flags at each start, in absl's flagfile
-  format under a ``#`` header line per start, oldest first.  Replaying it
-  (``--flagfile=flags.txt``) gives the latest start's flags, since a later value
-  of a flag wins.
+  format under a ``#`` header line per start, oldest first, each start's ended by
+  ``END_LINE``.  Replaying it (``--flagfile=flags.txt``) gives the latest start's
+  flags, since a later value of a flag wins.
 * ``environment.jsonl``: one JSON object per start: versions, host, devices,
   command line, time, the settings that change what is trained, and how they
   changed since the start before (``changes``); the trainer's also says whether
@@ -37,6 +37,14 @@ from cifar10.distribute import slurm
 
 FLAGS_FILE = "flags.txt"
 ENVIRONMENT_FILE = "environment.jsonl"
+
+# A start's completeness mark in flags.txt: its header line ends with ENDS_AT, and the
+# line after its flags is END_LINE.  A copy cut short (a disk that filled, a copy
+# interrupted, an editor's crash) loses its END_LINE, and is known from a record
+# written before these marks, which has neither and replays as it did.  Both are
+# comments: absl skips them.
+END_LINE = "# end of this start"
+ENDS_AT = f' (flags to "{END_LINE}")'
 
 # Settings of a training run that change what is trained, with the words that
 # name them.  A run resumed with another value of one goes on with it, and says so.
@@ -158,17 +166,18 @@ def _shown(value: Any) -> str:
 
 def record_start(directory: str, record: Mapping[str, Any], flags_text: str | None) -> None:
     """Appends ``record`` to environment.jsonl and, if given, ``flags_text`` under a
-    header line to flags.txt, both in ``directory``.
+    header line to flags.txt, with its completeness mark (``ENDS_AT``, ``END_LINE``),
+    both in ``directory``.
 
     Raises:
       Cifar10Error: a file cannot be written (one line, with the reason).
     """
     if flags_text is not None:
         header = (f"# {record['program']}, started {record['start_time']} on {record['host']}"
-                  + (f" at step {record['start_step']}" if "start_step" in record else "")
-                  + "\n")
-        _append(os.path.join(directory, FLAGS_FILE), header + flags_text.rstrip("\n") + "\n",
-                earlier=_commented)
+                  + (f" at step {record['start_step']}" if "start_step" in record else ""))
+        flag_lines = flags_text.rstrip("\n")
+        _append(os.path.join(directory, FLAGS_FILE),
+                f"{header}{ENDS_AT}\n{flag_lines}\n{END_LINE}\n", earlier=_commented)
     _append(os.path.join(directory, ENVIRONMENT_FILE), json.dumps(record, sort_keys=False) + "\n")
 
 
@@ -217,6 +226,17 @@ def is_start_header(line: str) -> bool:
     return bool(_HEADER.match(line))
 
 
+def announces_end(header: str) -> bool:
+    """Whether a start's header line says that its flags end with ``END_LINE``: the start
+    was recorded with its completeness mark."""
+    return header.rstrip().endswith(ENDS_AT)
+
+
+def is_end_line(line: str) -> bool:
+    """Whether ``line`` is the ``END_LINE`` after a start's flags, whole."""
+    return line.strip() == END_LINE
+
+
 # The flag that only each program's own records hold: it tells whose flags are the
 # lines under no header line (one that was edited away).
 OWN_FLAG = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
@@ -232,7 +252,8 @@ class Start:
 
 
 # The header of a cifar10-train start at step 0 (``record_start``): group 1 its time.
-_NEW_RUN = re.compile(r"^# cifar10-train, started (\S+) on .* at step 0$", re.MULTILINE)
+_NEW_RUN = re.compile(rf"^# cifar10-train, started (\S+) on .* at step 0"
+                      rf"(?:{re.escape(ENDS_AT)})?$", re.MULTILINE)
 
 
 def last_new_run(directory: str) -> str | None:

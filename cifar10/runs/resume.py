@@ -15,7 +15,7 @@ import tensorflow as tf
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import statefile
 from cifar10.runs.checkpoint_files import PREFIX, Checkpoint, checkpoint_path, scan
-from cifar10.runs.checkpoints import READ_ERRORS, restore_cause
+from cifar10.runs.checkpoints import READ_ERRORS, restore_cause, start_over
 
 
 def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[[str], None],
@@ -50,7 +50,7 @@ def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[
         raise Cifar10Error(
             f"no checkpoint in {directory} can be restored: {'; '.join(reasons)}. "
             f"To keep them and start a new run, move them aside or choose another "
-            f"--train_dir; --fresh_start deletes them and starts over")
+            f"--train_dir; to start over, {start_over(directory)}")
     if named is not None and named < restored.step:
         reasons.append(f"the state file names {PREFIX}-{named}, an older one")
     if reasons:
