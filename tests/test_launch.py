@@ -393,6 +393,19 @@ def test_a_runs_folder_as_data_dir_is_one_line_before_any_fetch_or_worker(tmp_pa
     assert os.listdir(run) == ["cifar10-train.lock"]
 
 
+def test_a_folder_for_the_runs_lock_file_is_one_line_before_any_worker_starts(tmp_path):
+    (tmp_path / "t3" / "cifar10-train.lock").mkdir(parents=True)
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", "--synthetic_data",
+                      f"--train_dir={tmp_path / 't3'}", f"--data_dir={tmp_path / 'data'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"cifar10-launch: error: {tmp_path / 't3' / 'cifar10-train.lock'} "
+                             f"is a folder, not cifar10-train's lock file: move that folder "
+                             f"away (the trainer keeps its lock in a file of that name in "
+                             f"--train_dir)\n")
+    assert not (tmp_path / "data").exists()
+
+
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
     launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)

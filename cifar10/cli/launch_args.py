@@ -22,6 +22,7 @@ from cifar10.core import memory
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.distribute import cluster
+from cifar10.runs import lock
 
 # Flags every program takes from absl (its help flags are answered before parsing).
 _ABSL_MODULES = (logging.__name__,)
@@ -37,7 +38,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
         flagfile that cannot be read or sets a flag given before it (``flagfiles``); an
         argument that is not a flag; ``--help``; a ``--batch_size`` past memory; a
         ``--train_dir`` that is an evaluator's folder or holds data (``outdirs``), or
-        cannot be made or written (``writable``); with several workers, a
+        cannot be made or written (``writable``), or whose lock file is a folder
+        (``lock``); with several workers, a
         ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
@@ -65,6 +67,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
         else 4)
     outdirs.refuse_foreign_train_dir(values["train_dir"].value)
     writable.refuse_unwritable("train_dir", values["train_dir"].value)
+    lock.refuse_a_folder_for_the_file(values["train_dir"].value)
     if num_workers > 1:
         if values["strategy"].value not in ("auto", "multi_worker"):
             raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "
