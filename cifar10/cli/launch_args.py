@@ -11,6 +11,7 @@ from typing import Sequence
 from absl import flags
 from absl import logging  # defines absl's --verbosity and the like
 
+from cifar10.cli import command_line
 from cifar10.cli import flag_errors
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
@@ -34,13 +35,15 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     the same line) or what would not make one job; returns the workers' flags.
 
     Raises:
-      Cifar10Error: a flag cifar10-train does not take or a bad value of one, a
-        flagfile that cannot be read or sets a flag given before it (``flagfiles``); an
-        argument that is not a flag; ``--help``; a ``--batch_size`` past memory; a
-        ``--train_dir`` that is an evaluator's folder or holds data (``outdirs``), or
-        cannot be made or written (``writable``), or whose lock file is a folder
-        (``lock``); with several workers, a
-        ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
+      Cifar10Error: a flag cifar10-train does not take or a bad value of one (also
+        one refused once parsed, ``command_line.refuse_parsed_values``: a path not
+        in UTF-8, a ~ the shell left), a flagfile that cannot be read or sets a flag
+        given before it (``flagfiles``); an argument that is not a flag; ``--help``;
+        a ``--batch_size`` past memory; a ``--train_dir`` that is an evaluator's
+        folder or holds data (``outdirs``), cannot be made or written
+        (``writable``), or whose lock file is a folder (``lock``); with several
+        workers, a ``--strategy`` other than auto or multi_worker, or
+        ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
         raise Cifar10Error(f"{TRAINER} --help lists the flags that go after --")
@@ -52,7 +55,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
             values[flag.name] = copy.deepcopy(flag)
     try:
         rest = flagfiles.parse(values, [TRAINER, *args], TRAINER)
-        outdirs.refuse_folders_that_are_not(values)  # as cifar10-train's parse does
+        command_line.refuse_parsed_values(values, TRAINER)  # as cifar10-train's parse does
     except flags.Error as e:
         message = str(e) if isinstance(e, flagfiles.FlagfileError) else \
             flag_errors.flag_error_text(e)
