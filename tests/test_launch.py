@@ -432,6 +432,20 @@ def test_a_folder_for_the_runs_lock_file_is_one_line_before_any_worker_starts(tm
     assert not (tmp_path / "data").exists()
 
 
+def test_its_train_dir_as_data_dir_is_one_line_before_any_data_is_written(tmp_path):
+    run = tmp_path / "mw"
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={run}",
+                      "--synthetic_data", f"--train_dir={run}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"cifar10-launch: error: --data_dir={run} is the --train_dir too "
+                             f"(the run's checkpoints and records would go among the data, and "
+                             f"later starts would refuse the folder as one or the other): give "
+                             f"them different folders, such as --data_dir={tmp_path / 'mw-data'}"
+                             f"\n")
+    assert not run.exists()
+
+
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
     launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)

@@ -40,9 +40,9 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
         in UTF-8, a ~ the shell left), a flagfile that cannot be read or sets a flag
         given before it (``flagfiles``); an argument that is not a flag; ``--help``;
         a ``--batch_size`` past memory; a ``--train_dir`` that is an evaluator's
-        folder or holds data (``outdirs``), cannot be made or written
-        (``writable``), or whose lock file is a folder (``lock``); with several
-        workers, a ``--strategy`` other than auto or multi_worker, or
+        folder, holds data or is the --data_dir too (``outdirs``), cannot be made or
+        written (``writable``), or whose lock file is a folder (``lock``); with
+        several workers, a ``--strategy`` other than auto or multi_worker, or
         ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
@@ -68,6 +68,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     memory.refuse_batch_beyond_memory(
         values["batch_size"].value, 2 if values["use_bf16"].value or values["use_fp16"].value
         else 4)
+    outdirs.refuse_output_as_data_dir("train_dir", values["train_dir"].value,
+                                      values["data_dir"].value)
     outdirs.refuse_foreign_train_dir(values["train_dir"].value)
     writable.refuse_unwritable("train_dir", values["train_dir"].value)
     lock.refuse_a_folder_for_the_file(values["train_dir"].value)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shlex
 
 from absl import flags
 from absl import logging
@@ -96,6 +97,27 @@ def refuse_run_as_data_dir(data_dir: str, followed: str = "", fix: str = FETCH_I
         return
     origin = f" ({followed})" if followed else ""
     raise Cifar10Error(f"--data_dir={data_dir}{origin} is {what}, not a data folder: {fix}")
+
+
+# What goes in each program's output folder.
+_OUTPUT = {"train_dir": "the run's checkpoints and records", "eval_dir": "the evaluator's results"}
+
+
+def refuse_output_as_data_dir(flag: str, folder: str, data_dir: str, followed: str = "") -> None:
+    """Raises Cifar10Error when ``data_dir`` (--data_dir, ``followed`` from a run's
+    flags.txt if it says so) is the same folder as ``folder``, the program's output
+    folder (--``flag``: train_dir or eval_dir): the first start would put the data there,
+    and every later one refuse the folder, as a run's or an evaluator's folder for data
+    (``refuse_run_as_data_dir``) or as a folder of data sets for output.  Data already
+    there is left where it is."""
+    if not os.path.realpath(data_dir) == os.path.realpath(folder):
+        return
+    origin = f" ({followed})" if followed else ""
+    suggested = suggestions.beside(folder, "data", whose.is_empty_folder)
+    raise Cifar10Error(
+        f"--data_dir={data_dir}{origin} is the --{flag} too ({_OUTPUT[flag]} would go among the data, "
+        f"and later starts would refuse the folder as one or the other): give them different "
+        f"folders, such as --data_dir={shlex.quote(suggested)}")
 
 
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
