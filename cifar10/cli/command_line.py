@@ -6,6 +6,7 @@ Nothing here loads TensorFlow.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from absl import flags
@@ -106,5 +107,5 @@ def _file_name_taken_for_a_flag(error: flags.Error, argv: list[str], program: st
     after = argv[argv.index("--") + 1:] if "--" in argv else []
     others = [arg for arg in own if arg != name]
     return (f"{name} is taken for a flag (unknown flag --{error.flagname}): name that file "
-            f"./{name}, or put the file names after --, as in "
-            f"{' '.join([program, *others, '--', *after, name])}")
+            f"{shlex.quote('./' + name)}, or put the file names after --, as in "
+            f"{shlex.join([program, *others, '--', *after, name])}")

@@ -6,6 +6,7 @@ for a trainer's flag given before the ``--``.  Nothing here loads TensorFlow.
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Sequence
 
 from absl import flags
@@ -128,4 +129,4 @@ def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str
     given = own[at:at + width]
     after = argv[argv.index("--") + 1:] if "--" in argv else []
     return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
-            f"{' '.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
+            f"{shlex.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")

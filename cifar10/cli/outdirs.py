@@ -17,11 +17,11 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import shlex
 
 from absl import flags
 from absl import logging
 
+from cifar10.cli import path_flags
 from cifar10.cli import suggestions
 from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
@@ -115,9 +115,9 @@ def refuse_output_as_data_dir(flag: str, folder: str, data_dir: str, followed: s
     origin = f" ({followed})" if followed else ""
     suggested = suggestions.beside(folder, "data", whose.is_empty_folder)
     raise Cifar10Error(
-        f"--data_dir={data_dir}{origin} is the --{flag} too ({_OUTPUT[flag]} would go among the data, "
-        f"and later starts would refuse the folder as one or the other): give them different "
-        f"folders, such as --data_dir={shlex.quote(suggested)}")
+        f"--data_dir={data_dir}{origin} is the --{flag} too ({_OUTPUT[flag]} would go among "
+        f"the data, and later starts would refuse the folder as one or the other): give them "
+        f"different folders, such as {path_flags.pasted('data_dir', suggested)}")
 
 
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
@@ -212,7 +212,8 @@ def _refuse_runs_parent(train_dir: str) -> None:
                 f"training runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})")
         raise Cifar10Error(
             f"--train_dir={train_dir} is no training run but holds {held}: pass "
-            f"--train_dir={runs[0]} to resume it, or a folder of a new run's own")
+            f"{path_flags.pasted('train_dir', runs[0])} to resume it, or a folder of a new "
+            f"run's own")
 
 
 def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:
