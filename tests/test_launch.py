@@ -393,6 +393,59 @@ def test_a_runs_folder_as_data_dir_is_one_line_before_any_fetch_or_worker(tmp_pa
     assert os.listdir(run) == ["cifar10-train.lock"]
 
 
+@pytest.mark.parametrize("value, error", [
+    ("~/d", "--data_dir=~/d starts with a ~ that was not expanded (the shell does not expand "
+            "a ~ after '='): write --data_dir ~/d or --data_dir=HOME/d; for a folder named ~, "
+            "write ./~/d"),
+    ("d\nx", "--data_dir='d\\nx' holds a line break, which would end its line in the run's "
+             "flags.txt (one flag per line, replayed with --flagfile): choose a value without it"),
+    (os.fsdecode(b"d\xff"), "--data_dir=b'd\\xff' is not UTF-8: choose a name in UTF-8 (the "
+                            "run's records, flags.txt and environment.jsonl, are UTF-8 text)"),
+])
+def test_a_path_the_workers_refuse_is_one_line_before_any_data_is_written(
+        tmp_path, monkeypatch, value, error):
+    # The launcher fetched the data into ./~/d (170 MB without --synthetic_data), then
+    # each worker refused the flag, each with the same line.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={value}",
+                      "--synthetic_data", "--synthetic_records=20",
+                      f"--train_dir={tmp_path / 'mw2'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"cifar10-launch: error: cifar10-train's flags (after --): "
+                             f"{error.replace('HOME', str(tmp_path / 'home'))} (see "
+                             f"cifar10-train --help)\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_for_the_runs_lock_file_is_one_line_before_any_worker_starts(tmp_path):
+    (tmp_path / "t3" / "cifar10-train.lock").mkdir(parents=True)
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", "--synthetic_data",
+                      f"--train_dir={tmp_path / 't3'}", f"--data_dir={tmp_path / 'data'}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"cifar10-launch: error: {tmp_path / 't3' / 'cifar10-train.lock'} "
+                             f"is a folder, not cifar10-train's lock file: move that folder "
+                             f"away (the trainer keeps its lock in a file of that name in "
+                             f"--train_dir)\n")
+    assert not (tmp_path / "data").exists()
+
+
+def test_its_train_dir_as_data_dir_is_one_line_before_any_data_is_written(tmp_path):
+    run = tmp_path / "mw"
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={run}",
+                      "--synthetic_data", f"--train_dir={run}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"cifar10-launch: error: --data_dir={run} is the --train_dir too "
+                             f"(the run's checkpoints and records would go among the data, and "
+                             f"later starts would refuse the folder as one or the other): give "
+                             f"them different folders, such as --data_dir={tmp_path / 'mw-data'}"
+                             f"\n")
+    assert not run.exists()
+
+
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
     launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)

@@ -68,6 +68,30 @@ def test_a_check_of_another_start_at_that_instant_does_not_refuse_the_lock(tmp_p
     first.release()
 
 
+def test_a_folder_where_the_lock_file_goes_is_refused_naming_it(tmp_path):
+    (tmp_path / LOCK_FILE).mkdir()
+    line = (f"{tmp_path / LOCK_FILE} is a folder, not cifar10-train's lock file: move that "
+            f"folder away (the trainer keeps its lock in a file of that name in --train_dir)")
+    for check in (lock.refuse_if_held, lambda d: TrainerLock(d).acquire()):
+        with pytest.raises(Cifar10Error) as err:
+            check(str(tmp_path))
+        assert str(err.value) == line
+    assert os.listdir(tmp_path) == [LOCK_FILE] and not os.listdir(tmp_path / LOCK_FILE)
+
+
+def test_the_trainer_refuses_a_lock_folder_before_it_fetches_data(tmp_path):
+    import cli
+
+    (tmp_path / "t3" / LOCK_FILE).mkdir(parents=True)
+    result = cli.call("cifar10-train", f"--train_dir={tmp_path / 't3'}", "--synthetic_data",
+                      f"--data_dir={tmp_path / 'data'}", "--max_steps=1")
+    cli.assert_refused(result, f"cifar10-train: error: {tmp_path / 't3' / LOCK_FILE} is a "
+                               f"folder, not cifar10-train's lock file: move that folder away "
+                               f"(the trainer keeps its lock in a file of that name in "
+                               f"--train_dir)")
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_lock_file_that_does_not_say_who_holds_it_still_refuses(tmp_path):
     first = TrainerLock(str(tmp_path))
     first.acquire()

@@ -554,3 +554,54 @@ def test_a_suggested_folder_fits_the_longest_name_a_file_system_takes(tmp_path):
     # A short name is as before.
     assert suggestions.eval_dir_for(str(tmp_path / "cifar10_train")) == str(
         tmp_path / "cifar10_train-eval")
+
+
+SAME_FOLDER = ("{program}: error: --data_dir={data} is the --{flag} too ({what} would go "
+               "among the data, and later starts would refuse the folder as one or the "
+               "other): give them different folders, such as --data_dir={suggested}")
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_cifar10_train_refuses_its_train_dir_as_data_dir_at_the_first_start(tmp_path, linked):
+    # The first start trained with its data in the run's folder; every later one (a
+    # resume, its flags.txt, the evaluator) refused the folder as a run's, not data.
+    run = tmp_path / "runs" / "a" / "train"
+    data = run
+    if linked:
+        run.mkdir(parents=True)
+        data = tmp_path / "link"
+        data.symlink_to(run)
+    result = call("cifar10-train", f"--train_dir={run}", f"--data_dir={data}",
+                  "--synthetic_data", "--synthetic_records=20", "--max_steps=1")
+    assert_refused(result, SAME_FOLDER.format(
+        program="cifar10-train", data=data, flag="train_dir",
+        what="the run's checkpoints and records", suggested=tmp_path / "runs" / "a" / "data"))
+    assert not run.exists() or os.listdir(run) == []
+
+
+def test_cifar10_eval_refuses_its_eval_dir_as_data_dir_at_the_first_start(tmp_path,
+                                                                          trained_run):
+    run_dir, _ = trained_run
+    ev = tmp_path / "ev"
+    result = call("cifar10-eval", f"--checkpoint_dir={run_dir}", f"--eval_dir={ev}",
+                  f"--data_dir={ev}", "--synthetic_data", "--synthetic_records=20",
+                  "--run_once")
+    assert_refused(result, SAME_FOLDER.format(
+        program="cifar10-eval", data=ev, flag="eval_dir", what="the evaluator's results",
+        suggested=tmp_path / "ev-data"))
+    assert not ev.exists()
+
+
+def test_a_run_whose_data_went_into_its_folder_is_told_the_same(tmp_path):
+    # A run an earlier version let train on data in its own folder: the line names both
+    # flags, not the folder as a run's alone; its data is left where it is.
+    run = tmp_path / "same"
+    synthetic.write_dataset(str(run / "synthetic"), records_per_file=20)
+    (run / "cifar10-train.lock").write_text("")
+    before = listing(run)
+    result = call("cifar10-train", f"--train_dir={run}", f"--data_dir={run}",
+                  "--synthetic_data", "--synthetic_records=20", "--max_steps=10")
+    assert_refused(result, SAME_FOLDER.format(
+        program="cifar10-train", data=run, flag="train_dir",
+        what="the run's checkpoints and records", suggested=tmp_path / "same-data"))
+    assert listing(run) == before

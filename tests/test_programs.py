@@ -295,3 +295,75 @@ def test_a_subfolder_that_cannot_be_read_is_no_hint_and_no_error(tmp_path, monke
     assert str(checkpoint_dir.no_checkpoint(str(tmp_path))) == (
         f"No checkpoint found in {tmp_path}: train first (cifar10-train --train_dir={tmp_path}) "
         f"or point --checkpoint_dir at a training run")
+
+
+def test_the_paths_in_flags_to_paste_are_quoted_for_the_shell(tmp_path, monkeypatch):
+    # After `cp -r t1 "sp ace/run copy"`, `pass --train_dir=/tmp/sp ace/run copy` could
+    # not be pasted. (A path in the prose of a line stays as it is.)
+    import shlex
+
+    from cifar10.cli import kind_of_data, outdirs, path_flags
+    from cifar10.core.errors import Cifar10Error
+
+    space = tmp_path / "sp ace"
+    run = space / "run copy"
+    run.mkdir(parents=True)
+    for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+        (run / name).write_bytes(b"")
+    q = shlex.quote
+    # A run's parent folder (cifar10-train, cifar10-eval).
+    with pytest.raises(Cifar10Error) as err:
+        outdirs.refuse_foreign_train_dir(str(space))
+    assert f": pass --train_dir={q(str(run))} to resume it," in str(err.value)
+    assert str(checkpoint_dir.no_checkpoint(str(space))).endswith(
+        f"holds checkpoints: pass --checkpoint_dir={q(str(run))}")
+    (space / "b c").mkdir()
+    for name in ("model.ckpt-1.index", "model.ckpt-1.data-00000-of-00001"):
+        (space / "b c" / name).write_bytes(b"")
+    assert str(checkpoint_dir.no_checkpoint(str(space))).endswith(
+        f"such as --checkpoint_dir={q(str(space / 'b c'))}")
+    # The run's data not given: its --data_dir, its flags.txt, or the default's.
+    (run / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
+                                   f"at step 0\n--data_dir={space / 'my data'}\n")
+    values = flags.FlagValues()
+    cifar10_flags.define_train_flags(values)
+    values.set_default("data_dir", str(space / "default data"))
+    values(["cifar10-train"])
+    assert kind_of_data.download_refusal(values, str(run)).endswith(
+        f"pass --data_dir={q(str(space / 'my data'))} (or --flagfile="
+        f"{q(str(run / 'flags.txt'))}) to go on with the run's data, or "
+        f"--data_dir={q(str(space / 'default data'))} to download CIFAR-10 there")
+    # The run's kind of data, from its environment.jsonl.
+    (run / "flags.txt").unlink()
+    (run / "environment.jsonl").write_text(
+        '{"settings": {"data_dir": "%s"}}\n' % (space / "d 10" / "cifar-10-batches-bin"))
+    values(["cifar10-train", "--synthetic_data"])
+    with pytest.raises(Cifar10Error) as err:
+        kind_of_data.refuse_other_kind_of_data(values, str(run))
+    assert f"pass --data_dir={q(str(space / 'd 10'))} (no --synthetic_data" in str(err.value)
+    # A ~ the shell left, in a home with a space.
+    monkeypatch.setenv("HOME", str(space))
+    values(["cifar10-train", "--data_dir=~/d"])
+    with pytest.raises(flags.Error) as err:
+        path_flags.refuse_unexpanded_tilde(values)
+    assert f"or --data_dir={q(str(space / 'd'))};" in str(err.value)
+    # A checkpoint that does not read: its folder.
+    with pytest.raises(Cifar10Error) as err:
+        checkpoint_dir.checkpoint_that_reads(str(run / "model.ckpt-5"), str(run))
+    assert f", or --checkpoint_dir={q(str(run))} for its newest" in str(err.value)
+
+
+def test_the_commands_a_flag_mistake_suggests_are_quoted_for_the_shell(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-my cat.jpg").write_bytes(b"")
+    result = cli.call("cifar10-predict", "--checkpoint_dir=runs/a b", "-my cat.jpg")
+    assert result.stderr.splitlines()[-1].endswith(
+        "name that file './-my cat.jpg', or put the file names after --, as in "
+        "cifar10-predict '--checkpoint_dir=runs/a b' -- '-my cat.jpg' (see cifar10-predict "
+        "--help)")
+    result = cli.call("cifar10-launch", "--train_dir=/tmp/sp ace", "--num_workers=2")
+    assert result.stderr.splitlines()[-1] == (
+        "cifar10-launch: error: --train_dir=/tmp/sp ace is cifar10-train's flag: put it "
+        "after --, as in cifar10-launch --num_workers=2 -- '--train_dir=/tmp/sp ace' (see "
+        "cifar10-launch --help)")

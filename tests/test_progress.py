@@ -101,3 +101,44 @@ def test_one_step_is_one_step():
     assert result(start_step=499, examples_per_sec=20.0, loss=2.5).figures() == (
         "This run: 1 step (epoch 0.77 to 1.28) in 1m 05s, 20.0 examples/sec on average, "
         "final loss 2.50.")
+
+
+class _Terminal:
+    """A stream that says it is a terminal and keeps what is written to it."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def _screen(text):
+    """The last line a terminal shows for ``text``: each \\r goes back to its start
+    and overwrites only as far as the new text reaches."""
+    line = ""
+    for part in text.rstrip("\n").split("\n")[-1].split("\r"):
+        line = part + line[len(part):]
+    return line
+
+
+def test_a_shorter_progress_line_on_a_terminal_leaves_nothing_of_the_longer_one():
+    from cifar10.core.progressline import ProgressLine
+
+    rates = {10: "1,234", 20: "850", 30: "91,000"}
+    terminal = _Terminal()
+    line = ProgressLine(lambda done, s: f"{done}/100 images ({rates[done]} images/s)", 100,
+                        stream=terminal)
+    line.show(10)
+    line.show(20)
+    assert _screen(terminal.text).rstrip() == "20/100 images (850 images/s)"
+    line.show(30)
+    line.end()
+    assert _screen(terminal.text) == "30/100 images (91,000 images/s)"
+    assert terminal.text.endswith("\n") and "\x1b" not in terminal.text

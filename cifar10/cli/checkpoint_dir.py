@@ -9,6 +9,7 @@ import os
 import shlex
 
 from cifar10.cli import outdirs
+from cifar10.cli.path_flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.data import imagefiles
@@ -49,9 +50,10 @@ def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
 
     problem = checkpoints.unreadable(given)
     if problem:
+        folder = os.path.dirname(given) or "."
         raise Cifar10Error(f"--checkpoint {given} cannot be read ({problem}): pass another "
-                           f"checkpoint, or --checkpoint_dir={os.path.dirname(given) or '.'} "
-                           f"for its newest that reads")
+                           f"checkpoint, or {pasted('checkpoint_dir', folder)} for its newest "
+                           f"that reads")
     return given
 
 
@@ -85,7 +87,7 @@ def _tilde_hint(path: str) -> str:
     if not path.startswith("~"):
         return ""
     return (f" (the shell does not expand a ~ after '=': write --checkpoint_dir "
-            f"{path} or --checkpoint_dir={os.path.expanduser(path)})")
+            f"{path} or {pasted('checkpoint_dir', os.path.expanduser(path))})")
 
 
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
@@ -113,11 +115,11 @@ def _elsewhere(checkpoint_dir: str) -> str:
     runs/a, given for runs/a/train), or that it is a data folder; '' otherwise."""
     holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
     if len(holders) == 1:
-        return f"; {holders[0]} holds checkpoints: pass --checkpoint_dir={holders[0]}"
+        return f"; {holders[0]} holds checkpoints: pass {pasted('checkpoint_dir', holders[0])}"
     if holders:
         names = ", ".join(os.path.basename(folder) for folder in holders)
         return (f"; its subfolders {names} hold checkpoints: pass one of them as "
-                f"--checkpoint_dir, such as --checkpoint_dir={holders[0]}")
+                f"--checkpoint_dir, such as {pasted('checkpoint_dir', holders[0])}")
     if getdata.is_data_folder(checkpoint_dir):
         return (", a data folder, not a training run: pass the run's --train_dir as "
                 "--checkpoint_dir (its data goes in --data_dir)")

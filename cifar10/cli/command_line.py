@@ -6,6 +6,7 @@ Nothing here loads TensorFlow.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from absl import flags
@@ -46,11 +47,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
         sys.exit(0)
     try:
         rest = flagfiles.parse(flag_values, argv, program)
-        path_flags.refuse_paths_not_utf8(flag_values)
-        path_flags.refuse_unexpanded_tilde(flag_values)
-        outdirs.refuse_folders_that_are_not(flag_values)
-        if program in flags_txt.RECORDING_PROGRAMS:
-            flags_txt.refuse_values_it_cannot_hold(flag_values)
+        refuse_parsed_values(flag_values, program)
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
             sys.exit(0)
@@ -64,6 +61,22 @@ def parse_flags(argv: list[str], program: str, doc: str,
         return rest
     sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
     sys.exit(1)
+
+
+def refuse_parsed_values(flag_values: flags.FlagValues, program: str) -> None:
+    """The values ``program``'s flags are refused once parsed (also cifar10-train's
+    given to cifar10-launch, checked there before it fetches their data): paths not in
+    UTF-8, a ~ the shell left, a folder flag that names no folder, and (for the
+    programs that record flags.txt) a value it could not give back.
+
+    Raises:
+      flags.Error: the first of those, as one line.
+    """
+    path_flags.refuse_paths_not_utf8(flag_values)
+    path_flags.refuse_unexpanded_tilde(flag_values)
+    outdirs.refuse_folders_that_are_not(flag_values)
+    if program in flags_txt.RECORDING_PROGRAMS:
+        flags_txt.refuse_values_it_cannot_hold(flag_values)
 
 
 def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
@@ -94,5 +107,5 @@ def _file_name_taken_for_a_flag(error: flags.Error, argv: list[str], program: st
     after = argv[argv.index("--") + 1:] if "--" in argv else []
     others = [arg for arg in own if arg != name]
     return (f"{name} is taken for a flag (unknown flag --{error.flagname}): name that file "
-            f"./{name}, or put the file names after --, as in "
-            f"{' '.join([program, *others, '--', *after, name])}")
+            f"{shlex.quote('./' + name)}, or put the file names after --, as in "
+            f"{shlex.join([program, *others, '--', *after, name])}")

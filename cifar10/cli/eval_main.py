@@ -186,6 +186,7 @@ def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
     flags.txt (``follow.Followed.describe()``, or ''); where it would be downloaded,
     ``getdata.NotDownloaded(no_download)`` is raised instead when ``no_download`` is
     given."""
+    outdirs.refuse_output_as_data_dir("eval_dir", FLAGS.eval_dir, FLAGS.data_dir, followed)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,

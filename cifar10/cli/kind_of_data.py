@@ -14,6 +14,7 @@ import os
 from absl import flags
 from absl import logging
 
+from cifar10.cli.path_flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
@@ -111,11 +112,11 @@ def _flags_for(kind: tuple[str, ...], batches_dir: str) -> str:
     """The flags that read ``batches_dir`` again, as data of ``kind``."""
     parent, name = os.path.split(os.path.normpath(batches_dir))
     if kind == ("--synthetic_data",) and os.path.basename(parent) == getdata.SYNTHETIC_SUBDIR:
-        return f"--synthetic_data --data_dir={os.path.dirname(parent)}"
+        return f"--synthetic_data {pasted('data_dir', os.path.dirname(parent))}"
     if kind and kind[0] == "--dataset=cifar100":
-        return f"{' '.join(kind)} --data_dir={parent}"
+        return f"{' '.join(kind)} {pasted('data_dir', parent)}"
     data_dir = parent if name == ff.BATCHES_DIRNAME else batches_dir
-    return f"--data_dir={data_dir}" + ("" if kind else " (no --synthetic_data or --dataset)")
+    return pasted("data_dir", data_dir) + ("" if kind else " (no --synthetic_data or --dataset)")
 
 
 def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
@@ -135,8 +136,8 @@ def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
     title = ff.ARCHIVES[flag_values["dataset"].value].title
     return (f"the run in --train_dir={run_dir} was trained on --data_dir={theirs} ({source}), "
             f"and this start, not given --data_dir, would download {title} into {ours} "
-            f"instead: pass --data_dir={theirs} (or --flagfile={source}) to go on with the "
-            f"run's data, or --data_dir={ours} to download {title} there")
+            f"instead: pass {pasted('data_dir', theirs)} (or {pasted('flagfile', source)}) to go "
+            f"on with the run's data, or {pasted('data_dir', ours)} to download {title} there")
 
 
 def _kind(values: dict) -> tuple[str, ...]:

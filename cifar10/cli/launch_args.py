@@ -6,11 +6,13 @@ for a trainer's flag given before the ``--``.  Nothing here loads TensorFlow.
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Sequence
 
 from absl import flags
 from absl import logging  # defines absl's --verbosity and the like
 
+from cifar10.cli import command_line
 from cifar10.cli import flag_errors
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
@@ -22,6 +24,7 @@ from cifar10.core import memory
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.distribute import cluster
+from cifar10.runs import lock
 
 # Flags every program takes from absl (its help flags are answered before parsing).
 _ABSL_MODULES = (logging.__name__,)
@@ -33,12 +36,15 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     the same line) or what would not make one job; returns the workers' flags.
 
     Raises:
-      Cifar10Error: a flag cifar10-train does not take or a bad value of one, a
-        flagfile that cannot be read or sets a flag given before it (``flagfiles``); an
-        argument that is not a flag; ``--help``; a ``--batch_size`` past memory; a
-        ``--train_dir`` that is an evaluator's folder or holds data (``outdirs``), or
-        cannot be made or written (``writable``); with several workers, a
-        ``--strategy`` other than auto or multi_worker, or ``--fresh_start``.
+      Cifar10Error: a flag cifar10-train does not take or a bad value of one (also
+        one refused once parsed, ``command_line.refuse_parsed_values``: a path not
+        in UTF-8, a ~ the shell left), a flagfile that cannot be read or sets a flag
+        given before it (``flagfiles``); an argument that is not a flag; ``--help``;
+        a ``--batch_size`` past memory; a ``--train_dir`` that is an evaluator's
+        folder, holds data or is the --data_dir too (``outdirs``), cannot be made or
+        written (``writable``), or whose lock file is a folder (``lock``); with
+        several workers, a ``--strategy`` other than auto or multi_worker, or
+        ``--fresh_start``.
     """
     if any(arg.split("=")[0] in _HELP for arg in args):
         raise Cifar10Error(f"{TRAINER} --help lists the flags that go after --")
@@ -50,7 +56,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
             values[flag.name] = copy.deepcopy(flag)
     try:
         rest = flagfiles.parse(values, [TRAINER, *args], TRAINER)
-        outdirs.refuse_folders_that_are_not(values)  # as cifar10-train's parse does
+        command_line.refuse_parsed_values(values, TRAINER)  # as cifar10-train's parse does
     except flags.Error as e:
         message = str(e) if isinstance(e, flagfiles.FlagfileError) else \
             flag_errors.flag_error_text(e)
@@ -63,8 +69,11 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     memory.refuse_batch_beyond_memory(
         values["batch_size"].value, 2 if values["use_bf16"].value or values["use_fp16"].value
         else 4)
+    outdirs.refuse_output_as_data_dir("train_dir", values["train_dir"].value,
+                                      values["data_dir"].value)
     outdirs.refuse_foreign_train_dir(values["train_dir"].value)
     writable.refuse_unwritable("train_dir", values["train_dir"].value)
+    lock.refuse_a_folder_for_the_file(values["train_dir"].value)
     if num_workers > 1:
         if values["strategy"].value not in ("auto", "multi_worker"):
             raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "
@@ -120,4 +129,4 @@ def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str
     given = own[at:at + width]
     after = argv[argv.index("--") + 1:] if "--" in argv else []
     return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
-            f"{' '.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
+            f"{shlex.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")

@@ -21,6 +21,7 @@ import re
 from absl import flags
 from absl import logging
 
+from cifar10.cli import path_flags
 from cifar10.cli import suggestions
 from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
@@ -96,6 +97,27 @@ def refuse_run_as_data_dir(data_dir: str, followed: str = "", fix: str = FETCH_I
         return
     origin = f" ({followed})" if followed else ""
     raise Cifar10Error(f"--data_dir={data_dir}{origin} is {what}, not a data folder: {fix}")
+
+
+# What goes in each program's output folder.
+_OUTPUT = {"train_dir": "the run's checkpoints and records", "eval_dir": "the evaluator's results"}
+
+
+def refuse_output_as_data_dir(flag: str, folder: str, data_dir: str, followed: str = "") -> None:
+    """Raises Cifar10Error when ``data_dir`` (--data_dir, ``followed`` from a run's
+    flags.txt if it says so) is the same folder as ``folder``, the program's output
+    folder (--``flag``: train_dir or eval_dir): the first start would put the data there,
+    and every later one refuse the folder, as a run's or an evaluator's folder for data
+    (``refuse_run_as_data_dir``) or as a folder of data sets for output.  Data already
+    there is left where it is."""
+    if not os.path.realpath(data_dir) == os.path.realpath(folder):
+        return
+    origin = f" ({followed})" if followed else ""
+    suggested = suggestions.beside(folder, "data", whose.is_empty_folder)
+    raise Cifar10Error(
+        f"--data_dir={data_dir}{origin} is the --{flag} too ({_OUTPUT[flag]} would go among "
+        f"the data, and later starts would refuse the folder as one or the other): give them "
+        f"different folders, such as {path_flags.pasted('data_dir', suggested)}")
 
 
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
@@ -190,7 +212,8 @@ def _refuse_runs_parent(train_dir: str) -> None:
                 f"training runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})")
         raise Cifar10Error(
             f"--train_dir={train_dir} is no training run but holds {held}: pass "
-            f"--train_dir={runs[0]} to resume it, or a folder of a new run's own")
+            f"{path_flags.pasted('train_dir', runs[0])} to resume it, or a folder of a new "
+            f"run's own")
 
 
 def refuse_foreign_export_dir(export_dir: str, run_dir: str) -> None:

@@ -1,11 +1,13 @@
 """The values of path flags refused once parsed: a name not in UTF-8, and a ~ the
 shell left unexpanded (``unexpanded_tildes``, which ``flagfiles`` refuses on a
-flagfile's line).  Nothing here loads TensorFlow.
+flagfile's line); and a path flag as a line suggests it, to be pasted (``pasted``).
+Nothing here loads TensorFlow.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 
 from absl import flags
 
@@ -36,7 +38,7 @@ def refuse_unexpanded_tilde(flag_values: flags.FlagValues) -> None:
         name, value, home = found[0]
         raise flags.Error(
             f"--{name}={value} starts with a ~ that was not expanded (the shell does "
-            f"not expand a ~ after '='): write --{name} {value} or --{name}={home}; "
+            f"not expand a ~ after '='): write --{name} {value} or {pasted(name, home)}; "
             f"for a folder named ~, write ./{value}")
 
 
@@ -53,6 +55,14 @@ def unexpanded_tildes(flag_values: flags.FlagValues) -> list[tuple[str, str, str
             if home != value:
                 found.append((name, value, home))
     return found
+
+
+def pasted(name: str, path: str) -> str:
+    """``--name=path`` as a line suggests it, to be pasted into a shell: the path
+    quoted where it holds a space or another character the shell would read
+    (``shlex.quote``; a plain path stays as it is).  A path in the prose of a line is
+    left as it is."""
+    return f"--{name}={shlex.quote(path)}"
 
 
 # Why a path flag's value must be UTF-8.

@@ -121,6 +121,7 @@ def _refuse_before_tensorflow() -> str:
     kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
     memory.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
+    outdirs.refuse_output_as_data_dir("train_dir", FLAGS.train_dir, FLAGS.data_dir)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
     writable.refuse_unwritable("train_dir", FLAGS.train_dir)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir)

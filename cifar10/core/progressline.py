@@ -38,6 +38,7 @@ class ProgressLine:
         self._mark: int | None = None  # the tenth (or step) last shown, in a log
         self._last: tuple[int, str] | None = None  # (done, line) last written, in a log
         self._done: int | None = None  # the units last shown; None before the first
+        self._width = 0  # the length of the line last written on a terminal
 
     def show(self, done: int) -> None:
         """Shows that ``done`` units are done: rewritten on a terminal; in a log, a line
@@ -46,7 +47,10 @@ class ProgressLine:
         line = self.describe(done, time.monotonic() - self._start)
         mark = 10 * done // self.total if self.total else done // self.unsized_step
         if self.rewrite:
-            self.stream.write("\r" + line)
+            # Spaces over what a longer line before left (no escape code: a dumb
+            # terminal shows those as they are).
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
         elif mark != self._mark or done == self.total:
             self._write_line(done, line)
             self._mark = mark

@@ -36,8 +36,10 @@ class TrainerLock:
         On a file system without locks (some network mounts) it warns and goes on.
 
         Raises:
-          Cifar10Error: another trainer holds the lock, or the directory is not writable.
+          Cifar10Error: another trainer holds the lock, the lock file is a folder, or
+            the directory is not writable.
         """
+        refuse_a_folder_for_the_file(self.directory)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -87,10 +89,22 @@ def _lock_soon(fd: int, tries: int = 6, pause: float = 0.1) -> None:
 def refuse_if_held(directory: str) -> None:
     """Raises Cifar10Error, as ``TrainerLock.acquire`` would, when another trainer holds
     the lock of ``directory`` now: a check before the data is fetched and TensorFlow
-    loads, so that a second trainer says nothing else first.  Takes no lock."""
+    loads, so that a second trainer says nothing else first; also when the lock file
+    is a folder (``refuse_a_folder_for_the_file``).  Takes no lock."""
+    refuse_a_folder_for_the_file(directory)
     holder = held_by(directory)
     if holder is not None:
         raise _in_use(directory, holder)
+
+
+def refuse_a_folder_for_the_file(directory: str) -> None:
+    """Raises Cifar10Error when ``directory``'s lock file is a folder (made by hand, or
+    copied): the lock cannot be opened, and the folder is not the trainer's to remove."""
+    path = os.path.join(directory, LOCK_FILE)
+    if os.path.isdir(path):
+        raise Cifar10Error(f"{path} is a folder, not cifar10-train's lock file: move that "
+                           f"folder away (the trainer keeps its lock in a file of that name "
+                           f"in --train_dir)")
 
 
 def held_by(directory: str) -> str | None:
