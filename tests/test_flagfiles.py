@@ -297,6 +297,13 @@ def test_a_copied_evaluators_flags_txt_is_refused_as_the_trainers_is(run):
                   "--eval_dir=other/e").checkpoint_dir == f"{run}/train"
 
 
+def test_the_folders_a_copied_record_names_are_quoted_to_be_pasted(run):
+    shutil.copytree(run / "train", "sp ace/run copy")
+    assert refused("cifar10-train", "--flagfile=sp ace/run copy/flags.txt").startswith(
+        f"--flagfile=sp ace/run copy/flags.txt records --train_dir={run}/train, not the "
+        f"folder it is in (sp ace/run copy): pass --train_dir='sp ace/run copy' after it")
+
+
 def test_flags_that_are_no_runs_record_may_name_any_folder(run):
     """Only a run's own record, flags.txt with its start headers, names its folder: a
     file of flags kept elsewhere, or another name for a record's copy, names the run."""

@@ -199,8 +199,9 @@ def refuse_a_record_elsewhere(args: Sequence[Arg], flag_values: flags.FlagValues
         f"--flagfile={arg.top}"
     gone = "" if os.path.isdir(recorded) else " (not there now: a new run would start there)"
     raise FlagfileError(f"{where} records --{own}={recorded}, not the folder it is in "
-                        f"({folder}): pass --{own}={folder} after it to go on with this "
-                        f"copy, or --{own}={recorded} for the recorded run{gone}")
+                        f"({folder}): pass {path_flags.pasted(own, folder)} after it to go on "
+                        f"with this copy, or {path_flags.pasted(own, recorded)} for the "
+                        f"recorded run{gone}")
 
 
 def _same(flag: flags.Flag, a: Setting, b: Setting) -> bool:
