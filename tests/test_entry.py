@@ -288,3 +288,14 @@ def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path, si
     assert (result.returncode, result.stdout.splitlines()[-1], result.stderr) == (
         130, "tensorflow loaded", "cifar10-prepare: interrupted\n")
     assert not (tmp_path / "data").exists()
+
+
+def test_the_benchmark_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path):
+    # scripts/benchmark.py loads TensorFlow (its bench modules) once its arguments are read.
+    path = os.pathsep.join([write_tensorflow(tmp_path, "import error"), REPO])
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "benchmark.py"), "--figures=g"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env=cli.env(PYTHONPATH=path, SIGNAL="SIGTERM"))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        130, "tensorflow loaded\n", "benchmark.py: interrupted\n")
