@@ -53,7 +53,7 @@ import signal
 import sys
 
 try:
-    from cifar10.cli.entry import INTERRUPTED
+    from cifar10.cli.entry import INTERRUPTED, interrupts_kept
     from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
     from cifar10.core import logs, memory
     from cifar10.core.config import KERNEL_CHOICES
@@ -189,7 +189,10 @@ def main(argv=None) -> int:
     """
     args = parse_args(argv)
     try:
-        from bench import report  # TensorFlow loads here, once the arguments are good
+        # TensorFlow loads here, once the arguments are good; a Ctrl-C as it loads stops
+        # the script even where TensorFlow's own imports would swallow it.
+        with interrupts_kept():
+            from bench import report
         return report.run(args)
     except Cifar10Error as e:  # damaged data in --data_dir: one line, as the programs say
         print(f"benchmark.py: error: {e}", file=sys.stderr)

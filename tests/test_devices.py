@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import types
 
 import pytest
@@ -215,3 +217,25 @@ def test_a_port_taken_after_the_check_is_the_same_line_not_a_traceback(monkeypat
                                            rf"address {own}: port \d+ is in use on this "
                                            rf"machine"):
         resolver.multi_worker_strategy(None, None, None)
+
+
+def test_a_sigterm_once_the_multi_worker_strategy_is_built_is_not_lost():
+    # TensorFlow's preemption notifier sets a C handler for SIGTERM as the strategy is
+    # built and leaves it: a SIGTERM before the trainer's handlers did nothing at all.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{free.getsockname()[1]}"
+    config = json.dumps({"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0}})
+    script = ("import os, signal, time\n"
+              "from cifar10.distribute import resolver\n"
+              "signal.signal(signal.SIGTERM, signal.default_int_handler)  # as process.run\n"
+              "resolver.multi_worker_strategy(None, None, None)\n"
+              "try:\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(10)\n"
+              "    print('lost')\n"
+              "except KeyboardInterrupt:\n"
+              "    print('raised')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, env=cli.env(TF_CONFIG=config))
+    assert result.stdout == "raised\n", result.stderr

@@ -8,13 +8,16 @@ traceback.  So each function here installs the program's handling of Ctrl-C
 first, with nothing but the standard library loaded, then imports the program
 and runs it.  A Ctrl-C that comes before the program's own handling of it
 (``process.guarded``) ends the program as any interrupt outside training does:
-``<program>: interrupted`` on stderr and exit status 130.
+``<program>: interrupted`` on stderr and exit status 130.  The same handling
+(``interrupts_kept``) guards TensorFlow's import (``process.load_tensorflow``), whose
+own imports could swallow a Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import signal
 import sys
 import threading
@@ -53,28 +56,10 @@ def start(program: str, module_name: str) -> None:
     """Imports ``module_name`` (a program's ``*_main`` module) and calls its ``run``;
     a Ctrl-C before ``run`` handles it ends the process with one line and status 130.
     """
-    interrupts = []
-
-    def interrupt(signum, frame):
-        interrupts.append(signum)  # on record even if an import's bare except drops it
-        raise KeyboardInterrupt
-
-    previous = signal.getsignal(signal.SIGINT)
     try:
-        # Where SIGINT is ignored (a job started in the background by a script, nohup),
-        # it stays ignored, as it would for the program.
-        if previous is signal.default_int_handler:
-            signal.signal(signal.SIGINT, interrupt)
-        try:
+        with interrupts_kept():  # (SIGTERM's action is still the default here: it ends)
             module = importlib.import_module(module_name)
-        except Exception:
-            if interrupts:  # a native module's initialisation made it an ImportError
-                raise KeyboardInterrupt from None
-            raise
-        if interrupts:
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGINT, previous)  # Python's own, which the programs expect
-        module.run()
+        module.run()  # with Python's own SIGINT handler, which the programs expect
     except KeyboardInterrupt:
         # Only a Ctrl-C the program did not answer itself comes here (one while its
         # flags are read, before ``guarded``): the program was not under way yet.
@@ -85,28 +70,80 @@ def start(program: str, module_name: str) -> None:
 
 
 @contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
+def interrupts_kept() -> Iterator[None]:
     """In the block, a Ctrl-C (SIGINT), or a SIGTERM that the program takes as one
-    (``process.run``), is held back, and raised as KeyboardInterrupt as the block ends.
+    (``process.run``), raises KeyboardInterrupt at once, as Python's own handler does,
+    and is also kept on record: should the block end otherwise (normally, or with
+    another exception), it ends with KeyboardInterrupt instead.
 
-    For imports of native modules whose initialisation runs Python code (matplotlib's
-    ft2font, built with pybind11): a KeyboardInterrupt raised in it comes out as
-    ``ImportError: initialization failed``, which an import guarded for a missing
-    package takes for one.  Only a signal whose handler is Python's own is held (one
-    ignored stays ignored), and only in the main thread (signal handlers are its).
+    For imports (a program's module; TensorFlow, ``process.load_tensorflow``): a
+    library may swallow the KeyboardInterrupt, with a bare except, or with the
+    ``except ImportError`` of an import guarded for a missing package where a native
+    module's initialisation turned it into ``ImportError: initialization failed``
+    (pybind11's: matplotlib's ft2font, which Keras imports as TensorFlow loads); the
+    program would run on, the Ctrl-C lost.
+
+    Raised at once rather than held until the block ends: a Ctrl-C 0.5 to 4.5 s into
+    TensorFlow's import (6 s on a loaded 2-core VM) ended the process 0.2 to 1.4 s
+    after it so, 3 to 8 s after it held.  Except inside a native module's
+    initialisation (the Python code it runs, ``_in_native_init``): raised there, it
+    left ft2font half made, and Python's finalisation then aborted the process
+    ("Fatal Python error", status -6) after the program's last line; it is held until
+    the next import that starts outside one (``_InterruptAtNextImport``), or the
+    block's end.  Only a signal whose handler is Python's own is handled (one ignored,
+    by nohup or a job started in the background, stays ignored), and only in the
+    main thread, where Python runs signal handlers.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = []
+    kept = []
+    at_next_import = _InterruptAtNextImport()
+
+    def interrupt(signum, frame):
+        kept.append(signum)
+        if not _in_native_init(frame):
+            raise KeyboardInterrupt
+        if at_next_import not in sys.meta_path:
+            sys.meta_path.insert(0, at_next_import)
+
     own = [signum for signum in (signal.SIGINT, signal.SIGTERM)
            if signal.getsignal(signum) is signal.default_int_handler]
     for signum in own:
-        signal.signal(signum, lambda signum, frame: held.append(signum))
+        signal.signal(signum, interrupt)
     try:
         yield
+    except Exception:
+        if kept:  # the interrupt made into another error (or its aftermath)
+            raise KeyboardInterrupt from None
+        raise
     finally:
         for signum in own:
             signal.signal(signum, signal.default_int_handler)
-    if held:
+        if at_next_import in sys.meta_path:
+            sys.meta_path.remove(at_next_import)
+    if kept:  # swallowed
+        raise KeyboardInterrupt
+
+
+def _in_native_init(frame) -> bool:
+    """Whether ``frame`` (a signal handler's) runs in the initialisation of a native
+    (extension) module: Python code it calls, such as pybind11's enums."""
+    while frame is not None:
+        if (frame.f_code.co_name in ("create_module", "exec_module") and isinstance(
+                frame.f_locals.get("self"), importlib.machinery.ExtensionFileLoader)):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _InterruptAtNextImport:
+    """A finder first on ``sys.meta_path`` that raises KeyboardInterrupt as the next
+    import starts outside a native module's initialisation (one held in it)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if _in_native_init(sys._getframe(1)):
+            return None  # (the import goes on as usual)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
         raise KeyboardInterrupt

@@ -14,7 +14,6 @@ weights, and stops when training is complete.  Examples:
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -30,7 +29,6 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import entry
 from cifar10.cli import flags_txt
 from cifar10.cli import process
 from cifar10.cli import follow
@@ -61,7 +59,8 @@ def main(argv: list[str]) -> None:
             run_dir, "No checkpoint file found",
             or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
-    tf = _load_tensorflow()  # now that the flags are parsed
+    # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
+    tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
@@ -81,20 +80,6 @@ def main(argv: list[str]) -> None:
     # end it would kill the process, with no line, its work done.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-
-
-def _load_tensorflow():
-    """TensorFlow, after matplotlib (the evaluator's pictures), which is imported first
-    with Ctrl-C held back (``entry.interrupts_held``): its native modules (ft2font, built
-    with pybind11) make a Ctrl-C as they initialise an ImportError, which Keras, as
-    TensorFlow loads, takes for matplotlib missing (``try: import matplotlib.pyplot``):
-    the Ctrl-C was lost, and the half-made module failed the first pictures (a
-    traceback, exit status 1).  What Keras imports is in place then, so it imports
-    nothing more."""
-    with entry.interrupts_held():  # (for a second at most)
-        importlib.import_module("cifar10.evaluation.plots")  # Agg first: files only
-        importlib.import_module("matplotlib.pyplot")
-    return process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
 
 
 def _refuse_before_data() -> tuple[str | None, str]:

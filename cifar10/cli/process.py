@@ -25,6 +25,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import command_line
+from cifar10.cli import entry
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 
@@ -41,12 +42,22 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     """Imports TensorFlow (which takes seconds), its Python warnings hidden unless
     the user asked for TensorFlow's lines (see ``set_up_output``).
 
-    The programs call it once their flags and settings are checked.  float32
-    stays float32: on GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would
-    otherwise run float32 convolutions and matmuls with 10-bit mantissas;
-    ``allow_tf32`` lets it.  Only a program that draws (``plots``: cifar10-eval)
-    lets TensorFlow load matplotlib.
+    The programs call it once their flags and settings are checked.  A Ctrl-C (or
+    SIGTERM) as it loads ends the program (``entry.interrupts_kept``), even where
+    TensorFlow's or Keras's own imports would swallow it.  float32 stays float32: on
+    GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would otherwise run float32
+    convolutions and matmuls with 10-bit mantissas; ``allow_tf32`` lets it.  Only a
+    program that draws (``plots``: cifar10-eval) lets TensorFlow load matplotlib.
     """
+    with entry.interrupts_kept():
+        tf = _import_tensorflow(plots)
+    if not _tensorflow_lines:
+        tf.get_logger().setLevel(logs.python_level(os.environ))
+    tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
+    return tf
+
+
+def _import_tensorflow(plots: bool):
     if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
         # Keras, which TensorFlow loads, imports matplotlib.pyplot when it is
         # installed, for a plotting helper no program here uses: 0.65 s of every
@@ -60,10 +71,6 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
             if sys.modules.get("matplotlib", False) is None:
                 del sys.modules["matplotlib"]
     import tensorflow as tf
-
-    if not _tensorflow_lines:
-        tf.get_logger().setLevel(logs.python_level(os.environ))
-    tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
     return tf
 
 

@@ -127,7 +127,7 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
     message = _error_line(timeout_line(resolver.cluster_spec().as_dict(), resolver.task_type,
                                        resolver.task_id, timeout or 0))
     with _ctrl_c_ends_the_process() as interrupts, \
-            _exit_on_sighup(bool(timeout)) as exits:
+            _exit_on_sighup(bool(timeout)) as exits, _sigterm_taken_back():
         watchdog = _start_watchdog(timeout, message, exits, interrupts) if timeout else None
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(
@@ -177,6 +177,24 @@ def _ctrl_c_ends_the_process() -> Iterator[bool]:
         yield True
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigterm_taken_back() -> Iterator[None]:
+    """SIGTERM's Python handler set again (in the C library too) as the block ends:
+    building the strategy, TensorFlow's preemption notifier sets a C handler of its own
+    for SIGTERM and leaves it there, so that a SIGTERM after the build (before the
+    trainer's handlers, ``stopping``) was lost, the worker going on into training.  In
+    the main thread only, where handlers are set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:  # (None: a handler not set from Python; left alone)
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
