@@ -171,4 +171,5 @@ def _run_loops(trainer: Trainer, cluster: coordination.Coordinator, run_dir: Run
     return TrainResult(start_step=start, step=step, complete=complete,
                        last_checkpoint=run_dir.latest_path(),
                        train_dir=config.train_dir, is_chief=cluster.is_chief,
-                       task=cluster.task, **loops.meter.figures())
+                       task=cluster.task, fresh_start=config.fresh_start,
+                       **loops.meter.figures())
