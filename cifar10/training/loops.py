@@ -92,7 +92,7 @@ class LoopController:
                 self.saver.save(self.done)  # stopped between checkpoints: keep the work done
                 self.meter.steps_end()
         except tf.errors.OpError as e:
-            raise self.cluster.failure(e, self.done, self.run_dir.latest_path()) from e
+            raise self.cluster.failure(e, self.done, self.run_dir.saved_path()) from e
         finally:
             self.profile.close()
             # Stop the input pipeline here, not at some later garbage collection (the
