@@ -16,7 +16,7 @@ from cifar10.training.loops import loop_end
 from cifar10.training.engine import Trainer
 from cifar10.training.run import TrainData
 from cifar10.training.step import ReplicatedStep
-from cifar10.core.errors import DivergedError
+from cifar10.core.errors import Cifar10Error, DivergedError
 from conftest import TRAIN_LINE, mirrored
 from test_train import fixed_batches, random_batches
 
@@ -258,3 +258,16 @@ def test_a_fresh_start_stopped_tells_how_to_resume_without_deleting_its_work(
     assert result.summary()[0] == (
         f"Stopped at step 1; saved {tmp_path / 'model.ckpt-1'}. Run the same command "
         f"without --fresh_start to resume.")
+
+
+def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_files, tmp_path):
+    """The input pipeline's first batch reads every file (its cache fills): a file removed
+    after the data check fails there, before the first step, as a step's error would."""
+    files, count = learnable_files
+    gone = str(tmp_path / "data" / "data_batch_9.bin")
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(small_config(tmp_path / "train"), mirrored(1),
+                         TrainData([*files, gone], count), print_fn=lambda line: None)
+    message = str(err.value)
+    assert message.startswith(f"training stopped at step 0: {gone}; No such file or directory")
+    assert message.endswith("; no checkpoint was written yet") and "\n" not in message
