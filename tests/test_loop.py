@@ -2,6 +2,7 @@
 loops that end where the host has work, the same run whatever their length."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from cifar10.training.loops import loop_end
 from cifar10.training.engine import Trainer
 from cifar10.training.run import TrainData
 from cifar10.training.step import ReplicatedStep
-from cifar10.core.errors import DivergedError
+from cifar10.core.errors import Cifar10Error, DivergedError
 from conftest import TRAIN_LINE, mirrored
 from test_train import fixed_batches, random_batches
 
@@ -243,3 +244,30 @@ def test_sigterm_mid_loop_stops_at_the_loop_end_with_a_checkpoint(tmp_path):
     step = int(stopped.split("Stopped at step ")[1].split(";")[0])
     assert (step - 1) % 40 == 0 and step > 1, stopped
     assert os.path.exists(tmp_path / "train" / f"model.ckpt-{step}.index")
+
+
+def test_a_fresh_start_stopped_tells_how_to_resume_without_deleting_its_work(
+        learnable_files, tmp_path):
+    """The same command again would delete what the stop saved: the advice leaves
+    --fresh_start out."""
+    files, count = learnable_files
+    stop = threading.Event()
+    result = controller.train(small_config(tmp_path, max_steps=100, fresh_start=True),
+                              mirrored(1), TrainData(files, count), stop_event=stop,
+                              print_fn=lambda line: stop.set() if "step 1," in line else None)
+    assert result.summary()[0] == (
+        f"Stopped at step 1; saved {tmp_path / 'model.ckpt-1'}. Run the same command "
+        f"without --fresh_start to resume.")
+
+
+def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_files, tmp_path):
+    """The input pipeline's first batch reads every file (its cache fills): a file removed
+    after the data check fails there, before the first step, as a step's error would."""
+    files, count = learnable_files
+    gone = str(tmp_path / "data" / "data_batch_9.bin")
+    with pytest.raises(Cifar10Error) as err:
+        controller.train(small_config(tmp_path / "train"), mirrored(1),
+                         TrainData([*files, gone], count), print_fn=lambda line: None)
+    message = str(err.value)
+    assert message.startswith(f"training stopped at step 0: {gone}; No such file or directory")
+    assert message.endswith("; no checkpoint was written yet") and "\n" not in message

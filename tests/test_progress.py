@@ -68,6 +68,14 @@ def test_the_chief_says_where_it_saved_and_how_to_evaluate():
         "Evaluate it: cifar10-eval --checkpoint_dir=/runs/a/train --run_once"]
 
 
+def test_a_fresh_start_is_told_to_resume_without_it():
+    assert result(complete=False, fresh_start=True).summary()[0] == (
+        "Stopped at step 500; saved /runs/a/train/model.ckpt-500. Run the same command "
+        "without --fresh_start to resume.")
+    assert result(fresh_start=True).summary()[0] == (
+        "Training complete at step 500; saved /runs/a/train/model.ckpt-500.")
+
+
 def test_another_worker_does_not_claim_a_save():
     worker = dict(is_chief=False, task="worker 1")
     assert result(**worker).summary() == [

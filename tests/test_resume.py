@@ -16,14 +16,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10.cli import stopping
 from cifar10.core.errors import Cifar10Error
+from cifar10.evaluation import polling
 from cifar10.runs import checkpoint_files, rundir
 from cifar10.runs.lock import LOCK_FILE
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 from cifar10.training.state import TrainState
 from conftest import mirrored
+from evalruns import config_of, run_of
 from rundirs import config, copy_run, snapshot, truncate
+from test_polling import FakeSleep
 
 
 @pytest.fixture
@@ -220,3 +224,32 @@ def test_a_checkpoint_of_another_model_is_named_as_such_in_one_line(tmp_path):
         f"24 of the variables to restore are not in it); model.ckpt-4 does not restore (it "
         f"is not a checkpoint of this model: 1 of the variables to restore is not in it: "
         f"examples_seen). To keep them")
+
+
+def test_a_run_that_went_on_before_a_damaged_newer_checkpoint_names_the_one_it_saved(
+        run_dir, trained_run, learnable_files, tmp_path):
+    """model.ckpt-6 does not restore: the run goes on from 3 to 5, saves model.ckpt-5 and
+    says so; the damaged one is left in place, and neither the second signal's line nor
+    the evaluator takes it for the run's last checkpoint."""
+    truncate_newest(run_dir)
+    restoring = rundir.RunDirectory(str(run_dir), TrainState(seed=1, compute_dtype=tf.float32).checkpoint(), keep=5,
+                                    warn=lambda line: None)
+    assert restoring.restore().step == 3  # what a diverged run or a failed save names:
+    assert restoring.describe_latest() == f"the last checkpoint is {run_dir / 'model.ckpt-3'}"
+    with mock.patch.object(logging, "warning"):
+        result = controller.train(config(run_dir, max_steps=5), mirrored(),
+                                  TrainData(*learnable_files), print_fn=lambda line: None)
+    saved = str(run_dir / "model.ckpt-5")
+    assert (result.start_step, result.step, result.last_checkpoint) == (3, 5, saved)
+    assert result.summary()[0] == f"Training complete at step 5; saved {saved}."
+    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 5, 6]
+    assert stopping.last_good_checkpoint(str(run_dir)) == saved
+
+    lines = []
+    sleep = FakeSleep()
+    results = polling.evaluate(config_of(run_of(trained_run), tmp_path / "eval",
+                                         checkpoint_dir=str(run_dir), eval_interval_secs=1),
+                               print_fn=lines.append, sleep=sleep, clock=sleep.clock)
+    assert [r.step for r in results] == [5]
+    assert lines[-1] == (f"Training in {run_dir} is complete and its final checkpoint is "
+                         f"evaluated; stopping.")

@@ -648,3 +648,47 @@ def test_a_path_flag_with_a_tilde_the_shell_left_is_refused_before_a_folder_name
         f"does not expand a ~ after '='): write --{flag} ~/runs/a or --{flag}="
         f"{tmp_path}/home/runs/a; for a folder named ~, write ./~/runs/a (see {name} --help)"]
     assert os.listdir(tmp_path) == []
+
+
+# cifar10-train with a standard output that fails (a full disk: ENOSPC) from the first
+# line that contains FAIL_AT on.
+FULL_STDOUT = """
+import errno, sys
+from cifar10.cli import entry
+
+class Full:
+    failing = False
+    def write(self, text):
+        Full.failing = Full.failing or FAIL_AT in text
+        if Full.failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return sys.__stdout__.write(text)
+    def flush(self):
+        sys.__stdout__.flush()
+    def fileno(self):
+        return sys.__stdout__.fileno()
+
+sys.stdout = Full()
+sys.argv = ["cifar10-train", *ARGS]
+entry.train()
+"""
+
+
+@pytest.mark.parametrize("fail_at, said", [
+    (": step 2,", "; stopped at step 2; saved {d}/model.ckpt-2. Run the same command again "
+                  "to resume."),
+    ("", "")])  # the first line (the data's), before training: nothing to save
+def test_a_standard_output_that_cannot_be_written_stops_the_run_saved_with_one_line(
+        tmp_path, fail_at, said):
+    args = train_args(tmp_path, "--max_steps=1000", "--log_frequency=1",
+                      "--checkpoint_steps=1000")
+    script = FULL_STDOUT.replace("FAIL_AT", repr(fail_at)).replace("ARGS", repr(args))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, env=env())
+    train_dir = tmp_path / "train"
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "cifar10-train: error: cannot write to standard output (No space left on device)"
+        + said.format(d=train_dir))
+    assert "Traceback" not in result.stderr
+    assert (checkpoint_steps(train_dir) if train_dir.exists() else []) == ([2] if said else [])

@@ -3,7 +3,8 @@ and how it ends.
 
 Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become
 one line on stderr, ``<program>: error: <message>``, and exit status 1, never a
-traceback; Ctrl-C, status 130; a closed standard output, status 141.  ``run`` is a
+traceback; Ctrl-C, status 130; a closed standard output, status 141; one that
+cannot be written (a full disk), one line and status 1.  ``run`` is a
 program's process; ``command_line.parse_flags`` and ``guarded`` are its two halves,
 which tests also call in their own process.
 
@@ -14,6 +15,7 @@ after seconds of loading.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -92,6 +94,7 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         set_up_output(program)
         return guarded(program, main, argv)
 
+    sys.stdout = WatchedStdout(sys.stdout)  # (a failed write is told apart: ``guarded``)
     try:
         app.run(process_main,
                 flags_parser=lambda argv: command_line.parse_flags(argv, program, doc))
@@ -102,6 +105,43 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         # cifar10-train saves first (``stopping``).
         stdout_to_devnull(sys.stdout)
         sys.exit(STDOUT_CLOSED)
+
+
+class WatchedStdout:
+    """Standard output as a program writes to it (``run`` puts it in ``sys.stdout``),
+    remembering the error of a write that failed (a full disk, EIO), so that
+    ``guarded`` tells it from another ``OSError``.  Anything else is the stream's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as e:
+            self.error = e
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def stdout_error_said(error: OSError) -> str:
+    """'cannot write to standard output (No space left on device)'."""
+    return f"cannot write to standard output ({error.strerror or error})"
+
+
+def stdout_failed(error: BaseException) -> bool:
+    """Whether ``error`` is that of a write to standard output (``WatchedStdout``)."""
+    return getattr(sys.stdout, "error", None) is error
 
 
 def stdout_to_devnull(stdout) -> None:
@@ -146,13 +186,16 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     """Calls ``main(argv)``; returns the program's exit status.
 
     0 when it returns; 1 for a mistake the user can fix (``Cifar10Error``, or a
-    ``UsageError`` such as a stray argument) and 130 for Ctrl-C or SIGTERM where no
-    handler saves work, each with one line on stderr, the last the program prints:
-    ``<program>: error: <message>`` or ``<program>: interrupted`` (followed by the
-    interrupt's message, if it has one: ``before training started; ...``).
+    ``UsageError`` such as a stray argument) or a write to standard output that failed
+    (a full disk, EIO: ``WatchedStdout``; a closed one, ``BrokenPipeError``, is
+    ``run``'s) and 130 for Ctrl-C or SIGTERM where no handler saves work, each with one
+    line on stderr, the last the program prints: ``<program>: error: <message>`` or
+    ``<program>: interrupted`` (followed by the interrupt's message, if it has one:
+    ``before training started; ...``).
     """
     try:
         main(argv)
+        sys.stdout.flush()  # here, where a failed write is caught, not at the process's end
         return 0
     except (Cifar10Error, app.UsageError) as e:
         last_line, status = f"{program}: error: {e}", 1
@@ -160,14 +203,22 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
             last_line += f" (see {program} --help)"
     except KeyboardInterrupt as e:  # (its message, if any, says what was left undone)
         last_line, status = f"{program}: interrupted{f' {e}' if str(e) else ''}", 130
+    except OSError as e:
+        if isinstance(e, BrokenPipeError) or not stdout_failed(e):
+            raise
+        # Nothing more can go there: the lines still buffered go nowhere, not into
+        # another failure at the process's end.
+        with contextlib.suppress(OSError, ValueError):  # (a stream with no descriptor)
+            stdout_to_devnull(sys.stdout)
+        last_line, status = f"{program}: error: {stdout_error_said(e)}", 1
     # The exception and its frames are gone now: free what the failed run still
     # held (input pipelines, checkpoint readers), so that whatever TensorFlow
     # prints as they go comes before the line that says what went wrong.
     gc.collect()
     try:
         sys.stdout.flush()
-    except BrokenPipeError:  # Ctrl-C on `| tee` ends the reader too: the line still goes out
-        stdout_to_devnull(sys.stdout)
+    except OSError:  # Ctrl-C on `| tee` ends the reader too (or the disk is full): the line
+        stdout_to_devnull(sys.stdout)  # still goes out
     sys.stderr.write(last_line + "\n")
     sys.stderr.flush()
     return status

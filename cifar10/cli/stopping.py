@@ -25,6 +25,8 @@ A standard output that was closed (``| head``, or ``| tee`` that Ctrl-C ended) i
 a stop request too: standard output is pointed at /dev/null, so that no later
 line fails, the trainer saves as for a signal, and the program ends with one
 line on stderr (``closed_line``) and exit status 141 (``process.STDOUT_CLOSED``).
+So is one that cannot be written (a full disk, EIO): the same, with the error's
+line and status 1 (``stdout_lost``, ``stdout_status``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import threading
 from typing import Callable
 
 from cifar10.cli import process
-from cifar10.runs import checkpoint_files
+from cifar10.runs import checkpoint_files, statefile
 
 # The exit status of a run stopped at once by a second signal, as of any interrupted program.
 INTERRUPTED = 130
@@ -46,13 +48,29 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def last_good_checkpoint(directory: str) -> str | None:
     """The newest complete checkpoint of ``directory`` whose save is over (it has no
     ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
-    ``.index`` file last), or None."""
+    ``.index`` file last) and that is the run's (``_the_runs``), or None."""
     complete = checkpoint_files.find(directory)
     # Listed after the checkpoints: a save that ends in between is over, and complete.
     saving = {int(m[1]) for m in map(checkpoint_files.TEMP_DIR.fullmatch,
                                      checkpoint_files.listdir(directory)) if m}
-    good = [c for c in complete if c.step not in saving]
+    good = [c for c in complete if c.step not in saving and _the_runs(directory, c)]
     return good[-1].path if good else None
+
+
+def _the_runs(directory: str, checkpoint: checkpoint_files.Checkpoint) -> bool:
+    """Whether ``checkpoint`` is one the run restored or saved, not a newer one that did
+    not restore, left in place (``resume``): the trainer rewrote the state file to name
+    the one it restored, and rewrites it after each save.  A checkpoint newer than the
+    one the state file names is the run's only if saved since the file was written (the
+    save just done, before the file is rewritten)."""
+    named, _ = statefile.named_step(directory, {checkpoint.step})
+    if named is None or checkpoint.step <= named:
+        return True
+    try:
+        state = os.stat(os.path.join(directory, statefile.STATE_FILE)).st_mtime_ns
+        return os.stat(checkpoint.path + ".index").st_mtime_ns >= state
+    except OSError:
+        return True  # (gone meanwhile: the newest by name, as without a state file)
 
 
 class StopRequests:
@@ -74,7 +92,8 @@ class StopRequests:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.event = threading.Event()
-        self.stdout_closed = False
+        self.stdout_closed = False  # closed, or a write to it failed (``stdout_error``)
+        self.stdout_error: OSError | None = None  # that failure, unless a closed pipe
         self.training_started = False  # (``training_starts``; under ``_lock``)
         self._signals = 0
         self._lock = threading.Lock()
@@ -118,19 +137,33 @@ class StopRequests:
             return asked
 
     def print(self, line: str) -> None:
-        """Writes ``line`` to standard output; a closed one is a stop request."""
+        """Writes ``line`` to standard output; a closed one, or one that cannot be
+        written (a full disk, EIO), is a stop request."""
         if self.stdout_closed:
             return
         try:
             self.stdout.write(line + "\n")
             self.stdout.flush()
-        except BrokenPipeError:
-            self._stdout_went_away()
+        except OSError as e:
+            self._stdout_went_away(None if isinstance(e, BrokenPipeError) else e)
+
+    @property
+    def stdout_status(self) -> int:
+        """The exit status of a run stopped by its standard output: a closed pipe's
+        (``process.STDOUT_CLOSED``), or an error's (1) where a write failed."""
+        return 1 if self.stdout_error else process.STDOUT_CLOSED
+
+    def stdout_lost(self) -> str:
+        """What happened to standard output, for the run's last line: 'standard output
+        was closed', or 'error: cannot write to standard output (<cause>)'."""
+        if self.stdout_error:
+            return f"error: {process.stdout_error_said(self.stdout_error)}"
+        return "standard output was closed"
 
     def closed_line(self, ended: str) -> str:
-        """The last line of a run whose standard output was closed, ``ended`` being the
-        first line of its summary ('Stopped at step 110; saved ...')."""
-        return f"{self.program}: standard output was closed; {ended[:1].lower()}{ended[1:]}"
+        """The last line of a run whose standard output was closed or failed, ``ended``
+        being the first line of its summary ('Stopped at step 110; saved ...')."""
+        return f"{self.program}: {self.stdout_lost()}; {ended[:1].lower()}{ended[1:]}"
 
     def say(self, line: str) -> None:
         """Writes ``line`` to stderr, if it can still be written."""
@@ -140,11 +173,11 @@ class StopRequests:
         except (OSError, ValueError):
             pass
 
-    def _stdout_went_away(self) -> None:
+    def _stdout_went_away(self, error: OSError | None) -> None:
         with self._lock:
             if self.stdout_closed:
                 return
-            self.stdout_closed = True
+            self.stdout_closed, self.stdout_error = True, error
             # Every later write, buffered lines included, goes nowhere instead of failing.
             process.stdout_to_devnull(self.stdout)
         self.event.set()

@@ -64,9 +64,9 @@ def main(argv: list[str]) -> None:
                                       on_training_start=stop.training_starts)
     except start_checks.StoppedBeforeTraining:
         if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
-            stop.say(f"{PROGRAM}: standard output was closed before training started; "
+            stop.say(f"{PROGRAM}: {stop.stdout_lost()} before training started; "
                      f"nothing was trained")
-            sys.exit(process.STDOUT_CLOSED)
+            sys.exit(stop.stdout_status)
         raise
     _close(result, stop)
 
@@ -111,7 +111,7 @@ def _close(result, stop) -> None:
     if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))
-        sys.exit(process.STDOUT_CLOSED)
+        sys.exit(stop.stdout_status)
 
 
 def _refuse_before_tensorflow() -> str:

@@ -144,7 +144,7 @@ class _Poller:
             if candidate and self._key(candidate) not in self.done:
                 self._score(candidate)
                 continue
-            if self._stopping(latest, bool(latest) and self._unreadable(latest)):
+            if self._stopping(latest):
                 break
             self.sleep(min(POLL_SECS, self.config.eval_interval_secs) or POLL_SECS)
         return self.results
@@ -200,7 +200,7 @@ class _Poller:
         """``checkpoint`` could not be read, and its files have not changed since."""
         return (checkpoint, scoring.checkpoint_mtime_ns(checkpoint)) in self.failed
 
-    def _stopping(self, latest: str | None, unreadable: bool) -> bool:
+    def _stopping(self, latest: str | None) -> bool:
         """Whether to stop now that nothing is left to score (saying why), after
         saying once that there is no checkpoint yet."""
         checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
@@ -208,12 +208,13 @@ class _Poller:
             self.print_fn(f"No checkpoint file found in {checkpoint_dir}; waiting for the "
                           f"trainer to write one.")
             self.said_waiting = True
-        if _training_finished(checkpoint_dir, latest):
+        if final := _training_finished(checkpoint_dir):
+            unreadable = self._unreadable(final)
             if unreadable and self._scored_nothing():
                 raise NoCheckpointError(_none_reads(checkpoint_dir))
             if unreadable:
                 self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
-                              f"checkpoint {latest} could not be evaluated; stopping.")
+                              f"checkpoint {final} could not be evaluated; stopping.")
             else:
                 self.print_fn(f"Training in {checkpoint_dir} is complete and its final "
                               f"checkpoint is evaluated; stopping.")
@@ -283,8 +284,10 @@ def _latest(checkpoint_dir: str) -> str | None:
     return latest.path if latest else None
 
 
-def _training_finished(checkpoint_dir: str, latest: str | None) -> bool:
-    """The trainer marked the run complete at the step of ``latest``."""
+def _training_finished(checkpoint_dir: str) -> str | None:
+    """The run's final checkpoint, where the trainer marked the run complete and the
+    checkpoint of that step is on disk; else None.  (A newer one may be there: one
+    that did not restore, which the trainer left in place and went on before.)"""
     final_step = checkpoints.completed_step(checkpoint_dir)
-    return bool(latest) and final_step is not None and \
-        latest == checkpoint_files.checkpoint_path(checkpoint_dir, final_step)
+    final = [c.path for c in checkpoint_files.find(checkpoint_dir) if c.step == final_step]
+    return final[0] if final else None

@@ -104,14 +104,18 @@ class RunDirectory:
             self.saved_step = restored.step
         return restored
 
-    def latest_path(self) -> str | None:
-        """The prefix of the newest complete checkpoint of the run directory, or None."""
-        found = latest(self.directory)
-        return found.path if found else None
+    def saved_path(self) -> str | None:
+        """The prefix of the run's checkpoint of ``saved_step`` (the last this run
+        restored or saved), or None.  Not the newest by name: a newer one that did not
+        restore is left in place (``resume``), and is none of the run's."""
+        if self.saved_step is None:
+            return None
+        return checkpoint_path(self.directory, self.saved_step)
 
     def describe_latest(self, label: str = "the last checkpoint") -> str:
-        """'<label> is <path>', or that no checkpoint exists yet (for error lines)."""
-        path = self.latest_path()
+        """'<label> is <path>' (``saved_path``), or that no checkpoint exists yet (for
+        error lines)."""
+        path = self.saved_path()
         return f"{label} is {path}" if path else "no checkpoint was written yet"
 
     def save(self, step: int) -> None:

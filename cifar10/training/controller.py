@@ -169,6 +169,7 @@ def _run_loops(trainer: Trainer, cluster: coordination.Coordinator, run_dir: Run
     if complete:
         run_dir.mark_complete(step)
     return TrainResult(start_step=start, step=step, complete=complete,
-                       last_checkpoint=run_dir.latest_path(),
+                       last_checkpoint=run_dir.saved_path(),
                        train_dir=config.train_dir, is_chief=cluster.is_chief,
-                       task=cluster.task, **loops.meter.figures())
+                       task=cluster.task, fresh_start=config.fresh_start,
+                       **loops.meter.figures())

@@ -38,7 +38,7 @@ class Trainer:
     """Builds the state and the replicated step under ``strategy``, and runs it.
 
     TensorFlow's op determinism, which ``deterministic`` runs take, is the
-    process's: the caller's to turn on (``controller.op_determinism``).
+    process's: the caller's to turn on (``determinism.op_determinism``).
 
     Args:
       config: the run's settings.

@@ -71,9 +71,12 @@ class LoopController:
         """Steps on the batches of ``files`` until ``max_steps`` or a stop; returns the
         step reached.  ``settings`` are shown in TensorBoard with the run's config."""
         cfg, trainer = self.trainer.config, self.trainer
-        iterator = iter(trainer.dataset(files, self.start))
-        self.cluster.watch(lambda: self.saver.save(int(trainer.state.step.numpy())))
+        iterator = None
         try:
+            # Inside: making the iterator reads the files (the cache fills), which
+            # may fail as a step does (a file gone since it was checked: one line).
+            iterator = iter(trainer.dataset(files, self.start))
+            self.cluster.watch(lambda: self.saver.save(int(trainer.state.step.numpy())))
             with summaries.file_writer(self.logdir):
                 summaries.write_run_config(settings, step=self.start)
                 # The first call records the step's graph for the Graphs dashboard.
@@ -92,7 +95,7 @@ class LoopController:
                 self.saver.save(self.done)  # stopped between checkpoints: keep the work done
                 self.meter.steps_end()
         except tf.errors.OpError as e:
-            raise self.cluster.failure(e, self.done, self.run_dir.latest_path()) from e
+            raise self.cluster.failure(e, self.done, self.run_dir.saved_path()) from e
         finally:
             self.profile.close()
             # Stop the input pipeline here, not at some later garbage collection (the

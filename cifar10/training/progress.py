@@ -81,6 +81,7 @@ class TrainResult:
     start_epoch: float = 0.0  # epochs of examples trained when the call started
     epoch: float = 0.0  # and when it ended
     loss: float | None = None  # the total loss of the last step run
+    fresh_start: bool = False  # the call started with --fresh_start (its rerun would delete the run)
 
     @property
     def steps_run(self) -> int:
@@ -100,13 +101,20 @@ class TrainResult:
             ended += f" (this is {self.task}: the chief saves the checkpoints in {self.train_dir})"
         elif self.last_checkpoint:
             ended += f"; saved {self.last_checkpoint}"
-        ended += "." if self.complete else ". Run the same command again to resume."
+        ended += "." if self.complete else f". {self.resume_advice()}"
         lines = [ended, self.figures()]
         if self.is_chief and self.last_checkpoint:
             into = f" --eval_dir={shlex.quote(os.path.abspath(eval_dir))}" if eval_dir else ""
             lines.append("Evaluate it: cifar10-eval --checkpoint_dir="
                          f"{shlex.quote(os.path.abspath(self.train_dir))}{into} --run_once")
         return lines
+
+    def resume_advice(self) -> str:
+        """How to go on with a stopped run: the same command, unless it started with
+        --fresh_start, which would delete what it saved."""
+        if self.fresh_start:
+            return "Run the same command without --fresh_start to resume."
+        return "Run the same command again to resume."
 
     def figures(self) -> str:
         """'This run: 500 steps (epoch 0.00 to 1.28) in 4m 16s, 250.0 examples/sec on
