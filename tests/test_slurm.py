@@ -491,7 +491,7 @@ def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_
         (job, None), (job, "1"), (again, None)]
 
 
-def run_batch_script(tmp_path, *args, status=0, srun_does=""):
+def run_batch_script(tmp_path, *args, status=0, srun_does="", **environ):
     """scripts/slurm_train.sbatch run by bash with stand-ins for srun (printing its
     arguments, doing ``srun_does``, ending with ``status``) and scontrol (recording its
     arguments), no Slurm cluster: (the result, scontrol's arguments)."""
@@ -504,7 +504,8 @@ def run_batch_script(tmp_path, *args, status=0, srun_does=""):
     result = subprocess.run(
         ["bash", SBATCH_SCRIPT, *args], capture_output=True, text=True, timeout=30,
         cwd=tmp_path, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                           "SLURM_JOB_ID": "77", "CIFAR10_TRAIN": "cifar10-train"})
+                           "SLURM_JOB_ID": "77", "CIFAR10_TRAIN": "cifar10-train",
+                           **environ})
     recorded = (tmp_path / "scontrol").read_text() if (tmp_path / "scontrol").exists() else ""
     return result, recorded
 
@@ -539,6 +540,25 @@ def test_the_batch_script_requeues_a_stopped_incomplete_run_only(tmp_path, statu
     assert (REQUEUED in result.stdout) == requeued
     failed = status != 0 and not complete
     assert result.stderr.splitlines() == ([A_TASK_FAILED.format(status)] if failed else [])
+
+
+def test_a_requeued_job_resumes_its_run_even_if_it_was_submitted_with_fresh_start(tmp_path):
+    """Requeued, the job runs the script again with its arguments: --fresh_start would
+    delete the checkpoint it stopped at and start over, at every requeue."""
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    args = (f"--train_dir={train_dir}", "--fresh_start")
+    result, _ = run_batch_script(tmp_path, *args)
+    assert result.stdout.splitlines()[0] == (
+        f"srun --kill-on-bad-exit=1 --output=0 --error=all cifar10-train "
+        f"--train_dir={train_dir} --fresh_start")
+    result, recorded = run_batch_script(tmp_path, *args, SLURM_RESTART_COUNT="2")
+    assert result.stdout.splitlines()[:2] == [
+        "slurm_train.sbatch: job 77 requeued (restart 2): resuming its run "
+        "(--nofresh_start added)",
+        f"srun --kill-on-bad-exit=1 --output=0 --error=all cifar10-train "
+        f"--train_dir={train_dir} --fresh_start --nofresh_start"]
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 def test_a_job_stopped_at_the_checkpoint_it_started_from_is_not_requeued(tmp_path):
