@@ -15,7 +15,7 @@ from cli import scalar_values
 from conftest import EVAL_LINE
 from evalruns import DATA_SUFFIX, config_of, results_lines, run_of
 
-from cifar10.core.errors import Cifar10Error
+from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.evaluation import polling, recording, scoring
 from cifar10.evaluation.result import class_table
 from cifar10.runs import checkpoints
@@ -522,3 +522,26 @@ def test_a_checkpoint_the_trainer_removed_before_it_was_scored_is_no_warning(
         clock=sleep.clock)
     assert [r.step for r in results] == [3]
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+# --- the data failing while a checkpoint is scored ------------------------------
+
+
+@pytest.mark.parametrize("run_once", [True, False])
+def test_data_gone_while_scoring_is_a_data_error_and_no_checkpoint_is_blamed(
+        run, tmp_path, caplog, run_once):
+    # The eval files went away after they were checked (a data folder deleted to be
+    # downloaded again, a network file system's hiccup): the checkpoints read, so
+    # they are not marked unreadable, and --fresh_start (which deletes them) is not
+    # suggested.
+    gone = str(tmp_path / "data" / "test_batch.bin")
+    train_dir = copy_run(run, tmp_path, complete=True)
+    with pytest.raises(DataError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   eval_files=[gone], run_once=run_once),
+                         print_fn=lambda line: None, sleep=FakeSleep())
+    assert str(err.value) == (
+        f"cannot read the data to evaluate on: {gone}; No such file or directory; the "
+        f"checkpoint {os.path.join(train_dir, 'model.ckpt-6')} is not at fault: check "
+        f"--data_dir and run the same command again")
+    assert not [r for r in caplog.records if "Skipping checkpoint" in r.getMessage()]

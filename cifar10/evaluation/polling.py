@@ -107,10 +107,9 @@ def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
             f"No checkpoint file found in {config.checkpoint_dir}: train first "
             f"(cifar10-train --train_dir={config.checkpoint_dir}) or point "
             f"--checkpoint_dir at a training run")
-    try:
-        result = scoring.evaluate_checkpoint(latest, config)
-    except checkpoints.READ_ERRORS as e:
-        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
+    # scoring.UnreadableCheckpoint says which checkpoint does not read, a DataError
+    # which data: each is the one-line error.
+    result = scoring.evaluate_checkpoint(latest, config)
     recording.record(result, config.eval_dir, writer)
     # One evaluation: its classes too (not when polling).
     for line in result.lines() + class_table(result):
@@ -169,7 +168,10 @@ class _Poller:
         started = self.clock()
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
-        except checkpoints.READ_ERRORS as e:
+        except scoring.UnreadableCheckpoint as e:
+            # Only the checkpoint's own read errors: one of the data (or of the
+            # device) while scoring stops the evaluation, naming it, and marks no
+            # checkpoint unreadable.
             if not os.path.exists(latest + ".index"):
                 # Deleted by the trainer's retention meanwhile: a newer one is there.
                 logging.info("Checkpoint %s was removed by the trainer before it was scored.",
@@ -177,7 +179,7 @@ class _Poller:
                 return
             logging.warning("Skipping checkpoint %s: %s; it is not tried again unless its "
                             "files change, and the newest older checkpoint that reads is "
-                            "scored instead if it is not scored yet.", latest, first_line(e))
+                            "scored instead if it is not scored yet.", latest, first_line(e.error))
             self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
             return
         self.last_start = started
