@@ -77,11 +77,11 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
     """The one-line error of TensorFlow's ``error`` while ``checkpoint``, which read,
     was scored: the memory ran out, or the eval files could not be read (gone,
     changed or unreachable since they were checked)."""
-    cause = failures.tensorflow_cause(error)
     if isinstance(error, tf.errors.ResourceExhaustedError):
         return Cifar10Error(f"out of memory scoring checkpoint {checkpoint} "
-                            f"({cause.split(' and type ')[0]}); a "
+                            f"({failures.oom_cause(error)}); a "
                             f"smaller --batch_size fits, or fewer programs beside it")
+    cause = failures.tensorflow_cause(error)
     # TensorFlow's cause mostly names the file; else the files are named.
     named = any(path in cause for path in config.eval_files)
     files = "" if named else f" ({listed(config.eval_files)})"
