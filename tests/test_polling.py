@@ -224,6 +224,25 @@ def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run,
     assert [r["weights"] for r in results_lines(eval_dir)] == ["averages", "raw"]
 
 
+def test_an_eval_dir_reused_with_other_settings_scores_again_with_one_warning(
+        run, tmp_path, caplog):
+    eval_dir = tmp_path / "eval"
+    polling.evaluate(config_of(run, eval_dir), print_fn=lambda line: None, sleep=FakeSleep())
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    # Fewer examples: another score, not "its final checkpoint is evaluated; stopping."
+    fewer = polling.evaluate(config_of(run, eval_dir, num_examples=20),
+                             print_fn=lambda line: None, sleep=FakeSleep())
+    assert [(r.step, r.examples, r.num_examples) for r in fewer] == [(6, 20, 20)]
+    assert [(r["num_examples"], r["compute_dtype"]) for r in results_lines(eval_dir)] == [
+        (50, "float32"), (20, "float32")]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"--eval_dir={eval_dir} holds results scored with other settings (weights=averages, "
+        f"eval_data=test, num_examples=50, compute_dtype=float32) than these "
+        f"(weights=averages, eval_data=test, num_examples=20, compute_dtype=float32): they "
+        f"go on the same TensorBoard curves; pass another --eval_dir to keep them apart"]
+
+
 def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     lines = []

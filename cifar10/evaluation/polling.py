@@ -92,6 +92,7 @@ def _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command):
     with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)
+        recording.warn_of_other_settings(config.eval_dir, _settings(config))
         if config.run_once or config.checkpoint:
             return [_run_once(config, writer, print_fn)]
         return _Poller(config, writer, print_fn, sleep, clock).run(should_stop)
@@ -234,8 +235,12 @@ class _Poller:
 
     def _key(self, checkpoint: str, mtime_ns: int | None = None) -> str:
         mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns
-        return recording.result_key(checkpoint, mtime_ns, self.config.weights,
-                                    self.config.eval_data)
+        return recording.result_key(checkpoint, mtime_ns, _settings(self.config))
+
+
+def _settings(config: EvalConfig) -> tuple:
+    """The settings a score depends on (``recording.SETTINGS``), as a result records them."""
+    return config.weights, config.eval_data, config.num_examples, compute_dtype(config)
 
 
 def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -> str:

@@ -59,6 +59,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
                       synthetic=_generated(config.eval_files),
+                      num_examples=config.num_examples, compute_dtype=compute_dtype(config),
                       per_class=per_class(confusion, names), probability_histograms=histograms,
                       misclassified=wrong)
 
