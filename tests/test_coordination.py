@@ -125,3 +125,42 @@ def test_the_tasks_of_a_cluster_are_named_as_each_task_names_itself():
     coordinator.strategy = mock.Mock(cluster_resolver=_Resolver(
         {"chief": ["a:1"], "worker": ["b:1", "c:1"]}))
     assert coordinator.tasks() == ["chief 0", "worker 0", "worker 1"]
+
+
+# What TensorFlow 2.21 raises from a loop of steps on two replicas (MirroredStrategy)
+# whose input ran out: a header, each replica's root error, then a tally.
+TWO_ROOT_ERRORS = (
+    "Graph execution error:\n\nDetected at node while/cond/IteratorGetNext defined at (most "
+    "recent call last):\n  File \"train.py\", line 11, in <module>\n\n  File \"train.py\", "
+    "line 8, in f\n\n2 root error(s) found.\n  (0) OUT_OF_RANGE:  End of sequence\n\t "
+    "[[{{node while/cond/IteratorGetNext}}]]\n\t [[while/loop_body_control/_20/_13]]\n  (1) "
+    "OUT_OF_RANGE:  End of sequence\n\t [[{{node while/cond/IteratorGetNext}}]]\n0 "
+    "successful operations.\n0 derived errors ignored. [Op:__inference_f_238]")
+# Two replicas out of memory on GPUs: the second's root error is a cancellation.
+TWO_REPLICAS_OOM = (
+    "Graph execution error:\n\nDetected at node replica_1/conv2/Conv2D defined at (most recent "
+    "call last):\n  File \"train.py\", line 3, in <module>\n\n2 root error(s) found.\n  (0) "
+    "CANCELLED:  Function was cancelled before it was started\n  (1) RESOURCE_EXHAUSTED:  OOM "
+    "when allocating tensor with shape[4096,64,24,24] and type float on "
+    "/job:localhost/replica:0/task:0/device:GPU:1 by allocator GPU_1_bfc\n\t [[{{node "
+    "replica_1/conv2/Conv2D}}]]\nHint: If you want to see a list of allocated tensors when "
+    "OOM happens, add report_tensor_allocations_upon_oom to RunOptions for current "
+    "allocation info. This isn't available when running in Eager mode.\n\n0 successful "
+    "operations.\n1 derived errors ignored. [Op:__inference_loop_812]")
+
+
+def test_the_cause_of_an_error_of_several_replicas_is_a_root_error_without_its_code():
+    assert failures.tensorflow_cause(Exception(TWO_ROOT_ERRORS)) == "End of sequence"
+    assert str(failures.stopped(tf.errors.OutOfRangeError(None, None, TWO_ROOT_ERRORS), 0,
+                                None)) == (
+        "training stopped at step 0: End of sequence; no checkpoint was written yet")
+    error = tf.errors.ResourceExhaustedError(None, None, TWO_REPLICAS_OOM)
+    assert str(failures.stopped(error, 4, "/runs/a/model.ckpt-3")) == (
+        "training stopped at step 4: out of memory (OOM when allocating tensor with "
+        "shape[4096,64,24,24]); the last checkpoint is /runs/a/model.ckpt-3; a smaller "
+        "--batch_size (examples per replica) fits, or more memory: another machine, or fewer "
+        "programs beside it")
+    # Only cancellations: one of them, rather than nothing.
+    assert failures.tensorflow_cause(Exception(
+        "2 root error(s) found.\n  (0) CANCELLED:  Function was cancelled\n  (1) CANCELLED: "
+        " Function was cancelled\n0 successful operations.")) == "Function was cancelled"

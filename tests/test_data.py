@@ -597,3 +597,19 @@ def test_labels_beyond_the_named_classes_are_refused_with_advice_for_own_data(tm
     assert str(info.value) == (
         f"corrupt data file {path}: record 2 has label 2, expected 0-1 (batches.meta.txt names "
         f"2 classes); run cifar10-prepare again to make {tmp_path} from your images")
+
+
+def test_with_fewer_training_records_than_pipelines_each_pipeline_reads_them_all(tmp_path):
+    # 5 records and 8 CPU replicas, each with its own pipeline: a disjoint share would
+    # leave 3 of them none, and training would stop at step 0 (End of sequence).
+    batches_dir = synthetic.write_dataset(str(tmp_path), records_per_file=1)
+    files = datafolder.split_files(batches_dir, "train")
+    every = sorted(int(label) for _, labels in data.eval_dataset(files, 100)
+                   for label in labels.numpy())
+    assert len(every) == 5
+    for pipeline in (0, 7):
+        ctx = tf.distribute.InputContext(num_input_pipelines=8, input_pipeline_id=pipeline,
+                                         num_replicas_in_sync=8)
+        [(_, labels)] = data.train_dataset(files, 5, shuffle_buffer=100,
+                                           input_context=ctx).take(1)
+        assert sorted(labels.numpy()) == every

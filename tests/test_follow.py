@@ -71,6 +71,29 @@ def test_unset_flags_take_the_runs_values_and_given_ones_win_with_a_notice(tmp_p
         f"{tmp_path / 'flags.txt'}); using --synthetic_records=30."]
 
 
+def test_a_given_data_dir_naming_the_runs_folder_otherwise_is_no_notice(
+        tmp_path, caplog, monkeypatch):
+    # --data_dir=d1 run from the folder the run recorded as /.../d1 (and through a link).
+    (tmp_path / "d1").mkdir()
+    os.symlink(tmp_path / "d1", tmp_path / "link")
+    (tmp_path / runrecord.FLAGS_FILE).write_text(
+        "# cifar10-train, started 2026-11-25T10:00:00+00:00 on h at step 0\n"
+        f"--data_dir={tmp_path / 'd1'}\n")
+    monkeypatch.chdir(tmp_path)
+    for given in ("d1", "./d1/", "link"):
+        values = flags.FlagValues()
+        eval_main.define_flags(values)
+        values(["cifar10-eval", f"--data_dir={given}"])
+        follow.follow_run(values, str(tmp_path), "cifar10-eval")
+        assert values.data_dir == given
+    assert [r.getMessage() for r in caplog.records] == []
+    values(["cifar10-eval", "--data_dir=other"])
+    follow.follow_run(values, str(tmp_path), "cifar10-eval")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--data_dir=other differs from the run it scores (--data_dir={tmp_path / 'd1'} in "
+        f"{tmp_path / 'flags.txt'}); using --data_dir=other."]
+
+
 def test_the_readme_offline_sequence_evaluates_without_repeating_the_data_flags(tmp_path):
     """README: cifar10-train --synthetic_data ..., then cifar10-eval --checkpoint_dir=...
     --run_once, and neither prints a warning on a machine without a GPU.  The trainer

@@ -271,3 +271,41 @@ def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_
     message = str(err.value)
     assert message.startswith(f"training stopped at step 0: {gone}; No such file or directory")
     assert message.endswith("; no checkpoint was written yet") and "\n" not in message
+
+
+def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_restore(tmp_path):
+    """As the original's ``_add_loss_summaries``: 'local3/weight_loss (raw)', wd *
+    l2_loss of the weights the step trains with, and 'local3/weight_loss', its 0.9
+    moving average.  Those averages are not in the checkpoint (one written before
+    them restores): a trainer that restored one starts them at its first step."""
+    images, labels = random_batches(3, 2 * 8)
+    strategy = mirrored(2)
+    trainer = Trainer(small_config(tmp_path, batch_size=8), strategy, 1000)
+    assert not any("weight_loss" in key for key, _ in
+                   tf.train.list_variables(trainer.state.checkpoint().write(
+                       str(tmp_path / "ckpt" / "model.ckpt-0"))))
+    iterator = fixed_batches(strategy, images, labels, 3)
+    raw = {}
+    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
+        for step in (1, 2, 3):
+            raw[step] = {layer: float(tf.nn.l2_loss(getattr(trainer.state.model, layer).weights)
+                                      * 0.004) for layer in ("local3", "local4")}
+            trainer.run_steps(iterator, 1, with_summaries=True)
+    for layer in ("local3", "local4"):
+        written = cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss (raw)")
+        assert written == pytest.approx({step: raw[step][layer] for step in (1, 2, 3)},
+                                        rel=1e-6)
+        smoothed = raw[1][layer]
+        for step in (2, 3):
+            smoothed = 0.9 * smoothed + 0.1 * raw[step][layer]
+        assert cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss")[3] == \
+            pytest.approx(smoothed, rel=1e-6)
+    # A trainer that restored the first checkpoint: the average starts at its value.
+    trainer.state.checkpoint().write(str(tmp_path / "model.ckpt-3"))
+    resumed = Trainer(small_config(tmp_path / "resumed", batch_size=8), strategy, 1000)
+    resumed.state.checkpoint().read(str(tmp_path / "model.ckpt-3")
+                                    ).assert_existing_objects_matched()
+    with tf.summary.create_file_writer(str(tmp_path / "resumed_events")).as_default():
+        resumed.run_steps(fixed_batches(strategy, images, labels, 1), 1, with_summaries=True)
+    assert cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss") == \
+        cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss (raw)")

@@ -15,7 +15,7 @@ from cli import scalar_values
 from conftest import EVAL_LINE
 from evalruns import DATA_SUFFIX, config_of, results_lines, run_of
 
-from cifar10.core.errors import Cifar10Error
+from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.evaluation import polling, recording, scoring
 from cifar10.evaluation.result import class_table
 from cifar10.runs import checkpoints
@@ -222,6 +222,25 @@ def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run,
                            sleep=sleep)
     assert [(r.step, r.weights) for r in raw] == [(6, "raw")]
     assert [r["weights"] for r in results_lines(eval_dir)] == ["averages", "raw"]
+
+
+def test_an_eval_dir_reused_with_other_settings_scores_again_with_one_warning(
+        run, tmp_path, caplog):
+    eval_dir = tmp_path / "eval"
+    polling.evaluate(config_of(run, eval_dir), print_fn=lambda line: None, sleep=FakeSleep())
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    # Fewer examples: another score, not "its final checkpoint is evaluated; stopping."
+    fewer = polling.evaluate(config_of(run, eval_dir, num_examples=20),
+                             print_fn=lambda line: None, sleep=FakeSleep())
+    assert [(r.step, r.examples, r.num_examples) for r in fewer] == [(6, 20, 20)]
+    assert [(r["num_examples"], r["compute_dtype"]) for r in results_lines(eval_dir)] == [
+        (50, "float32"), (20, "float32")]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"--eval_dir={eval_dir} holds results scored with other settings (weights=averages, "
+        f"eval_data=test, num_examples=50, compute_dtype=float32) than these "
+        f"(weights=averages, eval_data=test, num_examples=20, compute_dtype=float32): they "
+        f"go on the same TensorBoard curves; pass another --eval_dir to keep them apart"]
 
 
 def test_poll_stops_after_eval_timeout_without_a_new_checkpoint(run, tmp_path):
@@ -531,3 +550,26 @@ def test_a_checkpoint_the_trainer_removed_before_it_was_scored_is_no_warning(
         clock=sleep.clock)
     assert [r.step for r in results] == [3]
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+# --- the data failing while a checkpoint is scored ------------------------------
+
+
+@pytest.mark.parametrize("run_once", [True, False])
+def test_data_gone_while_scoring_is_a_data_error_and_no_checkpoint_is_blamed(
+        run, tmp_path, caplog, run_once):
+    # The eval files went away after they were checked (a data folder deleted to be
+    # downloaded again, a network file system's hiccup): the checkpoints read, so
+    # they are not marked unreadable, and --fresh_start (which deletes them) is not
+    # suggested.
+    gone = str(tmp_path / "data" / "test_batch.bin")
+    train_dir = copy_run(run, tmp_path, complete=True)
+    with pytest.raises(DataError) as err:
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=train_dir,
+                                   eval_files=[gone], run_once=run_once),
+                         print_fn=lambda line: None, sleep=FakeSleep())
+    assert str(err.value) == (
+        f"cannot read the data to evaluate on: {gone}; No such file or directory; the "
+        f"checkpoint {os.path.join(train_dir, 'model.ckpt-6')} is not at fault: check "
+        f"--data_dir and run the same command again")
+    assert not [r for r in caplog.records if "Skipping checkpoint" in r.getMessage()]

@@ -27,7 +27,7 @@ from cifar10.evaluation.result import EvalResult
 
 RESULT_KEYS = {"checkpoint", "step", "precision", "correct", "examples", "weights",
                "eval_data", "wall_time", "seconds", "checkpoint_mtime_ns", "confusion_matrix",
-               "per_class", "synthetic"}
+               "per_class", "synthetic", "num_examples", "compute_dtype"}
 
 
 @pytest.fixture(scope="module")
@@ -66,21 +66,21 @@ def test_scored_checkpoints_ignores_a_truncated_last_line(tmp_path):
     whole = json.dumps(dataclasses.asdict(result_of(3)))
     cut = json.dumps(dataclasses.asdict(result_of(6)))[:40]
     (tmp_path / recording.RESULTS_FILE).write_text(whole + "\n" + cut)
-    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test|10|float32"}
 
 
 def test_scored_checkpoints_skips_lines_that_are_json_but_not_a_result(tmp_path):
     whole = json.dumps(dataclasses.asdict(result_of(3)))
     others = ["5", "[1, 2]", '"text"', "null", '{"checkpoint": 1}']
     (tmp_path / recording.RESULTS_FILE).write_text("\n".join([*others, whole]) + "\n")
-    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test|10|float32"}
 
 
 def test_scored_checkpoints_skips_bytes_that_are_not_utf8_with_one_warning(tmp_path, caplog):
     whole = json.dumps(dataclasses.asdict(result_of(3))).encode()
     (tmp_path / recording.RESULTS_FILE).write_bytes(b'{"checkpoint": "\xff\xfe"}\n' + whole
                                                     + b"\n\x80\x81\n")
-    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test"}
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-3|1003|averages|test|10|float32"}
     assert [r.getMessage() for r in caplog.records] == [
         f"{tmp_path / recording.RESULTS_FILE}: skipped 2 damaged line(s); the checkpoints "
         f"they recorded, if any, are scored again."]
@@ -92,7 +92,7 @@ def test_a_result_recorded_after_a_truncated_line_is_remembered(tmp_path):
     writer = tf.summary.create_file_writer(str(tmp_path))
     recording.record(result_of(6), str(tmp_path), writer)
     writer.close()
-    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|1006|averages|test"}
+    assert recording.scored_checkpoints(str(tmp_path)) == {"model.ckpt-6|1006|averages|test|10|float32"}
 
 
 # --- TensorBoard and the PNG files --------------------------------------------
@@ -329,3 +329,30 @@ def test_the_heat_maps_colour_bar_has_whole_counts(monkeypatch, top):
     bar = fig.axes[1]
     ticks = [t for t in bar.get_yticks() if 0 <= t <= top]
     assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_a_result_is_told_from_one_of_other_settings_and_their_mix_warned_of(
+        tmp_path, caplog):
+    # A line recorded before num_examples and compute_dtype were: its examples, float32.
+    old = {k: v for k, v in result_of(3).as_record().items()
+           if k not in ("num_examples", "compute_dtype")}
+    (tmp_path / recording.RESULTS_FILE).write_text(json.dumps(old) + "\n")
+    assert recording.scored_checkpoints(str(tmp_path)) == {
+        "model.ckpt-3|1003|averages|test|10|float32"}
+    recording.warn_of_other_settings(str(tmp_path), ("averages", "test", 10, "float32"))
+    assert caplog.records == []
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    recording.record(result_of(3, num_examples=10, compute_dtype="bfloat16"), str(tmp_path),
+                     writer)
+    recording.record(result_of(3, num_examples=10, weights="raw"), str(tmp_path), writer)
+    writer.close()
+    assert recording.scored_checkpoints(str(tmp_path)) == {
+        "model.ckpt-3|1003|averages|test|10|float32",
+        "model.ckpt-3|1003|averages|test|10|bfloat16", "model.ckpt-3|1003|raw|test|10|float32"}
+    recording.warn_of_other_settings(str(tmp_path), ("averages", "test", 10, "float32"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--eval_dir={tmp_path} holds results scored with other settings (weights=averages, "
+        f"eval_data=test, num_examples=10, compute_dtype=bfloat16; weights=raw, "
+        f"eval_data=test, num_examples=10, compute_dtype=float32) than these "
+        f"(weights=averages, eval_data=test, num_examples=10, compute_dtype=float32): they go "
+        f"on the same TensorBoard curves; pass another --eval_dir to keep them apart"]

@@ -9,6 +9,7 @@ import tensorflow as tf
 from evalruns import RECORDS, always_cat_run, config_of, results_lines, run_of
 
 from cifar10.core.config import EvalConfig
+from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.data import pipeline as data
 from cifar10.data import folder as datafolder
 from cifar10.evaluation import polling, scoring
@@ -94,3 +95,22 @@ def test_a_model_that_always_says_cat_gives_the_exact_confusion_matrix(tmp_path)
         "                   0     1     2     3     4     5     6     7     8     9",
         " 0  airplane       0     0     0     3     0     0     0     0     0     0"]
     assert len(lines) == 24
+
+
+def test_memory_running_out_while_scoring_blames_neither_data_nor_checkpoint(
+        run, tmp_path, monkeypatch):
+    def out_of_memory(model):
+        def scorer(dataset):
+            raise tf.errors.ResourceExhaustedError(
+                None, None, "Graph execution error:\n\n{{function_node __inference_score_1}} "
+                "OOM when allocating tensor with shape[128,24,24,64] and type float on "
+                "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
+        return scorer
+
+    monkeypatch.setattr(scoring, "make_scorer", out_of_memory)
+    with pytest.raises(Cifar10Error) as err:
+        scoring.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path))
+    assert not isinstance(err.value, (scoring.UnreadableCheckpoint, DataError))
+    assert str(err.value) == (
+        f"out of memory scoring checkpoint {run.ckpt6} (OOM when allocating tensor with "
+        f"shape[128,24,24,64]); a smaller --batch_size fits, or fewer programs beside it")

@@ -55,7 +55,8 @@ SERVER_START_SECS = 60
 DATA_WAIT_SECS = 30
 PRECISION_TAG = "Precision @ 1"
 SCALAR_TAGS = {"learning_rate", "total_loss", "total_loss (raw)", "cross_entropy",
-               "cross_entropy (raw)", "examples_per_sec",
+               "cross_entropy (raw)", "examples_per_sec", "local3/weight_loss",
+               "local3/weight_loss (raw)", "local4/weight_loss", "local4/weight_loss (raw)",
                *(f"{layer}/sparsity" for layer in LAYERS)}
 HISTOGRAM_TAGS = {"conv1/activations", "conv1/weights", "conv1/weights/gradients",
                   "conv1/biases", "local3/weights", "local3/activations",

@@ -33,7 +33,8 @@ from conftest import LAYERS, TRAIN_LINE
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
 EXPECTED_TAGS = {
     "learning_rate", "cross_entropy", "cross_entropy (raw)", "total_loss", "total_loss (raw)",
-    "images", "examples_per_sec",
+    "images", "examples_per_sec", "local3/weight_loss", "local3/weight_loss (raw)",
+    "local4/weight_loss", "local4/weight_loss (raw)",
     *(f"{layer}/activations" for layer in LAYERS), *(f"{layer}/sparsity" for layer in LAYERS),
     *VARIABLES, *(f"{v}/gradients" for v in VARIABLES),
 }

@@ -71,7 +71,7 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str,
                             source, name, recorded[name], program, _shown(name, flag.value))
             continue
         if flag.present:
-            if flag.value != value:
+            if not _equal(name, flag.value, value):
                 logging.warning("%s differs from the run it scores (%s in %s); using %s.",
                                 _as_flag(name, flag.value), _as_flag(name, value), source,
                                 _shown(name, flag.value), extra={"notice": True})
@@ -107,9 +107,21 @@ def _warn_of_flags_of_no_start(flag_values: flags.FlagValues, run_dir: str,
 def _same(flag: flags.Flag, recorded: str) -> bool:
     """Whether ``recorded`` (a flag line's value) is the value ``flag`` has."""
     try:
-        return flag.parser.parse(recorded) == flag.value
+        return _equal(flag.name, flag.value, flag.parser.parse(recorded))
     except (ValueError, flags.Error):
         return False
+
+
+# The flags that name a folder: the same folder however it is written.
+_PATH_FLAGS = ("data_dir",)
+
+
+def _equal(name: str, value, other) -> bool:
+    """Whether two values of flag ``name`` are the same: for a folder, the same folder
+    (``--data_dir=d1`` and ``/runs/d1`` written from /runs), as cifar10-eval compares."""
+    if name in _PATH_FLAGS and value and other:
+        return os.path.realpath(value) == os.path.realpath(other)
+    return value == other
 
 
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],

@@ -139,6 +139,23 @@ def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None
     return ds
 
 
+def _train_shard(paths: Sequence[str], input_context: tf.distribute.InputContext | None
+                 ) -> tf.data.Dataset:
+    """This training pipeline's share of the records of ``paths``: a disjoint one
+    (``_shard``), or all of them where there are fewer records than pipelines (one
+    per worker, or per CPU replica), where some shares would be empty and their
+    pipelines would end before the first step."""
+    pipelines = input_context.num_input_pipelines if input_context is not None else 1
+    if pipelines > 1 and _num_records(paths) < pipelines:
+        return read_records(paths)
+    return _shard(read_records(paths), input_context)
+
+
+def _num_records(paths: Sequence[str]) -> int:
+    """The records of the ``.bin`` files ``paths``, by their sizes."""
+    return sum(tf.io.gfile.stat(path).length for path in paths) // ff.RECORD_BYTES
+
+
 def train_dataset(
     paths: Sequence[str],
     batch_size: int,
@@ -156,7 +173,8 @@ def train_dataset(
       shuffle_buffer: examples in the shuffle buffer (at least the original's 20,000
         is the default; a larger value than the data set shuffles it fully).
       input_context: given by ``distribute_datasets_from_function``; selects this
-        pipeline's shard of the records.
+        pipeline's shard of the records (all of them where there are fewer records
+        than pipelines: no pipeline is left without one).
       skip_batches: start after this many batches, exactly where a pipeline made
         with the same arguments would be after giving them (the skipped batches
         are shuffled and batched, not distorted: about 0.3 s per 100,000 records
@@ -174,7 +192,7 @@ def train_dataset(
     # is filled to its end here, before training reads it: a memory cache whose
     # first pass stops early, as when training stops within its first epoch, is
     # thrown away with a warning of tf.data's.
-    cache = _shard(read_records(paths), input_context).batch(_DECODE_BATCH).cache()
+    cache = _train_shard(paths, input_context).batch(_DECODE_BATCH).cache()
     _fill(cache)
     ds = cache.unbatch().shuffle(shuffle_buffer, seed=seed + 7919 * pipeline_id,
                                  reshuffle_each_iteration=True)

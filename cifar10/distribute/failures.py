@@ -43,7 +43,7 @@ def stopped(error: tf.errors.OpError, step: int, checkpoint: str | None) -> Cifa
             else "no checkpoint was written yet")
     if isinstance(error, tf.errors.ResourceExhaustedError):
         return Cifar10Error(
-            f"training stopped at step {step}: out of memory ({_oom_cause(error)}); "
+            f"training stopped at step {step}: out of memory ({oom_cause(error)}); "
             f"{last}; a smaller --batch_size (examples per replica) fits, or more "
             f"memory: another machine, or fewer programs beside it")
     return Cifar10Error(f"training stopped at step {step}: {tensorflow_cause(error)}; "
@@ -51,32 +51,42 @@ def stopped(error: tf.errors.OpError, step: int, checkpoint: str | None) -> Cifa
 
 
 # The lines of TensorFlow's error messages that say where, not what: the header of an
-# error raised from a graph, the stack of the op that failed, gRPC's detail, the node.
+# error raised from a graph, the stack of the op that failed, gRPC's detail, the node,
+# the count of the root errors of a run on several replicas and its tally after them,
+# the hint of an out-of-memory error.
 _NOT_THE_CAUSE = re.compile(r"Graph execution error:|Detected at node|Node: |Stack trace|"
                             r"File \"|Additional GRPC error|:UNKNOWN:|The error could be from|"
-                            r"\[\[|<stack traces unavailable>|Executing non-communication op")
+                            r"\[\[|<stack traces unavailable>|Executing non-communication op|"
+                            r"\d+ root error\(s\) found|\d+ successful operations|"
+                            r"\d+ derived errors ignored|Hint: ")
+# The head of each of several root errors: '(0) OUT_OF_RANGE:  '.
+_ROOT_ERROR = re.compile(r"^\(\d+\)\s+(?:([A-Z_]+):\s+)?")
 
 
 def tensorflow_cause(error: BaseException) -> str:
     """The line of a TensorFlow error's message that says what went wrong, where the
     first says only where ('Graph execution error:', then the op's stack): 'Collective
-    ops is aborted by: Socket closed', without its '{{function_node ...}}' prefix."""
-    lines, in_stack = [], False
+    ops is aborted by: Socket closed', without its '{{function_node ...}}' prefix.  Of
+    a run on several replicas ('2 root error(s) found.', then '(0) OUT_OF_RANGE:  End
+    of sequence', ...): the first root error that is not another's cancellation,
+    without its number and code ('End of sequence')."""
+    lines, cancelled, in_stack = [], [], False
     for raw in str(error).splitlines():
         line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", raw.strip())
+        root = _ROOT_ERROR.match(line)
+        if root:
+            line = line[root.end():].strip()
         if raw.startswith("Detected at node"):
             in_stack = True  # the op's stack follows, to a blank line
         elif not line:
             in_stack = False
         if line and not in_stack and not _NOT_THE_CAUSE.match(line):
-            lines.append(line)
+            (cancelled if root and root[1] == "CANCELLED" else lines).append(line)
     aborted = [line for line in lines if "aborted by:" in line]
-    return (aborted or lines or [first_line(error)])[0]
+    return (aborted or lines or cancelled or [first_line(error)])[0]
 
 
-def _oom_cause(error: tf.errors.OpError) -> str:
-    """'OOM when allocating tensor with shape[100000,24,24,64] ...' of TensorFlow's
-    message, without its '{{function_node ...}}' prefix."""
-    line = first_line(error)
-    return line.split("}} ", 1)[-1].split(" and type ")[0] if "}} " in line else \
-        line.split(" and type ")[0]
+def oom_cause(error: tf.errors.OpError) -> str:
+    """'OOM when allocating tensor with shape[100000,24,24,64]' of TensorFlow's
+    message (``tensorflow_cause``), without the type, device and allocator after it."""
+    return tensorflow_cause(error).split(" and type ")[0]

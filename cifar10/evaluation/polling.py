@@ -92,6 +92,7 @@ def _evaluate(config, print_fn, sleep, should_stop, clock, flags_text, command):
     with summaries.file_writer(config.eval_dir) as writer:
         settings = {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)}
         summaries.write_run_config(settings, step=0, hparams=False)
+        recording.warn_of_other_settings(config.eval_dir, _settings(config))
         if config.run_once or config.checkpoint:
             return [_run_once(config, writer, print_fn)]
         return _Poller(config, writer, print_fn, sleep, clock).run(should_stop)
@@ -107,10 +108,9 @@ def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
             f"No checkpoint file found in {config.checkpoint_dir}: train first "
             f"(cifar10-train --train_dir={config.checkpoint_dir}) or point "
             f"--checkpoint_dir at a training run")
-    try:
-        result = scoring.evaluate_checkpoint(latest, config)
-    except checkpoints.READ_ERRORS as e:
-        raise Cifar10Error(f"cannot evaluate checkpoint {latest}: {first_line(e)}") from e
+    # scoring.UnreadableCheckpoint says which checkpoint does not read, a DataError
+    # which data: each is the one-line error.
+    result = scoring.evaluate_checkpoint(latest, config)
     recording.record(result, config.eval_dir, writer)
     # One evaluation: its classes too (not when polling).
     for line in result.lines() + class_table(result):
@@ -169,7 +169,10 @@ class _Poller:
         started = self.clock()
         try:
             result = scoring.evaluate_checkpoint(latest, self.config)
-        except checkpoints.READ_ERRORS as e:
+        except scoring.UnreadableCheckpoint as e:
+            # Only the checkpoint's own read errors: one of the data (or of the
+            # device) while scoring stops the evaluation, naming it, and marks no
+            # checkpoint unreadable.
             if not os.path.exists(latest + ".index"):
                 # Deleted by the trainer's retention meanwhile: a newer one is there.
                 logging.info("Checkpoint %s was removed by the trainer before it was scored.",
@@ -177,7 +180,7 @@ class _Poller:
                 return
             logging.warning("Skipping checkpoint %s: %s; it is not tried again unless its "
                             "files change, and the newest older checkpoint that reads is "
-                            "scored instead if it is not scored yet.", latest, first_line(e))
+                            "scored instead if it is not scored yet.", latest, first_line(e.error))
             self.failed.add((latest, scoring.checkpoint_mtime_ns(latest)))
             return
         self.last_start = started
@@ -233,8 +236,12 @@ class _Poller:
 
     def _key(self, checkpoint: str, mtime_ns: int | None = None) -> str:
         mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns
-        return recording.result_key(checkpoint, mtime_ns, self.config.weights,
-                                    self.config.eval_data)
+        return recording.result_key(checkpoint, mtime_ns, _settings(self.config))
+
+
+def _settings(config: EvalConfig) -> tuple:
+    """The settings a score depends on (``recording.SETTINGS``), as a result records them."""
+    return config.weights, config.eval_data, config.num_examples, compute_dtype(config)
 
 
 def _nothing_to_score(checkpoint_dir: str, latest: str | None, timeout: float) -> str:

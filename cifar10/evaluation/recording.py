@@ -50,11 +50,40 @@ def record(result: EvalResult, eval_dir: str, writer) -> None:
                        e) from e
 
 
-def result_key(checkpoint: str, mtime_ns: int, weights: str, eval_data: str) -> str:
-    """What tells one scoring from another in results.jsonl."""
+def result_key(checkpoint: str, mtime_ns: int, settings: tuple) -> str:
+    """What tells one scoring from another in results.jsonl: the checkpoint, and the
+    settings (``settings_of``) it was scored with."""
     # The file time keeps a new run's model.ckpt-1000 (after --fresh_start, or in a
     # reused directory) from passing for the earlier run's, already scored.
-    return f"{os.path.basename(checkpoint)}|{mtime_ns}|{weights}|{eval_data}"
+    return "|".join(map(str, (os.path.basename(checkpoint), mtime_ns, *settings)))
+
+
+# The settings a score depends on, as results.jsonl records them and as flags.
+SETTINGS = ("weights", "eval_data", "num_examples", "compute_dtype")
+
+
+def settings_of(record: dict) -> tuple:
+    """(weights, eval_data, num_examples, compute_dtype) of a results.jsonl line or of
+    an ``EvalResult``'s fields; a line recorded before the last two were has the
+    examples it scored and float32."""
+    return (record["weights"], record["eval_data"],
+            record.get("num_examples") or record["examples"],
+            record.get("compute_dtype", "float32"))
+
+
+def warn_of_other_settings(eval_dir: str, settings: tuple) -> None:
+    """One warning where results.jsonl holds scores of other ``settings`` (``SETTINGS``):
+    this call's go on the same TensorBoard curves as theirs."""
+    others = sorted({tuple(map(str, recorded)) for recorded in _recorded_settings(eval_dir)}
+                    - {tuple(map(str, settings))})
+    if not others:
+        return
+    said = lambda values: ", ".join(f"{name}={value}" for name, value  # noqa: E731
+                                    in zip(SETTINGS, values))
+    logging.warning("--eval_dir=%s holds results scored with other settings (%s) than these "
+                    "(%s): they go on the same TensorBoard curves; pass another --eval_dir to "
+                    "keep them apart", eval_dir, "; ".join(said(o) for o in others),
+                    said(settings))
 
 
 def scored_checkpoints(eval_dir: str) -> set[str]:
@@ -71,7 +100,7 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
                 try:
                     r = json.loads(line)
                     keys.add(result_key(r["checkpoint"], r["checkpoint_mtime_ns"],
-                                        r["weights"], r["eval_data"]))
+                                        settings_of(r)))
                 except (ValueError, KeyError, TypeError):
                     # A line cut short by a crash, not UTF-8, or not one of ours (not an
                     # object): that checkpoint is scored again.
@@ -150,3 +179,19 @@ def picture_titles(result: EvalResult) -> dict[str, str]:
                                  f"{result.precision:.3f}",
             MISCLASSIFIED_IMAGE_TAG: f"{head}Misclassified test images (true → predicted), "
                                      f"{where}"}
+
+
+def _recorded_settings(eval_dir: str) -> set[tuple]:
+    """The settings (``settings_of``) of the results in ``eval_dir/results.jsonl`` that
+    read (``scored_checkpoints`` warns of the others)."""
+    found = set()
+    try:
+        with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
+            for line in f:
+                try:
+                    found.add(settings_of(json.loads(line)))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    pass
+    except OSError:
+        pass
+    return found

@@ -42,6 +42,12 @@ class EvalResult:
     # The examples are cifar10.data.synthetic's generated data, not CIFAR-10: the line and
     # the pictures say so.
     synthetic: bool = False
+    # The examples asked for (--num_examples; ``examples`` is fewer where the data
+    # holds fewer) and the model's compute type ('float32', 'bfloat16', 'float16'):
+    # with ``weights`` and ``eval_data``, the settings a score depends on.  None and
+    # 'float32' in a line recorded before they were.
+    num_examples: int | None = None
+    compute_dtype: str = "float32"
     # [true class][predicted class] counts over exactly the evaluated examples: it
     # sums to ``examples`` and its diagonal to ``correct``.
     confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)

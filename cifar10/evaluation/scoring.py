@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10.core.config import EvalConfig, compute_dtype
-from cifar10.core.errors import Cifar10Error, listed
+from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
+from cifar10.distribute import failures
 from cifar10.evaluation.result import EvalResult, Misclassified
 from cifar10.model import Model
 from cifar10.runs import checkpoints
@@ -30,15 +31,27 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
 
     Raises:
       OtherClasses: the run was trained on other classes than ``config.class_names``.
-      One of ``checkpoints.READ_ERRORS``: the checkpoint cannot be read.
+      UnreadableCheckpoint: the checkpoint cannot be read (it alone: an error of the
+        data or of the device while scoring is no fault of the checkpoint's).
+      DataError: the eval files could not be read while scoring.
+      Cifar10Error: the device ran out of memory while scoring.
     """
     start = time.monotonic()
     mtime = checkpoint_mtime_ns(checkpoint)
     names = _run_classes(checkpoint, config.class_names)
-    model, step = checkpoints.load_model(checkpoint, config.weights,
-                                         tf.as_dtype(compute_dtype(config)))
-    dataset = data.eval_dataset(config.eval_files, config.batch_size, config.num_examples)
-    confusion, histograms = make_scorer(model)(dataset)
+    try:
+        model, step = checkpoints.load_model(checkpoint, config.weights,
+                                             tf.as_dtype(compute_dtype(config)))
+    except checkpoints.READ_ERRORS as e:
+        raise UnreadableCheckpoint(checkpoint, e) from e
+    try:
+        confusion, histograms = make_scorer(model)(
+            data.eval_dataset(config.eval_files, config.batch_size, config.num_examples))
+        wrong = (misclassified(model, config.eval_files, config.num_examples,
+                               config.misclassified_images, config.batch_size)
+                 if config.misclassified_images else None)
+    except tf.errors.OpError as e:
+        raise _scoring_error(e, checkpoint, config) from e
     correct, examples = int(np.trace(confusion)), int(confusion.sum())
     return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
                       precision=correct / max(examples, 1),
@@ -46,11 +59,35 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                       eval_data=config.eval_data, wall_time=time.time(),
                       seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
                       synthetic=_generated(config.eval_files),
+                      num_examples=config.num_examples, compute_dtype=compute_dtype(config),
                       per_class=per_class(confusion, names), probability_histograms=histograms,
-                      misclassified=misclassified(model, config.eval_files, config.num_examples,
-                                                  config.misclassified_images,
-                                                  config.batch_size)
-                      if config.misclassified_images else None)
+                      misclassified=wrong)
+
+
+class UnreadableCheckpoint(Cifar10Error):
+    """``checkpoint`` cannot be read: TensorFlow's ``error``, one of
+    ``checkpoints.READ_ERRORS``, is its ``__cause__``."""
+
+    def __init__(self, checkpoint: str, error: BaseException):
+        self.checkpoint, self.error = checkpoint, error
+        super().__init__(f"cannot evaluate checkpoint {checkpoint}: {first_line(error)}")
+
+
+def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
+                   ) -> Cifar10Error:
+    """The one-line error of TensorFlow's ``error`` while ``checkpoint``, which read,
+    was scored: the memory ran out, or the eval files could not be read (gone,
+    changed or unreachable since they were checked)."""
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        return Cifar10Error(f"out of memory scoring checkpoint {checkpoint} "
+                            f"({failures.oom_cause(error)}); a "
+                            f"smaller --batch_size fits, or fewer programs beside it")
+    cause = failures.tensorflow_cause(error)
+    # TensorFlow's cause mostly names the file; else the files are named.
+    named = any(path in cause for path in config.eval_files)
+    files = "" if named else f" ({listed(config.eval_files)})"
+    return DataError(f"cannot read the data to evaluate on{files}: {cause}; the checkpoint {checkpoint} is not at fault: check "
+                     f"--data_dir and run the same command again")
 
 
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:

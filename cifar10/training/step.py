@@ -43,6 +43,16 @@ class ReplicatedStep:
         # update (merge_call) stays outside the compiled cluster.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
                               else self._gradients)
+        # The smoothed weight-decay terms, one per layer with weight decay
+        # ('local3/weight_loss'), for TensorBoard. Not in the checkpoint (a checkpoint
+        # written without them must restore): NaN until the first step of this
+        # process sets them.
+        self.decay_layers = [layer for layer in state.model.layers if layer.wd]
+        with strategy.scope():
+            self.weight_loss_averages = {
+                f"{layer.name}/weight_loss": tf.Variable(float("nan"), trainable=False,
+                                                         name=f"{layer.name}_weight_loss_avg")
+                for layer in self.decay_layers}
 
     def __call__(self, iterator: Iterator, with_summaries: bool = False
                  ) -> dict[str, tf.Tensor]:
@@ -53,13 +63,17 @@ class ReplicatedStep:
           {'cross_entropy', 'total_loss'}: the step's losses over the global batch.
         """
         images, labels = next(iterator)
+        # Of the weights this step trains with (read before its update): two scalars.
+        weight_losses = {f"{layer.name}/weight_loss": layer.wd * tf.nn.l2_loss(layer.weights)
+                         for layer in self.decay_layers}
         out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
         xent = self.strategy.reduce(tf.distribute.ReduceOp.SUM, out["cross_entropy"], axis=None)
         wd = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, out["weight_decay"], axis=None)
         losses = {"cross_entropy": xent, "total_loss": xent + wd}
-        self._average_losses(losses)
+        self._average_losses(losses, self.state.loss_averages, first=self.state.step == 1)
+        self._average_losses(weight_losses, self.weight_loss_averages)
         if with_summaries:
-            self._write_summaries(out, losses)
+            self._write_summaries(out, {**weight_losses, **losses})
         return losses
 
     def _replica_step(self, images, labels, with_summaries):
@@ -118,12 +132,14 @@ class ReplicatedStep:
             strategy.extended.update(avg, lambda a, v: a.assign_sub(rate * (a - v)), args=(var,))
         return reduced, lr
 
-    def _average_losses(self, losses: dict[str, tf.Tensor]) -> None:
-        """Moves the smoothed losses (TensorBoard's) on; the first step sets them."""
-        first = self.state.step == 1
+    def _average_losses(self, losses: dict[str, tf.Tensor], averages: dict[str, tf.Variable],
+                        first: tf.Tensor | None = None) -> None:
+        """Moves the smoothed ``losses`` (TensorBoard's) on; the first step (``first``,
+        else where an average is still NaN) sets them."""
         for name, value in losses.items():
-            avg = self.state.loss_averages[name]
-            new = tf.where(first, value, LOSS_AVERAGE_DECAY * avg
+            avg = averages[name]
+            start = tf.math.is_nan(avg) if first is None else first
+            new = tf.where(start, value, LOSS_AVERAGE_DECAY * avg
                            + (1.0 - LOSS_AVERAGE_DECAY) * value)
             if self.loss_scale is not None:  # a skipped step leaves the averages alone
                 new = tf.where(tf.math.is_finite(value), new, avg)
@@ -134,7 +150,7 @@ class ReplicatedStep:
         local = lambda x: self.strategy.experimental_local_results(x)[0]  # noqa: E731
         summaries.write_train_summaries(
             step=self.state.step, learning_rate=local(out["learning_rate"]), losses=losses,
-            loss_averages=self.state.loss_averages,
+            loss_averages={**self.weight_loss_averages, **self.state.loss_averages},
             activations={k: local(v) for k, v in out["activations"].items()},
             variables=self.variables, gradients=[local(g) for g in out["gradients"]],
             images=local(out["images"]))
