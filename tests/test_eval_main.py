@@ -173,6 +173,7 @@ _SIGINT_IN_FT2FONT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.newest_only  # matplotlib's, not TensorFlow's: the evaluator's process, test_output
 def test_ctrl_c_as_matplotlib_initialises_is_an_interrupt_not_a_traceback(trained, tmp_path):
     # It made the first picture's import an ImportError: a traceback and exit status 1.
     data_dir, train_dir = trained

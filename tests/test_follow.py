@@ -71,6 +71,9 @@ def test_unset_flags_take_the_runs_values_and_given_ones_win_with_a_notice(tmp_p
         f"{tmp_path / 'flags.txt'}); using --synthetic_records=30."]
 
 
+# On TensorFlow 2.16: the trainer's process on generated data, test_output's runs;
+# an evaluator following the run's flags.txt, test_a_run_on_its_own_data_folder...
+@pytest.mark.newest_only
 def test_the_readme_offline_sequence_evaluates_without_repeating_the_data_flags(tmp_path):
     """README: cifar10-train --synthetic_data ..., then cifar10-eval --checkpoint_dir=...
     --run_once, and neither prints a warning on a machine without a GPU.  The trainer
