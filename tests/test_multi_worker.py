@@ -242,6 +242,9 @@ def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, 
     assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("model.ckpt-6")
 
 
+# On TensorFlow 2.16, the all-gather of the workers' settings runs at every start of
+# several workers (the launched fixture's); what differs is found in Python.
+@pytest.mark.newest_only
 def test_workers_started_with_different_flags_each_name_theirs_and_train_nothing(tmp_path):
     # Worker 1's --batch_size and --max_steps differ (absl takes the last one given).
     configs = launch.tf_configs(launch.free_ports(2))
