@@ -31,6 +31,8 @@ from cifar10.data import getdata
 from cifar10.data import synthetic
 from cifar10.runs import records as runrecord
 
+pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
+
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
 

@@ -19,6 +19,8 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.cli import follow
 from cifar10.data import synthetic
 
+pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
+
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 
 
