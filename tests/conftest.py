@@ -85,3 +85,16 @@ def trained_run(tmp_path_factory):
                               print_fn=lambda line: None)
     assert result.complete
     return root / "train", datafolder.split_files(batches_dir, "test")
+
+
+@pytest.fixture
+def pictures_stubbed(monkeypatch):
+    """The evaluator's pictures each one small PNG instead of matplotlib's drawing
+    (about a quarter of a short evaluation), for the files whose tests are of what the
+    evaluator scores and when (``pytestmark = pytest.mark.usefixtures(...)``): what it
+    draws is test_recording's and test_output's."""
+    from cifar10.evaluation import plots
+
+    png = tf.io.encode_png(tf.zeros((2, 2, 3), tf.uint8)).numpy()
+    monkeypatch.setattr(plots, "confusion_png", lambda *args: png)
+    monkeypatch.setattr(plots, "misclassified_png", lambda *args: png)

@@ -437,6 +437,7 @@ def _interrupt_once_there(path) -> None:
     threading.Thread(target=interrupt, daemon=True).start()
 
 
+@pytest.mark.newest_only  # no TensorFlow: a stand-in program
 def test_a_program_the_benchmark_started_is_stopped_and_waited_for_on_ctrl_c(benchmark,
                                                                             tmp_path):
     # Ctrl-C during (e) left cifar10-train running, writing in the temporary folder

@@ -31,6 +31,8 @@ from cifar10.data import getdata
 from cifar10.data import synthetic
 from cifar10.runs import records as runrecord
 
+pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
+
 RECORDS = 50
 ERROR = "cifar10-eval: error:"
 
@@ -173,6 +175,7 @@ _SIGINT_IN_FT2FONT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.newest_only  # matplotlib's, not TensorFlow's: the evaluator's process, test_output
 def test_ctrl_c_as_matplotlib_initialises_is_an_interrupt_not_a_traceback(trained, tmp_path):
     # It made the first picture's import an ImportError: a traceback and exit status 1.
     data_dir, train_dir = trained

@@ -19,6 +19,8 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.cli import follow
 from cifar10.data import synthetic
 
+pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
+
 OFFLINE = "http://127.0.0.1:9/cifar-10-binary.tar.gz"  # nothing listens on port 9
 
 
@@ -94,6 +96,9 @@ def test_a_given_data_dir_naming_the_runs_folder_otherwise_is_no_notice(
         f"{tmp_path / 'flags.txt'}); using --data_dir=other."]
 
 
+# On TensorFlow 2.16: the trainer's process on generated data, test_output's runs;
+# an evaluator following the run's flags.txt, test_a_run_on_its_own_data_folder...
+@pytest.mark.newest_only
 def test_the_readme_offline_sequence_evaluates_without_repeating_the_data_flags(tmp_path):
     """README: cifar10-train --synthetic_data ..., then cifar10-eval --checkpoint_dir=...
     --run_once, and neither prints a warning on a machine without a GPU.  The trainer
