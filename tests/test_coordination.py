@@ -149,6 +149,17 @@ TWO_REPLICAS_OOM = (
     "operations.\n1 derived errors ignored. [Op:__inference_loop_812]")
 
 
+def test_the_cause_of_an_eager_ops_error_leaves_out_the_op_it_names():
+    for tail in (" [Op:ReduceDataset] name: ", " [Op:ReduceDataset]",
+                 " [Op:IteratorGetNext] name: iterator"):
+        assert failures.tensorflow_cause(Exception(
+            f"/d/data_batch_3.bin; No such file or directory{tail}")) == (
+            "/d/data_batch_3.bin; No such file or directory")
+    # A cause that only names its op in passing keeps it.
+    assert failures.tensorflow_cause(Exception("[Op:Foo] failed: bad input")) == (
+        "[Op:Foo] failed: bad input")
+
+
 def test_the_cause_of_an_error_of_several_replicas_is_a_root_error_without_its_code():
     assert failures.tensorflow_cause(Exception(TWO_ROOT_ERRORS)) == "End of sequence"
     assert str(failures.stopped(tf.errors.OutOfRangeError(None, None, TWO_ROOT_ERRORS), 0,

@@ -83,7 +83,12 @@ def tensorflow_cause(error: BaseException) -> str:
         if line and not in_stack and not _NOT_THE_CAUSE.match(line):
             (cancelled if root and root[1] == "CANCELLED" else lines).append(line)
     aborted = [line for line in lines if "aborted by:" in line]
-    return (aborted or lines or cancelled or [first_line(error)])[0]
+    return _EAGER_OP.sub("", (aborted or lines or cancelled or [first_line(error)])[0])
+
+
+# The tail of an eager op's error, which names the op, not the cause:
+# 'data_batch_3.bin; No such file or directory [Op:ReduceDataset] name: '.
+_EAGER_OP = re.compile(r"\s*\[Op:[^\]]*\](?:\s*name:\s*\S*)?\s*$")
 
 
 def oom_cause(error: tf.errors.OpError) -> str:
