@@ -76,11 +76,11 @@ def test_read_model_says_in_one_line_which_checkpoint_cannot_be_read(trained_run
 def test_the_runs_class_names_are_its_own_file_not_the_datas(tmp_path):
     assert checkpoints.trained_class_names(str(tmp_path)) == ff.CLASS_NAMES  # none recorded
     (tmp_path / ff.META_FILE).write_text("cat\ndog\n")  # as if it were a data folder too
-    (tmp_path / checkpoints.CLASSES_FILE).write_text("ant\nbee\n")
+    (tmp_path / checkpoint_files.CLASSES_FILE).write_text("ant\nbee\n")
     assert checkpoints.trained_class_names(str(tmp_path)) == ("ant", "bee")
     assert folder.class_names(str(tmp_path)) == ("cat", "dog")
-    (tmp_path / checkpoints.CLASSES_FILE).write_text("ant\nant\n")
-    with pytest.raises(DataError, match=f"^{tmp_path / checkpoints.CLASSES_FILE} lists ant "
+    (tmp_path / checkpoint_files.CLASSES_FILE).write_text("ant\nant\n")
+    with pytest.raises(DataError, match=f"^{tmp_path / checkpoint_files.CLASSES_FILE} lists ant "
                                         f"more than once: "):
         checkpoints.trained_class_names(str(tmp_path))
 
@@ -106,7 +106,7 @@ def trained_on_meta(trained_run):
 def test_a_damaged_class_names_file_is_one_line_naming_it_and_the_fix(trained_run, tmp_path,
                                                                      content, problem):
     run_dir = copy_run(trained_run[0], tmp_path / "train")
-    path = run_dir / checkpoints.CLASSES_FILE
+    path = run_dir / checkpoint_files.CLASSES_FILE
     if content is None:
         path.unlink()
         path.mkdir()
@@ -134,12 +134,12 @@ def test_a_run_of_other_than_ten_classes_without_its_class_names_file_is_one_lin
     assert checkpoints.recorded_class_names(str(tmp_path), 10) == (None, "")
     assert checkpoints.recorded_class_names(str(tmp_path), 3) == (
         None, "is missing and the run's model has 3 classes")
-    (tmp_path / checkpoints.CLASSES_FILE).write_text("ant\nbee\ncow\n")
+    (tmp_path / checkpoint_files.CLASSES_FILE).write_text("ant\nbee\ncow\n")
     assert checkpoints.recorded_class_names(str(tmp_path), 5) == (
         None, "lists 3 class names and the run's model has 5 classes")
     # A run of before the model's outputs followed the data: 10 of them, its 3 names.
     assert checkpoints.recorded_class_names(str(tmp_path), 10) == (("ant", "bee", "cow"), "")
-    (tmp_path / checkpoints.CLASSES_FILE).unlink()
+    (tmp_path / checkpoint_files.CLASSES_FILE).unlink()
     with pytest.raises(DataError, match="class_names.txt is missing and the run's model has "
                                         "3 classes: write the run's 3 class names in it"):
         checkpoints.trained_class_names(str(tmp_path), num_classes=3)
@@ -155,7 +155,7 @@ def test_a_missing_class_names_file_names_the_data_folders_names_where_the_run_r
         tmp_path):
     run_dir = tmp_path / "train"
     run_dir.mkdir()
-    path = run_dir / checkpoints.CLASSES_FILE
+    path = run_dir / checkpoint_files.CLASSES_FILE
     read = write_data_folder(tmp_path / "my data" / "cifar-10-batches-bin", ["ant", "bee", "cow"])
 
     def error():
@@ -211,7 +211,7 @@ def test_predict_export_eval_and_a_resumed_run_on_a_damaged_class_names_file(tra
     names a model of 10 classes does not have); cifar10-eval goes on with the data's
     names and says so once; cifar10-train resumes and writes the file again, saying so."""
     run_dir = copy_run(trained_run[0], tmp_path / "train")
-    path = run_dir / checkpoints.CLASSES_FILE
+    path = run_dir / checkpoint_files.CLASSES_FILE
     path.write_text("".join(f"c{i}\n" for i in range(11)))
     problem = f"{path} lists 11 class names and the run's model has 10 classes"
     image = tmp_path / "cat.png"

@@ -258,7 +258,7 @@ def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_p
     with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
         directory.record_class_names(("ant", "bee"))
         directory.record_class_names(("ant", "bee"))  # resumed on the same data
-    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert (tmp_path / checkpoint_files.CLASSES_FILE).read_text() == "ant\nbee\n"
     assert checkpoints.trained_class_names(str(tmp_path)) == ("ant", "bee")
     with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
         with pytest.raises(Cifar10Error) as info:
@@ -266,10 +266,10 @@ def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_p
     assert str(info.value) == (
         f"the run in {tmp_path} was trained on the classes (ant, bee) and --data_dir holds "
         f"(ant, bee, cow): train it on the data it started with, or choose another --train_dir")
-    assert (tmp_path / checkpoints.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert (tmp_path / checkpoint_files.CLASSES_FILE).read_text() == "ant\nbee\n"
     # A worker that is not the chief writes nothing in train_dir.
     other = tmp_path / "worker"
     with rundir.RunDirectory(str(other), state.checkpoint(), keep=5,
                              save_dir=str(tmp_path / "scratch")) as directory:
         directory.record_class_names(("cow",))
-    assert not (other / checkpoints.CLASSES_FILE).exists()
+    assert not (other / checkpoint_files.CLASSES_FILE).exists()

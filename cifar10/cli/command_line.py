@@ -14,9 +14,7 @@ from absl import flags
 from cifar10.cli import flag_errors
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import flags_txt
-from cifar10.cli import outdirs
-from cifar10.cli import path_flags
+from cifar10.cli import parsed_values
 
 # The programs that take file names after their flags (a name that starts with a dash
 # is taken for a flag unless it follows a --).
@@ -47,7 +45,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
         sys.exit(0)
     try:
         rest = flagfiles.parse(flag_values, argv, program)
-        refuse_parsed_values(flag_values, program)
+        parsed_values.refuse_parsed_values(flag_values, program)
     except SystemExit:
         if asked:  # absl exits with status 1 after --helpfull; help is not an error
             sys.exit(0)
@@ -61,22 +59,6 @@ def parse_flags(argv: list[str], program: str, doc: str,
         return rest
     sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
     sys.exit(1)
-
-
-def refuse_parsed_values(flag_values: flags.FlagValues, program: str) -> None:
-    """The values ``program``'s flags are refused once parsed (also cifar10-train's
-    given to cifar10-launch, checked there before it fetches their data): paths not in
-    UTF-8, a ~ the shell left, a folder flag that names no folder, and (for the
-    programs that record flags.txt) a value it could not give back.
-
-    Raises:
-      flags.Error: the first of those, as one line.
-    """
-    path_flags.refuse_paths_not_utf8(flag_values)
-    path_flags.refuse_unexpanded_tilde(flag_values)
-    outdirs.refuse_folders_that_are_not(flag_values)
-    if program in flags_txt.RECORDING_PROGRAMS:
-        flags_txt.refuse_values_it_cannot_hold(flag_values)
 
 
 def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:

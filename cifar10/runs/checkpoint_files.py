@@ -21,6 +21,11 @@ INDEX_FILE = re.compile(r"model\.ckpt-(\d+)\.index")
 DATA_FILE = re.compile(r"model\.ckpt-(\d+)\.data-(\d{5})-of-(\d{5})")
 TEMP_DIR = re.compile(r"model\.ckpt-(\d+)_temp")
 
+# The trainer's other files beside its checkpoints: the mark of a run that reached
+# --max_steps, and the class names it trains on.
+COMPLETE_FILE = "training_complete.json"
+CLASSES_FILE = "class_names.txt"
+
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:

@@ -44,10 +44,8 @@ from cifar10.data.folder import class_names_in, find_batches_dir
 from cifar10.model import Model
 from cifar10.runs import records
 # Finding the checkpoint files needs no TensorFlow: they are in a module of their own.
-from cifar10.runs.checkpoint_files import Checkpoint, find, latest
-
-COMPLETE_FILE = "training_complete.json"
-CLASSES_FILE = "class_names.txt"
+from cifar10.runs.checkpoint_files import CLASSES_FILE, COMPLETE_FILE, Checkpoint, find, latest
+from cifar10.runs.cleanup import foreign_checkpoint_files
 
 # What reading a missing, partial or foreign checkpoint raises: OpErrors for most
 # damage, IndexError for a truncated .data file, AssertionError/ValueError when
@@ -132,8 +130,7 @@ def start_over(directory: str) -> str:
     checkpoints the trainer wrote whole, and refuses while another file has a
     checkpoint's name (a .index cut short: ``cleanup.foreign_checkpoint_files``), so
     those are named, to be moved out first."""
-    from cifar10.runs.cleanup import foreign_checkpoint_files  # cleanup imports this module
-    command = f"cifar10-train --train_dir={directory} --fresh_start"
+    command = f"cifar10-train --train_dir={shlex.quote(directory)} --fresh_start"
     foreign = foreign_checkpoint_files(directory)
     if not foreign:
         return f"{command} deletes them"

@@ -26,8 +26,8 @@ from typing import Iterator
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_error, listed
 from cifar10.runs import records
-from cifar10.runs.checkpoint_files import DATA_FILE, INDEX_FILE, PREFIX, TEMP_DIR, listdir
-from cifar10.runs.checkpoints import CLASSES_FILE, COMPLETE_FILE
+from cifar10.runs.checkpoint_files import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE,
+                                          PREFIX, TEMP_DIR, listdir)
 from cifar10.runs.statefile import STATE_FILE, TEMP_FILE as STATE_TEMP_FILE
 
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2

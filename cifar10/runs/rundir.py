@@ -21,9 +21,9 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_advice, io_error, listed
 from cifar10.runs import cleanup, resume, statefile
-from cifar10.runs.checkpoint_files import PREFIX, Checkpoint, checkpoint_path, find, latest
-from cifar10.runs.checkpoints import (CLASSES_FILE, COMPLETE_FILE, READ_ERRORS, num_outputs,
-                                      recorded_class_names)
+from cifar10.runs.checkpoint_files import (CLASSES_FILE, COMPLETE_FILE, PREFIX, Checkpoint,
+                                          checkpoint_path, find, latest)
+from cifar10.runs.checkpoints import READ_ERRORS, num_outputs, recorded_class_names
 from cifar10.runs.lock import TrainerLock
 
 
