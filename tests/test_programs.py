@@ -367,3 +367,15 @@ def test_the_commands_a_flag_mistake_suggests_are_quoted_for_the_shell(tmp_path,
         "cifar10-launch: error: --train_dir=/tmp/sp ace is cifar10-train's flag: put it "
         "after --, as in cifar10-launch --num_workers=2 -- '--train_dir=/tmp/sp ace' (see "
         "cifar10-launch --help)")
+
+
+def test_a_program_started_with_no_standard_output_runs_and_ends_with_status_0():
+    """`cifar10-eval ... >&-` (a daemon with no stdout): Python's sys.stdout is None,
+    where print writes nothing; the program's lines go nowhere, and its end is 0."""
+    code = ("import sys\nfrom cifar10.cli import process\n"
+            "sys.exit(process.run('cifar10-prepare', lambda argv: print('nobody reads this'), "
+            "'doc', lambda values: None))")
+    result = subprocess.run(["bash", "-c", f'"$0" -c "$1" >&-', sys.executable, code],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (result.returncode, result.stderr) == (0, "")

@@ -94,6 +94,8 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
         set_up_output(program)
         return guarded(program, main, argv)
 
+    if sys.stdout is None:  # started with no standard output (`>&-`): its lines go nowhere,
+        sys.stdout = open(os.devnull, "w")  # as print's do then, and flushes do not fail
     sys.stdout = WatchedStdout(sys.stdout)  # (a failed write is told apart: ``guarded``)
     try:
         app.run(process_main,
