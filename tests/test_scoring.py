@@ -114,3 +114,26 @@ def test_memory_running_out_while_scoring_blames_neither_data_nor_checkpoint(
     assert str(err.value) == (
         f"out of memory scoring checkpoint {run.ckpt6} (OOM when allocating tensor with "
         f"shape[128,24,24,64]); a smaller --batch_size fits, or fewer programs beside it")
+
+
+def test_a_devices_error_while_scoring_is_no_data_error(run, tmp_path, monkeypatch):
+    """A kernel's or a device's failure (InternalError: CUDA, XLA) blames neither the
+    data nor the checkpoint; a file that cannot be read is the data's."""
+    def failing(error):
+        def make(model):
+            def scorer(dataset):
+                raise error
+            return scorer
+        return make
+
+    monkeypatch.setattr(scoring, "make_scorer", failing(
+        tf.errors.InternalError(None, None, "Graph execution error:\n\nCUDA error: launch failed")))
+    with pytest.raises(Cifar10Error) as err:
+        scoring.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path))
+    assert not isinstance(err.value, (scoring.UnreadableCheckpoint, DataError))
+    assert str(err.value) == f"scoring checkpoint {run.ckpt6} failed: CUDA error: launch failed"
+    monkeypatch.setattr(scoring, "make_scorer", failing(
+        tf.errors.NotFoundError(None, None, "/d/test_batch.bin; No such file or directory")))
+    with pytest.raises(DataError,
+                       match=r"^cannot read the data to evaluate on \(.*\): /d/test_batch"):
+        scoring.evaluate_checkpoint(run.ckpt6, config_of(run, tmp_path))

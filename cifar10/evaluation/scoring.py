@@ -83,11 +83,21 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
                             f"({failures.oom_cause(error)}); a "
                             f"smaller --batch_size fits, or fewer programs beside it")
     cause = failures.tensorflow_cause(error)
+    if not isinstance(error, _READING_ERRORS):  # (a device's or a kernel's: not the data's)
+        return Cifar10Error(f"scoring checkpoint {checkpoint} failed: {cause}")
     # TensorFlow's cause mostly names the file; else the files are named.
     named = any(path in cause for path in config.eval_files)
     files = "" if named else f" ({listed(config.eval_files)})"
-    return DataError(f"cannot read the data to evaluate on{files}: {cause}; the checkpoint {checkpoint} is not at fault: check "
-                     f"--data_dir and run the same command again")
+    return DataError(f"cannot read the data to evaluate on{files}: {cause}; the checkpoint "
+                     f"{checkpoint} is not at fault: check --data_dir and run the same "
+                     f"command again")
+
+
+# The errors of reading files: a file gone, not readable, cut short, or on a file
+# system that stopped answering.
+_READING_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
+                   tf.errors.DataLossError, tf.errors.UnavailableError,
+                   tf.errors.FailedPreconditionError, tf.errors.OutOfRangeError)
 
 
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
