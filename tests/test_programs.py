@@ -375,7 +375,7 @@ def test_a_program_started_with_no_standard_output_runs_and_ends_with_status_0()
     code = ("import sys\nfrom cifar10.cli import process\n"
             "sys.exit(process.run('cifar10-prepare', lambda argv: print('nobody reads this'), "
             "'doc', lambda values: None))")
-    result = subprocess.run(["bash", "-c", f'"$0" -c "$1" >&-', sys.executable, code],
+    result = subprocess.run(["bash", "-c", '"$0" -c "$1" >&-', sys.executable, code],
                             capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert (result.returncode, result.stderr) == (0, "")
