@@ -559,6 +559,9 @@ def test_a_requeued_job_resumes_its_run_even_if_it_was_submitted_with_fresh_star
         f"srun --kill-on-bad-exit=1 --output=0 --error=all cifar10-train "
         f"--train_dir={train_dir} --fresh_start --nofresh_start"]
     assert (result.returncode, result.stderr) == (0, "")
+    # Before a --, which cifar10-train's flags end at.
+    result, _ = run_batch_script(tmp_path, *args, "--", "x", SLURM_RESTART_COUNT="1")
+    assert result.stdout.splitlines()[1].endswith("--fresh_start --nofresh_start -- x")
 
 
 def test_a_job_stopped_at_the_checkpoint_it_started_from_is_not_requeued(tmp_path):
