@@ -204,10 +204,15 @@ class Model(tf.Module):
         """``inference``: float32 logits [batch, num_classes] of standardised images."""
         return self.activations(images)["softmax_linear"]
 
+    def weight_losses(self) -> dict[str, tf.Tensor]:
+        """``wd * l2_loss(weights)`` of each layer with weight decay, by the layer's name
+        (the terms the original summarised as 'local3/weight_loss')."""
+        return {layer.name: layer.wd * tf.nn.l2_loss(layer.weights)
+                for layer in self.layers if layer.wd}
+
     def weight_decay(self) -> tf.Tensor:
-        """Sum of ``wd * l2_loss(weights)`` over the layers with weight decay."""
-        terms = [layer.wd * tf.nn.l2_loss(layer.weights) for layer in self.layers if layer.wd]
-        return tf.add_n(terms)
+        """Sum of ``weight_losses`` over the layers with weight decay."""
+        return tf.add_n(list(self.weight_losses().values()))
 
     def loss(self, logits: tf.Tensor, labels: tf.Tensor, global_batch: int | None = None,
              num_replicas: int = 1) -> LossParts:

@@ -47,12 +47,11 @@ class ReplicatedStep:
         # ('local3/weight_loss'), for TensorBoard. Not in the checkpoint (a checkpoint
         # written without them must restore): NaN until the first step of this
         # process sets them.
-        self.decay_layers = [layer for layer in state.model.layers if layer.wd]
         with strategy.scope():
             self.weight_loss_averages = {
                 f"{layer.name}/weight_loss": tf.Variable(float("nan"), trainable=False,
                                                          name=f"{layer.name}_weight_loss_avg")
-                for layer in self.decay_layers}
+                for layer in state.model.layers if layer.wd}
 
     def __call__(self, iterator: Iterator, with_summaries: bool = False
                  ) -> dict[str, tf.Tensor]:
@@ -64,8 +63,8 @@ class ReplicatedStep:
         """
         images, labels = next(iterator)
         # Of the weights this step trains with (read before its update): two scalars.
-        weight_losses = {f"{layer.name}/weight_loss": layer.wd * tf.nn.l2_loss(layer.weights)
-                         for layer in self.decay_layers}
+        weight_losses = {f"{name}/weight_loss": value
+                         for name, value in self.state.model.weight_losses().items()}
         out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
         xent = self.strategy.reduce(tf.distribute.ReduceOp.SUM, out["cross_entropy"], axis=None)
         wd = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, out["weight_decay"], axis=None)
