@@ -46,9 +46,9 @@ EVAL_LINE = re.compile(
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "newest_only: a long test whose TensorFlow calls other tests make too; "
-                   "the run against the lowest supported TensorFlow leaves it out "
-                   "(-m 'not newest_only'), to keep the whole command short")
+        "markers", "slow: a long test whose TensorFlow calls quicker tests make too; the quick "
+                   "command and the run against the lowest supported TensorFlow leave it out "
+                   "(-m 'not slow')")
 
 
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:

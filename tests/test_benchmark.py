@@ -44,7 +44,7 @@ def benchmark():
         sys.path.remove(SCRIPTS)
 
 
-@pytest.mark.newest_only  # a developer's tool; its parts' own tests run on both
+@pytest.mark.slow  # a developer's tool; its parts' own tests run on both
 def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e) and (i) start cifar10-train and cifar10-predict in their own.
     assert benchmark.benchmark.main(["--windows=1", "--window_steps=2", "--warmup_steps=1",
@@ -377,7 +377,7 @@ def test_damaged_data_in_data_dir_is_one_line(benchmark, tmp_path, capsys):
 # The script's own lines are Python; what TensorFlow does in them (the trainer's warning
 # of a machine without a GPU, cifar10-prepare's conversion, TensorFlow's C++ lines kept
 # off stderr by core/logs) test_output.py and test_prepare.py check on both versions.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_the_script_prints_its_warnings_as_its_own_lines(tmp_path):
     # --num_gpus=1 given on a machine without a GPU: the trainer's warning, in the
     # script's own form; left at its default, nothing is said.
@@ -437,7 +437,7 @@ def _interrupt_once_there(path) -> None:
     threading.Thread(target=interrupt, daemon=True).start()
 
 
-@pytest.mark.newest_only  # no TensorFlow: a stand-in program
+@pytest.mark.slow  # no TensorFlow: a stand-in program
 def test_a_program_the_benchmark_started_is_stopped_and_waited_for_on_ctrl_c(benchmark,
                                                                             tmp_path):
     # Ctrl-C during (e) left cifar10-train running, writing in the temporary folder
@@ -500,7 +500,7 @@ def _work_folders(tmp_path) -> list[str]:
     return [name for name in os.listdir(tmp_path) if name.startswith("cifar10-benchmark-")]
 
 
-@pytest.mark.newest_only  # the script's own process; its parts are tested above
+@pytest.mark.slow  # the script's own process; its parts are tested above
 def test_sigterm_stops_the_benchmark_as_ctrl_c_does(tmp_path):
     # `timeout 60 python scripts/benchmark.py` left its 177 MB of generated data in /tmp.
     proc = _benchmark_process(tmp_path, "--figures=g", stdout=subprocess.DEVNULL,
@@ -519,7 +519,7 @@ def test_sigterm_stops_the_benchmark_as_ctrl_c_does(tmp_path):
     assert _work_folders(tmp_path) == []
 
 
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_a_closed_standard_output_stops_the_benchmark_quietly(tmp_path):
     # `benchmark.py ... | head -1` ended in a BrokenPipeError traceback, exit status 1.
     proc = _benchmark_process(tmp_path, "--figures=g", stdout=subprocess.PIPE,

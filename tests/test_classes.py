@@ -32,8 +32,8 @@ def write_classes(root, num_classes: int, per_class: int = 3) -> list[str]:
 # which TensorFlow calls run: the run against the lowest TensorFlow takes the whole
 # chain (and the TFLite model) with 3 classes.
 @pytest.mark.parametrize("num_classes", [
-    3, pytest.param(11, marks=pytest.mark.newest_only),
-    pytest.param(100, marks=pytest.mark.newest_only)])
+    3, pytest.param(11, marks=pytest.mark.slow),
+    pytest.param(100, marks=pytest.mark.slow)])
 def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_classes):
     image = write_classes(tmp_path / "photos", num_classes)
     data_dir, train_dir = tmp_path / "data", tmp_path / "train"

@@ -175,7 +175,7 @@ _SIGINT_IN_FT2FONT = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.newest_only  # matplotlib's, not TensorFlow's: the evaluator's process, test_output
+@pytest.mark.slow  # matplotlib's, not TensorFlow's: the evaluator's process, test_output
 def test_ctrl_c_as_matplotlib_initialises_is_an_interrupt_not_a_traceback(trained, tmp_path):
     # It made the first picture's import an ImportError: a traceback and exit status 1.
     data_dir, train_dir = trained
@@ -303,7 +303,7 @@ def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_lin
 # Two processes meeting through the run directory: what each does there is this
 # package's (the trainer's saves, polling.py), which test_polling.py checks in-process
 # on both TensorFlow versions; the processes' TensorFlow calls are the other tests'.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, tmp_path):
     data_dir, _ = trained
     train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"

@@ -98,7 +98,7 @@ def test_a_given_data_dir_naming_the_runs_folder_otherwise_is_no_notice(
 
 # On TensorFlow 2.16: the trainer's process on generated data, test_output's runs;
 # an evaluator following the run's flags.txt, test_a_run_on_its_own_data_folder...
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_the_readme_offline_sequence_evaluates_without_repeating_the_data_flags(tmp_path):
     """README: cifar10-train --synthetic_data ..., then cifar10-eval --checkpoint_dir=...
     --run_once, and neither prints a warning on a machine without a GPU.  The trainer

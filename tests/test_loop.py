@@ -90,7 +90,7 @@ def stopped_runs(learnable_files, tmp_path_factory):
 # in test_the_input_of_gpu_replicas... and test_sigterm_mid_loop..., summaries in a
 # loop in test_a_step_alone... and test_a_call_of_no_steps..., the resume in
 # test_records' deterministic runs.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(stopped_runs):
     lines, finals = {}, {}
     for steps_per_loop, (train_dir, out) in stopped_runs.items():
@@ -152,7 +152,7 @@ def test_a_call_of_no_steps_runs_no_step_and_writes_no_summary(tmp_path):
     assert float(first["total_loss"]) == pytest.approx(float(expected["total_loss"]), rel=1e-5)
 
 
-@pytest.mark.newest_only  # see above
+@pytest.mark.slow  # see above
 def test_summaries_are_written_at_the_same_steps_for_any_loop_length(stopped_runs):
     """Across the stop too (where the stopped run logs its last step and the resumed
     one its first)."""

@@ -146,7 +146,7 @@ def test_launcher_trains_two_workers_prints_each_line_once_and_only_the_chief_wr
 # stop on one worker just after its mark; a lost chief, the locked-train-dir test
 # below; the resume of a multi-worker run, the restore test below (the error's text
 # is test_coordination's).
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_sigterm_to_one_worker_saves_all_at_one_step_and_a_worker_killed_later_stops_all(
         tmp_path):
     procs = start_workers(2, train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
@@ -244,7 +244,7 @@ def test_workers_that_restore_different_steps_stop_with_a_clear_error(launched, 
 
 # On TensorFlow 2.16, the all-gather of the workers' settings runs at every start of
 # several workers (the launched fixture's); what differs is found in Python.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_workers_started_with_different_flags_each_name_theirs_and_train_nothing(tmp_path):
     # Worker 1's --batch_size and --max_steps differ (absl takes the last one given).
     configs = launch.tf_configs(launch.free_ports(2))

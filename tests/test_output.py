@@ -87,7 +87,7 @@ def test_a_plain_cpu_run_prints_no_warning(runs, program):
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the warning of a machine without a GPU")
-@pytest.mark.newest_only  # on 2.16: a trainer's silent stderr, test_a_plain_cpu_run...
+@pytest.mark.slow  # on 2.16: a trainer's silent stderr, test_a_plain_cpu_run...
 def test_asking_for_a_gpu_on_a_cpu_machine_is_a_plain_warning(tmp_path):
     result = run("cifar10-train", "--num_gpus=1", "--synthetic_data", "--synthetic_records=20",
                  f"--data_dir={tmp_path / 'data'}", f"--train_dir={tmp_path / 'train'}",

@@ -185,7 +185,7 @@ def completion_line(train_dir):
             f"stopping.")
 
 
-@pytest.mark.newest_only  # the poller's schedule alone: see below
+@pytest.mark.slow  # the poller's schedule alone: see below
 def test_a_new_run_with_the_same_checkpoint_names_is_scored_again(run, tmp_path):
     train_dir = copy_run(run, tmp_path)
     eval_dir = tmp_path / "eval"
@@ -202,9 +202,9 @@ def test_a_new_run_with_the_same_checkpoint_names_is_scored_again(run, tmp_path)
     assert len(results_lines(eval_dir)) == 2
 
 
-# The poller's schedule alone (newest_only): on TensorFlow 2.16 its evaluations are
+# The poller's schedule alone (slow): on TensorFlow 2.16 its evaluations are
 # the run_once tests' and its unreadable checkpoints the tests that name them.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_poll_scores_the_final_checkpoint_once_and_a_restart_scores_nothing(run, tmp_path):
     eval_dir = tmp_path / "eval"
     lines, sleep = [], FakeSleep()
@@ -443,7 +443,7 @@ def test_a_restarted_poll_on_a_complete_run_with_an_unreadable_final_checkpoint_
                      f"stopping."]
 
 
-@pytest.mark.newest_only  # the poller's schedule alone: see above
+@pytest.mark.slow  # the poller's schedule alone: see above
 def test_poll_waits_eval_interval_secs_between_evaluations(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     set_checkpoints(train_dir, [3])
@@ -496,7 +496,7 @@ def test_poll_scores_the_one_before_an_unreadable_checkpoint_without_another_int
                          f"stopping.")
 
 
-@pytest.mark.newest_only  # the poller's schedule alone: see above
+@pytest.mark.slow  # the poller's schedule alone: see above
 def test_poll_moves_to_the_newest_checkpoint_after_waiting(run, tmp_path):
     train_dir = copy_run(run, tmp_path, complete=False)
     for suffix in (".index", DATA_SUFFIX):  # a checkpoint 4 that is never read

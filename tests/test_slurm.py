@@ -452,7 +452,7 @@ def squeue(slurm_job, job_id) -> str:
                           text=True, env=slurm_job.env(), timeout=30).stdout.strip()
 
 
-@pytest.mark.newest_only  # Slurm and the batch script's: TensorFlow's, as the srun test's
+@pytest.mark.slow  # Slurm and the batch script's: TensorFlow's, as the srun test's
 def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_again(
         slurm_job, tmp_path):
     args = ("--max_steps=80", "--log_frequency=1", "--checkpoint_steps=1000")

@@ -477,7 +477,7 @@ def test_divergence_raises_and_keeps_the_last_good_checkpoint(learnable_files, t
 
 # On TensorFlow 2.16, the float16 step, a non-finite step skipped and the scale
 # halved run in the next two tests (one replica), two replicas' steps in test_loop's.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_fp16_skips_a_step_with_non_finite_gradients_halves_the_scale_and_grows_back(
         tmp_path):
     images, labels = random_batches(4, 2 * BATCH)

@@ -160,7 +160,7 @@ def stopped_line(stderr, train_dir) -> int:
 
 # The closed pipe's tests: on TensorFlow 2.16, the save of a stopped trainer is
 # test_sigterm_saves_a_checkpoint_and_the_next_start_resumes'.
-@pytest.mark.newest_only
+@pytest.mark.slow
 def test_ctrl_c_on_a_pipe_through_tee_saves_and_says_so_on_stderr(tmp_path):
     # `cifar10-train ... | tee train.log` and Ctrl-C: tee ends too, so the trainer's
     # next line meets a closed pipe; its work is saved all the same.
@@ -183,7 +183,7 @@ def test_ctrl_c_on_a_pipe_through_tee_saves_and_says_so_on_stderr(tmp_path):
     assert stopped_line(err, tmp_path / "train") >= 3
 
 
-@pytest.mark.newest_only  # see above
+@pytest.mark.slow  # see above
 def test_a_reader_that_stops_reading_stops_training_with_a_checkpoint(tmp_path):
     # `cifar10-train ... | head -3`: the fourth line (step 2) meets a closed pipe.
     args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
