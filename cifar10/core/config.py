@@ -51,7 +51,7 @@ DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA
                               "deterministic max-pooling gradient; drop one")
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
-KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.choice.choose
+KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.layers.choose
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002

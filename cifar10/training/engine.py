@@ -29,7 +29,7 @@ from cifar10.core.config import TrainConfig, compute_dtype
 from cifar10.data import fileformat as ff
 from cifar10.data import pipeline as data
 from cifar10.distribute import devices
-from cifar10.kernels import choice
+from cifar10.kernels.layers import KernelChoice, choose
 from cifar10.training.state import DynamicLossScale, TrainState
 from cifar10.training.step import ReplicatedStep
 
@@ -46,18 +46,18 @@ class Trainer:
       examples_per_epoch: examples in the training set (for the LR schedule).
       num_classes: classes of the data: the model's outputs.
       kernels: the model's layer functions; default: as ``config.kernels`` chooses
-        them (``choice.choose``).  The benchmark passes others to time each kernel.
+        them (``choose``).  The benchmark passes others to time each kernel.
     """
 
     def __init__(self, config: TrainConfig, strategy: tf.distribute.Strategy,
                  examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
                  num_classes: int = ff.NUM_CLASSES,
-                 kernels: choice.KernelChoice | None = None):
+                 kernels: KernelChoice | None = None):
         config.check()
         self.config, self.strategy = config, strategy
         self.examples_per_epoch = examples_per_epoch
         self.input_options = devices.input_options(strategy)  # how batches reach the replicas
-        self.kernels = kernels or choice.choose(config.kernels,
+        self.kernels = kernels or choose(config.kernels,
                                                 strategy.extended.worker_devices, config.xla)
         with strategy.scope():
             self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),

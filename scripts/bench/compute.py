@@ -6,10 +6,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from bench import measure
-from cifar10 import precision
 from cifar10.core.config import CROP_SIZE
-from cifar10.kernels.choice import KernelChoice
-from cifar10.model import Model
+from cifar10.kernels.layers import KernelChoice
+from cifar10.model import STAGES, Model
 
 
 def train_flops_per_example(model: Model) -> int:
@@ -95,7 +94,7 @@ def layer_times_by_type(args, dtypes: list[tf.DType], kernels: KernelChoice,
     inputs = [tf.cast(images, model.stage_dtypes["conv1"]) for model in models]
     stages = [dict(model.stages()) for model in models]
     times = [[] for _ in models]
-    for i, name in enumerate(precision.STAGES):
+    for i, name in enumerate(STAGES):
         for k, model in enumerate(models):
             inputs[k], ms = _stage_ms(_forward_backward(stages[k][name], input_gradient=i > 0),
                                       inputs[k], reps)

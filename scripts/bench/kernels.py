@@ -10,7 +10,7 @@ from typing import Callable
 import tensorflow as tf
 
 from bench import training
-from cifar10.kernels import choice
+from cifar10.kernels import layers as choice
 
 # (label, the kernels of the variant from the run's compiled ones).  Without the LRN
 # kernels, norm1 and norm2 are TensorFlow's ops (norm2's fusion is an LRN kernel too);

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from cifar10.distribute import devices
-from cifar10.kernels import choice
+from cifar10.kernels import layers as choice
 from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
 from cifar10.training import controller

@@ -11,13 +11,12 @@ import tempfile
 import tensorflow as tf
 
 from bench import compute, kernels, measure, options, programs, training
-from cifar10 import precision
 from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
-from cifar10.kernels import choice
+from cifar10.kernels import layers as choice
 from cifar10.data import synthetic
 from cifar10.core.config import STEPS_PER_LOOP
-from cifar10.model import Model
+from cifar10.model import Model, stage_dtypes
 
 
 @dataclasses.dataclass
@@ -137,7 +136,7 @@ def figure_layers_bf16(s: Setting) -> list[str]:
     """(k) in float32 and with --use_bf16, side by side, and each layer's precision."""
     in_float32, in_bf16 = compute.layer_times_by_type(s.args, [tf.float32, tf.bfloat16],
                                                       s.kernels)
-    dtypes = precision.stage_dtypes(tf.bfloat16, relu_pool=s.kernels.relu_pool is not None)
+    dtypes = stage_dtypes(tf.bfloat16, relu_pool=s.kernels.relu_pool is not None)
     lines = [(f"(k) layers, forward+backward, a batch of {s.args.batch_size}, one layer at a "
               f"time, float32 against --use_bf16 (the precision each layer runs in):")]
     for (name, ms32), (_, ms16) in zip(in_float32, in_bf16):

@@ -11,7 +11,7 @@ from bench import measure
 from cifar10.data import pipeline as data
 from cifar10.core.config import CROP_SIZE
 from cifar10.distribute import devices
-from cifar10.kernels.choice import KernelChoice
+from cifar10.kernels.layers import KernelChoice
 from cifar10.training.engine import Trainer
 
 
