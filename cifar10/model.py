@@ -121,21 +121,18 @@ class Model(tf.Module):
         """
         dtypes = self.stage_dtypes
 
-        def cast(layer, x):
-            dtype = dtypes[layer.name]
-            return (tf.cast(x, dtype), tf.cast(layer.weights, dtype),
-                    tf.cast(layer.biases, dtype))
+        def cast(layer, *tensors):
+            return [tf.cast(t, dtypes[layer.name]) for t in tensors]
 
-        def conv(layer, fused):
+        def conv(layer, fused):  # fused: the stage after adds the bias, takes the ReLU
             def apply(x):
-                x, w, b = cast(layer, x)
-                y = tf.nn.conv2d(x, w, 1, "SAME")
-                return y if fused else tf.nn.relu(_add_bias(y, b))
+                y = tf.nn.conv2d(*cast(layer, x, layer.weights), 1, "SAME")
+                return y if fused else tf.nn.relu(_add_bias(y, *cast(layer, layer.biases)))
             return layer.name, apply
 
         def local(layer, relu=True):
             def apply(x):
-                x, w, b = cast(layer, x)
+                x, w, b = cast(layer, x, layer.weights, layer.biases)
                 y = tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), w) + b
                 return tf.nn.relu(y) if relu else tf.cast(y, tf.float32)
             return layer.name, apply

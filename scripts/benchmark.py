@@ -35,14 +35,10 @@ Prints, each the median of several timed windows after a warm-up:
   (n) what each compiled kernel saves: the train step alone without one kernel at a
       time, and with TensorFlow's ops alone, against all the kernels, in turns.
 --figures measures some of them only (--figures=k,n); --skip_launch leaves out (e)
-and (f).  It generates full-size CIFAR-format data (50,000 + 10,000 records) in a temporary
-directory when --data_dir is not given, so it runs offline.  Ctrl-C and SIGTERM stop it
-(status 130) and a closed standard output (status 141), as they stop the programs: the
-program it started stopped and waited for, the temporary directory removed.
-
-This file parses the command line; the figures are in scripts/bench/ (its
-__init__ lists which module measures which), and TensorFlow loads only after the
-arguments are checked.
+and (f).  Without --data_dir it generates full-size CIFAR-format data in a temporary
+folder, so it runs offline.  Ctrl-C and SIGTERM stop it (status 130), a closed standard
+output too (141): the program it started stopped, the temporary folder removed.
+The figures are measured in scripts/bench/; TensorFlow loads once the arguments are good.
 """
 
 from __future__ import annotations
@@ -52,33 +48,17 @@ import os
 import signal
 import sys
 
-try:
-    from cifar10.cli.entry import INTERRUPTED, interrupts_kept
-    from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
-    from cifar10.core import logs, memory
-    from cifar10.core.config import KERNEL_CHOICES
-    from cifar10.core.errors import Cifar10Error
-    from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
-    from cifar10.cli.script_args import ArgumentParser
-except ImportError as e:
-    sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
-             f"({e}); run this script with the Python the package is installed in "
-             f"(e.g. .venv/bin/python scripts/benchmark.py)")
+from cifar10.cli.entry import INTERRUPTED, interrupts_kept
+from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
+from cifar10.cli.script_args import ArgumentParser
+from cifar10.core import logs, memory
+from cifar10.core.config import KERNEL_CHOICES
+from cifar10.core.errors import Cifar10Error
+from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
 
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
-# The exit statuses of the programs (cifar10.cli): a usage error 1, as any error
-# (``script_args.USAGE_ERROR``); a stop by Ctrl-C or SIGTERM ``entry.INTERRUPTED``
-# (130); a standard output that was closed (``| head``) ``process.STDOUT_CLOSED`` (141).
-
-# The memory generating one record of the data takes (numpy's float64 image and its
-# temporaries: 114 KB, measured with tracemalloc), so that a --records_per_file whose
-# file cannot be generated in this machine's memory is a usage error, not numpy's
-# ArrayMemoryError seconds later.
-GENERATED_RECORD_BYTES = 120_000
-
-# Before TensorFlow is imported: its C++ log lines kept off the figures, as in the
-# programs, unless TF_CPP_MIN_LOG_LEVEL asks for them (docs/output.md).
+# TensorFlow's C++ log lines kept off the figures, as in the programs (docs/output.md).
 if __name__ == "__main__" and not logs.tensorflow_lines_wanted(os.environ, False):
     logs.hide_native_lines(logs.min_level(os.environ))
 
@@ -94,8 +74,6 @@ def parse_args(argv):
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
     p.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
                    help="the compiled kernels or TensorFlow's ops (as cifar10-train)")
-    p.add_argument("--lrn_kernel", dest="kernels", choices=KERNEL_CHOICES,
-                   help=argparse.SUPPRESS)  # --kernels' former name
     p.add_argument("--data_dir", help="folder holding cifar-10-batches-bin (default: generate)")
     p.add_argument("--windows", type=int, default=7, help="timed windows per figure")
     p.add_argument("--window_steps", type=int, default=40, help="steps per timed window")
@@ -125,16 +103,15 @@ def parse_args(argv):
 
 def _check(p: argparse.ArgumentParser, args) -> None:
     """Refuses the values no run can take, each with one line naming the flag."""
-    for name in ("batch_size", "windows", "window_steps", "records_per_file", "predict_images",
-                 "prepare_images", "loop_window_steps", "turns"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    for name in ("num_gpus", "warmup_steps"):
-        if (getattr(args, name) or 0) < 0:
-            p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
+    for name, least in (("batch_size", 1), ("windows", 1), ("window_steps", 1),
+                        ("records_per_file", 1), ("predict_images", 1), ("prepare_images", 1),
+                        ("loop_window_steps", 1), ("turns", 1), ("num_gpus", 0),
+                        ("warmup_steps", 0)):
+        if (getattr(args, name) or 0) < least:
+            p.error(f"--{name} must be at least {least}, got {getattr(args, name)}")
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
-    try:  # as the trainer refuses it: TensorFlow would not say so (a crash, an overflow)
+    try:  # as the trainer refuses it
         memory.refuse_batch_beyond_memory(args.batch_size,
                                           2 if args.use_fp16 or args.use_bf16 else 4)
     except Cifar10Error as e:
@@ -144,24 +121,6 @@ def _check(p: argparse.ArgumentParser, args) -> None:
         p.error(f"--data_dir={args.data_dir} holds no {BATCHES_DIRNAME}/: pass the folder that "
                 f"holds it (the benchmark downloads nothing), or leave --data_dir out to "
                 f"time generated data")
-    if args.data_dir is None:
-        _refuse_data_beyond_memory(p, args.records_per_file)
-
-
-def _refuse_data_beyond_memory(p: argparse.ArgumentParser, records: int,
-                               total: int | None = None) -> None:
-    """Refuses a --records_per_file whose file takes more memory to generate than the
-    machine has (``total`` bytes; default: this machine's, or what a 64-bit machine
-    can address where it is not known)."""
-    total = total or memory.total_memory()
-    held = f"this machine's {total / 1e9:.1f} GB" if total else "a 64-bit machine can address"
-    total = total or memory.ADDRESSABLE
-    needed = records * GENERATED_RECORD_BYTES
-    if needed > total:
-        p.error(f"--records_per_file={records} cannot be generated: a file of that many "
-                f"records takes about {needed / 1e9:.3g} GB of memory, more than {held}; "
-                f"give at most {total // GENERATED_RECORD_BYTES} (CIFAR-10's files hold "
-                f"{RECORDS_PER_REAL_FILE})")
 
 
 def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
@@ -180,51 +139,40 @@ def _figures(p: argparse.ArgumentParser, given: str, skip_launch: bool) -> str:
 
 
 def main(argv=None) -> int:
-    """Runs the benchmark; returns its exit status.
-
-    A stop ends as the programs' do, the temporary folder removed on the way out
-    (``report.run``): Ctrl-C (and SIGTERM, which the script's process takes as one)
-    with ``benchmark.py: interrupted`` and status 130; a standard output that was
-    closed (``| head``) quietly, with status 141.
-    """
+    """Runs the benchmark; returns its exit status (130 on Ctrl-C or SIGTERM, 141 where
+    standard output was closed), the temporary folder removed on the way out."""
     args = parse_args(argv)
     try:
-        # TensorFlow loads here, once the arguments are good; a Ctrl-C as it loads stops
-        # the script even where TensorFlow's own imports would swallow it.
-        with interrupts_kept():
+        with interrupts_kept():  # a Ctrl-C as TensorFlow loads stops the script
             from bench import report
         return report.run(args)
-    except Cifar10Error as e:  # damaged data in --data_dir: one line, as the programs say
-        print(f"benchmark.py: error: {e}", file=sys.stderr)
+    except (Cifar10Error, MemoryError) as e:  # damaged data, a --records_per_file too large
+        print(f"benchmark.py: error: {e or 'out of memory'}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("benchmark.py: interrupted", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
-        stdout_to_devnull(sys.stdout)  # the lines still buffered go nowhere, not into a traceback
+        stdout_to_devnull(sys.stdout)  # the lines still buffered go nowhere
         return STDOUT_CLOSED
 
 
 def _warnings_as_own_lines() -> None:
     """Warnings as ``benchmark.py: warning: ...``, as the programs print theirs, and
-    TensorFlow's Python warnings (retracing of the trainers (n) makes in turn) hidden
-    unless TF_CPP_MIN_LOG_LEVEL asks for TensorFlow's lines.  For the script's own
-    process only: the tests call ``main`` in theirs."""
+    TensorFlow's Python warnings hidden unless TF_CPP_MIN_LOG_LEVEL asks for them."""
     import logging
 
     handler = logging.StreamHandler()
     handler.setFormatter(logs.ProgramFormatter(os.path.basename(__file__)))
     absl_logger = logging.getLogger("absl")
-    if not any(isinstance(h.formatter, logs.ProgramFormatter) for h in absl_logger.handlers):
-        absl_logger.addHandler(handler)
+    absl_logger.addHandler(handler)
     absl_logger.propagate = False
     if not logs.tensorflow_lines_wanted(os.environ, False):
         logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":
-    # SIGTERM (`timeout`, a job scheduler) as Ctrl-C, as the programs take it: the
-    # temporary folder is removed on the way out, where the default action would leave it.
+    # SIGTERM (`timeout`, a job scheduler) as Ctrl-C: the temporary folder is removed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     _warnings_as_own_lines()
     sys.exit(main())

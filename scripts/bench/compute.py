@@ -12,14 +12,10 @@ from cifar10.model import STAGES, Model
 
 
 def train_flops_per_example(model: Model) -> int:
-    """FLOPs of one example's training step in the convolutions and matmuls.
-
-    Each layer's multiply-adds (its weights times the output positions they are
-    applied at, taken from a forward pass) count twice (a multiply and an add)
-    for the forward pass, the weight gradient and, for every layer but conv1
-    (the images need no gradient), the input gradient.  LRN, pooling, ReLU and
-    the updates are memory-bound and left out.
-    """
+    """FLOPs of one example's training step in the convolutions and matmuls: each
+    layer's multiply-adds count twice (multiply, add) for the forward pass, the weight
+    gradient and, but for conv1, the input gradient (LRN, pooling, ReLU and the
+    updates are memory-bound and left out)."""
     acts = model.activations(tf.zeros([1, CROP_SIZE, CROP_SIZE, 3]))
     total = 0
     for i, layer in enumerate(model.layers):
@@ -69,24 +65,16 @@ def _stage_ms(forward_backward, x: tf.Tensor, reps: int) -> tuple[tf.Tensor, flo
 
 
 def layer_times(args, kernels: KernelChoice, reps: int = 5) -> list[tuple[str, float]]:
-    """(k): median milliseconds of each stage's forward and backward pass, one stage
-    at a time, in the run's compute type.
-
-    Each stage gets the output of the one before (a batch of ``args.batch_size``
-    images, in the type that stage hands on) and differentiates a sum of its output
-    with respect to the variables it reads and, but for the first, its input, as the
-    train step does.  With the compiled kernels, conv1 and conv2 are the convolutions
-    alone, and pool1 and norm2 add their bias and take the ReLU
-    (``cifar10.model.Model``).
-    """
+    """(k) in the run's compute type."""
     return layer_times_by_type(args, [measure.compute_dtype(args)], kernels, reps)[0]
 
 
 def layer_times_by_type(args, dtypes: list[tf.DType], kernels: KernelChoice,
                         reps: int = 5) -> list[list[tuple[str, float]]]:
-    """(k) for each compute type of ``dtypes``, the types timed in turns stage by stage
-    (so that a change in the machine's load touches them alike), with the layer
-    functions of ``kernels``."""
+    """(k): median milliseconds of each stage's forward and backward pass, one stage at a
+    time, for each type of ``dtypes`` in turns stage by stage.  Each stage gets the
+    output of the one before and differentiates a sum of its output with respect to
+    the variables it reads and, but for the first, its input, as the train step does."""
     models = [Model(compute_dtype=dtype, lrn=kernels.lrn, relu_pool=kernels.relu_pool,
                     relu_lrn=kernels.relu_lrn) for dtype in dtypes]
     images = tf.random.stateless_normal([args.batch_size, CROP_SIZE, CROP_SIZE, 3],

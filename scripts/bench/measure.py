@@ -1,5 +1,5 @@
-"""What every figure of the benchmark measures with: one clock, medians over
-windows, and training runs that print nothing but report their rates."""
+"""What every figure measures with: one clock, medians over windows, and training runs
+that print nothing but report their rates."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from cifar10.distribute import devices
-from cifar10.kernels import layers as choice
 from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
+from cifar10.distribute import devices
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 
 
 def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
-    """(what ``run(*args, **kwargs)`` returns, the seconds it took): the benchmark's
-    one clock."""
+    """(what ``run(*args, **kwargs)`` returns, the seconds it took)."""
     start = time.perf_counter()
     result = run(*args, **kwargs)
     return result, time.perf_counter() - start
@@ -29,42 +27,29 @@ def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
 
 def rate(run_window: Callable[[], Any], examples: int) -> float:
     """Examples/sec of one call of ``run_window``, which handles ``examples``."""
-    _, seconds = timed(run_window)
-    return examples / seconds
+    return examples / timed(run_window)[1]
 
 
 def median_rate(run_window: Callable[[], Any], windows: int, examples_per_window: int
                 ) -> float:
-    """Median examples/sec of ``windows`` calls of ``run_window``."""
     return statistics.median(rate(run_window, examples_per_window) for _ in range(windows))
 
 
 def median_seconds(run: Callable[[], Any], windows: int) -> float:
-    """Median seconds of ``windows`` calls of ``run``."""
     return statistics.median(timed(run)[1] for _ in range(windows))
 
 
 def train_config(args, train_dir: str, **settings) -> TrainConfig:
-    """A TrainConfig with the benchmark's batch size (unless ``settings`` give one),
-    precision and XLA."""
+    """The benchmark's batch size (unless ``settings`` give one), precision, XLA, kernels."""
     settings.setdefault("batch_size", args.batch_size)
-    return TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16,
-                       use_bf16=args.use_bf16, xla=args.xla, kernels=args.kernels,
-                       **settings)
+    return TrainConfig(train_dir=train_dir, use_fp16=args.use_fp16, use_bf16=args.use_bf16,
+                       xla=args.xla, kernels=args.kernels, **settings)
 
 
-def kernel_choice(args, strategy: tf.distribute.Strategy) -> choice.KernelChoice:
-    """The layer functions the benchmark's training runs use (as
-    cifar10.training.engine chooses them)."""
-    return choice.choose(args.kernels, strategy.extended.worker_devices, args.xla)
-
-
-def train_reports(config: TrainConfig, strategy: tf.distribute.Strategy,
-                  files: list[str], count: int,
-                  on_report: Callable[[Any], None] | None = None) -> list:
-    """The reports (``StepReport``, one a log line) of a cifar10.training.controller.train run
-    that prints nothing; ``on_report`` is called with each as it comes, while
-    training waits."""
+def train_reports(config: TrainConfig, strategy: tf.distribute.Strategy, files: list[str],
+                  count: int, on_report: Callable[[Any], None] | None = None) -> list:
+    """The reports (``StepReport``, one a log line) of a silent training run;
+    ``on_report`` is called with each as it comes, while training waits."""
     reports = []
 
     def collect(report) -> None:

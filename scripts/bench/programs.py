@@ -1,10 +1,8 @@
-"""What the rest of the toolkit costs: (d) evaluation's pass, (e)-(f) cifar10-train's
-start and memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare.
+"""The rest of the toolkit: (d) evaluation's pass, (e)-(f) cifar10-train's start and
+memory, (h) the exported SavedModel, (i) cifar10-predict, (j) cifar10-prepare.
 
-The programs it starts (and (m)'s processes, ``options``) are stopped and waited for
-when the benchmark stops on the way (Ctrl-C, SIGTERM, a closed standard output, an
-error): ``stopped_if_left``, so that none writes in its temporary folder as that is
-removed."""
+The programs it starts are stopped and waited for when the benchmark stops on the way
+(``stopped_if_left``), so that none writes in the temporary folder as it is removed."""
 
 from __future__ import annotations
 
@@ -50,10 +48,8 @@ STOP_SECONDS = 10
 
 @contextlib.contextmanager
 def interrupts_held():
-    """SIGINT and SIGTERM ignored in the block (the handlers put back after it): the
-    benchmark's clean-up (a program stopped and waited for, the temporary folder
-    removed) is not cut short by a second Ctrl-C.  In the main thread only, where
-    Python sets handlers; elsewhere the block runs as it is."""
+    """SIGINT and SIGTERM ignored in the block (main thread only), so that a second
+    Ctrl-C does not cut the clean-up short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -68,8 +64,7 @@ def interrupts_held():
 
 def stop(proc: subprocess.Popen, seconds: float = STOP_SECONDS) -> None:
     """Ends ``proc`` and waits for it: SIGTERM, which every program here takes as a
-    stop (the benchmark's own --loop_only process removes its folder on it), then
-    SIGKILL after ``seconds``; nothing of it writes in the temporary folder after."""
+    stop, then SIGKILL after ``seconds``."""
     with interrupts_held():
         if proc.poll() is None:
             proc.terminate()
@@ -85,9 +80,7 @@ def stop(proc: subprocess.Popen, seconds: float = STOP_SECONDS) -> None:
 
 @contextlib.contextmanager
 def stopped_if_left(proc: subprocess.Popen):
-    """Yields ``proc``; a block left by an exception (Ctrl-C, SIGTERM, a closed standard
-    output, an error) ``stop``s it on the way out, before the temporary folder it
-    writes in is removed."""
+    """Yields ``proc``, ``stop``ped where the block is left by an exception."""
     try:
         yield proc
     except BaseException:
@@ -96,18 +89,16 @@ def stopped_if_left(proc: subprocess.Popen):
 
 
 def child_env(work: str, **extra: str) -> dict[str, str]:
-    """The environment of a program started here: this one, its temporary files
-    (TensorFlow's autograph modules, a --loop_only process's folder) under ``work``,
-    so that they go with it even where the program was killed, plus ``extra``."""
+    """This environment plus ``extra``, temporary files under ``work`` (they go with it
+    even where the program was killed)."""
     tmp = os.path.join(work, "tmp")
     os.makedirs(tmp, exist_ok=True)
     return dict(os.environ, TMPDIR=tmp, **extra)
 
 
 def run(command: list[str], **popen_args) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, text=True, ...)`` whose program is stopped and waited for
-    (``stop``) when the benchmark is interrupted: subprocess.run would kill it at once
-    (SIGKILL), which leaves the files it was writing."""
+    """``subprocess.run(command, text=True, ...)``, its program ``stop``ped when the
+    benchmark is interrupted (subprocess.run would SIGKILL it)."""
     with stopped_if_left(subprocess.Popen(command, text=True, **popen_args)) as proc:
         out, err = proc.communicate()
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
@@ -116,7 +107,7 @@ def run(command: list[str], **popen_args) -> subprocess.CompletedProcess:
 def _start_training(command: list[str], env: dict[str, str] | None = None
                     ) -> tuple[subprocess.Popen, bool]:
     """Starts ``command`` and reads its lines up to its first step's: (the process,
-    whether it got there).  Interrupted, the process is stopped and waited for."""
+    whether it got there)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env)
     with stopped_if_left(proc):

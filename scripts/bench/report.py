@@ -4,16 +4,17 @@ that measures it and gives its printed line(s), in the order they print."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
 
 import tensorflow as tf
 
-from bench import compute, kernels, measure, options, programs, training
+from bench import compute, measure, programs, training
 from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
-from cifar10.kernels import layers as choice
+from cifar10.kernels.layers import KernelChoice, choose
 from cifar10.data import synthetic
 from cifar10.core.config import STEPS_PER_LOOP
 from cifar10.model import Model, stage_dtypes
@@ -31,7 +32,7 @@ class Setting:
     test_files: list[str]
     count: int
     test_count: int
-    kernels: choice.KernelChoice  # the layer functions of the training runs and of (k)
+    kernels: KernelChoice  # the layer functions of the training runs and of (k)
     end_to_end: float = 0.0  # (c), set by figure_training
 
     @property
@@ -51,7 +52,7 @@ def prepare_setting(args, strategy: tf.distribute.Strategy, work: str) -> Settin
     test_files = datafolder.split_files(batches_dir, "test")
     return Setting(args, strategy, work, data_dir, batches_dir, train_files, test_files,
                    datafolder.validate_files(train_files), datafolder.validate_files(test_files),
-                   measure.kernel_choice(args, strategy))
+                   choose(args.kernels, strategy.extended.worker_devices, args.xla))
 
 
 def heading(s: Setting) -> list[str]:
@@ -149,7 +150,7 @@ def figure_layers_bf16(s: Setting) -> list[str]:
 
 
 def figure_determinism(s: Setting) -> list[str]:
-    normal, exact, skip = options.determinism(s.args, s.strategy, s.train_files, s.count,
+    normal, exact, skip = training.determinism(s.args, s.strategy, s.train_files, s.count,
                                               s.work)
     return [(f"(l) --deterministic:         {exact:9.1f} examples/sec, {exact / normal:.2f}x "
              f"normal training's {normal:.1f} (in turns); a resume at step 1000 spends "
@@ -160,7 +161,7 @@ def figure_loop(s: Setting) -> list[str]:
     """(m): 1 and 4 replicas, each count in a process of its own."""
     parts = []
     for replicas in (1, 4):
-        one, default = options.loop_times_in_process(s.args, replicas, s.work)
+        one, default = training.loop_times_in_process(s.args, replicas, s.work)
         parts.append(f"{replicas} replica(s) {one:.2f} ms with 1, {default:.2f} ms with "
                      f"{STEPS_PER_LOOP} ({default / one:.2f}x)")
     return ["(m) ms per step at batch 1 per replica, --steps_per_loop 1 and default: "
@@ -172,7 +173,7 @@ def figure_kernels(s: Setting) -> list[str]:
     if s.kernels.kernel != "compiled":
         return [f"(n) compiled kernels: not timed, the runs use TensorFlow's ops "
                 f"({s.kernels.reason})"]
-    times = kernels.step_times(s.args, s.strategy, s.work, s.kernels)
+    times = training.kernel_step_times(s.args, s.strategy, s.work, s.kernels)
     every = times[0][1]
     return [("(n) the train step alone without each compiled kernel, in turns "
              "(ms per step, and against all kernels):"),
@@ -200,7 +201,8 @@ def run(args) -> int:
     work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
     try:
         if args.loop_only:
-            print(options.loop_times_json(options.loop_step_times(args, strategy, work)))
+            times = training.loop_step_times(args, strategy, work)
+            print(json.dumps({str(k): v for k, v in times.items()}))
             return 0
         setting = prepare_setting(args, strategy, work)
         for line in heading(setting):
