@@ -48,13 +48,18 @@ import os
 import signal
 import sys
 
-from cifar10.cli.entry import INTERRUPTED, interrupts_kept
-from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
-from cifar10.cli.script_args import ArgumentParser
-from cifar10.core import logs, memory
-from cifar10.core.config import KERNEL_CHOICES
-from cifar10.core.errors import Cifar10Error
-from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
+try:
+    from cifar10.cli.entry import INTERRUPTED, interrupts_kept
+    from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
+    from cifar10.cli.script_args import ArgumentParser
+    from cifar10.core import logs, memory
+    from cifar10.core.config import KERNEL_CHOICES
+    from cifar10.core.errors import Cifar10Error
+    from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
+except ImportError as e:
+    sys.exit(f"benchmark.py: error: {sys.executable} cannot import the cifar10 package "
+             f"({e}); run this script with the Python the package is installed in "
+             f"(e.g. .venv/bin/python scripts/benchmark.py)")
 
 FIGURE_LETTERS = "abcdefghijklmn"  # the figures above, (a) to (n)
 
