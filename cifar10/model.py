@@ -143,16 +143,16 @@ class Model(tf.Module):
         def lrn(name, next_stage):
             return name, lambda x: self._lrn(x, dtypes[next_stage])
 
-        def after(layer, fused, stage):  # `stage`, or `fused` adding layer's bias first
+        def after(layer, fused, stage, out):  # `stage`, or `fused` adding layer's bias
             if fused is None:
                 return stage
-            return stage[0], lambda z: fused(z, layer.biases, dtypes[stage[0]])
+            return stage[0], lambda z: fused(z, layer.biases, dtypes[out])
 
         return [conv(self.conv1, self._relu_pool),
-                after(self.conv1, self._relu_pool, pool("pool1")),
+                after(self.conv1, self._relu_pool, pool("pool1"), "pool1"),
                 lrn("norm1", "conv2"),
                 conv(self.conv2, self._relu_lrn),
-                after(self.conv2, self._relu_lrn, lrn("norm2", "pool2")),  # before pool2
+                after(self.conv2, self._relu_lrn, lrn("norm2", "pool2"), "pool2"),
                 pool("pool2"), local(self.local3), local(self.local4),
                 local(self.softmax_linear, relu=False)]
 

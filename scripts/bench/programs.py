@@ -193,6 +193,7 @@ def conversion(args, test_files: list[str], work: str) -> float:
         raise SystemExit(f"benchmark.py: error: (j) cannot convert {args.prepare_images} "
                          f"images: {e}; a larger --prepare_images converts") from None
     if summary.skipped or summary.train_records + summary.test_records != args.prepare_images:
-        raise SystemExit(f"benchmark.py: error: the conversion of (j) wrote {summary.train_records} + "
-                         f"{summary.test_records} records of {args.prepare_images}")
+        raise SystemExit(f"benchmark.py: error: the conversion of (j) wrote "
+                         f"{summary.train_records} + {summary.test_records} records of "
+                         f"{args.prepare_images}")
     return args.prepare_images / seconds
