@@ -19,7 +19,7 @@ import sys
 try:
     from cifar10.data import fileformat
     from cifar10.data import synthetic
-    from cifar10.cli.script_args import ArgumentParser
+    from cifar10.cli.process import ArgumentParser
     from cifar10.core.errors import io_error
 except ImportError as e:
     sys.exit(f"make_synthetic_data.py: error: {sys.executable} cannot import the cifar10 "

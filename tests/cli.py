@@ -25,7 +25,7 @@ from cifar10.cli import launch_main
 from cifar10.core import logs
 from cifar10.cli import predict_main
 from cifar10.cli import prepare_main
-from cifar10.cli import command_line, process
+from cifar10.cli import process
 from cifar10.cli import train_main
 
 BIN_DIR = os.path.dirname(sys.executable)
@@ -84,7 +84,7 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
                 mock.patch.object(module, "FLAGS", values), mock.patch.object(sys, "argv", argv):
             try:
                 status = process.guarded(name, module.main,
-                                          command_line.parse_flags(argv, name, module.__doc__, values))
+                                          process.parse_flags(argv, name, module.__doc__, values))
             except SystemExit as e:
                 status = e.code
     finally:

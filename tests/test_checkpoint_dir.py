@@ -1,6 +1,6 @@
 """What the programs say of a --checkpoint_dir or --checkpoint that is no training run's
 (cifar10.cli.checkpoint_dir, cifar10.runs.checkpoint_files): a folder that does not
-exist, an export, a SavedModel's variables; the other cases are in test_programs.py."""
+exist, an export, a SavedModel's variables, a run's parent folder."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cli import call
 
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import eval_main
-from cifar10.cli import command_line, flags_txt
+from cifar10.cli import flags as cifar10_flags, process
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
@@ -230,10 +230,35 @@ def test_an_evaluators_flags_txt_of_a_checkpoint_replays(tmp_path):
     first, replay = flags.FlagValues(), flags.FlagValues()
     for values in (first, replay):
         eval_main.define_flags(values)
-    command_line.parse_flags(["cifar10-eval", f"--checkpoint={checkpoint}"], "cifar10-eval", "",
+    process.parse_flags(["cifar10-eval", f"--checkpoint={checkpoint}"], "cifar10-eval", "",
                          first)
-    (tmp_path / "flags.txt").write_text(flags_txt.flagfile_text(first))
-    assert f"--checkpoint_dir={first['checkpoint_dir'].default}\n" in flags_txt.flagfile_text(first)
-    command_line.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
+    (tmp_path / "flags.txt").write_text(cifar10_flags.flagfile_text(first))
+    assert f"--checkpoint_dir={first['checkpoint_dir'].default}\n" in cifar10_flags.flagfile_text(first)
+    process.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
                          "cifar10-eval", "", replay)
     assert (replay.checkpoint, replay.checkpoint_dir) == (checkpoint, "/tmp/cifar10_train")
+
+
+def test_a_folder_above_runs_names_the_runs_in_it_and_skips_a_subfolder_it_cannot_read(
+        tmp_path, monkeypatch):
+    for run in ("again", "train"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
+            (tmp_path / "runs" / run / name).write_bytes(b"")
+    (tmp_path / "runs" / "empty").mkdir()
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs"), "No checkpoint file found")) \
+        == (f"No checkpoint file found in {tmp_path / 'runs'}; its subfolders again, train hold "
+            f"checkpoints: pass one of them as --checkpoint_dir, such as "
+            f"--checkpoint_dir={tmp_path / 'runs' / 'again'}")
+    (tmp_path / "other" / "private").mkdir(parents=True)
+    listdir = os.listdir
+
+    def refused(path="."):
+        if str(path).endswith("private"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refused)
+    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "other"))) == (
+        f"No checkpoint found in {tmp_path / 'other'}: train first (cifar10-train "
+        f"--train_dir={tmp_path / 'other'}) or point --checkpoint_dir at a training run")

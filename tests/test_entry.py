@@ -1,9 +1,7 @@
 """Tests of cifar10.cli.entry: the console scripts' start, a Ctrl-C at any moment of it
-ended with one line and status 130, never a traceback.
-
-Each test starts a Python process (no TensorFlow is loaded: a few tenths of a second)
-and sends SIGINT at a chosen point of the start, not after a delay, so that where it
-lands does not depend on the machine's speed.
+ended with one line and status 130, never a traceback.  Each test starts a Python
+process (no TensorFlow: a few tenths of a second) that sends itself the signal at a
+chosen point, not after a delay, so that where it lands does not depend on timing.
 """
 
 from __future__ import annotations
@@ -60,22 +58,16 @@ def test_setup_starts_each_program_through_its_entry_function():
         assert module_name == cli.ENTRY_POINTS[program].__name__
 
 
-@pytest.mark.parametrize("program", sorted(cli.ENTRY_POINTS))
-def test_ctrl_c_while_the_program_is_imported_is_one_line_and_status_130(program):
+def test_ctrl_c_while_the_program_is_imported_is_one_line_and_status_130():
     # absl.flags is among the first imports of every program's module.
-    function = console_scripts()[program]
-    result = start(f"from cifar10.cli import entry; entry.{function}()", sigint_at="absl.flags")
+    result = start("from cifar10.cli import entry; entry.train()", sigint_at="absl.flags")
     assert (result.returncode, result.stdout, result.stderr) == (
-        130, "", f"{program}: interrupted\n")
+        130, "", "cifar10-train: interrupted\n")
 
 
-def write_module(tmp_path, body: str) -> str:
-    (tmp_path / "fake_main.py").write_text(textwrap.dedent(body))
-    return str(tmp_path)
-
-
-def test_ctrl_c_that_an_import_swallows_still_ends_the_start(tmp_path):
-    modules_dir = write_module(tmp_path, """\
+# A program's module (``entry.start``'s to import and run) and what its start ends with.
+FAKE_MAINS = {
+    "an import swallows it": ("""\
         import os, signal
         try:
             os.kill(os.getpid(), signal.SIGINT)
@@ -83,67 +75,29 @@ def test_ctrl_c_that_an_import_swallows_still_ends_the_start(tmp_path):
             pass
         def run():
             print("ran")
-        """)
-    result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
-                   modules_dir=modules_dir)
-    assert (result.returncode, result.stdout, result.stderr) == (130, "", "cifar10-x: interrupted\n")
-
-
-def test_ctrl_c_before_the_program_handles_it_is_one_line_and_status_130(tmp_path):
-    # As one while the flags are read: in run, before process.guarded.
-    modules_dir = write_module(tmp_path, """\
+        """, (130, "", "cifar10-x: interrupted\n")),
+    "before the program handles it": ("""\
         import os, signal
-        def run():
+        def run():  # as one while the flags are read, before process.guarded
             os.kill(os.getpid(), signal.SIGINT)
             print("not reached")
-        """)
-    result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
-                   modules_dir=modules_dir)
-    assert (result.returncode, result.stdout, result.stderr) == (130, "", "cifar10-x: interrupted\n")
-
-
-def test_the_program_runs_with_pythons_own_sigint_handler(tmp_path):
-    modules_dir = write_module(tmp_path, """\
+        """, (130, "", "cifar10-x: interrupted\n")),
+    "the program runs with Python's own handler": ("""\
         import signal, sys
         def run():
             print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
             sys.exit(3)
-        """)
+        """, (3, "True\n", "")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAKE_MAINS))
+def test_ctrl_c_at_any_moment_of_the_start_ends_it_with_one_line(tmp_path, case):
+    body, expected = FAKE_MAINS[case]
+    (tmp_path / "fake_main.py").write_text(textwrap.dedent(body))
     result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
-                   modules_dir=modules_dir)
-    assert (result.returncode, result.stdout, result.stderr) == (3, "True\n", "")
-
-
-def test_a_sigint_ignored_by_whoever_started_the_program_stays_ignored(tmp_path):
-    # A job a script starts in the background (or nohup) has SIGINT ignored.
-    modules_dir = write_module(tmp_path, """\
-        import os, signal
-        os.kill(os.getpid(), signal.SIGINT)
-        def run():
-            os.kill(os.getpid(), signal.SIGINT)
-            print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
-        """)
-    result = start("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-                   "from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
-                   modules_dir=modules_dir)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")
-
-
-def test_ctrl_c_that_a_native_import_makes_an_import_error_still_ends_the_start(tmp_path):
-    # A KeyboardInterrupt raised in a native module's initialisation (pybind11's) comes
-    # out of the import as "ImportError: initialization failed".
-    modules_dir = write_module(tmp_path, """\
-        import os, signal
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-        except KeyboardInterrupt as e:
-            raise ImportError("initialization failed") from e
-        def run():
-            print("ran")
-        """)
-    result = start("from cifar10.cli import entry; entry.start('cifar10-x', 'fake_main')",
-                   modules_dir=modules_dir)
-    assert (result.returncode, result.stdout, result.stderr) == (130, "", "cifar10-x: interrupted\n")
+                   modules_dir=str(tmp_path))
+    assert (result.returncode, result.stdout, result.stderr) == expected
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
@@ -249,8 +203,8 @@ def write_tensorflow(tmp_path, swallow: str) -> str:
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("swallow", ["import error", "bare except"])
+@pytest.mark.parametrize("swallow, signal_name", [("import error", "SIGINT"),
+                                                  ("bare except", "SIGTERM")])
 def test_an_interrupt_that_tensorflows_import_swallows_still_interrupts(tmp_path, swallow,
                                                                        signal_name):
     code = textwrap.dedent("""\
@@ -271,8 +225,8 @@ def test_an_interrupt_that_tensorflows_import_swallows_still_interrupts(tmp_path
         0, "tensorflow loaded\ninterrupted True True\n", "")
 
 
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
-def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path, signal_name):
+def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path):
+    # SIGTERM, which a program takes as Ctrl-C (process.run).
     # cifar10-prepare, the cheapest to bring to TensorFlow's import: two class folders
     # of 6 images (enough for 5 training files and a test file; not read before it).
     for name in ("ant", "bee"):
@@ -284,7 +238,7 @@ def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path, si
         [sys.executable, "-c", "from cifar10.cli import entry; entry.prepare()",
          f"--image_dir={tmp_path / 'photos'}", f"--data_dir={tmp_path / 'data'}"],
         capture_output=True, text=True, timeout=60,
-        env=cli.env(PYTHONPATH=path, SIGNAL=signal_name))
+        env=cli.env(PYTHONPATH=path, SIGNAL="SIGTERM"))
     assert (result.returncode, result.stdout.splitlines()[-1], result.stderr) == (
         130, "tensorflow loaded", "cifar10-prepare: interrupted\n")
     assert not (tmp_path / "data").exists()

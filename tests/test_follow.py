@@ -169,8 +169,8 @@ def test_the_trainers_flags_txt_given_to_the_evaluator_is_one_clear_error(runs, 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"cifar10-eval: error: --flagfile={train_dir / 'flags.txt'} holds cifar10-train's "
-        f"flags, not cifar10-eval's; cifar10-eval reads the data settings of the run it is "
-        f"given by itself: pass --checkpoint_dir={train_dir} instead (see cifar10-eval --help)"]
+        f"flags, not cifar10-eval's: pass --checkpoint_dir={train_dir} instead (see "
+        f"cifar10-eval --help)"]
 
 
 def test_a_failed_evaluation_leaves_no_eval_dir_it_created(runs, tmp_path):

@@ -573,3 +573,32 @@ def test_the_programs_given_a_file_as_data_dir_for_generated_data_say_so(tmp_pat
         f"--synthetic_data generates its data in a folder under --data_dir "
         f"(<data_dir>/synthetic); pass a folder (made if missing), such as "
         f"--data_dir={tmp_path}"))
+
+
+def test_generated_data_is_made_once_announced_and_reused_as_it_is_with_a_note(tmp_path,
+                                                                               caplog):
+    lines = []
+    batches_dir, counts = getdata.prepare(str(tmp_path), use_synthetic=True,
+                                          synthetic_records=20, print_fn=lines.append)
+    assert batches_dir == str(tmp_path / "synthetic" / ff.BATCHES_DIRNAME)
+    assert counts == {"train": 100, "test": 20}
+    assert "SYNTHETIC" in lines[0] and batches_dir in lines[0]
+    stamp = os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns
+    _, counts = getdata.prepare(str(tmp_path), use_synthetic=True, synthetic_records=30,
+                                print_fn=lines.append)
+    assert os.stat(os.path.join(batches_dir, "test_batch.bin")).st_mtime_ns == stamp
+    assert counts == {"train": 100, "test": 20}
+    # A flag's value not taken is a warning (stderr), not one of the notes.
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{batches_dir} already holds generated data of another size (20 records a file); it "
+        f"is used as it is: --synthetic_records=30 applies only when it is generated (delete "
+        f"the folder to regenerate)"]
+    # Generated data of an earlier, easier kind.
+    synthetic.write_dataset(str(tmp_path / "old" / getdata.SYNTHETIC_SUBDIR),
+                            records_per_file=20, separable=True)
+    lines.clear()
+    old_dir, _ = getdata.prepare(str(tmp_path / "old"), use_synthetic=True,
+                                 synthetic_records=20, print_fn=lines.append)
+    assert lines[0] == (f"NOTE: {old_dir} holds generated data of an earlier, easier kind "
+                        f"(no look-alike classes: a model scores 1.000 on it); delete the "
+                        f"folder to have the current kind generated.")

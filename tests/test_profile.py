@@ -15,7 +15,7 @@ from absl import flags
 
 import cli
 from cifar10.cli import flagfiles
-from cifar10.cli import flags_txt
+from cifar10.cli import flags as cifar10_flags
 from cifar10.cli.flags import define_train_flags
 from cifar10.core import config
 from cifar10.training import profiling
@@ -94,7 +94,7 @@ def test_a_replayed_window_is_turned_off_by_profile_steps_none(off, tmp_path, mo
     flagfiles.parse(values, [*replay, f"--profile_steps={off}"], "cifar10-train")
     assert values.profile_steps is None and values.max_steps == 500
     # The start records no window: its own replay traces nothing.
-    assert "profile_steps" not in flags_txt.flagfile_text(values)
+    assert "profile_steps" not in cifar10_flags.flagfile_text(values)
 
 
 def test_library_config_checks_the_window_against_max_steps(tmp_path):

@@ -16,7 +16,7 @@ from absl import flags
 import cli
 from cifar10.runs import records as runrecord
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import flagfile_lines, flags_txt, train_main
+from cifar10.cli import train_main
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata, synthetic
 from conftest import TRAIN_LINE
@@ -70,60 +70,6 @@ def test_flags_txt_replays_the_run_and_keeps_every_start(tmp_path):
     assert "notice" not in again.stderr
 
 
-def record_of(directory, *args):
-    """``directory``'s flags.txt after a start of cifar10-train given ``args``, as
-    ``run.record_start`` writes it (nothing trained)."""
-    values = flags.FlagValues()
-    train_main.define_flags(values)
-    values(["cifar10-train", *args])
-    runrecord.record_start(str(directory), runrecord.environment("cifar10-train", [], [], "2.x"),
-                           flags_txt.flagfile_text(values))
-    return directory / runrecord.FLAGS_FILE
-
-
-def test_a_record_cut_short_inside_its_flags_is_refused_and_an_old_one_replays(tmp_path):
-    """Cut short (a disk that filled, a copy interrupted), the trainer's record replayed
-    another run without a word: --max_steps=100000 as --max_steps=10, or its last flags
-    gone.  Each start's flags end with a line of their own; one without it is refused,
-    wherever the cut; a record from before that line (none in its header) replays."""
-    record_file = record_of(tmp_path, f"--train_dir={tmp_path}", "--max_steps=100000")
-    text = record_file.read_text()
-    header, end = text.splitlines()[0], "# end of this start\n"
-    assert header.endswith(' (flags to "# end of this start")') and text.endswith(end)
-    cut_file = tmp_path / "cut.txt"
-    last_start = f"--flagfile={cut_file}: the start it records last (line 1)"
-    refusals = set()
-    for cut in range(len(header) + 1, len(text) - 1):  # from no flag to "# end of this star"
-        cut_file.write_text(text[:cut])
-        with pytest.raises(flagfile_lines.FlagfileError) as err:
-            flagfile_lines.expand([f"--flagfile={cut_file}"])
-        refusals.add(str(err.value).split(", ")[0])
-    assert refusals == {f"{last_start} has no flag line under it",
-                        f"{last_start} is cut short (a disk that filled"}
-    cut_file.write_text(text[:len(text) - 1])  # the last line break alone: every flag is there
-    assert len(flagfile_lines.expand([f"--flagfile={cut_file}"])) == text.count("\n--")
-    # The trainer's one line, --max_steps=100000 cut to --max_steps=10.
-    cut_file.write_text(text[:text.index("--max_steps=") + len("--max_steps=10")])
-    result = cli.call("cifar10-train", f"--flagfile={cut_file}")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
-        f"cifar10-train: error: --flagfile={cut_file}: the start it records last (line 1) is "
-        f"cut short (a disk that filled, a copy interrupted): its flags do not reach the line "
-        f"\"# end of this start\" written after them, so it would replay another run: give "
-        f"the run's whole flags.txt, or the flags on the command line (see cifar10-train "
-        f"--help)"]
-    # A record written before the mark: its header without it, no end line; replayed.
-    old = text.replace(' (flags to "# end of this start")', "").replace(end, "")
-    cut_file.write_text(old)
-    assert [arg.text for arg in flagfile_lines.expand([f"--flagfile={cut_file}"])] == [
-        line for line in old.splitlines() if line.startswith("--")]
-    # A start recorded after a cut one (its lines commented out): whole again.
-    (tmp_path / "again").mkdir()
-    (tmp_path / "again" / runrecord.FLAGS_FILE).write_text(text[:len(text) // 2])
-    again = record_of(tmp_path / "again", f"--train_dir={tmp_path}", "--max_steps=7")
-    assert "--max_steps=7" in [arg.text for arg in flagfile_lines.expand([f"--flagfile={again}"])]
-
-
 def test_a_replay_leaves_unset_the_flags_whose_unset_value_means_something_else(tmp_path):
     # --num_gpus left unset trains on the CPU without a warning where there is no GPU;
     # given (--num_gpus=1), it warns. A replay does as the start did.
@@ -161,7 +107,7 @@ def test_every_flag_whose_presence_the_programs_test_is_recorded_as_given_or_not
         "test_fraction": "cifar10-prepare's warning that split folders keep their own test "
                          "set: cifar10-prepare keeps no flags.txt",
     }
-    cli_dir = os.path.join(os.path.dirname(flags_txt.__file__))
+    cli_dir = os.path.join(os.path.dirname(cifar10_flags.__file__))
     tested = set()
     for name in os.listdir(cli_dir):
         if name.endswith(".py"):
@@ -181,7 +127,7 @@ def test_a_flags_txt_of_the_former_flag_name_still_replays(tmp_path):
     values = flags.FlagValues()
     train_main.define_flags(values)
     values(["cifar10-train", f"--flagfile={old}"])
-    text = flags_txt.flagfile_text(values)
+    text = cifar10_flags.flagfile_text(values)
     assert "--kernels=tensorflow\n" in text and "lrn_kernel" not in text
 
 

@@ -9,7 +9,7 @@ import os
 import shlex
 
 from cifar10.cli import outdirs
-from cifar10.cli.path_flags import pasted
+from cifar10.cli.flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.data import imagefiles

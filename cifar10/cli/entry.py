@@ -1,16 +1,10 @@
 """The console scripts' entry points (setup.py): each program's Ctrl-C answered with
-one line from its first moment.
+one line (``<program>: interrupted``, status 130) from its first moment.
 
-A console script imports its program's module before it calls the program, and
-that import (absl, the package's modules) takes a few tenths of a second, in
-which Python's own SIGINT handler would end a Ctrl-C with a KeyboardInterrupt
-traceback.  So each function here installs the program's handling of Ctrl-C
-first, with nothing but the standard library loaded, then imports the program
-and runs it.  A Ctrl-C that comes before the program's own handling of it
-(``process.guarded``) ends the program as any interrupt outside training does:
-``<program>: interrupted`` on stderr and exit status 130.  The same handling
-(``interrupts_kept``) guards TensorFlow's import (``process.load_tensorflow``), whose
-own imports could swallow a Ctrl-C.
+A console script imports its program's module (absl, the package: a few tenths of a
+second) before it calls it; Python's own SIGINT handler would end a Ctrl-C there with
+a traceback.  So each function here handles Ctrl-C first, with only the standard
+library loaded, then imports the program and runs it.
 """
 
 from __future__ import annotations
@@ -23,8 +17,7 @@ import sys
 import threading
 from typing import Iterator
 
-# The exit status of an interrupted program, as a shell reports one that SIGINT ended
-# (128 + 2); ``process.guarded`` and ``stopping`` use the same.
+# The exit status of an interrupted program, as a shell reports one SIGINT ended.
 INTERRUPTED = 128 + signal.SIGINT
 
 
@@ -53,16 +46,13 @@ def launch() -> None:
 
 
 def start(program: str, module_name: str) -> None:
-    """Imports ``module_name`` (a program's ``*_main`` module) and calls its ``run``;
-    a Ctrl-C before ``run`` handles it ends the process with one line and status 130.
-    """
+    """Imports ``module_name`` (a program's ``*_main`` module) and calls its ``run``."""
     try:
         with interrupts_kept():  # (SIGTERM's action is still the default here: it ends)
             module = importlib.import_module(module_name)
         module.run()  # with Python's own SIGINT handler, which the programs expect
     except KeyboardInterrupt:
-        # Only a Ctrl-C the program did not answer itself comes here (one while its
-        # flags are read, before ``guarded``): the program was not under way yet.
+        # A Ctrl-C the program did not answer itself (one while its flags are read).
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one: the same one line
         sys.stderr.write(f"{program}: interrupted\n")
         sys.stderr.flush()
@@ -71,28 +61,16 @@ def start(program: str, module_name: str) -> None:
 
 @contextlib.contextmanager
 def interrupts_kept() -> Iterator[None]:
-    """In the block, a Ctrl-C (SIGINT), or a SIGTERM that the program takes as one
-    (``process.run``), raises KeyboardInterrupt at once, as Python's own handler does,
-    and is also kept on record: should the block end otherwise (normally, or with
-    another exception), it ends with KeyboardInterrupt instead.
+    """In the block, a Ctrl-C (or a SIGTERM the program takes as one) raises
+    KeyboardInterrupt at once, and is kept on record: should the block end otherwise
+    (a library swallowed it, with a bare except or an ``except ImportError`` of a
+    native module's failed initialisation), it ends with KeyboardInterrupt instead.
 
-    For imports (a program's module; TensorFlow, ``process.load_tensorflow``): a
-    library may swallow the KeyboardInterrupt, with a bare except, or with the
-    ``except ImportError`` of an import guarded for a missing package where a native
-    module's initialisation turned it into ``ImportError: initialization failed``
-    (pybind11's: matplotlib's ft2font, which Keras imports as TensorFlow loads); the
-    program would run on, the Ctrl-C lost.
-
-    Raised at once rather than held until the block ends: a Ctrl-C 0.5 to 4.5 s into
-    TensorFlow's import (6 s on a loaded 2-core VM) ended the process 0.2 to 1.4 s
-    after it so, 3 to 8 s after it held.  Except inside a native module's
-    initialisation (the Python code it runs, ``_in_native_init``): raised there, it
-    left ft2font half made, and Python's finalisation then aborted the process
-    ("Fatal Python error", status -6) after the program's last line; it is held until
-    the next import that starts outside one (``_InterruptAtNextImport``), or the
-    block's end.  Only a signal whose handler is Python's own is handled (one ignored,
-    by nohup or a job started in the background, stays ignored), and only in the
-    main thread, where Python runs signal handlers.
+    For imports (a program's module; TensorFlow, ``process.load_tensorflow``).  Inside
+    a native module's initialisation the interrupt is held until the next import
+    (``_InterruptAtNextImport``) or the block's end: raised there, it left matplotlib's
+    ft2font half made and Python aborted at exit.  Only a signal whose handler is
+    Python's own is handled (one ignored by nohup stays ignored), in the main thread.
     """
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -29,7 +29,6 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
-from cifar10.cli import flags_txt
 from cifar10.cli import process
 from cifar10.cli import follow
 from cifar10.cli import outdirs
@@ -70,7 +69,7 @@ def main(argv: list[str]) -> None:
     _set_up_devices(tf)
     try:
         polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                         flags_text=flags_txt.flagfile_text(FLAGS), command=sys.argv)
+                         flags_text=cifar10_flags.flagfile_text(FLAGS), command=sys.argv)
     except scoring.OtherClasses as e:
         raise Cifar10Error(f"{e.what}: {_data_of_its_classes(e.run_dir, len(e.trained_on))}"
                            ) from None

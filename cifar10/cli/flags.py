@@ -1,45 +1,69 @@
-"""The absl flags of the command-line programs (names and defaults of the original).
+"""The absl flags of the command-line programs (names and defaults of the original),
+the rules they keep together, a flag mistake worded as one line, the values refused once
+parsed, and a run's flags.txt text.
 
-The settings the library takes are ``config.TrainConfig``'s and
-``config.EvalConfig``'s fields: their flags are made from those fields (name,
-default, help, bounds, choices).  The flags written out here are the programs'
-own (data location, devices, output).  Each ``define_*`` function defines on
-``flag_values``, absl's global ``FLAGS`` unless given (tests give their own).  Only
-the entry points call these functions and read ``FLAGS``; the library takes plain
-arguments.  Booleans are absl booleans, so ``--use_fp16=false`` means False.
+The settings the library takes are ``config.TrainConfig``'s and ``config.EvalConfig``'s
+fields: their flags are made from those fields.  The flags written out here are the
+programs' own (data location, devices, output).  Each ``define_*`` function defines on
+``flag_values`` (absl's global ``FLAGS`` unless given).  Nothing here loads TensorFlow.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 from typing import Any
 
 from absl import flags
 
-from cifar10.cli.flag_rules import DATA_RULES, EXCLUSIVE_PAIRS, not_both
-from cifar10.distribute import cluster
-from cifar10.distribute import slurm
 from cifar10.core import config
 from cifar10.data import fileformat as ff
+from cifar10.distribute import cluster
+from cifar10.distribute import slurm
 from cifar10.runs import checkpoint_files
 
-
-# Flags whose being left unset means something else than their default value: the
-# programs test whether they were given (absl's Flag.present).  cifar10-train's
-# --num_gpus left unset is one replica per GPU Slurm gave the task, else one, on the
-# CPU without a warning; cifar10-eval's --num_examples left unset is the whole test
-# split.  flags.txt writes them commented out when they were not given
-# (``flags_txt.flagfile_text``), so that a replay leaves them unset too.
+# Flags whose being left unset means something else than their default (the programs
+# test Flag.present): flags.txt writes them commented out when not given, so that a
+# replay leaves them unset too.
 UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 
 # The flags whose values are paths on this machine (flags.txt writes them absolute).
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
               "export_dir", "image_dir")
 
-
-# Former names of flags, which set the flag of its name today: --kernels was
-# --lrn_kernel while LRN was the one compiled kernel, and a run's flags.txt of then
-# still replays.
+# Former names of flags, which set the flag of today's name (a run's flags.txt of then
+# still replays).
 FORMER_NAMES = {"lrn_kernel": "kernels"}
+
+# The programs that record their flags in flags.txt (``flagfile_text``), for replay.
+RECORDING_PROGRAMS = ("cifar10-train", "cifar10-eval")
+
+# Rules the data flags keep together: (flags, rule on their values, what breaks it).
+DATA_RULES = (
+    (("dataset", "label"), lambda v: v["dataset"] == ff.CIFAR100.name or v["label"] == "fine",
+     "--label=coarse applies to --dataset=cifar100 only"),
+    (("dataset", "synthetic_data"),
+     lambda v: not (v["dataset"] == ff.CIFAR100.name and v["synthetic_data"]),
+     "--synthetic_data generates CIFAR-10-format data: drop --dataset=cifar100 or "
+     "--synthetic_data"),
+)
+
+# Settings that exclude each other, two by two: (their flags, the error that says so).
+EXCLUSIVE_PAIRS = (
+    (("use_fp16", "use_bf16"), config.PRECISION_CONFLICT),
+    (("deterministic", "xla"), config.DETERMINISTIC_XLA_CONFLICT),
+)
+
+
+def broken_data_rule(flag_values: flags.FlagValues) -> str | None:
+    """The message of the first of ``DATA_RULES`` the flags' values break, or None
+    (cifar10-eval checks them once it has taken the data flags of its run)."""
+    for names, rule, message in DATA_RULES:
+        if not rule({name: flag_values[name].value for name in names}):
+            return message
+    return None
+
 
 def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       rules_when_parsed: bool = True) -> None:
@@ -102,8 +126,9 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
             raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
     for pair, message in EXCLUSIVE_PAIRS:
         if all(name in flag_values for name in pair):
-            flags.register_multi_flags_validator(list(pair), not_both, message=message,
-                                                 flag_values=flag_values)
+            flags.register_multi_flags_validator(
+                list(pair), lambda values: not all(values.values()), message=message,
+                flag_values=flag_values)
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):
@@ -288,3 +313,128 @@ def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          "other workers' progress lines, the same steps and losses as the "
                          "chief's, are left out; their warnings and errors are shown.",
                          flag_values=flag_values)
+
+
+# --- a flag mistake in the program's words ------------------------------------------
+
+# absl's words for a bad flag value: a value of the wrong type, out of bounds, or against
+# a rule of several flags (absl puts their values first).
+_FLAG_VALUE = re.compile(r"^flag (--[^=\s]+)=(.*?): (.*)$", re.S)
+_UNKNOWN = re.compile(r"^Unknown command line flag '([^']*)'(?:\. Did you mean: (.*?) \?)?$",
+                      re.S)
+_RULE = re.compile(r"^flags (\w+=[^:]*?(, \w+=[^:]*?)*): (.*)$", re.S)
+_TYPE_WORDS = ((re.compile(r"^invalid literal for int\(\) with base 10: .*$", re.S),
+                "expected a whole number"),
+               (re.compile(r"^could not convert string to float: .*$", re.S),
+                "expected a number"),
+               (re.compile(r"^\S+ is not (?:a |an )?(.*)$", re.S), "must be {}"),
+               (re.compile(r"^\('Non-boolean argument to boolean flag', .*\)$", re.S),
+                "expected true or false"),
+               (re.compile(r"^value should be one of <(.*)>$", re.S), "must be one of {}"))
+_FLAGFILE = re.compile(r"^ERROR:: Unable to open flagfile: (?:\[Errno \d+\] )?([^:]*): "
+                       r"'(.*)'$", re.S)
+_MISSING = re.compile(r"^Missing value for flag (--\S+)$")
+_BOUND_WORDS = {"positive integer": "a whole number of at least 1",
+                "non-negative integer": "a whole number of at least 0",
+                "non-negative number": "a number of at least 0",
+                "positive number": "a number above 0"}
+
+
+def flag_error_text(error: flags.Error) -> str:
+    """The one line of a flag mistake: ``--max_steps=abc: expected a whole number``
+    where absl says ``flag --max_steps=abc: invalid literal for int() with base 10:
+    'abc'``, and a rule of several flags without absl's list of their values."""
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if found := _FLAGFILE.match(text):
+        return f"--flagfile={found[2]}: {found[1]}; name a file of flags, one per line"
+    if found := _MISSING.match(text):
+        return f"{found[1]} needs a value ({found[1]}=VALUE)"
+    if found := _UNKNOWN.match(text):
+        guesses = [f"--{name.strip()}" for name in (found[2] or "").split(",") if name.strip()]
+        return (f"unknown flag --{found[1]}" +
+                (f" (did you mean {' or '.join(guesses)}?)" if guesses else ""))
+    if found := _RULE.match(text):
+        return found[3]
+    value = _FLAG_VALUE.match(text)
+    if not value:
+        return text
+    name, given, problem = value.groups()
+    for pattern, words in _TYPE_WORDS:
+        if found := pattern.match(problem):
+            if found.groups() and words.startswith("must be one of"):
+                words = words.format(", ".join(found[1].split("|")))
+            elif found.groups():
+                words = words.format(_BOUND_WORDS.get(found[1]) or
+                                     "a " + found[1].replace("integer", "whole number"))
+            return f"{name}={given}: {words}"
+    return f"{name}={given}: {problem}"
+
+
+# --- values refused once parsed, and flags.txt -------------------------------------------
+
+def pasted(name: str, path: str) -> str:
+    """``--name=path`` as a line suggests it, quoted to be pasted into a shell."""
+    return f"--{name}={shlex.quote(path)}"
+
+
+def refuse_paths(flag_values: flags.FlagValues) -> None:
+    """Refuses a path flag's value that is not UTF-8, or that starts with a ~ no shell
+    expanded (none does after '=' or in a flagfile): taken as it is, it would make a
+    folder named ~ in the current folder."""
+    for name in PATH_FLAGS:
+        value = flag_values[name].value if name in flag_values else None
+        if not isinstance(value, str):
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            why = (_TENSORFLOW_NAMES if name in ("checkpoint_dir", "checkpoint", "export_dir")
+                   else _RECORDED_NAMES)
+            raise flags.Error(f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a name "
+                              f"in UTF-8 ({why})") from None
+        home = os.path.expanduser(value)
+        if value.startswith("~") and home != value:
+            raise flags.Error(f"--{name}={value} starts with a ~ that was not expanded (the "
+                              f"shell does not expand a ~ after '='): write --{name} {value} "
+                              f"or {pasted(name, home)}; for a folder named ~, write ./{value}")
+
+
+_RECORDED_NAMES = "the run's records, flags.txt and environment.jsonl, are UTF-8 text"
+_TENSORFLOW_NAMES = "TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names"
+
+
+def refuse_values_it_cannot_hold(flag_values: flags.FlagValues) -> None:
+    """Refuses a string value that flags.txt cannot give back on replay: absl reads a
+    flagfile a line at a time and strips each line."""
+    for flag in flag_values.get_flags_for_module(__name__):
+        value = flag.value
+        if not isinstance(value, str):
+            continue
+        if "\n" in value or "\r" in value:
+            problem = "holds a line break, which would end its line"
+        elif value != value.rstrip():
+            problem = "ends with white space, which would be dropped"
+        else:
+            continue
+        raise flags.Error(f"--{flag.name}={value!r} {problem} in the run's flags.txt (one "
+                          f"flag per line, replayed with --flagfile): choose a value without it")
+
+
+def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
+                  not_replayed: tuple[str, ...] = ("fresh_start",)) -> str:
+    """The program's flags, one per line in absl's flagfile format, as a run's flags.txt
+    records them: paths absolute (a replay from elsewhere finds the same run), unset
+    (None) flags left out, ``not_replayed`` booleans written false (a replay never
+    deletes), and ``UNSET_IS_NOT_DEFAULT`` flags not given commented out (on record,
+    but a replay leaves them unset)."""
+    lines = []
+    for flag in flag_values.get_flags_for_module(__name__):
+        if flag.name in UNSET_IS_NOT_DEFAULT and not flag.present:
+            lines.append(f"# {flag.serialize()}")
+        elif flag.name in not_replayed:
+            lines.append(f"--no{flag.name}")
+        elif flag.name in PATH_FLAGS and isinstance(flag.value, str):
+            lines.append(f"--{flag.name}={os.path.abspath(flag.value)}")
+        elif flag.value is not None:
+            lines.append(flag.serialize())
+    return "".join(f"{line}\n" for line in lines)

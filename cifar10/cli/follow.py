@@ -17,7 +17,7 @@ from typing import Callable
 from absl import flags
 from absl import logging
 
-from cifar10.cli import flag_rules
+from cifar10.cli import flags as cifar10_flags
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
@@ -151,9 +151,9 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
 
 
 def _check_together(flag_values: flags.FlagValues, source: str | None) -> None:
-    """The data flags' own rules (``flag_rules.DATA_RULES``), on the values taken
+    """The data flags' own rules (``cifar10_flags.DATA_RULES``), on the values taken
     from the run (``source``: its flags.txt; None: there was no record)."""
-    broken = flag_rules.broken_data_rule(flag_values)
+    broken = cifar10_flags.broken_data_rule(flag_values)
     if broken:
         where = f" (the run's data flags are in {source})" if source else ""
         raise Cifar10Error(f"{broken}{where}")

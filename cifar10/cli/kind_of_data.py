@@ -14,7 +14,7 @@ import os
 from absl import flags
 from absl import logging
 
-from cifar10.cli.path_flags import pasted
+from cifar10.cli.flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder

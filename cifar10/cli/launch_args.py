@@ -12,12 +12,10 @@ from typing import Sequence
 from absl import flags
 from absl import logging  # defines absl's --verbosity and the like
 
-from cifar10.cli import flag_errors
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
-from cifar10.cli import parsed_values
 from cifar10.cli import writable
 from cifar10.cli.workers import TRAINER
 from cifar10.core import memory
@@ -36,10 +34,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
     the same line) or what would not make one job; returns the workers' flags.
 
     Raises:
-      Cifar10Error: a flag cifar10-train does not take or a bad value of one (also
-        one refused once parsed, ``parsed_values.refuse_parsed_values``: a path not
-        in UTF-8, a ~ the shell left), a flagfile that cannot be read or sets a flag
-        given before it (``flagfiles``); an argument that is not a flag; ``--help``;
+      Cifar10Error: a flag mistake, as cifar10-train's parse refuses it
+        (``flagfiles.parse``); an argument that is not a flag; ``--help``;
         a ``--batch_size`` past memory; a ``--train_dir`` that is an evaluator's
         folder, holds data or is the --data_dir too (``outdirs``), cannot be made or
         written (``writable``), or whose lock file is a folder (``lock``); with
@@ -56,10 +52,8 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
             values[flag.name] = copy.deepcopy(flag)
     try:
         rest = flagfiles.parse(values, [TRAINER, *args], TRAINER)
-        parsed_values.refuse_parsed_values(values, TRAINER)  # as cifar10-train's parse does
     except flags.Error as e:
-        message = str(e) if isinstance(e, flagfiles.FlagfileError) else \
-            flag_errors.flag_error_text(e)
+        message = cifar10_flags.flag_error_text(e)
         raise Cifar10Error(f"{TRAINER}'s flags (after --): {message} (see {TRAINER} "
                            f"--help)") from None
     if len(rest) > 1:

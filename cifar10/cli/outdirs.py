@@ -21,7 +21,7 @@ import re
 from absl import flags
 from absl import logging
 
-from cifar10.cli import path_flags
+from cifar10.cli.flags import pasted
 from cifar10.cli import suggestions
 from cifar10.cli import whose
 from cifar10.core.errors import Cifar10Error
@@ -117,7 +117,7 @@ def refuse_output_as_data_dir(flag: str, folder: str, data_dir: str, followed: s
     raise Cifar10Error(
         f"--data_dir={data_dir}{origin} is the --{flag} too ({_OUTPUT[flag]} would go among "
         f"the data, and later starts would refuse the folder as one or the other): give them "
-        f"different folders, such as {path_flags.pasted('data_dir', suggested)}")
+        f"different folders, such as {pasted('data_dir', suggested)}")
 
 
 def warn_of_another_runs_results(eval_dir: str, run_dir: str) -> None:
@@ -212,7 +212,7 @@ def _refuse_runs_parent(train_dir: str) -> None:
                 f"training runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})")
         raise Cifar10Error(
             f"--train_dir={train_dir} is no training run but holds {held}: pass "
-            f"{path_flags.pasted('train_dir', runs[0])} to resume it, or a folder of a new "
+            f"{pasted('train_dir', runs[0])} to resume it, or a folder of a new "
             f"run's own")
 
 

@@ -1,20 +1,18 @@
-"""A program's process: what it prints besides its own lines, TensorFlow's loading,
-and how it ends.
+"""A program's process: its command line parsed, what it prints besides its own lines,
+TensorFlow's loading, and how it ends.
 
-Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become
-one line on stderr, ``<program>: error: <message>``, and exit status 1, never a
-traceback; Ctrl-C, status 130; a closed standard output, status 141; one that
-cannot be written (a full disk), one line and status 1.  ``run`` is a
-program's process; ``command_line.parse_flags`` and ``guarded`` are its two halves,
-which tests also call in their own process.
-
-TensorFlow is imported (``load_tensorflow``) only once the flags are parsed and
-checked, so that ``--help`` and setting mistakes are answered at once instead of
-after seconds of loading.
+Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become one
+line on stderr, ``<program>: error: <message>``, and exit status 1, never a traceback;
+Ctrl-C, status 130; a closed standard output, status 141; one that cannot be written,
+one line and status 1.  ``run`` is a program's process; ``parse_flags`` and
+``guarded`` are its two halves, which tests also call in their own process.
+TensorFlow is imported (``load_tensorflow``) only once the flags are checked, so that
+``--help`` and flag mistakes are answered at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import os
@@ -26,31 +24,26 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from cifar10.cli import command_line
 from cifar10.cli import entry
+from cifar10.cli import flagfiles
+from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 
-# The exit status of a program whose standard output was closed (``| head``): 128 +
-# SIGPIPE, as a shell reports a program that a closed pipe ended.
+# The exit status of a program whose standard output was closed (``| head``), as a
+# shell reports one that SIGPIPE ended.
 STDOUT_CLOSED = 128 + signal.SIGPIPE
 
-# Whether TensorFlow's own log lines are shown (``set_up_output`` decides, from what the
-# user asked); quiet unless asked.
+# Whether TensorFlow's own log lines are shown (``set_up_output``).
 _tensorflow_lines = False
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
-    """Imports TensorFlow (which takes seconds), its Python warnings hidden unless
-    the user asked for TensorFlow's lines (see ``set_up_output``).
-
-    The programs call it once their flags and settings are checked.  A Ctrl-C (or
-    SIGTERM) as it loads ends the program (``entry.interrupts_kept``), even where
-    TensorFlow's or Keras's own imports would swallow it.  float32 stays float32: on
-    GPUs with TensorFloat-32 (Ampere, Hopper) TensorFlow would otherwise run float32
-    convolutions and matmuls with 10-bit mantissas; ``allow_tf32`` lets it.  Only a
-    program that draws (``plots``: cifar10-eval) lets TensorFlow load matplotlib.
-    """
+    """Imports TensorFlow, its Python warnings hidden unless asked for
+    (``set_up_output``); a Ctrl-C as it loads ends the program
+    (``entry.interrupts_kept``).  float32 stays float32 unless ``allow_tf32`` (TensorFlow
+    would run it as TensorFloat-32 on Ampere and Hopper GPUs).  Only a program that
+    draws (``plots``) lets Keras load matplotlib."""
     with entry.interrupts_kept():
         tf = _import_tensorflow(plots)
     if not _tensorflow_lines:
@@ -61,11 +54,9 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
 
 def _import_tensorflow(plots: bool):
     if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
-        # Keras, which TensorFlow loads, imports matplotlib.pyplot when it is
-        # installed, for a plotting helper no program here uses: 0.65 s of every
-        # start.  None in sys.modules makes that import fail, which Keras allows;
-        # it is taken out again once TensorFlow (and Keras with it) is loaded, so
-        # that whoever imports matplotlib later gets it.
+        # Keras imports matplotlib.pyplot, when installed, for a helper no program
+        # uses (0.65 s of every start); None in sys.modules makes that import fail,
+        # which Keras allows, until TensorFlow is loaded.
         sys.modules["matplotlib"] = None
         try:
             import tensorflow  # noqa: F401
@@ -76,20 +67,73 @@ def _import_tensorflow(plots: bool):
     return tf
 
 
+# The programs that take file names after their flags.
+FILE_PROGRAMS = ("cifar10-predict",)
+
+_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+_SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
+
+
+def parse_flags(argv: list[str], program: str, doc: str,
+                flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+    """Parses ``argv`` into ``flag_values``; returns the arguments left.
+
+    ``--help`` prints the program's flags (``doc`` first) and exits with status 0; a
+    flag mistake prints ``<program>: error: <message>`` and exits with status 1.
+    """
+    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
+    asked = {arg.split("=")[0] for arg in own} & set(_HELP_FLAGS)
+    if asked & set(_SHORT_HELP_FLAGS):
+        # absl's short help lists the flags of __main__, the console-script stub here.
+        print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
+        print(flag_values.module_help(cifar10_flags.__name__))
+        print("\nTry --helpfull to see absl's own flags too. TensorFlow's own log lines are "
+              "hidden;\n-v 0 (absl's --verbosity) or TF_CPP_MIN_LOG_LEVEL=0 shows them (1 "
+              "to 3: those of\nlevel W, E or F and above).")
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        sys.exit(0)
+    try:
+        return flagfiles.parse(flag_values, argv, program)
+    except SystemExit:
+        if asked:  # absl exits with status 1 after --helpfull; help is not an error
+            sys.exit(0)
+        raise
+    except flags.Error as e:
+        message = _trainers_flag(e, argv, program) or cifar10_flags.flag_error_text(e)
+        if program in FILE_PROGRAMS and isinstance(e, flags.UnrecognizedFlagError):
+            message += " (a file whose name starts with - goes after --)"
+    sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
+    sys.exit(1)
+
+
+def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
+    """cifar10-launch's error for one of cifar10-train's flags given before its ``--``,
+    or None."""
+    if program != "cifar10-launch":
+        return None
+    from cifar10.cli import launch_args  # the launcher's own, loaded for its error alone
+
+    return launch_args.trainers_flag_hint(error, argv, program)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for scripts/, its usage errors as the programs give theirs: one line,
+    exit status 1 (argparse's own is a usage message and status 2)."""
+
+    def error(self, message: str):
+        self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def run(program: str, main: Callable[[list[str]], None], doc: str,
         define_flags: Callable[[flags.FlagValues], None]) -> None:
-    """The process of a program: its flags defined and parsed, ``main`` called through
-    ``guarded``, the process ended with the exit status.
-
-    ``doc`` (the entry module's docstring) heads ``--help``; ``define_flags`` (one of
-    ``cifar10.cli.flags``' ``define_*_flags``) defines the program's flags.
-    """
+    """The process of a program: its flags defined (``define_flags``) and parsed,
+    ``main`` called through ``guarded``, the process ended with the exit status;
+    ``doc`` heads ``--help``."""
     define_flags(flags.FLAGS)
 
     def process_main(argv: list[str]) -> int:
-        # SIGTERM as Ctrl-C: cleanup code runs (a partial download is removed) where
-        # the default action would end the process on the spot.  cifar10-train
-        # installs its own handlers (save, then stop) once training starts.
+        # SIGTERM as Ctrl-C, so that cleanup code runs (cifar10-train installs its own
+        # handlers, save then stop, once training starts).
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         set_up_output(program)
         return guarded(program, main, argv)
@@ -99,20 +143,17 @@ def run(program: str, main: Callable[[list[str]], None], doc: str,
     sys.stdout = WatchedStdout(sys.stdout)  # (a failed write is told apart: ``guarded``)
     try:
         app.run(process_main,
-                flags_parser=lambda argv: command_line.parse_flags(argv, program, doc))
+                flags_parser=lambda argv: parse_flags(argv, program, doc))
     except BrokenPipeError:
-        # Whoever read the output stopped reading (``cifar10-predict photos/ | head``):
-        # stop quietly, as other command-line tools do, not with a traceback, with the
-        # status a shell gives a program that a closed pipe ended (128 + SIGPIPE).
-        # cifar10-train saves first (``stopping``).
+        # Whoever read the output stopped (``| head``): stop quietly, as other tools do
+        # (cifar10-train saves first: ``stopping``).
         stdout_to_devnull(sys.stdout)
         sys.exit(STDOUT_CLOSED)
 
 
 class WatchedStdout:
-    """Standard output as a program writes to it (``run`` puts it in ``sys.stdout``),
-    remembering the error of a write that failed (a full disk, EIO), so that
-    ``guarded`` tells it from another ``OSError``.  Anything else is the stream's."""
+    """``sys.stdout`` remembering the error of a write that failed (a full disk, EIO),
+    so that ``guarded`` tells it from another ``OSError``."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -147,8 +188,7 @@ def stdout_failed(error: BaseException) -> bool:
 
 
 def stdout_to_devnull(stdout) -> None:
-    """Points ``stdout``'s descriptor at /dev/null, so that no later write to it (the
-    lines still buffered included) fails once its reader is gone."""
+    """Points ``stdout``'s descriptor at /dev/null: no later write to it fails."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, stdout.fileno())
@@ -157,10 +197,8 @@ def stdout_to_devnull(stdout) -> None:
 
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
-    """Whether the user asked for all of TensorFlow's own log lines: by setting
-    ``TF_CPP_MIN_LOG_LEVEL=0``, passing ``--verbosity``/``-v`` 0 or more, or asking for
-    TensorFlow's placement log, which is made of such lines (1 to 3: the lines of
-    that level and above, ``logs.min_level``)."""
+    """Whether the user asked for TensorFlow's own log lines: ``TF_CPP_MIN_LOG_LEVEL=0``,
+    ``-v`` 0 or more, or ``--log_device_placement`` (made of such lines)."""
     placement = ("log_device_placement" in flag_values
                  and flag_values["log_device_placement"].value)
     verbosity = flag_values["verbosity"]  # -1, absl's default, is warnings: not asked
@@ -169,11 +207,9 @@ def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
 
 
 def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Decides what else a program's process prints: TensorFlow's C++ and Python
-    log lines and absl's INFO notices only when asked (``tensorflow_lines_asked``),
-    and the program's warnings as ``<program>: warning: ...``.  Called before
-    TensorFlow loads.
-    """
+    """Decides what else a program prints: TensorFlow's C++ and Python log lines and
+    absl's INFO notices only when asked (``tensorflow_lines_asked``), and its warnings
+    as ``<program>: warning: ...``.  Called before TensorFlow loads."""
     global _tensorflow_lines
     _tensorflow_lines = tensorflow_lines_asked(flag_values)
     if not _tensorflow_lines:
@@ -185,16 +221,10 @@ def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> 
 
 
 def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
-    """Calls ``main(argv)``; returns the program's exit status.
-
-    0 when it returns; 1 for a mistake the user can fix (``Cifar10Error``, or a
-    ``UsageError`` such as a stray argument) or a write to standard output that failed
-    (a full disk, EIO: ``WatchedStdout``; a closed one, ``BrokenPipeError``, is
-    ``run``'s) and 130 for Ctrl-C or SIGTERM where no handler saves work, each with one
-    line on stderr, the last the program prints: ``<program>: error: <message>`` or
-    ``<program>: interrupted`` (followed by the interrupt's message, if it has one:
-    ``before training started; ...``).
-    """
+    """Calls ``main(argv)``; returns the exit status: 0; 1 for a mistake the user can
+    fix (``Cifar10Error``, ``UsageError``) or a failed write to standard output; 130
+    for Ctrl-C or SIGTERM where no handler saves work.  Each but 0 with one last line
+    on stderr: ``<program>: error: <message>`` or ``<program>: interrupted ...``."""
     try:
         main(argv)
         sys.stdout.flush()  # here, where a failed write is caught, not at the process's end
@@ -213,9 +243,8 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
         with contextlib.suppress(OSError, ValueError):  # (a stream with no descriptor)
             stdout_to_devnull(sys.stdout)
         last_line, status = f"{program}: error: {stdout_error_said(e)}", 1
-    # The exception and its frames are gone now: free what the failed run still
-    # held (input pipelines, checkpoint readers), so that whatever TensorFlow
-    # prints as they go comes before the line that says what went wrong.
+    # Free what the failed run held, so that what TensorFlow prints as it goes comes
+    # before the last line.
     gc.collect()
     try:
         sys.stdout.flush()

@@ -29,7 +29,6 @@ from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import suggestions
 from cifar10.cli import writable
-from cifar10.cli import flags_txt
 from cifar10.cli import process
 from cifar10.runs import lock
 
@@ -139,7 +138,7 @@ def _invocation(batches_dir: str):
     in train_dir), and settings TensorBoard shows with the run's config."""
     from cifar10.training.run import Invocation
 
-    return Invocation(command=sys.argv, flags_text=flags_txt.flagfile_text(FLAGS),
+    return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
                       settings={"command": " ".join(sys.argv), "data_dir": batches_dir,
                                 "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32})
 
