@@ -50,8 +50,7 @@ import sys
 
 try:
     from cifar10.cli.entry import INTERRUPTED, interrupts_kept
-    from cifar10.cli.process import STDOUT_CLOSED, stdout_to_devnull
-    from cifar10.cli.process import ArgumentParser
+    from cifar10.cli.process import STDOUT_CLOSED, ArgumentParser, stdout_to_devnull
     from cifar10.core import logs, memory
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
