@@ -5,6 +5,7 @@ while the flags are parsed, before TensorFlow loads."""
 
 import os
 import pathlib
+import shutil
 from unittest import mock
 
 import pytest
@@ -67,6 +68,21 @@ def test_a_runs_flags_txt_replays_from_anywhere_never_deleting_and_a_later_flag_
     assert (values.train_dir, values.max_steps, values.seed) == (str(run / "train"), 20, 4)
     assert values.synthetic_data and not values.fresh_start  # flags.txt: --nofresh_start
     assert parsed("cifar10-eval", "--flagfile", "flags.txt").checkpoint_dir == str(run / "train")
+
+
+@pytest.mark.parametrize("program, folder, flag", [
+    ("cifar10-train", "train", "train_dir"), ("cifar10-eval", "eval", "eval_dir")])
+def test_a_copied_runs_flags_txt_is_refused_unless_its_folder_flag_follows(
+        run, program, folder, flag):
+    """Replayed, a copy's flags.txt would go on with (and prune) the run it records."""
+    shutil.copytree(run / folder, "copy")
+    assert refused(program, "--flagfile=copy/flags.txt") == (
+        f"--flagfile=copy/flags.txt records --{flag}={run}/{folder}, not the folder it is in "
+        f"(copy): pass --{flag}=copy after it to go on with this copy, or "
+        f"--{flag}={run}/{folder} for the recorded run")
+    for chosen in ("copy", f"{run}/{folder}"):  # either folder, given after it
+        assert getattr(parsed(program, "--flagfile=copy/flags.txt", f"--{flag}={chosen}"),
+                       flag) == chosen
 
 
 @pytest.mark.parametrize("program, file, fix", [

@@ -18,6 +18,8 @@ from cifar10.runs import records
 _DIRECTIVES = ("--flagfile", "-flagfile")
 # The programs that take a training run's folder as --checkpoint_dir.
 _CHECKPOINT_READERS = ("cifar10-eval", "cifar10-predict", "cifar10-export")
+# The folder flag whose folder holds a program's flags.txt.
+_OWN_FOLDER = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 
 
 def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> list[str]:
@@ -32,11 +34,12 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
         a value flags.txt could not give back).
     """
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    copied = []
     for at, arg in enumerate(own):
         if arg in _DIRECTIVES and at + 1 < len(own):
-            check_flagfile(own[at + 1], program)
+            copied.append((at, check_flagfile(own[at + 1], program)))
         elif arg.startswith(tuple(f"{d}=" for d in _DIRECTIVES)):
-            check_flagfile(arg.split("=", 1)[1], program)
+            copied.append((at, check_flagfile(arg.split("=", 1)[1], program)))
     try:
         rest = flag_values(list(argv))
     except UnicodeDecodeError as e:  # a flagfile read by another one (absl's traceback)
@@ -44,6 +47,13 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
                           f"one per line") from None
     except ValueError as e:  # absl's for --noname=value, not one of its flags.Error
         raise flags.Error(str(e)) from None
+    for at, (name, flag, recorded) in ((at, c) for at, c in copied if c):
+        if not any(arg.lstrip("-").split("=")[0] == flag for arg in own[at + 1:]):
+            folder = os.path.dirname(name) or "."
+            raise flags.Error(
+                f"--flagfile={name} records --{flag}={recorded}, not the folder it is in "
+                f"({folder}): pass --{flag}={folder} after it to go on with this copy, or "
+                f"--{flag}={recorded} for the recorded run")
     cifar10_flags.refuse_paths(flag_values)
     outdirs.refuse_folders_that_are_not(flag_values)
     if program in cifar10_flags.RECORDING_PROGRAMS:
@@ -51,12 +61,17 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
     return rest
 
 
-def check_flagfile(name: str, program: str) -> None:
+def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
     """Refuses the flagfile ``name`` where it is a run's record (flags.txt: each start's
     flags under a header line) that ``program`` cannot replay: another program's, or
     one cut short, whose last start sets no flag or lacks the end line its header
     announces (it would replay another run, or run on the defaults).  A file absl
     cannot open is left to absl's own error.
+
+    Returns:
+      (name, flag, folder) for a record that sets its program's own folder flag to
+      another folder than its own (copied or moved: replayed, it would go on with the
+      run it names), which ``parse`` refuses unless a later flag sets the folder.
 
     Raises:
       flags.Error: naming the file and the fix.
@@ -88,7 +103,13 @@ def check_flagfile(name: str, program: str) -> None:
     elif records.announces_end(header) and not any(map(records.is_end_line, last)):
         problem = f"lacks its end line \"{records.END_LINE}\""
     else:
-        return
+        flag = _OWN_FOLDER.get(program)
+        recorded = [line.split("=", 1)[1] for line in last
+                    if line.startswith(f"--{flag}=")]
+        if (recorded and os.path.basename(name) == records.FLAGS_FILE and
+                os.path.realpath(recorded[-1]) != os.path.realpath(os.path.dirname(name))):
+            return name, flag, recorded[-1]
+        return None
     raise flags.Error(f"--flagfile={name} is a record cut short: its last start (line "
                       f"{starts[-1] + 1}) {problem}; give the run's whole flags.txt, or the "
                       f"flags on the command line")
