@@ -22,6 +22,7 @@ from test_predict import records_of, write_pngs
 from cifar10.runs import checkpoints
 from cifar10.serving import export
 from cifar10.serving import predict
+from cifar10.data import images as image_files
 from cifar10.core.errors import Cifar10Error
 
 # Run in a fresh process: loads the export with TensorFlow alone (no cifar10 code)
@@ -124,7 +125,7 @@ print(json.dumps({"empty": shapes, "refusal": refusal, "grown_mb": grown}))
 @pytest.fixture(scope="module")
 def served_edges(exported, tmp_path_factory):
     """SERVE_EDGES's output on the export."""
-    from test_imageheader import grey_png
+    from test_images import grey_png
 
     export_dir, _, paths = exported
     huge = tmp_path_factory.mktemp("huge") / "huge.png"
@@ -438,5 +439,4 @@ def test_the_export_serves_a_palette_bmp_in_its_colours_and_refuses_an_rle_one(
     np.testing.assert_allclose(np.array(bmp)[list(predicted.labels)],
                                predicted.probabilities, atol=1e-5)
     assert not np.allclose(np.array(bmp)[list(grey.labels)], grey.probabilities, atol=1e-5)
-    assert ("assertion failed: [an RLE-compressed 8-bit BMP, which TensorFlow does not "
-            "decode: save it as PNG or as a 24-bit BMP]") in out["refusal"]
+    assert f"assertion failed: [{image_files.BMP_REFUSED}]" in out["refusal"]

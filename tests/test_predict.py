@@ -347,13 +347,11 @@ def test_bmps_tensorflow_would_refuse_or_decode_wrong_are_each_one_warning(train
                   str(tmp_path))
     assert result.returncode == 1
     assert result.stdout.splitlines()[0].startswith(f"{tmp_path / 'c_top_down.bmp'}: ")
-    fix = "save it as PNG or as a 24-bit BMP"
     assert result.stderr.splitlines() == [
-        f"cifar10-predict: warning: cannot read {tmp_path / 'a_os2.bmp'}: an OS/2 BMP (a "
-        f"12-byte BITMAPCOREHEADER), which TensorFlow does not decode: {fix}",
-        f"cifar10-predict: warning: cannot read {tmp_path / 'b_rgba.bmp'}: a 32-bit BMP whose "
-        f"colour masks store its channels in another order than blue, green, red, which "
-        f"TensorFlow would decode into wrong colours: {fix}",
+        f"cifar10-predict: warning: cannot read {tmp_path / 'a_os2.bmp'}: "
+        f"{image_files.BMP_REFUSED}",
+        f"cifar10-predict: warning: cannot read {tmp_path / 'b_rgba.bmp'}: "
+        f"{image_files.BMP_REFUSED}",
         "cifar10-predict: error: 2 of 3 images could not be read (see above)"]
 
 
@@ -391,8 +389,7 @@ def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained
         else:
             assert [line["path"] for line in lines] == [path]
             assert result.stderr.splitlines() == [
-                "cifar10-predict: warning: cannot read -: an RLE-compressed 8-bit BMP, which "
-                "TensorFlow does not decode: save it as PNG or as a 24-bit BMP",
+                f"cifar10-predict: warning: cannot read -: {image_files.BMP_REFUSED}",
                 "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
 
 
@@ -444,10 +441,9 @@ def test_an_image_as_long_as_the_standard_input_limit_is_read(trained_run, monke
 def test_the_standard_input_limit_takes_any_image_of_the_most_pixels():
     """A 32-bit BMP of 50 megapixels, the largest of the formats read, uncompressed."""
     from cifar10.cli import predict_main
-    from cifar10.data import imageheader
 
     assert predict_main.STDIN_LIMIT == 256 * 2 ** 20
-    assert predict_main.STDIN_LIMIT > 138 + 4 * imageheader.MAX_PIXELS  # (with a BITMAPV5 header)
+    assert predict_main.STDIN_LIMIT > 138 + 4 * image_files.MAX_PIXELS  # (with a BITMAPV5 header)
 
 
 def test_a_dash_with_a_terminal_for_standard_input_is_one_line_before_tensorflow(tmp_path,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import tarfile
@@ -60,33 +59,15 @@ def test_write_dataset_layout(batches_dir, tmp_path):
     assert os.path.basename(batches_dir) == ff.BATCHES_DIRNAME
     assert sorted(os.listdir(batches_dir)) == sorted(
         BIN_FILES + (ff.META_FILE, synthetic.SYNTHETIC_MARKER))  # no temporary files left
-    for name in BIN_FILES:
-        assert os.path.getsize(os.path.join(batches_dir, name)) == 50 * 3073
-    with open(os.path.join(batches_dir, ff.META_FILE)) as f:
-        assert f.read().split() == [
-            "airplane", "automobile", "bird", "cat", "deer",
-            "dog", "frog", "horse", "ship", "truck"]
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "train")) == 250
+    assert datafolder.validate_files(datafolder.split_files(batches_dir, "test")) == 50
+    assert datafolder.class_names(batches_dir) == ff.CLASS_NAMES
+    contents = [open(os.path.join(batches_dir, n), "rb").read() for n in BIN_FILES]
+    assert len(set(contents)) == len(BIN_FILES)  # the files differ
     assert synthetic.is_synthetic(batches_dir)
     assert not synthetic.is_synthetic(str(tmp_path))
     os.makedirs(tmp_path / ff.BATCHES_DIRNAME)
     assert not synthetic.is_synthetic(str(tmp_path / ff.BATCHES_DIRNAME))
-
-
-def test_write_dataset_creates_parents_and_returns_path(tmp_path):
-    parent = tmp_path / "a" / "b"
-    got = synthetic.write_dataset(str(parent), records_per_file=3)
-    assert got == os.path.join(str(parent), ff.BATCHES_DIRNAME)
-    assert datafolder.validate_files(datafolder.split_files(got, "train")) == 15
-    assert os.listdir(parent) == [ff.BATCHES_DIRNAME]  # no scratch folder left
-    # Readable by the other users a shared data folder has, not a private temporary one.
-    mask = os.umask(0)
-    os.umask(mask)
-    assert os.stat(got).st_mode & 0o777 == 0o777 & ~mask
-
-
-def test_validate_files_accepts_generated_data(batches_dir):
-    assert datafolder.validate_files(datafolder.split_files(batches_dir, "train")) == 250
-    assert datafolder.validate_files(datafolder.split_files(batches_dir, "test")) == 50
 
 
 def test_labels_cover_classes_evenly(batches_dir):
@@ -94,22 +75,6 @@ def test_labels_cover_classes_evenly(batches_dir):
         labels, _ = _records(os.path.join(batches_dir, name))
         np.testing.assert_array_equal(np.bincount(labels, minlength=10), [5] * 10)
         assert not np.array_equal(labels, np.arange(50) % 10)  # shuffled within a file
-
-
-def test_files_differ(batches_dir):
-    contents = [open(os.path.join(batches_dir, n), "rb").read() for n in BIN_FILES]
-    assert len(set(contents)) == len(BIN_FILES)
-
-
-def test_separable_images_depend_on_label(separable_dir):
-    labels, images = _records(os.path.join(separable_dir, ff.TRAIN_FILES[0]))
-    images = images.astype(np.float64)
-    mean0 = images[labels == 0].mean(axis=0)
-    mean1 = images[labels == 1].mean(axis=0)
-    between = np.abs(mean0 - mean1).mean()
-    class0 = images[labels == 0]
-    within = np.abs(class0[0] - class0[1]).mean()
-    assert between > 2 * within, (between, within)
 
 
 def test_separable_data_is_told_apart_by_a_nearest_class_mean(separable_dir):
@@ -153,52 +118,23 @@ def test_the_marker_says_which_data_and_a_marker_of_before_still_counts(tmp_path
 
 
 @pytest.mark.parametrize("separable", [False, True])
-def test_seed_determines_bytes(separable):
+def test_the_seed_determines_the_bytes(separable):
     same = synthetic.dataset_files(records_per_file=10, seed=3, separable=separable)
-    again = synthetic.dataset_files(records_per_file=10, seed=3, separable=separable)
+    assert synthetic.dataset_files(records_per_file=10, seed=3, separable=separable) == same
     other = synthetic.dataset_files(records_per_file=10, seed=4, separable=separable)
-    assert same == again
-    for name in BIN_FILES:
-        assert same[name] != other[name]
+    assert all(same[name] != other[name] for name in BIN_FILES)
 
 
-def test_write_dataset_same_seed_same_files(tmp_path):
-    a = synthetic.write_dataset(str(tmp_path / "a"), records_per_file=10, seed=1)
-    b = synthetic.write_dataset(str(tmp_path / "b"), records_per_file=10, seed=1)
-    c = synthetic.write_dataset(str(tmp_path / "c"), records_per_file=10, seed=2)
-    for name in BIN_FILES:
-        read = lambda d: open(os.path.join(d, name), "rb").read()  # noqa: E731
-        assert read(a) == read(b)
-        assert read(a) != read(c)
-
-
-@pytest.mark.parametrize("records_per_file", [0, -1])
-def test_records_per_file_must_be_positive(tmp_path, records_per_file):
-    with pytest.raises(ValueError, match="records_per_file"):
-        synthetic.write_dataset(str(tmp_path), records_per_file=records_per_file)
-    assert not (tmp_path / ff.BATCHES_DIRNAME / ff.TEST_FILES[0]).exists()
-
-
-def test_make_records_layout():
-    labels = np.array([4, 0, 9])
-    raw = synthetic.make_records(labels, seed=1)
-    assert len(raw) == 3 * ff.RECORD_BYTES
-    assert list(np.frombuffer(raw, np.uint8).reshape(3, -1)[:, 0]) == [4, 0, 9]
-    assert synthetic.make_records(labels, seed=1) == raw
-    assert synthetic.make_records(labels, seed=2) != raw
-    assert synthetic.make_records(np.array([], np.int64)) == b""
-
-
-@pytest.mark.parametrize("labels", [[10], [0, 3, 10], [255]])
-def test_make_records_rejects_bad_labels(labels):
-    with pytest.raises(ValueError, match="labels"):
-        synthetic.make_records(np.array(labels))
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="records_per_file must be at least 1, got 0"):
+        synthetic.write_dataset(str(tmp_path), records_per_file=0)
+    assert not (tmp_path / ff.BATCHES_DIRNAME).exists()
+    with pytest.raises(ValueError, match="labels must be in 0-9, got 10"):
+        synthetic.make_records(np.array([0, 3, 10]))
 
 
 def test_tarball_bytes():
     contents = synthetic.tarball_bytes(records_per_file=4, seed=2)
-    assert contents[:2] == b"\x1f\x8b"  # gzip magic
-    gzip.decompress(contents)  # a whole gzip stream
     files = synthetic.dataset_files(records_per_file=4, seed=2)
     with tarfile.open(fileobj=io.BytesIO(contents), mode="r:gz") as tar:
         members = tar.getmembers()
@@ -207,12 +143,10 @@ def test_tarball_bytes():
         assert all(m.isfile() for m in members)
         for m in members:
             assert tar.extractfile(m).read() == files[m.name.split("/", 1)[1]]
-    for name in BIN_FILES:
-        assert len(files[name]) == 4 * ff.RECORD_BYTES
 
 
-@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)],
-                         ids=["umask-022", "umask-002", "umask-077"])
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)],
+                         ids=["umask-022", "umask-077"])
 def test_generated_files_get_the_usual_permissions_of_the_umask(tmp_path, umask, mode):
     # As open() gives them (0666 less the umask), not a private temporary file's 0600:
     # the default --data_dir, /tmp/cifar10_data, is shared by the machine's users.

@@ -13,7 +13,6 @@ from cifar10.cli.flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.data import imagefiles
-from cifar10.data import wrong_data_dir
 from cifar10.runs import checkpoint_files
 from cifar10.runs import lock
 
@@ -133,7 +132,7 @@ def _elsewhere(checkpoint_dir: str) -> str:
         return (", a folder of images, not a training run: pass a run's --train_dir as "
                 "--checkpoint_dir")
     if imagefiles.holds_images(checkpoint_dir):  # class folders (or split folders of them)
-        one_class = wrong_data_dir.one_class_folder(checkpoint_dir)
+        one_class = imagefiles.one_class_folder(checkpoint_dir)
         if one_class:  # cifar10-prepare would refuse it: a classifier needs two classes
             return (f", a folder of images, not a training run: pass a run's --train_dir as "
                     f"--checkpoint_dir (to train on it, a classifier needs two or more "

@@ -28,7 +28,6 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import imagefiles
-from cifar10.data import wrong_data_dir
 from cifar10.evaluation import result
 from cifar10.runs import checkpoint_files
 from cifar10.runs import records
@@ -237,7 +236,7 @@ def _refuse_images_folder(flag: str, folder: str, choose: str, suggested: str) -
     if not imagefiles.holds_images(folder):
         return
     loose = [os.path.basename(path) for path in imagefiles.images_in([folder])]
-    held = [name for name in wrong_data_dir.image_folders(folder) if name != "."]
+    held = [name for name in imagefiles.image_folders(folder) if name != "."]
     shown = (", ".join(loose[:2]) + (", ..." if len(loose) > 2 else "") if loose
              else f"in {', '.join(held)}" if held else "")
     raise Cifar10Error(f"--{flag}={folder} is a folder of images{f' ({shown})' if shown else ''}"

@@ -23,7 +23,6 @@ from absl import logging
 from cifar10.core import atomic
 from cifar10.core.progressline import ProgressLine
 from cifar10.cli import flags as cifar10_flags
-from cifar10.data import classfolders
 from cifar10.data import imagefiles
 from cifar10.data import prepare
 from cifar10.cli import outdirs
@@ -56,7 +55,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("; ".join(missing))
     # The folders are checked before TensorFlow loads (seconds), so that a mistake
     # in them is answered at once.
-    source = classfolders.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
+    source = imagefiles.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data "
                                                       "set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
@@ -87,12 +86,10 @@ def main(argv: list[str]) -> None:
 
 
 def _say_what_was_found(source) -> None:
-    """The layout, the folders passed over and the images found (``classfolders.find_source``),
+    """The layout and the images found (``imagefiles.find_source``),
     then a warning for each thing given that is not used: --test_fraction beside split
     folders, images in no class folder, images of formats not read."""
     print(source.layout)
-    for folder in source.skipped:
-        print(f"Skipped {folder}/: macOS's zip metadata, not a class.")
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
           f"training, {len(source.test):,} for testing.", flush=True)

@@ -1,13 +1,10 @@
 """CIFAR-100 as the trainer reads it: its records with the chosen label.
 
-CIFAR-100's binary files hold records of 3,074 bytes: the coarse label (one of 20
-superclasses), the fine label (one of 100 classes), then the image as in
-CIFAR-10.  ``batches_dir`` checks the extracted data, then writes, once per label
-kind, a CIFAR-10-format folder beside it (or, where --data_dir is the extracted
-folder itself, in it): the records with their one chosen label byte, the
-training records in five files as CIFAR-10's, and that label's names as
-``batches.meta.txt``.  Everything after it (validation, the pipelines, the model
-with as many outputs as names, the evaluator) is the same for both data sets.
+CIFAR-100's records are 3,074 bytes: the coarse label (20 superclasses), the fine
+label (100 classes), then the image as in CIFAR-10.  ``batches_dir`` checks the
+extracted data, then writes once per label a CIFAR-10-format folder beside it (or
+in it, where --data_dir is the extracted folder): everything after it is the same
+for both data sets.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import shutil
 import numpy as np
 
 from cifar10.core import atomic
-from cifar10.data import download
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.core.errors import DataError
@@ -37,12 +33,7 @@ def holds_source(path: str) -> bool:
 
 def read_records(path: str, label: str) -> np.ndarray:
     """The records of a CIFAR-100 file as CIFAR-10 records ([n, 3,073] uint8), keeping
-    the ``label`` ('fine' or 'coarse') byte.
-
-    Raises:
-      DataError: the file is missing, empty or not a whole number of records (what is
-        wrong with it, without the fix).
-    """
+    the ``label`` ('fine' or 'coarse') byte; DataError where it is unreadable or cut."""
     record_bytes = ff.CIFAR100_LABEL_BYTES + ff.IMAGE_BYTES
     try:
         raw = np.fromfile(path, dtype=np.uint8)
@@ -59,15 +50,10 @@ def read_records(path: str, label: str) -> np.ndarray:
 
 def batches_dir(extracted: str, data_dir: str, label: str) -> str:
     """The CIFAR-10-format folder of ``label`` in ``data_dir``, written from
-    ``extracted`` (the ``cifar-100-binary`` folder, which may be ``data_dir`` itself)
-    when missing; returns its path.
-
-    ``extracted`` is checked first (its class names, whole records, labels below the
-    number of names), so that a damaged source is named as such, with the way to a
-    sound one, and never becomes a damaged folder of its own.
+    ``extracted`` (the ``cifar-100-binary`` folder) when missing.  ``extracted`` is
+    checked first, so that a damaged source never becomes a damaged folder.
 
     Raises:
-      ValueError: ``label`` is not 'fine' or 'coarse'.
       DataError: a file of ``extracted`` is missing or damaged, or the folder cannot
         be written.
     """
@@ -95,12 +81,8 @@ def batches_dir(extracted: str, data_dir: str, label: str) -> str:
 
 
 def _checked_source(extracted: str, label: str) -> tuple[str, np.ndarray, np.ndarray]:
-    """(the class names file, the training records, the test records) of ``extracted``
-    with ``label``.
-
-    Raises:
-      DataError: what is wrong with one of its files (without the fix).
-    """
+    """(the class names file, the training records, the test records) of ``extracted``;
+    DataError saying what is wrong with one of its files."""
     names_file = os.path.join(extracted, ff.CIFAR100_NAMES_FILES[label])
     names, problem, _ = datafolder.class_names_in(names_file)
     if problem:
@@ -123,22 +105,9 @@ def _checked_source(extracted: str, label: str) -> tuple[str, np.ndarray, np.nda
 
 
 def _renewal(extracted: str, data_dir: str) -> str:
-    """How to get a sound ``extracted`` folder: extracted again from the published
-    tarball beside it, else downloaded again; a folder given as --data_dir itself is
-    the user's to replace."""
+    """How to get a sound ``extracted`` folder."""
     if os.path.abspath(extracted) == os.path.abspath(data_dir):
         return (f"replace {extracted} with a sound copy (extract the published "
                 f"{ff.CIFAR100.tarball} again)")
-    tarball = os.path.join(data_dir, ff.CIFAR100.tarball)
-    if not os.path.isfile(tarball):
-        return (f"delete {extracted} so that {ff.CIFAR100.tarball} is downloaded and "
-                f"extracted again")
-    try:
-        published = download.file_md5(tarball) == ff.CIFAR100.md5
-    except OSError:
-        published = False
-    if published:
-        return f"delete {extracted} so that it is extracted again from {tarball}"
-    return (f"delete {extracted} and {tarball} (not the published tarball: its MD5 is not "
-            f"{ff.CIFAR100.md5}), then run again without --data_md5, so that the published "
-            f"tarball is downloaded")
+    return (f"delete {extracted} (and {ff.CIFAR100.tarball} beside it, unless it is the "
+            f"published one) so that it is extracted or downloaded again")

@@ -34,10 +34,7 @@ TARBALL_NAME = "cifar-10-binary.tar.gz"
 TARBALL_BYTES = 170_052_171
 TARBALL_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 
-# Environment variable that overrides DATA_URL (a mirror, a local server or a
-# file:// path); the --data_url flag overrides both.
-DATA_URL_ENV = "CIFAR10_DATA_URL"
-
+DATA_URL_ENV = "CIFAR10_DATA_URL"  # overrides DATA_URL; --data_url overrides both
 
 
 @dataclasses.dataclass(frozen=True)

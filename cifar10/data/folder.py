@@ -1,12 +1,11 @@
-"""A data folder on disk: where its files are, what they hold, and what is wrong
-with one that is damaged (``wrong_data_dir`` says what is wrong with a --data_dir
-that is no data folder).  No TensorFlow: the programs check their data with it
-before TensorFlow loads, so that a mistake is answered at once.
+"""A data folder on disk: where its files are, whether they are sound, and what is
+wrong with a --data_dir that is no data folder.  No TensorFlow: the programs check
+their data with it before TensorFlow loads, so that a mistake is answered at once.
 
 A data folder is CIFAR-10's ``cifar-10-batches-bin`` layout: ``data_batch_1.bin``
-to ``data_batch_5.bin`` (training), ``test_batch.bin`` and, for data other than
-CIFAR-10's, ``batches.meta.txt`` (the class names).  ``--data_dir`` names the
-folder that holds it; ``find_batches_dir`` also takes the data folder itself.
+to ``data_batch_5.bin``, ``test_batch.bin`` and, for data other than CIFAR-10's,
+``batches.meta.txt`` (the class names).  ``--data_dir`` names the folder that
+holds it, or the data folder itself.
 """
 
 from __future__ import annotations
@@ -16,9 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
-from cifar10.data import fileformat as ff
-from cifar10.data import synthetic
 from cifar10.core.errors import DataError
+from cifar10.data import fileformat as ff
+from cifar10.data import imagefiles
+from cifar10.data import synthetic
+
+_FIX = "list one class name per line, in label order"
 
 
 def batches_dir_of(data_dir: str) -> str:
@@ -33,55 +35,24 @@ def split_files(batches_dir: str, split: str) -> list[str]:
     return [os.path.join(batches_dir, name) for name in ff.SPLIT_FILES[split]]
 
 
-_ONE_CLASS = "lists one class name ({}), and a classifier needs at least 2 classes"
-_ONE_CLASS_FIX = "list a name for each label in the data files, one per line, in label order"
-
-
 def class_names(batches_dir: str) -> tuple[str, ...]:
-    """The class names of a data folder in label order, from its ``batches.meta.txt``.
-
-    CIFAR-10's names when the folder has no such file.
-
-    Raises:
-      DataError: the file cannot be read (a folder in its place, not UTF-8), or lists
-        no names, one name (a classifier needs two classes), more than
-        ``MAX_CLASSES`` or one name twice: one line naming it and the fix.
-    """
+    """The class names of a data folder in label order (``batches.meta.txt``; CIFAR-10's
+    where it has none).  DataError naming the file and the fix where it is unsound or
+    lists one name (a classifier needs two)."""
     path = os.path.join(batches_dir, ff.META_FILE)
     names, problem, fix = class_names_in(path)
     if names is not None and len(names) == 1:
-        # cifar10-prepare refuses one class: whoever wrote this file, the fix is its text.
-        problem, fix = _ONE_CLASS.format(names[0]), _ONE_CLASS_FIX
+        problem, fix = (f"lists one class name ({names[0]}), and a classifier needs at least "
+                        f"2 classes"), f"{_FIX}, a name for each label in the data files"
     if problem:
         raise DataError(f"{path} {problem}: {fix}" if fix else
                         f"{path} {problem}; {_how_to_redo(batches_dir)}")
     return names or ff.CLASS_NAMES
 
 
-def read_class_names(path: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The names in a class names file (one per line, in label order; blank lines ignored).
-
-    Returns ``default`` when the file does not exist (raises DataError if None).
-    """
-    names, problem, fix = class_names_in(path)
-    if problem:
-        raise DataError(f"{path} {problem}" + (f": {fix}" if fix else ""))
-    if names is None:
-        if default is None:
-            raise DataError(f"missing class names file {path}")
-        return default
-    return names
-
-
-_FIX = "list one class name per line, in label order"
-
-
 def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
     """(the names in the class names file ``path``, or None; what is wrong with it, or '';
-    how to fix its text, or '' where the file itself is the problem).
-
-    A missing file is (None, '', ''): no names, and nothing wrong.
-    """
+    how to fix its text, or '').  A missing file is (None, '', '')."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -92,11 +63,10 @@ def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
     except OSError as e:
         return None, f"cannot be read ({e.strerror or e})", ""
     try:
-        text = raw.decode("utf-8")
+        names = tuple(line.strip() for line in raw.decode("utf-8").splitlines() if line.strip())
     except UnicodeDecodeError as e:
-        return None, f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", \
-            f"{_FIX}, in UTF-8"
-    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+        where = f"byte 0x{raw[e.start]:02x} at offset {e.start}"
+        return None, f"is not UTF-8 text ({where})", f"{_FIX}, in UTF-8"
     if not names:
         return None, "lists no class names", _FIX
     if len(names) > ff.MAX_CLASSES:
@@ -109,30 +79,17 @@ def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
 
 
 def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
-    """Checks that every file exists and holds whole records with labels below ``num_classes``.
-
-    Args:
-      paths: the ``.bin`` files to check.
-      num_classes: how many classes the data set has (``len(class_names(...))``).
-
-    Returns:
-      The total number of records in ``paths``.
-
-    Raises:
-      DataError: naming the first bad file, its size and what was expected.
-    """
+    """The records in ``paths``, once each file is known to exist and hold whole records
+    with labels below ``num_classes``; else DataError naming the file and the fix."""
     total = 0
     for path in paths:
         if not os.path.isfile(path):
             _refuse(path, f"missing data file {path}: expected a CIFAR-10-format binary file "
                           f"of {ff.RECORD_BYTES:,}-byte records")
         size = os.path.getsize(path)
-        if size == 0:
-            _refuse(path, f"empty data file {path} (0 bytes; {_expected_size(path)})")
-        if size % ff.RECORD_BYTES:
+        if size == 0 or size % ff.RECORD_BYTES:
             _refuse(path, f"truncated or corrupt data file {path}: {size:,} bytes is not a "
-                          f"whole number of {ff.RECORD_BYTES:,}-byte records "
-                          f"({_expected_size(path)})")
+                          f"whole number of {ff.RECORD_BYTES:,}-byte records")
         labels = np.fromfile(path, dtype=np.uint8).reshape(-1, ff.RECORD_BYTES)[:, 0]
         bad = np.flatnonzero(labels >= num_classes)
         if bad.size:
@@ -145,75 +102,29 @@ def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> i
 
 
 def _refuse(path: str, problem: str) -> None:
-    """Raises DataError: ``problem``, and how to get a sound data folder."""
     raise DataError(f"{problem}; {_how_to_redo(os.path.dirname(path))}")
 
 
 def _how_to_redo(batches_dir: str) -> str:
-    """Advice for a damaged data folder: download CIFAR-10 again, or make it again."""
-    kind = data_kind(batches_dir)
-    if kind == "cifar100":
+    """How to get a sound data folder again, by whoever made it."""
+    if os.path.basename(batches_dir) in ff.CIFAR100_BATCHES_DIRS.values():
         return (f"delete {batches_dir} so that it is made again from the extracted "
                 f"CIFAR-100 data")
-    if kind == "own":
-        return f"run cifar10-prepare again to make {batches_dir} from your images"
     if synthetic.is_synthetic(batches_dir):
         return f"delete {batches_dir} so that --synthetic_data generates it again"
+    names, problem, _ = class_names_in(os.path.join(batches_dir, ff.META_FILE))
+    if problem or names not in (None, ff.CLASS_NAMES):  # cifar10-prepare's
+        return f"run cifar10-prepare again to make {batches_dir} from your images"
     tarball = os.path.join(os.path.dirname(os.path.normpath(batches_dir)), ff.TARBALL_NAME)
-    if os.path.isfile(tarball):  # (checked against its MD5 before it is extracted)
+    if os.path.isfile(tarball):
         return f"delete {batches_dir} so that it is extracted again from {tarball}"
     return f"delete {batches_dir} so that it is downloaded and extracted again"
-
-
-def data_kind(batches_dir: str) -> str:
-    """Whose data a data folder holds: 'cifar10' (CIFAR-10's, or generated with its
-    names), 'cifar100' (made from CIFAR-100) or 'own' (made by cifar10-prepare: other
-    class names; with a damaged names file, files not of CIFAR-10's size)."""
-    if os.path.basename(batches_dir) in ff.CIFAR100_BATCHES_DIRS.values():
-        return "cifar100"
-    names, problem, _ = class_names_in(os.path.join(batches_dir, ff.META_FILE))
-    if problem:
-        real = ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES
-        return "cifar10" if real in _record_file_sizes(batches_dir).values() else "own"
-    return "own" if names and names != ff.CLASS_NAMES else "cifar10"
-
-
-def _expected_size(path: str) -> str:
-    """What a data file of its folder's data should hold, for the error about one that
-    is empty or cut short: CIFAR-10's size, or what the folder's other files hold."""
-    batches_dir, name = os.path.split(path)
-    kind = data_kind(batches_dir)
-    if kind == "cifar10" and not synthetic.is_synthetic(batches_dir):
-        return f"the real files are {ff.RECORDS_PER_REAL_FILE * ff.RECORD_BYTES:,} bytes"
-    whose = {"cifar100": "data made from CIFAR-100", "own": "data made by cifar10-prepare",
-             "cifar10": "generated data"}[kind]
-    sizes = {n: size for n, size in _record_file_sizes(batches_dir).items() if n != name}
-    split = ff.TRAIN_FILES if name in ff.TRAIN_FILES else ff.TEST_FILES
-    counts = sorted(size // ff.RECORD_BYTES for n, size in sizes.items() if n in split) \
-        or sorted(size // ff.RECORD_BYTES for size in sizes.values())
-    if not counts:
-        return f"{whose}, of whole {ff.RECORD_BYTES:,}-byte records"
-    held = f"{counts[0]:,}" if counts[0] == counts[-1] else f"{counts[0]:,} to {counts[-1]:,}"
-    return f"{whose}: its other files hold {held} records of {ff.RECORD_BYTES:,} bytes"
-
-
-def _record_file_sizes(batches_dir: str) -> dict[str, int]:
-    """{name: size} of the folder's data files that hold whole records."""
-    sizes = {}
-    for name in (*ff.TRAIN_FILES, *ff.TEST_FILES):
-        try:
-            size = os.path.getsize(os.path.join(batches_dir, name))
-        except OSError:
-            continue
-        if size and size % ff.RECORD_BYTES == 0:
-            sizes[name] = size
-    return sizes
 
 
 def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
                      itself: bool = True) -> str | None:
     """``data_dir/folder`` if it is a directory; with ``itself``, ``data_dir`` when it is
-    a data folder itself (it holds a data set's ``.bin`` files); else None."""
+    a data folder itself; else None."""
     batches_dir = os.path.join(data_dir, folder)
     if os.path.isdir(batches_dir):
         return batches_dir
@@ -223,12 +134,73 @@ def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
 
 
 def data_files_in(path: str) -> list[str]:
-    """The data files (``fileformat.DATA_FILES``) that ``path`` holds, sorted; none when
-    it is not a folder."""
+    """The data files (``fileformat.DATA_FILES``) that ``path`` holds, sorted."""
     return sorted(name for name in ff.DATA_FILES if os.path.isfile(os.path.join(path, name)))
 
 
 def holds_records(path: str) -> bool:
-    """Whether ``path`` holds a data set's ``.bin`` files (any of them)."""
+    """Whether ``path`` holds any of a data set's ``.bin`` files."""
     return any(os.path.isfile(os.path.join(path, name))
                for name in (*ff.TRAIN_FILES, *ff.TEST_FILES))
+
+
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+
+
+def refuse_two_data_folders(data_dir: str, followed: str = "") -> None:
+    """DataError where ``data_dir`` is a data folder that holds another one: either could
+    be the data meant, so the user chooses."""
+    nested = os.path.join(data_dir, ff.BATCHES_DIRNAME)
+    if not (holds_records(data_dir) and os.path.isdir(nested) and holds_records(nested)) \
+            or os.path.realpath(nested) == os.path.realpath(data_dir):
+        return
+    origin = f" ({followed})" if followed else ""
+    raise DataError(
+        f"--data_dir={data_dir}{origin} is a data folder (it holds "
+        f"{_shown(data_files_in(data_dir))}) and holds another one, {nested}: which one is "
+        f"meant is unclear; move {nested} out of it, then pass the folder meant as --data_dir")
+
+
+# The files of the Python (pickled) versions of CIFAR-10 and CIFAR-100.
+_PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))
+
+
+def refuse_non_data(data_dir: str, followed: str = "") -> None:
+    """DataError where ``data_dir`` cannot be where data is downloaded: a file, a data
+    set's Python version, a folder of images (which cifar10-prepare converts first)."""
+    origin = f" ({followed})" if followed else ""
+    parent = os.path.dirname(os.path.normpath(data_dir)) or "."
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        if os.path.basename(data_dir) in (ff.CIFAR10.tarball, ff.CIFAR100.tarball):
+            raise DataError(f"--data_dir={data_dir}{origin} is the tarball, not a folder: pass "
+                            f"the folder that holds it, --data_dir={parent}, where it is "
+                            f"extracted")
+        raise DataError(f"--data_dir={data_dir}{origin} is a file, not a folder: pass the "
+                        f"folder that holds {ff.BATCHES_DIRNAME}/")
+    for names in _PYTHON_VERSIONS:
+        if all(os.path.isfile(os.path.join(data_dir, name)) for name in names):
+            raise DataError(
+                f"--data_dir={data_dir}{origin} holds a data set's Python version "
+                f"({', '.join(names)}: pickled batches), not the binary version read here: "
+                f"pass another folder to download the binary version into, such as "
+                f"--data_dir={parent} (its data folder goes beside this one)")
+    images = imagefiles.image_folders(data_dir)
+    if images:
+        folders = [name for name in images if name != "."]
+        what = f"image folders ({', '.join(folders)})" if folders else "image files"
+        raise DataError(
+            f"--data_dir={data_dir}{origin} holds {what}, not CIFAR-format data: put each "
+            f"class's images in a folder of its own, convert them with cifar10-prepare "
+            f"--image_dir={data_dir} --data_dir=<a new folder>, then pass that folder as "
+            f"--data_dir")
+
+
+def missing_data_dir(data_dir: str, archive: ff.Archive, followed: str,
+                     error: Exception) -> str:
+    """The error for a ``data_dir`` that does not exist and could not be filled."""
+    origin = f", as the run it scores recorded ({followed})" if followed else ""
+    return (f"no {archive.title} data: --data_dir={data_dir}{origin} does not exist, and "
+            f"downloading it there failed: {str(error).rstrip('.')}. Pass --data_dir=<the "
+            f"folder that holds {archive.folder}/> (or that folder itself), or "
+            f"--synthetic_data to try the programs on generated data")

@@ -1,9 +1,7 @@
 """The data a program reads: generated, found on disk, or downloaded; then checked.
 
 ``prepare`` is what cifar10-train and cifar10-eval call with their data flags.  No
-TensorFlow: it runs before TensorFlow loads, so that a data mistake (a path that
-does not exist, a folder of images, the data folder itself, damaged files) is
-answered within a second, in one line that names the problem and the fix.
+TensorFlow: a data mistake is answered within a second, in one line.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from cifar10.data import folder as datafolder
 from cifar10.data import download
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
-from cifar10.data import wrong_data_dir
 from cifar10.core.errors import DataError
 
 # Where --synthetic_data keeps its generated data, under --data_dir.
@@ -31,8 +28,8 @@ POLL_S = 0.5
 
 
 class NotDownloaded(DataError):
-    """The data is not on disk, and ``prepare``'s ``no_download`` (this error's
-    message) rules out downloading it."""
+    """The data is not on disk, and ``prepare``'s ``no_download`` (the message) rules
+    out downloading it."""
 
 
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
@@ -40,35 +37,13 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             dataset: str = "cifar10", label: str = "fine",
             followed: str = "", no_download: str = "", fetched_by: str = "",
             wait_s: float = 300.0) -> tuple[str, dict[str, int]]:
-    """Finds, fetches if needed, and validates the data of a program, without TensorFlow.
-
-    With ``use_synthetic``, generated data in ``<data_dir>/synthetic`` is used
-    (written when missing) and a notice says so; otherwise the real data set
-    (``dataset``: 'cifar10' or 'cifar100', the latter with its ``label``: 'fine' or
-    'coarse') is downloaded and extracted under ``data_dir`` when missing.  A
-    ``data_dir`` that is itself a CIFAR-10-format data folder is taken as it is, and
-    one that is CIFAR-100's extracted folder as that.
-    ``followed`` (``cli.follow.Followed.describe()``) names the run settings the data
-    flags came from, for the error that says the data is missing.  ``no_download``,
-    when given, is the message of the ``NotDownloaded`` error raised where the data
-    would be downloaded (a resumed run's own data not asked for:
-    ``cli.kind_of_data.download_refusal``; cifar10-eval's look on disk alone).
-    ``fetched_by``, when given, names another process of this machine that fetches
-    the data (under srun: the first task of the node, ``cluster.data_fetcher``):
-    where this one would download, extract, convert or generate it, it waits for the
-    data to appear whole instead, saying so once, for as long as that process is at
-    it and ``wait_s`` seconds more (cifar10-train's --worker_timeout_secs, which the
-    error names).
-
-    Returns:
-      (the ``cifar-10-batches-bin`` folder, {'train': records, 'test': records}).
-
-    Raises:
-      NotDownloaded: the data would be downloaded, and ``no_download`` is given.
-      DataError: the data cannot be fetched or a file is missing or corrupt, or the
-        process ``fetched_by`` did not fetch it; a --data_dir that is a training run's
-        or an evaluator's folder is the programs' to refuse first
-        (``cli.outdirs.refuse_run_as_data_dir``).
+    """(the data folder, {'train': records, 'test': records}) of a program, without
+    TensorFlow: generated data in ``<data_dir>/synthetic`` (``use_synthetic``), else the
+    real ``dataset`` ('cifar10', or 'cifar100' with its ``label``) under ``data_dir`` or
+    ``data_dir`` itself, downloaded when missing (else ``NotDownloaded(no_download)``,
+    where given; or, where another process ``fetched_by`` fetches it, waited for while
+    that one is at it and ``wait_s`` s more).  ``followed`` names the run settings the
+    flags came from.  DataError where the data cannot be had or is damaged.
     """
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
@@ -90,8 +65,7 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
 
 
 def is_data_folder(path: str) -> bool:
-    """Whether ``path`` is a data folder, or the folder that holds one (the
-    ``--data_dir`` of a data set downloaded, converted or generated there)."""
+    """Whether ``path`` is a data folder, or the --data_dir that holds one."""
     held = (ff.BATCHES_DIRNAME, ff.CIFAR100.folder, *ff.CIFAR100_BATCHES_DIRS.values(),
             os.path.join(SYNTHETIC_SUBDIR, ff.BATCHES_DIRNAME))
     return (any(os.path.isdir(os.path.join(path, name)) for name in held)
@@ -99,32 +73,20 @@ def is_data_folder(path: str) -> bool:
 
 
 class _Wait:
-    """The wait of a process for the data that another one, ``fetched_by``, fetches
-    (``prepare``'s ``fetched_by``)."""
+    """The wait for the data that another process, ``fetched_by``, fetches."""
 
-    def __init__(self, fetched_by: str, wait_s: float, print_fn,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, fetched_by: str, wait_s: float, print_fn):
         self.fetched_by, self.wait_s, self.print_fn = fetched_by, wait_s, print_fn
-        self.clock, self.sleep = clock, sleep
 
     def until(self, ready: Callable[[], bool], folder: str) -> None:
-        """Returns once ``ready()``: the data fetched into ``folder`` is there whole
-        (it appears by a rename).  Says once that it waits.
-
-        A fetch under way in ``folder`` (a scratch folder whose writer is alive:
-        ``atomic.at_work``) keeps the wait going, for the 170 MB download may take
-        longer than ``wait_s``; a fetch that failed, or never started, ends it
-        ``wait_s`` seconds later.
-
-        Raises:
-          DataError: no fetch was under way for ``wait_s`` seconds, and no data came.
-        """
-        seen, said = self.clock(), False
+        """Returns once ``ready()``, saying once that it waits.  A fetch under way in
+        ``folder`` (``atomic.at_work``) keeps the wait going; DataError once none was
+        for ``wait_s`` seconds."""
+        seen, said = time.monotonic(), False
         while not ready():
             if atomic.at_work(folder):
-                seen = self.clock()
-            elif self.clock() - seen > self.wait_s and not ready():
+                seen = time.monotonic()
+            elif time.monotonic() - seen > self.wait_s and not ready():
                 raise DataError(
                     f"no data appeared in {folder} while this task waited for "
                     f"{self.fetched_by} to fetch it, and no fetch was under way there for "
@@ -135,7 +97,7 @@ class _Wait:
                               f"{folder}.")
                 sys.stdout.flush()
                 said = True
-            self.sleep(POLL_S)
+            time.sleep(POLL_S)
 
 
 def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
@@ -159,33 +121,23 @@ def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
 
 
 def _refuse_file_in_synthetic_path(data_dir: str, followed: str = "") -> None:
-    """Raises DataError where a file stands where --synthetic_data keeps its data
-    (``<data_dir>/synthetic/cifar-10-batches-bin``): ``data_dir`` itself (a file given
-    as --data_dir, the tarball say), a folder above it, or one of that path; instead of
-    the error of the write that would fail there ('Not a directory', 'File exists')."""
+    """DataError where a file stands where --synthetic_data keeps its data: at
+    ``data_dir`` (or above it), or at ``<data_dir>/synthetic[/cifar-10-batches-bin]``."""
     origin = f" ({followed})" if followed else ""
+    folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
     nearest = os.path.normpath(data_dir)
     while not os.path.exists(nearest) and os.path.dirname(nearest) not in ("", nearest):
         nearest = os.path.dirname(nearest)  # the folder it would be made in, or a file
-    if os.path.exists(nearest) and not os.path.isdir(nearest):
-        what = "is a file" if nearest == os.path.normpath(data_dir) else f"is under a file, {nearest}"
-        parent = os.path.dirname(os.path.normpath(nearest)) or "."
-        raise DataError(f"--data_dir={data_dir}{origin} {what}, not a folder: "
-                        f"--synthetic_data generates its data in a folder under --data_dir "
-                        f"({os.path.join('<data_dir>', SYNTHETIC_SUBDIR)}); pass a folder "
-                        f"(made if missing), such as --data_dir={parent}")
-    folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
-    for path in (folder, datafolder.batches_dir_of(folder)):
+    for path in (nearest, folder, datafolder.batches_dir_of(folder)):
         if os.path.exists(path) and not os.path.isdir(path):
             raise DataError(f"{path} is a file, where --synthetic_data keeps its generated "
-                            f"data (under --data_dir={data_dir}{origin}): move the file away, "
-                            f"or pass another --data_dir")
+                            f"data (in a folder under --data_dir={data_dir}{origin}): pass a "
+                            f"folder as --data_dir (made if missing), or move the file away")
 
 
 def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,
                      records_per_file: int, print_fn) -> None:
-    """What a run on generated data is told: that it is not CIFAR-10, and whether the
-    folder it found is of another kind or size than it would write."""
+    """That generated data is not CIFAR-10, and of another kind or size than asked."""
     if not generated and not synthetic.has_look_alikes(batches_dir):
         print_fn(f"NOTE: {batches_dir} holds generated data of an earlier, easier kind "
                  f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
@@ -202,8 +154,7 @@ def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,
 
 
 def _remove_leftovers(folder: str, print_fn) -> None:
-    """Removes the scratch folders that a download, extraction or conversion killed
-    with ``kill -9`` left in ``folder`` (only those it proves are such), and says so."""
+    """Removes what a download or conversion killed with ``kill -9`` left, and says so."""
     removed = atomic.remove_leftovers(folder)
     if removed:
         print_fn(f"NOTE: removed what an interrupted download or conversion left in "
@@ -211,72 +162,36 @@ def _remove_leftovers(folder: str, print_fn) -> None:
 
 
 def _found(data_dir: str, archive: ff.Archive, followed: str = "") -> str | None:
-    """The archive's extracted folder: under ``data_dir``, or ``data_dir`` itself (the
-    ``cifar-10-batches-bin`` or ``cifar-100-binary`` folder given as --data_dir).
-
-    Raises:
-      DataError: ``data_dir`` is a CIFAR-10-format data folder that holds another one
-        (``wrong_data_dir.refuse_two_data_folders``).
-    """
+    """The archive's extracted folder: under ``data_dir``, or ``data_dir`` itself."""
     if archive is ff.CIFAR10:
-        wrong_data_dir.refuse_two_data_folders(data_dir, followed)
+        datafolder.refuse_two_data_folders(data_dir, followed)
         return datafolder.find_batches_dir(data_dir)
     found = datafolder.find_batches_dir(data_dir, archive.folder, itself=False)
     return found or (data_dir if cifar100.holds_source(data_dir) else None)
 
 
 def _cifar100_made(data_dir: str, label: str, followed: str) -> str | None:
-    """``data_dir`` when it is the CIFAR-10-format folder made from CIFAR-100 for
-    ``label`` itself (``cifar-100-fine-batches-bin``), else None.
-
-    Raises:
-      DataError: it is the folder made for the other label.
-    """
+    """``data_dir`` where it is the folder made from CIFAR-100 for ``label``; DataError
+    where it is the one for the other label."""
     name = os.path.basename(os.path.normpath(data_dir))
     made = {folder: kind for kind, folder in ff.CIFAR100_BATCHES_DIRS.items()}
     if name not in made or not datafolder.find_batches_dir(data_dir):
         return None
     if made[name] != label:
-        origin = f" ({followed})" if followed else ""
-        raise DataError(f"--data_dir={data_dir}{origin} holds CIFAR-100's {made[name]} labels, "
-                        f"and --label={label} asks for its {label} ones: pass "
-                        f"--label={made[name]}, or the folder that holds "
-                        f"{ff.CIFAR100.folder}/ as --data_dir")
+        raise _other_data(data_dir, followed, f"CIFAR-100's {made[name]} labels",
+                          f"--label={label} asks for its {label} ones: pass --label={made[name]}")
     return data_dir
 
 
-def _refuse_cifar100_as_cifar10(data_dir: str, followed: str) -> None:
-    """Raises DataError when ``data_dir`` is CIFAR-100's extracted folder and CIFAR-10
-    is asked for: a download of CIFAR-10 would go into it."""
-    if cifar100.holds_source(data_dir):
-        origin = f" ({followed})" if followed else ""
-        raise DataError(f"--data_dir={data_dir}{origin} holds CIFAR-100's data "
-                        f"({', '.join(ff.CIFAR100_FILES.values())}), not CIFAR-10's: add "
-                        f"--dataset=cifar100 to train on it, or pass the folder of "
-                        f"CIFAR-10's data")
-
-
-def _refuse_cifar10_as_cifar100(data_dir: str, followed: str) -> None:
-    """Raises DataError when ``data_dir`` holds data of CIFAR-10's format (a data folder,
-    or the folder that holds one: own data, say) and CIFAR-100 is asked for (by
-    --dataset=cifar100, or the run an evaluator scores): a download of CIFAR-100
-    would go into it."""
-    found = datafolder.find_batches_dir(data_dir)
-    if found:
-        origin = f" ({followed})" if followed else ""
-        held = (f"{ff.BATCHES_DIRNAME}/" if found != data_dir
-                else ", ".join(datafolder.data_files_in(data_dir)[:2]) + ", ...")
-        raise DataError(f"--data_dir={data_dir}{origin} holds data of CIFAR-10's format "
-                        f"({held}), and --dataset=cifar100 asks for CIFAR-100's: pass the "
-                        f"folder that holds {ff.CIFAR100.folder}/ (or a new folder to download "
-                        f"CIFAR-100 into); data of CIFAR-10's format is read with "
-                        f"--dataset=cifar10")
+def _other_data(data_dir: str, followed: str, held: str, fix: str) -> DataError:
+    origin = f" ({followed})" if followed else ""
+    return DataError(f"--data_dir={data_dir}{origin} holds {held}, and {fix}, or the folder "
+                     f"that holds (or will hold) the data set asked for")
 
 
 def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, label: str,
                followed: str, no_download: str = "", wait: _Wait | None = None) -> str:
-    """The data folder of a real data set under ``data_dir``, downloaded when missing
-    (else ``NotDownloaded(no_download)``, when ``no_download`` is given; with ``wait``, by another process)."""
+    """The data folder of a real data set under ``data_dir``, fetched when missing."""
     archive = ff.CIFAR100 if dataset == ff.CIFAR100.name else ff.CIFAR10
     if archive is ff.CIFAR100:
         made = _cifar100_made(data_dir, label, followed)
@@ -295,12 +210,14 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
 def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archive,
              followed: str, no_download: str, wait: _Wait | None) -> str:
     """The archive's extracted folder in ``data_dir``, where it is missing: downloaded
-    and extracted (by the process ``wait`` waits for, with ``wait``)."""
-    wrong_data_dir.refuse_non_data(data_dir, followed)
-    if archive is ff.CIFAR10:
-        _refuse_cifar100_as_cifar10(data_dir, followed)
-    else:
-        _refuse_cifar10_as_cifar100(data_dir, followed)
+    and extracted (with ``wait``, by another process)."""
+    datafolder.refuse_non_data(data_dir, followed)
+    if archive is ff.CIFAR10 and cifar100.holds_source(data_dir):
+        raise _other_data(data_dir, followed, "CIFAR-100's data", "CIFAR-10's is asked for: "
+                          "pass --dataset=cifar100")
+    if archive is ff.CIFAR100 and datafolder.find_batches_dir(data_dir):
+        raise _other_data(data_dir, followed, "data of CIFAR-10's format",
+                          "--dataset=cifar100 asks for CIFAR-100's: pass --dataset=cifar10")
     if no_download:
         raise NotDownloaded(no_download)
     if wait:
@@ -317,5 +234,5 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
             # Offline, the way to try the programs is the same as for a new folder.
             raise download.DownloadFailed(
                 f"{e} Or pass --synthetic_data to try the programs on generated data.") from e
-        raise DataError(wrong_data_dir.missing_data_dir(data_dir, archive, followed, e)) from e
+        raise DataError(datafolder.missing_data_dir(data_dir, archive, followed, e)) from e
     return extracted

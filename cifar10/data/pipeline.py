@@ -1,18 +1,12 @@
-"""CIFAR-10 records and the train/eval ``tf.data`` pipelines.
+"""CIFAR-10 records and the tutorial's two ``tf.data`` input pipelines.
 
-This module owns decoding the binary format (``fileformat``) and the two input
-pipelines of the tutorial (the files are found and checked before a run starts by
-``folder``):
-
-* ``train_dataset``: the distorted inputs (random 24x24 crop, left-right flip,
-  brightness, contrast, per-image standardisation), shuffled, repeated, batched,
-  from the decoded records cached in memory;
+* ``train_dataset``: random 24x24 crop, left-right flip, brightness, contrast,
+  per-image standardisation; shuffled, repeated, batched, from records cached in memory;
 * ``eval_dataset``: central 24x24 crop and standardisation, in file order, once,
-  with the last partial batch kept so that evaluation counts every example once.
+  the last partial batch kept so that every example counts once.
 
 Both take a per-replica batch size and an optional ``tf.distribute.InputContext``
-so that they can be handed to ``strategy.distribute_datasets_from_function``.
-Downloading lives in ``download``; this module never touches the network.
+(``strategy.distribute_datasets_from_function``).
 """
 
 from __future__ import annotations
@@ -38,8 +32,7 @@ def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.transpose(depth_major, [0, 2, 3, 1]), labels
 
 
-# Records decoded per op: decoding one record at a time made the first epoch
-# (before the cache is full) four times as costly as the later ones.
+# Records decoded per op (one at a time made the first epoch four times as costly).
 _DECODE_BATCH = 1000
 
 
@@ -51,23 +44,11 @@ def read_records(paths: Sequence[str]) -> tf.data.Dataset:
 
 
 def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """The tutorial's training distortions of a batch of uint8 images.
-
-    For each image, independently: a random 24x24 crop, a random left-right
-    flip, a random brightness change (max delta 63), a random contrast factor
-    (0.2-1.8), then per-image standardisation, as ``tf.image``'s
-    ``random_crop``, ``random_flip_left_right``, ``random_brightness``,
-    ``random_contrast`` and ``per_image_standardization`` do one image at a time.
-    Working on the whole batch at once makes the input pipeline several times
-    cheaper, which matters when it shares the CPU with training.
-
-    Args:
-      images: uint8 [batch, 32, 32, 3].
-      seed: int shape-[2] tensor; every random choice derives from it.
-
-    Returns:
-      float32 [batch, 24, 24, 3].
-    """
+    """The tutorial's training distortions of uint8 images [b, 32, 32, 3], each image's
+    drawn from ``seed`` (int [2]): random 24x24 crop, left-right flip, brightness
+    (max delta 63), contrast (0.2-1.8), per-image standardisation, as ``tf.image``
+    does one image at a time, here for the whole batch (several times cheaper).
+    Returns float32 [b, 24, 24, 3]."""
     seeds = tf.random.experimental.stateless_split(seed, num=5)
     batch = tf.shape(images)[0]
     span = ff.IMAGE_SIZE - CROP_SIZE + 1  # 9 possible offsets per axis
@@ -84,15 +65,9 @@ def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 def apply_distortions(images: tf.Tensor, top: tf.Tensor, left: tf.Tensor, flip: tf.Tensor,
                       delta: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
-    """``distort_batch`` with its random choices given, one per image.
-
-    Args:
-      images: uint8 [batch, 32, 32, 3].
-      top, left: int32 [batch] crop offsets in 0-8.
-      flip: bool [batch], flip left-right.
-      delta: float32 [batch] brightness change.
-      factor: float32 [batch] contrast factor.
-    """
+    """``distort_batch`` with its random choices given, one per image: ``top``,
+    ``left`` int32 crop offsets in 0-8, ``flip`` bool, ``delta`` float32 brightness
+    change, ``factor`` float32 contrast factor, each [batch]."""
     steps = tf.range(CROP_SIZE)
     rows = top[:, None] + steps[None, :]
     # A flipped crop reads its columns right to left: crop and flip in one gather.
@@ -106,10 +81,8 @@ def apply_distortions(images: tf.Tensor, top: tf.Tensor, left: tf.Tensor, flip: 
     return standardize_batch(crops)
 
 
-# The same ops compiled by XLA, which fuses the crop, the contrast and the
-# standardisation into a few loops over the batch: a third of the CPU time of
-# running them one by one (measured: 0.5 vs 1.9 ms per batch of 128), time the
-# training step, which shares the cores, gets back.
+# The same ops compiled by XLA, fused into a few loops over the batch: a third of
+# the CPU time, which the training step, sharing the cores, gets back.
 apply_distortions_fused = tf.function(apply_distortions, jit_compile=True)
 
 
@@ -122,11 +95,8 @@ def standardize_batch(images: tf.Tensor) -> tf.Tensor:
 
 
 def eval_batch(images: tf.Tensor) -> tf.Tensor:
-    """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3].
-
-    The same as ``tf.image.resize_with_crop_or_pad`` to 24x24 and
-    ``per_image_standardization`` of each image; float32 [b, 24, 24, 3].
-    """
+    """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3]
+    (``tf.image.resize_with_crop_or_pad``, ``per_image_standardization``)."""
     top = (ff.IMAGE_SIZE - CROP_SIZE) // 2
     crops = images[:, top:top + CROP_SIZE, top:top + CROP_SIZE, :]
     return standardize_batch(tf.cast(crops, tf.float32))
@@ -141,10 +111,8 @@ def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None
 
 def _train_shard(paths: Sequence[str], input_context: tf.distribute.InputContext | None
                  ) -> tf.data.Dataset:
-    """This training pipeline's share of the records of ``paths``: a disjoint one
-    (``_shard``), or all of them where there are fewer records than pipelines (one
-    per worker, or per CPU replica), where some shares would be empty and their
-    pipelines would end before the first step."""
+    """This training pipeline's share of the records: a disjoint one, or all of them
+    where there are fewer records than pipelines (an empty share would end at once)."""
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
     if pipelines > 1 and _num_records(paths) < pipelines:
         return read_records(paths)
@@ -164,34 +132,24 @@ def train_dataset(
     input_context: tf.distribute.InputContext | None = None,
     skip_batches: int = 0,
 ) -> tf.data.Dataset:
-    """The distorted, shuffled, endless training batches.
+    """The distorted, shuffled, endless training batches: (float32 images [batch, 24,
+    24, 3], int32 labels [batch]).
 
     Args:
       paths: training ``.bin`` files.
       batch_size: examples per batch (per replica under a strategy).
       seed: seed of the shuffling and of the distortions.
-      shuffle_buffer: examples in the shuffle buffer (at least the original's 20,000
-        is the default; a larger value than the data set shuffles it fully).
-      input_context: given by ``distribute_datasets_from_function``; selects this
-        pipeline's shard of the records (all of them where there are fewer records
-        than pipelines: no pipeline is left without one).
-      skip_batches: start after this many batches, exactly where a pipeline made
-        with the same arguments would be after giving them (the skipped batches
-        are shuffled and batched, not distorted: about 0.3 s per 100,000 records
-        on a CPU core). A resumed deterministic run uses it.
-
-    Returns:
-      Dataset of (float32 images [batch, 24, 24, 3], int32 labels [batch]).
+      shuffle_buffer: examples in the shuffle buffer.
+      input_context: selects this pipeline's shard of the records.
+      skip_batches: start where a pipeline of the same arguments would be after this
+        many batches (shuffled and batched, not distorted): a resumed deterministic run.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     pipeline_id = input_context.input_pipeline_id if input_context else 0
-    # Decoded uint8 images are cached in memory (150 MB for the real training set),
-    # so that the files are read once.  The cache holds batches of records (a fill
-    # of 50 elements takes a fraction of a second; one of 50,000 took seconds) and
-    # is filled to its end here, before training reads it: a memory cache whose
-    # first pass stops early, as when training stops within its first epoch, is
-    # thrown away with a warning of tf.data's.
+    # Decoded images are cached in memory (150 MB for CIFAR-10), in batches (cheaper
+    # to fill), filled to the end here: a memory cache whose first pass stops early
+    # is thrown away with a warning of tf.data's.
     cache = _train_shard(paths, input_context).batch(_DECODE_BATCH).cache()
     _fill(cache)
     ds = cache.unbatch().shuffle(shuffle_buffer, seed=seed + 7919 * pipeline_id,
@@ -217,18 +175,13 @@ def _count(count: tf.Tensor, _) -> tf.Tensor:
 
 
 def _fill(cached: tf.data.Dataset) -> None:
-    """Reads ``cached`` to its end once, which completes its in-memory cache; later
-    iterations of it read the cache (tf.data shares a memory cache between them)."""
+    """Reads ``cached`` to its end once, which completes its (shared) memory cache."""
     cached.reduce(tf.constant(0, tf.int64), _count)
 
 
 def without_autotuning(ds: tf.data.Dataset) -> tf.data.Dataset:
-    """``ds`` with tf.data's autotuning off: it runs at the parallelism it was given.
-
-    The autotuning thread makes deleting an iterator that ran a while (at the end
-    of training, on Ctrl-C) wait for up to a minute in TensorFlow 2.21, and fixed
-    values train as fast here.
-    """
+    """``ds`` with tf.data's autotuning off: its thread can make deleting an iterator
+    (at the end of training, on Ctrl-C) wait up to a minute; fixed values train as fast."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return ds.with_options(options)
@@ -240,18 +193,9 @@ def eval_dataset(
     num_examples: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
 ) -> tf.data.Dataset:
-    """Evaluation batches in file order, each example exactly once.
-
-    Args:
-      paths: ``.bin`` files to evaluate on.
-      batch_size: examples per batch (per replica under a strategy).
-      num_examples: take only the first ``num_examples`` records (all if None).
-      input_context: given by ``distribute_datasets_from_function``.
-
-    Returns:
-      Dataset of (float32 images [<=batch, 24, 24, 3], int32 labels); the last
-      batch is partial when the count is not a multiple of ``batch_size``.
-    """
+    """Evaluation batches of (float32 images [<=batch, 24, 24, 3], int32 labels) in
+    file order, each example once (the first ``num_examples``, or all); the last batch
+    is partial when the count is not a multiple of ``batch_size``."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     ds = read_records(paths)

@@ -1,23 +1,14 @@
 """A folder of class folders as CIFAR-10 binary files: cifar10-prepare's library.
 
-``find_source`` (``cifar10.data.classfolders``) finds the classes and images of
-``image_dir`` and their split into training and test, knowing the layouts people
-use: ``image_dir/<class>/*.jpg``, split at random, or ``image_dir/train/<class>/``
-beside ``test/``, ``val/``, ``valid/`` or ``validation/`` (ImageFolder's and
-timm's names), whose split is kept.  ``convert`` writes them as
-``<data_dir>/cifar-10-batches-bin/`` with ``data_batch_1..5.bin``,
-``test_batch.bin`` and ``batches.meta.txt``, the layout the trainer and the
-evaluator read.  Classes are numbered in sorted folder-name order.  Images are
-decoded and resized as ``cifar10-predict`` does (``images.decode_files``).
-
-Finding the images and checking the output folder need no TensorFlow, so that
-the program answers a mistake at once; only ``convert`` loads it.
+``imagefiles.find_source`` finds the classes, images and split; ``convert`` writes
+them as ``<data_dir>/cifar-10-batches-bin/`` (``data_batch_1..5.bin``,
+``test_batch.bin``, ``batches.meta.txt``), the images decoded and resized as
+cifar10-predict does (``images.decode_files``).  Only ``convert`` loads TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 from typing import Callable, Sequence
 
@@ -27,7 +18,7 @@ from cifar10.core import atomic
 from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.core.errors import Cifar10Error, io_advice, io_error
-from cifar10.data.classfolders import Source
+from cifar10.data.imagefiles import Source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +34,7 @@ class Summary:
 
 class TooFewReadable(Cifar10Error):
     """The images that could be read are too few for a data folder (nothing written);
-    ``skipped`` holds (path, why) of each unreadable image, so that the program can
-    name them before its error, as after a conversion that succeeds."""
+    ``skipped``: (path, why) of each unreadable image, for the program to name."""
 
     def __init__(self, message: str, skipped: Sequence[tuple[str, str]]):
         super().__init__(message)
@@ -53,17 +43,17 @@ class TooFewReadable(Cifar10Error):
 
 def check_output(data_dir: str, image_dir: str = "") -> str:
     """The data folder ``<data_dir>/cifar-10-batches-bin`` to write, once it is known
-    that it can be: it does not exist, and ``data_dir`` is a folder that can be
-    written or made, outside ``image_dir`` (where it would become a class folder),
-    and not a data folder itself (``_refuse_data_folder``).
-
-    Raises:
-      Cifar10Error: one of those is not so.
-    """
+    that it can be: new, outside ``image_dir``, and not in a data folder; else
+    Cifar10Error."""
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise Cifar10Error(f"--data_dir={data_dir} is a file, not a folder: name a folder "
                            f"to write the data set in (it is made if missing)")
-    _refuse_data_folder(data_dir)
+    found = datafolder.data_files_in(data_dir)
+    if found:
+        raise Cifar10Error(
+            f"--data_dir={data_dir} is a data folder itself (it holds {', '.join(found[:2])}"
+            f"{', ...' if len(found) > 2 else ''}): pass its parent or a new folder as "
+            f"--data_dir")
     batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
     if os.path.lexists(batches_dir):
         raise Cifar10Error(f"{batches_dir} exists: it is not replaced; move it aside or "
@@ -72,35 +62,7 @@ def check_output(data_dir: str, image_dir: str = "") -> str:
         raise Cifar10Error(f"--data_dir {data_dir} is inside --image_dir {image_dir}, where "
                            f"the data set would be taken for images; choose a --data_dir "
                            f"outside it")
-    existing = os.path.abspath(data_dir)  # data_dir, or the parent it would be made in
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        code = errno.ENOTDIR
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        code = errno.EACCES
-    else:
-        return batches_dir
-    # The error the write would meet, worded as convert words it.
-    error = OSError(code, os.strerror(code))
-    raise io_error("cannot write the data folder", batches_dir, error,
-                   io_advice(error) or "choose another --data_dir")
-
-
-def _refuse_data_folder(data_dir: str) -> None:
-    """Raises Cifar10Error when ``data_dir`` is a data folder itself (it holds data
-    files): the data set would be written inside it, and the trainer given that
-    --data_dir would take the new folder, not the data beside it."""
-    found = datafolder.data_files_in(data_dir)
-    if not found:
-        return
-    parent = os.path.dirname(os.path.normpath(data_dir)) or "."
-    taken = os.path.lexists(os.path.join(parent, ff.BATCHES_DIRNAME))
-    instead = "a new folder" if taken else f"its parent ({parent}) or a new folder"
-    raise Cifar10Error(
-        f"--data_dir={data_dir} is a data folder itself (it holds {', '.join(found[:2])}"
-        f"{', ...' if len(found) > 2 else ''}): the data set would be written inside it, as "
-        f"{ff.BATCHES_DIRNAME}/; pass {instead} as --data_dir")
+    return batches_dir  # (whether it can be written, its first write says: ``convert``)
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -110,25 +72,15 @@ def _inside(path: str, folder: str) -> bool:
 
 def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Summary:
-    """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``.
-
-    The training records are shuffled (``seed``) and spread over the five
-    ``data_batch`` files; the test records keep class order in ``test_batch.bin``.
-    The folder is written under a temporary name and renamed when complete; if
-    that fails, the folders made for it (``data_dir`` and its parents) are removed.
-
-    Args:
-      progress: called with (images done, images in all): at the start, after each
-        hundredth of the images (each image, for fewer than 100), and at the end.
-      strict: an unreadable image is an error (nothing is written) instead of
-        being skipped.
+    """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``, renamed into place
+    when complete: the training records shuffled (``seed``) over the five files, the
+    test records in class order.  ``progress(done, total)`` is called at each
+    hundredth; with ``strict`` an unreadable image is an error instead of skipped.
 
     Raises:
-      TooFewReadable: the images that could be read are too few (none of the
-        training set, none of a class, fewer than one per data_batch file, no test
-        image); it names the unreadable ones.
-      Cifar10Error: the output folder exists, an image is unreadable (``strict``),
-        or ``data_dir`` cannot be written.
+      TooFewReadable: too few images could be read (none of a class, say).
+      Cifar10Error: an image is unreadable (``strict``), or ``data_dir`` cannot be
+        written.
     """
     batches_dir = check_output(data_dir)
     # The scratch folder is made first, so that an unwritable data_dir is found
@@ -148,25 +100,16 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
 
 def _refuse_classes_without_images(source: Source, train: list[bytes],
                                    skipped: list[tuple[str, str]]) -> None:
-    """Raises Cifar10Error when a class has no training image that could be read: the
-    model would get an output for a class it never sees."""
+    """TooFewReadable where a class has no training image that could be read."""
     present = {record[0] for record in train}
     empty = [label for label in range(len(source.class_names)) if label not in present]
     if not empty:
         return
-    label, name = empty[0], source.class_names[empty[0]]
     more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
-    unread = {path for path, _ in skipped}
-    mine = [path for path, of in source.train if of == label]
-    if not mine:  # all its images went to the test split
-        raise TooFewReadable(
-            f"class {name}{more} has no image in the training split (all of its went to the "
-            f"test split): add images to its folder, or lower --test_fraction; nothing "
-            f"written", skipped)
-    example = next(path for path in mine if path in unread)
     raise TooFewReadable(
-        f"class {name}{more} has no training image that could be read, such as {example}: "
-        f"add readable images to its folder or remove the folder; nothing written", skipped)
+        f"class {source.class_names[empty[0]]}{more} has no training image that could be "
+        f"read: add readable images to its folder (or lower --test_fraction); nothing "
+        f"written", skipped)
 
 
 def _records(source: Source, seed: int, strict: bool, progress

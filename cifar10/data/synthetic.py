@@ -1,23 +1,13 @@
 """Small CIFAR-format data sets for tests and offline demos, learned the way CIFAR-10 is.
 
-``write_dataset`` writes the same file names and byte layout as the real
-``cifar-10-batches-bin`` folder, with any number of records per file.  Each
-image is a striped square in its class's colour, of its class's stripe period,
-at a random place and size on a random background, with noise.  Classes come in
-pairs that look alike, as CIFAR-10's do (airplane and ship, automobile and
-truck, bird and frog, cat and dog, deer and horse): every image takes a random
-share of up to ``MAX_BLEND`` of its partner's colour and stripe period, so some
-are closer to the partner than to their own class.  The tutorial's model learns
-them the way it learns CIFAR-10, over hundreds of steps, never perfectly: about
-0.5 precision @ 1 after 100 steps of the default batch on 1,000 records per
-file, about 0.7 after 300, slowly more after that, with many of its mistakes
-between partners.
-
-``separable=True`` gives the easy data of tests instead: full-frame stripes in
-the class colour, no blending, learned to precision 1 in a few dozen steps.
-
-Nothing here is the real CIFAR-10: programs that use it say so in their output
-(the folder holds ``SYNTHETIC_MARKER``).
+``write_dataset`` writes a ``cifar-10-batches-bin`` folder of any size.  Each image
+is a striped square in its class's colour and stripe period, at a random place and
+size on a random background, with noise; classes come in look-alike pairs (as
+CIFAR-10's airplane and ship), each image taking a random share of up to
+``MAX_BLEND`` of its partner's colour and period, so the model learns them over
+hundreds of steps, never perfectly.  ``separable=True`` gives the easy data of tests
+(full-frame stripes, no blending), learned perfectly in a few dozen steps.  The
+folder holds ``SYNTHETIC_MARKER``, so programs say it is not CIFAR-10.
 """
 
 from __future__ import annotations
@@ -56,12 +46,9 @@ SEPARABLE_NOISE = 25.0
 
 
 def make_records(labels: np.ndarray, seed: int = 0, separable: bool = False) -> bytes:
-    """Returns CIFAR-format records (3,073 bytes each) for the given labels.
-
-    The image of label ``k`` has horizontal stripes (invariant to left-right
-    flips) of period ``3 + k`` in the class colour, both blended with the
-    partner class's (``separable``: full-frame stripes, not blended), plus noise.
-    """
+    """CIFAR-format records for ``labels``: label ``k``'s image has horizontal stripes
+    (invariant to flips) of period ``3 + k`` in the class colour, both blended with the
+    partner class's (``separable``: full-frame, not blended), plus noise."""
     labels = np.asarray(labels, dtype=np.uint8)
     if labels.size and labels.max() >= ff.NUM_CLASSES:
         raise ValueError(f"labels must be in 0-{ff.NUM_CLASSES - 1}, got {labels.max()}")
@@ -138,26 +125,16 @@ def dataset_files(records_per_file: int = 1000, seed: int = 0,
 
 def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0,
                   separable: bool = False) -> str:
-    """Writes a generated ``cifar-10-batches-bin`` folder under ``data_dir``.
-
-    Args:
-      data_dir: parent directory; created if missing.
-      records_per_file: records in each of the six ``.bin`` files.
-      seed: seed of the labels, phases and noise.
-      separable: the easy data of tests (``make_records``) instead of look-alike classes.
-
-    Returns:
-      The path of the ``cifar-10-batches-bin`` folder.
-    """
+    """Writes a generated ``cifar-10-batches-bin`` folder under ``data_dir`` (made if
+    missing), ``records_per_file`` records in each ``.bin`` file; returns its path."""
     batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
     files = dataset_files(records_per_file, seed, separable)
     os.makedirs(data_dir, exist_ok=True)
     if os.path.isdir(batches_dir):  # rewrite in place, each file replaced whole
         _write_files(batches_dir, files)
         return batches_dir
-    # Built under a temporary name and renamed into place, so that another process
-    # (a trainer and an evaluator started together) never sees it half-written; if
-    # one of them got there first, its folder is kept.
+    # Renamed into place whole: another process never sees it half-written (if it got
+    # there first, its folder is kept).
     try:
         with atomic.new_folder(batches_dir) as scratch:
             _write_files(scratch, files)
@@ -190,9 +167,8 @@ def is_synthetic(batches_dir: str) -> bool:
 
 
 def has_look_alikes(batches_dir: str) -> bool:
-    """True when ``batches_dir``'s generated data has look-alike classes (the
-    ``--synthetic_data`` kind since they came in); False for separable data, or data
-    generated before."""
+    """True when ``batches_dir``'s generated data has look-alike classes (not the
+    separable data of tests or of earlier versions)."""
     try:
         with open(os.path.join(batches_dir, SYNTHETIC_MARKER), encoding="utf-8",
                   errors="replace") as f:

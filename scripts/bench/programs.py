@@ -22,7 +22,7 @@ from cifar10.runs import checkpoint_files
 from cifar10.data import pipeline as data
 from cifar10.evaluation import scoring
 from cifar10.serving import export
-from cifar10.data import classfolders, prepare
+from cifar10.data import imagefiles, prepare
 from cifar10.model import Model
 
 
@@ -187,7 +187,7 @@ def conversion(args, test_files: list[str], work: str) -> float:
         tf.io.write_file(path, tf.io.encode_png(image))
     try:
         summary, seconds = measure.timed(  # finding the images is part of the conversion
-            lambda: prepare.convert(classfolders.find_source(folder),
+            lambda: prepare.convert(imagefiles.find_source(folder),
                                     os.path.join(work, "prepared")))
     except Cifar10Error as e:  # too few images to split, say
         raise SystemExit(f"benchmark.py: error: (j) cannot convert {args.prepare_images} "
