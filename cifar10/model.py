@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.data import fileformat as ff
 from cifar10.lrn import fast_lrn
 
@@ -40,7 +40,7 @@ def stage_dtypes(compute_dtype: tf.DType, relu_pool: bool = False) -> dict[str, 
     compute_dtype = tf.as_dtype(compute_dtype)
     dtypes = dict.fromkeys(STAGES, compute_dtype)
     if compute_dtype == tf.bfloat16:
-        conv1_in_bfloat16 = relu_pool and cpu.has_amx()
+        conv1_in_bfloat16 = relu_pool and machine.has_amx()
         dtypes.update((name, tf.float32) for name in BFLOAT16_IN_FLOAT32
                       if not (conv1_in_bfloat16 and name == "conv1"))
     return dtypes

@@ -51,7 +51,7 @@ import sys
 try:
     from cifar10.cli.entry import INTERRUPTED, interrupts_kept
     from cifar10.cli.process import STDOUT_CLOSED, ArgumentParser, stdout_to_devnull
-    from cifar10.core import logs, memory
+    from cifar10.core import logs, machine
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
@@ -116,8 +116,8 @@ def _check(p: argparse.ArgumentParser, args) -> None:
     if args.use_fp16 and args.use_bf16:
         p.error("--use_fp16 and --use_bf16 exclude each other: pass at most one of them")
     try:  # as the trainer refuses it
-        memory.refuse_batch_beyond_memory(args.batch_size,
-                                          2 if args.use_fp16 or args.use_bf16 else 4)
+        machine.refuse_batch_beyond_memory(args.batch_size,
+                                           2 if args.use_fp16 or args.use_bf16 else 4)
     except Cifar10Error as e:
         p.error(str(e))
     if args.data_dir is not None and not os.path.isdir(

@@ -1,5 +1,5 @@
 """What the programs say of a --checkpoint_dir or --checkpoint that is no training run's
-(cifar10.cli.checkpoint_dir, cifar10.runs.checkpoint_files): a folder that does not
+(cifar10.cli.checkpoint_dir, cifar10.runs.layout): a folder that does not
 exist, an export, a SavedModel's variables, a run's parent folder."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from cifar10.cli import checkpoint_dir
 from cifar10.cli import eval_main
 from cifar10.cli import flags as cifar10_flags, process
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
+from cifar10.runs import layout
 
 
 def _export(folder):
@@ -82,7 +81,7 @@ def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
     variables = tmp_path / "export" / "20" / "variables" / "variables"
     for value in (str(variables), f"{variables}.index"):
         with pytest.raises(Cifar10Error) as error:
-            checkpoint_files.given(value)
+            layout.given(value)
         assert str(error.value) == (
             f"--checkpoint {value} is the variables of an export (a SavedModel), not a "
             f"training checkpoint: pass a checkpoint of the run it was exported from, such as "
@@ -92,7 +91,7 @@ def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
     for name in ("variables.index", "variables.data-00000-of-00001"):
         (tmp_path / "other" / "variables" / name).write_bytes(b"")
     plain = str(tmp_path / "other" / "variables" / "variables")
-    assert checkpoint_files.given(plain) == plain
+    assert layout.given(plain) == plain
 
 
 @pytest.mark.parametrize("layout", ["class folders", "split folders", "images"])
@@ -162,7 +161,7 @@ def test_a_run_whose_trainer_has_not_saved_yet_is_said_to_be_running(tmp_path, p
     image.write_bytes(b"")
     args = {"cifar10-predict": [str(image)],
             "cifar10-export": [f"--export_dir={tmp_path / 'runs' / 'b' / 'export'}"]}[program]
-    held = lock.TrainerLock(str(run))
+    held = layout.TrainerLock(str(run))
     held.acquire()
     try:
         result = call(program, f"--checkpoint_dir={run}", *args)
@@ -216,10 +215,10 @@ def test_a_checkpoint_in_the_checkpoint_dir_however_named_goes_with_it(tmp_path,
     monkeypatch.chdir(run)
     for value, folder in ((f"{checkpoint}.index", f"{run}/"), ("model.ckpt-30", "."),
                           (str(tmp_path / "latest" / "model.ckpt-30"), str(run)),
-                          # no checkpoint: checkpoint_files.given says what it is
+                          # no checkpoint: layout.given says what it is
                           (str(tmp_path / "b" / "model.ckpt-30"), str(run))):
-        assert checkpoint_files.not_in_checkpoint_dir(value, folder) is None, value
-    assert checkpoint_files.not_in_checkpoint_dir("model.ckpt-30", str(tmp_path)) == (
+        assert layout.not_in_checkpoint_dir(value, folder) is None, value
+    assert layout.not_in_checkpoint_dir("model.ckpt-30", str(tmp_path)) == (
         f"--checkpoint model.ckpt-30 is not in --checkpoint_dir {tmp_path}: give only "
         f"--checkpoint to use it, or a --checkpoint_dir that holds it (--checkpoint_dir=.)")
 

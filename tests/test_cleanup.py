@@ -1,5 +1,5 @@
-"""Tests of cifar10.runs.cleanup: only the files the trainer writes are removed,
-matched by their exact names; a user's look-alikes and folders stay."""
+"""runs/cleanup.py: only the files the trainer writes are removed, matched by their
+exact names; a user's look-alikes and folders stay."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files, cleanup, rundir
-from cifar10.runs.lock import TrainerLock
-from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place, leave_an_interrupted_save
+from cifar10.runs import cleanup, layout, rundir
+from cifar10.runs.layout import TrainerLock
+from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place
 
 # What a run directory of the trainer's holds, by kind (a leftover of each kind of
 # interrupted write among them).
@@ -106,15 +106,15 @@ def test_the_files_of_a_real_checkpoint_and_of_a_save_cut_short_are_the_trainers
             "model.ckpt-9.data-00000-of-00001"} <= set(cleanup.own_files(str(run_dir)))
 
 
-def test_checkpoint_files_are_its_index_data_and_temporary_folder(tmp_path):
-    make_run(tmp_path)
-    leave_an_interrupted_save(tmp_path, step=3)
-    assert sorted(cleanup.checkpoint_files(str(tmp_path), 3)) == [
-        "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index", "model.ckpt-3_temp"]
-    assert sorted(cleanup.checkpoint_files(str(tmp_path), 6)) == sorted(CHECKPOINT_FILES[2:])
-    cleanup.delete(str(tmp_path), "model.ckpt-3_temp")
-    cleanup.delete(str(tmp_path), "model.ckpt-3_temp")  # gone already: fine
-    assert not (tmp_path / "model.ckpt-3_temp").exists()
+def test_an_orphan_shard_of_a_prune_cut_short_is_the_trainers(trained_run, tmp_path):
+    """A kill while old checkpoints were deleted left a .data shard without its .index:
+    --fresh_start refused it as not the trainer's, and nothing removed it."""
+    run_dir = copy_run(trained_run[0], tmp_path / "train")
+    (run_dir / "model.ckpt-3.index").unlink()
+    assert cleanup.foreign_checkpoint_files(str(run_dir)) == []
+    assert "model.ckpt-3.data-00000-of-00001" in cleanup.own_files(str(run_dir))
+    cleanup.remove_run(str(run_dir))
+    assert not [n for n in os.listdir(run_dir) if n.startswith("model.ckpt-3.")]
 
 
 @pytest.mark.parametrize("index_written", [None, 0, "half"])
@@ -128,7 +128,7 @@ def test_a_checkpoint_cut_short_as_it_was_put_in_place_is_removed(trained_run, t
     leave_a_save_cut_in_place(run_dir, 9, source, index_written)
     if index_written is not None:
         # It looks complete, and does not read.
-        assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 6, 9]
+        assert [c.step for c in layout.find(str(run_dir))] == [3, 6, 9]
         with pytest.raises(tf.errors.OpError):
             tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))
     assert cleanup.cut_short_steps(str(run_dir)) == [9]
@@ -184,7 +184,7 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
     for name in evaluators:
         assert (train_dir / name).read_bytes() == (tmp_path / "eval" / name).read_bytes()
     assert (train_dir / "checkpoint" / "notes.txt").read_text() == "mine"
-    assert [c.step for c in checkpoint_files.find(str(train_dir))] == [1, 2]
+    assert [c.step for c in layout.find(str(train_dir))] == [1, 2]
     # The new start's event file is the trainer's; the evaluator's is not.
     assert [cleanup.trainers_events(str(train_dir / n)) for n in sorted(names)
             if n.startswith("events.")].count(True) == 1
@@ -193,8 +193,6 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
 
 
 def test_a_folder_with_the_name_of_a_trainers_file_is_never_removed(tmp_path):
-    """It was removed with what it held (shutil.rmtree) by --fresh_start and when a
-    finished run was trained further (training_complete.json)."""
     for name in ("training_complete.json", "class_names.txt", "model.ckpt-3.index"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "notes.txt").write_text("mine")
@@ -222,8 +220,6 @@ def _event_file(directory, tag=None):
 
 
 def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
-    """--fresh_start removed an event file of 3 'accuracy' scalars (274 bytes): any file
-    under 1 KiB counted as the trainer's, summaries of other tags or not."""
     foreign = _event_file(tmp_path / "foreign", "accuracy")
     assert os.path.getsize(foreign) < 1024
     assert not cleanup.trainers_events(str(foreign))
@@ -234,8 +230,6 @@ def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
 
 
 def test_a_fresh_start_refused_lets_the_lock_go(tmp_path):
-    # Opening the run directory raised out of __enter__, where __exit__ does not run:
-    # the lock stayed held for the rest of the process.
     (tmp_path / "model.ckpt-99.index").write_text("hi\n")
     run_dir = rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=1,
                                   fresh_start=True, print_fn=pytest.fail)

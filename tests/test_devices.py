@@ -17,7 +17,7 @@ import pytest
 import cli
 import tensorflow as tf
 
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.distribute import devices
 from cifar10.distribute import logical_devices
 from cifar10.distribute import resolver
@@ -171,11 +171,11 @@ def test_cpu_features_are_the_flags_line_of_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {X86_FLAGS} amx_bf16 amx_tile\n"
                        f"processor\t: 1\nflags\t\t: {X86_FLAGS} amx_bf16 amx_tile\n")
-    flags = cpu.features(str(cpuinfo))
+    flags = machine.features(str(cpuinfo))
     assert {"avx2", "amx_bf16", "amx_tile"} <= flags and "avx512_bf16" not in flags
-    assert cpu.features(str(tmp_path / "missing")) is None
+    assert machine.features(str(tmp_path / "missing")) is None
     # has_amx reads this machine's: the same answer as its flags give.
-    assert cpu.has_amx() == ("amx_bf16" in (cpu.features() or ()))
+    assert machine.has_amx() == ("amx_bf16" in (machine.features() or ()))
 
 
 def held_port_tf_config(held, index=1):

@@ -403,7 +403,7 @@ def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
 
 def test_run_once_beside_a_trainer_that_has_not_saved_yet_says_it_is_running(tmp_path):
     # Not "train first": the trainer is at it (it holds the run's lock); nothing fetched.
-    from cifar10.runs import lock as runlock
+    from cifar10.runs import layout as runlock
 
     run = tmp_path / "runs" / "a" / "train"
     run.mkdir(parents=True)

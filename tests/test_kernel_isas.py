@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.kernels import build
 
 BF16 = tf.bfloat16.as_numpy_dtype
@@ -27,7 +27,7 @@ ARCHES = {"haswell": {"avx2", "fma", "bmi2"}, "sandybridge": {"avx"}, "x86-64": 
 @pytest.fixture(scope="module", params=sorted(ARCHES))
 def rows(request, tmp_path_factory):
     """lrn_rows.cc and pool_rows.cc as one library built for ``request.param``."""
-    arch, cxx, flags = request.param, build.compiler(), cpu.features()
+    arch, cxx, flags = request.param, build.compiler(), machine.features()
     if cxx is None:
         pytest.skip("no C++ compiler")
     if flags is None or not ARCHES[arch] <= flags:

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from cli import call
 
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
 from cifar10.kernels import build
 from cifar10.kernels.layers import (choose, compiled_bias_relu_lrn, compiled_lrn,
@@ -226,7 +226,7 @@ def model_pass(**model_args):
     ("relu_lrn", "conv2", 1e-6)])
 def test_a_model_with_the_kernel_computes_the_model_without_it(kernel, layer, atol, dtype,
                                                                monkeypatch):
-    monkeypatch.setattr(cpu, "has_amx", lambda: True)  # conv1 in bfloat16 before pool1
+    monkeypatch.setattr(machine, "has_amx", lambda: True)  # conv1 in bfloat16 before pool1
     before = {"lrn": {}, "relu_pool": dict(lrn=compiled_lrn),
               "relu_lrn": dict(lrn=compiled_lrn, relu_pool=compiled_relu_pool)}[kernel]
     with_it = {"lrn": dict(lrn=compiled_lrn), "relu_pool": dict(relu_pool=compiled_relu_pool),

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10 import model as model_lib
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.kernels.layers import compiled_lrn, compiled_relu_pool
 from cifar10.lrn import fast_lrn, reference_lrn
 
@@ -184,7 +184,7 @@ SETTINGS = [(tf.float32, None, False), (tf.float16, None, False), (BF16, None, T
 
 @pytest.mark.parametrize("dtype, relu_pool, amx", SETTINGS)
 def test_each_stage_computes_in_the_policys_precision(dtype, relu_pool, amx, monkeypatch):
-    monkeypatch.setattr(cpu, "has_amx", lambda: amx)
+    monkeypatch.setattr(machine, "has_amx", lambda: amx)
     model = model_lib.Model(seed=1, compute_dtype=dtype, relu_pool=relu_pool)
     outputs = model.stage_outputs(_images(2))
     expected = dict.fromkeys(model_lib.STAGES, dtype) | {"softmax_linear": tf.float32}
@@ -221,7 +221,7 @@ def _loss_and_gradients(model, images, labels):
 @pytest.mark.parametrize("dtype, relu_pool, amx", SETTINGS[1:])
 def test_a_mixed_precision_step_agrees_with_a_float32_step(dtype, relu_pool, amx,
                                                            monkeypatch):
-    monkeypatch.setattr(cpu, "has_amx", lambda: amx)
+    monkeypatch.setattr(machine, "has_amx", lambda: amx)
     # bfloat16 keeps 8 significant bits: the loss moved by under 1e-6 of itself here,
     # the gradients (small at initialisation, sums of many rounded products) by 0.3%
     # to 15% of their norm, at cosine 0.988 or more to float32's.  A layer in a type
@@ -267,7 +267,7 @@ def _overlapping_pool_gradient(model):
 ])
 def test_the_pooling_gradient_under_bf16_where_windows_overlap(
         relu_pool, has_amx, pool1_in_float32, dtype, value, monkeypatch):
-    monkeypatch.setattr(cpu, "has_amx", lambda: has_amx)
+    monkeypatch.setattr(machine, "has_amx", lambda: has_amx)
     if not pool1_in_float32:
         monkeypatch.setattr(model_lib, "BFLOAT16_IN_FLOAT32",
                             model_lib.BFLOAT16_IN_FLOAT32 - {"pool1"})

@@ -26,7 +26,7 @@ from conftest import mirrored
 from test_output import NATIVE
 from test_train import fixed_batches
 from cifar10.runs import checkpoints
-from cifar10.runs.lock import LOCK_FILE
+from cifar10.runs.layout import LOCK_FILE
 from cifar10.cli import workers as launch
 from cifar10.core.config import TrainConfig
 from cifar10.distribute import coordination

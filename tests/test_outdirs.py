@@ -15,7 +15,7 @@ from cifar10.cli import outdirs
 from cifar10.cli import suggestions
 from cifar10.data import synthetic
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 
 EVAL_START = "# cifar10-eval, started 2026-11-26T10:00:00+00:00 on h\n--run_once\n"
 
@@ -48,9 +48,9 @@ def test_an_eval_dir_named_eval_that_is_a_run_is_given_another_name(tmp_path):
 
 
 def test_the_run_scored_is_the_checkpoints_folder_else_the_checkpoint_dir():
-    assert checkpoint_files.run_folder("runs/a/model.ckpt-5", "runs/b") == "runs/a"
-    assert checkpoint_files.run_folder("model.ckpt-5.index", None) == "."
-    assert checkpoint_files.run_folder(None, "runs/b") == "runs/b"
+    assert layout.run_folder("runs/a/model.ckpt-5", "runs/b") == "runs/a"
+    assert layout.run_folder("model.ckpt-5.index", None) == "."
+    assert layout.run_folder(None, "runs/b") == "runs/b"
 
 
 def test_the_run_an_evaluators_folder_scored_is_found_as_the_evaluator_finds_it(tmp_path,

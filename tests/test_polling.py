@@ -18,7 +18,7 @@ from evalruns import DATA_SUFFIX, config_of, results_lines, run_of
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.evaluation import polling, recording, scoring
 from cifar10.evaluation.result import class_table
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
 
@@ -33,7 +33,7 @@ def copy_run(run, tmp_path, complete=True):
     train_dir = str(tmp_path / "train_copy")
     shutil.copytree(run.train_dir, train_dir)
     if not complete:
-        os.remove(os.path.join(train_dir, checkpoint_files.COMPLETE_FILE))
+        os.remove(os.path.join(train_dir, layout.COMPLETE_FILE))
     return train_dir
 
 
@@ -55,7 +55,7 @@ def set_checkpoints(train_dir, steps):
 
 
 def mark_complete(train_dir, step):
-    with open(os.path.join(train_dir, checkpoint_files.COMPLETE_FILE), "w") as f:
+    with open(os.path.join(train_dir, layout.COMPLETE_FILE), "w") as f:
         json.dump({"step": step, "time": time.time()}, f)
 
 

@@ -16,7 +16,7 @@ from cli import assert_refused, call, run
 from specialfiles import watched_fifos
 from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
 
-from cifar10.runs import checkpoint_files, checkpoints
+from cifar10.runs import checkpoints, layout
 from cifar10.data import images as image_files
 from cifar10.data import pipeline as data
 from cifar10.serving import predict
@@ -48,7 +48,7 @@ def test_lossless_test_records_are_classified_exactly_as_the_evaluator_does(trai
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
     paths = write_pngs(tmp_path, images)
-    model, step = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
+    model, step = checkpoints.load_model(layout.latest(str(train_dir)).path)
     assert step == 6
     # A batch size that leaves a partial batch at the end.
     results = list(predict.predict_files(model, paths, batch_size=8, top_k=10))
@@ -69,9 +69,9 @@ def test_raw_weights_of_an_earlier_checkpoint_give_other_probabilities(trained_r
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
     paths = write_pngs(tmp_path, images[:4])
-    raw, step = checkpoints.load_model(checkpoint_files.find(str(train_dir))[0].path, "raw")
+    raw, step = checkpoints.load_model(layout.find(str(train_dir))[0].path, "raw")
     assert step == 3
-    averaged, _ = checkpoints.load_model(checkpoint_files.find(str(train_dir))[0].path)
+    averaged, _ = checkpoints.load_model(layout.find(str(train_dir))[0].path)
     got = [r.probabilities for r in predict.predict_files(raw, paths, top_k=1)]
     want = evaluator_probabilities(raw, test_files)[:4]
     np.testing.assert_allclose(np.ravel(got), want.max(axis=1), atol=1e-6)
@@ -88,7 +88,7 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     (tmp_path / "folder.png").mkdir()
     paths = [good[0], str(tmp_path / "text.png"), good[1], str(tmp_path / "missing.png"),
              str(tmp_path / "empty.jpg"), str(tmp_path / "folder.png"), good[2]]
-    model, _ = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
+    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
     results = list(predict.predict_files(model, paths, batch_size=2, top_k=1))
     failures = {r.path: r.reason for r in results if isinstance(r, predict.Failure)}
     not_an_image = "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
@@ -108,7 +108,7 @@ def test_an_8_bit_palette_bmp_is_classified_as_the_png_of_its_colours(trained_ru
     tf.io.write_file(str(tmp_path / "colours.png"), tf.io.encode_png(COLOURS[indices]))
     tf.io.write_file(str(tmp_path / "grey.png"),
                      tf.io.encode_png(np.repeat(indices[:, :, None], 3, axis=2).astype(np.uint8)))
-    model, _ = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
+    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
     bmp, colours, grey = predict.predict_files(
         model, [str(tmp_path / name) for name in ("palette.bmp", "colours.png", "grey.png")],
         top_k=10)
@@ -196,7 +196,7 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
     assert "Traceback" not in result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["path"] for line in lines] == good
-    model, _ = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
+    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
     for line, want in zip(lines, predict.predict_files(model, good, top_k=2)):
         assert [c["label"] for c in line["top_k"]] == list(want.labels)
         assert [c["class"] for c in line["top_k"]] == [ff.CLASS_NAMES[i] for i in want.labels]

@@ -137,7 +137,7 @@ def _screen(text):
 
 
 def test_a_shorter_progress_line_on_a_terminal_leaves_nothing_of_the_longer_one():
-    from cifar10.core.progressline import ProgressLine
+    from cifar10.core.logs import ProgressLine
 
     rates = {10: "1,234", 20: "850", 30: "91,000"}
     terminal = _Terminal()

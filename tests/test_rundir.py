@@ -1,13 +1,7 @@
-"""Tests of cifar10.runs.rundir: the trainer's run directory keeps a user's work:
-fresh starts and leftovers remove only the trainer's files, saving keeps the
-newest checkpoints, full and read-only disks are one line, the class names are
-recorded and checked.
-
-Tests that damage a run work on a copy of conftest's ``trained_run``
-(checkpoints at steps 3 and 6, complete at 6).  The tests of full and read-only
-file systems mount a small tmpfs, which needs root; elsewhere they are skipped,
-saying so.
-"""
+"""runs/rundir.py: the trainer's run directory keeps a user's work: fresh starts and
+leftovers remove only the trainer's files, saving keeps the newest checkpoints (and a
+prune cut short leaves none half there), full and read-only disks are one line, the
+class names are recorded and checked.  The disk tests mount a small tmpfs (root only)."""
 
 from __future__ import annotations
 
@@ -15,7 +9,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import threading
 
 import pytest
 import tensorflow as tf
@@ -25,9 +18,8 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.folder import split_files
-from cifar10.distribute import start_checks
 from cifar10.evaluation import polling
-from cifar10.runs import checkpoint_files, checkpoints, rundir
+from cifar10.runs import checkpoints, cleanup, layout, rundir
 from cifar10.training import controller
 from cifar10.training.run import TrainData
 from cifar10.training.state import TrainState
@@ -60,12 +52,11 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     assert set(USER_FILES) | {"my_folder"} <= names
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
     assert (run_dir / "my_folder" / "model.ckpt-5.index").read_text() == "mine too"
-    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [2]
+    assert [c.step for c in layout.find(str(run_dir))] == [2]
     assert not [n for n in names - set(USER_FILES) if "_temp" in n or ".tmp" in n]
 
 
-@pytest.mark.parametrize("names, removed", [((), "0 files"), (("flags.txt",), "1 file"),
-                                             (("flags.txt", "class_names.txt"), "2 files")])
+@pytest.mark.parametrize("names, removed", [((), "0 files"), (("flags.txt",), "1 file")])
 def test_fresh_start_says_how_many_files_it_removed(tmp_path, names, removed):
     for name in names:
         (tmp_path / name).write_text("x")
@@ -104,41 +95,42 @@ def test_a_checkpoint_cut_short_in_place_is_removed_in_one_line_and_the_run_resu
     assert not [name for name in os.listdir(run_dir) if name.startswith("model.ckpt-9")]
 
 
+def test_a_prune_deletes_the_data_before_the_index_and_finishes_one_cut_short(run_dir,
+                                                                              monkeypatch):
+    """Killed while it deleted old checkpoints, a prune left a .data shard without its
+    .index; now what a kill leaves is an incomplete checkpoint the next prune removes."""
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    deleted, real_delete = [], cleanup.delete
+
+    def killed_after_one(directory, name):
+        if deleted:
+            raise KeyboardInterrupt
+        deleted.append(name)
+        real_delete(directory, name)
+
+    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
+                             print_fn=lambda line: None) as directory:
+        monkeypatch.setattr(cleanup, "delete", killed_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            directory.save(7)  # drops model.ckpt-3
+        assert deleted == ["model.ckpt-3.data-00000-of-00001"]
+        assert layout.scan(str(run_dir))[1] == {3: "no .data file"}
+        monkeypatch.setattr(cleanup, "delete", real_delete)
+        directory.save(8)
+    assert layout.scan(str(run_dir)) == ([7, 8], {})
+    assert cleanup.remove_leftovers(str(run_dir)) == []
+
+
 def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run_dir):
     state = TrainState(seed=0, compute_dtype=tf.float32)
     with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
                              print_fn=lambda line: None) as directory:
         directory.save(4)  # as a run resumed at 3 would; 6 is later
-        assert [c.step for c in checkpoint_files.find(str(run_dir))] == [3, 4, 6]
+        assert [c.step for c in layout.find(str(run_dir))] == [3, 4, 6]
         directory.save(5)
-    assert [c.step for c in checkpoint_files.find(str(run_dir))] == [4, 5, 6]
+    assert [c.step for c in layout.find(str(run_dir))] == [4, 5, 6]
     assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
     assert set(USER_FILES) <= set(os.listdir(run_dir))
-
-
-# --- stops and messages --------------------------------------------------------------
-
-
-def test_a_stop_requested_before_training_started_trains_and_saves_nothing(tmp_path,
-                                                                          learnable_files):
-    stop = threading.Event()
-    stop.set()
-    lines = []
-    with pytest.raises(start_checks.StoppedBeforeTraining,
-                       match="^before training started; nothing was trained$"):
-        controller.train(config(tmp_path / "train", max_steps=100), mirrored(),
-                         TrainData(*learnable_files), stop_event=stop, print_fn=lines.append)
-    assert lines == []
-    assert not [n for n in os.listdir(tmp_path / "train") if n.startswith(("model.ckpt",
-                                                                          "events.out"))]
-
-
-def test_divergence_before_any_checkpoint_says_so_without_none(tmp_path, learnable_files):
-    with pytest.raises(Cifar10Error) as err:
-        controller.train(config(tmp_path / "train", initial_learning_rate=1e12), mirrored(),
-                         TrainData(*learnable_files), print_fn=lambda line: None)
-    assert str(err.value).endswith("no checkpoint was written yet")
-    assert "None" not in str(err.value)
 
 
 # --- full and read-only file systems -------------------------------------------------
@@ -236,19 +228,6 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path)
             f"space left on device); free some disk space and run the same command again")
 
 
-def test_a_train_dir_without_write_permission_is_one_line(tmp_path, learnable_files):
-    if os.geteuid() == 0:
-        pytest.skip("root may write anywhere; the read-only file system test covers root")
-    train_dir = tmp_path / "train"
-    train_dir.mkdir()
-    train_dir.chmod(0o500)
-    with pytest.raises(Cifar10Error) as err:
-        controller.train(config(train_dir), mirrored(), TrainData(*learnable_files),
-                         print_fn=lambda line: None)
-    assert str(err.value) == (f"cannot write in --train_dir {train_dir} (Permission denied); "
-                              f"choose a directory you can write, or change its permissions")
-
-
 # --- the run's class names -----------------------------------------------------------
 
 
@@ -258,7 +237,7 @@ def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_p
     with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
         directory.record_class_names(("ant", "bee"))
         directory.record_class_names(("ant", "bee"))  # resumed on the same data
-    assert (tmp_path / checkpoint_files.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert (tmp_path / layout.CLASSES_FILE).read_text() == "ant\nbee\n"
     assert checkpoints.trained_class_names(str(tmp_path)) == ("ant", "bee")
     with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
         with pytest.raises(Cifar10Error) as info:
@@ -266,10 +245,10 @@ def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_p
     assert str(info.value) == (
         f"the run in {tmp_path} was trained on the classes (ant, bee) and --data_dir holds "
         f"(ant, bee, cow): train it on the data it started with, or choose another --train_dir")
-    assert (tmp_path / checkpoint_files.CLASSES_FILE).read_text() == "ant\nbee\n"
+    assert (tmp_path / layout.CLASSES_FILE).read_text() == "ant\nbee\n"
     # A worker that is not the chief writes nothing in train_dir.
     other = tmp_path / "worker"
     with rundir.RunDirectory(str(other), state.checkpoint(), keep=5,
                              save_dir=str(tmp_path / "scratch")) as directory:
         directory.record_class_names(("cow",))
-    assert not (other / checkpoint_files.CLASSES_FILE).exists()
+    assert not (other / layout.CLASSES_FILE).exists()

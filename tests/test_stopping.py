@@ -23,8 +23,8 @@ from test_train import small_config
 from cifar10.cli import stopping
 from cifar10.cli import workers as launch
 from cifar10.distribute import start_checks
-from cifar10.runs import checkpoint_files
-from cifar10.runs.lock import LOCK_FILE, TrainerLock
+from cifar10.runs import layout
+from cifar10.runs.layout import LOCK_FILE, TrainerLock
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
 from cifar10.training.run import TrainData
@@ -148,7 +148,7 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
     train_dir = tmp_path / "train"
     for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path, "before"):
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
-    assert checkpoint_files.find(str(train_dir)) == []
+    assert layout.find(str(train_dir)) == []
 
 
 def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step(
@@ -163,7 +163,7 @@ def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step
     assert [code for _, _, code in results] == [0, 0], results
     assert outs[0] == outs[1] and outs[0].startswith("saved at step "), results
     step = int(outs[0].split()[-1])
-    assert checkpoint_files.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
+    assert layout.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
 
 
 NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
@@ -323,4 +323,4 @@ def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
         pytest.fail("a stop asked for after the mark stopped the run before training")
     assert out.signal_lines() == [SAVING]
     assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
-    assert checkpoint_files.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
+    assert layout.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10.runs import checkpoint_files, checkpoints, rundir
+from cifar10.runs import checkpoints, layout, rundir
 from cifar10.data import pipeline as data
 from cifar10.data import folder as datafolder
 from cifar10.evaluation import scoring
@@ -195,7 +195,7 @@ def test_loss_falls_on_learnable_data(learned_run):
     # Learning lowers the cross-entropy itself, not only the weight decay: the trained
     # weights' on the 100 test images is 0.004 with TensorFlow 2.21 and 0.002 with 2.16
     # (ln 10 = 2.3 by chance).
-    model, step = checkpoints.load_model(checkpoint_files.latest(str(learned_run.train_dir)).path,
+    model, step = checkpoints.load_model(layout.latest(str(learned_run.train_dir)).path,
                                          "raw")
     [(images, labels)] = data.eval_dataset(learned_run.test_files, 100).as_numpy_iterator()
     xent = float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
@@ -278,7 +278,7 @@ def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, t
     # spread, and the top class changes only where the best two are about that
     # close, which a trained model's seldom are (99.8% agreement on the 10,000 real
     # test images at 20,000 steps; see docs/results.md). Variables and logits are float32.
-    checkpoint = checkpoint_files.latest(str(learned_run.train_dir)).path
+    checkpoint = layout.latest(str(learned_run.train_dir)).path
     files = learned_run.test_files + datafolder.split_files(
         os.path.dirname(learned_run.test_files[0]), "train")
     images = np.concatenate([x for x, _ in data.eval_dataset(files, 128).as_numpy_iterator()])
@@ -347,7 +347,7 @@ def test_resume_continues_from_the_saved_step_with_the_saved_state(learnable_fil
     config = small_config(tmp_path, max_steps=15)
     trainer = Trainer(config, mirrored(1), count)
     run_dir = rundir.RunDirectory(str(tmp_path), trainer.state.checkpoint(), keep=5)
-    assert run_dir.restore() == checkpoint_files.Checkpoint(10, first.last_checkpoint)
+    assert run_dir.restore() == layout.Checkpoint(10, first.last_checkpoint)
     assert trainer.state.step.numpy() == 10
     for layer in trainer.state.model.layers:
         for kind in ("weights", "biases"):

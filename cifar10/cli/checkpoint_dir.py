@@ -13,14 +13,13 @@ from cifar10.cli.flags import pasted
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.data import imagefiles
-from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
+from cifar10.runs import layout
 
 
 def checkpoint_to_use(checkpoint_dir: str) -> str:
     """The newest checkpoint of ``checkpoint_dir`` that reads (one warning names the
     newer ones that do not: ``checkpoints.newest_that_reads``); a --checkpoint given
-    is ``checkpoint_files.given``'s, checked before TensorFlow loads.
+    is ``layout.given``'s, checked before TensorFlow loads.
 
     Raises:
       Cifar10Error: ``checkpoint_dir`` holds no complete checkpoint, or none of its
@@ -36,7 +35,7 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
 
 def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
     """The one checkpoint a program uses, found to read (TensorFlow loaded): ``given``
-    (a --checkpoint, named by ``checkpoint_files.given``) or else ``checkpoint_to_use``'s
+    (a --checkpoint, named by ``layout.given``) or else ``checkpoint_to_use``'s
     newest of ``checkpoint_dir``.  Reading it is cheap (the model is a few megabytes)
     beside what a checkpoint that turns out not to read would have cost: a download.
 
@@ -59,11 +58,11 @@ def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
 def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
                   or_instead: str = "") -> Cifar10Error:
     """The error for a --checkpoint_dir without a checkpoint: where its trainer is running
-    (it holds the run's lock, ``lock.held_by``) and has not saved yet, that it is, with
+    (it holds the run's lock, ``layout.held_by``) and has not saved yet, that it is, with
     ``or_instead`` (a program's other way, such as cifar10-eval's 'leave out
     --run_once ...') after 'run again after its first save'; else ``lead`` ('No
     checkpoint found') in it, and where to look instead, or to train first."""
-    holder = lock.held_by(checkpoint_dir)
+    holder = layout.held_by(checkpoint_dir)
     if holder is not None:  # "train first" would be wrong: the trainer is at it
         also = f", or {or_instead}" if or_instead else ""
         return Cifar10Error(
@@ -103,7 +102,7 @@ def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
 
 def _holds_checkpoints(folder: str) -> bool:
     try:
-        return checkpoint_files.holds_checkpoints(folder)
+        return layout.holds_checkpoints(folder)
     except Cifar10Error:
         return True  # cannot be read: the evaluator says so as it looks
 
@@ -112,7 +111,7 @@ def _elsewhere(checkpoint_dir: str) -> str:
     """The rest of the error for a --checkpoint_dir without a checkpoint, where it is
     not where the run is: its subfolder that holds checkpoints (a run's parent folder,
     runs/a, given for runs/a/train), or that it is a data folder; '' otherwise."""
-    holders = checkpoint_files.subfolders_with_checkpoints(checkpoint_dir)
+    holders = layout.subfolders_with_checkpoints(checkpoint_dir)
     if len(holders) == 1:
         return f"; {holders[0]} holds checkpoints: pass {pasted('checkpoint_dir', holders[0])}"
     if holders:

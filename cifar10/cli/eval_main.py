@@ -23,7 +23,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
-from cifar10.core import memory
+from cifar10.core import machine
 from cifar10.core.config import EvalConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
@@ -33,7 +33,7 @@ from cifar10.cli import process
 from cifar10.cli import follow
 from cifar10.cli import outdirs
 from cifar10.cli import writable
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 from cifar10.runs import records
 
 FLAGS = flags.FLAGS
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> None:
     # read, costs no download. Its name is looked for, and the data on disk checked,
     # before TensorFlow loads; then it is read, and only then is the data downloaded.
     single = FLAGS.run_once or checkpoint
-    if single and not checkpoint and not checkpoint_files.latest(run_dir):
+    if single and not checkpoint and not layout.latest(run_dir):
         raise checkpoint_dir.no_checkpoint(
             run_dir, "No checkpoint file found",
             or_instead="leave out --run_once to score each checkpoint as it is saved")
@@ -90,10 +90,10 @@ def _refuse_before_data() -> tuple[str | None, str]:
     Returns:
       (the --checkpoint given, as found, or None; the folder of the run scored).
     """
-    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
-                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
-    checkpoint = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    run_dir = checkpoint_files.run_folder(checkpoint, FLAGS.checkpoint_dir)
+    machine.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
+    checkpoint = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    run_dir = layout.run_folder(checkpoint, FLAGS.checkpoint_dir)
     outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
     writable.refuse_unwritable("eval_dir", FLAGS.eval_dir)
     outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)

@@ -24,7 +24,7 @@ from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
 from cifar10.cli import writable
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-export"
@@ -35,9 +35,9 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
-    given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    given = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     outdirs.refuse_foreign_export_dir(FLAGS.export_dir,
-                                      checkpoint_files.run_folder(given, FLAGS.checkpoint_dir))
+                                      layout.run_folder(given, FLAGS.checkpoint_dir))
     writable.refuse_unwritable("export_dir", FLAGS.export_dir)
     process.load_tensorflow()
     from cifar10.runs import checkpoints

@@ -21,7 +21,7 @@ from cifar10.core import config
 from cifar10.data import fileformat as ff
 from cifar10.distribute import cluster
 from cifar10.distribute import slurm
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 
 # Flags whose being left unset means something else than their default (the programs
 # test Flag.present): flags.txt writes them commented out when not given, so that a
@@ -269,7 +269,7 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
 
 def define_checkpoint_rule(flag_values: flags.FlagValues) -> None:
     """--checkpoint with a --checkpoint_dir that does not hold it is a flag error
-    (``checkpoint_files.not_in_checkpoint_dir``): the program would use the checkpoint's
+    (``layout.not_in_checkpoint_dir``): the program would use the checkpoint's
     own run, and --checkpoint_dir would be dropped without a word.  --checkpoint_dir
     at its default counts as not given: cifar10-eval's flags.txt records it so beside
     a --checkpoint, and its replay must not be refused."""
@@ -277,8 +277,8 @@ def define_checkpoint_rule(flag_values: flags.FlagValues) -> None:
 
     def rule(values: dict[str, Any]) -> bool:
         if values["checkpoint"] and values["checkpoint_dir"] != default:
-            problem = checkpoint_files.not_in_checkpoint_dir(values["checkpoint"],
-                                                             values["checkpoint_dir"])
+            problem = layout.not_in_checkpoint_dir(values["checkpoint"],
+                                                   values["checkpoint_dir"])
             if problem:
                 raise flags.ValidationError(problem)
         return True

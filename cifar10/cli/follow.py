@@ -18,7 +18,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 from cifar10.runs import records
 from cifar10.core.errors import Cifar10Error
 
@@ -138,7 +138,7 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
     """
     start, said = clock(), False
     while (records.recorded_flags(run_dir) is None
-           and not checkpoint_files.holds_checkpoints(run_dir)):
+           and not layout.holds_checkpoints(run_dir)):
         if timeout is not None and clock() - start > timeout:
             raise Cifar10Error(
                 f"no training run started in {run_dir} within --eval_timeout={timeout:g} "

@@ -20,7 +20,7 @@ from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import synthetic
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 from cifar10.runs import records
 
 
@@ -38,7 +38,7 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
     A changed --data_dir of the same kind is a notice of the run's records, not
     refused here.
     """
-    if not checkpoint_files.holds_checkpoints(run_dir):
+    if not layout.holds_checkpoints(run_dir):
         return
     now = _kind({name: flag_values[name].value
                  for name in ("synthetic_data", "dataset", "label") if name in flag_values})
@@ -127,7 +127,7 @@ def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
     and go on with it.  '' when there is no such run, or --data_dir is given."""
     recorded = records.recorded_flags(run_dir)
     if (recorded is None or "data_dir" not in recorded or flag_values["data_dir"].present
-            or not checkpoint_files.holds_checkpoints(run_dir)):
+            or not layout.holds_checkpoints(run_dir)):
         return ""
     theirs, ours = recorded["data_dir"], flag_values["data_dir"].value
     if os.path.realpath(theirs) == os.path.realpath(ours):

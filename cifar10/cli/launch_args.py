@@ -18,11 +18,11 @@ from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
 from cifar10.cli import writable
 from cifar10.cli.workers import TRAINER
-from cifar10.core import memory
+from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import getdata
 from cifar10.distribute import cluster
-from cifar10.runs import lock
+from cifar10.runs import layout
 
 # Flags every program takes from absl (its help flags are answered before parsing).
 _ABSL_MODULES = (logging.__name__,)
@@ -60,14 +60,14 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
         raise Cifar10Error(f"unexpected arguments for {TRAINER}: {' '.join(rest[1:])} (after "
                            f"-- come its flags only, e.g. -- --max_steps=300)")
     # Each worker would refuse these in the same words: said once here instead.
-    memory.refuse_batch_beyond_memory(
+    machine.refuse_batch_beyond_memory(
         values["batch_size"].value, 2 if values["use_bf16"].value or values["use_fp16"].value
         else 4)
     outdirs.refuse_output_as_data_dir("train_dir", values["train_dir"].value,
                                       values["data_dir"].value)
     outdirs.refuse_foreign_train_dir(values["train_dir"].value)
     writable.refuse_unwritable("train_dir", values["train_dir"].value)
-    lock.refuse_a_folder_for_the_file(values["train_dir"].value)
+    layout.refuse_a_folder_for_the_file(values["train_dir"].value)
     if num_workers > 1:
         if values["strategy"].value not in ("auto", "multi_worker"):
             raise Cifar10Error(f"--strategy={values['strategy'].value} would have each worker "

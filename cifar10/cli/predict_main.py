@@ -28,8 +28,8 @@ from cifar10.data import imagefiles
 from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
-from cifar10.core import memory
-from cifar10.runs import checkpoint_files
+from cifar10.core import machine
+from cifar10.runs import layout
 from cifar10.core.errors import Cifar10Error, shown_path
 
 FLAGS = flags.FLAGS
@@ -46,7 +46,7 @@ _CHUNK = 2 ** 20  # read at a time
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
-    memory.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
+    machine.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
     cifar_data_named.refuse_cifar_data(
         argv[1:], f"--checkpoint={FLAGS.checkpoint}" if FLAGS.checkpoint
         else f"--checkpoint_dir={FLAGS.checkpoint_dir}")
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
         logging.warning("%s", imagefiles.left_out_warning(left_out))
     piped = _standard_input() if imagefiles.STDIN in paths else {}
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
-    given = checkpoint_files.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
+    given = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     process.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import predict

@@ -21,7 +21,7 @@ from absl import flags
 from absl import logging
 
 from cifar10.core import atomic
-from cifar10.core.progressline import ProgressLine
+from cifar10.core.logs import ProgressLine
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import imagefiles
 from cifar10.data import prepare

@@ -38,7 +38,7 @@ import threading
 from typing import Callable
 
 from cifar10.cli import process
-from cifar10.runs import checkpoint_files, statefile
+from cifar10.runs import layout
 
 # The exit status of a run stopped at once by a second signal, as of any interrupted program.
 INTERRUPTED = 130
@@ -49,25 +49,25 @@ def last_good_checkpoint(directory: str) -> str | None:
     """The newest complete checkpoint of ``directory`` whose save is over (it has no
     ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
     ``.index`` file last) and that is the run's (``_the_runs``), or None."""
-    complete = checkpoint_files.find(directory)
+    complete = layout.find(directory)
     # Listed after the checkpoints: a save that ends in between is over, and complete.
-    saving = {int(m[1]) for m in map(checkpoint_files.TEMP_DIR.fullmatch,
-                                     checkpoint_files.listdir(directory)) if m}
+    saving = {int(m[1]) for m in map(layout.TEMP_DIR.fullmatch,
+                                     layout.listdir(directory)) if m}
     good = [c for c in complete if c.step not in saving and _the_runs(directory, c)]
     return good[-1].path if good else None
 
 
-def _the_runs(directory: str, checkpoint: checkpoint_files.Checkpoint) -> bool:
+def _the_runs(directory: str, checkpoint: layout.Checkpoint) -> bool:
     """Whether ``checkpoint`` is one the run restored or saved, not a newer one that did
     not restore, left in place (``resume``): the trainer rewrote the state file to name
     the one it restored, and rewrites it after each save.  A checkpoint newer than the
     one the state file names is the run's only if saved since the file was written (the
     save just done, before the file is rewritten)."""
-    named, _ = statefile.named_step(directory, {checkpoint.step})
+    named, _ = layout.named_step(directory, {checkpoint.step})
     if named is None or checkpoint.step <= named:
         return True
     try:
-        state = os.stat(os.path.join(directory, statefile.STATE_FILE)).st_mtime_ns
+        state = os.stat(os.path.join(directory, layout.STATE_FILE)).st_mtime_ns
         return os.stat(checkpoint.path + ".index").st_mtime_ns >= state
     except OSError:
         return True  # (gone meanwhile: the newest by name, as without a state file)

@@ -20,7 +20,7 @@ import sys
 from absl import app
 from absl import flags
 
-from cifar10.core import memory
+from cifar10.core import machine
 from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
@@ -30,7 +30,7 @@ from cifar10.cli import outdirs
 from cifar10.cli import suggestions
 from cifar10.cli import writable
 from cifar10.cli import process
-from cifar10.runs import lock
+from cifar10.runs import layout
 
 FLAGS = flags.FLAGS
 PROGRAM = "cifar10-train"
@@ -118,14 +118,14 @@ def _refuse_before_tensorflow() -> str:
     and reads TF_CONFIG itself; returns the error for a download the run's data rules
     out (``kind_of_data.download_refusal``; '' when there is none)."""
     kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
-    memory.refuse_batch_beyond_memory(FLAGS.batch_size,
-                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
+    machine.refuse_batch_beyond_memory(FLAGS.batch_size,
+                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
     outdirs.refuse_output_as_data_dir("train_dir", FLAGS.train_dir, FLAGS.data_dir)
     outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
     writable.refuse_unwritable("train_dir", FLAGS.train_dir)
     outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
     if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
-        lock.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
+        layout.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
         return ""

@@ -10,19 +10,18 @@ from __future__ import annotations
 import os
 
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files
-from cifar10.runs import lock
+from cifar10.runs import layout
 from cifar10.runs import records
 
 
 def trainer_files(directory: str) -> list[str]:
     """The files in ``directory`` that make it a training run's: the trainer's lock, a
     flags.txt that records a cifar10-train start, checkpoint files."""
-    found = [lock.LOCK_FILE] if os.path.exists(os.path.join(directory, lock.LOCK_FILE)) else []
+    found = [layout.LOCK_FILE] if os.path.exists(os.path.join(directory, layout.LOCK_FILE)) else []
     if records.recorded_flags(directory, "cifar10-train") is not None:
         found.append(records.FLAGS_FILE)
     if _holds_checkpoints(directory):
-        found.append(f"{checkpoint_files.PREFIX}-*")
+        found.append(f"{layout.PREFIX}-*")
     return found
 
 
@@ -30,7 +29,7 @@ def _holds_checkpoints(directory: str) -> bool:
     """Whether ``directory`` holds checkpoint files; False for a file, or a folder that
     cannot be read (the program's own write names it)."""
     try:
-        return checkpoint_files.holds_checkpoints(directory)
+        return layout.holds_checkpoints(directory)
     except Cifar10Error:
         return False
 
@@ -41,7 +40,7 @@ def scored_run(eval_dir: str) -> str | None:
     recorded = records.recorded_flags(eval_dir, "cifar10-eval")
     if not recorded:
         return None
-    return checkpoint_files.run_folder(recorded.get("checkpoint"), recorded.get("checkpoint_dir"))
+    return layout.run_folder(recorded.get("checkpoint"), recorded.get("checkpoint_dir"))
 
 
 def is_empty_folder(path: str) -> bool:

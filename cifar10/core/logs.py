@@ -1,24 +1,11 @@
-"""What the programs write to stderr besides their own lines.
+"""What the programs write to stderr: their warnings in their own format, native
+log lines filtered out, and progress lines.
 
-TensorFlow's C++ runtime logs to file descriptor 2 from the moment it loads:
-absl's ``WARNING: All log messages before absl::InitializeLog() ...`` line, the
-``cudart``/``cuInit`` probe of a CPU machine, oneDNN and XLA notices, tf.data
-warnings.  ``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's own logging (TensorFlow
-2.16-2.21 log through both), and there is no Python call that does, so
-``hide_native_lines`` filters the descriptor itself: Python's ``sys.stderr`` moves
-to a copy of it, and what native code writes to descriptor 2 goes through a pipe
-to a small forked process that drops those log lines and passes everything else
-on (a fatal ``F`` line, ``terminate called ...``), also after the program dies.
-
-A user who sets ``TF_CPP_MIN_LOG_LEVEL=0`` or passes absl's ``--verbosity`` (``-v``)
-gets TensorFlow's lines as TensorFlow writes them (``tensorflow_lines_wanted``);
-``TF_CPP_MIN_LOG_LEVEL`` 1, 2 or 3 lets through the lines of that level and above
-(W, E, F), as TensorFlow means it, also of absl's logging, which does not read it.
-This leaves them on a machine with GPUs too, where the lines worth reading (the
-devices created, their memory) are INFO lines.
-
-The programs' own warnings (absl's ``logging.warning``) read like their errors:
-``cifar10-train: warning: ...`` (``ProgramFormatter``).
+TensorFlow's C++ runtime logs to file descriptor 2 (absl's pre-init warning, the
+CUDA probe of a CPU machine, oneDNN notices), and ``TF_CPP_MIN_LOG_LEVEL`` does not
+reach absl's own logging, so ``hide_native_lines`` filters the descriptor itself
+through a forked process.  ``TF_CPP_MIN_LOG_LEVEL=0`` or ``--verbosity`` shows them all;
+1 to 3 show that level and above, as TensorFlow means it.  No TensorFlow.
 """
 
 from __future__ import annotations
@@ -29,7 +16,8 @@ import os
 import re
 import signal
 import sys
-from typing import Mapping
+import time
+from typing import Callable, Mapping, TextIO
 
 # One C++ log line's head, as absl writes it (TensorFlow 2.17 on)
 # ``I0000 00:00:1795575350.065948    1850 port.cc:153] ...`` or
@@ -197,3 +185,64 @@ class ProgramFormatter(logging.Formatter):
             kind = "notice" if getattr(record, "notice", False) else "warning"
             return f"{self.program}: {kind}: {record.getMessage()}"
         return self.fallback.format(record)
+
+
+class ProgressLine:
+    """Progress of ``total`` units of work (None: not known), shown on ``stream``.
+
+    Args:
+      describe: the line for (units done, seconds since the start), without ``\\r``
+        or a line end.
+      total: the units of work in all, or None.
+      stream: where the lines go (stderr by default); a terminal when its
+        ``isatty()`` says so.
+      unsized_step: where ``total`` is None, a line on a log file every this many units.
+    """
+
+    def __init__(self, describe: Callable[[int, float], str], total: int | None,
+                 stream: TextIO | None = None, unsized_step: int = 1):
+        self.describe, self.total, self.unsized_step = describe, total, unsized_step
+        self.stream = stream or sys.stderr
+        try:
+            self.rewrite = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.rewrite = False
+        self._start = time.monotonic()
+        self._mark: int | None = None  # the tenth (or step) last shown, in a log
+        self._last: tuple[int, str] | None = None  # (done, line) last written, in a log
+        self._done: int | None = None  # the units last shown; None before the first
+        self._width = 0  # the length of the line last written on a terminal
+
+    def show(self, done: int) -> None:
+        """Shows that ``done`` units are done: rewritten on a terminal; in a log, a line
+        when a new tenth (or step) is reached, or the total."""
+        self._done = done
+        line = self.describe(done, time.monotonic() - self._start)
+        mark = 10 * done // self.total if self.total else done // self.unsized_step
+        if self.rewrite:
+            # Spaces over what a longer line before left (no escape code: a dumb
+            # terminal shows those as they are).
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        elif mark != self._mark or done == self.total:
+            self._write_line(done, line)
+            self._mark = mark
+        self.stream.flush()
+
+    def end(self, done: int | None = None) -> None:
+        """After the last unit (or a failure): the terminal's line ended, or in a log
+        the figure it stopped at shown (unless its line is the last one written).
+        ``done`` defaults to the units last shown; before any is shown, nothing."""
+        done = self._done if done is None else done
+        if done is None:
+            return
+        if self.rewrite:
+            self.stream.write("\n")
+        else:
+            self._write_line(done, self.describe(done, time.monotonic() - self._start))
+        self.stream.flush()
+
+    def _write_line(self, done: int, line: str) -> None:
+        if self._last is None or (done != self._last[0] and line != self._last[1]):
+            self._last = (done, line)
+            self.stream.write(line + "\n")

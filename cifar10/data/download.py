@@ -25,7 +25,7 @@ import zlib
 
 from cifar10.core import atomic
 from cifar10.core.errors import DataError
-from cifar10.core.progressline import ProgressLine
+from cifar10.core.logs import ProgressLine
 from cifar10.data import fileformat as ff
 
 SOCKET_TIMEOUT_S = 60.0  # a blocked connect or read gives up after this

@@ -22,7 +22,7 @@ import tensorflow as tf
 from cifar10.distribute import cluster
 from cifar10.distribute import logical_devices
 from cifar10.distribute import resolver
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
 
 def enable_memory_growth() -> list:
@@ -171,7 +171,7 @@ BFLOAT16_CPU_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
 
 def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     """Whether this CPU has bfloat16 instructions; None when ``cpuinfo`` cannot be read."""
-    flags = cpu.features(cpuinfo)
+    flags = machine.features(cpuinfo)
     return None if flags is None else bool(flags & set(BFLOAT16_CPU_FEATURES))
 
 

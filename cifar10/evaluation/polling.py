@@ -23,7 +23,7 @@ from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.distribute import devices
 from cifar10.evaluation import recording, scoring
 from cifar10.evaluation.result import EvalResult, class_table
-from cifar10.runs import checkpoint_files, checkpoints
+from cifar10.runs import checkpoints, layout
 from cifar10.runs import records
 from cifar10.runs import summaries
 
@@ -193,7 +193,7 @@ class _Poller:
     def _candidate(self) -> str | None:
         """The newest of the ``checkpoints.TRIED`` newest checkpoints not known to be
         unreadable, or None."""
-        for checkpoint in reversed(checkpoint_files.find(self.config.checkpoint_dir)
+        for checkpoint in reversed(layout.find(self.config.checkpoint_dir)
                                    [-checkpoints.TRIED:]):
             if not self._unreadable(checkpoint.path):
                 return checkpoint.path
@@ -278,16 +278,16 @@ def _none_reads(checkpoint_dir: str) -> str:
             f"({', '.join(tried)}; see the warnings above): nothing was scored; {fix}")
 
 
-def _tried(checkpoint_dir: str) -> tuple[list[str], list[checkpoint_files.Checkpoint]]:
+def _tried(checkpoint_dir: str) -> tuple[list[str], list[layout.Checkpoint]]:
     """(the names of the ``checkpoints.TRIED`` newest checkpoints, the newest first: those
     the poller tries; the older ones, which it does not)."""
-    found = checkpoint_files.find(checkpoint_dir)
+    found = layout.find(checkpoint_dir)
     return ([checkpoint.name for checkpoint in reversed(found[-checkpoints.TRIED:])],
             found[:-checkpoints.TRIED])
 
 
 def _latest(checkpoint_dir: str) -> str | None:
-    latest = checkpoint_files.latest(checkpoint_dir)
+    latest = layout.latest(checkpoint_dir)
     return latest.path if latest else None
 
 
@@ -296,5 +296,5 @@ def _training_finished(checkpoint_dir: str) -> str | None:
     checkpoint of that step is on disk; else None.  (A newer one may be there: one
     that did not restore, which the trainer left in place and went on before.)"""
     final_step = checkpoints.completed_step(checkpoint_dir)
-    final = [c.path for c in checkpoint_files.find(checkpoint_dir) if c.step == final_step]
+    final = [c.path for c in layout.find(checkpoint_dir) if c.step == final_step]
     return final[0] if final else None

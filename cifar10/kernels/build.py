@@ -24,7 +24,7 @@ import threading
 
 import tensorflow as tf
 
-from cifar10.core import cpu
+from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error, first_line
 
 SOURCE_DIR = pathlib.Path(__file__).parent
@@ -86,7 +86,7 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
         raise KernelBuildError("no C++ compiler found (install g++, or set CXX)")
     version = _run([*cxx, "--version"], f"run the C++ compiler {shlex.join(cxx)}")
     compile_flags, link_flags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
-    features = cpu.features()
+    features = machine.features()
     digest = hashlib.sha256()
     for part in [*(SOURCE_DIR / f for f in native_sources + tf_sources),
                  *sorted(SOURCE_DIR.glob("*.h"))]:

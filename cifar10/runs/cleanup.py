@@ -1,18 +1,12 @@
-"""Removing what the trainer wrote in a run directory, and only that: the leftovers
-of saves cut short (with the files of a checkpoint whose save was cut short as they
-were put in place), a checkpoint's files, every file of a run (``--fresh_start``).
+"""Removing what the trainer wrote in a run directory, and only that: leftovers of
+writes cut short, old checkpoints, every file of a run (``--fresh_start``).
 
 Files are matched by the exact names TensorFlow and the trainer give them, so a
-user's file that merely starts like one (``model.ckpt-best.txt``,
-``checkpoint.txt``, a folder of their own) stays.  A file of a checkpoint's name is
-the trainer's only when it is one: a ``.index`` that ends as TensorFlow's table does,
-and the ``.data`` shards of such an index (or the files of a save cut short as they
-were put in place); ``--fresh_start`` refuses, removing nothing, where another file
-has such a name (``foreign_checkpoint_files``).  A folder is removed only when it
-is a save's temporary folder; an event file only when its first summaries are the
-trainer's (an evaluator pointed at the run directory by an older version wrote
-event files of the same names there).  The lock file stays too: it is held while
-these run.
+user's look-alike (``model.ckpt-best.txt``, ``checkpoint.txt``, a folder) stays.  A
+``.index`` is the trainer's only when it ends as TensorFlow's table does; a ``.data``
+shard when its checkpoint's ``.index`` is, or there is none (a save or a prune cut
+short).  ``--fresh_start`` refuses, removing nothing, while another file has a
+checkpoint's name.  An event file is the trainer's only when its first summaries are.
 """
 
 from __future__ import annotations
@@ -26,37 +20,24 @@ from typing import Iterator
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_error, listed
 from cifar10.runs import records
-from cifar10.runs.checkpoint_files import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE,
-                                          PREFIX, TEMP_DIR, listdir)
-from cifar10.runs.statefile import STATE_FILE, TEMP_FILE as STATE_TEMP_FILE
+from cifar10.runs.layout import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE, PREFIX,
+                                 STATE_FILE, STATE_TEMP_FILE, TEMP_DIR, listdir)
 
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+\.v2")
-# The trainer's own small files besides checkpoints: each is written under a temporary
-# name of its own first (<name>.tmp<32 hex digits>: atomic.temp_name); a user's
-# <name>.tmp is not one.
+# The trainer's small files, each written through <name>.tmp<32 hex digits> first.
 _RECORDS = (COMPLETE_FILE, CLASSES_FILE, records.FLAGS_FILE, records.ENVIRONMENT_FILE)
 _RECORD_TEMP_FILE = re.compile(
     f"({'|'.join(re.escape(name) for name in _RECORDS)}){atomic.TEMP_SUFFIX}")
-# What a save or a record cut short leaves: never a file a finished write leaves.
 _LEFTOVERS = (TEMP_DIR, STATE_TEMP_FILE, _RECORD_TEMP_FILE)
-
-# TensorFlow saves a checkpoint in steps: each shard's data and index into the save's
-# temporary folder (model.ckpt-<step>_temp/part-00000-of-00001.*), the data files
-# moved into place, the checkpoint's .index written in place, and only then the
-# shards' index files and the folder removed.  A kill between those steps leaves
-# a shard's index in the folder, and the checkpoint's own files half there: a
-# .index that is missing or half written, which looks complete by its name and
-# does not read.
+# TensorFlow saves each shard into model.ckpt-<step>_temp/, moves the data files into
+# place, writes the .index in place, and only then removes the shard's index and the
+# folder: a kill in between leaves that shard index, and a .index missing or half there.
 _SHARD_INDEX = re.compile(r"part-\d{5}-of-\d{5}\.index")
-# How a whole .index ends: the magic number of TensorFlow's table format, the last
-# bytes its writer writes.
+# The last bytes of a whole .index: the magic number of TensorFlow's table format.
 _TABLE_MAGIC = struct.pack("<Q", 0xdb4775248b80fb57)
-
-
-# Summary tags only the trainer writes, and the evaluator's result: the first of
-# them in an event file tells whose it is.  The settings table (``run_config``),
-# which both write first, is the trainer's when it has a train_dir row.
+# Summary tags only the trainer writes, and the evaluator's: the first in an event file
+# tells whose it is; the settings table both write is the trainer's with a train_dir row.
 _TRAINER_TAGS = {"learning_rate", "total_loss", "examples_per_sec", "train_step",
                  "_hparams_/session_start_info"}
 _EVALUATOR_TAGS = {"Precision @ 1"}
@@ -64,24 +45,17 @@ _TRAINER_CONFIG_ROW = b"| train_dir |"
 
 
 def own_files(directory: str) -> list[str]:
-    """The names in ``directory`` that the trainer writes (matched exactly), sorted.
-
-    A folder of one of these names is the trainer's only if it is a save's temporary
-    folder; an event file only if ``trainers_events`` says so.
-    """
+    """The names in ``directory`` that the trainer wrote, sorted."""
     exact = {STATE_FILE, *_RECORDS}
-    patterns = (_EVENTS, *_LEFTOVERS)
     foreign = set(foreign_checkpoint_files(directory))
     names = []
     for name in listdir(directory):
         path = os.path.join(directory, name)
-        checkpoints_file = _checkpoint_step(name) is not None
-        if not (name in exact or checkpoints_file or any(p.fullmatch(name) for p in patterns)):
+        if not (name in exact or _checkpoint_step(name) is not None
+                or any(p.fullmatch(name) for p in (_EVENTS, *_LEFTOVERS))):
             continue
-        if name in foreign:
+        if name in foreign or (os.path.isdir(path) and not TEMP_DIR.fullmatch(name)):
             continue
-        if os.path.isdir(path) and not TEMP_DIR.fullmatch(name):
-            continue  # a user's folder that merely has the name of a file of the trainer's
         if _EVENTS.fullmatch(name) and not trainers_events(path):
             continue
         names.append(name)
@@ -89,27 +63,16 @@ def own_files(directory: str) -> list[str]:
 
 
 def foreign_checkpoint_files(directory: str) -> list[str]:
-    """The files in ``directory`` with the name of a checkpoint's ``.index`` or ``.data``
-    file that the trainer did not write, sorted: a ``.index`` that does not end as
-    TensorFlow's table does (``echo hi > model.ckpt-99.index``), a ``.data`` shard
-    whose checkpoint has no such ``.index``.  The files of a save cut short as they
-    were put in place (``cut_short_steps``) are the trainer's.
-
-    The check reads 8 bytes of each .index and imports no TensorFlow: a .index that
-    TensorFlow wrote whole ends with the table's magic number, and nothing else does
-    by chance.
-    """
+    """The files with a checkpoint's name that the trainer did not write, sorted: a
+    ``.index`` that is not whole (``echo hi > model.ckpt-99.index``) and the ``.data``
+    shards beside it, unless a save was cut short there (``cut_short_steps``)."""
     names = listdir(directory)
-    cut_short = set(cut_short_steps(directory))
-    whole = {step for step in {_checkpoint_step(n) for n in names if INDEX_FILE.fullmatch(n)}
-             if _whole_index(os.path.join(directory, f"{PREFIX}-{step}.index"))}
-    foreign = []
-    for name in names:
-        step = _checkpoint_step(name)
-        if (step is not None and step not in whole | cut_short
-                and not os.path.isdir(os.path.join(directory, name))):
-            foreign.append(name)
-    return sorted(foreign)
+    indexed = {int(m[1]) for m in map(INDEX_FILE.fullmatch, names) if m}
+    bad = {step for step in indexed
+           if not _whole_index(os.path.join(directory, f"{PREFIX}-{step}.index"))}
+    bad -= set(cut_short_steps(directory))
+    return sorted(name for name in names if _checkpoint_step(name) in bad
+                  and not os.path.isdir(os.path.join(directory, name)))
 
 
 def _checkpoint_step(name: str) -> int | None:
@@ -119,13 +82,10 @@ def _checkpoint_step(name: str) -> int | None:
 
 
 def trainers_events(path: str, records: int = 16) -> bool:
-    """Whether the event file ``path`` is the trainer's: the first summary tag among its
-    first ``records`` records that only one program writes is the trainer's.  One
-    that holds no summary at all and is under 1 KiB (a start cut short before its
-    first summary) counts as the trainer's, since nothing is lost with it; one that
-    cannot be read, another program's, or one whose summaries have only tags neither
-    program is known by (``accuracy`` of a script of the user's), does not.
-    """
+    """Whether the event file ``path`` is the trainer's: the first tag among its first
+    ``records`` records that one program alone writes is the trainer's, or it holds no
+    summary and is under 1 KiB (a start cut short).  One that cannot be read, or holds
+    only tags of neither program, is not."""
     summaries = False
     try:
         for tags in _summary_tags(path, records):
@@ -137,16 +97,15 @@ def trainers_events(path: str, records: int = 16) -> bool:
                 summaries = True
     except (OSError, ValueError):
         return False
-    # Nothing but the file's version record (and, of a start cut short, no summary).
     return not summaries and os.path.getsize(path) < 1024
 
 
 def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
-    """The (tag, text) of each summary value of the first ``records`` records of an
-    event file (TFRecord framing: length, its CRC, the data, its CRC).
+    """The (tag, text) of the summary values of each of the first ``records`` records of
+    an event file (TFRecord framing: length, its CRC, the data, its CRC).
 
     Raises:
-      OSError, ValueError: the file cannot be read, or holds no event where one should be.
+      OSError, ValueError: the file cannot be read, or is not an event file.
     """
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import event_pb2  # protobuf only, no TensorFlow
@@ -170,13 +129,9 @@ def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
 
 
 def remove_leftovers(directory: str) -> list[str]:
-    """Removes the temporary folders and files of saves that were cut short, and the
-    files of each checkpoint whose save was cut short as they were moved into place
-    (``cut_short_steps``).
-
-    Returns:
-      The names removed, sorted.
-    """
+    """Removes the temporary folders and files of writes cut short, and the files of
+    each checkpoint whose save was cut short as they were put in place; returns the
+    names removed, sorted."""
     removed = {name for name in own_files(directory)
                if any(p.fullmatch(name) for p in _LEFTOVERS)}
     for step in cut_short_steps(directory):
@@ -187,10 +142,8 @@ def remove_leftovers(directory: str) -> list[str]:
 
 
 def cut_short_steps(directory: str) -> list[int]:
-    """The steps whose save was cut short once TensorFlow began to put the checkpoint's
-    files in place: the save's temporary folder still holds a shard's .index, and the
-    checkpoint's .index is missing or not whole (a kill after it was written whole
-    leaves it, and the checkpoint reads).  Sorted."""
+    """The steps whose save was cut short as TensorFlow put the files in place: the
+    temporary folder still holds a shard's .index and the .index is not whole.  Sorted."""
     steps = []
     for name in listdir(directory):
         match = TEMP_DIR.fullmatch(name)
@@ -221,24 +174,18 @@ def _whole_index(path: str) -> bool:
 
 
 def unfinished_checkpoints(names: list[str]) -> list[str]:
-    """The checkpoints ('model.ckpt-9') whose .index or .data files are among ``names``,
-    by step."""
-    steps = {int(match[1]) for match in (INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name)
-                                         for name in names) if match}
+    """The checkpoints ('model.ckpt-9') with .index or .data files among ``names``, by step."""
+    steps = {_checkpoint_step(name) for name in names} - {None}
     return [f"{PREFIX}-{step}" for step in sorted(steps)]
 
 
 def remove_run(directory: str) -> int:
-    """``--fresh_start``: removes every file the trainer writes; returns how many.
-
-    Matched by exact patterns (checkpoints, leftovers of interrupted saves, the
-    state file, event files, the complete marker, the class names, the records);
-    the lock file (held), the directory and anything else stay.
+    """``--fresh_start``: removes every file the trainer wrote; returns how many.  The
+    lock file (held), the directory and anything else stay.
 
     Raises:
-      Cifar10Error: a file has a checkpoint's name and is not the trainer's
-        (``foreign_checkpoint_files``); nothing is removed.  Left in place, the new
-        run would take it for a checkpoint of its own, and stop on it.
+      Cifar10Error: a file has a checkpoint's name and is not the trainer's: the new
+        run would take it for its own checkpoint; nothing is removed.
     """
     if foreign := foreign_checkpoint_files(directory):
         one = len(foreign) == 1
@@ -258,19 +205,17 @@ def remove_run(directory: str) -> int:
 
 
 def checkpoint_files(directory: str, step: int) -> list[str]:
-    """The names of the files (and temporary folder) of the checkpoint of ``step``."""
-    names = []
-    for name in listdir(directory):
-        match = INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name) \
-            or TEMP_DIR.fullmatch(name)
-        if match and int(match[1]) == step:
-            names.append(name)
-    return names
+    """The names of the files and temporary folder of the checkpoint of ``step``, in
+    the order to delete them: the ``.index`` last, so that a deletion cut short never
+    leaves ``.data`` shards without it."""
+    names = [name for name in listdir(directory)
+             if (m := INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name)
+                 or TEMP_DIR.fullmatch(name)) and int(m[1]) == step]
+    return sorted(names, key=lambda name: name.endswith(".index"))
 
 
 def delete(directory: str, name: str) -> None:
-    """Removes a file or temporary folder of the trainer's; a missing one is fine.
-    Only a save's temporary folder is removed with what it holds.
+    """Removes a file or a save's temporary folder of the trainer's; a missing one is fine.
 
     Raises:
       Cifar10Error: it cannot be removed.

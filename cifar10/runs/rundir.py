@@ -1,11 +1,5 @@
 """The trainer's handle on its run directory: opening it (lock, cleanup), restoring,
-saving, and the small files that say what the run is (complete marker, class names).
-
-The pieces live beside it: ``lock`` (one trainer per directory), ``cleanup``
-(leftovers, ``--fresh_start``), ``resume`` (which checkpoint to go on from),
-``statefile`` (TensorFlow's ``checkpoint`` file); ``checkpoints`` is the read side
-and lists the files of a run directory.
-"""
+saving, and the small files that say what the run is (complete marker, class names)."""
 
 from __future__ import annotations
 
@@ -20,11 +14,10 @@ from absl import logging
 
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_advice, io_error, listed
-from cifar10.runs import cleanup, resume, statefile
-from cifar10.runs.checkpoint_files import (CLASSES_FILE, COMPLETE_FILE, PREFIX, Checkpoint,
-                                          checkpoint_path, find, latest)
+from cifar10.runs import checkpoints, cleanup, layout
 from cifar10.runs.checkpoints import READ_ERRORS, num_outputs, recorded_class_names
-from cifar10.runs.lock import TrainerLock
+from cifar10.runs.layout import (CLASSES_FILE, COMPLETE_FILE, PREFIX, Checkpoint, TrainerLock,
+                                 checkpoint_path, latest)
 
 
 class RunDirectory:
@@ -58,7 +51,7 @@ class RunDirectory:
         self.is_chief = save_dir is None
         self.save_dir = save_dir or directory
         self.print_fn = print_fn
-        self.warn = warn  # None: resume.restore's own, the program's warnings
+        self.warn = warn  # None: checkpoints.restore's own, the program's warnings
         self.saved_step: int | None = None  # the step of the last checkpoint restored or saved
         self._lock = TrainerLock(directory)
 
@@ -90,15 +83,8 @@ class RunDirectory:
             self.print_fn(_removed_leftovers(self.directory, removed))
 
     def restore(self) -> Checkpoint | None:
-        """Restores the newest checkpoint that restores completely (``resume.restore``).
-
-        Returns:
-          The checkpoint restored; None when the directory holds no checkpoint.
-
-        Raises:
-          Cifar10Error: the directory holds checkpoints and none restores.
-        """
-        restored = resume.restore(self.directory, self.checkpoint, self.print_fn,
+        """Restores the newest checkpoint that restores (``checkpoints.restore``)."""
+        restored = checkpoints.restore(self.directory, self.checkpoint, self.print_fn,
                                   rewrite_state=self.is_chief, warn=self.warn)
         if restored:
             self.saved_step = restored.step
@@ -141,7 +127,7 @@ class RunDirectory:
         self.saved_step = step
         kept = _drop_beyond(self.save_dir, step, self.keep)
         if self.is_chief:
-            statefile.write(self.directory, kept)
+            layout.write_state(self.directory, kept)
 
     def mark_complete(self, step: int) -> None:
         """Records that the run reached its ``max_steps`` at ``step`` (the chief does)."""
@@ -197,13 +183,16 @@ def _removed_leftovers(directory: str, removed: list[str]) -> str:
 
 
 def _drop_beyond(directory: str, step: int, keep: int) -> list[Checkpoint]:
-    """Removes the checkpoints older than the ``keep`` newest up to ``step``; returns those."""
-    found = find(directory)
-    kept = [c for c in found if c.step <= step][-keep:]
-    for old in found:
-        if old.step < kept[0].step:
-            for name in cleanup.checkpoint_files(directory, old.step):
-                cleanup.delete(directory, name)
+    """Removes the checkpoints older than the ``keep`` newest up to ``step``, and the
+    trainer's files of incomplete ones older still (a prune cut short); returns those kept."""
+    complete, incomplete = layout.scan(directory)
+    kept = [Checkpoint(s, checkpoint_path(directory, s)) for s in complete if s <= step][-keep:]
+    foreign = set(cleanup.foreign_checkpoint_files(directory))
+    for old in sorted(set(complete) | set(incomplete)):
+        if old < kept[0].step:
+            for name in cleanup.checkpoint_files(directory, old):
+                if name not in foreign:
+                    cleanup.delete(directory, name)
     return kept
 
 
@@ -229,8 +218,7 @@ def _check_class_count(directory: str, names: Sequence[str]) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    """Writes one of the run's small files through a temporary name of its own
-    (``atomic.temp_name``)."""
+    """Writes one of the run's small files (``atomic.write_text``)."""
     try:
         atomic.write_text(path, text)
     except OSError as e:

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from bench import measure
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 from cifar10.data import pipeline as data
 from cifar10.evaluation import scoring
 from cifar10.serving import export
@@ -152,7 +152,7 @@ def _serving_rate(serve, images: list[tf.Tensor], batch_size: int, windows: int)
 
 def serving(args, train_dir: str, test_files: list[str], work: str) -> tuple[float, float]:
     """(h): images/sec of the exported SavedModel on PNG bytes, at batch 1 and 128."""
-    target = export.export(checkpoint_files.latest(train_dir).path, os.path.join(work, "export"))
+    target = export.export(layout.latest(train_dir).path, os.path.join(work, "export"))
     serve = tf.saved_model.load(target).signatures["serving_default"]
     images = [tf.io.encode_png(image) for image, _ in data.read_records(test_files).take(128)]
     return (_serving_rate(serve, images, 1, args.windows),

@@ -1,30 +1,41 @@
-"""Whether a batch can fit in this machine's memory at all, answered before TensorFlow
-loads.
-
-A step's largest tensor is conv1's output (batch x 24 x 24 x 64 values, and its
-gradient as large).  A --batch_size whose conv1 output alone is larger than the
-machine's memory cannot run; TensorFlow does not always say so (a batch of 200,000
-ends in a segmentation fault inside its CPU kernels, and one past 2^63 in an
-overflow), so the programs that take a --batch_size refuse it.
-Smaller batches that still do not fit end in TensorFlow's out-of-memory error,
-which the trainer words as one line.
-
-This module imports no TensorFlow.
-"""
+"""This machine, as the programs need it before TensorFlow loads: its CPU's
+instruction sets and whether a batch can fit in its memory at all."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 from cifar10.core.config import CROP_SIZE
 from cifar10.core.errors import Cifar10Error
 
 CONV1_FILTERS = 64  # model.py's conv1
+# The most memory a 64-bit machine can address: the limit where this machine's is not known.
+ADDRESSABLE = 2**64
+
+
+def features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
+    """The CPU's feature flags ('avx2', 'amx_bf16', Arm's 'bf16', ...); None where
+    ``cpuinfo`` cannot be read (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):  # x86, Arm
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def has_amx() -> bool:
+    """Whether this CPU has AMX's bfloat16 tiles (Intel Sapphire Rapids and later)."""
+    return "amx_bf16" in (features() or ())
 
 
 def conv1_output_bytes(batch_size: int, value_bytes: int = 4) -> int:
-    """The bytes of conv1's output for a batch of ``batch_size`` images, of
-    ``value_bytes`` a value (4: float32; 2: the least under --use_bf16 or --use_fp16)."""
+    """The bytes of conv1's output (a step's largest tensor) for ``batch_size`` images."""
     return batch_size * CROP_SIZE * CROP_SIZE * CONV1_FILTERS * value_bytes
 
 
@@ -36,18 +47,12 @@ def total_memory() -> int | None:
         return None
 
 
-# The most memory a 64-bit machine can address: the limit where this machine's memory is
-# not known, so that no batch past it (past what TensorFlow's 64-bit sizes hold, too)
-# reaches TensorFlow.
-ADDRESSABLE = 2**64
-
-
 def refuse_batch_beyond_memory(batch_size: int, value_bytes: int = 4,
                                memory: int | None = None, replica: bool = True) -> None:
     """Raises Cifar10Error when conv1's output for ``batch_size`` images (a replica's
-    batch, with ``replica``; else the program's one device's) of ``value_bytes`` a value
-    alone is larger than ``memory`` bytes (default: this machine's), or than a 64-bit
-    machine can address where the machine's memory is not known."""
+    batch, with ``replica``) alone is larger than ``memory`` (default: this machine's)
+    or than a 64-bit machine can address: TensorFlow does not always say so (a
+    segmentation fault, an overflow)."""
     memory = total_memory() if memory is None else memory
     needed = conv1_output_bytes(batch_size, value_bytes)
     if memory and needed > memory:
