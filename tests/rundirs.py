@@ -48,12 +48,10 @@ def leave_an_interrupted_save(train_dir, step):
 
 
 def leave_a_save_cut_in_place(train_dir, step, source, index_written):
-    """What a kill leaves while TensorFlow puts the checkpoint of ``step`` in place
-    (its MergeV2Checkpoints, as strace shows it with TensorFlow 2.21: the shard's data
-    moved from model.ckpt-<step>_temp/ to model.ckpt-<step>.data-00000-of-00001,
-    model.ckpt-<step>.index written in place, and only then the shard's index and
-    the folder removed).  The files are those of the checkpoint ``source`` (a
-    prefix); the .index holds its first ``index_written`` bytes (None: not begun)."""
+    """What a kill leaves while TensorFlow puts the checkpoint of ``step`` in place (the
+    shard's data moved out of model.ckpt-<step>_temp/, then the .index written, then the
+    folder removed): the files of checkpoint ``source``, the .index cut to its first
+    ``index_written`` bytes (None: not begun)."""
     temp = train_dir / f"model.ckpt-{step}_temp"
     temp.mkdir()
     shutil.copy(f"{source}.index", temp / "part-00000-of-00001.index")

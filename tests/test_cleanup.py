@@ -46,24 +46,15 @@ def make_run(directory):
     return directory
 
 
-def test_own_files_are_exactly_the_trainers(tmp_path):
+def test_only_the_trainers_files_are_its_own_and_removed(tmp_path):
     assert cleanup.own_files(str(make_run(tmp_path))) == sorted(
         CHECKPOINT_FILES + RECORDS + LEFTOVERS)
     assert cleanup.own_files(str(tmp_path / "missing")) == []
-
-
-def test_remove_leftovers_removes_only_what_writes_cut_short_left(tmp_path):
-    make_run(tmp_path)
     assert cleanup.remove_leftovers(str(tmp_path)) == sorted(LEFTOVERS)
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        CHECKPOINT_FILES + RECORDS + USER_FILES + MORE_USER_FILES + ("my_folder",))
-    assert cleanup.remove_leftovers(str(tmp_path)) == []
-
-
-def test_remove_run_leaves_the_lock_the_users_files_and_folders(tmp_path):
-    make_run(tmp_path)
-    assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS + LEFTOVERS)
-    assert sorted(os.listdir(tmp_path)) == sorted(USER_FILES + MORE_USER_FILES + ("my_folder",))
+    users = sorted(USER_FILES + MORE_USER_FILES + ("my_folder",))
+    assert sorted(os.listdir(tmp_path)) == sorted(CHECKPOINT_FILES + RECORDS + tuple(users))
+    assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS)
+    assert sorted(os.listdir(tmp_path)) == users  # the lock file among them
     assert (tmp_path / "my_folder" / "model.ckpt-3.index").read_text() == "mine"
 
 
@@ -96,16 +87,6 @@ def test_fresh_start_removes_nothing_where_a_file_named_as_a_checkpoint_is_not_o
     assert (tmp_path / foreign[0]).read_text() == "hi\n"
 
 
-def test_the_files_of_a_real_checkpoint_and_of_a_save_cut_short_are_the_trainers(
-        trained_run, tmp_path):
-    run_dir = copy_run(trained_run[0], tmp_path / "train")
-    source = run_dir / "model.ckpt-6"
-    leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index") // 2)
-    assert cleanup.foreign_checkpoint_files(str(run_dir)) == []
-    assert {"model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001", "model.ckpt-9.index",
-            "model.ckpt-9.data-00000-of-00001"} <= set(cleanup.own_files(str(run_dir)))
-
-
 def test_an_orphan_shard_of_a_prune_cut_short_is_the_trainers(trained_run, tmp_path):
     """A kill while old checkpoints were deleted left a .data shard without its .index:
     --fresh_start refused it as not the trainer's, and nothing removed it."""
@@ -117,36 +98,30 @@ def test_an_orphan_shard_of_a_prune_cut_short_is_the_trainers(trained_run, tmp_p
     assert not [n for n in os.listdir(run_dir) if n.startswith("model.ckpt-3.")]
 
 
-@pytest.mark.parametrize("index_written", [None, 0, "half"])
+@pytest.mark.parametrize("index_written", [None, 0, "half", "whole"])
 def test_a_checkpoint_cut_short_as_it_was_put_in_place_is_removed(trained_run, tmp_path,
                                                                    index_written):
+    """A kill after the .index was written whole leaves a checkpoint that reads."""
     run_dir = copy_run(trained_run[0], tmp_path / "train")
     before = sorted(os.listdir(run_dir))
     source = run_dir / "model.ckpt-6"
-    if index_written == "half":
-        index_written = os.path.getsize(f"{source}.index") // 2
-    leave_a_save_cut_in_place(run_dir, 9, source, index_written)
-    if index_written is not None:
-        # It looks complete, and does not read.
+    size = os.path.getsize(f"{source}.index")
+    written = {None: None, 0: 0, "half": size // 2, "whole": size}[index_written]
+    leave_a_save_cut_in_place(run_dir, 9, source, written)
+    assert cleanup.foreign_checkpoint_files(str(run_dir)) == []
+    if index_written == "whole":
+        assert cleanup.remove_leftovers(str(run_dir)) == ["model.ckpt-9_temp"]
+        tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))  # reads
+        return
+    if written is not None:  # it looks complete, and does not read
         assert [c.step for c in layout.find(str(run_dir))] == [3, 6, 9]
         with pytest.raises(tf.errors.OpError):
             tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))
     assert cleanup.cut_short_steps(str(run_dir)) == [9]
     assert cleanup.remove_leftovers(str(run_dir)) == sorted(
         ["model.ckpt-9.data-00000-of-00001", "model.ckpt-9_temp"]
-        + (["model.ckpt-9.index"] if index_written is not None else []))
+        + (["model.ckpt-9.index"] if written is not None else []))
     assert sorted(os.listdir(run_dir)) == before
-
-
-def test_a_checkpoint_whose_index_was_written_whole_before_the_kill_stays(trained_run,
-                                                                          tmp_path):
-    # Killed after the .index was written, before the shard's index was removed.
-    run_dir = copy_run(trained_run[0], tmp_path / "train")
-    source = run_dir / "model.ckpt-6"
-    leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index"))
-    assert cleanup.cut_short_steps(str(run_dir)) == []
-    assert cleanup.remove_leftovers(str(run_dir)) == ["model.ckpt-9_temp"]
-    tf.train.load_checkpoint(str(run_dir / "model.ckpt-9"))  # reads
 
 
 def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_run, tmp_path):

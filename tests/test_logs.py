@@ -36,45 +36,27 @@ def filtered(stream: bytes, chunk: int) -> bytes:
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 16], ids=["bytewise", "7-bytes", "whole"])
 def test_log_lines_and_their_continuations_are_dropped_the_rest_kept(chunk):
-    stream = (NOISE + b"terminate called after throwing an instance of 'std::bad_alloc'\n"
+    own = (b"cifar10-train: warning: --num_gpus=1 but this machine has no GPU.\n2026-11-22 "
+           b"02:00:00.000000: step 1000, loss = 1.02 (1950.3 examples/sec; 0.066 sec/batch)\n")
+    stream = (NOISE + own + b"terminate called after throwing an instance of 'std::bad_alloc'\n"
               + ABSL_INFO + FATAL + b"*** Check failure stack trace: ***\n" + TSL_INFO
-              + b"Fatal Python error: Aborted\n" + b"a last line without its newline")
+              + b"Fatal Python error: Aborted\n" + NOISE + b"a last line without its newline")
     assert filtered(stream, chunk) == (
-        b"terminate called after throwing an instance of 'std::bad_alloc'\n" + FATAL
+        own + b"terminate called after throwing an instance of 'std::bad_alloc'\n" + FATAL
         + b"*** Check failure stack trace: ***\n" + b"Fatal Python error: Aborted\n"
         + b"a last line without its newline")
 
 
-def test_nothing_is_kept_of_a_normal_start():
-    assert filtered(NOISE * 2, 100) == b""
-
-
-def test_lines_of_the_programs_own_format_pass():
-    own = (b"cifar10-train: warning: --num_gpus=1 but this machine has no GPU: training on "
-           b"the CPU.\n2026-11-22 02:00:00.000000: step 1000, loss = 1.02 (1950.3 examples/sec;"
-           b" 0.066 sec/batch)\n")
-    assert filtered(own, 5) == own
-
-
-@pytest.mark.parametrize("environ, asked, wanted", [
-    ({}, False, False),
-    ({"TF_CPP_MIN_LOG_LEVEL": "2"}, False, False),  # filtered by its level
-    ({"TF_CPP_MIN_LOG_LEVEL": "0"}, False, True),
-    ({"TF_CPP_MIN_LOG_LEVEL": "verbose"}, False, True),  # not a level: as TensorFlow writes
-    ({}, True, True),
-])
-def test_tensorflow_lines_are_shown_when_asked(environ, asked, wanted):
-    assert logs.tensorflow_lines_wanted(environ, asked) is wanted
-
-
-@pytest.mark.parametrize("environ, keep_from", [
-    ({}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "1"}, 1), ({"TF_CPP_MIN_LOG_LEVEL": "2"}, 2),
-    ({"TF_CPP_MIN_LOG_LEVEL": " 3"}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "0"}, None),
-    ({"TF_CPP_MIN_LOG_LEVEL": "4"}, 3), ({"TF_CPP_MIN_LOG_LEVEL": "-1"}, None),
-    ({"TF_CPP_MIN_LOG_LEVEL": "all"}, None)])
-def test_tf_cpp_min_log_level_1_to_3_is_the_lowest_level_shown(environ, keep_from):
+@pytest.mark.parametrize("level, keep_from, asked, wanted", [
+    (None, 3, False, False), ("1", 1, False, False), ("2", 2, False, False),
+    (" 3", 3, False, False), ("4", 3, False, False), ("0", None, False, True),
+    ("-1", None, False, True), ("all", None, False, True), (None, 3, True, True)])
+def test_tf_cpp_min_log_level_1_to_3_is_the_lowest_level_shown_and_0_shows_all(
+        level, keep_from, asked, wanted):
+    environ = {} if level is None else {"TF_CPP_MIN_LOG_LEVEL": level}
     assert logs.min_level(environ) == keep_from  # (4 and more: quieter still, as 3)
     assert logs.python_level(environ) == ("WARNING" if keep_from == 1 else "ERROR")
+    assert logs.tensorflow_lines_wanted(environ, asked) is wanted
 
 
 def test_the_filter_at_a_level_keeps_that_level_and_above():

@@ -34,9 +34,6 @@ def run_dir(trained_run, tmp_path):
     return copy_run(trained_run[0], tmp_path / "train")
 
 
-# --- fresh_start, leftovers, retention --------------------------------------------
-
-
 def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files):
     leave_an_interrupted_save(run_dir, step=9)
     (run_dir / "my_folder").mkdir()
@@ -56,32 +53,9 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     assert not [n for n in names - set(USER_FILES) if "_temp" in n or ".tmp" in n]
 
 
-@pytest.mark.parametrize("names, removed", [((), "0 files"), (("flags.txt",), "1 file")])
-def test_fresh_start_says_how_many_files_it_removed(tmp_path, names, removed):
-    for name in names:
-        (tmp_path / name).write_text("x")
-    lines = []
-    with rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=5, fresh_start=True,
-                             print_fn=lines.append):
-        pass
-    assert lines == [f"Fresh start: removed {removed} of the earlier run from {tmp_path}."]
-
-
-def test_leftovers_of_an_interrupted_save_are_removed_when_the_run_resumes(run_dir):
-    leave_an_interrupted_save(run_dir, step=9)
-    lines = []
-    state = TrainState(seed=0, compute_dtype=tf.float32)
-    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
-                             print_fn=lines.append) as directory:
-        assert directory.restore().step == 6
-    assert lines[0].startswith(f"Removed what an interrupted save left in {run_dir}: "
-                               f"checkpoint.tmp")
-    assert lines[0].endswith(", model.ckpt-9_temp.")
-    assert not (run_dir / "model.ckpt-9_temp").exists()
-    assert set(USER_FILES) <= set(os.listdir(run_dir))
-
-
-def test_a_checkpoint_cut_short_in_place_is_removed_in_one_line_and_the_run_resumes(run_dir):
+def test_the_leftovers_of_saves_cut_short_are_removed_in_one_line_and_the_run_resumes(
+        run_dir):
+    leave_an_interrupted_save(run_dir, step=12)
     source = run_dir / "model.ckpt-6"
     leave_a_save_cut_in_place(run_dir, 9, source, os.path.getsize(f"{source}.index") // 2)
     lines = []
@@ -89,10 +63,14 @@ def test_a_checkpoint_cut_short_in_place_is_removed_in_one_line_and_the_run_resu
     with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=5,
                              print_fn=lines.append) as directory:
         assert directory.restore().step == 6
-    assert lines == [f"Removed what an interrupted save left in {run_dir}: "
-                     f"model.ckpt-9.data-00000-of-00001, model.ckpt-9.index, model.ckpt-9_temp "
-                     f"(the unfinished checkpoint model.ckpt-9)."]
-    assert not [name for name in os.listdir(run_dir) if name.startswith("model.ckpt-9")]
+    [line] = lines
+    assert line.startswith(f"Removed what an interrupted save left in {run_dir}: checkpoint.tmp")
+    assert line.endswith(", model.ckpt-12_temp, model.ckpt-9.data-00000-of-00001, "
+                         "model.ckpt-9.index, model.ckpt-9_temp (the unfinished checkpoint "
+                         "model.ckpt-9).")
+    assert not [name for name in os.listdir(run_dir) if name.startswith(("model.ckpt-9",
+                                                                         "model.ckpt-12"))]
+    assert set(USER_FILES) <= set(os.listdir(run_dir))
 
 
 def test_a_prune_deletes_the_data_before_the_index_and_finishes_one_cut_short(run_dir,
@@ -131,9 +109,6 @@ def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run
     assert [c.step for c in layout.find(str(run_dir))] == [4, 5, 6]
     assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
     assert set(USER_FILES) <= set(os.listdir(run_dir))
-
-
-# --- full and read-only file systems -------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -226,9 +201,6 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path)
         assert str(err.value) == (
             f"cannot record the result of {checkpoint_dir}/model.ckpt-6 in {eval_dir} (No "
             f"space left on device); free some disk space and run the same command again")
-
-
-# --- the run's class names -----------------------------------------------------------
 
 
 def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_path):

@@ -525,7 +525,7 @@ def wait_for_log_step(proc, step, timeout=120):
 
 def test_a_second_trainer_on_the_same_train_dir_is_refused_naming_the_first(tmp_path):
     # The first "trainer" is this test process, holding the directory's lock as a
-    # trainer does; that a held directory is left as it was is test_lock's.
+    # trainer does; that a held directory is left as it was is test_layout's.
     state = TrainState(seed=0, compute_dtype=tf.float32)
     with rundir.RunDirectory(str(tmp_path / "train"), state.checkpoint(), keep=5):
         second = call("cifar10-train", *train_args(tmp_path, "--max_steps=5"))

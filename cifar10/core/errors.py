@@ -1,12 +1,6 @@
-"""Exceptions the command-line programs turn into one-line errors.
-
-Every error a user can fix (bad data, a failed download, a diverged run) is a
-``Cifar10Error``; its message names the thing at fault and says how to fix it.
-The entry points print it as ``<program>: error: <message>`` and exit non-zero
-instead of showing a traceback.
-
-It uses only the standard library, so that every module can import it cheaply.
-"""
+"""The errors a user can fix (bad data, a failed download, a diverged run): the
+programs print one as ``<program>: error: <message>``, naming the thing at fault and
+the fix, and exit non-zero.  Standard library only."""
 
 import errno
 import os
@@ -27,9 +21,8 @@ class DivergedError(Cifar10Error):
 
 
 class StoppedBeforeTraining(KeyboardInterrupt):
-    """A stop request (SIGINT, SIGTERM) that came before training started: nothing was
-    trained or saved, and the program ends as one interrupted before its work began
-    (``<program>: interrupted before training started; ...``, exit status 130)."""
+    """A stop request (SIGINT, SIGTERM) before training started: nothing was trained or
+    saved, and the program ends as interrupted (exit status 130)."""
 
     def __init__(self):
         super().__init__("before training started; nothing was trained")
@@ -42,14 +35,8 @@ def first_line(error: BaseException) -> str:
 
 
 def io_error(action: str, path: str, error: BaseException, advice: str = "") -> Cifar10Error:
-    """A one-line error: what could not be done to which path, why, and what to do.
-
-    Args:
-      action: e.g. 'cannot write in --train_dir'; the path follows it.
-      path: the file or directory at fault.
-      error: an OSError or a TensorFlow I/O error.
-      advice: what to do; by default ``io_advice(error)``.
-    """
+    """'<action> <path> (<why>); <advice>' for an OSError or a TensorFlow I/O error;
+    ``advice`` by default ``io_advice(error)``."""
     advice = advice or io_advice(error)
     return Cifar10Error(f"{action} {path} ({_cause(error)}){'; ' + advice if advice else ''}")
 
@@ -84,9 +71,8 @@ def listed(names: Sequence[str], shown: int = 12) -> str:
 
 
 def shown_path(path: str, line: bool = True) -> str:
-    """``path`` as it can be printed: a name that is not UTF-8 shows its other bytes as
-    ``\\xNN`` (``r\\xff.png``), as the file system holds them; with ``line``, control
-    characters too (``new\\nline.png``), so that the name stays on its line."""
+    """``path`` as it can be printed: bytes that are not UTF-8 as ``\\xNN``; with
+    ``line``, control characters escaped too, so that the name stays on its line."""
     shown = os.fsencode(path).decode("utf-8", "backslashreplace")
     return shown.translate(_CONTROLS) if line else shown
 

@@ -19,40 +19,27 @@ import sys
 import time
 from typing import Callable, Mapping, TextIO
 
-# One C++ log line's head, as absl writes it (TensorFlow 2.17 on)
-# ``I0000 00:00:1795575350.065948    1850 port.cc:153] ...`` or
-# ``W1125 02:55:53.531089    1870 util.cc:131] ...``, and as TensorFlow's own
-# logger wrote it before (2.16): ``2026-11-25 02:59:20.839188: I path/port.cc:113] ...``.
+# A C++ log line's head, as absl writes it (``I0000 00:00:1795575350.065948  1850
+# port.cc:153] ...``) and as TensorFlow 2.16 did (``2026-11-25 02:59:20.839188: I ...] ``).
 _HEAD = re.compile(rb"(?:([IWEF])\d{4} +\d+:\d+:\d+\.\d+ +\d+"
                    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])) [^ \]]+:\d+\] ")
 _PREINIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 # Lines of a crash, always passed on even right after a dropped message.
 _CRASH = (b"terminate called", b"Fatal Python error", b"Check failed", b"*** ",
           b"Segmentation fault", b"Aborted")
-
-
-# The levels of C++ log lines, lowest first, as TF_CPP_MIN_LOG_LEVEL counts them.
-LEVELS = b"IWEF"
+LEVELS = b"IWEF"  # the levels of C++ log lines, as TF_CPP_MIN_LOG_LEVEL counts them
 
 
 def tensorflow_lines_wanted(environ: Mapping[str, str], asked: bool) -> bool:
-    """Whether the user asked for all of TensorFlow's own log lines, unfiltered.
-
-    Args:
-      environ: the process environment (``TF_CPP_MIN_LOG_LEVEL=0``, or a value that
-        is not a level, means the user chose TensorFlow's lines as it writes them;
-        1 to 3 are filtered by level: ``min_level``).
-      asked: the command line asked for them (absl's ``--verbosity``/``-v``, or
-        TensorFlow's placement log).
-    """
+    """Whether the user asked for all of TensorFlow's log lines: ``asked`` on the
+    command line (``--verbosity``, the placement log), or ``TF_CPP_MIN_LOG_LEVEL`` set
+    to 0 or to what is not a level."""
     return asked or ("TF_CPP_MIN_LOG_LEVEL" in environ and min_level(environ) is None)
 
 
 def min_level(environ: Mapping[str, str]) -> int | None:
-    """The lowest level of C++ log line shown (an index of ``LEVELS``): 3 (fatal lines
-    only) unless ``TF_CPP_MIN_LOG_LEVEL`` is 1 or 2 (W or E lines and above), as
-    TensorFlow counts it, which absl's own C++ logging does not read (3 and more:
-    3); None where it is 0 or not a whole number (every line)."""
+    """The lowest level of C++ log line shown (an index of ``LEVELS``): 3 (fatal only)
+    unless ``TF_CPP_MIN_LOG_LEVEL`` is 1 or 2; None where it is 0 or not a number."""
     value = environ.get("TF_CPP_MIN_LOG_LEVEL")
     if value is None:
         return LEVELS.index(b"F")
@@ -63,8 +50,7 @@ def min_level(environ: Mapping[str, str]) -> int | None:
 
 
 def python_level(environ: Mapping[str, str]) -> str:
-    """The level of TensorFlow's Python logger where its lines are not all asked for:
-    its warnings with ``TF_CPP_MIN_LOG_LEVEL=1`` (which shows W lines), else errors."""
+    """TensorFlow's Python logger's level: warnings with ``TF_CPP_MIN_LOG_LEVEL=1``, else errors."""
     return "WARNING" if min_level(environ) == LEVELS.index(b"W") else "ERROR"
 
 
@@ -75,9 +61,8 @@ def _severity(line: bytes) -> bytes | None:
 
 
 class NativeLineFilter:
-    """Drops C++ log lines below ``keep_from`` (an index of ``LEVELS``; default: I, W
-    and E lines), with their continuation lines, from a byte stream; passes on
-    everything else, fatal ``F`` lines included."""
+    """Drops C++ log lines below ``keep_from`` (an index of ``LEVELS``), with their
+    continuation lines, from a byte stream; passes on everything else."""
 
     def __init__(self, keep_from: int = 3):
         self._partial = b""
@@ -103,9 +88,7 @@ class NativeLineFilter:
             self._in_dropped = b"W" not in self._kept
         elif line.startswith(_CRASH):
             self._in_dropped = False
-        # Any other line continues the message before it (a C++ message may span
-        # lines: "This TensorFlow binary is optimized ...\nTo enable the following
-        # instructions ...").
+        # Any other line continues the message before it (a message may span lines).
         return not self._in_dropped
 
 
@@ -126,14 +109,10 @@ def _forward(read_fd: int, write_fd: int, keep_from: int) -> None:
 
 
 def hide_native_lines(keep_from: int | None = 3) -> None:
-    """Keeps native code's log lines below ``keep_from`` (``min_level``; None: none
-    are hidden, and nothing is done) off stderr for the rest of this process.
-
-    Call it once, early in a program's process (before TensorFlow loads, and while
-    it has no other thread): it forks the filtering process.  Python's
-    ``sys.stderr`` (and absl's handler) then write to a copy of the original
-    descriptor 2, not through the filter.
-    """
+    """Keeps native log lines below ``keep_from`` (``min_level``; None: none) off
+    stderr for the rest of this process, through a forked filtering process; Python's
+    ``sys.stderr`` and absl's handler write to a copy of descriptor 2.  Call it once,
+    before TensorFlow loads and while the process has no other thread."""
     if keep_from is None:
         return
     sys.stderr.flush()
@@ -144,8 +123,7 @@ def hide_native_lines(keep_from: int | None = 3) -> None:
         return
     if os.fork() == 0:  # the filtering process: it must never run the program's code
         try:
-            # Ctrl-C reaches the whole process group: this process ends when the
-            # program has ended and the pipe is closed, having passed on all of it.
+            # It ends when the pipe closes (the program ended), not on the group's Ctrl-C.
             for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_IGN)
             os.close(write_fd)
@@ -169,10 +147,8 @@ def hide_native_lines(keep_from: int | None = 3) -> None:
 
 
 class ProgramFormatter(logging.Formatter):
-    """Warnings as ``<program>: warning: <message>`` (errors ``...: error: ...``),
-    like the programs' one-line errors; a warning logged with ``extra={"notice":
-    True}`` (a change the user made, not a problem) as ``<program>: notice: ...``;
-    lower levels as ``fallback`` formats them."""
+    """Warnings as ``<program>: warning: <message>`` (``error``; ``notice`` for one logged
+    with ``extra={"notice": True}``), like the one-line errors; lower levels as ``fallback``."""
 
     def __init__(self, program: str, fallback: logging.Formatter | None = None):
         super().__init__()
@@ -188,16 +164,10 @@ class ProgramFormatter(logging.Formatter):
 
 
 class ProgressLine:
-    """Progress of ``total`` units of work (None: not known), shown on ``stream``.
-
-    Args:
-      describe: the line for (units done, seconds since the start), without ``\\r``
-        or a line end.
-      total: the units of work in all, or None.
-      stream: where the lines go (stderr by default); a terminal when its
-        ``isatty()`` says so.
-      unsized_step: where ``total`` is None, a line on a log file every this many units.
-    """
+    """Progress of ``total`` units of work (None: not known) on ``stream`` (stderr): on a
+    terminal one line rewritten in place; elsewhere a line at the start, at each tenth
+    (each ``unsized_step`` units without a total) and at the end.  ``describe`` gives
+    the line for (units done, seconds since the start)."""
 
     def __init__(self, describe: Callable[[int, float], str], total: int | None,
                  stream: TextIO | None = None, unsized_step: int = 1):
@@ -214,14 +184,12 @@ class ProgressLine:
         self._width = 0  # the length of the line last written on a terminal
 
     def show(self, done: int) -> None:
-        """Shows that ``done`` units are done: rewritten on a terminal; in a log, a line
-        when a new tenth (or step) is reached, or the total."""
+        """Shows that ``done`` units are done."""
         self._done = done
         line = self.describe(done, time.monotonic() - self._start)
         mark = 10 * done // self.total if self.total else done // self.unsized_step
         if self.rewrite:
-            # Spaces over what a longer line before left (no escape code: a dumb
-            # terminal shows those as they are).
+            # Spaces over a longer line before (a dumb terminal shows escape codes).
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
         elif mark != self._mark or done == self.total:
@@ -230,9 +198,8 @@ class ProgressLine:
         self.stream.flush()
 
     def end(self, done: int | None = None) -> None:
-        """After the last unit (or a failure): the terminal's line ended, or in a log
-        the figure it stopped at shown (unless its line is the last one written).
-        ``done`` defaults to the units last shown; before any is shown, nothing."""
+        """After the last unit (or a failure): ends the terminal's line, or in a log shows
+        where it stopped (``done``, default the last shown), unless already shown."""
         done = self._done if done is None else done
         if done is None:
             return

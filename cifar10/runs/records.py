@@ -1,19 +1,12 @@
-"""What a run records about how it was made: its flags and its environment, per start.
+"""What a run records about each start, in its ``--train_dir`` (or ``--eval_dir``):
 
-In the run's directory (``--train_dir``, or ``--eval_dir`` for cifar10-eval):
+* ``flags.txt``: the effective flags, in absl's flagfile format under a ``#`` header
+  line per start, ended by ``END_LINE``; earlier starts' flags commented out, so that
+  ``--flagfile=flags.txt`` replays the latest start exactly.
+* ``environment.jsonl``: one JSON object per start: versions, host, devices, command,
+  time, the trained settings and how they changed since the start before.
 
-* ``flags.txt``: the program's effective flags at each start, in absl's flagfile
-  format under a ``#`` header line per start, oldest first, each start's ended by
-  ``END_LINE``.  Replaying it (``--flagfile=flags.txt``) gives the latest start's
-  flags, since a later value of a flag wins.
-* ``environment.jsonl``: one JSON object per start: versions, host, devices,
-  command line, time, the settings that change what is trained, and how they
-  changed since the start before (``changes``); the trainer's also says whether
-  it runs the compiled kernels or TensorFlow's ops, and why (``kernels``).
-
-Both files are appended to by rewriting them whole under a temporary name, so
-that a crash leaves the old or the new file, never half of one.  This module
-imports no TensorFlow: the callers give it the devices.
+Both are rewritten whole through ``atomic``.  No TensorFlow: callers give the devices.
 """
 
 from __future__ import annotations
@@ -38,11 +31,8 @@ from cifar10.distribute import slurm
 FLAGS_FILE = "flags.txt"
 ENVIRONMENT_FILE = "environment.jsonl"
 
-# A start's completeness mark in flags.txt: its header line ends with ENDS_AT, and the
-# line after its flags is END_LINE.  A copy cut short (a disk that filled, a copy
-# interrupted, an editor's crash) loses its END_LINE, and is known from a record
-# written before these marks, which has neither and replays as it did.  Both are
-# comments: absl skips them.
+# A start's completeness mark (comments absl skips): its header line ends with ENDS_AT
+# and END_LINE follows its flags, so that a copy cut short is known from an old record.
 END_LINE = "# end of this start"
 ENDS_AT = f' (flags to "{END_LINE}")'
 
@@ -69,8 +59,7 @@ def now() -> str:
 
 def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[str, str]],
                 tensorflow_version: str, start_time: str | None = None) -> dict[str, Any]:
-    """The environment of a start: program, versions, host, devices, command, time,
-    and under Slurm its job and step (``slurm.job_record``)."""
+    """The environment of a start (under Slurm with its job and step)."""
     return {
         "program": program,
         "start_time": start_time or now(),
@@ -87,8 +76,7 @@ def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[
 
 
 def last_record(directory: str) -> dict[str, Any] | None:
-    """The newest object of ``directory``'s environment.jsonl, or None when there is
-    none (a run from before this file, or a line that does not parse)."""
+    """The newest object of ``directory``'s environment.jsonl, or None (none, or damaged)."""
     try:
         with open(os.path.join(directory, ENVIRONMENT_FILE), encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line.strip()]
@@ -99,9 +87,8 @@ def last_record(directory: str) -> dict[str, Any] | None:
 
 
 def last_settings(directory: str) -> dict[str, Any] | None:
-    """The trained ``settings`` of the newest start in ``directory``'s environment.jsonl;
-    None when there is no such file, or (with one warning) when its last record is
-    damaged: the start goes on, and is not compared with the one before."""
+    """The trained ``settings`` of the newest start recorded in ``directory``; None where
+    there is none, or (with one warning) where its last record is damaged."""
     path = os.path.join(directory, ENVIRONMENT_FILE)
     if not os.path.isfile(path):
         return None  # none; a folder in its place is said when the start is recorded
@@ -166,11 +153,10 @@ def _shown(value: Any) -> str:
 
 def record_start(directory: str, record: Mapping[str, Any], flags_text: str | None) -> None:
     """Appends ``record`` to environment.jsonl and, if given, ``flags_text`` under a
-    header line to flags.txt, with its completeness mark (``ENDS_AT``, ``END_LINE``),
-    both in ``directory``.
+    header line to flags.txt, in ``directory``.
 
     Raises:
-      Cifar10Error: a file cannot be written (one line, with the reason).
+      Cifar10Error: a file cannot be written.
     """
     if flags_text is not None:
         header = (f"# {record['program']}, started {record['start_time']} on {record['host']}"
@@ -182,9 +168,8 @@ def record_start(directory: str, record: Mapping[str, Any], flags_text: str | No
 
 
 def _append(path: str, text: str, earlier=lambda old: old) -> None:
-    """Appends ``text`` to ``path`` by writing the whole new file and renaming it; what
-    was there goes through ``earlier`` first.  Bytes of it that are not UTF-8 become
-    U+FFFD, with one warning: a damaged record never stops a start."""
+    """Appends ``text`` to ``path``, rewriting it whole; what was there goes through
+    ``earlier`` first, its bytes that are not UTF-8 as U+FFFD (with one warning)."""
     try:
         try:
             with open(path, "rb") as f:
@@ -205,9 +190,7 @@ def _append(path: str, text: str, earlier=lambda old: old) -> None:
 
 
 def _commented(text: str) -> str:
-    """flags.txt's earlier starts with their flag lines commented out (``# --name=...``),
-    so that ``--flagfile=flags.txt`` replays the latest start alone, exactly: a flag
-    that an earlier start set and the latest left unset stays unset."""
+    """flags.txt's earlier starts with their flag lines commented out (``# --name=...``)."""
     return "\n".join("# " + line if line.startswith("--") else line
                      for line in text.split("\n"))
 
@@ -227,8 +210,7 @@ def is_start_header(line: str) -> bool:
 
 
 def announces_end(header: str) -> bool:
-    """Whether a start's header line says that its flags end with ``END_LINE``: the start
-    was recorded with its completeness mark."""
+    """Whether a start's header line says that its flags end with ``END_LINE``."""
     return header.rstrip().endswith(ENDS_AT)
 
 
@@ -237,15 +219,14 @@ def is_end_line(line: str) -> bool:
     return line.strip() == END_LINE
 
 
-# The flag that only each program's own records hold: it tells whose flags are the
-# lines under no header line (one that was edited away).
+# The flag only each program's records hold: whose are the flag lines under no header.
 OWN_FLAG = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 
 
 @dataclasses.dataclass
 class Start:
-    """One start recorded in flags.txt: its program ('' for flag lines under no header
-    line that hold no program's own flag) and its flags, {name: value as written}."""
+    """One start recorded in flags.txt: its program ('' if unknown) and its flags,
+    {name: value as written}."""
 
     program: str
     flags: dict[str, str]
@@ -257,9 +238,8 @@ _NEW_RUN = re.compile(rf"^# cifar10-train, started (\S+) on .* at step 0"
 
 
 def last_new_run(directory: str) -> str | None:
-    """When the newest cifar10-train start at step 0 recorded in ``directory``'s flags.txt
-    began (its ISO time, as the header line gives it), or None where none is recorded
-    or the file cannot be read."""
+    """When the newest cifar10-train start at step 0 recorded in ``directory`` began (its
+    header's ISO time), or None."""
     try:
         with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
                   errors="replace") as f:
@@ -270,15 +250,12 @@ def last_new_run(directory: str) -> str | None:
 
 
 def recorded_starts(directory: str) -> list[Start] | None:
-    """The starts recorded in ``directory``'s flags.txt, oldest first, or None when
-    there is no such file.
+    """The starts recorded in ``directory``'s flags.txt, oldest first; None without one.
 
-    A start is a header line ('# <program>, started ...') and the flag lines under
-    it (``--name=value``; ``--name`` gives 'true', ``--noname`` 'false'; an earlier
-    start's ``# --name=value``).  Flag lines above the first header line, where a
-    header was edited away, are a start of the program whose own flag
-    (``OWN_FLAG``) they hold, else of ''.  Other lines are skipped: a damaged file
-    gives what it still holds.
+    A start is a header line and the flag lines under it (``--name`` is 'true',
+    ``--noname`` 'false'; an earlier start's ``# --name=value`` too); flag lines above
+    the first header are the start of the program whose ``OWN_FLAG`` they hold.
+    Other lines are skipped: a damaged file gives what it still holds.
     """
     try:
         with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
@@ -287,8 +264,7 @@ def recorded_starts(directory: str) -> list[Start] | None:
     except OSError:
         return None
     starts = [Start("", {})]  # the flag lines above the first header line, if any
-    # Lines as absl's --flagfile reads them: ended by \n or \r only (the file is read
-    # with universal newlines), stripped.
+    # Lines as absl's --flagfile reads them: ended by \n or \r only, stripped.
     for line in (line.strip() for line in text.split("\n")):
         header = _HEADER.match(line)
         if header:
@@ -318,9 +294,7 @@ def _add_flag(flags: dict[str, str], line: str) -> None:
 
 
 def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
-    """The flags of ``program``'s latest start recorded in ``directory``'s flags.txt
-    (``recorded_starts``), as {name: value as written}, or None when there is no such
-    file or start."""
+    """The flags of ``program``'s latest start recorded in ``directory``, or None."""
     found = [start.flags for start in recorded_starts(directory) or ()
              if start.program == program]
     return found[-1] if found else None

@@ -21,24 +21,11 @@ from cifar10.runs.layout import (CLASSES_FILE, COMPLETE_FILE, PREFIX, Checkpoint
 
 
 class RunDirectory:
-    """The trainer's handle on its ``train_dir``: lock, restore, save, markers.
-
-    Use as a context manager: entering creates the directory, takes the lock, and
-    removes the leftovers of interrupted saves, or with ``fresh_start`` every file
-    of the earlier run; leaving releases the lock.
-
-    Under a multi-worker strategy only the chief writes ``train_dir``; every
-    other worker restores from it but saves into ``save_dir`` (its own scratch
-    directory), takes no lock and writes no state file or marker.
-
-    Args:
-      directory: the run's ``train_dir``.
-      checkpoint: the objects a checkpoint holds (``TrainState.checkpoint()``).
-      keep: how many checkpoints to keep.
-      save_dir: where a non-chief worker saves; None for the chief.
-      fresh_start: remove the earlier run's files on entering (chief only).
-      print_fn: where notices go.
-    """
+    """The trainer's handle on its ``directory``: entering creates it, takes the lock,
+    and removes the leftovers of writes cut short (with ``fresh_start``, every file of
+    the earlier run); leaving releases the lock.  A worker that is not the chief
+    restores from it but saves into ``save_dir``, and takes no lock and writes no
+    state file or marker.  ``keep``: how many checkpoints to keep."""
 
     def __init__(self, directory: str, checkpoint: tf.train.Checkpoint, keep: int,
                  save_dir: str | None = None, fresh_start: bool = False,
@@ -85,7 +72,7 @@ class RunDirectory:
     def restore(self) -> Checkpoint | None:
         """Restores the newest checkpoint that restores (``checkpoints.restore``)."""
         restored = checkpoints.restore(self.directory, self.checkpoint, self.print_fn,
-                                  rewrite_state=self.is_chief, warn=self.warn)
+                                       rewrite_state=self.is_chief, warn=self.warn)
         if restored:
             self.saved_step = restored.step
         return restored
@@ -93,7 +80,7 @@ class RunDirectory:
     def saved_path(self) -> str | None:
         """The prefix of the run's checkpoint of ``saved_step`` (the last this run
         restored or saved), or None.  Not the newest by name: a newer one that did not
-        restore is left in place (``resume``), and is none of the run's."""
+        restore is left in place, and is none of the run's."""
         if self.saved_step is None:
             return None
         return checkpoint_path(self.directory, self.saved_step)
@@ -105,12 +92,9 @@ class RunDirectory:
         return f"{label} is {path}" if path else "no checkpoint was written yet"
 
     def save(self, step: int) -> None:
-        """Saves the checkpoint of ``step`` and drops the ones beyond ``keep``.
-
-        TensorFlow writes into ``model.ckpt-<step>_temp/`` and moves the files into
-        place at the end; a save that fails leaves nothing behind.  Checkpoints
-        with a later step than ``step`` (left by an earlier run that went further
-        before its newer checkpoints were lost) are not touched.
+        """Saves the checkpoint of ``step`` and drops the older ones beyond ``keep`` (a
+        later one, of an earlier run that went further, is not touched); a save that
+        fails leaves nothing behind.
 
         Raises:
           Cifar10Error: the checkpoint cannot be written (disk full, read-only, ...).

@@ -1,14 +1,7 @@
-"""TensorBoard summaries of training, with the original tutorial's tag names.
-
-Tags written by ``write_train_summaries`` (no replica prefixes):
-  learning_rate; cross_entropy, cross_entropy (raw), total_loss, total_loss (raw);
-  <layer>/activations (histogram) and <layer>/sparsity for conv1, conv2, local3,
-  local4, softmax_linear; a histogram of every variable (conv1/weights, ...) and
-  of its gradient (conv1/weights/gradients); images (the first training images).
-The trainer adds examples_per_sec from Python, the graph of the train step
-(Graphs dashboard) and its settings (``write_run_config``: the ``run_config``
-text and the HParams dashboard), so that one run can be told from another.
-"""
+"""TensorBoard summaries of training, with the original tutorial's tags: the learning
+rate, the losses (smoothed and raw), each layer's activations and sparsity, each
+variable and its gradient, the first images; and the run's settings (``run_config``
+and the HParams dashboard)."""
 
 from __future__ import annotations
 
@@ -26,17 +19,11 @@ HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
 
 
 def histogram(tag: str, values: tf.Tensor, step, buckets: int = HISTOGRAM_BUCKETS) -> None:
-    """A histogram summary, as ``tf.summary.histogram`` writes, at a fraction of its memory.
-
-    ``tf.summary.histogram`` counts with a float64 one-hot matrix of
-    [values, buckets]: 1.1 GB for conv1's activations of a batch of 128, which
-    made summary steps take over a gigabyte.  ``tf.histogram_fixed_width``
-    counts in place; the output (rows of left edge, right edge, count) and its
-    metadata are the histogram plugin's own, so TensorBoard draws it as usual.
-    """
+    """A histogram summary as ``tf.summary.histogram`` writes it (the plugin's rows of
+    left edge, right edge, count), counted in place instead of through its float64
+    one-hot matrix of [values, buckets] (over a gigabyte for conv1's activations)."""
     values = tf.reshape(tf.cast(values, tf.float64), [-1])
-    # Non-finite values (a step that --use_fp16 skips, or one that diverges) are left
-    # out: they have no bucket, and a NaN range would fail the step.
+    # Non-finite values (a step --use_fp16 skips) have no bucket: left out.
     finite = tf.math.is_finite(values)
     values = tf.cond(tf.reduce_all(finite), lambda: values,
                      lambda: tf.boolean_mask(values, finite))
@@ -86,11 +73,8 @@ def _is_hparam(value: Any) -> bool:
 
 
 def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = True) -> None:
-    """Records a run's settings in the default writer.
-
-    A markdown table as the text summary ``run_config`` (Text dashboard) and,
-    with ``hparams``, the scalar-like settings in the HParams dashboard.
-    """
+    """Records a run's settings: a markdown table as the text summary ``run_config``
+    and, with ``hparams``, the scalar-like ones in the HParams dashboard."""
     rows = "\n".join(f"| {key} | `{value}` |" for key, value in sorted(settings.items()))
     tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
     if hparams:
@@ -99,12 +83,9 @@ def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = Tru
 
 @contextlib.contextmanager
 def file_writer(logdir: str | None) -> Iterator[tf.summary.SummaryWriter]:
-    """A summary writer for ``logdir`` as the default writer; None: one that writes nothing.
-
-    It is closed (and flushed) at the end.  Failing to create or flush the event
-    file (a directory that is not writable, a full disk) is a one-line
-    ``Cifar10Error``, unless another error is already on its way out.
-    """
+    """A summary writer for ``logdir`` (None: one that writes nothing) as the default
+    writer, closed at the end; failing to create or flush the event file is a one-line
+    ``Cifar10Error``, unless another error is already on its way out."""
     if logdir is None:
         writer = tf.summary.create_noop_writer()
     else:
