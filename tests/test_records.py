@@ -159,9 +159,10 @@ def test_each_start_records_its_environment_and_a_changed_setting_is_one_notice(
     record_file.unlink()
     record_file.mkdir()  # the start cannot be recorded: no notice that it was
     refused = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=3"))
-    cli.assert_refused(refused, f"cifar10-train: error: cannot record the run's start in "
-                                f"{record_file} (Is a directory); a folder of that name is not "
-                                f"the run's record: move it away")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"cifar10-train: error: cannot record the run's start in {record_file} (Is a "
+        f"directory); a folder of that name is not the run's record: move it away"]
 
 
 def test_the_evaluator_records_its_flags_and_environment_per_start(trained_run, tmp_path):
