@@ -40,7 +40,7 @@ def test_log_lines_and_their_continuations_are_dropped_the_rest_kept(chunk):
            b"02:00:00.000000: step 1000, loss = 1.02 (1950.3 examples/sec; 0.066 sec/batch)\n")
     stream = (own + NOISE + b"terminate called after throwing an instance of 'std::bad_alloc'\n"
               + ABSL_INFO + FATAL + b"*** Check failure stack trace: ***\n" + TSL_INFO
-              + b"Fatal Python error: Aborted\n" + NOISE + b"a last line without its newline")
+              + b"Fatal Python error: Aborted\n" + b"a last line without its newline")
     assert filtered(stream, chunk) == (
         own + b"terminate called after throwing an instance of 'std::bad_alloc'\n" + FATAL
         + b"*** Check failure stack trace: ***\n" + b"Fatal Python error: Aborted\n"
