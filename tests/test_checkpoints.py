@@ -197,31 +197,6 @@ def test_a_run_that_went_on_before_a_damaged_newer_checkpoint_names_the_one_it_s
                          f"evaluated; stopping.")
 
 
-def test_the_newest_checkpoint_that_reads_is_used_with_one_warning_naming_the_others(run_dir):
-    warnings = []
-    assert checkpoints.newest_that_reads(str(run_dir), warnings.append).step == 6
-    assert warnings == []
-    (run_dir / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
-    assert checkpoints.newest_that_reads(str(run_dir), warnings.append).step == 3
-    [warning] = warnings
-    assert warning.startswith(f"Using {run_dir}/model.ckpt-3, the newest checkpoint in "
-                              f"{run_dir} that reads: model.ckpt-6 cannot be read (")
-    with pytest.raises(Cifar10Error) as err:  # only the newest `tried` are read
-        checkpoints.newest_that_reads(str(run_dir), warnings.append, tried=1)
-    assert str(err.value).startswith(f"none of the 1 newest checkpoints in {run_dir} can be "
-                                     f"read: model.ckpt-6 cannot be read (")
-    assert str(err.value).endswith(f"; pass --checkpoint={run_dir}/model.ckpt-3, an older one "
-                                   f"not tried, if it reads")
-    truncate(run_dir / "model.ckpt-3.data-00000-of-00001")
-    with pytest.raises(Cifar10Error) as err:
-        checkpoints.newest_that_reads(str(run_dir), warnings.append)
-    assert str(err.value).startswith(f"no checkpoint in {run_dir} can be read: ")
-    assert str(err.value).endswith(
-        f"; train again (cifar10-train --train_dir={run_dir} --fresh_start deletes them) or "
-        f"point --checkpoint_dir at another run")
-    assert checkpoints.newest_that_reads(str(run_dir / "no_run")) is None
-
-
 def test_load_model_gives_the_averages_or_the_raw_weights_and_the_step(trained_run):
     ckpt6 = str(trained_run[0] / "model.ckpt-6")
     reader = tf.train.load_checkpoint(ckpt6)
@@ -239,14 +214,6 @@ def test_load_model_gives_the_averages_or_the_raw_weights_and_the_step(trained_r
     assert checkpoints.num_outputs(ckpt6) == ff.NUM_CLASSES
     with pytest.raises(ValueError, match="weights must be one of"):
         checkpoints.load_model(ckpt6, "ema")
-
-
-def test_read_model_says_in_one_line_which_checkpoint_cannot_be_read(run_dir):
-    truncate(run_dir / "model.ckpt-6.data-00000-of-00001")
-    with pytest.raises(Cifar10Error) as err:
-        checkpoints.read_model(str(run_dir / "model.ckpt-6"))
-    assert str(err.value).startswith(f"cannot read checkpoint {run_dir}/model.ckpt-6: ")
-    assert "\n" not in str(err.value)
 
 
 FIX = ("write the run's {n}class names in a file of that name, one per line in label order "

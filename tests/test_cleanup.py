@@ -124,30 +124,21 @@ def test_a_checkpoint_cut_short_as_it_was_put_in_place_is_removed(trained_run, t
     assert sorted(os.listdir(run_dir)) == before
 
 
-def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_run, tmp_path):
-    """An evaluator that an older version let write into the run directory left an event
-    file of the trainer's name pattern and its results there; a folder of a user's
-    has the state file's name.  --fresh_start removes the trainer's files alone, and
-    the run goes on without a state file, saying so once."""
-    train_dir = tmp_path / "train"
-    shutil.copytree(trained_run[0], train_dir)
-    evaluated = cli.call("cifar10-eval", f"--checkpoint_dir={train_dir}", "--run_once",
-                         f"--eval_dir={tmp_path / 'eval'}",
-                         f"--data_dir={trained_run[1][0].rsplit('/', 2)[0]}")
-    assert evaluated.returncode == 0, evaluated.stderr
-    evaluators = sorted(n for n in os.listdir(tmp_path / "eval")
-                        if n.startswith("events.") or n == "results.jsonl" or n.endswith(".png"))
-    assert len(evaluators) >= 3  # its event file, results.jsonl, a picture
-    for name in evaluators:
-        shutil.copy(tmp_path / "eval" / name, train_dir / name)
-    trainers_events = [n for n in os.listdir(trained_run[0]) if n.startswith("events.")]
+def test_fresh_start_keeps_an_evaluators_files_and_a_users_folders(trained_run, tmp_path):
+    """An evaluator an older version let write into the run directory left an event file
+    of the trainer's name pattern there; a user's folder has the state file's name.
+    --fresh_start removes the trainer's files alone, and the run goes on without a state
+    file, saying so once."""
+    train_dir = copy_run(trained_run[0], tmp_path / "train")
+    evaluators = _event_file(tmp_path / "eval", "Precision @ 1")
+    shutil.copy(evaluators, train_dir / evaluators.name)
+    trainers = [n for n in os.listdir(trained_run[0]) if n.startswith("events.")]
     (train_dir / "checkpoint").unlink()
     (train_dir / "checkpoint").mkdir()
     (train_dir / "checkpoint" / "notes.txt").write_text("mine")
-
     result = cli.call("cifar10-train", "--fresh_start", f"--train_dir={train_dir}",
-                     "--synthetic_data", f"--data_dir={tmp_path / 'data'}", "--max_steps=2",
-                     "--batch_size=8", "--checkpoint_steps=1")
+                      "--synthetic_data", f"--data_dir={tmp_path / 'data'}", "--max_steps=2",
+                      "--batch_size=8", "--checkpoint_steps=1")
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"cifar10-train: warning: {train_dir / 'checkpoint'} is a folder, not TensorFlow's "
@@ -155,16 +146,12 @@ def test_fresh_start_keeps_an_old_evaluators_files_and_a_users_folders(trained_r
         f"(tf.train.latest_checkpoint will not find its checkpoints); move the folder away "
         f"to have the state file written again."]
     names = set(os.listdir(train_dir))
-    assert set(evaluators) <= names and not set(trainers_events) & names
-    for name in evaluators:
-        assert (train_dir / name).read_bytes() == (tmp_path / "eval" / name).read_bytes()
+    assert (train_dir / evaluators.name).read_bytes() == evaluators.read_bytes()
+    assert set(USER_FILES) <= names and not set(trainers) & names
     assert (train_dir / "checkpoint" / "notes.txt").read_text() == "mine"
     assert [c.step for c in layout.find(str(train_dir))] == [1, 2]
-    # The new start's event file is the trainer's; the evaluator's is not.
-    assert [cleanup.trainers_events(str(train_dir / n)) for n in sorted(names)
-            if n.startswith("events.")].count(True) == 1
-    assert cleanup.own_files(str(train_dir)) == sorted(
-        n for n in names if n not in evaluators and n not in ("checkpoint", "cifar10-train.lock"))
+    assert len([n for n in cleanup.own_files(str(train_dir))
+                if n.startswith("events.")]) == 1  # the new start's
 
 
 def test_a_folder_with_the_name_of_a_trainers_file_is_never_removed(tmp_path):

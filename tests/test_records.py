@@ -165,22 +165,6 @@ def test_each_start_records_its_environment_and_a_changed_setting_is_one_notice(
         f"directory); a folder of that name is not the run's record: move it away"]
 
 
-def test_the_evaluator_records_its_flags_and_environment_per_start(trained_run, tmp_path):
-    data_dir = os.path.dirname(os.path.dirname(trained_run[1][0]))
-    args = (f"--checkpoint_dir={trained_run[0]}", f"--eval_dir={tmp_path / 'eval'}",
-            f"--data_dir={data_dir}", "--run_once", "--num_examples=20")
-    for _ in range(2):
-        result = cli.call("cifar10-eval", *args)
-        assert result.returncode == 0, result.stderr
-    text = (tmp_path / "eval" / records.FLAGS_FILE).read_text()
-    assert [line.split(",")[0] for line in text.splitlines()
-            if line.startswith("# cifar10-")] == ["# cifar10-eval"] * 2
-    assert "\n--num_examples=20\n" in text and "\n--run_once\n" in text
-    starts = environment_records(tmp_path / "eval")
-    assert [r["program"] for r in starts] == ["cifar10-eval"] * 2
-    assert starts[0]["command"] == ["cifar10-eval", *args]
-
-
 @pytest.mark.parametrize("damaged", ['{"settings": 5}', "5", "{not json",
                                      '{"program": "cifar10-train"}'])
 def test_a_damaged_last_record_is_one_warning_and_no_comparison(tmp_path, damaged):
