@@ -18,24 +18,26 @@ MAX_IMAGES = 3  # as tf.summary.image's default in the original
 HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
 
 
-def histogram(tag: str, values: tf.Tensor, step, buckets: int = HISTOGRAM_BUCKETS) -> None:
+def histogram(tag: str, values: tf.Tensor, step) -> None:
     """A histogram summary as ``tf.summary.histogram`` writes it (the plugin's rows of
     left edge, right edge, count), counted in place instead of through its float64
     one-hot matrix of [values, buckets] (over a gigabyte for conv1's activations)."""
-    values = tf.reshape(tf.cast(values, tf.float64), [-1])
+    tf.summary.write(tag, _buckets(tf.reshape(tf.cast(values, tf.float64), [-1])), step=step,
+                     metadata=histogram_metadata.create_summary_metadata(tag, ""))
+
+
+# One small function for every histogram of a step: traced once, not once a histogram.
+@tf.function(input_signature=[tf.TensorSpec([None], tf.float64)])
+def _buckets(values):
     # Non-finite values (a step --use_fp16 skips) have no bucket: left out.
-    finite = tf.math.is_finite(values)
-    values = tf.cond(tf.reduce_all(finite), lambda: values,
-                     lambda: tf.boolean_mask(values, finite))
+    values = tf.boolean_mask(values, tf.math.is_finite(values))
     some = tf.size(values) > 0
     low = tf.where(some, tf.reduce_min(values), tf.constant(0.0, tf.float64))
     high = tf.where(some, tf.reduce_max(values), tf.constant(0.0, tf.float64))
     high = tf.where(high > low, high, low + 1.0)  # one distinct value: a unit-wide range
-    counts = tf.histogram_fixed_width(values, tf.stack([low, high]), nbins=buckets)
-    edges = tf.linspace(low, high, buckets + 1)
-    buckets_tensor = tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
-    tf.summary.write(tag, buckets_tensor, step=step,
-                     metadata=histogram_metadata.create_summary_metadata(tag, ""))
+    counts = tf.histogram_fixed_width(values, tf.stack([low, high]), nbins=HISTOGRAM_BUCKETS)
+    edges = tf.linspace(low, high, HISTOGRAM_BUCKETS + 1)
+    return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
 
 
 def variable_tag(var: tf.Variable) -> str:
