@@ -17,7 +17,7 @@ from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
 
 NUM_LOGICAL_CPUS = 4
 

@@ -20,7 +20,7 @@ from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.evaluation import recording
 from cifar10.runs import checkpoints
-from cifar10.training.state import TrainState
+from cifar10.training.step import TrainState
 
 RECORDS = 50  # records per generated file: conftest.trained_run's test split holds 50 examples
 DATA_SUFFIX = ".data-00000-of-00001"

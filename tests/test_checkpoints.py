@@ -24,8 +24,8 @@ from cifar10.evaluation import polling
 from cifar10.runs import checkpoints, layout, rundir
 from cifar10.runs.layout import CLASSES_FILE, LOCK_FILE, Checkpoint
 from cifar10.training import controller
-from cifar10.training.run import TrainData
-from cifar10.training.state import TrainState
+from cifar10.training.controller import TrainData
+from cifar10.training.step import TrainState
 from conftest import LAYERS, mirrored
 from evalruns import config_of, run_of
 from rundirs import config, copy_run, snapshot, truncate

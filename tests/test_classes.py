@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from cli import call
 from cifar10.runs import checkpoints
-from cifar10.training.state import TrainState
+from cifar10.training.step import TrainState
 from cifar10.data import fileformat as ff
 from conftest import EVAL_LINE
 

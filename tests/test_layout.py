@@ -17,7 +17,7 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.runs import layout
 from cifar10.runs.layout import LOCK_FILE, Checkpoint, TrainerLock
 from cifar10.training import controller
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
 from conftest import mirrored
 from rundirs import USER_FILES, config, copy_run, leave_an_interrupted_save, snapshot
 

@@ -24,7 +24,7 @@ import multi_worker_steps
 from cli import env, run, start
 from conftest import mirrored
 from test_output import NATIVE
-from test_train import fixed_batches
+from test_step import fixed_batches
 from cifar10.runs import checkpoints
 from cifar10.runs.layout import LOCK_FILE
 from cifar10.cli import workers as launch

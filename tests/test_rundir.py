@@ -21,8 +21,8 @@ from cifar10.data.folder import split_files
 from cifar10.evaluation import polling
 from cifar10.runs import checkpoints, cleanup, layout, rundir
 from cifar10.training import controller
-from cifar10.training.run import TrainData
-from cifar10.training.state import TrainState
+from cifar10.training.controller import TrainData
+from cifar10.training.step import TrainState
 from conftest import mirrored
 from rundirs import (USER_FILES, config, copy_run, leave_a_save_cut_in_place,
                      leave_an_interrupted_save)

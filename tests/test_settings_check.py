@@ -13,8 +13,8 @@ from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import coordination
 from cifar10.distribute import settings_check
-from cifar10.training import run
-from cifar10.training.run import TrainData
+from cifar10.training import controller
+from cifar10.training.controller import TrainData
 
 SETTINGS = ["--batch_size=16", "--max_steps=30", "--seed=0"]
 SAME = "start every worker with the same flags and data"
@@ -96,18 +96,19 @@ def test_the_settings_workers_must_share_name_their_flags_and_the_data_with_thei
     config = TrainConfig(train_dir="/runs/a", batch_size=8, max_steps=20, use_bf16=True,
                          profile_steps=(3, 4))
     data = TrainData(["/data/a.bin"], 50, ("cat", "dog"))
-    settings = run.shared_settings(config, data)
+    settings = controller.shared_settings(config, data)
     assert list(settings) == [
-        "--batch_size=8", "--max_steps=20", "--steps_per_loop=100", "--log_frequency=10",
-        "--summary_steps=100", "--checkpoint_steps=1000", "--use_fp16=false",
-        "--use_bf16=true", "--xla=false", "--deterministic=false", "--seed=0",
-        "--profile_steps=3,4", "initial_learning_rate 0.1", "loss_scale_growth_steps 2000",
+        "--batch_size=8", "--max_steps=20", "--log_frequency=10", "--steps_per_loop=100",
+        "--checkpoint_steps=1000", "--summary_steps=100", "--seed=0", "--use_fp16=false",
+        "--use_bf16=true", "--deterministic=false", "--initial_learning_rate=0.1",
+        "--loss_scale_growth_steps=2000", "--xla=false", "--profile_steps=3,4",
         "training data of 50 records", "2 classes (cat, dog)"]
-    assert "no --profile_steps" in run.shared_settings(TrainConfig(train_dir="/runs/a"), data)
-    assert "10 classes (airplane, automobile, bird, ...)" in run.shared_settings(
+    assert "no --profile_steps" in controller.shared_settings(TrainConfig(train_dir="/runs/a"),
+                                                              data)
+    assert "10 classes (airplane, automobile, bird, ...)" in controller.shared_settings(
         config, TrainData(["/data/a.bin"], 50))
     # Each differs in its fingerprint from the same setting on another worker.
-    other = run.shared_settings(TrainConfig(train_dir="/runs/b", batch_size=16),
+    other = controller.shared_settings(TrainConfig(train_dir="/runs/b", batch_size=16),
                                 TrainData(["/other/a.bin"], 50, ("cat", "cow")))
     differ = [a for a, x, y in zip(settings, settings.values(), other.values())
               if settings_check._fingerprint(x) != settings_check._fingerprint(y)]

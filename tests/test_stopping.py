@@ -27,7 +27,7 @@ from cifar10.runs import layout
 from cifar10.runs.layout import LOCK_FILE, TrainerLock
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
 
 # cifar10-train's way out of a failed run: its ``with StopRequests`` block ends with
 # the error, and the program takes seconds more to end (TensorFlow's clean-up, here
@@ -99,7 +99,7 @@ from cifar10.data import folder as datafolder
 from cifar10.distribute import devices, start_checks
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
 
 batches_dir, train_dir, when = sys.argv[1:4]
 strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)

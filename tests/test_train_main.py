@@ -25,7 +25,7 @@ from cifar10.runs import cleanup, rundir
 from cifar10.data import folder as datafolder
 from cifar10.distribute import devices
 from cifar10.data import synthetic
-from cifar10.training.state import TrainState
+from cifar10.training.step import TrainState
 from cifar10.data import fileformat as ff
 from cli import call, env, event_tags, program, run, sigterm_when, start
 from conftest import LAYERS, TRAIN_LINE

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
     from cifar10.data import folder as data
     from cifar10.distribute import devices, start_checks
     from cifar10.training import controller
-    from cifar10.training.run import TrainData
+    from cifar10.training.controller import TrainData
 
     strategy = _strategy()
     config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,
@@ -136,7 +136,7 @@ def _refuse_before_tensorflow() -> str:
 def _invocation(batches_dir: str):
     """What the run records of this program: its command line and flags (per start,
     in train_dir), and settings TensorBoard shows with the run's config."""
-    from cifar10.training.run import Invocation
+    from cifar10.training.controller import Invocation
 
     return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
                       settings={"command": " ".join(sys.argv), "data_dir": batches_dir,

@@ -1,12 +1,8 @@
-"""Every setting of the tutorial in one place: the run settings and the fixed hyperparameters.
+"""Every setting in one place: the fixed hyperparameters, and ``TrainConfig`` and
+``EvalConfig``, whose fields (``setting``) carry their flag's help and bounds, so that a
+setting has one name, default and description everywhere (flags, flags.txt, TensorBoard).
 
-``TrainConfig`` and ``EvalConfig`` are what the trainer and the evaluator take.
-Each field that a user sets from the command line carries its flag's help text
-and bounds (``setting``); ``flags.py`` defines the flags from these fields,
-under the fields' names, so a setting has one name, one default and one
-description everywhere (flags, library, TensorBoard's HParams).
-
-This module imports no TensorFlow, so that the programs answer ``--help`` at once.
+No TensorFlow here, so that the programs answer ``--help`` at once.
 """
 
 from __future__ import annotations
@@ -22,9 +18,8 @@ NUM_EPOCHS_PER_DECAY = 350  # epochs of examples between two decays
 MOVING_AVERAGE_DECAY = 0.9999  # of the weight averages the evaluator uses
 LOSS_AVERAGE_DECAY = 0.9  # of the smoothed losses in TensorBoard
 MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
-# --use_fp16's dynamic loss scale (as Keras' LossScaleOptimizer): it starts here,
-# halves at a step with non-finite gradients (which is skipped) and doubles after
-# this many finite steps in a row.
+# --use_fp16's dynamic loss scale (as Keras' LossScaleOptimizer): its start, and the
+# finite steps in a row that double it.
 INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
@@ -44,9 +39,7 @@ LRN_BETA = 0.75
 # -- choices -----------------------------------------------------------------
 
 PRECISION_CONFLICT = "use_fp16 and use_bf16 exclude each other: set at most one of them"
-# TensorFlow has no deterministic XLA max-pooling gradient: the first step would fail
-# ("GPU MaxPool gradient ops do not yet have a deterministic XLA implementation"), on
-# the CPU too, after the start was recorded.
+# TensorFlow has no deterministic XLA max-pooling gradient: the first step would fail.
 DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA has no "
                               "deterministic max-pooling gradient; drop one")
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
@@ -57,20 +50,18 @@ KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.layers.ch
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
             flag_default: Any = dataclasses.MISSING, lower_bound: float | None = None,
             upper_bound: float | None = None, choices: Sequence[str] | None = None,
-            flag: bool = True) -> Any:
-    """A config field and the flag made from it.
+            flag: bool = True, shared: bool = False, trained: str = "") -> Any:
+    """A config field and the flag made from it (``flag`` False: no flag).
 
-    Args:
-      default: the library's default; none makes the field required.
-      help: the flag's help text.
-      flag_default: the flag's default when the library has none (a required
-        directory that the command line defaults, as the original).
-      lower_bound, upper_bound: the flag's bounds.
-      choices: the flag's allowed values (an enum flag).
-      flag: False for a setting the command line does not offer.
+    ``help``, ``lower_bound``, ``upper_bound`` and ``choices`` are the flag's;
+    ``flag_default`` its default where the library has none.  A trainer's setting that
+    every worker must be given alike is ``shared``; one that changes what is trained
+    names itself in ``trained`` (it is shared too): each start records it, and a run
+    resumed with another value says so (``records.TRAINED_SETTINGS``).
     """
     metadata = {"help": help, "flag": flag, "lower_bound": lower_bound,
                 "upper_bound": upper_bound, "choices": choices,
+                "shared": shared or bool(trained), "trained": trained,
                 "flag_default": default if flag_default is dataclasses.MISSING else flag_default}
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -83,35 +74,42 @@ class TrainConfig:
         help="Directory where to write event logs and checkpoints; an existing run there "
              "is resumed.", flag_default="/tmp/cifar10_train")
     batch_size: int = setting(128, "Number of images to process in a batch, per replica.",
-                              lower_bound=1)
-    max_steps: int = setting(1_000_000, "Number of batches to run.", lower_bound=1)
-    log_frequency: int = setting(10, "How often to log results to the console.", lower_bound=1)
+                              lower_bound=1, trained="the batch size per replica")
+    max_steps: int = setting(1_000_000, "Number of batches to run.", lower_bound=1,
+                             shared=True)
+    log_frequency: int = setting(10, "How often to log results to the console.", lower_bound=1,
+                                 shared=True)
     steps_per_loop: int = setting(
         STEPS_PER_LOOP, "Run up to this many steps in one call into TensorFlow; the host "
         "reads the loss only where a loop ends, which is also at every log line, summary, "
         "checkpoint, profile window edge and --max_steps, so these do not depend on it. 1: "
-        "one call per step.", lower_bound=1)
+        "one call per step.", lower_bound=1, shared=True)
     checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
-                                          "the last step).", lower_bound=1)
+                                          "the last step).", lower_bound=1, shared=True)
     keep_checkpoints: int = setting(5, "How many recent checkpoints to keep.", lower_bound=1)
     summary_steps: int = setting(100, "Write TensorBoard summaries every this many steps.",
-                                 lower_bound=1)
+                                 lower_bound=1, shared=True)
     seed: int = setting(0, "Seed of the initial weights, shuffling and distortions.",
-                        lower_bound=0, upper_bound=2**63 - 1)  # TensorFlow's int64 seeds
+                        lower_bound=0, upper_bound=2**63 - 1,  # TensorFlow's int64 seeds
+                        trained="the seed")
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
-                                    "compute, float32 variables, dynamic loss scaling).")
+                                    "compute, float32 variables, dynamic loss scaling).",
+                            shared=True)  # recorded as the precision
     use_bf16: bool = setting(False, "Train with bfloat16 conv2 and matmuls (float32 "
                                     "variables, averages, conv1, pooling, LRN, loss and "
                                     "updates; no loss scaling). Fast on "
                                     "CPUs with AVX512_BF16 or AMX and on GPUs from Ampere on; "
-                                    "emulated, and slower than float32, elsewhere.")
+                                    "emulated, and slower than float32, elsewhere.",
+                            shared=True)
     deterministic: bool = setting(
         False, "Make the run reproducible: TensorFlow's op determinism and a data order and "
                "distortions fixed by --seed, also across a stop and resume, so that two runs "
                "with the same flags on the same machine and TensorFlow write identical "
-               "checkpoints (see docs/training.md; slower on GPUs).")
-    initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False)
-    loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False)
+               "checkpoints (see docs/training.md; slower on GPUs).",
+        trained="deterministic mode")
+    initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False,
+                                           trained="the initial learning rate")
+    loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False, shared=True)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     kernels: str = setting(
         "auto", "How training computes LRN, conv1's bias and ReLU with pool1, and "
@@ -122,39 +120,38 @@ class TrainConfig:
                 "same function (docs/performance.md).",
         choices=KERNEL_CHOICES)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
-                               "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).")
-    # (first, last): the steps --profile_steps traces with TensorFlow's profiler.
-    profile_steps: tuple[int, int] | None = setting(None, flag=False)
+                               "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).",
+                    trained="XLA compilation")
+    # (first, last): the steps --profile_steps traces (its flag is cli.flags').
+    profile_steps: tuple[int, int] | None = setting(None, flag=False, shared=True)
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
                                        "(checkpoints, state file, event files, markers, run "
                                        "records; nothing else) and start from step 0 "
                                        "(default: resume).")
 
     def check(self) -> None:
-        """Raises ValueError naming the first setting out of range."""
+        """Raises ValueError naming the first setting out of its flag's range."""
         compute_dtype(self)
         if self.deterministic and self.xla:
             raise ValueError(DETERMINISTIC_XLA_CONFLICT)
-        for name in ("batch_size", "max_steps", "log_frequency", "steps_per_loop",
-                     "checkpoint_steps", "keep_checkpoints", "summary_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for field in flag_fields(TrainConfig):
+            value, low, high = (getattr(self, field.name), field.metadata["lower_bound"],
+                                field.metadata["upper_bound"])
+            if low is not None and value < low:
+                raise ValueError(f"{field.name} must be at least {low}, got {value}")
+            if high is not None and value > high:
+                raise ValueError(f"{field.name} must be at most {high}, got {value}")
         if self.profile_steps is not None:
             check_profile_steps(self.profile_steps, self.max_steps)
 
 
-# --profile_steps' values for no trace, its default: so that a flag after a replayed
-# flags.txt that sets a window can turn it off.
+# --profile_steps' values for no trace (its default, which can turn a replayed one off).
 NO_PROFILE = ("none", "")
 
 
 def parse_profile_steps(text: str) -> tuple[int, int] | None:
     """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N); "none"
-    or nothing is None, no trace.
-
-    Raises:
-      ValueError: not one or two whole numbers, or not a window of steps.
-    """
+    or nothing is None, no trace.  Raises ValueError for anything else."""
     if text.strip().lower() in NO_PROFILE:
         return None
     parts = [part.strip() for part in text.split(",")]
@@ -223,12 +220,8 @@ class EvalConfig:
 
 
 def compute_dtype(settings: TrainConfig | EvalConfig) -> str:
-    """The model's compute type for a config: 'float16' (use_fp16), 'bfloat16'
-    (use_bf16) or 'float32'.  Variables, averages and checkpoints are float32 in all three.
-
-    Raises:
-      ValueError: both are set.
-    """
+    """The model's compute type: 'float16' (use_fp16), 'bfloat16' (use_bf16) or
+    'float32' (variables and checkpoints are float32 in all three); ValueError for both."""
     if settings.use_fp16 and settings.use_bf16:
         raise ValueError(PRECISION_CONFLICT)
     return "float16" if settings.use_fp16 else "bfloat16" if settings.use_bf16 else "float32"
@@ -242,3 +235,15 @@ def flag_fields(config_class: type) -> list[dataclasses.Field]:
 def flag_default(config_class: type, name: str) -> Any:
     """The default of the flag made from the field ``name`` of ``config_class``."""
     return next(f.metadata["flag_default"] for f in flag_fields(config_class) if f.name == name)
+
+
+def shared_fields() -> list[str]:
+    """TrainConfig's settings that every worker of a run must be given alike, in order."""
+    return [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["shared"]]
+
+
+def trained_fields() -> dict[str, str]:
+    """{setting: the words that name it} of TrainConfig's settings that change what is
+    trained, in order."""
+    return {f.name: f.metadata["trained"] for f in dataclasses.fields(TrainConfig)
+            if f.metadata["trained"]}

@@ -25,6 +25,7 @@ from absl import logging
 
 import cifar10
 from cifar10.core import atomic
+from cifar10.core.config import trained_fields
 from cifar10.core.errors import io_error
 from cifar10.distribute import slurm
 
@@ -36,19 +37,16 @@ ENVIRONMENT_FILE = "environment.jsonl"
 END_LINE = "# end of this start"
 ENDS_AT = f' (flags to "{END_LINE}")'
 
-# Settings of a training run that change what is trained, with the words that
-# name them.  A run resumed with another value of one goes on with it, and says so.
+# Settings of a training run that change what is trained, with the words that name
+# them: TrainConfig's (``setting(trained=...)``), then what the trainer derives.  A run
+# resumed with another value of one goes on with it, and says so.
 TRAINED_SETTINGS = {
-    "batch_size": "the batch size per replica",
+    **trained_fields(),
     "num_replicas": "the number of replicas",
     "num_workers": "the number of workers",
     "precision": "the compute precision",
     "data_dir": "the training data",
     "examples_per_epoch": "the examples per epoch, which the learning-rate schedule counts",
-    "initial_learning_rate": "the initial learning rate",
-    "seed": "the seed",
-    "deterministic": "deterministic mode",
-    "xla": "XLA compilation",
 }
 
 

@@ -1,36 +1,56 @@
-"""The controller: runs the step engine in a run directory, from its newest
+"""The controller: ``train`` runs the step engine in a run directory, from its newest
 checkpoint to ``max_steps`` or a stop.
 
-``train`` takes the run directory (lock, restore; ``rundir``), decides whether
-training starts (a stop asked for before it ends the run there, with nothing
-trained; the caller's ``on_training_start`` reads that stop request in one step with
-its own mark that training started), says where it resumes and records the start
-(``run``), then runs the trainer's loops of up to ``steps_per_loop`` steps
-(``loops``: where each ends, and what acts there).  A ``deterministic`` run takes
-TensorFlow's op determinism for its own time (``determinism``).  It reads no flags:
-``train_main`` builds a ``TrainConfig``.
+It checks that every worker was started alike, takes the run directory (lock,
+restore), records the start (flags.txt, environment.jsonl, a notice per trained
+setting changed since the start before) and runs the loops (``loops``).  It reads no
+flags: ``train_main`` builds a ``TrainConfig``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
+from absl import logging
 import tensorflow as tf
 
-from cifar10.core.config import TrainConfig
+from cifar10.core import config as settings_of
+from cifar10.core.config import TrainConfig, compute_dtype
 from cifar10.core.errors import Cifar10Error
-from cifar10.distribute import coordination
-from cifar10.distribute import settings_check
-from cifar10.distribute import start_checks
-from cifar10.runs import checkpoints
+from cifar10.data import fileformat as ff
+from cifar10.distribute import coordination, devices, settings_check, start_checks
+from cifar10.runs import checkpoints, records
 from cifar10.runs.rundir import RunDirectory
-from cifar10.training import run
-from cifar10.training.determinism import op_determinism
 from cifar10.training.engine import Trainer
-from cifar10.training.loops import LoopController
+from cifar10.training.loops import LoopController, op_determinism
 from cifar10.training.progress import StepReport, TrainResult
-from cifar10.training.run import Invocation, TrainData
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainData:
+    """The data a run trains on."""
+
+    files: Sequence[str]  # validated training .bin files
+    examples_per_epoch: int  # records in ``files`` (for the LR schedule)
+    # In label order; recorded in train_dir for cifar10-predict and cifar10-export.
+    class_names: Sequence[str] = ff.CLASS_NAMES
+
+    @property
+    def directory(self) -> str:
+        return os.path.dirname(self.files[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """What the program that calls ``train`` records of itself."""
+
+    command: Sequence[str] = ()  # the command line, for the start's environment record
+    flags_text: str | None = None  # its flags in flagfile format, for flags.txt; None: none
+    # More settings to show with the config in TensorBoard (e.g. the data directory).
+    settings: dict = dataclasses.field(default_factory=dict)
 
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData,
@@ -40,23 +60,22 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
           on_training_start: Callable[[], bool] | None = None) -> TrainResult:
     """Trains until ``config.max_steps`` or until ``stop_event`` is set.
 
-    Takes the lock of ``config.train_dir``, with ``fresh_start`` removes the earlier
-    run's files, resumes from the newest checkpoint that restores, saves every
-    ``checkpoint_steps`` steps, at ``max_steps`` and when stopped; never from a
-    diverged state.  Every worker of a multi-worker strategy calls this; only the
-    chief writes to ``train_dir``, and ``stop_event`` on any stops all at one step.
+    Resumes from the newest checkpoint that restores (``fresh_start``: removes the
+    earlier run's files first); saves every ``checkpoint_steps`` steps, at
+    ``max_steps`` and when stopped, never from a diverged state.  Every worker of a
+    multi-worker strategy calls it; only the chief writes to ``train_dir``, and a stop
+    on any stops all at one step.
 
     Args:
-      config, strategy, data: the run's settings, its strategy
-        (``devices.make_strategy``), its training files, record count and classes.
-      stop_event: set (e.g. by a signal handler) to save and return after the
-        current loop of steps (before training starts: to stop at once).
-      print_fn, on_report: where the progress lines and notices go; what is called
-        with each logged step's figures (``StepReport``), after its line.
-      invocation: the command line and flags, recorded per start (``records``).
-      on_training_start: called once where training starts, before anything is
-        recorded or run: whether a stop was asked for by then
-        (``_stop_if_asked_before_training``).  None: ``stop_event.is_set``.
+      config, strategy, data: the run's settings, strategy and training data.
+      stop_event: set (e.g. by a signal handler) to save and return after the current
+        loop of steps (before training starts: to stop at once).
+      print_fn, on_report: where the lines go; what is called with each logged step's
+        figures, after its line.
+      invocation: the command line and flags, recorded per start.
+      on_training_start: called once where training starts: whether a stop was asked
+        for by then, read in one step with the caller's own mark that training started
+        (None: ``stop_event.is_set``).
 
     Raises:
       StoppedBeforeTraining: a stop before training started, here or on another worker.
@@ -65,62 +84,60 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
     """
     with op_determinism(config.deterministic), \
             coordination.Coordinator(strategy, stop_event) as cluster:
-        trainer = _trainer(config, strategy, data, cluster)
-        with _run_directory(trainer, cluster, print_fn) as run_dir:
-            restored = _restore(run_dir, cluster, data)
-            if restored and restored.step >= config.max_steps:
+        # The workers' first meetings: a worker lost there (e.g. a chief that refused
+        # train_dir) is one line (``cluster.starting``).
+        settings_check.check_same_settings(cluster, shared_settings(config, data))
+        with cluster.starting():
+            trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
+        cluster.refuse_fresh_start(config.fresh_start, config.train_dir)
+        with RunDirectory(config.train_dir, trainer.state.checkpoint(), config.keep_checkpoints,
+                          save_dir=cluster.save_dir, fresh_start=config.fresh_start,
+                          print_fn=print_fn) as run_dir:
+            run_dir.record_class_names(data.class_names)
+            with cluster.starting():
+                restored = run_dir.restore()
+                start = restored.step if restored else 0
+                start_checks.check_same_start(cluster, start, run_dir.directory)
+            if restored and start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
-            _stop_if_asked_before_training(cluster, on_training_start)
-            settings = run.begin(trainer, cluster, data, restored,
-                                 invocation or Invocation(), print_fn)
-            return _run_loops(trainer, cluster, run_dir, restored, data.files, settings,
-                              print_fn, on_report)
-
-
-def _trainer(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData,
-             cluster: coordination.Coordinator) -> Trainer:
-    """The step engine, its variables built on every worker (the chief's initial
-    values broadcast) once the workers found they were started with the same
-    settings (``settings_check``): their first meetings, where a worker lost (e.g. a
-    chief that refused train_dir) is one line (``cluster.starting``), as in the
-    others before the loop."""
-    settings_check.check_same_settings(cluster, run.shared_settings(config, data))
-    with cluster.starting():
-        return Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
-
-
-def _run_directory(trainer: Trainer, cluster: coordination.Coordinator,
-                   print_fn: Callable[[str], None]) -> RunDirectory:
-    """The run's directory, as this worker uses it (``coordination``)."""
-    cfg = trainer.config
-    cluster.refuse_fresh_start(cfg.fresh_start, cfg.train_dir)
-    return RunDirectory(cfg.train_dir, trainer.state.checkpoint(), cfg.keep_checkpoints,
-                        save_dir=cluster.save_dir, fresh_start=cfg.fresh_start,
-                        print_fn=print_fn)
-
-
-def _restore(run_dir: RunDirectory, cluster: coordination.Coordinator,
-             data: TrainData) -> checkpoints.Checkpoint | None:
-    """The checkpoint the run goes on from (None: it starts at step 0), the same step
-    on every worker; the run's class names recorded first."""
-    run_dir.record_class_names(data.class_names)
-    with cluster.starting():
-        restored = run_dir.restore()
-        start_checks.check_same_start(cluster, restored.step if restored else 0,
-                                      run_dir.directory)
-    return restored
+            # A stop asked for before here (Ctrl-C while the job forms) stops every worker
+            # with nothing trained, recorded or saved; the value read, not a later read of
+            # the event, goes into the workers' agreement, so that each stop falls on one
+            # side of the edge.
+            asked = (on_training_start or cluster.stop_event.is_set)()
+            with cluster.starting():
+                start_checks.stop_if_asked_before_training(cluster, asked)
+            invocation = invocation or Invocation()
+            if restored:
+                print_fn(f"Resuming from {restored.path} at step {start}.")
+            if cluster.is_chief:
+                _record(trainer, data, start, restored is not None, invocation)
+            where = (f"checkpoints and summaries in {config.train_dir}" if cluster.is_chief
+                     else f"this is {cluster.task}: the chief writes checkpoints and "
+                          f"summaries to {config.train_dir}")
+            print_fn(f"Training on {trainer.examples_per_epoch} examples from "
+                     f"{data.directory} with {trainer.num_replicas} replica(s), global batch "
+                     f"{trainer.global_batch}; {where}.")
+            settings = {**dataclasses.asdict(config), **trainer.settings(), "start_step": start,
+                        "classes": ", ".join(data.class_names), **invocation.settings}
+            run_dir.unmark_complete()
+            loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report)
+            step = loops.run(data.files, settings)
+            if step == config.max_steps:
+                run_dir.mark_complete(step)
+            return TrainResult(start_step=start, step=step, complete=step == config.max_steps,
+                               last_checkpoint=run_dir.saved_path(),
+                               train_dir=config.train_dir, is_chief=cluster.is_chief,
+                               task=cluster.task, fresh_start=config.fresh_start,
+                               **loops.meter.figures())
 
 
 def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
                       run_dir: RunDirectory, restored: checkpoints.Checkpoint,
                       print_fn: Callable[[str], None]) -> TrainResult:
-    """A run restored at ``max_steps``: says so, marks it complete and trains nothing.
-
-    Raises:
-      Cifar10Error: the run is past ``max_steps``: a --max_steps below the step of a
-        run stopped on its way to a larger one is not its end, and a marker would
-        make the evaluator and the Slurm script take it for finished.
-    """
+    """A run restored at ``max_steps``: says so and trains nothing.  One past it is
+    refused: its --max_steps is not the run's end, and a completeness marker would make
+    the evaluator and the Slurm script take it for finished."""
     step = restored.step
     if step > config.max_steps:
         raise Cifar10Error(
@@ -136,40 +153,44 @@ def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
                        is_chief=cluster.is_chief, task=cluster.task)
 
 
-def _stop_if_asked_before_training(cluster: coordination.Coordinator,
-                                   training_starts: Callable[[], bool] | None) -> None:
-    """A stop asked for before training starts (Ctrl-C while the job forms) stops
-    every worker here, with nothing trained, recorded or saved: as a program
-    interrupted before its work began, not a save after a first step.
+def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:
+    """What every worker of a run must be started with alike: TrainConfig's fields
+    marked ``shared`` (``config.setting``) and the data, as {the setting with its value
+    here, as the error names it ('--batch_size=8'): the value}."""
+    shown = {}
+    for name in settings_of.shared_fields():
+        value = getattr(config, name)
+        text = (",".join(map(str, value)) if isinstance(value, tuple) else
+                str(value).lower() if isinstance(value, bool) else str(value))
+        shown[f"no --{name}" if value is None else f"--{name}={text}"] = value
+    shown[f"training data of {data.examples_per_epoch} records"] = data.examples_per_epoch
+    names = list(data.class_names)
+    shown[f"{len(names)} classes ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+          ] = names
+    return shown
 
-    ``training_starts`` (``train``'s ``on_training_start``; None:
-    ``stop_event.is_set``) says whether this worker's stop was asked for, read in
-    one step with the caller's own mark that training started (by which, say, a
-    signal handler chooses what it promises).  That value, not a later read of the
-    stop event, goes into the workers' agreement, so that each stop falls on one
-    side of the edge: before it, nothing is trained (``StoppedBeforeTraining``);
-    after it, the run saves after its loop of steps."""
-    asked = (training_starts or cluster.stop_event.is_set)()
-    with cluster.starting():
-        start_checks.stop_if_asked_before_training(cluster, asked)
 
-
-def _run_loops(trainer: Trainer, cluster: coordination.Coordinator, run_dir: RunDirectory,
-               restored: checkpoints.Checkpoint | None, files, settings: dict,
-               print_fn: Callable[[str], None],
-               on_report: Callable[[StepReport], None] | None) -> TrainResult:
-    """Trains on ``files`` from the restored step (0 without one) to ``max_steps`` or
-    a stop (``LoopController``); the run's result, its directory marked complete
-    where it reached ``max_steps``.  ``settings`` are shown in TensorBoard."""
-    config, start = trainer.config, restored.step if restored else 0
-    run_dir.unmark_complete()
-    loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report)
-    step = loops.run(files, settings)
-    complete = step == config.max_steps
-    if complete:
-        run_dir.mark_complete(step)
-    return TrainResult(start_step=start, step=step, complete=complete,
-                       last_checkpoint=run_dir.saved_path(),
-                       train_dir=config.train_dir, is_chief=cluster.is_chief,
-                       task=cluster.task, fresh_start=config.fresh_start,
-                       **loops.meter.figures())
+def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
+            invocation: Invocation) -> None:
+    """Appends this start to the run's flags.txt and environment.jsonl, with its trained
+    settings (``records.TRAINED_SETTINGS``); on resume, then a notice per change."""
+    cfg, train_dir = trainer.config, trainer.config.train_dir
+    settings = {name: getattr(cfg, name) for name in settings_of.trained_fields()}
+    settings.update(global_batch=trainer.global_batch, num_replicas=trainer.num_replicas,
+                    num_workers=devices.num_workers(trainer.strategy),
+                    precision=compute_dtype(cfg), data_dir=os.path.abspath(data.directory),
+                    num_classes=len(data.class_names),
+                    examples_per_epoch=trainer.examples_per_epoch, max_steps=cfg.max_steps)
+    before = records.last_settings(train_dir) if resumed else None
+    changed = records.changes(before, settings)
+    record = records.environment(
+        "cifar10-train", invocation.command,
+        devices.describe(trainer.strategy.extended.worker_devices), tf.__version__)
+    record.update(kernels={"kernel": trainer.kernels.kernel,
+                           "reason": trainer.kernels.reason},
+                  start_step=start, num_replicas=trainer.num_replicas,
+                  num_workers=settings["num_workers"], settings=settings, changes=changed)
+    records.record_start(train_dir, record, invocation.flags_text)
+    # Said once recorded: a notice says "(recorded in environment.jsonl)".
+    for line in records.describe_changes(changed, start, train_dir, before, settings):
+        logging.warning(line, extra={"notice": True})

@@ -1,35 +1,33 @@
-"""The controller's loops: where each loop of steps ends (``loop_end``), and the
-loops of a run from its start to ``max_steps`` or a stop (``LoopController``), with
-the small objects that act where each ends: the progress meter (lines, rates;
-``meter``), the saver (checkpoints; ``Saver``), the profiler's window
-(``profiling``) and the workers' stop (``coordination``).  A NaN or infinite loss
-stops the run.
+"""The loops of a run: where each loop of steps ends (``loop_end``), and the loops from
+the run's start to ``max_steps`` or a stop (``LoopController``), with what acts where
+each ends: the progress meter, the checkpoints, the profiler's window (``StepWindow``)
+and the workers' stop.  A NaN or infinite loss, or weights, stop the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+import os
+from typing import Callable, Iterator
 
+from absl import logging
 import tensorflow as tf
 
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
 from cifar10.distribute import coordination
-from cifar10.runs.rundir import RunDirectory
 from cifar10.runs import summaries
-from cifar10.training import profiling
+from cifar10.runs.rundir import RunDirectory
 from cifar10.training.engine import Trainer
-from cifar10.training.meter import ProgressMeter
-from cifar10.training.progress import StepReport
+from cifar10.training.progress import ProgressMeter, StepReport
 
 
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
-    """The last step of the loop that follows step ``done`` in a run that started
-    at ``start``: ``steps_per_loop`` steps on, or sooner where the host has work:
-    the first step, a log line, summaries, a checkpoint, ``max_steps``, each edge
-    of the profile window (a loop ends before its first step and at its last), and
-    each step inside it (a loop of one step, which the profiler's trace marks)."""
+    """The last step of the loop after step ``done`` of a run that started at ``start``:
+    ``steps_per_loop`` steps on, or sooner where the host has work: the first step, a
+    log line, summaries, a checkpoint, ``max_steps``, each edge of the profile window
+    and each step inside it (a loop of one step, which the trace marks)."""
     cfg = config
 
     def next_multiple(k):
@@ -47,40 +45,32 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
 
 
 class LoopController:
-    """Runs ``trainer``'s loops from step ``start`` to ``max_steps`` or a stop, and
-    acts where each ends: the progress meter, the saver, the profiler's window and
-    the workers' stop.
-
-    The host reads the losses, checks for a stop and saves only where a loop
-    ends, so a stop request is honoured within ``steps_per_loop`` steps.
-    """
+    """Runs ``trainer``'s loops from step ``start`` to ``max_steps`` or a stop, and acts
+    where each ends.  The host reads the losses, checks for a stop and saves only where
+    a loop ends, so a stop is honoured within ``steps_per_loop`` steps."""
 
     def __init__(self, trainer: Trainer, cluster: coordination.Coordinator,
-                 run_dir: RunDirectory, start: int,
-                 print_fn: Callable[[str], None],
+                 run_dir: RunDirectory, start: int, print_fn: Callable[[str], None],
                  on_report: Callable[[StepReport], None] | None):
         cfg = trainer.config
         self.trainer, self.cluster, self.run_dir = trainer, cluster, run_dir
         self.start = self.done = start  # the step the run started at; the last one done
         self.logdir = cfg.train_dir if cluster.is_chief else None  # the others write nothing
         self.meter = ProgressMeter(trainer, start, print_fn, on_report)
-        self.saver = Saver(trainer, run_dir)
-        self.profile = profiling.StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
+        self.profile = StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
 
     def run(self, files, settings: dict) -> int:
         """Steps on the batches of ``files`` until ``max_steps`` or a stop; returns the
-        step reached.  ``settings`` are shown in TensorBoard with the run's config."""
+        step reached.  ``settings`` are shown in TensorBoard."""
         cfg, trainer = self.trainer.config, self.trainer
         iterator = None
         try:
-            # Inside: making the iterator reads the files (the cache fills), which
-            # may fail as a step does (a file gone since it was checked: one line).
+            # Inside: making the iterator reads the files, which may fail as a step does.
             iterator = iter(trainer.dataset(files, self.start))
-            self.cluster.watch(lambda: self.saver.save(int(trainer.state.step.numpy())))
+            self.cluster.watch(lambda: self.save(int(trainer.state.step.numpy())))
             with summaries.file_writer(self.logdir):
                 summaries.write_run_config(settings, step=self.start)
-                # The first call records the step's graph for the Graphs dashboard.
-                tf.summary.trace_on(graph=True, profiler=False)
+                tf.summary.trace_on(graph=True, profiler=False)  # for the Graphs dashboard
                 self.meter.steps_begin()
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
@@ -92,26 +82,22 @@ class LoopController:
                     self._loop_ended(end, float(losses["total_loss"]), diverged)
                     if self.cluster.should_stop():
                         break
-                self.saver.save(self.done)  # stopped between checkpoints: keep the work done
+                self.save(self.done)  # stopped between checkpoints: keep the work done
                 self.meter.steps_end()
         except tf.errors.OpError as e:
             raise self.cluster.failure(e, self.done, self.run_dir.saved_path()) from e
         finally:
             self.profile.close()
-            # Stop the input pipeline here, not at some later garbage collection (the
-            # traced step keeps this frame alive); see devices.input_options for its cost.
+            # Stop the input pipeline now, not at some later garbage collection (the
+            # traced step keeps this frame alive).
             del iterator
         return self.done
 
     def _before_loop(self, iterator, end: int) -> bool:
-        """Before the loop of steps ``done + 1`` to ``end``: builds its step function
-        with the progress clock stopped (``Trainer.prepare``), and starts the
+        """Builds the loop's step functions with the clock stopped, and starts the
         profiler where its window begins.  Returns whether the loop is a step alone
-        (inside the window, marked with its number in the trace).
-
-        Every worker runs the window's steps alone, traced or not, so that all run the
-        same functions; the window's are built before the profiler starts.
-        """
+        (inside the window: every worker runs its steps alone, traced or not, and builds
+        the window's functions before the profiler starts)."""
         every = self.trainer.config.summary_steps
         alone = self.profile.covers(end)
         kinds = [end % every == 0]
@@ -127,8 +113,6 @@ class LoopController:
         return alone
 
     def _loop_ended(self, end: int, loss: float, diverged: int) -> None:
-        """The loop up to step ``end`` ran: its loss is checked, then the profiler's
-        window, the progress meter and the saver act."""
         if self.done == self.start:
             tf.summary.trace_export("train_step", step=self.start)
         if diverged:
@@ -138,27 +122,102 @@ class LoopController:
         self.profile.after(end)
         self.meter.steps_done(end, end - self.done, loss)
         self.done = end
-        self.saver.at_loop_end(end)
-
-
-class Saver:
-    """Saves the run's checkpoints: every ``checkpoint_steps`` steps and at
-    ``max_steps`` (``at_loop_end``), and when a run stops (``save``); never from
-    weights that are not all finite."""
-
-    def __init__(self, trainer: Trainer, run_dir: RunDirectory):
-        self.trainer, self.run_dir = trainer, run_dir
-
-    def at_loop_end(self, step: int) -> None:
         cfg = self.trainer.config
-        if step % cfg.checkpoint_steps == 0 or step == cfg.max_steps:
-            self.save(step)
+        if end % cfg.checkpoint_steps == 0 or end == cfg.max_steps:
+            self.save(end)
 
     def save(self, step: int) -> None:
-        # A finite loss does not prove that the update it led to was finite; a
-        # checkpoint is only written from weights that are all finite.
+        """A checkpoint, only from weights that are all finite (a finite loss does not
+        prove that the update it led to was)."""
         if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.trainer.variables):
             raise DivergedError(
                 f"Model diverged: weights are not finite (NaN or infinite) at step {step}; "
                 f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.run_dir.save(step)
+
+
+class StepWindow:
+    """``--profile_steps``: a TensorFlow profiler trace of steps ``first`` to ``last``,
+    in ``<logdir>/plugins/profile/``, where TensorBoard's Profile tab finds it.
+
+    Each step of the window is marked with its number (``marker``), so that the
+    Profile tab's overview shows step times.  A resumed run traces what is left of the
+    window; a profiler that cannot start or save costs the trace, never the run (one
+    warning).  ``logdir`` None (a worker that writes nothing) traces nothing.
+    """
+
+    def __init__(self, window: tuple[int, int] | None, logdir: str | None, start_step: int,
+                 print_fn=print):
+        first, last = window or (0, -1)
+        self.window = (max(first, start_step + 1), last)  # this run's steps of it
+        self.logdir, self.print_fn = logdir, print_fn
+        self.tracing = bool(window and logdir)  # to trace, or tracing
+        self.running, self.done = False, 0  # the profiler runs; the last step traced
+        if self.tracing and last <= start_step:
+            logging.warning(f"--profile_steps={first},{last} lies before step "
+                            f"{start_step + 1}, where this run resumes: no profile is "
+                            f"taken. Pass a later window to profile this run.")
+            self.tracing = False
+
+    def covers(self, step: int) -> bool:
+        """Whether ``step`` lies in the window (a step run alone, on every worker)."""
+        return self.window[0] <= step <= self.window[1]
+
+    def marker(self, step: int):
+        if not self.running:
+            return contextlib.nullcontext()
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+    def before(self, step: int) -> None:
+        if step == self.window[0] and self.tracing:
+            try:
+                tf.profiler.experimental.start(self.logdir)
+            except tf.errors.OpError as e:
+                logging.warning(f"cannot start the profiler for --profile_steps "
+                                f"({e.message}); training goes on without a profile.")
+                self.tracing = False
+                return
+            self.running, self.done = True, step - 1
+
+    def after(self, step: int) -> None:
+        if self.running:
+            self.done = step
+            if step == self.window[1]:
+                self.close()
+
+    def close(self) -> None:
+        """Stops and saves the trace, if the profiler is running."""
+        if not self.running:
+            return
+        first, self.running, self.tracing = self.window[0], False, False
+        try:
+            tf.profiler.experimental.stop()
+        except tf.errors.OpError as e:
+            logging.warning(f"cannot save the profile of --profile_steps in {self.logdir} "
+                            f"({e.message}); training goes on.")
+            return
+        steps = (f"steps {first} to {self.done}" if self.done > first else
+                 f"step {first}" if self.done == first else f"the start of step {first}")
+        self.print_fn(f"Profiled {steps}: the trace is in "
+                      f"{os.path.join(self.logdir, 'plugins', 'profile')}, for TensorBoard's "
+                      f"Profile tab.")
+
+
+@contextlib.contextmanager
+def op_determinism(enabled: bool) -> Iterator[None]:
+    """With ``enabled`` (``--deterministic``), TensorFlow's op determinism for the
+    context's time.  The setting is the process's: left at the end as it was found, so
+    that what the process does next (another run, the benchmark) is not slowed."""
+    if not enabled:
+        yield
+        return
+    # Reading and turning it off are only in TensorFlow's private config module.
+    from tensorflow.python.framework import config as tf_config
+
+    was_on = tf_config.is_op_determinism_enabled()
+    tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if not was_on:
+            tf_config.disable_op_determinism()

@@ -1,25 +1,27 @@
-"""What a training run prints about itself: its progress lines and its end.
+"""What a training run says of its progress: the clock of its steps (``ProgressMeter``),
+its progress lines (``StepReport``) and its end (``TrainResult``).
 
-Each progress line is the original tutorial's, followed by where the run is:
+Each progress line is the original tutorial's, then where the run is:
 
     2026-11-25 10:00:00.000000: step 500, loss = 1.02 (1950.3 examples/sec; 0.066 sec/batch) [step 500/1000000, 0.0%, epoch 1.28, 39h 02m left]
 
-The same plain line on a terminal and in a log file: every line stays in the
-record (an updating terminal line would overwrite the loss history, and would
-tangle with warnings, notices and the ``[worker i]`` prefixes of several workers).
-
-The end of a run that trained is one summary (``TrainResult.summary``): how it
-ended and where the checkpoint is, the run's figures, and the command that
-evaluates it.  No TensorFlow here: ``meter`` measures, this module words.
+A plain line on a terminal and in a log file alike: every line stays in the record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import math
 import os
 import shlex
+import time
+from typing import Callable
+
+import tensorflow as tf
+
+from cifar10.training.step import learning_rate
 
 
 def duration(seconds: float) -> str:
@@ -41,22 +43,18 @@ class StepReport:
     examples_per_sec: float  # over all replicas, since the previous report
     sec_per_batch: float  # a step's time shared among the replicas, as the original
     learning_rate: float  # the rate of the step's update
-    max_steps: int  # where the run ends
+    max_steps: int
     epoch: float  # epochs of examples trained once the step is done
     seconds_left: float | None  # to max_steps at the run's pace; None where not known
 
     def line(self) -> str:
-        """The original's progress line, then where the run is (``where``)."""
         return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch) %s" % (
             datetime.datetime.now(), self.step, self.loss, self.examples_per_sec,
             self.sec_per_batch, self.where())
 
     def where(self) -> str:
-        """'[step 500/1000000, 0.0%, epoch 1.28, 39h 02m left]'.
-
-        The percentage is rounded down, so that 100.0% means done; the time left
-        is left out where it is not known.
-        """
+        """'[step 500/1000000, 0.0%, epoch 1.28, 39h 02m left]': the percentage rounded
+        down, so that 100.0% means done; no time left where it is not known."""
         percent = math.floor(1000 * self.step / self.max_steps) / 10
         parts = [f"step {self.step}/{self.max_steps}", f"{percent:.1f}%",
                  f"epoch {self.epoch:.2f}"]
@@ -74,14 +72,14 @@ class TrainResult:
     complete: bool  # max_steps reached; else a stop was requested before it
     last_checkpoint: str | None  # the newest checkpoint of train_dir
     train_dir: str = ""
-    is_chief: bool = True  # this process saves the checkpoints (one machine, or the chief)
+    is_chief: bool = True  # this process saves the checkpoints
     task: str = "chief"  # this process's task in a multi-worker run ('worker 1')
     seconds: float = 0.0  # wall time of the training, from the restore to the last save
     examples_per_sec: float = 0.0  # the steps run over that time, after tracing
     start_epoch: float = 0.0  # epochs of examples trained when the call started
     epoch: float = 0.0  # and when it ended
     loss: float | None = None  # the total loss of the last step run
-    fresh_start: bool = False  # the call started with --fresh_start (its rerun would delete the run)
+    fresh_start: bool = False  # its rerun would delete the run
 
     @property
     def steps_run(self) -> int:
@@ -93,8 +91,8 @@ class TrainResult:
 
     def summary(self, eval_dir: str | None = None) -> list[str]:
         """The lines that end a call that ran steps: how it ended and (the chief) the
-        checkpoint it saved; the call's figures; (the chief) how to evaluate it, into
-        ``eval_dir`` when given (None: the evaluator's default)."""
+        checkpoint it saved; its figures; (the chief) how to evaluate it, into
+        ``eval_dir`` when given."""
         ended = (f"Training complete at step {self.step}" if self.complete
                  else f"Stopped at step {self.step}")
         if not self.is_chief:
@@ -110,8 +108,8 @@ class TrainResult:
         return lines
 
     def resume_advice(self) -> str:
-        """How to go on with a stopped run: the same command, unless it started with
-        --fresh_start, which would delete what it saved."""
+        """The same command, unless it started with --fresh_start, which would delete
+        what it saved."""
         if self.fresh_start:
             return "Run the same command without --fresh_start to resume."
         return "Run the same command again to resume."
@@ -124,3 +122,98 @@ class TrainResult:
         return (f"This run: {steps} (epoch {self.start_epoch:.2f} to {self.epoch:.2f}) in "
                 f"{duration(self.seconds)}, {self.examples_per_sec:.1f} examples/sec on "
                 f"average{loss}.")
+
+
+class ProgressMeter:
+    """Times a run's steps: prints each report's line, writes its examples_per_sec
+    summary, hands it to ``on_report``, and gives the run's figures (``figures``).
+
+    The clock starts when the steps begin and stops while a step function is built
+    (``clock_stopped``), so that no rate counts tracing.  The time left is the pace
+    since the run's first line (whose step starts the input pipeline).
+    """
+
+    def __init__(self, trainer, start: int, print_fn: Callable[[str], None],
+                 on_report: Callable[[StepReport], None] | None = None):
+        self.trainer, self.print_fn, self.on_report = trainer, print_fn, on_report
+        self.start_step = self.step = start
+        self.began = time.monotonic()  # the run's wall time counts from here
+        self.start_epoch = self._epoch()
+        self.clock = self.ended = self.last = self.began  # steps began, ended; last report
+        self.steps = 0  # steps since the last report
+        self.first: tuple[float, int] | None = None  # (time, step) of the first report
+        self.loss: float | None = None
+        self.skipped = 0  # steps skipped for non-finite gradients (--use_fp16), so far
+
+    def _epoch(self) -> float:
+        return int(self.trainer.state.examples_seen.numpy()) / self.trainer.examples_per_epoch
+
+    def steps_begin(self) -> None:
+        self.clock = self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def clock_stopped(self):
+        """A context whose time no rate counts (building a step function)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - began
+            self.clock, self.last = self.clock + spent, self.last + spent
+            if self.first:
+                self.first = (self.first[0] + spent, self.first[1])
+
+    def steps_done(self, step: int, count: int, loss: float) -> None:
+        """``count`` more steps are done, the last ``step`` with ``loss``; a line is due
+        every ``log_frequency`` steps, at the run's first step and at ``max_steps``."""
+        self.steps += count
+        self.step, self.loss = step, loss
+        cfg = self.trainer.config
+        if step % cfg.log_frequency and step not in (self.start_step + 1, cfg.max_steps):
+            return
+        report = self._report(step, loss, time.monotonic())
+        self.print_fn(report.line())
+        tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
+        if self.trainer.loss_scale is not None:
+            self._loss_scale(step)
+        if self.on_report:
+            self.on_report(report)
+        self.last, self.steps = time.monotonic(), 0
+
+    def _report(self, step: int, loss: float, now: float) -> StepReport:
+        trainer, duration_ = self.trainer, now - self.last
+        before = trainer.state.examples_seen - trainer.global_batch  # this update's rate
+        if self.first is None:
+            self.first = (now, step)
+        first_time, first_step = self.first
+        left = (None if step in (first_step, trainer.config.max_steps) else
+                (trainer.config.max_steps - step) * (now - first_time) / (step - first_step))
+        return StepReport(
+            step=step, loss=loss,
+            examples_per_sec=self.steps * trainer.global_batch / duration_,
+            sec_per_batch=duration_ / self.steps / trainer.num_replicas,
+            learning_rate=float(learning_rate(before, trainer.examples_per_epoch,
+                                              trainer.config.initial_learning_rate)),
+            max_steps=trainer.config.max_steps, epoch=self._epoch(), seconds_left=left)
+
+    def _loss_scale(self, step: int) -> None:
+        """--use_fp16: says how many steps were skipped since the last line, if any."""
+        scale = self.trainer.loss_scale
+        skipped, value = int(scale.skipped.numpy()), float(scale.scale.numpy())
+        if skipped > self.skipped:
+            self.print_fn(f"{skipped - self.skipped} step(s) had non-finite gradients and were "
+                          f"skipped since the last line; loss scale now {value:g}.")
+        self.skipped = skipped
+        tf.summary.scalar("loss_scale", value, step=step)
+        tf.summary.scalar("skipped_steps", skipped, step=step)
+
+    def steps_end(self) -> None:
+        self.ended = time.monotonic()
+
+    def figures(self) -> dict:
+        """The run's figures, as ``TrainResult``'s fields, once the steps ended."""
+        steps = self.step - self.start_step
+        return {"seconds": time.monotonic() - self.began, "start_epoch": self.start_epoch,
+                "epoch": self._epoch(), "loss": self.loss,
+                "examples_per_sec": (steps * self.trainer.global_batch
+                                     / max(self.ended - self.clock, 1e-9))}

@@ -1,22 +1,98 @@
-"""The replicated train step: one synchronous update of the tutorial model.
+"""The replicated train step: one synchronous update of the tutorial model, and the
+state it updates (``TrainState``: what a checkpoint holds) and its schedules.
 
-Each replica runs the forward and backward pass on its own batch of
-``batch_size`` examples; the replicas' gradients are summed into one update of
-plain gradient descent, the same on every replica; then the moving averages,
-the step, the examples seen and the smoothed losses move on.  ``engine.Trainer``
-runs it in its loop functions, inside a ``tf.function``.
+Each replica runs the forward and backward pass on its own batch; the replicas'
+gradients are summed into one plain gradient-descent update, the same on every
+replica; then the moving averages, the step, the examples seen and the smoothed
+losses move on.  ``engine.Trainer`` runs it inside its loop functions.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import tensorflow as tf
 
-from cifar10.core.config import LOSS_AVERAGE_DECAY, TrainConfig
+from cifar10.core.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
+                                 LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
+                                 MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY, TrainConfig)
+from cifar10.data import fileformat as ff
+from cifar10.model import Model
 from cifar10.runs import summaries
-from cifar10.training.schedule import learning_rate, moving_average_decay
-from cifar10.training.state import DynamicLossScale, TrainState
+
+
+def learning_rate(examples, examples_per_epoch: int,
+                  initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
+    """The rate once ``examples`` were trained on: decayed by 0.1 every 350 epochs,
+    counted in examples so that it does not depend on the number of replicas."""
+    examples = tf.cast(examples, tf.int64)
+    decays = examples // (NUM_EPOCHS_PER_DECAY * examples_per_epoch)
+    return initial * tf.pow(LEARNING_RATE_DECAY_FACTOR, tf.cast(decays, tf.float32))
+
+
+def moving_average_decay(step) -> tf.Tensor:
+    """Decay of the weight averages after update ``step`` (num_updates = step)."""
+    step = tf.cast(step, tf.float32)
+    return tf.minimum(MOVING_AVERAGE_DECAY, (1.0 + step) / (10.0 + step))
+
+
+class TrainState(tf.Module):
+    """Everything a checkpoint holds: weights, their averages, step, loss averages.
+
+    The names in ``checkpoint()`` are the keys of every checkpoint written: renaming
+    one would keep earlier runs from resuming and the evaluator from restoring them.
+    """
+
+    def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
+                 lrn: Callable[..., tf.Tensor] | None = None,
+                 relu_pool: Callable[..., tf.Tensor] | None = None,
+                 relu_lrn: Callable[..., tf.Tensor] | None = None):
+        super().__init__(name="train_state")
+        self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
+                           lrn=lrn, relu_pool=relu_pool, relu_lrn=relu_lrn)
+        # A second, untrained copy of the model, so that the evaluator restores the
+        # averages with tf.train.Checkpoint(averages=Model()).
+        self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,
+                              num_classes=num_classes)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # The learning rate counts examples over all replicas and workers, so that a run
+        # resumed with another replica count keeps its schedule.
+        self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="examples_seen")
+        self.loss_averages = {
+            name: tf.Variable(0.0, trainable=False, name=f"{name}_avg")
+            for name in ("cross_entropy", "total_loss")
+        }
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(model=self.model, averages=self.averages, step=self.step,
+                                   examples_seen=self.examples_seen,
+                                   loss_averages=self.loss_averages)
+
+
+class DynamicLossScale(tf.Module):
+    """``--use_fp16``'s loss scale, which keeps float16 gradients clear of underflow.
+
+    A step whose summed gradients are not all finite is skipped and halves the scale
+    (to no less than 1); ``growth_steps`` finite steps in a row double it.  Not
+    checkpointed: a resumed run finds its level again within a few steps.
+    """
+
+    def __init__(self, growth_steps: int):
+        super().__init__(name="loss_scale")
+        self.growth_steps = growth_steps
+        self.scale = tf.Variable(INITIAL_LOSS_SCALE, trainable=False, name="scale")
+        self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
+        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
+
+    def update(self, finite: tf.Tensor) -> None:
+        """After a step: ``finite`` says whether its gradients were all finite."""
+        good = tf.where(finite, self.good_steps + 1, tf.constant(0, tf.int64))
+        grow = good >= self.growth_steps
+        self.scale.assign(tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                                   tf.maximum(self.scale / 2.0, 1.0)))
+        self.good_steps.assign(tf.where(grow, tf.zeros_like(good), good))
+        self.skipped.assign_add(1 - tf.cast(finite, tf.int64))
 
 
 class ReplicatedStep:
@@ -43,10 +119,9 @@ class ReplicatedStep:
         # update (merge_call) stays outside the compiled cluster.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
                               else self._gradients)
-        # The smoothed weight-decay terms, one per layer with weight decay
-        # ('local3/weight_loss'), for TensorBoard. Not in the checkpoint (a checkpoint
-        # written without them must restore): NaN until the first step of this
-        # process sets them.
+        # The smoothed weight-decay terms ('local3/weight_loss') for TensorBoard. Not
+        # checkpointed (a checkpoint written without them must restore): NaN until the
+        # first step of this process sets them.
         with strategy.scope():
             self.weight_loss_averages = {
                 f"{layer.name}/weight_loss": tf.Variable(float("nan"), trainable=False,
@@ -55,14 +130,10 @@ class ReplicatedStep:
 
     def __call__(self, iterator: Iterator, with_summaries: bool = False
                  ) -> dict[str, tf.Tensor]:
-        """Runs the step on the next batch of ``iterator``; with ``with_summaries``
-        writes the training summaries.
-
-        Returns:
-          {'cross_entropy', 'total_loss'}: the step's losses over the global batch.
-        """
+        """Runs the step on the next batch; returns its {'cross_entropy', 'total_loss'}
+        over the global batch."""
         images, labels = next(iterator)
-        # Of the weights this step trains with (read before its update): two scalars.
+        # Of the weights this step trains with (read before its update).
         weight_losses = {f"{name}/weight_loss": value
                          for name, value in self.state.model.weight_losses().items()}
         out = self.strategy.run(self._replica_step, args=(images, labels, with_summaries))
@@ -101,11 +172,8 @@ class ReplicatedStep:
         return grads, parts.cross_entropy, parts.weight_decay, acts
 
     def _apply(self, strategy, grads):
-        """Cross-replica part of a step: sum gradients, SGD update, averages, step.
-
-        Returns:
-          (the summed gradients, the learning rate this update used).
-        """
+        """Cross-replica part: sum gradients, SGD update, averages, step.  Returns (the
+        summed gradients, the learning rate this update used)."""
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
         lr = learning_rate(self.state.examples_seen, self.examples_per_epoch,
@@ -133,8 +201,8 @@ class ReplicatedStep:
 
     def _average_losses(self, losses: dict[str, tf.Tensor], averages: dict[str, tf.Variable],
                         first: tf.Tensor | None = None) -> None:
-        """Moves the smoothed ``losses`` (TensorBoard's) on; the first step (``first``,
-        else where an average is still NaN) sets them."""
+        """Moves the smoothed ``losses`` on; the first step (``first``, else where an
+        average is still NaN) sets them."""
         for name, value in losses.items():
             avg = averages[name]
             start = tf.math.is_nan(avg) if first is None else first

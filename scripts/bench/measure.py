@@ -15,7 +15,7 @@ from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
 from cifar10.distribute import devices
 from cifar10.training import controller
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
 
 
 def timed(run: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
