@@ -1,30 +1,44 @@
-"""The training loop of --steps_per_loop: several steps per call into TensorFlow,
-loops that end where the host has work, the same run whatever their length."""
+"""The controller's loops (cifar10.training.loops): several steps per call into
+TensorFlow, loops that end where the host has work, the same run whatever their
+length; divergence inside a loop; --profile_steps' trace of a window of steps."""
 
+import argparse
+import glob
+import importlib.metadata
 import os
+import re
+import socket
 import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 import cli
+from cifar10.cli import flagfiles
+from cifar10.cli import flags as cifar10_flags
+from cifar10.cli.flags import define_train_flags
+from cifar10.core import config
 from cifar10.core.config import TrainConfig
-from cifar10.distribute import devices
+from cifar10.core.errors import DivergedError
 from cifar10.training import controller
-from cifar10.training.loops import loop_end
-from cifar10.training.engine import Trainer
-from cifar10.training.run import TrainData
+from cifar10.training.controller import TrainData
+from cifar10.training.loops import StepWindow, loop_end
 from cifar10.training.step import ReplicatedStep
-from cifar10.core.errors import Cifar10Error, DivergedError
 from conftest import TRAIN_LINE, mirrored
-from test_train import fixed_batches, random_batches
 
 
 def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=20, log_frequency=3,
                     checkpoint_steps=5, summary_steps=1000, shuffle_buffer=300)
     return TrainConfig(**{**settings, **overrides})
+
+
+def train(learnable_files, config, strategy=None, **kwargs):
+    files, count = learnable_files
+    kwargs.setdefault("print_fn", lambda line: None)
+    return controller.train(config, strategy or mirrored(1), TrainData(files, count), **kwargs)
 
 
 def loops(config, start=0):
@@ -51,10 +65,6 @@ def test_loops_end_at_every_step_where_the_host_has_work():
                           checkpoint_steps=30, summary_steps=30, profile_steps=(12, 15))
     assert loops(window) == [(1, 1), (2, 8), (9, 10), (11, 11), (12, 12), (13, 13), (14, 14),
                              (15, 15), (16, 20), (21, 27), (28, 30)]
-    long = small_config("x", max_steps=1000, steps_per_loop=100, log_frequency=1000,
-                        checkpoint_steps=1000, summary_steps=1000)
-    assert loops(long) == [(1, 1), (2, 101)] + [(s, s + 99) for s in range(102, 902, 100)] + [
-        (902, 1000)]
 
 
 def losses_of(lines):
@@ -62,256 +72,287 @@ def losses_of(lines):
             for line in lines if (m := TRAIN_LINE.match(line))]
 
 
-def weights(checkpoint):
-    reader = tf.train.load_checkpoint(checkpoint)
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-            if k.startswith(("model/", "averages/", "loss_averages/", "step/", "examples"))}
-
-
-@pytest.fixture(scope="module")
-def stopped_runs(learnable_files, tmp_path_factory):
-    """{steps_per_loop: (train_dir, its progress lines)}: runs of 1 and 7 steps per loop
-    on two replicas, where a loop also carries the replicas' gradient sums (one
-    replica's run takes the same loops; its steps are the other tests' default),
-    stopped at 11 and resumed to 20, with summaries every 4 steps."""
-    files, count = learnable_files
+def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_files,
+                                                                      tmp_path):
+    """Stopped at 11 and resumed to 20, with summaries every 4 steps: the same lines,
+    checkpoints, summaries and weights, bit for bit."""
     runs = {}
     for steps_per_loop in (1, 7):
-        train_dir, out = tmp_path_factory.mktemp(f"loop{steps_per_loop}"), []
-        for max_steps in (11, 20):  # stopped at 11, resumed to 20
-            controller.train(small_config(train_dir, max_steps=max_steps, summary_steps=4,
-                                          steps_per_loop=steps_per_loop),
-                             mirrored(2), TrainData(files, count), print_fn=out.append)
-        runs[steps_per_loop] = train_dir, out
-    return runs
-
-
-# stopped_runs' tests: on TensorFlow 2.16, loops of several steps on two replicas run
-# in test_the_input_of_gpu_replicas... and test_sigterm_mid_loop..., summaries in a
-# loop in test_a_step_alone... and test_a_call_of_no_steps..., the resume in
-# test_records' deterministic runs.
-@pytest.mark.slow
-def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(stopped_runs):
-    lines, finals = {}, {}
-    for steps_per_loop, (train_dir, out) in stopped_runs.items():
-        lines[steps_per_loop] = losses_of(out)
-        finals[steps_per_loop] = weights(str(train_dir / "model.ckpt-20"))
+        train_dir, out = tmp_path / str(steps_per_loop), []
+        for max_steps in (11, 20):
+            train(learnable_files, small_config(train_dir, max_steps=max_steps, summary_steps=4,
+                                                steps_per_loop=steps_per_loop),
+                  print_fn=out.append)
+        reader = tf.train.load_checkpoint(str(train_dir / "model.ckpt-20"))
+        runs[steps_per_loop] = (losses_of(out), cli.event_tags(str(train_dir)),
+                                {k: reader.get_tensor(k)
+                                 for k in reader.get_variable_to_shape_map()
+                                 if not k.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")})
         assert {n for n in os.listdir(train_dir) if n.endswith(".index")} == {
             f"model.ckpt-{s}.index" for s in (5, 10, 11, 15, 20)}
-    assert [s for s, _ in lines[1]] == [1, 3, 6, 9, 11, 12, 15, 18, 20]
-    assert lines[7] == lines[1]
-    assert sorted(finals[7]) == sorted(finals[1])
-    for key, value in finals[1].items():
-        np.testing.assert_array_equal(finals[7][key], value, err_msg=key)
+    (lines, tags, weights), (lines7, tags7, weights7) = runs[1], runs[7]
+    assert [s for s, _ in lines] == [1, 3, 6, 9, 11, 12, 15, 18, 20] and lines7 == lines
+    assert tags7 == tags and tags["learning_rate"] == [4, 8, 12, 16, 20]
+    assert tags["examples_per_sec"] == [1, 3, 6, 9, 11, 12, 15, 18, 20]
+    assert sorted(weights7) == sorted(weights)
+    for key, value in weights.items():
+        np.testing.assert_array_equal(weights7[key], value, err_msg=key)
 
 
-def test_a_step_alone_is_the_same_step_as_in_a_loop(tmp_path):
-    """The profile window's steps (run_steps' ``alone``) against a loop's, on two
-    replicas, with summaries on the last step: the same losses, weights bit for bit."""
-    images, labels = random_batches(3, 2 * 8)
-    results = []
-    for alone in (False, True):
-        strategy = mirrored(2)
-        trainer = Trainer(small_config(tmp_path / str(alone), batch_size=8), strategy, 1000)
-        iterator = fixed_batches(strategy, images, labels, 3)
-        with tf.summary.create_file_writer(str(tmp_path / f"events{alone}")).as_default():
-            out = [trainer.run_steps(iterator, 1, with_summaries=step == 3, alone=alone)
-                   for step in (1, 2, 3)]
-        results.append(([float(losses["total_loss"]) for losses, _ in out],
-                        [v.numpy() for v in trainer.variables]))
-        assert [diverged for _, diverged in out] == [0, 0, 0]
-        assert cli.event_tags(str(tmp_path / f"events{alone}"))["learning_rate"] == [3]
-    assert results[1][0] == results[0][0]
-    for alone_value, loop_value in zip(results[1][1], results[0][1]):
-        np.testing.assert_array_equal(alone_value, loop_value)
-    with pytest.raises(ValueError, match="a step alone is one step, not 2"):
-        trainer.run_steps(iterator, 2, alone=True)
-
-
-def test_a_call_of_no_steps_runs_no_step_and_writes_no_summary(tmp_path):
-    """``prepare``'s call of no steps, with summaries on two replicas: the step,
-    weights and iterator stay; the next call writes the summaries' usual tags."""
-    images, labels = random_batches(2, 2 * 8)
-    strategy = mirrored(2)
-    trainer = Trainer(small_config(tmp_path, batch_size=8), strategy, 1000)
-    iterator = fixed_batches(strategy, images, labels, 2)
-    before = [v.numpy() for v in trainer.variables]
-    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
-        losses, diverged = trainer.run_steps(iterator, 0, with_summaries=True)
-        assert (float(losses["total_loss"]), diverged) == (0.0, 0)
-        assert int(trainer.state.step.numpy()) == 0
-        for was, now in zip(before, trainer.variables):
-            np.testing.assert_array_equal(was, now.numpy())
-        first, _ = trainer.run_steps(iterator, 1, with_summaries=True)
-    tags = cli.event_tags(str(tmp_path / "events"))
-    assert tags["learning_rate"] == [1]  # the first batch's step; none at step 0
-    assert {"cross_entropy", "conv1/activations", "conv1/weights/gradients"} <= set(tags)
-    # The step after it took the first batch: its loss is a fresh trainer's first.
-    fresh = Trainer(small_config(tmp_path / "fresh", batch_size=8), strategy, 1000)
-    expected, _ = fresh.run_steps(fixed_batches(strategy, images, labels, 2), 1)
-    assert float(first["total_loss"]) == pytest.approx(float(expected["total_loss"]), rel=1e-5)
-
-
-@pytest.mark.slow  # see above
-def test_summaries_are_written_at_the_same_steps_for_any_loop_length(stopped_runs):
-    """Across the stop too (where the stopped run logs its last step and the resumed
-    one its first)."""
-    tags = {steps_per_loop: cli.event_tags(str(train_dir))
-            for steps_per_loop, (train_dir, _) in stopped_runs.items()}
-    assert tags[7] == tags[1]
-    assert tags[7]["learning_rate"] == [4, 8, 12, 16, 20]
-    assert tags[7]["examples_per_sec"] == [1, 3, 6, 9, 11, 12, 15, 18, 20]
-
-
-@pytest.mark.parametrize("value, replicas, said", [
-    ("nan", 2, "Model diverged with loss = NaN at step 13"),
-    ("inf", 1, "Model diverged with an infinite loss (inf) at step 13"),
-])
-def test_a_nan_or_infinite_loss_inside_a_loop_names_its_step_and_the_last_good_checkpoint(
-        learnable_files, tmp_path, monkeypatch, value, replicas, said):
-    files, count = learnable_files
+def poison(monkeypatch, step, what):
+    """From step ``step`` on, the step's losses are ``what`` ('nan', 'inf'), or (what
+    'weights') its update leaves NaN biases."""
     original = ReplicatedStep.__call__
 
-    def poisoned(self, iterator, with_summaries=False):  # step 13's loss is NaN or inf
+    def poisoned(self, iterator, with_summaries=False):
         losses = original(self, iterator, with_summaries)
-        bad = tf.equal(self.state.step, 13)
-        return {k: tf.where(bad, tf.constant(float(value)), v) for k, v in losses.items()}
+        bad = tf.equal(self.state.step, step)
+        if what == "weights":
+            biases = self.variables[1]
+            biases.assign(tf.where(bad, tf.fill(biases.shape, np.nan), biases))
+            return losses
+        return {k: tf.where(bad, tf.constant(float(what)), v) for k, v in losses.items()}
 
     monkeypatch.setattr(ReplicatedStep, "__call__", poisoned)
+
+
+@pytest.mark.parametrize("what, replicas, said", [
+    ("nan", 2, "Model diverged with loss = NaN at step 13"),
+    ("inf", 1, "Model diverged with an infinite loss (inf) at step 13"),
+    ("weights", 1, "Model diverged: weights are not finite (NaN or infinite) at step 15"),
+])
+def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
+        learnable_files, tmp_path, monkeypatch, what, replicas, said):
+    """A loss is checked where its loop ends (the loop of steps 11 to 15 stops after
+    step 13); weights that are not finite after a finite loss, at the save of step 15."""
+    poison(monkeypatch, 15 if what == "weights" else 13, what)
     config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
-    assert loops(config)[3] == (11, 15)  # step 13 is inside a loop
+    assert loops(config)[3] == (11, 15)
     lines = []
     with pytest.raises(DivergedError) as err:
-        controller.train(config, mirrored(replicas), TrainData(files, count),
-                         print_fn=lines.append)
+        train(learnable_files, config, mirrored(replicas), print_fn=lines.append)
     assert str(err.value) == (f"{said}; the last good checkpoint is "
                               f"{tmp_path / 'model.ckpt-10'}")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
     assert [s for s, _ in losses_of(lines)] == [1, 10]
 
 
-def test_weights_that_are_not_finite_after_a_finite_loss_are_never_saved(
-        learnable_files, tmp_path, monkeypatch):
-    files, count = learnable_files
-    original = ReplicatedStep.__call__
+# -- --profile_steps ----------------------------------------------------------
 
-    def poisoned(self, iterator, with_summaries=False):  # NaN biases after step 15's update
-        losses = original(self, iterator, with_summaries)
-        biases = self.variables[1]
-        biases.assign(tf.where(tf.equal(self.state.step, 15), tf.fill(biases.shape, np.nan),
-                               biases))
-        return losses
-
-    monkeypatch.setattr(ReplicatedStep, "__call__", poisoned)
-    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
-    with pytest.raises(DivergedError) as err:  # at the loop end of step 15, its save
-        controller.train(config, mirrored(1), TrainData(files, count),
-                         print_fn=lambda line: None)
-    assert str(err.value) == (f"Model diverged: weights are not finite (NaN or infinite) at "
-                              f"step 15; the last good checkpoint is "
-                              f"{tmp_path / 'model.ckpt-10'}")
-    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
+def traces(train_dir):
+    """The .xplane.pb files under <train_dir>/plugins/profile/<run>/."""
+    return sorted(glob.glob(os.path.join(str(train_dir), "plugins", "profile", "*",
+                                         "*.xplane.pb")))
 
 
-def test_the_input_of_gpu_replicas_is_fetched_to_the_device_and_trains(learnable_files,
-                                                                        tmp_path):
-    """What only GPU replicas take, forced on two CPU replicas."""
-    files, count = learnable_files
-    strategy = mirrored(2)
-    options = devices.input_options(strategy, device_type="GPU")
-    assert options.experimental_fetch_to_device
-    assert options.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_WORKER
-    cpu = devices.input_options(strategy)
-    assert not cpu.experimental_fetch_to_device
-    assert cpu.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_REPLICA
-
-    trainer = Trainer(small_config(tmp_path), strategy, count)
-    trainer.input_options = options
-    iterator = iter(trainer.dataset(files))
-    images, labels = next(iterator)
-    assert [v.device.endswith(f"CPU:{i}") for i, v in
-            enumerate(strategy.experimental_local_results(images))] == [True, True]
-    assert [v.shape for v in strategy.experimental_local_results(images)] == [
-        (16, 24, 24, 3)] * 2
-    losses, diverged = trainer.run_steps(iterator, 5)
-    assert diverged == 0 and np.isfinite(float(losses["total_loss"]))
-    assert int(trainer.state.step.numpy()) == 5
+@pytest.mark.parametrize("text, window", [("11,20", (11, 20)), (" 3 , 4 ", (3, 4)),
+                                          ("7", (7, 7)), ("none", None), ("None", None),
+                                          ("", None)])
+def test_profile_steps_are_parsed_as_a_window(text, window):
+    assert config.parse_profile_steps(text) == window
 
 
-def test_sigterm_mid_loop_stops_at_the_loop_end_with_a_checkpoint(tmp_path):
-    process = cli.start("cifar10-train", f"--data_dir={tmp_path / 'data'}",
-                        f"--train_dir={tmp_path / 'train'}", "--synthetic_data",
-                        "--synthetic_records=50", "--batch_size=4", "--steps_per_loop=40",
-                        "--log_frequency=100000", "--checkpoint_steps=100000")
-    # Step 1 is a loop of its own; the next loop is steps 2 to 41.
-    out, err = cli.sigterm_when(process, TRAIN_LINE.match, delay=0.3)
-    assert process.returncode == 0, err
-    (stopped,) = [line for line in out.splitlines() if line.startswith("Stopped at step ")]
-    step = int(stopped.split("Stopped at step ")[1].split(";")[0])
-    assert (step - 1) % 40 == 0 and step > 1, stopped
-    assert os.path.exists(tmp_path / "train" / f"model.ckpt-{step}.index")
+@pytest.mark.parametrize("text, message", [
+    ("x", r"^expected FIRST,LAST: two step numbers such as 11,20 \(or none, no trace\), "
+          r"got 'x'$"),
+    ("1,2,3", "got '1,2,3'"),
+    ("0,3", "the first step to profile must be at least 1, got 0"),
+    ("5,3", "the last step to profile, 3, comes before the first, 5"),
+])
+def test_bad_profile_steps_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        config.parse_profile_steps(text)
 
 
-def test_a_fresh_start_stopped_tells_how_to_resume_without_deleting_its_work(
+@pytest.mark.parametrize("value, message", [
+    ("4,2", "--profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
+    ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps, "
+             "raise --max_steps, or pass --profile_steps=none for no trace"),
+])
+def test_cifar10_train_refuses_a_bad_window_in_one_line(value, message, tmp_path):
+    result = cli.call("cifar10-train", f"--profile_steps={value}", "--max_steps=10",
+                      f"--train_dir={tmp_path / 'train'}", "--synthetic_data",
+                      f"--data_dir={tmp_path / 'data'}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and message in lines[-1]
+    assert lines[-1].startswith("cifar10-train: error: ")
+    assert not (tmp_path / "train").exists()
+    with pytest.raises(ValueError, match="the last step to profile, 50, is beyond max_steps=10"):
+        small_config(tmp_path, max_steps=10, profile_steps=(3, 50)).check()
+
+
+@pytest.mark.parametrize("off", ["none", ""])
+def test_a_replayed_window_is_turned_off_by_profile_steps_none(off, tmp_path, monkeypatch):
+    """A run recorded with --profile_steps=900,950, replayed with a lower --max_steps."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "flags.txt").write_text(
+        "# cifar10-train, started 2026-11-26T10:00:00+00:00 on h at step 0\n"
+        f"--train_dir={tmp_path / 'r'}\n--max_steps=1000\n--profile_steps=900,950\n")
+    replay = ["cifar10-train", "--flagfile=r/flags.txt", "--max_steps=500"]
+    values = flags.FlagValues()
+    define_train_flags(values)
+    with pytest.raises(flags.Error, match="or pass --profile_steps=none for no trace"):
+        flagfiles.parse(values, replay, "cifar10-train")
+    values = flags.FlagValues()
+    define_train_flags(values)
+    flagfiles.parse(values, [*replay, f"--profile_steps={off}"], "cifar10-train")
+    assert values.profile_steps is None and values.max_steps == 500
+    # The start records no window: its own replay traces nothing.
+    assert "profile_steps" not in cifar10_flags.flagfile_text(values)
+
+
+@pytest.fixture(scope="module")
+def profiled_run(learnable_files, tmp_path_factory):
+    """Six steps on 2 replicas with steps 3 to 4 traced: (train_dir, lines, result)."""
+    train_dir = tmp_path_factory.mktemp("profiled") / "train"
+    lines = []
+    result = train(learnable_files, small_config(train_dir, max_steps=6, log_frequency=1,
+                                                 checkpoint_steps=3, profile_steps=(3, 4)),
+                   mirrored(2), print_fn=lines.append)
+    return train_dir, lines, result
+
+
+def varint(buf, i):
+    value = shift = 0
+    while True:
+        byte, i = buf[i], i + 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def fields(message):
+    """The (field number, value) pairs of a protocol buffer message's bytes."""
+    i = 0
+    while i < len(message):
+        key, i = varint(message, i)
+        kind = key & 7
+        if kind == 0:
+            value, i = varint(message, i)
+        else:  # length-delimited, or fixed 64 or 32 bits
+            size, i = varint(message, i) if kind == 2 else (8 if kind == 1 else 4, i)
+            value, i = message[i:i + size], i + size
+        yield key >> 3, value
+
+
+def step_marks(trace):
+    """The step numbers of the host's 'train' events in an .xplane.pb file, read by the
+    field numbers of TensorFlow's xplane.proto (a saved format): XSpace planes=1;
+    XPlane name=2, lines=3, event_metadata=4, stat_metadata=5 (maps of id=1 to a
+    message with name=2); XLine events=4; XEvent metadata_id=1, stats=4; XStat
+    metadata_id=1, int64_value=4."""
+    with open(trace, "rb") as f:
+        space = f.read()
+    steps = []
+    for number, plane in fields(space):
+        plane = list(fields(plane))
+        if number != 1 or dict(plane).get(2) != b"/host:CPU":
+            continue
+        names = {field: {dict(fields(e)).get(1, 0): dict(fields(dict(fields(e)).get(2, b"")))
+                         .get(2, b"") for n, e in plane if n == field} for field in (4, 5)}
+        for line in (value for n, value in plane if n == 3):
+            for event in (list(fields(value)) for n, value in fields(line) if n == 4):
+                if names[4].get(dict(event).get(1, 0)) == b"train":
+                    stats = {names[5].get(dict(fields(s)).get(1, 0)): dict(fields(s)).get(4)
+                             for n, s in event if n == 4}
+                    steps.append(stats[b"step_num"])
+    return sorted(steps)
+
+
+def test_a_window_writes_one_trace_of_both_replicas_marking_its_steps(profiled_run):
+    train_dir, lines, result = profiled_run
+    (trace,) = traces(train_dir)
+    assert os.path.basename(trace) == f"{socket.gethostname()}.xplane.pb"
+    with open(trace, "rb") as f:
+        content = f.read()
+    assert b"replica_1/" in content and b"device:CPU:1" in content  # the second replica's ops
+    assert step_marks(trace) == [3, 4]
+    assert [int(m[1]) for m in map(TRAIN_LINE.match, lines) if m] == [1, 2, 3, 4, 5, 6]
+    assert (result.step, result.complete) == (6, True)
+    said = f"Profiled steps 3 to 4: the trace is in {train_dir}/plugins/profile, for " \
+           f"TensorBoard's Profile tab."
+    # Right after step 4 is run, before its progress line.
+    assert lines.index(said) == [i for i, line in enumerate(lines) if "step 4," in line][0] - 1
+
+
+def test_tensorboards_profile_plugin_lists_the_trace_and_its_step_times(profiled_run):
+    # Found as TensorBoard finds it: the "profile" entry point of its plugin group.
+    (loader,) = [entry.load() for entry in importlib.metadata.entry_points(
+        group="tensorboard_plugins") if entry.name == "profile"] or [None]
+    if loader is None:
+        pytest.skip("the profile extra (pip install '.[profile]') is not installed")
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+    from werkzeug import wrappers
+
+    train_dir, _, _ = profiled_run
+    context = base_plugin.TBContext(logdir=str(train_dir.parent), data_provider=None,
+                                    flags=argparse.Namespace(master_tpu_unsecure_channel=""))
+    plugin = loader().load(context)
+    (run,) = plugin.runs_imp()
+    assert run == f"train/{os.path.basename(os.path.dirname(traces(train_dir)[0]))}"
+    tools = plugin.run_tools_imp(run)
+    assert any(tool.startswith("trace_viewer") for tool in tools)
+    assert "op_profile" in tools and "overview_page" in tools
+    # The overview page, as the tab asks for it: the step times of the two steps.
+    request = wrappers.Request(werkzeug_test.EnvironBuilder(query_string={
+        "run": run, "tag": "overview_page", "host": socket.gethostname()}).get_environ())
+    overview = plugin.data_impl(request)[0]
+    overview = overview.decode() if isinstance(overview, bytes) else overview
+    assert "No step marker observed" not in overview
+    assert float(re.search(r'"steptime_ms_average":"([\d.]+)"', overview)[1]) > 0
+
+
+def test_a_run_stopped_inside_the_window_keeps_its_trace_and_its_resume_traces_the_rest(
         learnable_files, tmp_path):
-    """The same command again would delete what the stop saved: the advice leaves
-    --fresh_start out."""
-    files, count = learnable_files
-    stop = threading.Event()
-    result = controller.train(small_config(tmp_path, max_steps=100, fresh_start=True),
-                              mirrored(1), TrainData(files, count), stop_event=stop,
-                              print_fn=lambda line: stop.set() if "step 1," in line else None)
-    assert result.summary()[0] == (
-        f"Stopped at step 1; saved {tmp_path / 'model.ckpt-1'}. Run the same command "
-        f"without --fresh_start to resume.")
+    stop, lines = threading.Event(), []
+
+    def print_and_stop(line):
+        lines.append(line)
+        if "step 3," in line:
+            stop.set()
+
+    config = dict(max_steps=20, log_frequency=1, profile_steps=(2, 4))
+    result = train(learnable_files, small_config(tmp_path, **config), stop_event=stop,
+                   print_fn=print_and_stop)
+    assert (result.step, result.stopped) == (3, True)
+    (trace,) = traces(tmp_path)
+    assert step_marks(trace) == [2, 3]
+    said = "Profiled {}: the trace is in {}/plugins/profile, for TensorBoard's Profile tab."
+    assert said.format("steps 2 to 3", tmp_path) in lines
+    lines.clear()
+    train(learnable_files, small_config(tmp_path, **{**config, "max_steps": 5}),
+          print_fn=lines.append)
+    assert [line for line in lines if line.startswith("Profiled")] == [
+        said.format("step 4", tmp_path)]
+    assert step_marks(traces(tmp_path)[-1]) == [4]
 
 
-def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_files, tmp_path):
-    """The input pipeline's first batch reads every file (its cache fills): a file removed
-    after the data check fails there, before the first step, as a step's error would."""
-    files, count = learnable_files
-    gone = str(tmp_path / "data" / "data_batch_9.bin")
-    with pytest.raises(Cifar10Error) as err:
-        controller.train(small_config(tmp_path / "train"), mirrored(1),
-                         TrainData([*files, gone], count), print_fn=lambda line: None)
-    message = str(err.value)
-    assert message.startswith(f"training stopped at step 0: {gone}; No such file or directory")
-    assert message.endswith("; no checkpoint was written yet") and "\n" not in message
+def test_a_profiler_that_cannot_start_costs_the_trace_not_the_run(learnable_files, tmp_path,
+                                                                   caplog):
+    tf.profiler.experimental.start(str(tmp_path / "other"))  # another profiler in the process
+    try:
+        result = train(learnable_files, small_config(tmp_path / "train", max_steps=3,
+                                                     profile_steps=(1, 2)))
+    finally:
+        tf.profiler.experimental.stop()
+    assert (result.step, result.complete) == (3, True)
+    assert traces(tmp_path / "train") == []
+    assert "cannot start the profiler for --profile_steps" in caplog.text
+    assert "training goes on without a profile" in caplog.text
 
 
-def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_restore(tmp_path):
-    """As the original's ``_add_loss_summaries``: 'local3/weight_loss (raw)', wd *
-    l2_loss of the weights the step trains with, and 'local3/weight_loss', its 0.9
-    moving average.  Those averages are not in the checkpoint (one written before
-    them restores): a trainer that restored one starts them at its first step."""
-    images, labels = random_batches(3, 2 * 8)
-    strategy = mirrored(2)
-    trainer = Trainer(small_config(tmp_path, batch_size=8), strategy, 1000)
-    assert not any("weight_loss" in key for key, _ in
-                   tf.train.list_variables(trainer.state.checkpoint().write(
-                       str(tmp_path / "ckpt" / "model.ckpt-0"))))
-    iterator = fixed_batches(strategy, images, labels, 3)
-    raw = {}
-    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
-        for step in (1, 2, 3):
-            raw[step] = {layer: float(tf.nn.l2_loss(getattr(trainer.state.model, layer).weights)
-                                      * 0.004) for layer in ("local3", "local4")}
-            trainer.run_steps(iterator, 1, with_summaries=True)
-    for layer in ("local3", "local4"):
-        written = cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss (raw)")
-        assert written == pytest.approx({step: raw[step][layer] for step in (1, 2, 3)},
-                                        rel=1e-6)
-        smoothed = raw[1][layer]
-        for step in (2, 3):
-            smoothed = 0.9 * smoothed + 0.1 * raw[step][layer]
-        assert cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss")[3] == \
-            pytest.approx(smoothed, rel=1e-6)
-    # A trainer that restored the first checkpoint: the average starts at its value.
-    trainer.state.checkpoint().write(str(tmp_path / "model.ckpt-3"))
-    resumed = Trainer(small_config(tmp_path / "resumed", batch_size=8), strategy, 1000)
-    resumed.state.checkpoint().read(str(tmp_path / "model.ckpt-3")
-                                    ).assert_existing_objects_matched()
-    with tf.summary.create_file_writer(str(tmp_path / "resumed_events")).as_default():
-        resumed.run_steps(fixed_batches(strategy, images, labels, 1), 1, with_summaries=True)
-    assert cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss") == \
-        cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss (raw)")
+def test_a_window_that_a_run_resumes_past_or_a_worker_that_writes_nothing_traces_nothing(
+        tmp_path, caplog):
+    for window in (StepWindow((2, 4), str(tmp_path), 5, print_fn=pytest.fail),
+                   StepWindow((1, 2), None, 0, print_fn=pytest.fail)):
+        for step in (1, 2, 3, 4, 5, 6):
+            window.before(step)
+            assert not window.running
+            window.after(step)
+        window.close()
+    assert ("--profile_steps=2,4 lies before step 6, where this run resumes: no profile is "
+            "taken. Pass a later window to profile this run.") in caplog.text
+    assert traces(tmp_path) == []

@@ -1,0 +1,293 @@
+"""The replicated step and the engine that runs it (cifar10.training.step, .engine):
+N replicas against one, a step against plain gradient descent, the schedules, the
+precisions, the loop functions.  Replicas run on conftest.py's logical CPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cli
+from cifar10.core.config import TrainConfig
+from cifar10.data import pipeline as data
+from cifar10.distribute import devices
+from cifar10.model import Model
+from cifar10.training import step as steps
+from cifar10.training.engine import Trainer
+from conftest import mirrored
+
+BATCH = 8  # examples per replica
+
+
+def fixed_batches(strategy, images, labels, num_steps):
+    """An iterator that gives replica r of step s the r-th slice of step s's batch
+    (``images``: [num_steps, global_batch, 24, 24, 3]), one pipeline per replica."""
+    per_replica = images.shape[1] // strategy.num_replicas_in_sync
+
+    def ds_fn(ctx):
+        part = slice(ctx.input_pipeline_id * per_replica, (ctx.input_pipeline_id + 1) * per_replica)
+        return tf.data.Dataset.from_tensor_slices((images[:num_steps, part],
+                                                   labels[:num_steps, part]))
+
+    return iter(strategy.distribute_datasets_from_function(ds_fn, devices.input_options(strategy)))
+
+
+def random_batches(num_steps, global_batch, seed=0):
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(num_steps, global_batch, 24, 24, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, size=(num_steps, global_batch)).astype(np.int32)
+    return images, labels
+
+
+def values(variables):
+    return [v.numpy() for v in variables]
+
+
+def trainer_of(tmp_path, num_replicas=1, **settings):
+    config = TrainConfig(train_dir=str(tmp_path),
+                         **{"batch_size": BATCH, "shuffle_buffer": 500, **settings})
+    return Trainer(config, mirrored(num_replicas), examples_per_epoch=1000)
+
+
+def run_steps(num_replicas, per_replica_batch, images, labels, tmp_path):
+    trainer = trainer_of(tmp_path, num_replicas, batch_size=per_replica_batch)
+    it = fixed_batches(trainer.strategy, images, labels, images.shape[0])
+    return trainer, [trainer.step(it) for _ in range(images.shape[0])]
+
+
+@pytest.mark.parametrize("num_replicas", [2, 4])
+def test_n_replicas_update_equals_one_replica_on_the_global_batch(num_replicas, tmp_path):
+    """The proof that gradient summing, loss scaling and weight decay are right."""
+    images, labels = random_batches(2, num_replicas * BATCH)
+    one, one_losses = run_steps(1, num_replicas * BATCH, images, labels, tmp_path / "one")
+    many, many_losses = run_steps(num_replicas, BATCH, images, labels, tmp_path / "many")
+    assert many.global_batch == one.global_batch == num_replicas * BATCH
+    for a, b in zip(one_losses, many_losses):
+        for name in ("total_loss", "cross_entropy"):
+            np.testing.assert_allclose(float(a[name]), float(b[name]), rtol=1e-5)
+    initial = values(Model(seed=0).parameters())
+    for v1, vn, v0 in zip(values(one.variables), values(many.variables), initial):
+        assert not np.allclose(v1, v0), "the step must change every variable"
+        np.testing.assert_allclose(vn, v1, rtol=1e-4, atol=1e-6)
+    for a1, an in zip(values(one.state.averages.parameters()),
+                      values(many.state.averages.parameters())):
+        np.testing.assert_allclose(an, a1, rtol=1e-4, atol=1e-6)
+    assert one.state.step.numpy() == many.state.step.numpy() == 2
+
+
+def test_one_step_is_plain_gradient_descent_on_the_mean_loss(tmp_path):
+    images, labels = random_batches(1, 2 * BATCH)
+    trainer, losses = run_steps(2, BATCH, images, labels, tmp_path)
+    model = Model(seed=0)
+    with tf.GradientTape() as tape:
+        parts = model.loss(model(images[0]), labels[0])
+    grads = tape.gradient(parts.total, model.parameters())
+    np.testing.assert_allclose(float(losses[0]["total_loss"]), float(parts.total), rtol=1e-5)
+    for var, v0, g in zip(trainer.variables, model.parameters(), grads):
+        np.testing.assert_allclose(var.numpy(), v0.numpy() - 0.1 * g.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("global_batch", [128, 512])
+def test_learning_rate_decays_every_350_epochs_of_examples_whatever_the_replicas(global_batch):
+    # 350 epochs of 50,000 examples: 17,500,000, after step 136,718 of 128 examples.
+    lr = lambda step: float(steps.learning_rate(step * global_batch, 50_000))  # noqa: E731
+    last_before = (350 * 50_000 - 1) // global_batch
+    assert lr(0) == lr(last_before) == pytest.approx(0.1)
+    assert lr(last_before + 1) == pytest.approx(0.01)
+    assert lr(2 * 350 * 50_000 // global_batch + 1) == pytest.approx(0.001)
+
+
+def test_moving_averages_follow_the_formula(tmp_path):
+    k = 4
+    images, labels = random_batches(k, BATCH)
+    trainer = trainer_of(tmp_path)
+    expected = values(trainer.variables)  # averages start at the initial weights
+    it = fixed_batches(trainer.strategy, images, labels, k)
+    for step in range(1, k + 1):
+        trainer.step(it)
+        decay = min(0.9999, (1 + step) / (10 + step))
+        expected = [decay * a + (1 - decay) * v
+                    for a, v in zip(expected, values(trainer.variables))]
+    for got, want in zip(values(trainer.state.averages.parameters()), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert float(steps.moving_average_decay(10**6)) == pytest.approx(0.9999)
+
+
+def test_learning_rate_counts_examples_across_a_change_of_replica_count(tmp_path):
+    images, labels = random_batches(2, 4 * BATCH)
+    one, _ = run_steps(1, 4 * BATCH, images[:1], labels[:1], tmp_path / "a")
+    # The same state resumed with 4 replicas of BATCH: the count goes on in examples.
+    four = trainer_of(tmp_path / "b", 4)
+    four.state.checkpoint().read(one.state.checkpoint().write(str(tmp_path / "ck"))
+                                 ).assert_consumed()
+    four.step(fixed_batches(four.strategy, images[1:], labels[1:], 1))
+    assert (four.state.step.numpy(), four.state.examples_seen.numpy()) == (2, 8 * BATCH)
+
+
+def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
+    images, labels = random_batches(1, BATCH)
+    results, compute = {}, {}
+    for name, overrides in {"f32": {}, "xla": {"xla": True}, "f16": {"use_fp16": True},
+                            "bf16": {"use_bf16": True}}.items():
+        trainer = trainer_of(tmp_path / name, **overrides)
+        loss = trainer.step(fixed_batches(trainer.strategy, images, labels, 1))
+        assert all(v.dtype == tf.float32 for v in trainer.state.checkpoint().model.parameters())
+        compute[name] = {trainer.state.model.compute_dtype, trainer.state.averages.compute_dtype}
+        results[name] = (float(loss["total_loss"]), values(trainer.variables))
+    assert compute == {"f32": {tf.float32}, "xla": {tf.float32}, "f16": {tf.float16},
+                       "bf16": {tf.bfloat16}}
+    f32_loss, f32_vars = results["f32"]
+    assert results["xla"][0] == pytest.approx(f32_loss, rel=1e-5)
+    for got, want in zip(results["xla"][1], f32_vars):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    initial = values(Model(seed=0).parameters())
+    # A low precision's update differs from float32's by up to 4% (float16) or 14%
+    # (bfloat16) of its size, measured; a wrong or missing gradient would by 100%.
+    for name, step_rel in (("f16", 0.1), ("bf16", 0.25)):
+        assert results[name][0] == pytest.approx(f32_loss, rel=1e-3), name
+        for got, want, start in zip(results[name][1], f32_vars, initial):
+            step_low, step32 = got - start, want - start
+            assert np.linalg.norm(step_low - step32) <= step_rel * np.linalg.norm(step32), name
+
+
+@pytest.mark.slow  # the float16 step and a skipped one run in the next test too
+def test_fp16_skips_a_step_with_non_finite_gradients_halves_the_scale_and_grows_back(
+        tmp_path):
+    images, labels = random_batches(4, 2 * BATCH)
+    # Step 2, replica 0's first image: ReLU turns the NaN into 0, so the loss stays
+    # finite, but conv1's weight gradient takes the pixel itself: NaN.
+    images[1, 0, 0, 0, 0] = np.nan
+    trainer = trainer_of(tmp_path, 2, use_fp16=True, loss_scale_growth_steps=2)
+    scale = trainer.loss_scale
+    it = fixed_batches(trainer.strategy, images, labels, 4)
+    assert np.isfinite(float(trainer.step(it)["total_loss"]))
+    after_one = values(trainer.variables) + values(trainer.state.averages.parameters())
+    assert trainer.run_steps(it, 1)[1] == 0  # skipped, not diverged
+    # Skipped on every replica: no weight, average or example count moved.
+    for got, want in zip(values(trainer.variables)
+                         + values(trainer.state.averages.parameters()), after_one):
+        np.testing.assert_array_equal(got, want)
+    assert (trainer.state.step.numpy(), trainer.state.examples_seen.numpy()) == (2, 2 * BATCH)
+    assert (float(scale.scale.numpy()), int(scale.skipped.numpy())) == (2.0 ** 14, 1)
+    assert all(np.isfinite(v.numpy()) for v in trainer.state.loss_averages.values())
+    trainer.step(it)  # one finite step: not yet
+    assert float(scale.scale.numpy()) == 2.0 ** 14
+    trainer.step(it)  # two in a row: doubled
+    assert float(scale.scale.numpy()) == 2.0 ** 15
+
+
+def test_fp16_a_non_finite_loss_is_a_skipped_step_until_the_scale_cannot_fall(tmp_path):
+    images, labels = random_batches(6, BATCH)
+    trainer = trainer_of(tmp_path, use_fp16=True)
+    it = fixed_batches(trainer.strategy, images, labels, 6)
+    softmax_biases = trainer.variables[-1]  # NaN logits: every loss and gradient NaN
+    softmax_biases.assign(tf.fill(softmax_biases.shape, float("nan")))
+    losses, diverged = trainer.run_steps(it, 1)
+    assert np.isnan(float(losses["total_loss"])) and diverged == 0  # the scale can halve
+    assert float(trainer.loss_scale.scale.numpy()) == 2.0 ** 14
+    # From 4: step 2 halves it to 2, step 3 to 1, where it cannot fall: the loop of
+    # five steps ends there, on a divergence.
+    trainer.loss_scale.scale.assign(4.0)
+    losses, diverged = trainer.run_steps(it, 5)
+    assert np.isnan(float(losses["total_loss"])) and diverged == 3
+    assert trainer.state.step.numpy() == 3 and trainer.state.examples_seen.numpy() == 0
+    assert int(trainer.loss_scale.skipped.numpy()) == 3
+
+
+@pytest.mark.parametrize("name, value", [("batch_size", 0), ("max_steps", 0),
+                                         ("checkpoint_steps", 0), ("seed", -1)])
+def test_config_rejects_bad_values(tmp_path, name, value):
+    with pytest.raises(ValueError, match=f"^{name} must be at least"):
+        trainer_of(tmp_path, **{name: value})
+
+
+def test_a_step_alone_and_a_call_of_no_steps_leave_the_loops_run_bit_for_bit(tmp_path):
+    """The profile window's steps (``alone``) against a loop's, on two replicas with
+    summaries on the last step; ``prepare``'s call of no steps first runs no step and
+    writes no summary: the same losses and weights, bit for bit."""
+    images, labels = random_batches(3, 2 * BATCH)
+    results = []
+    for alone in (False, True):
+        trainer = trainer_of(tmp_path / str(alone), 2)
+        iterator = fixed_batches(trainer.strategy, images, labels, 3)
+        events = str(tmp_path / f"events{alone}")
+        with tf.summary.create_file_writer(events).as_default():
+            if not alone:
+                losses, diverged = trainer.run_steps(iterator, 0, with_summaries=True)
+                assert (float(losses["total_loss"]), diverged) == (0.0, 0)
+                assert int(trainer.state.step.numpy()) == 0
+            out = [trainer.run_steps(iterator, 1, with_summaries=step == 3, alone=alone)
+                   for step in (1, 2, 3)]
+        results.append(([float(losses["total_loss"]) for losses, _ in out],
+                        values(trainer.variables)))
+        assert [diverged for _, diverged in out] == [0, 0, 0]
+        tags = cli.event_tags(events)
+        assert tags["learning_rate"] == tags["conv1/weights/gradients"] == [3]
+    assert results[1][0] == results[0][0]
+    for alone_value, loop_value in zip(results[1][1], results[0][1]):
+        np.testing.assert_array_equal(alone_value, loop_value)
+    with pytest.raises(ValueError, match="a step alone is one step, not 2"):
+        trainer.run_steps(iterator, 2, alone=True)
+
+
+def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_restore(tmp_path):
+    """As the original's: 'local3/weight_loss (raw)', wd * l2_loss of the weights the
+    step trains with, and 'local3/weight_loss', its 0.9 moving average, which is not
+    checkpointed: a trainer that restored one starts it at its first step."""
+    images, labels = random_batches(3, BATCH)
+    trainer = trainer_of(tmp_path)
+    iterator = fixed_batches(trainer.strategy, images, labels, 3)
+    raw = {}
+    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
+        for step in (1, 2, 3):
+            raw[step] = {layer: float(tf.nn.l2_loss(getattr(trainer.state.model, layer).weights)
+                                      * 0.004) for layer in ("local3", "local4")}
+            trainer.run_steps(iterator, 1, with_summaries=True)
+    for layer in ("local3", "local4"):
+        written = cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss (raw)")
+        assert written == pytest.approx({s: raw[s][layer] for s in (1, 2, 3)}, rel=1e-6)
+        smoothed = raw[1][layer]
+        for step in (2, 3):
+            smoothed = 0.9 * smoothed + 0.1 * raw[step][layer]
+        assert cli.scalar_values(str(tmp_path / "events"), f"{layer}/weight_loss")[3] == \
+            pytest.approx(smoothed, rel=1e-6)
+    path = trainer.state.checkpoint().write(str(tmp_path / "model.ckpt-3"))
+    assert not any("weight_loss" in key for key, _ in tf.train.list_variables(path))
+    resumed = trainer_of(tmp_path / "resumed")
+    resumed.state.checkpoint().read(path).assert_existing_objects_matched()
+    with tf.summary.create_file_writer(str(tmp_path / "resumed_events")).as_default():
+        resumed.run_steps(fixed_batches(resumed.strategy, images, labels, 1), 1,
+                          with_summaries=True)
+    assert cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss") == \
+        cli.scalar_values(str(tmp_path / "resumed_events"), "local3/weight_loss (raw)")
+
+
+def test_each_replica_reads_its_own_shard_and_gpu_replicas_get_it_on_their_device(
+        learnable_files, tmp_path, monkeypatch):
+    """Per-replica pipelines on CPU replicas; GPU replicas' options (one pipeline a
+    worker, fetched to the device), forced on two CPU replicas, train too."""
+    files, count = learnable_files
+    contexts = []
+    real = data.train_dataset
+    monkeypatch.setattr(data, "train_dataset", lambda *args, input_context=None, **kwargs: (
+        contexts.append(input_context), real(*args, input_context=input_context, **kwargs))[1])
+    trainer = trainer_of(tmp_path, 2)
+    images, labels = next(iter(trainer.dataset(files)))
+    assert [(c.input_pipeline_id, c.num_input_pipelines) for c in contexts] == [(0, 2), (1, 2)]
+    local = trainer.strategy.experimental_local_results(images)
+    assert [x.shape for x in local] == [(BATCH, 24, 24, 3)] * 2
+    assert not np.array_equal(local[0].numpy(), local[1].numpy())
+
+    trainer.input_options = devices.input_options(trainer.strategy, device_type="GPU")
+    assert trainer.input_options.experimental_fetch_to_device
+    assert trainer.input_options.experimental_replication_mode == \
+        tf.distribute.InputReplicationMode.PER_WORKER
+    iterator = iter(trainer.dataset(files))
+    images, _ = next(iterator)
+    assert [v.device.endswith(f"CPU:{i}") for i, v in
+            enumerate(trainer.strategy.experimental_local_results(images))] == [True, True]
+    losses, diverged = trainer.run_steps(iterator, 5)
+    assert diverged == 0 and np.isfinite(float(losses["total_loss"]))
+    assert int(trainer.state.step.numpy()) == 5
