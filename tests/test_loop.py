@@ -145,39 +145,32 @@ def traces(train_dir):
                                          "*.xplane.pb")))
 
 
-@pytest.mark.parametrize("text, window", [("11,20", (11, 20)), (" 3 , 4 ", (3, 4)),
-                                          ("7", (7, 7)), ("none", None), ("None", None),
-                                          ("", None)])
-def test_profile_steps_are_parsed_as_a_window(text, window):
-    assert config.parse_profile_steps(text) == window
-
-
-@pytest.mark.parametrize("text, message", [
+@pytest.mark.parametrize("text, window", [
+    ("11,20", (11, 20)), (" 3 , 4 ", (3, 4)), ("7", (7, 7)), ("none", None), ("", None),
     ("x", r"^expected FIRST,LAST: two step numbers such as 11,20 \(or none, no trace\), "
           r"got 'x'$"),
     ("1,2,3", "got '1,2,3'"),
     ("0,3", "the first step to profile must be at least 1, got 0"),
     ("5,3", "the last step to profile, 3, comes before the first, 5"),
 ])
-def test_bad_profile_steps_are_refused(text, message):
-    with pytest.raises(ValueError, match=message):
-        config.parse_profile_steps(text)
+def test_profile_steps_are_parsed_as_a_window_or_refused(text, window):
+    if isinstance(window, str):
+        with pytest.raises(ValueError, match=window):
+            config.parse_profile_steps(text)
+    else:
+        assert config.parse_profile_steps(text) == window
 
 
-@pytest.mark.parametrize("value, message", [
-    ("4,2", "--profile_steps=4,2: the last step to profile, 2, comes before the first, 4"),
-    ("3,50", "the last step to profile, 50, is beyond max_steps=10: profile earlier steps, "
-             "raise --max_steps, or pass --profile_steps=none for no trace"),
-])
-def test_cifar10_train_refuses_a_bad_window_in_one_line(value, message, tmp_path):
-    result = cli.call("cifar10-train", f"--profile_steps={value}", "--max_steps=10",
+def test_cifar10_train_refuses_a_window_beyond_max_steps_in_one_line(tmp_path):
+    result = cli.call("cifar10-train", "--profile_steps=3,50", "--max_steps=10",
                       f"--train_dir={tmp_path / 'train'}", "--synthetic_data",
                       f"--data_dir={tmp_path / 'data'}")
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 1 and message in lines[-1]
-    assert lines[-1].startswith("cifar10-train: error: ")
+    message = ("the last step to profile, 50, is beyond max_steps=10: profile earlier steps, "
+               "raise --max_steps, or pass --profile_steps=none for no trace")
+    assert result.returncode == 1 and message in result.stderr.splitlines()[-1]
+    assert result.stderr.startswith("cifar10-train: error: ")
     assert not (tmp_path / "train").exists()
-    with pytest.raises(ValueError, match="the last step to profile, 50, is beyond max_steps=10"):
+    with pytest.raises(ValueError, match=re.escape(message)):  # the library's own check
         small_config(tmp_path, max_steps=10, profile_steps=(3, 50)).check()
 
 
@@ -213,51 +206,43 @@ def profiled_run(learnable_files, tmp_path_factory):
     return train_dir, lines, result
 
 
-def varint(buf, i):
-    value = shift = 0
-    while True:
-        byte, i = buf[i], i + 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, i
-
-
 def fields(message):
     """The (field number, value) pairs of a protocol buffer message's bytes."""
+    def varint(i):
+        value = shift = 0
+        while True:
+            value, shift, i = value | (message[i] & 0x7F) << shift, shift + 7, i + 1
+            if message[i - 1] < 0x80:
+                return value, i
     i = 0
     while i < len(message):
-        key, i = varint(message, i)
-        kind = key & 7
-        if kind == 0:
-            value, i = varint(message, i)
+        key, i = varint(i)
+        if key & 7 == 0:
+            value, i = varint(i)
         else:  # length-delimited, or fixed 64 or 32 bits
-            size, i = varint(message, i) if kind == 2 else (8 if kind == 1 else 4, i)
+            size, i = varint(i) if key & 7 == 2 else (8 if key & 7 == 1 else 4, i)
             value, i = message[i:i + size], i + size
         yield key >> 3, value
 
 
 def step_marks(trace):
     """The step numbers of the host's 'train' events in an .xplane.pb file, read by the
-    field numbers of TensorFlow's xplane.proto (a saved format): XSpace planes=1;
-    XPlane name=2, lines=3, event_metadata=4, stat_metadata=5 (maps of id=1 to a
-    message with name=2); XLine events=4; XEvent metadata_id=1, stats=4; XStat
-    metadata_id=1, int64_value=4."""
+    field numbers of TensorFlow's xplane.proto (a saved format; its generated module
+    moves between versions): XSpace planes=1; XPlane name=2, lines=3, event_metadata=4
+    and stat_metadata=5 (maps of id=1 to a message with name=2); XLine events=4; XEvent
+    metadata_id=1, stats=4; XStat metadata_id=1, int64_value=4."""
     with open(trace, "rb") as f:
-        space = f.read()
+        planes = [list(fields(plane)) for n, plane in fields(f.read()) if n == 1]
+    [host] = [plane for plane in planes if dict(plane).get(2) == b"/host:CPU"]
+    names = {number: {dict(fields(e)).get(1, 0): dict(fields(dict(fields(e)).get(2, b"")))
+                      .get(2, b"") for n, e in host if n == number} for number in (4, 5)}
     steps = []
-    for number, plane in fields(space):
-        plane = list(fields(plane))
-        if number != 1 or dict(plane).get(2) != b"/host:CPU":
-            continue
-        names = {field: {dict(fields(e)).get(1, 0): dict(fields(dict(fields(e)).get(2, b"")))
-                         .get(2, b"") for n, e in plane if n == field} for field in (4, 5)}
-        for line in (value for n, value in plane if n == 3):
-            for event in (list(fields(value)) for n, value in fields(line) if n == 4):
-                if names[4].get(dict(event).get(1, 0)) == b"train":
-                    stats = {names[5].get(dict(fields(s)).get(1, 0)): dict(fields(s)).get(4)
-                             for n, s in event if n == 4}
-                    steps.append(stats[b"step_num"])
+    for line in (value for n, value in host if n == 3):
+        for event in (list(fields(value)) for n, value in fields(line) if n == 4):
+            if names[4].get(dict(event).get(1, 0)) == b"train":
+                stats = {names[5].get(dict(fields(s)).get(1, 0)): dict(fields(s)).get(4)
+                         for n, s in event if n == 4}
+                steps.append(stats[b"step_num"])
     return sorted(steps)
 
 
@@ -317,7 +302,7 @@ def test_a_run_stopped_inside_the_window_keeps_its_trace_and_its_resume_traces_t
     config = dict(max_steps=20, log_frequency=1, profile_steps=(2, 4))
     result = train(learnable_files, small_config(tmp_path, **config), stop_event=stop,
                    print_fn=print_and_stop)
-    assert (result.step, result.stopped) == (3, True)
+    assert (result.step, result.complete) == (3, False)
     (trace,) = traces(tmp_path)
     assert step_marks(trace) == [2, 3]
     said = "Profiled {}: the trace is in {}/plugins/profile, for TensorBoard's Profile tab."

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10.core.config import EvalConfig, TrainConfig
+from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
 from cifar10.data import pipeline as data
-from cifar10.evaluation import scoring
-from cifar10.runs import checkpoints, layout
+from cifar10.runs import checkpoints, layout, records
 from cifar10.training import controller, progress
 from cifar10.training.engine import Trainer
 from cifar10.training.controller import TrainData
@@ -79,6 +78,8 @@ def test_a_run_learns_and_says_where_it_is_at_each_logged_step(learned_run,
     xent = float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels, model(images))))
     assert step == 100 and xent < 1.5
+    # Each start records every trained setting, which a resumed run's notices name.
+    assert set(records.TRAINED_SETTINGS) <= set(records.last_settings(str(train_dir)))
     # The run's summary.
     assert (result.start_step, result.step, result.complete) == (0, 100, True)
     assert result.last_checkpoint == str(train_dir / "model.ckpt-100")
@@ -87,8 +88,7 @@ def test_a_run_learns_and_says_where_it_is_at_each_logged_step(learned_run,
     assert result.summary()[1].startswith("This run: 100 steps (epoch 0.00 to 6.40) in ")
 
 
-def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, learnable_files,
-                                                                   tmp_path):
+def test_bfloat16_logits_agree_with_float32_on_a_learned_run(learned_run, learnable_files):
     # bfloat16 rounds each product by up to 0.2%: the logits move by a small fraction
     # of their spread, and the top class changes only where the best two are that close.
     checkpoint = layout.latest(str(learned_run[0])).path
@@ -101,11 +101,6 @@ def test_bfloat16_evaluation_agrees_with_float32_on_a_learned_run(learned_run, l
     spread = f32.max(axis=1) - f32.min(axis=1)
     assert np.all(np.abs(bf16 - f32).max(axis=1) <= 0.03 * spread)  # 0.011 measured
     assert np.mean(f32.argmax(axis=1) == bf16.argmax(axis=1)) >= 0.99
-    results = [scoring.evaluate_checkpoint(checkpoint, EvalConfig(
-        checkpoint_dir=str(learned_run[0]), eval_dir=str(tmp_path), eval_files=files,
-        num_examples=600, use_bf16=use_bf16)) for use_bf16 in (False, True)]
-    assert results[0].correct > 300  # it has learned: chance is 60
-    assert abs(results[1].correct - results[0].correct) <= 6
 
 
 def test_no_rate_counts_the_building_of_a_step_function(learnable_files, tmp_path,
@@ -217,7 +212,7 @@ def test_a_stop_saves_at_the_end_of_the_loop_and_says_how_to_resume(learnable_fi
     result = train(learnable_files, small_config(
         tmp_path, max_steps=100, steps_per_loop=7, log_frequency=100, checkpoint_steps=100,
         fresh_start=True), stop_event=stop)
-    assert (result.step, result.stopped) == (8, True)
+    assert (result.step, result.complete) == (8, False)
     assert result.summary()[0] == (
         f"Stopped at step 8; saved {tmp_path / 'model.ckpt-8'}. Run the same command "
         f"without --fresh_start to resume.")

@@ -1,10 +1,6 @@
-"""The controller: ``train`` runs the step engine in a run directory, from its newest
-checkpoint to ``max_steps`` or a stop.
-
-It checks that every worker was started alike, takes the run directory (lock,
-restore), records the start (flags.txt, environment.jsonl, a notice per trained
-setting changed since the start before) and runs the loops (``loops``).  It reads no
-flags: ``train_main`` builds a ``TrainConfig``.
+"""The controller: ``train`` checks that every worker was started alike, takes the run
+directory (lock, restore), records the start (flags.txt, environment.jsonl, a notice
+per trained setting changed) and runs the loops.  It reads no flags.
 """
 
 from __future__ import annotations
@@ -58,24 +54,17 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
           on_report: Callable[[StepReport], None] | None = None,
           invocation: Invocation | None = None,
           on_training_start: Callable[[], bool] | None = None) -> TrainResult:
-    """Trains until ``config.max_steps`` or until ``stop_event`` is set.
-
-    Resumes from the newest checkpoint that restores (``fresh_start``: removes the
-    earlier run's files first); saves every ``checkpoint_steps`` steps, at
-    ``max_steps`` and when stopped, never from a diverged state.  Every worker of a
-    multi-worker strategy calls it; only the chief writes to ``train_dir``, and a stop
-    on any stops all at one step.
+    """Trains from the newest checkpoint that restores (``fresh_start``: from step 0)
+    until ``config.max_steps`` or ``stop_event``; saves every ``checkpoint_steps``
+    steps, at the end and when stopped.  Every worker calls it; only the chief writes.
 
     Args:
-      config, strategy, data: the run's settings, strategy and training data.
       stop_event: set (e.g. by a signal handler) to save and return after the current
         loop of steps (before training starts: to stop at once).
-      print_fn, on_report: where the lines go; what is called with each logged step's
-        figures, after its line.
+      print_fn, on_report: where the lines go; what gets each logged step's figures.
       invocation: the command line and flags, recorded per start.
-      on_training_start: called once where training starts: whether a stop was asked
-        for by then, read in one step with the caller's own mark that training started
-        (None: ``stop_event.is_set``).
+      on_training_start: called where training starts: whether a stop was asked for,
+        read in one step with the caller's mark that training started.
 
     Raises:
       StoppedBeforeTraining: a stop before training started, here or on another worker.
@@ -84,8 +73,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
     """
     with op_determinism(config.deterministic), \
             coordination.Coordinator(strategy, stop_event) as cluster:
-        # The workers' first meetings: a worker lost there (e.g. a chief that refused
-        # train_dir) is one line (``cluster.starting``).
+        # The workers' first meetings: a worker lost in one is one line (``starting``).
         settings_check.check_same_settings(cluster, shared_settings(config, data))
         with cluster.starting():
             trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
@@ -100,10 +88,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                 start_checks.check_same_start(cluster, start, run_dir.directory)
             if restored and start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
-            # A stop asked for before here (Ctrl-C while the job forms) stops every worker
-            # with nothing trained, recorded or saved; the value read, not a later read of
-            # the event, goes into the workers' agreement, so that each stop falls on one
-            # side of the edge.
+            # A stop asked for by now stops every worker with nothing trained or recorded;
+            # the value read goes into the workers' agreement, so that each stop falls on
+            # one side of the edge.
             asked = (on_training_start or cluster.stop_event.is_set)()
             with cluster.starting():
                 start_checks.stop_if_asked_before_training(cluster, asked)
@@ -118,8 +105,11 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             print_fn(f"Training on {trainer.examples_per_epoch} examples from "
                      f"{data.directory} with {trainer.num_replicas} replica(s), global batch "
                      f"{trainer.global_batch}; {where}.")
-            settings = {**dataclasses.asdict(config), **trainer.settings(), "start_step": start,
-                        "classes": ", ".join(data.class_names), **invocation.settings}
+            settings = {**dataclasses.asdict(config), "num_replicas": trainer.num_replicas,
+                        "global_batch": trainer.global_batch, "start_step": start,
+                        "examples_per_epoch": data.examples_per_epoch,
+                        "tensorflow": tf.__version__, "classes": ", ".join(data.class_names),
+                        **invocation.settings}
             run_dir.unmark_complete()
             loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report)
             step = loops.run(data.files, settings)
@@ -136,8 +126,7 @@ def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
                       run_dir: RunDirectory, restored: checkpoints.Checkpoint,
                       print_fn: Callable[[str], None]) -> TrainResult:
     """A run restored at ``max_steps``: says so and trains nothing.  One past it is
-    refused: its --max_steps is not the run's end, and a completeness marker would make
-    the evaluator and the Slurm script take it for finished."""
+    refused: a completeness marker would make the evaluator and Slurm take it for done."""
     step = restored.step
     if step > config.max_steps:
         raise Cifar10Error(
@@ -154,9 +143,8 @@ def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
 
 
 def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:
-    """What every worker of a run must be started with alike: TrainConfig's fields
-    marked ``shared`` (``config.setting``) and the data, as {the setting with its value
-    here, as the error names it ('--batch_size=8'): the value}."""
+    """What every worker must be started with alike: TrainConfig's ``shared`` fields and
+    the data, as {the setting as the error names it ('--batch_size=8'): its value}."""
     shown = {}
     for name in settings_of.shared_fields():
         value = getattr(config, name)

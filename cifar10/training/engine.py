@@ -22,16 +22,9 @@ from cifar10.training.step import DynamicLossScale, ReplicatedStep, TrainState
 
 
 class Trainer:
-    """Builds the state and the replicated step under ``strategy``, and runs it.
-
-    Args:
-      config: the run's settings (op determinism is the caller's: ``loops.op_determinism``).
-      strategy: one replica per device; ``devices.make_strategy`` makes one.
-      examples_per_epoch: examples in the training set (for the LR schedule).
-      num_classes: classes of the data: the model's outputs.
-      kernels: the model's layer functions; default: as ``config.kernels`` chooses
-        them.  The benchmark passes others to time each kernel.
-    """
+    """Builds the state and the replicated step under ``strategy`` (one replica per
+    device), and runs it.  ``kernels``: the model's layer functions (default: as
+    ``config.kernels`` chooses them).  Op determinism is the caller's (``loops``)."""
 
     def __init__(self, config: TrainConfig, strategy: tf.distribute.Strategy,
                  examples_per_epoch: int = ff.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
@@ -63,13 +56,9 @@ class Trainer:
 
     def dataset(self, train_files: list[str], start_step: int = 0
                 ) -> tf.distribute.DistributedDataset:
-        """The training batches, distributed over the replicas.
-
-        The input position is not checkpointed (it would mean saving the shuffle
-        buffer): a resumed run seeds its input with its start step, so as not to replay
-        the run's first order.  A ``deterministic`` run instead rebuilds that order and
-        skips the batches already done, going on exactly as an uninterrupted run.
-        """
+        """The training batches, distributed over the replicas.  Not checkpointed (the
+        shuffle buffer): a resumed run seeds its input with its start step; a
+        ``deterministic`` one rebuilds the first order and skips the batches done."""
         cfg = self.config
         if cfg.deterministic:
             seed, skip_steps = cfg.seed % (2**31 - 1), start_step
@@ -84,11 +73,6 @@ class Trainer:
                                       skip_batches=skip_steps * per_step)
 
         return self.strategy.distribute_datasets_from_function(pipeline, self.input_options)
-
-    def settings(self) -> dict:
-        """What the run's config does not say: replicas, global batch, data, TensorFlow."""
-        return {"num_replicas": self.num_replicas, "global_batch": self.global_batch,
-                "examples_per_epoch": self.examples_per_epoch, "tensorflow": tf.__version__}
 
     def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, tf.Tensor]:
         """One synchronous update on the next batch: its {'cross_entropy', 'total_loss'}."""

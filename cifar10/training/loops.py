@@ -1,7 +1,6 @@
-"""The loops of a run: where each loop of steps ends (``loop_end``), and the loops from
-the run's start to ``max_steps`` or a stop (``LoopController``), with what acts where
-each ends: the progress meter, the checkpoints, the profiler's window (``StepWindow``)
-and the workers' stop.  A NaN or infinite loss, or weights, stop the run.
+"""The loops of a run (``LoopController``) from its start to ``max_steps`` or a stop,
+each ending where the host has work (``loop_end``): progress, checkpoints, the
+profiler's window (``StepWindow``), a stop; a NaN or infinite loss stops the run.
 """
 
 from __future__ import annotations
@@ -45,9 +44,8 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
 
 
 class LoopController:
-    """Runs ``trainer``'s loops from step ``start`` to ``max_steps`` or a stop, and acts
-    where each ends.  The host reads the losses, checks for a stop and saves only where
-    a loop ends, so a stop is honoured within ``steps_per_loop`` steps."""
+    """Runs ``trainer``'s loops from step ``start``; the host reads the losses, checks for
+    a stop and saves only where a loop ends (a stop waits up to ``steps_per_loop``)."""
 
     def __init__(self, trainer: Trainer, cluster: coordination.Coordinator,
                  run_dir: RunDirectory, start: int, print_fn: Callable[[str], None],
@@ -137,13 +135,10 @@ class LoopController:
 
 
 class StepWindow:
-    """``--profile_steps``: a TensorFlow profiler trace of steps ``first`` to ``last``,
-    in ``<logdir>/plugins/profile/``, where TensorBoard's Profile tab finds it.
-
-    Each step of the window is marked with its number (``marker``), so that the
-    Profile tab's overview shows step times.  A resumed run traces what is left of the
-    window; a profiler that cannot start or save costs the trace, never the run (one
-    warning).  ``logdir`` None (a worker that writes nothing) traces nothing.
+    """``--profile_steps``: a profiler trace of a window of steps in
+    ``<logdir>/plugins/profile/`` (TensorBoard's Profile tab), each step marked with its
+    number (``marker``).  A profiler that cannot start or save costs the trace, never
+    the run (one warning); ``logdir`` None (a worker that writes nothing) traces nothing.
     """
 
     def __init__(self, window: tuple[int, int] | None, logdir: str | None, start_step: int,
@@ -205,9 +200,8 @@ class StepWindow:
 
 @contextlib.contextmanager
 def op_determinism(enabled: bool) -> Iterator[None]:
-    """With ``enabled`` (``--deterministic``), TensorFlow's op determinism for the
-    context's time.  The setting is the process's: left at the end as it was found, so
-    that what the process does next (another run, the benchmark) is not slowed."""
+    """With ``enabled`` (``--deterministic``), TensorFlow's op determinism, which is the
+    process's, for the context's time: left as found, so as not to slow what follows."""
     if not enabled:
         yield
         return

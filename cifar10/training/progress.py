@@ -1,11 +1,8 @@
 """What a training run says of its progress: the clock of its steps (``ProgressMeter``),
-its progress lines (``StepReport``) and its end (``TrainResult``).
-
-Each progress line is the original tutorial's, then where the run is:
+its progress lines (``StepReport``) and its end (``TrainResult``).  Each progress line
+is the original tutorial's, then where the run is (the same on a terminal and in a log):
 
     2026-11-25 10:00:00.000000: step 500, loss = 1.02 (1950.3 examples/sec; 0.066 sec/batch) [step 500/1000000, 0.0%, epoch 1.28, 39h 02m left]
-
-A plain line on a terminal and in a log file alike: every line stays in the record.
 """
 
 from __future__ import annotations
@@ -90,48 +87,35 @@ class TrainResult:
         return not self.complete
 
     def summary(self, eval_dir: str | None = None) -> list[str]:
-        """The lines that end a call that ran steps: how it ended and (the chief) the
-        checkpoint it saved; its figures; (the chief) how to evaluate it, into
-        ``eval_dir`` when given."""
+        """The lines that end a call that ran steps: how it ended (and the checkpoint),
+        its figures, and how to evaluate it (into ``eval_dir`` when given)."""
         ended = (f"Training complete at step {self.step}" if self.complete
                  else f"Stopped at step {self.step}")
         if not self.is_chief:
             ended += f" (this is {self.task}: the chief saves the checkpoints in {self.train_dir})"
         elif self.last_checkpoint:
             ended += f"; saved {self.last_checkpoint}"
-        ended += "." if self.complete else f". {self.resume_advice()}"
-        lines = [ended, self.figures()]
+        if self.complete:
+            ended += "."
+        else:  # --fresh_start again would delete what it saved
+            ended += (". Run the same command without --fresh_start to resume."
+                      if self.fresh_start else ". Run the same command again to resume.")
+        steps = f"{self.steps_run} step{'s' if self.steps_run != 1 else ''}"
+        loss = "" if self.loss is None else f", final loss {self.loss:.2f}"
+        lines = [ended, f"This run: {steps} (epoch {self.start_epoch:.2f} to {self.epoch:.2f}) "
+                        f"in {duration(self.seconds)}, {self.examples_per_sec:.1f} "
+                        f"examples/sec on average{loss}."]
         if self.is_chief and self.last_checkpoint:
             into = f" --eval_dir={shlex.quote(os.path.abspath(eval_dir))}" if eval_dir else ""
             lines.append("Evaluate it: cifar10-eval --checkpoint_dir="
                          f"{shlex.quote(os.path.abspath(self.train_dir))}{into} --run_once")
         return lines
 
-    def resume_advice(self) -> str:
-        """The same command, unless it started with --fresh_start, which would delete
-        what it saved."""
-        if self.fresh_start:
-            return "Run the same command without --fresh_start to resume."
-        return "Run the same command again to resume."
-
-    def figures(self) -> str:
-        """'This run: 500 steps (epoch 0.00 to 1.28) in 4m 16s, 250.0 examples/sec on
-        average, final loss 1.02.'"""
-        steps = f"{self.steps_run} step{'s' if self.steps_run != 1 else ''}"
-        loss = "" if self.loss is None else f", final loss {self.loss:.2f}"
-        return (f"This run: {steps} (epoch {self.start_epoch:.2f} to {self.epoch:.2f}) in "
-                f"{duration(self.seconds)}, {self.examples_per_sec:.1f} examples/sec on "
-                f"average{loss}.")
-
 
 class ProgressMeter:
-    """Times a run's steps: prints each report's line, writes its examples_per_sec
-    summary, hands it to ``on_report``, and gives the run's figures (``figures``).
-
-    The clock starts when the steps begin and stops while a step function is built
-    (``clock_stopped``), so that no rate counts tracing.  The time left is the pace
-    since the run's first line (whose step starts the input pipeline).
-    """
+    """Times a run's steps for its reports (a line, an examples_per_sec summary,
+    ``on_report``) and its figures.  No rate counts building a step function
+    (``clock_stopped``); the time left is the pace since the run's first line."""
 
     def __init__(self, trainer, start: int, print_fn: Callable[[str], None],
                  on_report: Callable[[StepReport], None] | None = None):
@@ -164,8 +148,8 @@ class ProgressMeter:
                 self.first = (self.first[0] + spent, self.first[1])
 
     def steps_done(self, step: int, count: int, loss: float) -> None:
-        """``count`` more steps are done, the last ``step`` with ``loss``; a line is due
-        every ``log_frequency`` steps, at the run's first step and at ``max_steps``."""
+        """``count`` more steps are done, the last ``step``: a line every ``log_frequency``
+        steps, at the run's first step and at ``max_steps``."""
         self.steps += count
         self.step, self.loss = step, loss
         cfg = self.trainer.config

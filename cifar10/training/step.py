@@ -1,10 +1,7 @@
-"""The replicated train step: one synchronous update of the tutorial model, and the
-state it updates (``TrainState``: what a checkpoint holds) and its schedules.
-
-Each replica runs the forward and backward pass on its own batch; the replicas'
-gradients are summed into one plain gradient-descent update, the same on every
-replica; then the moving averages, the step, the examples seen and the smoothed
-losses move on.  ``engine.Trainer`` runs it inside its loop functions.
+"""The replicated train step (``ReplicatedStep``): each replica's gradients on its own
+batch, summed into one plain gradient-descent update, the same on every replica; then
+the moving averages, step and smoothed losses move on.  With the state it updates
+(``TrainState``: what a checkpoint holds) and the schedules.
 """
 
 from __future__ import annotations
@@ -38,10 +35,7 @@ def moving_average_decay(step) -> tf.Tensor:
 
 class TrainState(tf.Module):
     """Everything a checkpoint holds: weights, their averages, step, loss averages.
-
-    The names in ``checkpoint()`` are the keys of every checkpoint written: renaming
-    one would keep earlier runs from resuming and the evaluator from restoring them.
-    """
+    The names in ``checkpoint()`` are every checkpoint's keys: never rename one."""
 
     def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
                  lrn: Callable[..., tf.Tensor] | None = None,
@@ -71,12 +65,9 @@ class TrainState(tf.Module):
 
 
 class DynamicLossScale(tf.Module):
-    """``--use_fp16``'s loss scale, which keeps float16 gradients clear of underflow.
-
-    A step whose summed gradients are not all finite is skipped and halves the scale
-    (to no less than 1); ``growth_steps`` finite steps in a row double it.  Not
-    checkpointed: a resumed run finds its level again within a few steps.
-    """
+    """``--use_fp16``'s loss scale, which keeps float16 gradients clear of underflow: a
+    step with gradients not all finite is skipped and halves it (to no less than 1);
+    ``growth_steps`` finite steps in a row double it.  Not checkpointed."""
 
     def __init__(self, growth_steps: int):
         super().__init__(name="loss_scale")
@@ -96,15 +87,8 @@ class DynamicLossScale(tf.Module):
 
 
 class ReplicatedStep:
-    """One update of ``state`` under ``strategy``; call it with the input iterator.
-
-    Args:
-      state: the variables it updates (created under the strategy's scope).
-      strategy: one replica per device.
-      config: the run's settings (batch size, learning rate, XLA).
-      examples_per_epoch: examples in the training set (for the LR schedule).
-      loss_scale: ``--use_fp16``'s dynamic loss scale, or None.
-    """
+    """One update of ``state`` (made under ``strategy``'s scope), on the next batch of
+    the iterator it is called with; ``loss_scale``: ``--use_fp16``'s, or None."""
 
     def __init__(self, state: TrainState, strategy: tf.distribute.Strategy,
                  config: TrainConfig, examples_per_epoch: int,
@@ -130,8 +114,7 @@ class ReplicatedStep:
 
     def __call__(self, iterator: Iterator, with_summaries: bool = False
                  ) -> dict[str, tf.Tensor]:
-        """Runs the step on the next batch; returns its {'cross_entropy', 'total_loss'}
-        over the global batch."""
+        """Returns the step's {'cross_entropy', 'total_loss'} over the global batch."""
         images, labels = next(iterator)
         # Of the weights this step trains with (read before its update).
         weight_losses = {f"{name}/weight_loss": value
