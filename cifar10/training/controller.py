@@ -18,7 +18,8 @@ from cifar10.core.config import TrainConfig, compute_dtype
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.distribute import coordination, devices, settings_check, start_checks
-from cifar10.runs import checkpoints, records
+from cifar10.runs import records
+from cifar10.runs.layout import Checkpoint
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training.engine import Trainer
 from cifar10.training.loops import LoopController, op_determinism
@@ -123,7 +124,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
 
 
 def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
-                      run_dir: RunDirectory, restored: checkpoints.Checkpoint,
+                      run_dir: RunDirectory, restored: Checkpoint,
                       print_fn: Callable[[str], None]) -> TrainResult:
     """A run restored at ``max_steps``: says so and trains nothing.  One past it is
     refused: a completeness marker would make the evaluator and Slurm take it for done."""
