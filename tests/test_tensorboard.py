@@ -127,9 +127,6 @@ def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(tmp_path
         runs = server.wait_for("runs train and eval", lambda: server.get("/data/runs"),
                                lambda runs: {"train", "eval"} <= set(runs))
         assert sorted(runs) == ["eval", "train"]
-        listing = server.get("/data/plugins_listing")
-        for plugin in ("scalars", "histograms", "images", "graphs", "text", "hparams"):
-            assert listing[plugin]["enabled"], plugin
 
         # Scalars at the summary steps; examples_per_sec at the progress lines.
         assert SCALAR_TAGS <= set(server.tags("scalars", "train", SCALAR_TAGS))
@@ -198,4 +195,3 @@ def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(tmp_path
         metrics = {m["name"]["tag"]: m for m in group["metricValues"]}
         assert math.isclose(metrics["learning_rate"]["value"], 0.1, rel_tol=1e-6)
         assert metrics["learning_rate"]["trainingStep"] == MAX_STEPS
-    assert server.proc.poll() is not None  # stopped on leaving the block
