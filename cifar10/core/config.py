@@ -94,13 +94,13 @@ class TrainConfig:
                         trained="the seed")
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
                                     "compute, float32 variables, dynamic loss scaling).",
-                            shared=True)  # recorded as the precision
+                             shared=True)  # recorded as the precision
     use_bf16: bool = setting(False, "Train with bfloat16 conv2 and matmuls (float32 "
                                     "variables, averages, conv1, pooling, LRN, loss and "
                                     "updates; no loss scaling). Fast on "
                                     "CPUs with AVX512_BF16 or AMX and on GPUs from Ampere on; "
                                     "emulated, and slower than float32, elsewhere.",
-                            shared=True)
+                             shared=True)
     deterministic: bool = setting(
         False, "Make the run reproducible: TensorFlow's op determinism and a data order and "
                "distortions fixed by --seed, also across a stop and resume, so that two runs "
@@ -121,7 +121,7 @@ class TrainConfig:
         choices=KERNEL_CHOICES)
     xla: bool = setting(False, "Compile each replica's forward and backward pass with XLA "
                                "(can help on GPU; about 2.3x slower on CPU, see docs/performance.md).",
-                    trained="XLA compilation")
+                        trained="XLA compilation")
     # (first, last): the steps --profile_steps traces (its flag is cli.flags').
     profile_steps: tuple[int, int] | None = setting(None, flag=False, shared=True)
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
