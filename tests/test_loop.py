@@ -206,7 +206,7 @@ def profiled_run(learnable_files, tmp_path_factory):
     return train_dir, lines, result
 
 
-def test_a_window_writes_one_trace_of_both_replicas_marking_its_steps(profiled_run):
+def test_a_window_writes_one_trace_of_both_replicas_and_says_where(profiled_run):
     train_dir, lines, result = profiled_run
     (trace,) = traces(train_dir)
     assert os.path.basename(trace) == f"{socket.gethostname()}.xplane.pb"
