@@ -145,14 +145,10 @@ class TrainConfig:
             check_profile_steps(self.profile_steps, self.max_steps)
 
 
-# --profile_steps' values for no trace (its default, which can turn a replayed one off).
-NO_PROFILE = ("none", "")
-
-
 def parse_profile_steps(text: str) -> tuple[int, int] | None:
     """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N); "none"
     or nothing is None, no trace.  Raises ValueError for anything else."""
-    if text.strip().lower() in NO_PROFILE:
+    if text.strip().lower() in ("none", ""):  # the default: turns a replayed window off
         return None
     parts = [part.strip() for part in text.split(",")]
     try:
@@ -167,8 +163,7 @@ def parse_profile_steps(text: str) -> tuple[int, int] | None:
 
 
 def check_profile_steps(window: tuple[int, int], max_steps: int | None = None) -> None:
-    """Raises ValueError unless ``window`` is (first, last) with 1 <= first <= last
-    (<= max_steps)."""
+    """Raises ValueError unless ``window`` is (first, last), 1 <= first <= last <= max_steps."""
     first, last = window
     if first < 1:
         raise ValueError(f"the first step to profile must be at least 1, got {first} "
@@ -237,13 +232,7 @@ def flag_default(config_class: type, name: str) -> Any:
     return next(f.metadata["flag_default"] for f in flag_fields(config_class) if f.name == name)
 
 
-def shared_fields() -> list[str]:
-    """TrainConfig's settings that every worker of a run must be given alike, in order."""
-    return [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["shared"]]
-
-
-def trained_fields() -> dict[str, str]:
-    """{setting: the words that name it} of TrainConfig's settings that change what is
-    trained, in order."""
-    return {f.name: f.metadata["trained"] for f in dataclasses.fields(TrainConfig)
-            if f.metadata["trained"]}
+def marked(key: str) -> dict[str, Any]:
+    """{field: its mark} of TrainConfig's fields that ``setting``'s ``key`` marks
+    ('shared': every worker alike; 'trained': the words that name it), in order."""
+    return {f.name: f.metadata[key] for f in dataclasses.fields(TrainConfig) if f.metadata[key]}

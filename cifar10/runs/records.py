@@ -25,7 +25,7 @@ from absl import logging
 
 import cifar10
 from cifar10.core import atomic
-from cifar10.core.config import trained_fields
+from cifar10.core.config import marked
 from cifar10.core.errors import io_error
 from cifar10.distribute import slurm
 
@@ -41,7 +41,7 @@ ENDS_AT = f' (flags to "{END_LINE}")'
 # them: TrainConfig's (``setting(trained=...)``), then what the trainer derives.  A run
 # resumed with another value of one goes on with it, and says so.
 TRAINED_SETTINGS = {
-    **trained_fields(),
+    **marked("trained"),
     "num_replicas": "the number of replicas",
     "num_workers": "the number of workers",
     "precision": "the compute precision",

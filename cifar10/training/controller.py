@@ -13,8 +13,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
-from cifar10.core import config as settings_of
-from cifar10.core.config import TrainConfig, compute_dtype
+from cifar10.core.config import TrainConfig, compute_dtype, marked
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.distribute import coordination, devices, settings_check, start_checks
@@ -147,7 +146,7 @@ def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:
     """What every worker must be started with alike: TrainConfig's ``shared`` fields and
     the data, as {the setting as the error names it ('--batch_size=8'): its value}."""
     shown = {}
-    for name in settings_of.shared_fields():
+    for name in marked("shared"):
         value = getattr(config, name)
         text = (",".join(map(str, value)) if isinstance(value, tuple) else
                 str(value).lower() if isinstance(value, bool) else str(value))
@@ -164,7 +163,7 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
     """Appends this start to the run's flags.txt and environment.jsonl, with its trained
     settings (``records.TRAINED_SETTINGS``); on resume, then a notice per change."""
     cfg, train_dir = trainer.config, trainer.config.train_dir
-    settings = {name: getattr(cfg, name) for name in settings_of.trained_fields()}
+    settings = {name: getattr(cfg, name) for name in marked("trained")}
     settings.update(global_batch=trainer.global_batch, num_replicas=trainer.num_replicas,
                     num_workers=devices.num_workers(trainer.strategy),
                     precision=compute_dtype(cfg), data_dir=os.path.abspath(data.directory),
