@@ -1,11 +1,6 @@
-"""What the evaluator's tests share (test_scoring, test_recording, test_polling): one
-short trained run, the settings to evaluate it, results.jsonl read back, and a run
-whose model always says cat.
-
-The trained run (6 steps, checkpoints at 3 and 6) is conftest.py's ``trained_run``,
-made once per test process and shared by every file; tests that change its directory
-work on a copy.
-"""
+"""What the evaluator's tests share: conftest's ``trained_run`` (6 steps, checkpoints
+at 3 and 6, shared by every file: a test that changes it works on a copy), the
+settings to evaluate it, results.jsonl read back, and a run whose model always says cat."""
 
 from __future__ import annotations
 
@@ -16,21 +11,17 @@ import types
 import tensorflow as tf
 
 from cifar10.core.config import EvalConfig
+from cifar10.data import fileformat as ff
 from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.evaluation import recording
-from cifar10.runs import checkpoints
 from cifar10.training.step import TrainState
 
-RECORDS = 50  # records per generated file: conftest.trained_run's test split holds 50 examples
-DATA_SUFFIX = ".data-00000-of-00001"
+RECORDS = 50  # conftest.trained_run's test split
 
 
 def run_of(trained_run) -> types.SimpleNamespace:
-    """conftest's session ``trained_run`` as the evaluator's tests read it: train_dir
-    with model.ckpt-3 and model.ckpt-6, and the test files."""
     train_dir, test_files = trained_run
-    assert checkpoints.completed_step(str(train_dir)) == 6
     return types.SimpleNamespace(
         train_dir=str(train_dir), test_files=test_files,
         ckpt3=os.path.join(train_dir, "model.ckpt-3"),
@@ -38,10 +29,9 @@ def run_of(trained_run) -> types.SimpleNamespace:
 
 
 def config_of(run, eval_dir, **overrides) -> EvalConfig:
-    settings = {"checkpoint_dir": run.train_dir, "eval_dir": str(eval_dir),
-                "eval_files": run.test_files, "num_examples": RECORDS, "batch_size": 16}
-    settings.update(overrides)
-    return EvalConfig(**settings)
+    return EvalConfig(**{"checkpoint_dir": run.train_dir, "eval_dir": str(eval_dir),
+                         "eval_files": run.test_files, "num_examples": RECORDS,
+                         "batch_size": 16, **overrides})
 
 
 def results_lines(eval_dir) -> list[dict]:
@@ -53,8 +43,8 @@ def results_lines(eval_dir) -> list[dict]:
 
 
 def always_cat_run(tmp_path):
-    """(data folder, test files, train_dir) of a run whose model.ckpt-9 always says cat
-    (3): zero last-layer weights and a bias for cat alone; 23 test records."""
+    """The test files (23 records) of a run in ``tmp_path/train`` whose model.ckpt-9
+    always says cat (3): zero last-layer weights and a bias for cat alone."""
     batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
     state = TrainState(seed=0, compute_dtype=tf.float32)
     for model in (state.model, state.averages):
@@ -62,4 +52,12 @@ def always_cat_run(tmp_path):
         model.softmax_linear.biases.assign(tf.one_hot(3, 10) * 5.0)
     state.step.assign(9)
     state.checkpoint().write(str(tmp_path / "train" / "model.ckpt-9"))
-    return batches_dir, datafolder.split_files(batches_dir, "test"), tmp_path / "train"
+    return datafolder.split_files(batches_dir, "test")
+
+
+def cat_config(tmp_path, test_files, **overrides) -> EvalConfig:
+    """--run_once settings of ``always_cat_run``'s run, its classes named."""
+    return EvalConfig(**{"checkpoint_dir": str(tmp_path / "train"),
+                         "eval_dir": str(tmp_path / "eval"), "eval_files": test_files,
+                         "num_examples": 23, "batch_size": 8, "run_once": True,
+                         "class_names": ff.CLASS_NAMES, **overrides})

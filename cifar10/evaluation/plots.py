@@ -1,10 +1,6 @@
-"""The evaluator's pictures: the confusion matrix as a heat map, and a grid of
-misclassified test images, as PNG bytes.  Each PNG file also carries its title as
-text (its ``Title`` metadata), so that it can be found and checked without looking.
-
-They are drawn with matplotlib (its Agg backend: no screen), which only the
-evaluator imports: cifar10-train never loads it.
-"""
+"""The evaluator's pictures as PNG bytes, each with its title as ``Title`` metadata: the
+confusion matrix as a heat map, and a grid of misclassified test images.  Drawn with
+matplotlib's Agg backend (no screen), which only the evaluator imports."""
 
 from __future__ import annotations
 
@@ -28,15 +24,15 @@ import numpy as np  # noqa: E402
 
 
 def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], title: str) -> bytes:
-    """A heat map of ``confusion`` (true classes as rows, predicted as columns), the
-    class names on both axes and the counts in the cells (up to 30 classes)."""
+    """A heat map of ``confusion`` (rows: true class), names on both axes, counts in
+    the cells (up to 30 classes)."""
     matrix = np.asarray(confusion)
     n = len(matrix)
     size = max(4.0, 0.45 * n + 2.5)
     fig = figure.Figure(figsize=(size, size * 0.9), dpi=100)
     ax = fig.add_subplot()
     image = ax.imshow(matrix, cmap="Blues")
-    # Counts: whole ticks on the colour bar (a matrix of counts up to 2 had ticks 0.25 ...).
+    # Counts: whole ticks on the colour bar.
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04,
                  ticks=ticker.MaxNLocator(integer=True))
     ticks = np.arange(n)
@@ -78,15 +74,13 @@ def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequen
     return _png(fig, title, heading)
 
 
-# The characters of a class name on one line of a grid label: a column is 1.6 inches,
-# about 35 characters of font size 7, and the longest line of the two names' takes
-# " →" too.
+# A class name's characters on a line of a grid label: a 1.6-inch column holds about 35
+# of font size 7, and a line takes " →" too.
 GRID_LABEL_WIDTH = 24
 
 
 def grid_label(true: str, predicted: str) -> str:
-    """The label of a misclassified image, ``true →`` over ``predicted``, each name
-    broken at spaces (or, where it has none, cut) into lines of ``GRID_LABEL_WIDTH``
+    """``true →`` over ``predicted``, each broken into lines of ``GRID_LABEL_WIDTH``
     characters, so that a long name does not run into the next image's label."""
     def lines(name: str) -> list[str]:
         return textwrap.wrap(name, GRID_LABEL_WIDTH, break_on_hyphens=False) or [name]
@@ -96,9 +90,7 @@ def grid_label(true: str, predicted: str) -> str:
 
 
 def _png(fig: figure.Figure, title: str, heading: text.Text) -> bytes:
-    """The laid-out figure as PNG bytes, widened where it is narrower than its title
-    ``heading`` as drawn (a few classes' matrix or a few images would cut it at both
-    ends), with a margin each side."""
+    """The laid-out figure as PNG bytes, widened where its title ``heading`` is wider."""
     out = io.BytesIO()
     with _missing_glyphs_said_once():
         drawn = heading.get_window_extent(backend_agg.FigureCanvasAgg(fig).get_renderer())
@@ -115,9 +107,9 @@ _glyphs_said: set[str] = set()  # the characters a warning has named in this pro
 
 @contextlib.contextmanager
 def _missing_glyphs_said_once() -> Iterator[None]:
-    """Matplotlib's warning for each character its font cannot draw (class names in
-    Chinese, say), several per picture, becomes one warning of the program's own,
-    once per character in a process; other warnings pass as they are."""
+    """Matplotlib's warnings of characters its font cannot draw (class names in
+    Chinese, say) become one warning of the program's, once per character; other
+    warnings pass."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
@@ -138,23 +130,24 @@ def _missing_glyphs_said_once() -> Iterator[None]:
 
 
 def write_new(directory: str, stem: str, png: bytes) -> str:
-    """Writes ``png`` as ``<stem>.png`` in ``directory``, or ``<stem>-2.png`` ... when
-    that name is taken: a file of that name is never replaced.  Returns the path.
+    """Writes ``png`` as ``<stem>.png`` in ``directory``, or ``<stem>-2.png`` ... where
+    that name is taken (a file is never replaced); returns the path.
 
     Raises:
       OSError: the file cannot be written (what was written of it is removed).
     """
-    for n in range(1, 1000):
+    n = 1
+    while True:
         path = os.path.join(directory, f"{stem}.png" if n == 1 else f"{stem}-{n}.png")
         try:
             f = open(path, "xb")
+            break
         except FileExistsError:
-            continue
-        try:
-            with f:
-                f.write(png)
-        except OSError:
-            os.remove(path)  # this call made it: half a picture is no use to anyone
-            raise
-        return path
-    raise FileExistsError(f"999 files named {stem}*.png in {directory}")
+            n += 1
+    try:
+        with f:
+            f.write(png)
+    except OSError:
+        os.remove(path)  # ours: half a picture is no use
+        raise
+    return path

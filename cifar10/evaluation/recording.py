@@ -1,197 +1,256 @@
-"""Recording a checkpoint's score in ``eval_dir``: TensorBoard scalars (precision @ 1,
-each class's recall and precision), PR curves and images, the same pictures as PNG
-files, and a line of ``results.jsonl``, which also remembers which checkpoints are
-scored (across restarts).  Nothing in ``eval_dir`` is ever overwritten or wiped.
+"""A checkpoint's score recorded in ``eval_dir`` and printed: TensorBoard scalars
+(precision @ 1, each class's recall and precision), PR curves and pictures, the
+pictures as PNG files, a line of ``results.jsonl`` (which also says which checkpoints
+are scored, across restarts), and the lines printed.  Nothing in ``eval_dir`` is
+overwritten.  TensorFlow loads only to record: the programs read results.jsonl
+before it loads.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import json
 import os
+import unicodedata
+from typing import TYPE_CHECKING
 
 from absl import logging
-import numpy as np
-import tensorflow as tf
 
 from cifar10.core.errors import io_error
-from cifar10.evaluation.result import RESULTS_FILE, EvalResult
-from cifar10.evaluation.scoring import PR_THRESHOLDS
 
+if TYPE_CHECKING:
+    from cifar10.evaluation.scoring import EvalResult
+
+RESULTS_FILE = "results.jsonl"  # in --eval_dir: one result a line
 PRECISION_TAG = "Precision @ 1"
-PER_CLASS_PREFIX = "per_class"  # per_class/recall/<class>, per_class/precision/<class>
-PR_CURVE_PREFIX = "pr_curve"  # pr_curve/<class>/pr_curves (the plugin adds its suffix)
-CONFUSION_IMAGE_TAG = "confusion_matrix"
-MISCLASSIFIED_IMAGE_TAG = "misclassified"
 SYNTHETIC_TITLE = "SYNTHETIC data (generated, not CIFAR-10)"  # heads its pictures' titles
+# The settings a score depends on, as results.jsonl records them and as flags.
+SETTINGS = ("weights", "eval_data", "num_examples", "compute_dtype")
 
 
 def record(result: EvalResult, eval_dir: str, writer) -> None:
-    """Writes ``Precision @ 1``, each class's recall and precision and PR curve, and
-    the pictures, at the checkpoint's step, and appends the result to results.jsonl.
+    """Writes the summaries and pictures at the checkpoint's step, and appends the
+    result to results.jsonl.
 
     Raises:
       Cifar10Error: ``eval_dir`` or its files cannot be written.
     """
-    path = os.path.join(eval_dir, RESULTS_FILE)
+    import tensorflow as tf
+
     try:
         with writer.as_default():
-            tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
-            _class_scalars(result)
-            _pr_curves(result)
-            _pictures(result, eval_dir)
+            _summaries(tf, result, eval_dir)
         writer.flush()
-        with open(path, "a+b") as f:
-            # A line cut short by a crash must not swallow this one.
-            if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
-                f.write(b"\n")
-            f.write((json.dumps(result.as_record()) + "\n").encode())
+        _append(os.path.join(eval_dir, RESULTS_FILE),
+                (json.dumps(result.as_record()) + "\n").encode())
     except (OSError, tf.errors.OpError) as e:
         raise io_error(f"cannot record the result of {result.checkpoint} in", eval_dir,
                        e) from e
 
 
-def result_key(checkpoint: str, mtime_ns: int, settings: tuple) -> str:
-    """What tells one scoring from another in results.jsonl: the checkpoint, and the
-    settings (``settings_of``) it was scored with."""
-    # The file time keeps a new run's model.ckpt-1000 (after --fresh_start, or in a
-    # reused directory) from passing for the earlier run's, already scored.
-    return "|".join(map(str, (os.path.basename(checkpoint), mtime_ns, *settings)))
+def _append(path: str, line: bytes) -> None:
+    """Appends ``line`` in one write under a lock (``lockf``, which NFS honours too), so
+    that evaluators sharing an --eval_dir lose no line; after a line break where a
+    crash cut the last line short."""
+    with open(path, "a+b") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX)  # released as the file closes
+        end = f.seek(0, os.SEEK_END)
+        if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
+            line = b"\n" + line
+        f.write(line)
 
 
-# The settings a score depends on, as results.jsonl records them and as flags.
-SETTINGS = ("weights", "eval_data", "num_examples", "compute_dtype")
+def lines(result: EvalResult, table: bool = False) -> list[str]:
+    """The lines printed: the original's precision line, with the step, checkpoint and
+    examples it scored; why there is no grid of misclassified images where none was
+    wrong; with ``table``, each class's figures and (up to 20 classes) the confusion
+    matrix."""
+    printed = ["%s: precision @ 1 = %.3f (step %d, %s, %d %sexamples, %s weights)%s" % (
+        datetime.datetime.now(), result.precision, result.step,
+        os.path.basename(result.checkpoint), result.examples,
+        "training " if result.eval_data == "train_eval" else "", result.weights,
+        " on SYNTHETIC data" if result.synthetic else "")]
+    if result.misclassified is not None and not len(result.misclassified.labels):
+        printed.append(f"No misclassified images to show for "
+                       f"{os.path.basename(result.checkpoint)}: all {result.examples} "
+                       f"examples were classified right.")
+    return printed + class_table(result) if table else printed
 
 
-def settings_of(record: dict) -> tuple:
-    """(weights, eval_data, num_examples, compute_dtype) of a results.jsonl line or of
-    an ``EvalResult``'s fields; a line recorded before the last two were has the
-    examples it scored and float32."""
-    return (record["weights"], record["eval_data"],
-            record.get("num_examples") or record["examples"],
-            record.get("compute_dtype", "float32"))
+def class_table(result: EvalResult, max_matrix_classes: int = 20) -> list[str]:
+    """The per-class figures as text, and the confusion matrix up to
+    ``max_matrix_classes``; names padded by the terminal columns they take."""
+    width = max(_width("class"), *(_width(c["name"]) for c in result.per_class))
+    pad = lambda name: name + " " * (width - _width(name))  # noqa: E731
+    figure = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    table = [f"{pad('class')}  {'count':>6}  {'recall':>6}  {'precision':>9}"]
+    table += [f"{pad(c['name'])}  {c['count']:>6}  {figure(c['recall']):>6}  "
+              f"{figure(c['precision']):>9}" for c in result.per_class]
+    if len(result.per_class) <= max_matrix_classes:
+        cell = max(5, len(str(max(max(row) for row in result.confusion_matrix)))) + 1
+        table.append("confusion matrix (rows: true class; columns: predicted class, "
+                     "as numbered):")
+        table.append(" " * (width + 4) + "".join(
+            f"{i:>{cell}}" for i in range(len(result.per_class))))
+        table += [f"{i:>2}  {pad(c['name'])}" + "".join(f"{n:>{cell}}" for n in row)
+                  for i, (c, row) in enumerate(zip(result.per_class, result.confusion_matrix))]
+    return table
 
 
-def warn_of_other_settings(eval_dir: str, settings: tuple) -> None:
-    """One warning where results.jsonl holds scores of other ``settings`` (``SETTINGS``):
-    this call's go on the same TensorBoard curves as theirs."""
-    others = sorted({tuple(map(str, recorded)) for recorded in _recorded_settings(eval_dir)}
-                    - {tuple(map(str, settings))})
-    if not others:
-        return
-    said = lambda values: ", ".join(f"{name}={value}" for name, value  # noqa: E731
-                                    in zip(SETTINGS, values))
-    logging.warning("--eval_dir=%s holds results scored with other settings (%s) than these "
-                    "(%s): they go on the same TensorBoard curves; pass another --eval_dir to "
-                    "keep them apart", eval_dir, "; ".join(said(o) for o in others),
-                    said(settings))
+def _width(text: str) -> int:
+    """The terminal columns of ``text``: 2 for a wide character, 0 for a combining one."""
+    return sum(0 if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
 
 
-def scored_checkpoints(eval_dir: str) -> set[str]:
-    """Keys (``result_key``) of the checkpoints recorded in ``eval_dir/results.jsonl``.
-
-    Raises:
-      Cifar10Error: the file is there but cannot be read.
-    """
-    keys, damaged = set(), 0
-    path = os.path.join(eval_dir, RESULTS_FILE)
-    try:
-        with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is one damaged line
-            for line in f:
-                try:
-                    r = json.loads(line)
-                    keys.add(result_key(r["checkpoint"], r["checkpoint_mtime_ns"],
-                                        settings_of(r)))
-                except (ValueError, KeyError, TypeError):
-                    # A line cut short by a crash, not UTF-8, or not one of ours (not an
-                    # object): that checkpoint is scored again.
-                    damaged += line.strip() != b""
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise io_error("cannot read", path, e) from e
-    if damaged:
-        logging.warning("%s: skipped %d damaged line(s); the checkpoints they recorded, if "
-                        "any, are scored again.", path, damaged)
-    return keys
-
-
-def _class_scalars(result: EvalResult) -> None:
-    """Each class's recall and precision, scalars under ``per_class/`` (none where the
-    figure does not exist)."""
+def _summaries(tf, result: EvalResult, eval_dir: str) -> None:
+    """Precision @ 1; each class's recall and precision (``per_class/<figure>/<class>``,
+    where the figure exists) and PR curve (``pr_curve/<class>``); the confusion matrix
+    as a heat map and the misclassified images as a grid, also as PNG files."""
+    tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
     for figures in result.per_class:
         for kind in ("recall", "precision"):
             if figures[kind] is not None:
-                tf.summary.scalar(f"{PER_CLASS_PREFIX}/{kind}/{figures['name']}", figures[kind],
+                tf.summary.scalar(f"per_class/{kind}/{figures['name']}", figures[kind],
                                   step=result.step)
+    if result.probability_histograms is not None:
+        import numpy as np
+        from tensorboard.plugins.pr_curve import summary as pr_curve
 
-
-def _pr_curves(result: EvalResult) -> None:
-    """Each class's precision-recall curve, for TensorBoard's PR-curve plugin
-    (``pr_curve/<class>``)."""
-    if result.probability_histograms is None:
-        return
-    from tensorboard.plugins.pr_curve import summary as pr_curve
-
-    own, others = result.probability_histograms
-    for figures, positives, negatives in zip(result.per_class, own, others):
-        # At threshold i / (T - 1): the examples whose probability is that or more.
-        tp = np.cumsum(positives[::-1])[::-1].astype(np.float64)
-        fp = np.cumsum(negatives[::-1])[::-1].astype(np.float64)
-        fn, tn = positives.sum() - tp, negatives.sum() - fp
-        precision = np.divide(tp, tp + fp, out=np.ones_like(tp), where=tp + fp > 0)
-        recall = np.divide(tp, tp + fn, out=np.zeros_like(tp), where=tp + fn > 0)
-        summary = pr_curve.raw_data_pb(
-            f"{PR_CURVE_PREFIX}/{figures['name']}", true_positive_counts=tp,
-            false_positive_counts=fp, true_negative_counts=tn, false_negative_counts=fn,
-            precision=precision, recall=recall, num_thresholds=PR_THRESHOLDS,
-            display_name=figures["name"])
-        tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=result.step)
-
-
-def _pictures(result: EvalResult, eval_dir: str) -> None:
-    """The confusion matrix as a heat map and the misclassified images as a grid: as
-    TensorBoard images, and as PNG files named by step in ``eval_dir`` (a file of
-    that name already there is kept; the new one gets a number)."""
+        own, others = result.probability_histograms
+        for figures, positives, negatives in zip(result.per_class, own, others):
+            # At threshold i / (T - 1): the examples whose probability is that or more.
+            tp = np.cumsum(positives[::-1])[::-1].astype(np.float64)
+            fp = np.cumsum(negatives[::-1])[::-1].astype(np.float64)
+            summary = pr_curve.raw_data_pb(
+                f"pr_curve/{figures['name']}", true_positive_counts=tp,
+                false_positive_counts=fp, true_negative_counts=negatives.sum() - fp,
+                false_negative_counts=positives.sum() - tp,
+                precision=np.divide(tp, tp + fp, out=np.ones_like(tp), where=tp + fp > 0),
+                recall=tp / max(positives.sum(), 1), num_thresholds=len(positives),
+                display_name=figures["name"])
+            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=result.step)
     if not result.confusion_matrix:
         return
     from cifar10.evaluation import plots  # matplotlib: the evaluator's alone
 
     names = [c["name"] for c in result.per_class]
     titles = picture_titles(result)
-    pictures = [(CONFUSION_IMAGE_TAG, plots.confusion_png(
-        result.confusion_matrix, names, titles[CONFUSION_IMAGE_TAG]))]
-    if result.misclassified is not None and len(result.misclassified.labels):
-        wrong = result.misclassified
-        pictures.append((MISCLASSIFIED_IMAGE_TAG, plots.misclassified_png(
+    pictures = {"confusion_matrix": plots.confusion_png(
+        result.confusion_matrix, names, titles["confusion_matrix"])}
+    wrong = result.misclassified
+    if wrong is not None and len(wrong.labels):
+        pictures["misclassified"] = plots.misclassified_png(
             wrong.images, [names[i] for i in wrong.labels], [names[i] for i in wrong.predicted],
-            titles[MISCLASSIFIED_IMAGE_TAG])))
-    for tag, png in pictures:
+            titles["misclassified"])
+    for tag, png in pictures.items():
         tf.summary.image(tag, tf.io.decode_png(png, channels=3)[None], step=result.step)
         plots.write_new(eval_dir, f"{tag}-step{result.step}", png)
 
 
 def picture_titles(result: EvalResult) -> dict[str, str]:
-    """{image tag: title} of the pictures of ``result``; on generated data a first
-    line says so."""
+    """{image tag: title} of the pictures; on generated data a first line says so."""
     where = f"{os.path.basename(result.checkpoint)}, {result.weights} weights"
     head = f"{SYNTHETIC_TITLE}\n" if result.synthetic else ""
-    return {CONFUSION_IMAGE_TAG: f"{head}Confusion matrix, {where}: precision @ 1 = "
-                                 f"{result.precision:.3f}",
-            MISCLASSIFIED_IMAGE_TAG: f"{head}Misclassified test images (true → predicted), "
-                                     f"{where}"}
+    return {"confusion_matrix": f"{head}Confusion matrix, {where}: precision @ 1 = "
+                                f"{result.precision:.3f}",
+            "misclassified": f"{head}Misclassified test images (true → predicted), {where}"}
 
 
-def _recorded_settings(eval_dir: str) -> set[tuple]:
-    """The settings (``settings_of``) of the results in ``eval_dir/results.jsonl`` that
-    read (``scored_checkpoints`` warns of the others)."""
-    found = set()
+def result_key(checkpoint: str, mtime_ns: int, settings: tuple) -> str:
+    """What tells one scoring from another: the checkpoint, its file time (a new run's
+    model.ckpt-N is not the earlier run's) and the settings (``settings_of``)."""
+    return "|".join(map(str, (os.path.basename(checkpoint), mtime_ns, *settings)))
+
+
+def settings_of(record: dict) -> tuple:
+    """``SETTINGS`` of a results.jsonl line or of an ``EvalResult``'s fields; a line
+    recorded before the last two were has the examples it scored and float32."""
+    return (record["weights"], record["eval_data"],
+            record.get("num_examples") or record["examples"],
+            record.get("compute_dtype", "float32"))
+
+
+def _records(eval_dir: str) -> list[dict | None]:
+    """Each non-blank line of results.jsonl as its JSON object, None where it is none
+    (cut short by a crash, not UTF-8, not ours); [] without the file.
+
+    Raises:
+      OSError: the file is there but cannot be read.
+    """
+    found: list[dict | None] = []
     try:
         with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
-            for line in f:
+            for line in filter(bytes.strip, f):
                 try:
-                    found.add(settings_of(json.loads(line)))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    pass
-    except OSError:
+                    found.append(json.loads(line))
+                except ValueError:
+                    found.append(None)
+    except FileNotFoundError:
         pass
-    return found
+    return [r if isinstance(r, dict) else None for r in found]
+
+
+def scored_checkpoints(eval_dir: str) -> set[str]:
+    """Keys (``result_key``) of the results in ``eval_dir``; one warning names the lines
+    that do not read, whose checkpoints are scored again.
+
+    Raises:
+      Cifar10Error: the file is there but cannot be read.
+    """
+    path = os.path.join(eval_dir, RESULTS_FILE)
+    try:
+        records = _records(eval_dir)
+    except OSError as e:
+        raise io_error("cannot read", path, e) from e
+    keys, damaged = set(), 0
+    for r in records:
+        try:
+            keys.add(result_key(r["checkpoint"], r["checkpoint_mtime_ns"], settings_of(r)))
+        except (KeyError, TypeError):
+            damaged += 1
+    if damaged:
+        logging.warning("%s: skipped %d damaged line(s); the checkpoints they recorded, if "
+                        "any, are scored again.", path, damaged)
+    return keys
+
+
+def warn_of_other_settings(eval_dir: str, settings: tuple) -> None:
+    """One warning where results.jsonl holds scores of other ``settings``: they go on
+    the same TensorBoard curves."""
+    found = set()
+    for r in _readable(eval_dir):
+        try:
+            found.add(tuple(map(str, settings_of(r))))
+        except (KeyError, TypeError):
+            pass
+    others = sorted(found - {tuple(map(str, settings))})
+    if others:
+        said = lambda values: ", ".join(f"{n}={v}" for n, v in zip(SETTINGS, values))  # noqa
+        logging.warning("--eval_dir=%s holds results scored with other settings (%s) than "
+                        "these (%s): they go on the same TensorBoard curves; pass another "
+                        "--eval_dir to keep them apart", eval_dir,
+                        "; ".join(map(said, others)), said(settings))
+
+
+def results_of_checkpoints_before(eval_dir: str, run_dir: str, before_s: float) -> int:
+    """How many results scored a checkpoint of ``run_dir`` written before ``before_s``
+    (the file system's clock); 0 where results.jsonl cannot be read."""
+    count = 0
+    for r in _readable(eval_dir):
+        try:
+            checkpoint, mtime_ns = r["checkpoint"], int(r["checkpoint_mtime_ns"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        count += (0 <= mtime_ns < before_s * 1e9 and isinstance(checkpoint, str)
+                  and os.path.realpath(os.path.dirname(checkpoint)) == os.path.realpath(run_dir))
+    return count
+
+
+def _readable(eval_dir: str) -> list[dict]:
+    """The lines of results.jsonl that are JSON objects; [] where it cannot be read."""
+    try:
+        return [r for r in _records(eval_dir) if r is not None]
+    except OSError:
+        return []

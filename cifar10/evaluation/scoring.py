@@ -1,12 +1,15 @@
-"""Scoring one checkpoint: its moving-average (or raw) weights restored, precision @ 1
-over exactly ``num_examples`` examples, the confusion matrix and each class's
-figures, the histograms of the PR curves, and the misclassified images to show.
+"""One checkpoint scored: its moving-average (or raw) weights restored, precision @ 1
+over exactly ``num_examples`` examples (the last partial batch included, nothing
+counted twice), the confusion matrix, each class's figures, the histograms of the PR
+curves and the misclassified images to show.
 
-Every example is counted once: the last partial batch included, nothing counted twice.
+A new figure: a field of ``EvalResult`` computed here (results.jsonl records every
+field), and its summary or printed line in ``recording``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Callable, Sequence
@@ -19,11 +22,54 @@ from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.distribute import failures
-from cifar10.evaluation.result import EvalResult, Misclassified
 from cifar10.model import Model
 from cifar10.runs import checkpoints
 
 PR_THRESHOLDS = 201  # the PR curves' thresholds, 0 to 1 in steps of 0.005
+
+
+@dataclasses.dataclass
+class Misclassified:
+    """Test images the model got wrong: uint8 [n, 32, 32, 3], their labels, the guesses."""
+
+    images: np.ndarray
+    labels: list[int]
+    predicted: list[int]
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """The score of one checkpoint; its fields but the last two are a results.jsonl line."""
+
+    checkpoint: str
+    step: int
+    checkpoint_mtime_ns: int  # tells this run's model.ckpt-N from an earlier run's
+    precision: float
+    correct: int
+    examples: int
+    weights: str
+    eval_data: str
+    wall_time: float  # seconds since the epoch when the evaluation ended
+    seconds: float  # how long it took
+    synthetic: bool = False  # generated data, not CIFAR-10: the line and pictures say so
+    # The examples asked for (None in a line recorded before) and the compute type:
+    # with weights and eval_data, the settings a score depends on.
+    num_examples: int | None = None
+    compute_dtype: str = "float32"
+    confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)  # [true][guess]
+    per_class: list[dict] = dataclasses.field(default_factory=list)  # ``per_class``
+    # Not recorded: [own examples, the others'][class][PR_THRESHOLDS bucket] counts of
+    # each class's probability, and the misclassified images.
+    probability_histograms: np.ndarray | None = dataclasses.field(default=None, repr=False,
+                                                                 compare=False)
+    misclassified: Misclassified | None = dataclasses.field(default=None, repr=False,
+                                                           compare=False)
+
+    def as_record(self) -> dict:
+        """The line of results.jsonl."""
+        record = dataclasses.asdict(self)
+        del record["probability_histograms"], record["misclassified"]
+        return record
 
 
 def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
@@ -34,7 +80,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
       UnreadableCheckpoint: the checkpoint cannot be read (it alone: an error of the
         data or of the device while scoring is no fault of the checkpoint's).
       DataError: the eval files could not be read while scoring.
-      Cifar10Error: the device ran out of memory while scoring.
+      Cifar10Error: the device failed or ran out of memory while scoring.
     """
     start = time.monotonic()
     mtime = checkpoint_mtime_ns(checkpoint)
@@ -53,39 +99,41 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     except tf.errors.OpError as e:
         raise _scoring_error(e, checkpoint, config) from e
     correct, examples = int(np.trace(confusion)), int(confusion.sum())
-    return EvalResult(checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
-                      precision=correct / max(examples, 1),
-                      correct=correct, examples=examples, weights=config.weights,
-                      eval_data=config.eval_data, wall_time=time.time(),
-                      seconds=time.monotonic() - start, confusion_matrix=confusion.tolist(),
-                      synthetic=_generated(config.eval_files),
-                      num_examples=config.num_examples, compute_dtype=compute_dtype(config),
-                      per_class=per_class(confusion, names), probability_histograms=histograms,
-                      misclassified=wrong)
+    return EvalResult(
+        checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
+        precision=correct / max(examples, 1), correct=correct, examples=examples,
+        weights=config.weights, eval_data=config.eval_data, wall_time=time.time(),
+        seconds=time.monotonic() - start,
+        synthetic=any(synthetic.is_synthetic(os.path.dirname(f)) for f in config.eval_files),
+        num_examples=config.num_examples, compute_dtype=compute_dtype(config),
+        confusion_matrix=confusion.tolist(), per_class=per_class(confusion, names),
+        probability_histograms=histograms, misclassified=wrong)
 
 
 class UnreadableCheckpoint(Cifar10Error):
-    """``checkpoint`` cannot be read: TensorFlow's ``error``, one of
-    ``checkpoints.READ_ERRORS``, is its ``__cause__``."""
+    """``checkpoint`` cannot be read: ``error`` (one of ``checkpoints.READ_ERRORS``)."""
 
     def __init__(self, checkpoint: str, error: BaseException):
         self.checkpoint, self.error = checkpoint, error
         super().__init__(f"cannot evaluate checkpoint {checkpoint}: {first_line(error)}")
 
 
+# The errors of reading files: gone, not readable, cut short, a file system that stopped.
+_READING_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
+                   tf.errors.DataLossError, tf.errors.UnavailableError,
+                   tf.errors.FailedPreconditionError, tf.errors.OutOfRangeError)
+
+
 def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
                    ) -> Cifar10Error:
-    """The one-line error of TensorFlow's ``error`` while ``checkpoint``, which read,
-    was scored: the memory ran out, or the eval files could not be read (gone,
-    changed or unreachable since they were checked)."""
+    """The one-line error of ``error`` while ``checkpoint``, which read, was scored."""
     if isinstance(error, tf.errors.ResourceExhaustedError):
         return Cifar10Error(f"out of memory scoring checkpoint {checkpoint} "
-                            f"({failures.oom_cause(error)}); a "
-                            f"smaller --batch_size fits, or fewer programs beside it")
+                            f"({failures.oom_cause(error)}); a smaller --batch_size fits, "
+                            f"or fewer programs beside it")
     cause = failures.tensorflow_cause(error)
-    if not isinstance(error, _READING_ERRORS):  # (a device's or a kernel's: not the data's)
+    if not isinstance(error, _READING_ERRORS):  # a device's or a kernel's
         return Cifar10Error(f"scoring checkpoint {checkpoint} failed: {cause}")
-    # TensorFlow's cause mostly names the file; else the files are named.
     named = any(path in cause for path in config.eval_files)
     files = "" if named else f" ({listed(config.eval_files)})"
     return DataError(f"cannot read the data to evaluate on{files}: {cause}; the checkpoint "
@@ -93,25 +141,14 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
                      f"command again")
 
 
-# The errors of reading files: a file gone, not readable, cut short, or on a file
-# system that stopped answering.
-_READING_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
-                   tf.errors.DataLossError, tf.errors.UnavailableError,
-                   tf.errors.FailedPreconditionError, tf.errors.OutOfRangeError)
-
-
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
-    """A function: dataset -> (the confusion matrix of ``model`` on it, int64 [true
-    class, predicted class], one row and column per output of the model; the
-    histograms of each class's softmax probability over its own examples and over
-    the others', int64 [2, classes, PR_THRESHOLDS]).
+    """A function: dataset -> (the confusion matrix of ``model`` on it, int64 [true,
+    predicted]; the histograms of each class's softmax probability over its own
+    examples and over the others', int64 [2, classes, PR_THRESHOLDS]).
 
-    The prediction is the highest logit (the first class of a tie).  The whole
-    pass over the dataset runs in one ``tf.function`` (traced once per model and
-    dataset structure), with no Python work per batch.  It is a
-    ``Dataset.reduce``, not a loop that AutoGraph converts: AutoGraph needs the
-    source file, and without it (changed under a running program, or not
-    installed) its fallback would trace the loop forever.
+    The prediction is the highest logit (the first of a tie).  The pass runs in one
+    ``tf.function`` as a ``Dataset.reduce``: no Python per batch, and no AutoGraph
+    (which needs the source file, and would trace for ever without it).
     """
     num_classes = model.num_classes
 
@@ -147,13 +184,9 @@ def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, n
 
 
 def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
-    """Each class's {name, count, recall, precision} from a confusion matrix.
-
-    ``count`` is the class's examples; ``recall`` the share of them predicted as the
-    class (its accuracy); ``precision`` the share of the examples predicted as the
-    class that are of it, None when none was.  Outputs beyond ``names`` (a run
-    trained when the model always had 10) are named ``output <i>``.
-    """
+    """Each class's {name, count, recall, precision} from a confusion matrix: recall of
+    its examples, precision of those predicted as it (None where none was).  Outputs
+    beyond ``names`` are named ``output <i>``."""
     rows = []
     for i in range(confusion.shape[0]):
         count, predicted, right = (int(confusion[i].sum()), int(confusion[:, i].sum()),
@@ -166,10 +199,9 @@ def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
 
 def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
                   batch_size: int = 128) -> Misclassified:
-    """``count`` of the first ``num_examples`` records of ``files`` that ``model``
-    classifies wrong, in class order: each class's first one in file order, then
-    each class's second, and so on.  From one checkpoint to the next they are mostly
-    the same images, so that their grid can be watched over a run."""
+    """``count`` of the first ``num_examples`` records of ``files`` that ``model`` gets
+    wrong, in class order: each class's first in file order, then each one's second,
+    and so on; mostly the same images from one checkpoint to the next."""
     quota = -(-count // model.num_classes)
     found: dict[int, list[tuple[np.ndarray, int]]] = {}
     for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
@@ -181,41 +213,26 @@ def misclassified(model: Model, files: Sequence[str], num_examples: int, count: 
                 wrong.append((images[i], int(guesses[i])))
         if len(found) == model.num_classes and all(len(w) == quota for w in found.values()):
             break
-    chosen = _round_robin(found, count)
-    return Misclassified(np.stack([image for _, image, _ in chosen]) if chosen
+    ranked = sorted((rank, label) for label in found for rank in range(len(found[label])))
+    chosen = sorted((label, rank) for rank, label in ranked[:count])
+    picked = [(label, *found[label][rank]) for label, rank in chosen]
+    return Misclassified(np.stack([image for _, image, _ in picked]) if picked
                          else np.zeros((0, 32, 32, 3), np.uint8),
-                         [label for label, _, _ in chosen], [guess for _, _, guess in chosen])
-
-
-def _round_robin(found: dict[int, list[tuple[np.ndarray, int]]], count: int
-                 ) -> list[tuple[int, np.ndarray, int]]:
-    """(label, image, guess): each class's first, then each class's second, ...,
-    ``count`` in all, in class order."""
-    picked = [(rank, label, image, guess) for label in sorted(found)
-              for rank, (image, guess) in enumerate(found[label])]
-    picked = sorted(picked, key=lambda p: (p[0], p[1]))[:count]
-    return [(label, image, guess) for _, label, image, guess in sorted(
-        picked, key=lambda p: (p[1], p[0]))]
+                         [label for label, _, _ in picked], [guess for _, _, guess in picked])
 
 
 def checkpoint_mtime_ns(checkpoint: str) -> int:
-    """The time ``checkpoint``'s index file was written (-1 when it cannot be read): it
-    tells a new run's model.ckpt-N from an earlier run's of the same name."""
+    """When ``checkpoint``'s index file was written (-1 if unreadable): it tells a new
+    run's model.ckpt-N from an earlier run's of the same name."""
     try:
         return os.stat(checkpoint + ".index").st_mtime_ns
     except OSError:
         return -1
 
 
-def _generated(files: Sequence[str]) -> bool:
-    """``files`` are cifar10.data.synthetic's data (its marker file is beside them)."""
-    return any(synthetic.is_synthetic(os.path.dirname(path)) for path in files)
-
-
 class OtherClasses(Cifar10Error):
-    """The data to score on holds other classes than the run in ``run_dir`` was trained
-    on; ``what`` says so, without the fix (a program that knows where the run's data is
-    names it)."""
+    """The data holds other classes than the run in ``run_dir`` was trained on; ``what``
+    says so without the fix (the program that knows where the run's data is adds it)."""
 
     def __init__(self, run_dir: str, trained_on: Sequence[str], data_classes: Sequence[str]):
         self.run_dir, self.trained_on = run_dir, tuple(trained_on)
@@ -226,11 +243,8 @@ class OtherClasses(Cifar10Error):
 
 
 def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
-    """The class names the run of ``checkpoint`` was trained on.
-
-    Raises:
-      OtherClasses: ``data_classes`` (when given) are other classes.
-    """
+    """The class names the run of ``checkpoint`` was trained on; OtherClasses where
+    ``data_classes`` (when given) differ."""
     run_dir = os.path.dirname(checkpoint)
     trained_on = checkpoints.trained_class_names(run_dir, fallback=data_classes or None)
     if data_classes and tuple(trained_on) != tuple(data_classes):

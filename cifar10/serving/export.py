@@ -1,23 +1,16 @@
-"""A trained model as a SavedModel for TensorFlow Serving, and for TFLite.
+"""A trained model as a SavedModel for TensorFlow Serving (and TFLite), in the version
+folder ``<export_dir>/<step>/`` that Serving polls.  The preprocessing is in the graph
+and is cifar10-predict's, so both classify an image alike.  Signatures:
 
-The export is a numbered version folder, ``<export_dir>/<step>/``, the layout
-TensorFlow Serving polls.  Its preprocessing is in the graph and is
-``cifar10.serving.predict``'s, so the served model classifies an image exactly as
-``cifar10-predict`` does.  Signatures:
+* ``serving_default``: ``images``, encoded images (tf.string: PNG, JPEG, GIF or BMP,
+  any size) -> ``probabilities`` [N, C], ``classes`` [N] (int64), ``class_names`` [N],
+  C the run's classes.  Decoded in the graph by ``data.images.decode_image``: an 8-bit
+  BMP gets its palette's colours; a BMP cifar10-predict refuses, or an image over 50
+  megapixels, fails the call with a message saying why.
+* ``predict_images``: decoded RGB images float32 [N, H, W, 3], 0-255 -> the same
+  outputs; ``model.tflite`` (``--tflite``) has this signature.
 
-* ``serving_default``: ``images``, a batch of encoded images (tf.string: PNG,
-  JPEG, GIF or BMP, any size) -> ``probabilities`` [N, C], ``classes`` [N]
-  (int64) and ``class_names`` [N] (tf.string), where C is the number of
-  classes the run was trained on (10 for CIFAR-10).  Decoded by
-  ``data.images.decode_image``, in the graph: an 8-bit BMP gets its palette's
-  colours, and a BMP cifar10-predict refuses, or an image whose header gives more
-  than 50 megapixels, fails the call (before it is decoded), its message saying why;
-* ``predict_images``: ``images``, decoded RGB images float32 [N, H, W, 3] with
-  values 0-255 -> the same outputs.  ``model.tflite`` (``--tflite``) has this
-  signature.
-
-No images give empty outputs ([0, C], [0], [0]): ``predict.make_classifier`` does not
-run the model on them.
+No images give empty outputs, without running the model.
 """
 
 from __future__ import annotations
@@ -25,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from typing import Sequence
 
 import tensorflow as tf
@@ -34,7 +28,7 @@ from cifar10.runs import checkpoints
 from cifar10.data import fileformat as ff
 from cifar10.data import images as image_files
 from cifar10.serving import predict
-from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
+from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.model import Model
 
 TFLITE_FILE = "model.tflite"
@@ -73,17 +67,15 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
            tflite: bool = False, print_fn=print) -> str:
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
 
-    The version folder is written under a temporary name and renamed when
-    complete (``atomic.new_folder``), so that a server polling ``export_dir``
-    never loads half of it; a failed or interrupted export removes the folders it
-    made (``export_dir`` and its parents), never one that was there.  What an
-    export killed before its rename left in ``export_dir`` is removed first, one
-    line (``print_fn``) says so; only folders ``atomic.remove_leftovers`` proves to
-    be such leftovers.
+    It is written under a scratch name and renamed when complete (``atomic.new_folder``):
+    a server polling ``export_dir`` never loads half of one.  An earlier export replaced
+    (``overwrite``) moves aside until the new one is in, then goes: at every moment one
+    whole export is there.  A failure or interrupt removes what this made; the scratch
+    folders of a killed export are removed at the next (one line says so).
 
     Raises:
-      Cifar10Error: the checkpoint cannot be read; the version folder exists and
-        may not be replaced (``_refuse_to_replace``); ``export_dir`` cannot be written.
+      Cifar10Error: the checkpoint cannot be read; the version folder exists and may
+        not be replaced (``_refuse_to_replace``); ``export_dir`` cannot be written.
     """
     model, step = checkpoints.read_model(checkpoint, weights)
     removed = atomic.remove_leftovers(export_dir)
@@ -93,18 +85,26 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     target = os.path.join(export_dir, str(step))
     if os.path.lexists(target):
         _refuse_to_replace(target, step, overwrite, tflite)
+    aside = None
     try:
-        # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the export.
-        with atomic.made_folders_removed_on_failure(export_dir), \
-                atomic.new_folder(target) as scratch:
-            module = ServingModule(model, class_names)
-            signatures = {"serving_default": module.predict_encoded,
-                          "predict_images": module.predict_images}
-            tf.saved_model.save(module, scratch, signatures=signatures)
-            if tflite:
-                _write_tflite(scratch)
-            if os.path.lexists(target):  # an earlier export, replaced (--overwrite)
-                shutil.rmtree(target)
+        with atomic.made_folders_removed_on_failure(export_dir):
+            try:
+                with atomic.new_folder(target) as scratch:
+                    module = ServingModule(model, class_names)
+                    tf.saved_model.save(module, scratch, signatures={
+                        "serving_default": module.predict_encoded,
+                        "predict_images": module.predict_images})
+                    if tflite:
+                        _write_tflite(scratch)
+                    if os.path.lexists(target):
+                        aside = os.path.join(export_dir, f".{step}-replaced-{uuid.uuid4().hex}")
+                        os.rename(target, aside)
+            except BaseException:
+                if aside and not os.path.lexists(target):
+                    os.rename(aside, target)  # the earlier export back in its place
+                raise
+        if aside:
+            shutil.rmtree(aside)
     except OSError as e:
         raise io_error("cannot write the export folder", target, e,
                        io_advice(e) or "choose an --export_dir you can write") from e
@@ -114,52 +114,34 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
 
 
 def _refuse_to_replace(target: str, step: int, overwrite: bool, tflite: bool) -> None:
-    """Raises Cifar10Error unless the existing version folder ``target`` may be replaced
-    as a whole: ``overwrite`` given, a SavedModel (not a link to one) holding nothing
-    but what an export writes, and no ``model.tflite`` that this export (without
-    ``tflite``) would not write again: replacing would delete it unsaid."""
+    """Raises Cifar10Error unless ``target`` may be replaced as a whole: ``overwrite``
+    given, and a SavedModel (not a link) holding only what this export writes again."""
     if not overwrite:
         raise Cifar10Error(f"{target} exists (an export of step {step}): pass --overwrite "
                            f"to replace it, or choose another --export_dir")
-    if os.path.islink(target) or not os.path.isfile(os.path.join(target, "saved_model.pb")):
-        what = "a link" if os.path.islink(target) else "not a SavedModel"
-        raise Cifar10Error(f"{target} exists and is {what}: it is not replaced; "
-                           f"move it aside or choose another --export_dir")
-    foreign = _not_an_exports(target)
-    if foreign:
-        raise Cifar10Error(
-            f"{target} holds files cifar10-export does not write ({', '.join(foreign[:3])}"
-            f"{', ...' if len(foreign) > 3 else ''}): --overwrite would delete them; move "
-            f"them out of it, or choose another --export_dir")
-    tflite_file = os.path.join(target, TFLITE_FILE)
-    if not tflite and os.path.lexists(tflite_file):
-        raise Cifar10Error(
-            f"{target} holds {TFLITE_FILE} (an export with --tflite): --overwrite without "
-            f"--tflite would delete it; add --tflite to write it again, or remove "
-            f"{tflite_file} first")
+    why = ("it is a link" if os.path.islink(target) else
+           "it is not a SavedModel" if not os.path.isfile(os.path.join(target, "saved_model.pb"))
+           else f"--overwrite would delete {listed(others)}"
+           if (others := _not_written(target, tflite)) else "")
+    if why:
+        raise Cifar10Error(f"{target} is not replaced ({why}): move it aside, or choose "
+                           f"another --export_dir")
 
 
-# What an export's version folder holds (tf.saved_model.save's files, and --tflite's).
-_EXPORT_FILES = re.compile(r"saved_model\.pb|fingerprint\.pb|model\.tflite|"
-                           r"variables/variables\.(index|data-\d+-of-\d+)")
-_EXPORT_FOLDERS = ("variables", "assets")
+# What an export's version folder holds (tf.saved_model.save's files).
+_EXPORT_FILES = (r"saved_model\.pb|fingerprint\.pb|assets/|variables/|"
+                 r"variables/variables\.(index|data-\d+-of-\d+)")
 
 
-def _not_an_exports(folder: str) -> list[str]:
-    """The files and folders in ``folder`` (an earlier export's version folder) that an
-    export does not write, by their paths in it, sorted: what --overwrite would delete
-    of a user's."""
+def _not_written(folder: str, tflite: bool) -> list[str]:
+    """The paths in ``folder`` that an export (with ``tflite`` or not) does not write."""
+    written = re.compile(_EXPORT_FILES + (r"|model\.tflite" if tflite else ""))
     found = []
     for parent, dirs, files in os.walk(folder):
         relative = os.path.relpath(parent, folder)
-        for name in sorted(dirs + files):
-            path = name if relative == "." else f"{relative}/{name}"
-            if name in dirs and relative == "." and name in _EXPORT_FOLDERS:
-                continue
-            if name in files and _EXPORT_FILES.fullmatch(path):
-                continue
-            found.append(path + ("/" if name in dirs else ""))
-        dirs[:] = [d for d in dirs if relative == "." and d in _EXPORT_FOLDERS]
+        prefix = "" if relative == "." else relative + "/"
+        found += [path for path in [prefix + f for f in files] + [prefix + d + "/" for d in dirs]
+                  if not written.fullmatch(path)]
     return sorted(found)
 
 

@@ -1,11 +1,7 @@
-"""Class predictions of a trained model for image files: cifar10-predict's library.
-
-An image file of any size and colour mode becomes what the evaluator sees:
-decoded and resized to 32x32 as a CIFAR-10 record holds it (``data.images``),
-then ``data.eval_batch`` (central 24x24 crop, per-image standardisation).  A
-32x32 image is not resized, so a test record written out losslessly is
-classified exactly as ``cifar10-eval`` classifies it.
-"""
+"""cifar10-predict's library: class predictions for image files.  An image of any size
+becomes what the evaluator sees: decoded and resized to 32x32 (``data.images``, a
+32x32 image as it is), then ``data.eval_batch``; a test record saved losslessly is
+classified exactly as cifar10-eval classifies it."""
 
 from __future__ import annotations
 
@@ -23,6 +19,7 @@ from cifar10.data import pipeline as data
 from cifar10.data import fileformat as ff
 from cifar10.data import images as image_files
 from cifar10.model import Model
+
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
@@ -42,14 +39,11 @@ class Failure:
 
 
 def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
-    """A function: uint8 images [N, 32, 32, 3] -> float32 class probabilities [N, num_classes].
+    """A function: uint8 images [N, 32, 32, 3] -> float32 probabilities [N, num_classes],
+    the softmax of the first ``num_classes`` logits (a run of fewer classes).
 
-    A model trained on fewer than 10 classes (labels 0 to ``num_classes - 1``)
-    classifies among those: the softmax of their logits, the unused outputs left out.
-    No images give float32 [0, num_classes], without running the model: oneDNN's
-    convolution (TensorFlow's on x86 CPUs) hands an empty batch on with the input's
-    channels, and the next layer fails ("input depth must be evenly divisible by filter
-    depth: 3 vs 64"); a server sent an empty batch answers with an empty one.
+    No images give [0, num_classes] without running the model: oneDNN's convolution
+    passes an empty batch on with the input's channels, and the next layer fails.
     """
 
     def run(images):
@@ -69,12 +63,9 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                   top_k: int = 3, num_classes: int = ff.NUM_CLASSES,
                   contents: Mapping[str, bytes] | None = None
                   ) -> Iterator[Prediction | Failure]:
-    """Classifies image files among ``num_classes`` classes, ``batch_size`` at a time.
-
-    Predictions come in the order of ``paths``, each with its ``top_k`` classes
-    (at most ``num_classes``); a file that cannot be read or decoded gives a
-    ``Failure`` (as soon as it is met) and the others go on.  The files of ``contents``
-    (path: bytes, standard input read as ``-``) are decoded from those bytes.
+    """Classifies image files, ``batch_size`` at a time, in the order of ``paths``, each
+    with its ``top_k`` classes; a file that does not decode is a ``Failure`` as soon as
+    met.  The files of ``contents`` (path: bytes; standard input as ``-``) are those bytes.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -124,13 +115,11 @@ def csv_header(top_k: int, num_classes: int = ff.NUM_CLASSES) -> str:
 
 
 def format_csv(prediction: Prediction, class_names: Sequence[str]) -> str:
-    """One CSV row: the path, then class name and probability for each rank (a field
-    holding a line break quoted, as CSV readers take it)."""
+    """One CSV row: the path, then class name and probability for each rank."""
     row: list[object] = [shown_path(prediction.path, line=False)]
     for label, p in zip(prediction.labels, prediction.probabilities):
         row += [class_names[label], f"{p:.6f}"]
     out = io.StringIO()
-    # The line ends the csv module quotes: a field with \r or \n is quoted.
     csv.writer(out, lineterminator="\r\n").writerow(row)
     return out.getvalue()[:-2]
 
