@@ -31,7 +31,7 @@ def run_of(trained_run) -> types.SimpleNamespace:
 def config_of(run, eval_dir, **overrides) -> EvalConfig:
     return EvalConfig(**{"checkpoint_dir": run.train_dir, "eval_dir": str(eval_dir),
                          "eval_files": run.test_files, "num_examples": RECORDS,
-                         "batch_size": 16, **overrides})
+                         "batch_size": 16, "misclassified_images": 0, **overrides})
 
 
 def results_lines(eval_dir) -> list[dict]:
@@ -61,3 +61,21 @@ def cat_config(tmp_path, test_files, **overrides) -> EvalConfig:
                          "eval_dir": str(tmp_path / "eval"), "eval_files": test_files,
                          "num_examples": 23, "batch_size": 8, "run_once": True,
                          "class_names": ff.CLASS_NAMES, **overrides})
+
+
+class FakeSleep:
+    """A sleep that only advances ``clock`` (from 1000) by the waits asked for, which it
+    records; it runs ``actions[i]`` at the i-th call."""
+
+    def __init__(self, *actions, limit=20):
+        self.calls, self.actions, self.limit, self.now = [], actions, limit, 1000.0
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, seconds):
+        self.calls.append(seconds)
+        self.now += seconds
+        if len(self.calls) <= len(self.actions):
+            self.actions[len(self.calls) - 1]()
+        assert len(self.calls) <= self.limit, f"the poller did not stop: sleeps {self.calls}"
