@@ -14,15 +14,13 @@ import pytest
 import tensorflow as tf
 from cli import assert_refused, call, run
 from specialfiles import watched_fifos
-from test_images import COLOURS, RGBA_MASKS, bmp_variant, palette_bmp
+from test_images import COLOURS, palette_bmp
 
-from cifar10.runs import checkpoints, layout
+from cifar10.runs import checkpoint_files, checkpoints
 from cifar10.data import images as image_files
 from cifar10.data import pipeline as data
 from cifar10.serving import predict
-from cifar10.cli import checkpoint_dir
 from cifar10.data import fileformat as ff
-from cifar10.core.errors import Cifar10Error
 
 def records_of(test_files):
     images, labels = zip(*((x.numpy(), int(y)) for x, y in data.read_records(test_files)))
@@ -48,7 +46,7 @@ def test_lossless_test_records_are_classified_exactly_as_the_evaluator_does(trai
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
     paths = write_pngs(tmp_path, images)
-    model, step = checkpoints.load_model(layout.latest(str(train_dir)).path)
+    model, step = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
     assert step == 6
     # A batch size that leaves a partial batch at the end.
     results = list(predict.predict_files(model, paths, batch_size=8, top_k=10))
@@ -65,20 +63,6 @@ def test_lossless_test_records_are_classified_exactly_as_the_evaluator_does(trai
         assert sum(result.probabilities) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_raw_weights_of_an_earlier_checkpoint_give_other_probabilities(trained_run, tmp_path):
-    train_dir, test_files = trained_run
-    images, _ = records_of(test_files)
-    paths = write_pngs(tmp_path, images[:4])
-    raw, step = checkpoints.load_model(layout.find(str(train_dir))[0].path, "raw")
-    assert step == 3
-    averaged, _ = checkpoints.load_model(layout.find(str(train_dir))[0].path)
-    got = [r.probabilities for r in predict.predict_files(raw, paths, top_k=1)]
-    want = evaluator_probabilities(raw, test_files)[:4]
-    np.testing.assert_allclose(np.ravel(got), want.max(axis=1), atol=1e-6)
-    other = [r.probabilities for r in predict.predict_files(averaged, paths, top_k=1)]
-    assert not np.allclose(got, other)
-
-
 def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tmp_path):
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
@@ -88,7 +72,7 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     (tmp_path / "folder.png").mkdir()
     paths = [good[0], str(tmp_path / "text.png"), good[1], str(tmp_path / "missing.png"),
              str(tmp_path / "empty.jpg"), str(tmp_path / "folder.png"), good[2]]
-    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
+    model, _ = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
     results = list(predict.predict_files(model, paths, batch_size=2, top_k=1))
     failures = {r.path: r.reason for r in results if isinstance(r, predict.Failure)}
     not_an_image = "not an image TensorFlow decodes (PNG, JPEG, GIF or BMP), or a damaged one"
@@ -100,34 +84,16 @@ def test_unreadable_files_are_reported_and_the_others_classified(trained_run, tm
     assert [r.path for r in results if isinstance(r, predict.Prediction)] == good
 
 
-def test_an_8_bit_palette_bmp_is_classified_as_the_png_of_its_colours(trained_run, tmp_path):
-    """Not as the grey image of its palette indices, which TensorFlow alone decodes."""
-    train_dir, _ = trained_run
-    indices = np.random.default_rng(9).integers(0, 256, (40, 36))
-    (tmp_path / "palette.bmp").write_bytes(palette_bmp(indices, COLOURS))
-    tf.io.write_file(str(tmp_path / "colours.png"), tf.io.encode_png(COLOURS[indices]))
-    tf.io.write_file(str(tmp_path / "grey.png"),
-                     tf.io.encode_png(np.repeat(indices[:, :, None], 3, axis=2).astype(np.uint8)))
-    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
-    bmp, colours, grey = predict.predict_files(
-        model, [str(tmp_path / name) for name in ("palette.bmp", "colours.png", "grey.png")],
-        top_k=10)
-    assert (bmp.labels, bmp.probabilities) == (colours.labels, colours.probabilities)
-    assert bmp.probabilities != grey.probabilities
-
-
 def test_a_file_name_that_is_not_utf8_is_classified_and_shown_by_its_bytes(trained_run,
                                                                          tmp_path):
-    """As the user meets it: cifar10-predict on a folder holding such a name, as a process
-    (text), and in this process for the other output formats; the others are
-    classified too."""
+    """As a process (text: how it is printed) and in this process (jsonl)."""
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
     write_pngs(tmp_path / "photos", images[:2])
     odd = os.path.join(os.fsencode(tmp_path / "photos"), b"r\xff.png")
     with open(odd, "wb") as f:
         f.write(tf.io.encode_png(images[2]).numpy())
-    for output, start in (("text", run), ("jsonl", call), ("csv", call)):
+    for output, start in (("text", run), ("jsonl", call)):
         result = start("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
                        f"--output={output}", str(tmp_path / "photos"))
         assert result.returncode == 0, result.stderr
@@ -139,18 +105,24 @@ def test_a_file_name_that_is_not_utf8_is_classified_and_shown_by_its_bytes(train
         assert any("photos/r\\xff.png" in line for line in shown), shown
 
 
-PREDICTION = predict.Prediction("photos/a cat, maybe.png", (3, 5), (0.9125, 0.05))
-
-
-def test_text_jsonl_and_csv_lines():
-    names = ff.CLASS_NAMES
-    assert predict.format_text(PREDICTION, names) == "photos/a cat, maybe.png: cat 0.912, dog 0.050"
-    assert json.loads(predict.format_jsonl(PREDICTION, names)) == {
-        "path": "photos/a cat, maybe.png",
-        "top_k": [{"label": 3, "class": "cat", "probability": 0.9125},
-                  {"label": 5, "class": "dog", "probability": 0.05}]}
+@pytest.mark.parametrize("path, text, jsonl, csv_row", [
+    ("photos/a cat, maybe.png", "photos/a cat, maybe.png: cat 0.912, dog 0.050",
+     "photos/a cat, maybe.png", '"photos/a cat, maybe.png",cat,0.912500,dog,0.050000'),
+    # A name with a line break keeps each line and row whole.
+    ("weird/new\nline\t.png", "weird/new\\nline\\t.png: cat 0.912, dog 0.050",
+     "weird/new\nline\t.png", '"weird/new\nline\t.png",cat,0.912500,dog,0.050000'),
+])
+def test_text_jsonl_and_csv_lines(path, text, jsonl, csv_row):
+    prediction = predict.Prediction(path, (3, 5), (0.9125, 0.05))
+    assert predict.format_text(prediction, ff.CLASS_NAMES) == text
+    assert json.loads(predict.format_jsonl(prediction, ff.CLASS_NAMES)) == {
+        "path": jsonl, "top_k": [{"label": 3, "class": "cat", "probability": 0.9125},
+                                 {"label": 5, "class": "dog", "probability": 0.05}]}
     assert predict.csv_header(2) == "path,class_1,probability_1,class_2,probability_2"
-    assert predict.format_csv(PREDICTION, names) == '"photos/a cat, maybe.png",cat,0.912500,dog,0.050000'
+    row = predict.format_csv(prediction, ff.CLASS_NAMES)
+    assert row == csv_row
+    assert list(csv.reader(io.StringIO(row + "\n"))) == [[path, "cat", "0.912500", "dog",
+                                                          "0.050000"]]
     assert predict.csv_header(12).count("class_") == 10
 
 
@@ -172,18 +144,6 @@ def test_the_docs_jsonl_line_is_what_the_program_writes():
         assert predict.format_jsonl(prediction, ff.CLASS_NAMES) == example
 
 
-def test_a_name_with_a_line_break_keeps_each_row_and_line_whole():
-    odd = predict.Prediction("weird/new\nline\t.png", (3,), (0.5,))
-    names = ff.CLASS_NAMES
-    assert predict.format_text(odd, names) == "weird/new\\nline\\t.png: cat 0.500"
-    assert json.loads(predict.format_jsonl(odd, names))["path"] == "weird/new\nline\t.png"
-    row = predict.format_csv(odd, names)
-    assert row == '"weird/new\nline\t.png",cat,0.500000'
-    rows = list(csv.reader(io.StringIO(predict.csv_header(1) + "\n" + row + "\n")))
-    assert rows == [["path", "class_1", "probability_1"],
-                    ["weird/new\nline\t.png", "cat", "0.500000"]]
-
-
 def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(trained_run, tmp_path):
     train_dir, test_files = trained_run
     images, _ = records_of(test_files)
@@ -196,7 +156,7 @@ def test_the_command_prints_each_image_and_fails_at_the_end_for_a_bad_one(traine
     assert "Traceback" not in result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["path"] for line in lines] == good
-    model, _ = checkpoints.load_model(layout.latest(str(train_dir)).path)
+    model, _ = checkpoints.load_model(checkpoint_files.latest(str(train_dir)).path)
     for line, want in zip(lines, predict.predict_files(model, good, top_k=2)):
         assert [c["label"] for c in line["top_k"]] == list(want.labels)
         assert [c["class"] for c in line["top_k"]] == [ff.CLASS_NAMES[i] for i in want.labels]
@@ -227,51 +187,6 @@ def test_a_folder_given_twice_is_classified_and_told_once(trained_run, tmp_path)
         f"cifar10-predict: warning: cannot read {photos}/broken.png: not an image TensorFlow "
         f"decodes (PNG, JPEG, GIF or BMP), or a damaged one",
         "cifar10-predict: error: 1 of 2 images could not be read (see above)"]
-
-
-def test_no_checkpoint_and_no_images_are_one_line_errors(trained_run, tmp_path):
-    train_dir, _ = trained_run
-    with pytest.raises(Cifar10Error) as err:
-        checkpoint_dir.checkpoint_to_use(str(tmp_path / "no_run"))
-    assert str(err.value) == (
-        f"No checkpoint found in {tmp_path / 'no_run'}: there is no such folder; point "
-        f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
-        f"--train_dir={tmp_path / 'no_run'})")
-    assert checkpoint_dir.checkpoint_to_use(str(train_dir)) == str(train_dir / "model.ckpt-6")
-    # A run's parent folder names the run; a data folder is told as one.
-    with pytest.raises(Cifar10Error) as err:
-        checkpoint_dir.checkpoint_to_use(str(train_dir.parent))
-    assert str(err.value) == (f"No checkpoint found in {train_dir.parent}; {train_dir} holds "
-                              f"checkpoints: pass --checkpoint_dir={train_dir}")
-    with pytest.raises(Cifar10Error) as err:
-        checkpoint_dir.checkpoint_to_use(str(train_dir.parent / "data"))
-    assert str(err.value) == (f"No checkpoint found in {train_dir.parent / 'data'}, a data "
-                              f"folder, not a training run: pass the run's --train_dir as "
-                              f"--checkpoint_dir (its data goes in --data_dir)")
-    # The command checks its image arguments before it loads TensorFlow.
-    (tmp_path / "empty").mkdir()
-    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", str(tmp_path / "empty"))
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        f"cifar10-predict: error: no images (.png, .jpg, .jpeg, .gif, .bmp, .jfif, .jpe) in the folder "
-        f"{tmp_path / 'empty'} or its subfolders"]
-
-
-def test_the_index_file_names_its_checkpoint_and_a_bad_checkpoint_is_one_line(trained_run,
-                                                                              tmp_path):
-    train_dir, test_files = trained_run
-    image = write_pngs(tmp_path / "photos", records_of(test_files)[0][:1])[0]
-    by_prefix = call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3'}", image)
-    by_index = call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3.index'}", image)
-    assert by_index.returncode == 0 and by_index.stdout == by_prefix.stdout != ""
-    for value, says in ((train_dir / "model.ckpt-4", "does not exist; "),
-                        (train_dir, "is a folder: pass --checkpoint_dir="),
-                        (image, "is not a TensorFlow checkpoint")):
-        result = call("cifar10-predict", f"--checkpoint={value}", image)
-        assert result.returncode == 1 and result.stdout == ""
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(
-            f"cifar10-predict: error: --checkpoint {value} {says}"), lines
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(trained_run, tmp_path):
@@ -331,44 +246,6 @@ def test_a_fifo_named_or_in_a_folder_is_not_opened_and_fails_at_the_end(trained_
         f"cifar10-predict: warning: cannot read {inside}: not a regular file",
         f"cifar10-predict: warning: cannot read {named}: not a regular file",
         "cifar10-predict: error: 2 of 4 images could not be read (see above)"]
-
-
-def test_bmps_tensorflow_would_refuse_or_decode_wrong_are_each_one_warning(trained_run,
-                                                                             tmp_path):
-    """An OS/2 BMP and a 32-bit BMP of RGBA colour masks (which TensorFlow's decoder
-    alone decodes into swapped colours) are refused saying why; a top-down BMP with
-    bytes after its pixels (which the decoder alone refuses) is classified."""
-    train_dir, _ = trained_run
-    rgb = np.random.default_rng(8).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    (tmp_path / "a_os2.bmp").write_bytes(bmp_variant(rgb, info_size=12))
-    (tmp_path / "b_rgba.bmp").write_bytes(bmp_variant(rgb, bits=32, masks=RGBA_MASKS))
-    (tmp_path / "c_top_down.bmp").write_bytes(bmp_variant(rgb, top_down=True, trailing=b"\0\0"))
-    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--top_k=1",
-                  str(tmp_path))
-    assert result.returncode == 1
-    assert result.stdout.splitlines()[0].startswith(f"{tmp_path / 'c_top_down.bmp'}: ")
-    assert result.stderr.splitlines() == [
-        f"cifar10-predict: warning: cannot read {tmp_path / 'a_os2.bmp'}: "
-        f"{image_files.BMP_REFUSED}",
-        f"cifar10-predict: warning: cannot read {tmp_path / 'b_rgba.bmp'}: "
-        f"{image_files.BMP_REFUSED}",
-        "cifar10-predict: error: 2 of 3 images could not be read (see above)"]
-
-
-def test_images_of_formats_it_does_not_read_in_a_folder_are_one_warning(trained_run, tmp_path):
-    train_dir, test_files = trained_run
-    images, _ = records_of(test_files)
-    good = write_pngs(tmp_path / "photos", images[:2])
-    (tmp_path / "photos" / "holiday.webp").write_bytes(b"RIFF")
-    (tmp_path / "photos" / "notes.txt").write_text("not an image: passed over unsaid")
-    result = call("cifar10-predict", f"--checkpoint_dir={train_dir}", "--output=csv",
-                  str(tmp_path / "photos"))
-    assert result.returncode == 0, result.stderr
-    assert [line.split(",")[0] for line in result.stdout.splitlines()[1:]] == good
-    assert result.stderr.splitlines() == [
-        f"cifar10-predict: warning: left out 1 file of a format it does not read "
-        f"({tmp_path / 'photos' / 'holiday.webp'}): it reads PNG, JPEG, GIF and BMP; convert it "
-        f"to one of those to take it"]
 
 
 def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained_run, tmp_path,
