@@ -27,6 +27,7 @@ from cifar10.core.errors import DataError
 from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
+from cifar10.runs import lock as runlock
 from cifar10.runs import records as runrecord
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
@@ -147,27 +148,6 @@ def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
     assert os.listdir(eval_dir) == ["results.jsonl"]
 
 
-def test_a_given_checkpoint_that_does_not_read_is_one_line_and_fetches_no_data(trained,
-                                                                              tmp_path):
-    # The evaluator's other errors (no checkpoint, bad data) are test_polling's and
-    # test_data's; this one follows an error through the command to its last line.
-    # --checkpoint scores that checkpoint once: not the latest (6), which is sound.
-    _, train_dir = trained
-    copy = tmp_path / "runs" / "train"
-    shutil.copytree(train_dir, copy)
-    truncate(copy / "model.ckpt-3.data-00000-of-00001")
-    data_flags = offline_data_flags(tmp_path)
-    before = sorted(os.listdir(tmp_path))
-    result = call("cifar10-eval", f"--checkpoint={copy / 'model.ckpt-3'}", *data_flags,
-                  f"--eval_dir={tmp_path / 'eval'}")
-    assert (result.returncode, result.stdout) == (1, "")
-    [error] = result.stderr.splitlines()
-    assert error.startswith(f"{ERROR} --checkpoint {copy / 'model.ckpt-3'} cannot be read (")
-    assert error.endswith(f"): pass another checkpoint, or --checkpoint_dir={copy} for its "
-                          f"newest that reads")
-    assert sorted(os.listdir(tmp_path)) == before  # no data/, no eval/
-
-
 def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_line(trained,
                                                                                   tmp_path):
     data_dir, train_dir = trained
@@ -228,98 +208,73 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
 
 
 def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, monkeypatch):
-    # The file operations of two processes, from two threads, in the worst order:
-    # both have written their files before either moves them into place.
+    # Two threads in the worst order: both have written their files before either moves
+    # them into place.
     barrier = threading.Barrier(2, timeout=60)
     write_files = synthetic._write_files
-
-    def write_then_wait(directory, files):
-        write_files(directory, files)
-        barrier.wait()
-
-    monkeypatch.setattr(synthetic, "_write_files", write_then_wait)
-    data_dir = str(tmp_path / "data")
-    errors, found = [], []
-
-    def prepare():
-        try:
-            found.append(getdata.prepare(data_dir, use_synthetic=True,
-                                               synthetic_records=RECORDS,
-                                               print_fn=lambda line: None))
-        except Exception as e:  # noqa: BLE001 - any failure is the finding
-            errors.append(e)
-
-    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    monkeypatch.setattr(synthetic, "_write_files",
+                        lambda *args: (write_files(*args), barrier.wait()))
+    data_dir, found = str(tmp_path / "data"), []
+    threads = [threading.Thread(target=lambda: found.append(getdata.prepare(
+        data_dir, use_synthetic=True, synthetic_records=RECORDS, print_fn=lambda line: None)))
+        for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert not errors, repr(errors[0])
     batches_dir = os.path.join(data_dir, getdata.SYNTHETIC_SUBDIR, "cifar-10-batches-bin")
     assert found == [(batches_dir, {"train": 5 * RECORDS, "test": RECORDS})] * 2
     assert os.listdir(os.path.dirname(batches_dir)) == ["cifar-10-batches-bin"]
 
 
-def test_run_once_without_a_checkpoint_fetches_no_data(tmp_path):
-    # A mistyped --checkpoint_dir costs nothing: no download, extraction or conversion.
-    typo = tmp_path / "runs" / "typo"
-    result = call("cifar10-eval", f"--checkpoint_dir={typo}", "--run_once",
-                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
-    assert result.returncode == 1
-    assert (result.stdout, result.stderr.splitlines()) == ("", [
-        f"{ERROR} No checkpoint file found in {typo}: there is no such folder; point "
-        f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
-        f"--train_dir={typo})"])
-    assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz"]
-
-
-def test_run_once_beside_a_trainer_that_has_not_saved_yet_says_it_is_running(tmp_path):
-    # Not "train first": the trainer is at it (it holds the run's lock); nothing fetched.
-    from cifar10.runs import layout as runlock
-
-    run = tmp_path / "runs" / "a" / "train"
-    run.mkdir(parents=True)
-    held = runlock.TrainerLock(str(run))
-    held.acquire()
-    try:
-        result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
-                      *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
-    finally:
-        held.release()
-    assert result.returncode == 1
-    assert result.stdout == ""
-    [line] = result.stderr.splitlines()
-    assert re.fullmatch(
-        re.escape(f"{ERROR} No checkpoint in {run} yet: its trainer is running (PID "
-                  f"{os.getpid()} on host {socket.gethostname()}, started ")
-        + r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-        + re.escape(") and has not saved one; run again after its first save (every "
-                    "--checkpoint_steps steps), or leave out --run_once to score each "
-                    "checkpoint as it is saved"), line), line
-    assert sorted(os.listdir(tmp_path)) == ["cifar-10-binary.tar.gz", "runs"]
-    # Once no trainer holds it, the folder is a run not trained yet, as before.
-    result = call("cifar10-eval", f"--checkpoint_dir={run}", "--run_once",
-                  *offline_data_flags(tmp_path), f"--eval_dir={tmp_path / 'eval'}")
-    assert "train first (cifar10-train --train_dir=" in result.stderr
-
-
-def test_run_once_on_checkpoints_that_do_not_read_fetches_no_data(trained, tmp_path):
-    # Their files are all there: it reads them before the data is fetched.
-    _, train_dir = trained
+def refusal_case(case, tmp_path, train_dir, held):
+    """(the arguments of a start refused before the data is fetched, its error's pattern);
+    a lock it takes goes in ``held``."""
     copy = tmp_path / "runs" / "train"
+    if case == "no folder":
+        return [f"--checkpoint_dir={copy}", "--run_once"], re.escape(
+            f"No checkpoint file found in {copy}: there is no such folder; point "
+            f"--checkpoint_dir at a training run's --train_dir, or train first (cifar10-train "
+            f"--train_dir={copy})")
+    if case == "trainer running":  # a run's lock held, as by its trainer
+        copy.mkdir(parents=True)
+        held.append(runlock.TrainerLock(str(copy)))
+        held[0].acquire()
+        return [f"--checkpoint_dir={copy}", "--run_once"], (
+            re.escape(f"No checkpoint in {copy} yet: its trainer is running (PID "
+                      f"{os.getpid()} on host {socket.gethostname()}, started ")
+            + r"[-\d :]+" + re.escape(") and has not saved one; run again after its first "
+                                      "save (every --checkpoint_steps steps), or leave out "
+                                      "--run_once to score each checkpoint as it is saved"))
     shutil.copytree(train_dir, copy)
     for step in (3, 6):
         truncate(copy / f"model.ckpt-{step}.data-00000-of-00001")
+    if case == "none reads":
+        return [f"--checkpoint_dir={copy}", "--run_once"], re.escape(
+            f"no checkpoint in {copy} can be read: model.ckpt-6 cannot be read (") + ".*" \
+            + re.escape(f"; train again (cifar10-train --train_dir={copy} --fresh_start "
+                        f"deletes them) or point --checkpoint_dir at another run")
+    return [f"--checkpoint={copy / 'model.ckpt-3'}"], re.escape(
+        f"--checkpoint {copy / 'model.ckpt-3'} cannot be read (") + ".*" + re.escape(
+        f"): pass another checkpoint, or --checkpoint_dir={copy} for its newest that reads")
+
+
+@pytest.mark.parametrize("case", ["no folder", "trainer running", "none reads",
+                                  "--checkpoint does not read"])
+def test_a_start_with_nothing_to_score_is_one_line_and_fetches_no_data(trained, tmp_path,
+                                                                        case):
+    held = []
+    args, error = refusal_case(case, tmp_path, trained[1], held)
     data_flags = offline_data_flags(tmp_path)
     before = sorted(os.listdir(tmp_path))
-    result = call("cifar10-eval", f"--checkpoint_dir={copy}", "--run_once", *data_flags,
-                  f"--eval_dir={tmp_path / 'eval'}")
+    try:
+        result = call("cifar10-eval", *args, *data_flags, f"--eval_dir={tmp_path / 'eval'}")
+    finally:
+        for lock in held:
+            lock.release()
     assert (result.returncode, result.stdout) == (1, "")
-    [error] = result.stderr.splitlines()
-    assert re.fullmatch(
-        re.escape(f"{ERROR} no checkpoint in {copy} can be read: model.ckpt-6 cannot be read (")
-        + ".*" + re.escape(f"; train again (cifar10-train --train_dir={copy} --fresh_start "
-                           f"deletes them) or point --checkpoint_dir at another run"), error)
+    [line] = result.stderr.splitlines()
+    assert re.fullmatch(re.escape(ERROR + " ") + error, line), line
     assert sorted(os.listdir(tmp_path)) == before  # no data/, no eval/
 
 
@@ -342,26 +297,19 @@ def test_run_once_downloads_the_data_once_a_checkpoint_reads_and_warns_once(trai
     assert os.path.isdir(tmp_path / "data" / "new" / "cifar-10-batches-bin")
 
 
-@pytest.mark.parametrize("polling", [[], ["--run_once"]])
-def test_a_runs_parent_folder_names_the_folder_of_its_checkpoints(trained, tmp_path, polling):
-    # Also the polling evaluator, which would wait there for ever (no --eval_timeout).
+@pytest.mark.parametrize("folder, polling", [("parent", []), ("parent", ["--run_once"]),
+                                             ("data", [])])
+def test_a_folder_that_is_no_run_is_named_so_and_not_waited_in(trained, tmp_path, folder,
+                                                              polling):
     data_dir, train_dir = trained
-    parent = train_dir.parent
-    result = call("cifar10-eval", *eval_args(data_dir, parent, tmp_path / "eval", *polling))
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        f"{ERROR} No checkpoint file found in {parent}; {train_dir} holds checkpoints: pass "
-        f"--checkpoint_dir={train_dir}"]
-    assert not (tmp_path / "eval").exists()
-
-
-def test_the_polling_evaluator_given_a_data_folder_says_so_and_does_not_wait(trained, tmp_path):
-    data_dir, _ = trained
-    result = call("cifar10-eval", *eval_args(data_dir, data_dir, tmp_path / "eval"))
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == (
+    given = train_dir.parent if folder == "parent" else data_dir
+    result = call("cifar10-eval", *eval_args(data_dir, given, tmp_path / "eval", *polling))
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (1, (
+        f"{ERROR} No checkpoint file found in {given}; {train_dir} holds checkpoints: pass "
+        f"--checkpoint_dir={train_dir}" if folder == "parent" else
         f"{ERROR} No checkpoint file found in {data_dir}, a data folder, not a training run: "
-        f"pass the run's --train_dir as --checkpoint_dir (its data goes in --data_dir)")
+        f"pass the run's --train_dir as --checkpoint_dir (its data goes in --data_dir)"))
+    assert not (tmp_path / "eval").exists()
 
 
 def test_a_replayed_evaluation_scores_the_whole_test_split_without_a_warning(trained, tmp_path):
