@@ -3,9 +3,7 @@ subprocesses beside a training process."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import json
 import os
 import pathlib
 import re
@@ -113,39 +111,6 @@ def test_run_once_prints_its_line_and_ignores_a_signal_once_done(trained, tmp_pa
     result = call("cifar10-eval", *eval_args(data_dir, tmp_path / "none", tmp_path / "eval2",
                                              "--run_once"))
     assert result.returncode == 1 and seen == {}
-
-
-@pytest.mark.parametrize("scored_before_the_start", [True, False])
-def test_results_of_an_earlier_run_in_the_same_folder_get_a_warning(tmp_path,
-                                                                  scored_before_the_start):
-    # The README's quick start on generated data, then CIFAR-10 after --fresh_start in
-    # the same --train_dir: the evaluator's results of both would share one curve.
-    run, eval_dir = tmp_path / "train", tmp_path / "eval"
-    run.mkdir()
-    (run / "flags.txt").write_text(
-        "# cifar10-train, started 2026-11-26T12:00:00+00:00 on vm at step 0\n"
-        f"--train_dir={run}\n")
-    started = datetime.datetime(2026, 11, 26, 12, tzinfo=datetime.timezone.utc).timestamp()
-    # The start's record, stamped by the file system as the trainer wrote it.
-    (run / "environment.jsonl").write_text(json.dumps(
-        {"program": "cifar10-train", "start_time": "2026-11-26T12:00:00+00:00"}) + "\n")
-    os.utime(run / "environment.jsonl", (started + 0.5, started + 0.5))
-    saved = started - 60 if scored_before_the_start else started + 60
-    eval_dir.mkdir()
-    (eval_dir / "results.jsonl").write_text(json.dumps(
-        {"checkpoint": f"{run}/model.ckpt-30", "step": 30, "wall_time": saved + 5,
-         "checkpoint_mtime_ns": int(saved * 1e9)}) + "\n" + "{damaged\n")
-    result = call("cifar10-eval", f"--checkpoint_dir={run}", f"--eval_dir={eval_dir}",
-                  "--run_once", *offline_data_flags(tmp_path))
-    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
-    assert warnings == ([
-        f"cifar10-eval: warning: --eval_dir={eval_dir} holds 1 result(s) of an earlier run in "
-        f"{run}, of checkpoints saved before this run started there at step 0 "
-        f"(2026-11-26T12:00:00+00:00): this run's go beside them, on the same TensorBoard "
-        f"curves; pass --eval_dir={tmp_path}/eval-2 to keep them apart"]  # (eval/ is this one)
-        if scored_before_the_start else [])
-    assert result.returncode == 1  # (no checkpoint: the warning comes before that error)
-    assert os.listdir(eval_dir) == ["results.jsonl"]
 
 
 def test_checkpoint_names_a_checkpoint_by_its_index_file_and_a_folder_is_one_line(trained,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import assert_refused, call, env, run, start
+from cli import call, env, start
 from test_imageheader import grey_png
 from test_images import COLOURS, palette_bmp
 from test_predict import records_of, write_pngs
@@ -282,15 +282,3 @@ def test_what_a_killed_export_left_is_removed_by_the_next_and_nothing_else(train
     assert sorted(os.listdir(export_dir)) == [
         ".6-incomplete-file", ".6-incomplete-notmine", ".7-incomplete-abc", "6", "9"]
     assert os.listdir(export_dir / "9") == []  # the marker goes before the rename
-
-
-def test_an_export_dir_whose_name_is_not_utf8_is_one_line_and_nothing_is_written(trained_run,
-                                                                                 tmp_path):
-    name = os.fsdecode(bytes(tmp_path) + b"/export\xff")  # bytes the file system allows
-    result = run("cifar10-export", f"--checkpoint_dir={trained_run[0]}", f"--export_dir={name}",
-                 timeout=60)
-    assert_refused(result,
-        f"cifar10-export: error: --export_dir={os.fsencode(name)!r} is not UTF-8: choose a name "
-        f"in UTF-8 (TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names) "
-        f"(see cifar10-export --help)")
-    assert os.listdir(tmp_path) == []

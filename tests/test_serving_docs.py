@@ -1,15 +1,9 @@
-"""The serving examples of docs/using-a-trained-model.md run as written.
-
-Each code block that follows a line ``<!-- run by tests/test_serving_docs.py -->``
-on that page is run in a folder that holds what the examples name: the export
-``runs/a/export/100000`` (the ``trained_run`` fixture's step 6, exported with
-``--tflite``, its version folder renamed), and the images ``cat.png`` and
-``dog.jpg`` (test records of its data, as PNG and JPEG).  The one change made to
-a block: ``/tmp/cifar10_data``, the data set's default folder, becomes the run's
-own data folder.  Python blocks run in this process (``exec``: TensorFlow is
-already loaded), bash blocks in bash with this Python's ``bin`` first on PATH, so
-that ``python`` and ``saved_model_cli`` are the virtual environment's.
-"""
+"""The serving examples of docs/using-a-trained-model.md run as written: each code block
+after ``<!-- run by tests/test_serving_docs.py -->``, in a folder holding what they name
+(the export ``runs/a/export/100000``: ``trained_run``'s step 6 with --tflite; the images
+``cat.png`` and ``dog.jpg``: test records), ``/tmp/cifar10_data`` being the run's data.
+Python blocks run in this process, bash blocks in bash with this Python's bin first on
+PATH."""
 
 from __future__ import annotations
 
@@ -82,12 +76,9 @@ def run_block(language: str, code: str, cwd: pathlib.Path, data_dir: pathlib.Pat
     return out.getvalue()
 
 
-def test_the_page_has_the_three_examples():
-    assert [language for language, _ in blocks(PAGE.read_text())] == ["python", "bash", "python"]
-
-
 def test_the_python_example_calls_every_function(folder, monkeypatch):
     root, data_dir, names = folder
+    assert [language for language, _ in blocks(PAGE.read_text())] == ["python", "bash", "python"]
     _, code = blocks(PAGE.read_text())[0]
     for call_ in ('signatures["serving_default"]', "predict_images(", "classify("):
         assert call_ in code
