@@ -4,20 +4,18 @@ matplotlib's Agg backend (no screen), which only the evaluator imports."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import re
 import textwrap
 import warnings
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import matplotlib
 from absl import logging
 
 matplotlib.use("Agg")  # files only, whatever the user's matplotlib settings
 from matplotlib import figure  # noqa: E402
-from matplotlib import text  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.backends import backend_agg  # noqa: E402
 import numpy as np  # noqa: E402
@@ -31,47 +29,37 @@ def confusion_png(confusion: Sequence[Sequence[int]], names: Sequence[str], titl
     size = max(4.0, 0.45 * n + 2.5)
     fig = figure.Figure(figsize=(size, size * 0.9), dpi=100)
     ax = fig.add_subplot()
-    image = ax.imshow(matrix, cmap="Blues")
-    # Counts: whole ticks on the colour bar.
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04,
-                 ticks=ticker.MaxNLocator(integer=True))
-    ticks = np.arange(n)
-    labels = [names[i] if i < len(names) else f"output {i}" for i in range(n)]
-    ax.set_xticks(ticks, labels, rotation=90 if n > 10 else 45, ha="right" if n <= 10 else "center",
-                  fontsize=8)
-    ax.set_yticks(ticks, labels, fontsize=8)
+    fig.colorbar(ax.imshow(matrix, cmap="Blues"), ax=ax, fraction=0.046, pad=0.04,
+                 ticks=ticker.MaxNLocator(integer=True))  # counts: whole ticks
+    ax.set_xticks(range(n), names, rotation=90 if n > 10 else 45,
+                  ha="right" if n <= 10 else "center", fontsize=8)
+    ax.set_yticks(range(n), names, fontsize=8)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
-    heading = fig.suptitle(title, fontsize=10)
     if n <= 30:
-        threshold = matrix.max() / 2 if matrix.size else 0
-        for i in range(n):
-            for j in range(n):
-                ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
-                        color="white" if matrix[i, j] > threshold else "black")
-    return _png(fig, title, heading)
+        for (i, j), count in np.ndenumerate(matrix):
+            ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
+                    color="white" if count > matrix.max() / 2 else "black")
+    return _png(fig, title)
 
 
 def misclassified_png(images: np.ndarray, true: Sequence[str], predicted: Sequence[str],
                       title: str) -> bytes:
     """A grid of uint8 images [n, 32, 32, 3], each labelled ``true → predicted``."""
-    count = len(images)
-    columns = min(8, max(count, 1))
-    rows = max(1, -(-count // columns))
-    lines = title.count("\n") + 1
+    columns = min(8, max(len(images), 1))
+    rows = max(1, -(-len(images) // columns))
     labels = [grid_label(t, p) for t, p in zip(true, predicted)]
     # Each label line past a short label's two takes 0.12 inch (font size 7) in each row.
     extra = max([label.count("\n") - 1 for label in labels] + [0])
-    fig = figure.Figure(figsize=(1.6 * columns, (2.0 + 0.12 * extra) * rows + 0.3 + 0.2 * lines),
-                        dpi=100)
-    heading = fig.suptitle(title, fontsize=10)
+    fig = figure.Figure(figsize=(1.6 * columns, (2.0 + 0.12 * extra) * rows + 0.5
+                                 + 0.2 * title.count("\n")), dpi=100)
     for k in range(rows * columns):
         ax = fig.add_subplot(rows, columns, k + 1)
         ax.axis("off")
-        if k < count:
+        if k < len(images):
             ax.imshow(images[k], interpolation="nearest")
             ax.set_title(labels[k], fontsize=7)
-    return _png(fig, title, heading)
+    return _png(fig, title)
 
 
 # A class name's characters on a line of a grid label: a 1.6-inch column holds about 35
@@ -89,44 +77,37 @@ def grid_label(true: str, predicted: str) -> str:
     return "\n".join(first[:-1] + [f"{first[-1]} →"] + lines(predicted))
 
 
-def _png(fig: figure.Figure, title: str, heading: text.Text) -> bytes:
-    """The laid-out figure as PNG bytes, widened where its title ``heading`` is wider."""
+_GLYPH = re.compile(r"^Glyph (\d+) .*missing from")
+_glyphs_said: set[str] = set()  # the characters a warning has named in this process
+
+
+def _png(fig: figure.Figure, title: str) -> bytes:
+    """The figure, titled, laid out and widened to its title, as PNG bytes.  Matplotlib's
+    warnings of characters its font lacks (class names in Chinese, say) become one
+    warning of the program's, once per character; other warnings pass."""
     out = io.BytesIO()
-    with _missing_glyphs_said_once():
+    heading = fig.suptitle(title, fontsize=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         drawn = heading.get_window_extent(backend_agg.FigureCanvasAgg(fig).get_renderer())
         width, height = fig.get_size_inches()
         fig.set_size_inches(max(width, drawn.width / fig.dpi + 0.4), height)
         fig.tight_layout()
         fig.savefig(out, format="png", metadata={"Title": title})
-    return out.getvalue()
-
-
-_GLYPH = re.compile(r"^Glyph (\d+) .*missing from")
-_glyphs_said: set[str] = set()  # the characters a warning has named in this process
-
-
-@contextlib.contextmanager
-def _missing_glyphs_said_once() -> Iterator[None]:
-    """Matplotlib's warnings of characters its font cannot draw (class names in
-    Chinese, say) become one warning of the program's, once per character; other
-    warnings pass."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    missing = []
+    missing = set()
     for warning in caught:
-        glyph = _GLYPH.match(str(warning.message))
-        if glyph is None:
+        if glyph := _GLYPH.match(str(warning.message)):
+            missing.add(chr(int(glyph[1])))
+        else:
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
-        elif chr(int(glyph[1])) not in _glyphs_said:
-            missing.append(chr(int(glyph[1])))
-            _glyphs_said.add(missing[-1])
-    if missing:
+    if missing - _glyphs_said:
         logging.warning("the pictures' font has no characters for %s (in class names): "
                         "they show as boxes in the pictures only; a font that has them, named "
                         "in matplotlib's font.family setting (matplotlibrc), draws them",
-                        " ".join(sorted(set(missing))))
+                        " ".join(sorted(missing - _glyphs_said)))
+        _glyphs_said.update(missing)
+    return out.getvalue()
 
 
 def write_new(directory: str, stem: str, png: bytes) -> str:

@@ -1,10 +1,6 @@
-"""The evaluator as a library (``evaluate``): one checkpoint scored, or each new
-checkpoint of a run scored once as the trainer saves it, until it marks the run
-complete.
-
-results.jsonl in ``eval_dir`` remembers what is scored across restarts; ``eval_dir``
-is never wiped, and one this call created goes again if it fails before a result.
-"""
+"""The evaluator (``evaluate``): one checkpoint scored, or each new checkpoint of a run
+scored once as the trainer saves it, until the run is complete; results.jsonl
+remembers what is scored across restarts."""
 
 from __future__ import annotations
 
@@ -35,11 +31,10 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
     """Scores checkpoints of ``config.checkpoint_dir``; returns this call's results.
 
     With ``run_once`` (or ``checkpoint``), scores the newest checkpoint that reads (or
-    that one) and returns.  Otherwise polls: each new checkpoint once (the newest where
-    several appeared), at least ``eval_interval_secs`` apart, until the run is complete
-    and its final checkpoint scored, ``eval_timeout`` seconds pass without a new one,
-    or ``should_stop()``.  ``sleep`` and ``clock`` are its waiting and its time.  The
-    start is recorded in ``eval_dir`` (``runs.records``: ``command``, ``flags_text``).
+    that one).  Otherwise polls: each new checkpoint once (the newest where several
+    came), ``eval_interval_secs`` apart, until the run is complete and its final
+    checkpoint scored, ``eval_timeout`` passes without a new one, or ``should_stop()``.
+    ``eval_dir`` is never wiped; one this call made goes if it fails before a result.
 
     Raises:
       Cifar10Error: nothing was scored and nothing is left to score; and
@@ -66,7 +61,6 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
                 return [_run_once(config, writer, print_fn)]
             return _Poller(config, writer, print_fn, sleep, clock).run(should_stop)
     except BaseException:
-        # Its records and event file alone would only say that it started.
         if created and not os.path.exists(os.path.join(config.eval_dir,
                                                        recording.RESULTS_FILE)):
             shutil.rmtree(config.eval_dir, ignore_errors=True)
@@ -74,7 +68,6 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
 
 
 def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
-    # The newest that reads, as the trainer resumes from it (a warning names newer ones).
     newest = None if config.checkpoint else checkpoints.newest_that_reads(config.checkpoint_dir)
     checkpoint = config.checkpoint or (newest.path if newest else None)
     if not checkpoint:
@@ -118,8 +111,8 @@ class _Poller:
 
     def _score(self, checkpoint: str) -> None:
         """Scores ``checkpoint``, or the newest once ``eval_interval_secs`` have passed
-        since the last evaluation started.  One that does not read is skipped with a
-        warning, not tried again, and not counted as an evaluation for the interval."""
+        since the last evaluation started; one that does not read is skipped once, and
+        is no evaluation for the interval."""
         self.said_waiting = False
         self.last_new = self.clock()
         if self.last_start is not None:
@@ -169,31 +162,32 @@ class _Poller:
         final_step = checkpoints.completed_step(checkpoint_dir)
         final = [c.path for c in found if c.step == final_step]
         if final:  # (a newer checkpoint may be there: one that did not restore)
-            if not self._unreadable(final[0]):
+            if self._unreadable(final[0]):
+                self._refuse_if_nothing_scored(found)
+                self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
+                              f"checkpoint {final[0]} could not be evaluated; stopping.")
+            else:
                 self.print_fn(f"Training in {checkpoint_dir} is complete and its final "
                               f"checkpoint is evaluated; stopping.")
-                return True
-            self._refuse_if_nothing_scored(found)
-            self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
-                          f"checkpoint {final[0]} could not be evaluated; stopping.")
             return True
         if timeout is not None and self.clock() - self.last_new > timeout:
-            if not found and not self.results:
-                raise Cifar10Error(
-                    f"no checkpoint appeared in {checkpoint_dir} within --eval_timeout="
-                    f"{timeout:g} seconds: check --checkpoint_dir, and that its trainer is "
-                    f"running")
             self._refuse_if_nothing_scored(found)
             self.print_fn(f"No new checkpoint in {timeout:g} s; stopping.")
             return True
         return False
 
     def _refuse_if_nothing_scored(self, found: list) -> None:
-        """Raises where no result came of this call and no checkpoint that reads is left
-        (one an earlier start scored counts): the error of --run_once, naming each."""
-        if not self.results and self._candidate() is None and found:
-            checkpoints.newest_that_reads(self.config.checkpoint_dir, warn=lambda line: None)
-            raise Cifar10Error(f"nothing was scored in {self.config.checkpoint_dir}")
+        """Raises where this call scored nothing and no checkpoint that reads is left:
+        none appeared, or --run_once's error naming each that does not read."""
+        checkpoint_dir = self.config.checkpoint_dir
+        if self.results or self._candidate():
+            return
+        if not found:
+            raise Cifar10Error(f"no checkpoint appeared in {checkpoint_dir} within "
+                               f"--eval_timeout={self.config.eval_timeout:g} seconds: check "
+                               f"--checkpoint_dir, and that its trainer is running")
+        checkpoints.newest_that_reads(checkpoint_dir, warn=lambda line: None)
+        raise Cifar10Error(f"nothing was scored in {checkpoint_dir}")  # (one reads now)
 
     def _key(self, checkpoint: str, mtime_ns: int | None = None) -> str:
         mtime_ns = scoring.checkpoint_mtime_ns(checkpoint) if mtime_ns is None else mtime_ns

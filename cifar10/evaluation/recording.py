@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import unicodedata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from absl import logging
 
@@ -172,28 +172,28 @@ def settings_of(record: dict) -> tuple:
             record.get("compute_dtype", "float32"))
 
 
-def _records(eval_dir: str) -> list[dict | None]:
-    """Each non-blank line of results.jsonl as its JSON object, None where it is none
-    (cut short by a crash, not UTF-8, not ours); [] without the file.
+def _read(eval_dir: str, get: Callable[[dict], object]) -> tuple[list, int]:
+    """(``get`` of each line of results.jsonl that it takes, how many non-blank lines it
+    does not: cut short by a crash, not UTF-8, not ours); nothing without the file.
 
     Raises:
       OSError: the file is there but cannot be read.
     """
-    found: list[dict | None] = []
+    found, failed = [], 0
     try:
         with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
             for line in filter(bytes.strip, f):
                 try:
-                    found.append(json.loads(line))
-                except ValueError:
-                    found.append(None)
+                    found.append(get(json.loads(line)))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    failed += 1
     except FileNotFoundError:
         pass
-    return [r if isinstance(r, dict) else None for r in found]
+    return found, failed
 
 
 def scored_checkpoints(eval_dir: str) -> set[str]:
-    """Keys (``result_key``) of the results in ``eval_dir``; one warning names the lines
+    """Keys (``result_key``) of the results in ``eval_dir``; one warning counts the lines
     that do not read, whose checkpoints are scored again.
 
     Raises:
@@ -201,31 +201,24 @@ def scored_checkpoints(eval_dir: str) -> set[str]:
     """
     path = os.path.join(eval_dir, RESULTS_FILE)
     try:
-        records = _records(eval_dir)
+        keys, damaged = _read(eval_dir, lambda r: result_key(
+            r["checkpoint"], r["checkpoint_mtime_ns"], settings_of(r)))
     except OSError as e:
         raise io_error("cannot read", path, e) from e
-    keys, damaged = set(), 0
-    for r in records:
-        try:
-            keys.add(result_key(r["checkpoint"], r["checkpoint_mtime_ns"], settings_of(r)))
-        except (KeyError, TypeError):
-            damaged += 1
     if damaged:
         logging.warning("%s: skipped %d damaged line(s); the checkpoints they recorded, if "
                         "any, are scored again.", path, damaged)
-    return keys
+    return set(keys)
 
 
 def warn_of_other_settings(eval_dir: str, settings: tuple) -> None:
     """One warning where results.jsonl holds scores of other ``settings``: they go on
     the same TensorBoard curves."""
-    found = set()
-    for r in _readable(eval_dir):
-        try:
-            found.add(tuple(map(str, settings_of(r))))
-        except (KeyError, TypeError):
-            pass
-    others = sorted(found - {tuple(map(str, settings))})
+    try:
+        found, _ = _read(eval_dir, lambda r: tuple(map(str, settings_of(r))))
+    except OSError:
+        return
+    others = sorted(set(found) - {tuple(map(str, settings))})
     if others:
         said = lambda values: ", ".join(f"{n}={v}" for n, v in zip(SETTINGS, values))  # noqa
         logging.warning("--eval_dir=%s holds results scored with other settings (%s) than "
@@ -237,20 +230,10 @@ def warn_of_other_settings(eval_dir: str, settings: tuple) -> None:
 def results_of_checkpoints_before(eval_dir: str, run_dir: str, before_s: float) -> int:
     """How many results scored a checkpoint of ``run_dir`` written before ``before_s``
     (the file system's clock); 0 where results.jsonl cannot be read."""
-    count = 0
-    for r in _readable(eval_dir):
-        try:
-            checkpoint, mtime_ns = r["checkpoint"], int(r["checkpoint_mtime_ns"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        count += (0 <= mtime_ns < before_s * 1e9 and isinstance(checkpoint, str)
-                  and os.path.realpath(os.path.dirname(checkpoint)) == os.path.realpath(run_dir))
-    return count
-
-
-def _readable(eval_dir: str) -> list[dict]:
-    """The lines of results.jsonl that are JSON objects; [] where it cannot be read."""
     try:
-        return [r for r in _records(eval_dir) if r is not None]
+        found, _ = _read(eval_dir, lambda r: (os.path.dirname(r["checkpoint"]),
+                                              int(r["checkpoint_mtime_ns"])))
     except OSError:
-        return []
+        return 0
+    return sum(0 <= mtime_ns < before_s * 1e9 and os.path.realpath(folder)
+               == os.path.realpath(run_dir) for folder, mtime_ns in found)

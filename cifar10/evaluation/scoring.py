@@ -1,10 +1,7 @@
-"""One checkpoint scored: its moving-average (or raw) weights restored, precision @ 1
-over exactly ``num_examples`` examples (the last partial batch included, nothing
-counted twice), the confusion matrix, each class's figures, the histograms of the PR
-curves and the misclassified images to show.
-
-A new figure: a field of ``EvalResult`` computed here (results.jsonl records every
-field), and its summary or printed line in ``recording``.
+"""One checkpoint scored: precision @ 1 of its moving-average (or raw) weights over
+exactly ``num_examples`` examples, the confusion matrix, each class's figures, the PR
+curves' histograms and the misclassified images.  A new figure is a field of
+``EvalResult`` computed here (results.jsonl records it) and its summary in ``recording``.
 """
 
 from __future__ import annotations
@@ -52,14 +49,11 @@ class EvalResult:
     wall_time: float  # seconds since the epoch when the evaluation ended
     seconds: float  # how long it took
     synthetic: bool = False  # generated data, not CIFAR-10: the line and pictures say so
-    # The examples asked for (None in a line recorded before) and the compute type:
-    # with weights and eval_data, the settings a score depends on.
-    num_examples: int | None = None
+    num_examples: int | None = None  # asked for (None in a line recorded before it was)
     compute_dtype: str = "float32"
     confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)  # [true][guess]
     per_class: list[dict] = dataclasses.field(default_factory=list)  # ``per_class``
-    # Not recorded: [own examples, the others'][class][PR_THRESHOLDS bucket] counts of
-    # each class's probability, and the misclassified images.
+    # Not recorded: ``make_scorer``'s histograms, and the misclassified images.
     probability_histograms: np.ndarray | None = dataclasses.field(default=None, repr=False,
                                                                  compare=False)
     misclassified: Misclassified | None = dataclasses.field(default=None, repr=False,
@@ -77,8 +71,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
 
     Raises:
       OtherClasses: the run was trained on other classes than ``config.class_names``.
-      UnreadableCheckpoint: the checkpoint cannot be read (it alone: an error of the
-        data or of the device while scoring is no fault of the checkpoint's).
+      UnreadableCheckpoint: the checkpoint cannot be read (that alone).
       DataError: the eval files could not be read while scoring.
       Cifar10Error: the device failed or ran out of memory while scoring.
     """
@@ -111,7 +104,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
 
 
 class UnreadableCheckpoint(Cifar10Error):
-    """``checkpoint`` cannot be read: ``error`` (one of ``checkpoints.READ_ERRORS``)."""
+    """``checkpoint`` cannot be read (``error``: one of ``checkpoints.READ_ERRORS``)."""
 
     def __init__(self, checkpoint: str, error: BaseException):
         self.checkpoint, self.error = checkpoint, error
@@ -142,14 +135,10 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
 
 
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
-    """A function: dataset -> (the confusion matrix of ``model`` on it, int64 [true,
-    predicted]; the histograms of each class's softmax probability over its own
-    examples and over the others', int64 [2, classes, PR_THRESHOLDS]).
-
-    The prediction is the highest logit (the first of a tie).  The pass runs in one
-    ``tf.function`` as a ``Dataset.reduce``: no Python per batch, and no AutoGraph
-    (which needs the source file, and would trace for ever without it).
-    """
+    """A function: dataset -> (``model``'s confusion matrix on it, int64 [true,
+    predicted]; the histograms of each class's probability over its own examples and
+    over the others', int64 [2, classes, PR_THRESHOLDS]).  One ``Dataset.reduce`` in a
+    ``tf.function``: no Python per batch, no AutoGraph (which needs the source file)."""
     num_classes = model.num_classes
 
     def add(totals, batch):
@@ -184,9 +173,8 @@ def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, n
 
 
 def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
-    """Each class's {name, count, recall, precision} from a confusion matrix: recall of
-    its examples, precision of those predicted as it (None where none was).  Outputs
-    beyond ``names`` are named ``output <i>``."""
+    """Each class's {name, count, recall, precision} (None where none was predicted as
+    it); outputs beyond ``names`` are named ``output <i>``."""
     rows = []
     for i in range(confusion.shape[0]):
         count, predicted, right = (int(confusion[i].sum()), int(confusion[:, i].sum()),
@@ -199,9 +187,9 @@ def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
 
 def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
                   batch_size: int = 128) -> Misclassified:
-    """``count`` of the first ``num_examples`` records of ``files`` that ``model`` gets
-    wrong, in class order: each class's first in file order, then each one's second,
-    and so on; mostly the same images from one checkpoint to the next."""
+    """``count`` of the first ``num_examples`` records that ``model`` gets wrong: each
+    class's first, then each one's second, ...; mostly the same from one checkpoint to
+    the next."""
     quota = -(-count // model.num_classes)
     found: dict[int, list[tuple[np.ndarray, int]]] = {}
     for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
@@ -231,8 +219,8 @@ def checkpoint_mtime_ns(checkpoint: str) -> int:
 
 
 class OtherClasses(Cifar10Error):
-    """The data holds other classes than the run in ``run_dir`` was trained on; ``what``
-    says so without the fix (the program that knows where the run's data is adds it)."""
+    """The data holds other classes than the run was trained on; ``what`` says so
+    without the fix, which the program adds."""
 
     def __init__(self, run_dir: str, trained_on: Sequence[str], data_classes: Sequence[str]):
         self.run_dir, self.trained_on = run_dir, tuple(trained_on)
@@ -243,8 +231,7 @@ class OtherClasses(Cifar10Error):
 
 
 def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
-    """The class names the run of ``checkpoint`` was trained on; OtherClasses where
-    ``data_classes`` (when given) differ."""
+    """The run's class names; OtherClasses where ``data_classes`` (if given) differ."""
     run_dir = os.path.dirname(checkpoint)
     trained_on = checkpoints.trained_class_names(run_dir, fallback=data_classes or None)
     if data_classes and tuple(trained_on) != tuple(data_classes):
