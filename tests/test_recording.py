@@ -293,36 +293,29 @@ def test_characters_the_font_lacks_are_one_warning_and_others_pass(caplog, recwa
         plots.confusion_png([[1]], ["a"], "t")
 
 
-@pytest.mark.parametrize("picture, classes", [("heat map", 2), ("grid", 1)])
-def test_the_pictures_of_a_few_classes_or_images_show_their_whole_title(picture, classes):
-    """The title's pixels (no spaces: a cut one ends in a letter) stop short of the sides."""
+def test_the_pictures_show_their_whole_title_long_names_and_whole_counts(monkeypatch):
+    """The title of a few classes' matrix or images is not cut at the sides (its pixels
+    stop short of them: a title without spaces ends in a letter); long class names in
+    the grid are broken into lines of their own column, the grid drawn taller for them;
+    the heat map's colour bar has whole counts."""
     title = "Confusion_matrix,_model.ckpt-123456,_averages_weights:_precision_@_1_=_0.333"
-    names = [f"c{i}" for i in range(classes)]
-    png = (plots.confusion_png(np.eye(classes, dtype=int), names, title) if picture == "heat map"
-           else plots.misclassified_png(np.zeros([classes, 32, 32, 3], np.uint8), names,
-                                        names[::-1], title))
-    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
-    dark = np.flatnonzero(pixels[:25].min(axis=0) < 128)  # the title's band
-    assert dark.size and dark.min() > 2 and dark.max() < pixels.shape[1] - 3
-
-
-def test_long_class_names_in_the_grid_are_broken_into_lines_of_their_own_column():
+    for png in (plots.confusion_png(np.eye(2, dtype=int), ["a", "b"], title),
+                plots.misclassified_png(np.zeros([1, 32, 32, 3], np.uint8), ["a"], ["b"], title)):
+        pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+        dark = np.flatnonzero(pixels[:25].min(axis=0) < 128)  # the title's band
+        assert dark.size and dark.min() > 2 and dark.max() < pixels.shape[1] - 3
     assert plots.grid_label("cat", "dog") == "cat →\ndog"
     label = plots.grid_label("a very long class name of many words", "x" * 30)
     assert label == "a very long class name\nof many words →\n" + "x" * 24 + "\n" + "x" * 6
-    # The grid is drawn taller for them.
     heights = [Image.open(io.BytesIO(plots.misclassified_png(
         np.zeros([2, 32, 32, 3], np.uint8), [name] * 2, ["b", "a"], "grid"))).size[1]
         for name in ("a", "a very long class name of many words")]
     assert heights[1] > heights[0], heights
-
-
-@pytest.mark.parametrize("top", [2, 900])
-def test_the_heat_maps_colour_bar_has_whole_counts(monkeypatch, top):
     drawn = []
     real_png = plots._png
     monkeypatch.setattr(plots, "_png", lambda fig, *args: drawn.append(fig) or real_png(
         fig, *args))
-    plots.confusion_png([[top, 0], [1, 0]], ["a", "b"], "t")
-    ticks = [t for t in drawn[0].axes[1].get_yticks() if 0 <= t <= top]
-    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+    for top in (2, 900):
+        plots.confusion_png([[top, 0], [1, 0]], ["a", "b"], "t")
+        ticks = [t for t in drawn[-1].axes[1].get_yticks() if 0 <= t <= top]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
