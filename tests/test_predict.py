@@ -155,22 +155,6 @@ def test_each_image_is_printed_once_and_one_that_does_not_read_fails_the_command
         "cifar10-predict: error: 3 of 6 images could not be read (see above)"]
 
 
-def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(trained_run, tmp_path):
-    train_dir, test_files = trained_run
-    copy = tmp_path / "train"
-    shutil.copytree(train_dir, copy)
-    (copy / "model.ckpt-6.data-00000-of-00001").write_bytes(b"\0" * 1000)
-    image = write_pngs(tmp_path / "photos", records_of(test_files)[0][:1])[0]
-    result = call("cifar10-predict", f"--checkpoint_dir={copy}", image)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == call("cifar10-predict", f"--checkpoint={train_dir / 'model.ckpt-3'}",
-                                 image).stdout
-    warnings = result.stderr.strip().splitlines()
-    assert len(warnings) == 1 and warnings[0].startswith(
-        f"cifar10-predict: warning: Using {copy}/model.ckpt-3, the newest checkpoint in {copy} "
-        f"that reads: model.ckpt-6 cannot be read (")
-
-
 def test_predict_and_export_of_a_run_on_generated_data_say_so(trained_run, tmp_path):
     train_dir, test_files = trained_run
     run_dir = tmp_path / "train"

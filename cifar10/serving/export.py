@@ -1,16 +1,10 @@
 """A trained model as a SavedModel for TensorFlow Serving (and TFLite), in the version
-folder ``<export_dir>/<step>/`` that Serving polls.  The preprocessing is in the graph
-and is cifar10-predict's, so both classify an image alike.  Signatures:
-
-* ``serving_default``: ``images``, encoded images (tf.string: PNG, JPEG, GIF or BMP,
-  any size) -> ``probabilities`` [N, C], ``classes`` [N] (int64), ``class_names`` [N],
-  C the run's classes.  Decoded in the graph by ``data.images.decode_image``: an 8-bit
-  BMP gets its palette's colours; a BMP cifar10-predict refuses, or an image over 50
-  megapixels, fails the call with a message saying why.
-* ``predict_images``: decoded RGB images float32 [N, H, W, 3], 0-255 -> the same
-  outputs; ``model.tflite`` (``--tflite``) has this signature.
-
-No images give empty outputs, without running the model.
+folder ``<export_dir>/<step>/`` that Serving polls, its preprocessing cifar10-predict's
+in the graph.  Signatures: ``serving_default`` takes encoded images (tf.string: PNG,
+JPEG, GIF or BMP, decoded by ``data.images.decode_image``, which refuses what
+cifar10-predict refuses); ``predict_images`` decoded RGB images float32 [N, H, W, 3]
+(also ``model.tflite``'s).  Both give ``probabilities`` [N, C], ``classes`` and
+``class_names`` [N]; no images give empty outputs.
 """
 
 from __future__ import annotations
@@ -24,12 +18,12 @@ from typing import Sequence
 import tensorflow as tf
 
 from cifar10.core import atomic
-from cifar10.runs import checkpoints
+from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.data import fileformat as ff
 from cifar10.data import images as image_files
-from cifar10.serving import predict
-from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.model import Model
+from cifar10.runs import checkpoints
+from cifar10.serving import predict
 
 TFLITE_FILE = "model.tflite"
 
@@ -67,11 +61,10 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
            tflite: bool = False, print_fn=print) -> str:
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
 
-    It is written under a scratch name and renamed when complete (``atomic.new_folder``):
-    a server polling ``export_dir`` never loads half of one.  An earlier export replaced
-    (``overwrite``) moves aside until the new one is in, then goes: at every moment one
-    whole export is there.  A failure or interrupt removes what this made; the scratch
-    folders of a killed export are removed at the next (one line says so).
+    Written under a scratch name and renamed when complete (``atomic.new_folder``); an
+    earlier export replaced (``overwrite``) moves aside until the new one is in, so
+    that one whole export is always there.  A failure removes what this made; a killed
+    export's scratch folders are removed by the next (one line says so).
 
     Raises:
       Cifar10Error: the checkpoint cannot be read; the version folder exists and may
