@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import call, env, start
-from test_imageheader import grey_png
-from test_images import COLOURS, palette_bmp
+from test_images import COLOURS, grey_png, palette_bmp
 from test_predict import records_of, write_pngs
 
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error
+from cifar10.data import images as image_files
 from cifar10.runs import checkpoints
 from cifar10.serving import export
 from cifar10.serving import predict
@@ -135,8 +135,7 @@ def test_the_export_answers_no_images_palettes_and_images_it_refuses(served):
                                "classify": {"": [[0, 10], "float32"]}}
     bmp, png = served["palette"]["probabilities"]
     assert bmp == png
-    assert ("an RLE-compressed 8-bit BMP, which TensorFlow does not decode: save it as PNG "
-            "or as a 24-bit BMP") in served["rle"]
+    assert image_files.BMP_REFUSED in served["rle"]
     assert ("an image of 8000x8000 pixels, more than the 50,000,000 an image may have here; "
             "scale it down first") in served["huge"]
     assert served["grown_mb"] < 50  # decoded, its pixels alone would take 192 MB

@@ -17,6 +17,7 @@ from specialfiles import watched_fifos
 from test_images import COLOURS, palette_bmp
 
 from cifar10.data import fileformat as ff
+from cifar10.data import images as image_files
 from cifar10.data import pipeline as data
 from cifar10.runs import checkpoints
 from cifar10.serving import predict
@@ -225,9 +226,8 @@ def test_standard_input_past_its_limit_is_one_line_and_read_no_further(trained_r
     """Not read to its end: an endless pipe would take all the memory.  The limit takes
     any image of the most pixels (a 32-bit BMP of 50 megapixels, with a BITMAPV5 header)."""
     from cifar10.cli import predict_main
-    from cifar10.data import imageheader
 
-    assert predict_main.STDIN_LIMIT == 256 * 2 ** 20 > 138 + 4 * imageheader.MAX_PIXELS
+    assert predict_main.STDIN_LIMIT == 256 * 2 ** 20 > 138 + 4 * image_files.MAX_PIXELS
     monkeypatch.setattr(predict_main, "STDIN_LIMIT", 3 * 2 ** 20)  # 3 MiB, read by MiB
     endless = Endless(cap=50 * 2 ** 20)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(endless)))
