@@ -27,9 +27,8 @@ from cifar10.training import controller
 from cifar10.training.controller import TrainData
 from cifar10.training.step import TrainState
 from conftest import LAYERS, mirrored
-from evalruns import config_of, run_of
+from evalruns import FakeSleep, config_of, run_of
 from rundirs import config, copy_run, snapshot, truncate
-from test_polling import FakeSleep
 
 
 @pytest.fixture

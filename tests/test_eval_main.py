@@ -25,7 +25,7 @@ from cifar10.core.errors import DataError
 from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
-from cifar10.runs import lock as runlock
+from cifar10.runs import layout as runlock
 from cifar10.runs import records as runrecord
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here

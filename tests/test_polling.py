@@ -19,7 +19,7 @@ from rundirs import truncate
 
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.evaluation import polling, recording, scoring
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
 
@@ -37,7 +37,7 @@ def copy_run(run, tmp_path, complete=True, steps=(3, 6)):
     for suffix in (".index", ".data-00000-of-00001"):
         shutil.copy(run.ckpt3 + suffix, os.path.join(train_dir, "model.ckpt-4" + suffix))
     if not complete:
-        os.remove(os.path.join(train_dir, checkpoint_files.COMPLETE_FILE))
+        os.remove(os.path.join(train_dir, layout.COMPLETE_FILE))
     set_checkpoints(train_dir, steps)
     return train_dir
 
@@ -53,7 +53,7 @@ def set_checkpoints(train_dir, steps, complete_at=None):
             if step and (int(step[1]) in steps) == (dest == train_dir):
                 os.replace(os.path.join(source, name), os.path.join(dest, name))
     if complete_at:
-        with open(os.path.join(train_dir, checkpoint_files.COMPLETE_FILE), "w") as f:
+        with open(os.path.join(train_dir, layout.COMPLETE_FILE), "w") as f:
             json.dump({"step": complete_at, "time": time.time()}, f)
 
 

@@ -29,7 +29,7 @@ from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.data import imagefiles
 from cifar10.evaluation import recording
-from cifar10.runs import checkpoint_files
+from cifar10.runs import layout
 from cifar10.runs import records
 
 
@@ -205,7 +205,7 @@ def _refuse_runs_parent(train_dir: str) -> None:
     """Raises Cifar10Error when ``train_dir``, no run itself, holds one in a subfolder
     (runs/a given for runs/a/train): a new run would start beside it, where resuming it
     was meant."""
-    runs = checkpoint_files.subfolders_with_checkpoints(train_dir)
+    runs = layout.subfolders_with_checkpoints(train_dir)
     if runs:
         held = (f"a training run, {runs[0]}" if len(runs) == 1 else
                 f"training runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})")
@@ -299,7 +299,7 @@ def export_kind(folder: str) -> str:
     """What export folder ``folder`` is: 'an export (a SavedModel: saved_model.pb)' (a
     version folder cifar10-export wrote), 'a folder of exports (SavedModel version
     folders 5, 10)' (which TensorFlow Serving loads); '' for any other folder."""
-    if checkpoint_files.is_saved_model(folder):
+    if layout.is_saved_model(folder):
         return "an export (a SavedModel: saved_model.pb)"
     versions = _export_versions(folder)
     if not versions:
@@ -320,7 +320,7 @@ def _export_versions(folder: str) -> list[str]:
     except OSError:
         return []
     return sorted((name for name in names if _VERSION.fullmatch(name)
-                   and checkpoint_files.is_saved_model(os.path.join(folder, name))), key=int)
+                   and layout.is_saved_model(os.path.join(folder, name))), key=int)
 
 
 def _exports_folder(folder: str) -> str:
@@ -328,7 +328,7 @@ def _exports_folder(folder: str) -> str:
     (runs/a/export for runs/a/export/100: a folder suggested beside it goes beside
     the exports, not among them); else ``folder``."""
     path = os.path.abspath(folder)
-    if _VERSION.fullmatch(os.path.basename(path)) and checkpoint_files.is_saved_model(path):
+    if _VERSION.fullmatch(os.path.basename(path)) and layout.is_saved_model(path):
         return os.path.dirname(path)
     return folder
 

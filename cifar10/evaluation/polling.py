@@ -18,7 +18,7 @@ from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.distribute import devices
 from cifar10.evaluation import recording, scoring
 from cifar10.evaluation.scoring import EvalResult
-from cifar10.runs import checkpoint_files, checkpoints, records, summaries
+from cifar10.runs import checkpoints, layout, records, summaries
 
 POLL_SECS = 2.0  # how often the loop looks for a new checkpoint
 
@@ -142,7 +142,7 @@ class _Poller:
 
     def _candidate(self) -> str | None:
         """The newest of the ``checkpoints.TRIED`` newest not known not to read."""
-        for checkpoint in reversed(checkpoint_files.find(self.config.checkpoint_dir)
+        for checkpoint in reversed(layout.find(self.config.checkpoint_dir)
                                    [-checkpoints.TRIED:]):
             if not self._unreadable(checkpoint.path):
                 return checkpoint.path
@@ -154,7 +154,7 @@ class _Poller:
     def _stopping(self) -> bool:
         """Whether to stop, nothing being left to score now (saying why)."""
         checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
-        found = checkpoint_files.find(checkpoint_dir)
+        found = layout.find(checkpoint_dir)
         if not found and not self.said_waiting:
             self.print_fn(f"No checkpoint file found in {checkpoint_dir}; waiting for the "
                           f"trainer to write one.")
