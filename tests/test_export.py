@@ -220,8 +220,11 @@ def test_an_overwrite_interrupted_as_it_swaps_keeps_the_earlier_export_whole(
     assert tf.saved_model.load(target).signatures["serving_default"] is not None
 
 
-def test_an_unwritable_export_dir_is_one_line(trained_run, tmp_path):
+def test_an_unreadable_checkpoint_or_an_unwritable_export_dir_is_one_line(trained_run,
+                                                                          tmp_path):
     train_dir, _ = trained_run
+    with pytest.raises(Cifar10Error, match=r"^cannot read checkpoint .*model\.ckpt-99: [^\n]*$"):
+        export.export(str(train_dir / "model.ckpt-99"), str(tmp_path / "export"))
     in_the_way = tmp_path / "file"
     in_the_way.write_text("a file where the export folder should go")
     with pytest.raises(Cifar10Error) as err:

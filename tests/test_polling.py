@@ -5,6 +5,7 @@ The waits are a fake clock's."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -30,12 +31,12 @@ def run(trained_run):
 
 
 def copy_run(run, tmp_path, complete=True, steps=(3, 6)):
-    """A copy of the trained run holding the checkpoints of ``steps`` (4 a copy of 3),
-    complete or not; the files of the others wait in ``<copy>.aside``."""
+    """A copy of the trained run holding the checkpoints of ``steps`` (2 and 4 copies of
+    3), complete or not; the files of the others wait in ``<copy>.aside``."""
     train_dir = str(tmp_path / "train")
     shutil.copytree(run.train_dir, train_dir)
-    for suffix in (".index", ".data-00000-of-00001"):
-        shutil.copy(run.ckpt3 + suffix, os.path.join(train_dir, "model.ckpt-4" + suffix))
+    for step, suffix in itertools.product((2, 4), (".index", ".data-00000-of-00001")):
+        shutil.copy(run.ckpt3 + suffix, os.path.join(train_dir, f"model.ckpt-{step}{suffix}"))
     if not complete:
         os.remove(os.path.join(train_dir, layout.COMPLETE_FILE))
     set_checkpoints(train_dir, steps)
@@ -213,18 +214,22 @@ def test_an_unreadable_checkpoint_is_skipped_once_and_the_one_before_scored_at_o
     assert poll(run, tmp_path / "eval", train_dir) == ([], [final_unreadable(train_dir)], [])
 
 
-@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize("complete, older", [(True, False), (False, False), (True, True)])
 def test_nothing_scored_and_nothing_that_reads_is_an_error_naming_each(run, tmp_path,
-                                                                       complete):
-    train_dir = copy_run(run, tmp_path, complete=complete, steps=(3, 4, 6))
+                                                                       complete, older):
+    """--run_once's error: only the 3 newest are read; an older one is named to pass."""
+    train_dir = copy_run(run, tmp_path, complete=complete, steps=(2, 3, 4, 6)[not older:])
     for step in (3, 4, 6):
         truncate(os.path.join(train_dir, f"model.ckpt-{step}.index"))
     with pytest.raises(Cifar10Error) as err:
         poll(run, tmp_path / "eval", train_dir, eval_timeout=0.5, eval_interval_secs=0.1)
-    assert re.fullmatch(rf"no checkpoint in {train_dir} can be read: model.ckpt-6 cannot be "
-                        rf"read \(.*\); model.ckpt-4 .*; model.ckpt-3 .*; train again "
-                        rf"\(move .* out of {train_dir} .*\) or point --checkpoint_dir at "
-                        rf"another run", str(err.value)), str(err.value)
+    fix = (rf"pass --checkpoint={train_dir}/model.ckpt-2, an older one not tried, if it reads"
+           if older else rf"train again \(move .* out of {train_dir} .*\) or point "
+                         rf"--checkpoint_dir at another run")
+    assert re.fullmatch(rf"(none of the 3 newest checkpoints|no checkpoint) in {train_dir} can "
+                        rf"be read: model.ckpt-6 cannot be read \(.*\); model.ckpt-4 .*; "
+                        rf"model.ckpt-3 .*; {fix}", str(err.value)), str(err.value)
+    assert str(err.value).startswith("none" if older else "no checkpoint")
     assert not (tmp_path / "eval").exists()
 
 
