@@ -22,7 +22,7 @@ from conftest import mirrored
 from test_train import small_config
 from cifar10.cli import stopping
 from cifar10.cli import workers as launch
-from cifar10.distribute import start_checks
+from cifar10.core.errors import StoppedBeforeTraining
 from cifar10.runs import layout
 from cifar10.runs.layout import LOCK_FILE, TrainerLock
 from cifar10.runs.rundir import RunDirectory
@@ -78,7 +78,7 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
     stop = threading.Event()
     stop.set()  # Ctrl-C while TensorFlow built the model
     lines = []
-    with pytest.raises(start_checks.StoppedBeforeTraining) as stopped:
+    with pytest.raises(StoppedBeforeTraining) as stopped:
         controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
                          TrainData(files, count), stop_event=stop, print_fn=lines.append)
     assert str(stopped.value) == "before training started; nothing was trained"
@@ -96,7 +96,8 @@ def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_fil
 STOP_ONE = """
 import sys, threading
 from cifar10.data import folder as datafolder
-from cifar10.distribute import devices, start_checks
+from cifar10.core.errors import StoppedBeforeTraining
+from cifar10.distribute import devices
 from cifar10.core.config import TrainConfig
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
@@ -123,7 +124,7 @@ try:
                               stop_event=stop, print_fn=lambda line: None,
                               on_training_start=training_starts)
     print(f"saved at step {result.step}", flush=True)
-except start_checks.StoppedBeforeTraining as e:
+except StoppedBeforeTraining as e:
     print(f"stopped: {e}", flush=True)
 """
 
@@ -308,7 +309,7 @@ def _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark: bool):
 def test_a_signal_just_before_the_trainers_mark_stops_it_with_nothing_trained(
         learnable_files, tmp_path):
     train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=False)
-    with pytest.raises(start_checks.StoppedBeforeTraining):
+    with pytest.raises(StoppedBeforeTraining):
         train()
     assert out.signal_lines() == [NOT_STARTED]
     assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
@@ -319,7 +320,7 @@ def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
     train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=True)
     try:
         result = train()
-    except start_checks.StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
+    except StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
         pytest.fail("a stop asked for after the mark stopped the run before training")
     assert out.signal_lines() == [SAVING]
     assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop

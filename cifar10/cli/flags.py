@@ -20,7 +20,6 @@ from absl import flags
 from cifar10.core import config
 from cifar10.data import fileformat as ff
 from cifar10.distribute import cluster
-from cifar10.distribute import slurm
 from cifar10.runs import layout
 
 # Flags whose being left unset means something else than their default (the programs
@@ -206,7 +205,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_float("worker_timeout_secs", 300, "Multi-worker only: a worker waiting this "
                        "long for another one stops with an error instead of hanging.",
                        lower_bound=1, flag_values=flag_values)
-    flags.DEFINE_integer("slurm_port_base", slurm.DEFAULT_PORT_BASE, "Under srun: the port "
+    flags.DEFINE_integer("slurm_port_base", cluster.DEFAULT_PORT_BASE, "Under srun: the port "
                          "of each node's first task; task SLURM_LOCALID of a node listens on "
                          "this + SLURM_LOCALID.", lower_bound=1024, upper_bound=65000,
                          flag_values=flag_values)

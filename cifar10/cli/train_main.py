@@ -45,7 +45,8 @@ def main(argv: list[str]) -> None:
     process.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
     from cifar10.cli import stopping
     from cifar10.data import folder as data
-    from cifar10.distribute import devices, start_checks
+    from cifar10.core.errors import StoppedBeforeTraining
+    from cifar10.distribute import devices
     from cifar10.training import controller
     from cifar10.training.controller import TrainData
 
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> None:
             result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                       print_fn=stop.print, invocation=_invocation(batches_dir),
                                       on_training_start=stop.training_starts)
-    except start_checks.StoppedBeforeTraining:
+    except StoppedBeforeTraining:
         if stop.stdout_closed:  # the stop was a closed pipe, not a signal: its status
             stop.say(f"{PROGRAM}: {stop.stdout_lost()} before training started; "
                      f"nothing was trained")

@@ -1,43 +1,39 @@
-"""The cluster a training run belongs to, read from ``TF_CONFIG`` or from the Slurm
-job step that started it (``slurm.py``), without TensorFlow.
+"""The cluster a training run belongs to, read without TensorFlow from ``TF_CONFIG``
+(which wins) or from the Slurm job step that started it, so that a mistake is one
+line before TensorFlow loads (TensorFlow answers one with a traceback).
 
-TensorFlow reads ``TF_CONFIG`` in every distribution strategy and answers a mistake
-in it with a traceback; this module checks it first, and decides which strategy a
-run uses, so that the programs can refuse a bad setting before loading TensorFlow.
-``TF_CONFIG``, when set, wins over Slurm's variables.
+Under ``srun`` each task is one worker of MultiWorkerMirroredStrategy: its index is
+its rank (``SLURM_PROCID``), the workers are listed in rank order on the hosts Slurm
+placed them on, and each listens at ``port_base + SLURM_LOCALID`` of its host.
+TensorFlow's ``SlurmClusterResolver`` reads the same variables, but fails on a node
+without GPUs (tensorflow/tensorflow#56894), sorts host names as text (node10 before
+node9), assumes block distribution and overwrites ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import re
-import socket
+from typing import Mapping
 
 from cifar10.core.errors import Cifar10Error
-from cifar10.distribute import slurm
 
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
 TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
                      '"task": {"type": "worker", "index": 0}}')
-_TASK_TYPES = ("chief", "worker")
-# A host of a "host:port" address: a host name or IPv4 address (letters, digits, '.',
-# '-', '_'), or an IPv6 address in brackets.
+# A host of "host:port": a name or IPv4 address, or an IPv6 address in brackets.
 _HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Za-z:.%]+\]")
-# Names of this machine, known without asking DNS: TensorFlow's server listens on every
-# address of its machine, so two tasks at one port of it clash whatever name each has.
-_LOOPBACK = re.compile(r"localhost|127(?:\.\d{1,3}){3}|0\.0\.0\.0|\[(?:::1|::)\]",
-                       re.IGNORECASE)
+# The first port of a node's tasks under srun (--slurm_port_base): below Linux's
+# ephemeral ports and clear of TensorFlow's default (8888).
+DEFAULT_PORT_BASE = 24000
 
 
 def read_tf_config(text: str | None = None) -> dict | None:
-    """The ``TF_CONFIG`` environment variable, checked before TensorFlow reads it.
-
-    Args:
-      text: the value to check (default: the environment's).
-
-    Returns:
-      The parsed value; None when the variable is not set.
+    """``TF_CONFIG`` (``text``, default the environment's) parsed and checked; None
+    where it is not set.
 
     Raises:
       Cifar10Error: one line saying what is wrong and showing the expected form.
@@ -54,73 +50,40 @@ def read_tf_config(text: str | None = None) -> dict | None:
         raise _tf_config_error(f"is not a JSON object ({e})") from e
     if not isinstance(config, dict):
         raise _tf_config_error("is not a JSON object")
-    _check_cluster(config.get("cluster"))
-    _check_task(config.get("task"), config["cluster"])
-    return config
-
-
-def _check_cluster(cluster) -> None:
+    cluster, task = config.get("cluster"), config.get("task")
     if not isinstance(cluster, dict) or not cluster:
         raise _tf_config_error('has no "cluster" naming the tasks')
+    seen = {}
     for task_type, addresses in cluster.items():
-        if task_type not in _TASK_TYPES:
+        if task_type not in ("chief", "worker"):
             raise _tf_config_error(f'names a "{task_type}" task: only "chief" and "worker" '
                                    f"tasks are supported")
         if not isinstance(addresses, list) or not addresses or not all(
                 isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
             raise _tf_config_error(f'cluster "{task_type}" must be a list of "host:port" '
                                    f"strings")
+        for index, address in enumerate(addresses):
+            host, _, port = address.rpartition(":")
+            if not _HOST.fullmatch(host) or not 1 <= int(port) <= 65535:
+                raise _tf_config_error(f'{task_type} {index}\'s address "{address}" is not a '
+                                       f"host name or IP address and a port 1 to 65535")
+            if address.lower() in seen:
+                raise _tf_config_error(f"names {address} for both {seen[address.lower()]} and "
+                                       f"{task_type} {index}: each task needs a host:port of "
+                                       f"its own")
+            seen[address.lower()] = f"{task_type} {index}"
     if len(cluster.get("chief", [])) > 1:
         raise _tf_config_error('names more than one "chief"')
-    _check_addresses(cluster)
-
-
-def _check_addresses(cluster: dict) -> None:
-    """Each task's "host:port" a host and a port it can listen at, and its own: a
-    mistake there would show only as the workers not all starting, after
-    --worker_timeout_secs."""
-    seen = {}  # (host, or this machine's '', port): (the task, its address)
-    for task_type in _TASK_TYPES:
-        for index, address in enumerate(cluster.get(task_type, [])):
-            task = f"{task_type} {index}"
-            host, _, port = address.rpartition(":")
-            if not 1 <= int(port) <= 65535:
-                raise _tf_config_error(f'{task}\'s address "{address}" has port {int(port)}: '
-                                       f"a port is 1 to 65535")
-            if not _HOST.fullmatch(host):
-                raise _tf_config_error(f'{task}\'s address "{address}" has no host name or IP '
-                                       f"address before its port")
-            key = ("" if _this_machine(host) else host.lower(), int(port))
-            if key in seen:
-                other, at = seen[key]
-                both = (f"{address} for both {other} and {task}" if at == address else
-                        f"{at} for {other} and {address} for {task}, both port {int(port)} "
-                        f"of {key[0] or 'this machine'}")
-                raise _tf_config_error(f"names {both}: each task needs a host:port of its own")
-            seen[key] = task, address
-
-
-def _this_machine(host: str) -> bool:
-    """Whether ``host`` names this machine by a name known without DNS: a loopback name or
-    address, or the machine's own host name."""
-    return bool(_LOOPBACK.fullmatch(host)) or host.lower() == socket.gethostname().lower()
-
-
-def _check_task(task, cluster: dict) -> None:
     if not isinstance(task, dict):
         raise _tf_config_error('has no "task" saying which task this process is')
-    task_type, index = task.get("type"), task.get("index")
-    if "type" not in task:
-        raise _tf_config_error('task has no "type"')
-    if task_type not in cluster:
-        raise _tf_config_error(f'task type {json.dumps(task_type)} is not in the cluster '
-                               f'(it has {", ".join(cluster)})')
-    count = len(cluster[task_type])
-    if "index" not in task:
-        raise _tf_config_error('task has no "index"')
+    if not isinstance(task.get("type"), str) or task["type"] not in cluster:
+        raise _tf_config_error(f'task type {json.dumps(task.get("type"))} is not in the '
+                               f'cluster (it has {", ".join(cluster)})')
+    count, index = len(cluster[task["type"]]), task.get("index")
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
         raise _tf_config_error(f'task index {json.dumps(index)} is not one of the {count} '
-                               f'"{task_type}" tasks (0 to {count - 1})')
+                               f'"{task["type"]}" tasks (0 to {count - 1})')
+    return config
 
 
 def _tf_config_error(problem: str) -> Cifar10Error:
@@ -129,65 +92,33 @@ def _tf_config_error(problem: str) -> Cifar10Error:
 
 
 def cluster_source(tf_config: str | None = None) -> str | None:
-    """Where the cluster of this run is named: 'tf_config' (``TF_CONFIG`` is set, or
-    ``tf_config`` given: it wins), 'slurm' (``srun`` started this process), else None.
+    """Where this run's cluster is named: 'tf_config' (it wins), 'slurm' (``srun``
+    started this process), else None.
 
     Raises:
-      Cifar10Error: ``TF_CONFIG`` is set but not a valid cluster, or Slurm's
-        variables are not a job step this program can train in (``slurm.read_task``).
+      Cifar10Error: ``TF_CONFIG`` or Slurm's variables are wrong.
     """
     if read_tf_config(tf_config) is not None:
         return "tf_config"
-    return "slurm" if slurm.read_task() is not None else None
+    return "slurm" if read_task() is not None else None
 
 
 def cluster_workers(tf_config: str | None = None) -> int:
-    """Number of tasks (chief + workers) in ``TF_CONFIG``, else of the Slurm job step
-    that started this process; 0 when neither names a cluster.
-
-    Raises:
-      Cifar10Error: as ``cluster_source``.
-    """
+    """Tasks (chief and workers) of ``TF_CONFIG``, else of the Slurm job step; 0 outside
+    a cluster."""
     source = cluster_source(tf_config)
     if source == "tf_config":
-        config = read_tf_config(tf_config)
-        return sum(len(addresses) for addresses in config["cluster"].values())
-    return slurm.read_task().num_tasks if source == "slurm" else 0
-
-
-def data_fetcher(tf_config: str | None = None) -> str:
-    """The task that fetches this task's data for it, as the lines name it ('Slurm task
-    0 (the first task on node7)'); '' where this task fetches its own.
-
-    Under srun the first task of each node fetches a missing --data_dir, and the
-    node's other tasks wait for it (``getdata.prepare``'s ``fetched_by``): not all of
-    them at once, and per node, for --data_dir may be a folder of each node's own
-    (the default /tmp/cifar10_data).  Workers of a ``TF_CONFIG`` fetch their own:
-    its "host:port" addresses do not say which workers share a machine, or a disk,
-    and a worker that waited for another that does not fetch (one on another
-    machine) would wait in vain; cifar10-launch fetches before its workers start.
-
-    Raises:
-      Cifar10Error: as ``cluster_source``.
-    """
-    if cluster_source(tf_config) != "slurm":
-        return ""
-    task = slurm.read_task()
-    if task.node_first == task.rank:
-        return ""
-    return f"Slurm task {task.node_first} (the first task on {task.node})"
+        return sum(len(tasks) for tasks in read_tf_config(tf_config)["cluster"].values())
+    return read_task().num_tasks if source == "slurm" else 0
 
 
 def strategy_kind(kind: str, tf_config: str | None = None) -> str:
-    """The strategy ``kind`` ('auto' resolved) that a run with this ``TF_CONFIG`` (or
-    in this Slurm job step) uses.
-
-    'auto' is 'multi_worker' when ``TF_CONFIG`` or the Slurm job step names several
+    """``kind`` with 'auto' resolved: 'multi_worker' where the cluster has several
     tasks, else 'mirrored'.
 
     Raises:
       ValueError: ``kind`` is not one of ``STRATEGIES``.
-      Cifar10Error: ``TF_CONFIG`` is not a valid cluster, or 'multi_worker' without one.
+      Cifar10Error: the cluster is wrong, or 'multi_worker' without one.
     """
     if kind not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {kind!r}")
@@ -201,13 +132,207 @@ def strategy_kind(kind: str, tf_config: str | None = None) -> str:
 
 
 def refuse_fresh_start(kind: str, train_dir: str) -> None:
-    """Several workers cannot start afresh: one could restore what the chief deletes.
-
-    Raises:
-      Cifar10Error: ``kind`` (as ``strategy_kind`` returns it) is 'multi_worker'.
-    """
+    """Several workers cannot start afresh: one could restore what the chief deletes."""
     if kind == "multi_worker":
         raise Cifar10Error(
             "--fresh_start is not supported with several workers (one worker could restore "
             f"what the chief is deleting); delete the checkpoints in {train_dir} by hand, "
             "or use a new --train_dir")
+
+
+def data_fetcher(tf_config: str | None = None) -> str:
+    """The task that fetches this task's missing --data_dir, as lines name it ('Slurm
+    task 0 (the first task on node7)'); '' where this task fetches its own.
+
+    Under srun the first task of each node fetches, the node's others wait for it;
+    ``TF_CONFIG`` does not say which workers share a disk, so each fetches its own.
+    """
+    if cluster_source(tf_config) != "slurm":
+        return ""
+    task = read_task()
+    if task.node_first == task.rank:
+        return ""
+    return f"Slurm task {task.node_first} (the first task on {task.node})"
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmTask:
+    """This process as a task of a Slurm job step."""
+
+    rank: int
+    hosts: tuple[str, ...]                  # the step's nodes, in Slurm's order
+    tasks_per_node: tuple[int, ...]
+    placement: tuple[tuple[int, int], ...]  # (node index, local id) of each rank
+    gpus: tuple[int, ...] | None = None     # the node's GPUs for the step (None: none given)
+    gpus_per_task_bound: bool = False       # Slurm gave each task its own GPUs
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.placement)
+
+    @property
+    def local_id(self) -> int:
+        return self.placement[self.rank][1]
+
+    @property
+    def node(self) -> str:
+        return self.hosts[self.placement[self.rank][0]]
+
+    @property
+    def node_first(self) -> int:
+        """The rank of the first task of this task's node."""
+        return self.placement.index((self.placement[self.rank][0], 0))
+
+    def addresses(self, port_base: int) -> list[str]:
+        """Every worker's "host:port", in rank order."""
+        return [f"{self.hosts[node]}:{port_base + local}" for node, local in self.placement]
+
+    def gpu_indices(self) -> list[int] | None:
+        """This task's GPUs among those the process sees; None where Slurm gave none.
+        GPUs not bound to each task are split among the node's tasks by local id.
+
+        Raises:
+          Cifar10Error: the node has more tasks than GPUs.
+        """
+        if self.gpus is None:
+            return None
+        seen = list(self.gpus)
+        tasks = self.tasks_per_node[self.placement[self.rank][0]]
+        if self.gpus_per_task_bound or tasks == 1 or not seen:
+            return seen
+        if len(seen) < tasks:
+            raise Cifar10Error(
+                f"Slurm gave node {self.node} {len(seen)} GPU(s) for its {tasks} tasks: ask "
+                f"for at least one GPU per task (srun --gpus-per-task=1) or fewer tasks per "
+                f"node (--ntasks-per-node)")
+        share = len(seen) // tasks
+        return seen[self.local_id * share:(self.local_id + 1) * share]
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list ('node[9-10],gpu[01-02]x') as names, in its order."""
+    try:
+        if text.count("[") != text.count("]") or re.search(r"\[[^\]]*\[|\][^\[]*\]", text):
+            raise ValueError(text)
+        hosts = []
+        for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+            parts = re.split(r"\[([^\]]*)\]", item)
+            choices = [[p] if i % 2 == 0 else _expand_ranges(p) for i, p in enumerate(parts)]
+            hosts.extend("".join(names) for names in itertools.product(*choices))
+        return hosts
+    except ValueError:
+        raise Cifar10Error(f"Slurm's node list {text!r} is not a host list this program "
+                           f"reads; report it with the output of `scontrol show hostnames`"
+                           ) from None
+
+
+def _expand_ranges(ranges: str) -> list[str]:
+    names = []
+    for part in ranges.split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(ranges)
+        names.extend(str(n).zfill(len(first)) for n in range(int(first), int(last or first) + 1))
+    return names
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """Slurm's task counts per node ('2(x3),1') as one count per node ([2, 2, 2, 1])."""
+    counts = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise Cifar10Error(f"SLURM_STEP_TASKS_PER_NODE={text!r} is not Slurm's form "
+                               f"(e.g. '2(x3),1')")
+        counts.extend([int(match[1])] * int(match[2] or 1))
+    return counts
+
+
+def placement(tasks_per_node: list[int], distribution: str) -> list[tuple[int, int]]:
+    """(node index, local id) of each rank: 'block' fills each node in turn, 'cyclic'
+    deals the ranks round the nodes."""
+    if distribution == "block":
+        return [(node, local) for node, count in enumerate(tasks_per_node)
+                for local in range(count)]
+    placed, given = [], [0] * len(tasks_per_node)
+    while len(placed) < sum(tasks_per_node):
+        for node, count in enumerate(tasks_per_node):
+            if given[node] < count:
+                placed.append((node, given[node]))
+                given[node] += 1
+    return placed
+
+
+def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
+    """This process's task when ``srun`` started it; None outside a Slurm job step.
+
+    Raises:
+      Cifar10Error: a job of several tasks not started by ``srun``, a step whose
+        variables do not agree, a distribution other than block or cyclic.
+    """
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return None
+    if "SLURM_STEP_NUM_TASKS" not in env:
+        tasks = env.get("SLURM_NTASKS", "1")
+        if tasks.isdigit() and int(tasks) > 1:  # a batch script's: one worker would run
+            raise Cifar10Error(
+                f"this Slurm job has {tasks} tasks (SLURM_NTASKS) but cifar10-train was "
+                f"started once, not by srun: start it as `srun cifar10-train ...` (one "
+                f"worker per task), or ask for one task (--ntasks=1)")
+        return None
+    hosts = expand_hostlist(env.get("SLURM_STEP_NODELIST", ""))
+    counts = expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
+    num_tasks, rank = _int(env, "SLURM_STEP_NUM_TASKS"), _int(env, "SLURM_PROCID")
+    if len(hosts) != len(counts) or sum(counts) != num_tasks or not 0 <= rank < num_tasks:
+        raise Cifar10Error(
+            f"the Slurm job step's task count does not match: SLURM_STEP_NUM_TASKS="
+            f"{num_tasks}, SLURM_PROCID={rank}, SLURM_STEP_TASKS_PER_NODE="
+            f"{env.get('SLURM_STEP_TASKS_PER_NODE')} on SLURM_STEP_NODELIST="
+            f"{env.get('SLURM_STEP_NODELIST')}; start the step with srun alone")
+    distribution = re.split("[:=,]", env.get("SLURM_DISTRIBUTION", "block"))[0] or "block"
+    if distribution not in ("block", "cyclic"):
+        raise Cifar10Error(f"srun --distribution={distribution} is not supported: use block "
+                           f"(Slurm's default) or cyclic")
+    task = SlurmTask(rank, tuple(hosts), tuple(counts), tuple(placement(counts, distribution)),
+                     *_gpus(env))
+    node_name, local = env.get("SLURMD_NODENAME"), env.get("SLURM_LOCALID")
+    if (node_name and node_name != task.node) or (local and int(local) != task.local_id):
+        raise Cifar10Error(
+            f"Slurm placed task {rank} on {node_name} as local task {local}, not where "
+            f"--distribution={distribution} puts it ({task.node}, {task.local_id}): use "
+            f"srun --distribution=block")
+    return task
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name, "")
+    if not value.isdigit():
+        raise Cifar10Error(f"{name}={value!r} is not a number: start the step with srun")
+    return int(value)
+
+
+def _gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, bool]:
+    """(the node's GPUs Slurm gave the step, numbered as this process sees them; whether
+    Slurm bound them to each task).  CUDA numbers ``CUDA_VISIBLE_DEVICES`` from 0."""
+    step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        seen = [g for g in visible.split(",") if g.strip() and g != "NoDevFiles"]
+        on_node = env.get("SLURM_GPUS_ON_NODE") or (len(step.split(",")) if step else 0)
+        return tuple(range(len(seen))), 0 < len(seen) < int(on_node)
+    if step:
+        return tuple(int(g) for g in step.split(",") if g.strip().isdigit()), False
+    return None, False
+
+
+def job_record(env: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """{'slurm': the job, step, task and restart count} for a run's record; {} outside
+    Slurm."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return {}
+    names = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "step_id": "SLURM_STEP_ID",
+             "task": "SLURM_PROCID", "node": "SLURMD_NODENAME",
+             "restart_count": "SLURM_RESTART_COUNT"}
+    return {"slurm": {key: env[name] for key, name in names.items() if name in env}}

@@ -1,14 +1,11 @@
 """Which devices the replicas run on, the distribution strategy over them, and how
-the batches reach them (``input_options``).
+the batches reach them.
 
-``--num_gpus=N`` asks for N replicas.  On a machine with fewer GPUs than that,
-the replicas run on logical devices made by splitting what there is (logical
-GPUs on a GPU, else logical CPUs), so that the global batch and the learning-rate
-schedule stay those of N GPUs; one warning says so.  GPU memory growth is turned
-on so that an evaluator can share a GPU with the trainer.
-
-Logical devices can only be made before TensorFlow initialises its runtime, so
-``replica_devices`` must run before any other TensorFlow work in the process.
+``--num_gpus=N`` asks for N replicas.  Where a machine has fewer GPUs, /gpu:0 (else
+the CPU) is split into N logical devices, so that the global batch and the
+learning-rate schedule stay those of N GPUs; one warning says so.  Logical devices
+can only be made before TensorFlow initialises its runtime: ``make_strategy`` comes
+before any other TensorFlow work in the process.
 """
 
 from __future__ import annotations
@@ -19,34 +16,34 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
-from cifar10.distribute import cluster
-from cifar10.distribute import logical_devices
-from cifar10.distribute import resolver
 from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
+from cifar10.distribute import cluster, resolver
 
-def enable_memory_growth() -> list:
-    """Turns on memory growth for every GPU; returns the physical GPUs."""
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
+# Memory of each logical GPU where several replicas share one physical GPU.
+LOGICAL_GPU_MEMORY_MB = 2048
+# The most replicas on logical devices: each is built in turn (about a second of CPU
+# time apiece), and no machine has more GPUs than this to stand in for.
+MAX_LOGICAL_REPLICAS = 64
+
+
+def enable_memory_growth() -> None:
+    """Memory growth on every GPU, so that an evaluator can share one with the trainer."""
+    for gpu in tf.config.list_physical_devices("GPU"):
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
         except (RuntimeError, ValueError):
             pass  # runtime already initialised, or the GPU is split into logical devices
-    return gpus
 
 
 def replica_devices(num_gpus: int | None) -> list[str]:
-    """Returns one device name per replica for ``--num_gpus=num_gpus``.
-
-    Args:
-      num_gpus: replicas wanted; 0 means one replica on the CPU; None (the flag left
-        at its default) one replica, on the CPU without a word where there is no GPU.
+    """One device name per replica for ``--num_gpus=num_gpus``: 0 is one replica on
+    the CPU; None (the flag's default) one replica, on the CPU without a word where
+    there is no GPU.
 
     Raises:
-      Cifar10Error: more replicas than GPUs and than
-        ``logical_devices.MAX_LOGICAL_REPLICAS``;
-        TensorFlow was already initialised with too few devices.
+      Cifar10Error: more replicas than ``MAX_LOGICAL_REPLICAS`` where there are fewer
+        GPUs, or TensorFlow already initialised with too few devices.
     """
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
@@ -58,8 +55,29 @@ def replica_devices(num_gpus: int | None) -> list[str]:
         enable_memory_growth()
         return [f"/gpu:{i}" for i in range(num_gpus)]
     kind = "GPU" if gpus else "CPU"
-    logical_devices.refuse_too_many(num_gpus, gpus, kind)
-    logical_devices.make_logical_devices(num_gpus, gpus, asked)
+    if num_gpus > MAX_LOGICAL_REPLICAS:
+        raise Cifar10Error(
+            f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs "
+            f"({len(gpus) or 'none'}), and more than the {MAX_LOGICAL_REPLICAS} that run on "
+            f"logical {kind} devices in their place: give --num_gpus={MAX_LOGICAL_REPLICAS} "
+            f"or fewer")
+    if gpus:
+        logging.warning(
+            "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
+            "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
+            num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
+        # Only /gpu:0 is split: a multi-worker strategy takes every GPU it sees.
+        _configure(tf.config.set_visible_devices, gpus[:1], "GPU")
+        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
+    elif num_gpus == 1:
+        if asked:
+            logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
+    else:
+        logging.warning(
+            "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
+            "devices (same global batch and schedule as %d GPUs, not the same speed).",
+            num_gpus, num_gpus, num_gpus)
+        _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
     logical = tf.config.list_logical_devices(kind)
     if len(logical) < num_gpus:
         raise Cifar10Error(
@@ -69,27 +87,34 @@ def replica_devices(num_gpus: int | None) -> list[str]:
     return [d.name for d in logical[:num_gpus]]
 
 
+def _split(physical, count: int, memory_limit: int | None) -> None:
+    config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count
+    _configure(tf.config.set_logical_device_configuration, physical, config)
+
+
+def _configure(setter, *args) -> None:
+    try:
+        setter(*args)
+    except RuntimeError:
+        pass  # runtime already initialised: replica_devices counts what there is
+
+
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None,
                   slurm_port_base: int | None = None) -> tf.distribute.Strategy:
     """The distribution strategy of a training run.
 
     Args:
-      num_gpus: replicas per worker (``replica_devices``); 0 is one CPU replica, None
-        the flag's default (one per GPU Slurm gave a task under ``srun``, else one
-        replica, quietly on the CPU where there is no GPU).
-      log_device_placement: turn on TensorFlow's placement log.
-      kind: 'auto' (multi_worker when ``TF_CONFIG`` names several tasks, else
-        mirrored), 'mirrored' (MirroredStrategy, one replica per device),
-        'multi_worker' (MultiWorkerMirroredStrategy configured by ``TF_CONFIG``)
-        or 'one_device' (OneDeviceStrategy on the first device).
-      worker_timeout_secs: multi_worker only: a collective operation waiting this
-        long for another worker fails, so that a lost worker stops the others
-        with an error instead of a hang.
-      slurm_port_base: under ``srun``, the port of a node's first task (``slurm.py``).
+      num_gpus: replicas per worker (``replica_devices``); None: the flag's default
+        (under ``srun``, one per GPU Slurm gave the task).
+      kind: one of ``cluster.STRATEGIES`` ('auto': multi_worker where ``TF_CONFIG`` or
+        the Slurm job step names several tasks, else mirrored).
+      worker_timeout_secs: multi_worker only: how long a worker waits for the others
+        to start, and a collective for another worker, before it fails.
+      slurm_port_base: under ``srun``, the port of a node's first task.
 
     Raises:
-      Cifar10Error: a setting this machine or ``TF_CONFIG`` cannot serve.
+      Cifar10Error: a setting this machine or the cluster cannot serve.
     """
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
@@ -99,7 +124,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     devices = replica_devices(num_gpus)
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0])
-    # Several logical devices on one CPU cannot use NCCL; reduce through one device.
+    # Logical devices of one CPU cannot use NCCL: reduce through one device.
     cross_device_ops = None
     if all("CPU" in d.upper() for d in devices):
         cross_device_ops = tf.distribute.ReductionToOneDevice()
@@ -108,9 +133,9 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
 
 def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
                            port_base: int | None) -> tf.distribute.Strategy:
-    cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None) if not Slurm
-    if cluster_resolver is None:
-        resolver.check_tf_config_port()
+    """MultiWorkerMirroredStrategy with ``num_gpus`` replicas per worker: it takes every
+    (logical) GPU the process sees, or one CPU replica where there is none."""
+    cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None): TF_CONFIG
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
     if num_gpus == 0:
@@ -118,13 +143,12 @@ def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
     elif len(gpus) >= num_gpus:
         tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
         enable_memory_growth()
-    elif gpus:  # MultiWorkerMirroredStrategy takes every (logical) GPU it sees
+    elif gpus:
         replica_devices(num_gpus)
     elif num_gpus > 1:
         raise Cifar10Error(
             f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
-            f"and this one has none (MultiWorkerMirroredStrategy runs one replica per worker "
-            f"on a CPU): use --num_gpus=1 and more workers")
+            f"and this one has none: use --num_gpus=1 and more workers")
     elif asked:
         logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
@@ -133,19 +157,13 @@ def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
 
 def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None
                   ) -> tf.distribute.InputOptions | None:
-    """How the batches reach the replicas of ``strategy``, by the kind of its devices
-    (``device_type``, 'GPU' or 'CPU', the kind of its first device by default).
+    """How the batches reach ``strategy``'s replicas (``device_type``: 'GPU' or 'CPU',
+    by default the kind of its first device).
 
-    GPU replicas: one pipeline per worker, whose batches TensorFlow's multi-device
-    iterator copies to each GPU ahead of the step (fetch to device), so that a step
-    of a few milliseconds does not wait for its batch to cross the bus.
-
-    CPU replicas (MirroredStrategy): one pipeline per replica, each reading its own
-    shard of the records, and no device copy, the batch already being in host
-    memory: measured on CPUs, that doubles the speed of small steps, and deleting
-    the multi-device iterator can wait for up to a minute in TensorFlow 2.21.
-    MultiWorkerMirroredStrategy takes one pipeline per worker, OneDeviceStrategy its
-    default (None).
+    GPUs: one pipeline per worker whose batches are copied to each GPU ahead of the
+    step.  CPU replicas of MirroredStrategy: one pipeline per replica and no device
+    copy (twice the speed of small steps, and no slow multi-device iterator to
+    delete).  Other strategies: their default (None).
     """
     if device_type is None:
         try:
@@ -164,28 +182,17 @@ def input_options(strategy: tf.distribute.Strategy, device_type: str | None = No
     return None
 
 
-# CPU features (as /proc/cpuinfo names them) that run bfloat16 arithmetic natively:
-# x86's AVX512_BF16 and AMX, Arm's BF16.
-BFLOAT16_CPU_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
-
-
 def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """Whether this CPU has bfloat16 instructions; None when ``cpuinfo`` cannot be read."""
+    """Whether this CPU has bfloat16 instructions (x86's avx512_bf16 or amx_bf16, Arm's
+    bf16); None when ``cpuinfo`` cannot be read."""
     flags = machine.features(cpuinfo)
-    return None if flags is None else bool(flags & set(BFLOAT16_CPU_FEATURES))
+    return None if flags is None else bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
                                  cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Warns, in one line, when bfloat16 will run emulated (slowly) here.
-
-    Args:
-      device_names: where the model runs (a strategy's ``extended.worker_devices``);
-        default: this process's default device, the first GPU if there is one.
-
-    Returns:
-      True when it warned.
-    """
+    """Warns in one line where bfloat16 runs emulated (slowly) on the devices the model
+    runs on (default: the first GPU, else the CPU); returns whether it warned."""
     names = device_names or (["/gpu:0"] if tf.config.list_logical_devices("GPU") else ["/cpu:0"])
     indices = [int(name.rsplit(":", 1)[1]) for name in names if "GPU" in name.upper()]
     if indices:
@@ -210,11 +217,8 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
 
 
 def warn_if_float16_runs_on_cpu(device_names: Sequence[str]) -> bool:
-    """Warns, in one line, when --use_fp16 trains on the CPU (``device_names``: where
-    the model runs, a strategy's ``extended.worker_devices``): TensorFlow's CPU
-    kernels compute float16 slowly, even with avx512_fp16 (a step of batch 8: 1.75 s
-    against float32's 0.012 s, Intel Xeon with AMX, TensorFlow 2.21).  Returns True
-    when it warned."""
+    """Warns in one line where --use_fp16 trains on the CPU, whose float16 kernels are
+    slow; returns whether it warned."""
     if any("GPU" in name.upper() for name in device_names):
         return False
     logging.warning("--use_fp16 on the CPU: TensorFlow's CPU kernels compute float16 "
@@ -226,41 +230,36 @@ def warn_if_float16_runs_on_cpu(device_names: Sequence[str]) -> bool:
 
 def _cluster(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
     """The strategy's cluster, {job: [task addresses]}; empty without one."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return resolver.cluster_spec().as_dict() if resolver else {}
+    cluster_resolver = getattr(strategy, "cluster_resolver", None)
+    return cluster_resolver.cluster_spec().as_dict() if cluster_resolver else {}
 
 
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
-    """True for a strategy whose replicas span several worker processes."""
     return bool(_cluster(strategy))
 
 
 def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
-    """(is this the chief, a name for this task) of a strategy.
-
-    Only the chief writes checkpoints and summaries to the run's directory: the
-    task 'chief' if the cluster has one, else 'worker' 0.  Without a cluster
-    (one machine), this process is the chief.
-    """
-    cluster = _cluster(strategy)
-    if not cluster:
+    """(whether this is the chief, a name for this task): the chief, which alone writes
+    the run's directory, is the task 'chief' if there is one, else 'worker' 0."""
+    spec = _cluster(strategy)
+    if not spec:
         return True, "chief"
-    resolver = strategy.cluster_resolver
-    task_type, task_id = resolver.task_type, resolver.task_id or 0
-    if "chief" in cluster:
+    cluster_resolver = strategy.cluster_resolver
+    task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id or 0
+    if "chief" in spec:
         return task_type == "chief", f"{task_type} {task_id}"
     return task_type in (None, "worker") and task_id == 0, f"{task_type} {task_id}"
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
     """Worker processes that train together: 1 without a cluster."""
-    cluster = _cluster(strategy)
-    return max(1, sum(len(cluster.get(job, ())) for job in ("chief", "worker")))
+    spec = _cluster(strategy)
+    return max(1, sum(len(spec.get(job, ())) for job in ("chief", "worker")))
 
 
 def describe(device_names: Sequence[str]) -> list[dict[str, str]]:
-    """{'name', 'kind'} of each device: the GPU's model as TensorFlow reports it
-    (e.g. 'NVIDIA A100-SXM4-40GB'), or this machine's CPU model for a CPU device."""
+    """{'name', 'kind'} of each device: the GPU's model as TensorFlow reports it, or
+    this machine's CPU model."""
     gpus = tf.config.list_physical_devices("GPU")
     described = []
     for name in device_names:

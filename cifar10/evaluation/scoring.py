@@ -18,7 +18,7 @@ from cifar10.core.config import EvalConfig, compute_dtype
 from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
-from cifar10.distribute import failures
+from cifar10.distribute import workers
 from cifar10.model import Model
 from cifar10.runs import checkpoints
 
@@ -122,9 +122,9 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
     """The one-line error of ``error`` while ``checkpoint``, which read, was scored."""
     if isinstance(error, tf.errors.ResourceExhaustedError):
         return Cifar10Error(f"out of memory scoring checkpoint {checkpoint} "
-                            f"({failures.oom_cause(error)}); a smaller --batch_size fits, "
+                            f"({workers.oom_cause(error)}); a smaller --batch_size fits, "
                             f"or fewer programs beside it")
-    cause = failures.tensorflow_cause(error)
+    cause = workers.tensorflow_cause(error)
     if not isinstance(error, _READING_ERRORS):  # a device's or a kernel's
         return Cifar10Error(f"scoring checkpoint {checkpoint} failed: {cause}")
     named = any(path in cause for path in config.eval_files)

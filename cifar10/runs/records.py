@@ -27,7 +27,7 @@ import cifar10
 from cifar10.core import atomic
 from cifar10.core.config import marked
 from cifar10.core.errors import io_error
-from cifar10.distribute import slurm
+from cifar10.distribute import cluster
 
 FLAGS_FILE = "flags.txt"
 ENVIRONMENT_FILE = "environment.jsonl"
@@ -69,7 +69,7 @@ def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[
         "host": socket.gethostname(),
         "command": list(command),
         "devices": [dict(d) for d in devices],
-        **slurm.job_record(),  # the Slurm job and step, under Slurm
+        **cluster.job_record(),  # the Slurm job and step, under Slurm
     }
 
 

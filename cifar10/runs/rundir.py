@@ -80,7 +80,13 @@ class RunDirectory:
     def saved_path(self) -> str | None:
         """The prefix of the run's checkpoint of ``saved_step`` (the last this run
         restored or saved), or None.  Not the newest by name: a newer one that did not
-        restore is left in place, and is none of the run's."""
+        restore is left in place, and is none of the run's.  Another worker's saves are
+        its own: it names the chief's newest whole checkpoint, the one a restart resumes
+        from (the chief may have died saving its step)."""
+        if not self.is_chief:
+            cut_short = cleanup.cut_short_steps(self.directory)
+            kept = [c for c in layout.find(self.directory) if c.step not in cut_short]
+            return kept[-1].path if kept else None
         if self.saved_step is None:
             return None
         return checkpoint_path(self.directory, self.saved_step)

@@ -16,7 +16,7 @@ import tensorflow as tf
 from cifar10.core.config import TrainConfig, compute_dtype, marked
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
-from cifar10.distribute import coordination, devices, settings_check, start_checks
+from cifar10.distribute import devices, workers
 from cifar10.runs import records
 from cifar10.runs.layout import Checkpoint
 from cifar10.runs.rundir import RunDirectory
@@ -72,12 +72,11 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
       Cifar10Error: the run directory cannot be used, or training failed.
     """
     with op_determinism(config.deterministic), \
-            coordination.Coordinator(strategy, stop_event) as cluster:
+            workers.Coordinator(strategy, stop_event) as cluster:
         # The workers' first meetings: a worker lost in one is one line (``starting``).
-        settings_check.check_same_settings(cluster, shared_settings(config, data))
+        workers.check_same_settings(cluster, shared_settings(config, data))
         with cluster.starting():
             trainer = Trainer(config, strategy, data.examples_per_epoch, len(data.class_names))
-        cluster.refuse_fresh_start(config.fresh_start, config.train_dir)
         with RunDirectory(config.train_dir, trainer.state.checkpoint(), config.keep_checkpoints,
                           save_dir=cluster.save_dir, fresh_start=config.fresh_start,
                           print_fn=print_fn) as run_dir:
@@ -85,7 +84,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             with cluster.starting():
                 restored = run_dir.restore()
                 start = restored.step if restored else 0
-                start_checks.check_same_start(cluster, start, run_dir.directory)
+                workers.check_same_start(cluster, start, run_dir.directory)
             if restored and start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
             # A stop asked for by now stops every worker with nothing trained or recorded;
@@ -93,7 +92,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             # one side of the edge.
             asked = (on_training_start or cluster.stop_event.is_set)()
             with cluster.starting():
-                start_checks.stop_if_asked_before_training(cluster, asked)
+                workers.stop_if_asked_before_training(cluster, asked)
             invocation = invocation or Invocation()
             if restored:
                 print_fn(f"Resuming from {restored.path} at step {start}.")
@@ -122,7 +121,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                                **loops.meter.figures())
 
 
-def _already_complete(config: TrainConfig, cluster: coordination.Coordinator,
+def _already_complete(config: TrainConfig, cluster: workers.Coordinator,
                       run_dir: RunDirectory, restored: Checkpoint,
                       print_fn: Callable[[str], None]) -> TrainResult:
     """A run restored at ``max_steps``: says so and trains nothing.  One past it is

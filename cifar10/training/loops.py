@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
-from cifar10.distribute import coordination
+from cifar10.distribute import workers
 from cifar10.runs import summaries
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training.engine import Trainer
@@ -47,7 +47,7 @@ class LoopController:
     """Runs ``trainer``'s loops from step ``start``; the host reads the losses, checks for
     a stop and saves only where a loop ends (a stop waits up to ``steps_per_loop``)."""
 
-    def __init__(self, trainer: Trainer, cluster: coordination.Coordinator,
+    def __init__(self, trainer: Trainer, cluster: workers.Coordinator,
                  run_dir: RunDirectory, start: int, print_fn: Callable[[str], None],
                  on_report: Callable[[StepReport], None] | None):
         cfg = trainer.config
