@@ -1,14 +1,7 @@
-"""A one-node Slurm cluster on this machine, for the tests of cifar10 under Slurm.
-
-``SlurmCluster`` writes a ``slurm.conf`` into a folder of its own and starts
-Debian's ``munged``, ``slurmctld`` and ``slurmd`` in the foreground as child
-processes (no systemd), with their sockets, state, logs and ports in that folder
-or free; ``stop`` ends them by their process ids.  A requeued job may start again
-10 s after it stopped (``cred_expire``; Slurm's default is 120 s), and pending
-jobs are looked at every 2 s.  The programs ``srun``,
-``sbatch``, ``squeue`` and ``scancel`` find the cluster through ``SLURM_CONF``
-(``env()``).  Running the daemons needs root (slurmd starts tasks as any user).
-"""
+"""A one-node Slurm cluster on this machine for tests/test_slurm.py: Debian's munged,
+slurmctld and slurmd as child processes (no systemd, root needed), their files in a
+folder of their own, ended by their process ids.  A requeued job may start again 10 s
+after it stopped (``cred_expire``); the clients find it through ``SLURM_CONF``."""
 
 from __future__ import annotations
 
@@ -55,16 +48,16 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin")
+
+
 def missing() -> str | None:
-    """Why a Slurm cluster cannot run here (a sentence), or None when it can."""
-    absent = [name for name in DAEMONS + CLIENTS
-              if not shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin")]
+    """Why a Slurm cluster cannot run here, or None when it can."""
+    absent = [name for name in DAEMONS + CLIENTS if not _which(name)]
     if absent:
-        return (f"Slurm is not installed ({', '.join(absent)} not found): "
-                f"apt-get install slurm-wlm munge")
-    if os.geteuid() != 0:
-        return "the Slurm daemons (slurmd) must run as root"
-    return None
+        return f"Slurm is not installed ({', '.join(absent)}): apt-get install slurm-wlm munge"
+    return None if os.geteuid() == 0 else "the Slurm daemons (slurmd) must run as root"
 
 
 def _free_port() -> int:
@@ -83,13 +76,12 @@ class SlurmCluster:
         self.processes: list[subprocess.Popen] = []
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The environment of the Slurm programs: this one with ``SLURM_CONF``, without
-        the variables of any Slurm job these tests run in."""
+        """This environment with ``SLURM_CONF``, without any Slurm job's variables."""
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith("SLURM_") and k not in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL")}
         return dict(base, SLURM_CONF=self.conf, PYTHONUNBUFFERED="1", **extra)
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = 120) -> None:
         """Starts the daemons and waits until the node takes jobs; stops them on failure."""
         for sub in ("state", "spool"):
             os.makedirs(os.path.join(self.folder, sub), exist_ok=True)
@@ -101,54 +93,38 @@ class SlurmCluster:
         with open(self.conf, "w") as f:
             f.write(SLURM_CONF.format(host=self.host, folder=self.folder,
                                       ctld_port=_free_port(), slurmd_port=_free_port()))
+        d = self.folder
         try:
             self._spawn("munged", "--foreground", "--force", f"--key-file={key}",
-                        f"--socket={self.folder}/munge.socket",
-                        f"--pid-file={self.folder}/munged.pid",
-                        f"--log-file={self.folder}/munged.log",
-                        f"--seed-file={self.folder}/munged.seed")
-            self._wait_for(lambda: os.path.exists(f"{self.folder}/munge.socket"), 15, "munged")
+                        f"--socket={d}/munge.socket", f"--pid-file={d}/munged.pid",
+                        f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed")
+            self._wait_for(lambda: os.path.exists(f"{d}/munge.socket"), timeout)
             self._spawn("slurmctld", "-D", "-i", "-f", self.conf)
             self._spawn("slurmd", "-D", "-f", self.conf)
-            self._wait_for(self._node_is_idle, timeout, "the node")
+            self._wait_for(lambda: self._run("sinfo", "-h", "-o", "%t").strip() in (
+                "idle", "mix", "alloc"), timeout)
         except BaseException:
             self.stop()
             raise
 
     def _spawn(self, name: str, *args: str) -> None:
-        path = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin")
-        log = open(os.path.join(self.folder, f"{name}.out"), "w")
-        self.processes.append(subprocess.Popen([path, *args], stdout=log, stderr=log,
-                                               env=self.env(), start_new_session=True))
-        log.close()
+        with open(os.path.join(self.folder, f"{name}.out"), "w") as log:
+            self.processes.append(subprocess.Popen([_which(name), *args], stdout=log,
+                                                   stderr=log, env=self.env(),
+                                                   start_new_session=True))
 
-    def _node_is_idle(self) -> bool:
-        result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                                env=self.env(), timeout=30)
-        return result.returncode == 0 and result.stdout.strip() in ("idle", "mix", "alloc")
+    def _run(self, *command: str) -> str:
+        return subprocess.run(command, capture_output=True, text=True, env=self.env(),
+                              timeout=30).stdout
 
-    def _wait_for(self, ready, timeout: float, what: str) -> None:
+    def _wait_for(self, ready, timeout: float) -> None:
         deadline = time.time() + timeout
         while not ready():
-            for p in self.processes:
-                if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited with status {p.returncode}:\n"
-                                       + self.logs())
-            if time.time() > deadline:
-                raise RuntimeError(f"{what} not ready within {timeout} s:\n" + self.logs())
+            ended = [p.args[0] for p in self.processes if p.poll() is not None]
+            if ended or time.time() > deadline:
+                raise RuntimeError(f"Slurm did not start ({', '.join(ended) or 'timeout'}):\n"
+                                   + self.logs())
             time.sleep(0.3)
-
-    def _cancel_jobs(self, timeout: float) -> None:
-        try:
-            subprocess.run(["scancel", "--user=root"], env=self.env(), timeout=30,
-                           capture_output=True)
-            deadline = time.time() + timeout
-            while time.time() < deadline and subprocess.run(
-                    ["squeue", "-h"], env=self.env(), timeout=30, capture_output=True,
-                    text=True).stdout.strip():
-                time.sleep(0.5)
-        except (OSError, subprocess.SubprocessError):
-            pass  # the daemons are stopped below whatever happens here
 
     def logs(self) -> str:
         """The daemons' logs, for a failure's message."""
@@ -160,10 +136,16 @@ class SlurmCluster:
         return "\n".join(text)
 
     def stop(self) -> None:
-        """Cancels the jobs left and waits (up to a minute) for their tasks to end, then
-        ends the daemons by their process ids (SIGTERM, then SIGKILL after 10 s)."""
+        """Cancels the jobs left and waits (up to a minute) for them to end, then ends the
+        daemons by their process ids (SIGTERM, then SIGKILL after 10 s)."""
         if len(self.processes) == len(DAEMONS):
-            self._cancel_jobs(timeout=60)
+            try:
+                self._run("scancel", "--user=root")
+                deadline = time.time() + 60
+                while time.time() < deadline and self._run("squeue", "-h").strip():
+                    time.sleep(0.5)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the daemons are stopped below whatever happens here
         for p in reversed(self.processes):
             if p.poll() is None:
                 p.terminate()
