@@ -25,26 +25,20 @@ def config(tasks=TWO, **task):
 @pytest.mark.parametrize("tf_config, problem", [
     ("", "is set but empty: unset it to train on one machine, or name the cluster and this task"),
     ("not json", "is not a JSON object (Expecting value: line 1 column 1 (char 0))"),
-    ("[1, 2]", "is not a JSON object"),
     (config(tasks={}, type="worker", index=0), 'has no "cluster" naming the tasks'),
     (json.dumps({"cluster": TWO}), 'has no "task" saying which task this process is'),
     (config(tasks={"worker": ["127.0.0.1"]}, type="worker", index=0),
      'cluster "worker" must be a list of "host:port" strings'),
+    (config(tasks={"worker": [":1234", "h:1"]}, type="worker", index=0),
+     'worker 0\'s address ":1234" is not a host name or IP address and a port 1 to 65535'),
     (config(tasks={**TWO, "ps": ["127.0.0.1:1"]}, type="worker", index=0),
      'names a "ps" task: only "chief" and "worker" tasks are supported'),
-    (config(tasks={**TWO, "chief": ["h:1", "h:2"]}, type="worker", index=0),
-     'names more than one "chief"'),
     (config(tasks={"worker": ["127.0.0.1:1234", "127.0.0.1:99999"]}, type="worker", index=0),
-     'worker 1\'s address "127.0.0.1:99999" is not a host name or IP address and a port 1 '
-     'to 65535'),
-    (config(tasks={"worker": [":1234", "h:1"]}, type="worker", index=0),
-     'worker 0\'s address ":1234" is not a host name'),
+     'worker 1\'s address "127.0.0.1:99999" is not a host name'),
     (config(tasks={"chief": ["h:1"], "worker": ["g:1", "H:1"]}, type="worker", index=1),
      "names H:1 for both chief 0 and worker 1: each task needs a host:port of its own"),
     (config(type="chief", index=0), 'task type "chief" is not in the cluster (it has worker)'),
-    (config(index=0), "task type null is not in the cluster"),
     (config(type="worker", index=2), 'task index 2 is not one of the 2 "worker" tasks (0 to 1)'),
-    (config(type="worker", index=True), 'task index true is not one of the 2 "worker" tasks'),
 ])
 def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, problem):
     with pytest.raises(Cifar10Error) as err:
@@ -57,10 +51,8 @@ def test_each_tf_config_mistake_is_one_line_with_the_expected_form(tf_config, pr
 
 @pytest.mark.parametrize("tf_config, tasks, kind, resolved", [
     (None, 0, "auto", "mirrored"),
-    (None, 0, "one_device", "one_device"),
-    (config(tasks={"worker": ["localhost:5000"]}, type="worker", index=0), 1, "auto", "mirrored"),
     (config(tasks={"worker": ["localhost:5000"]}, type="worker", index=0), 1, "multi_worker",
-     "multi_worker"),
+     "multi_worker"),  # (auto: mirrored)
     (config(type="worker", index=1), 2, "auto", "multi_worker"),
     (config(type="worker", index=1), 2, "mirrored", "mirrored"),
     (config(tasks={"chief": ["h:1"], "worker": ["[::1]:1", "node-1.example.org:65535"]},

@@ -71,36 +71,31 @@ def train_args(folder, *extra):
             *base, *extra)
 
 
-class _SlowTarball(http.server.BaseHTTPRequestHandler):
-    """Serves ``body`` once ``release`` is set, counting requests."""
-
-    body, requests, release = b"", [], threading.Event()
-
-    def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
-        type(self).requests.append(self.path)
-        type(self).release.wait(300)  # a bound only
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
-        pass
-
-
 @contextlib.contextmanager
 def held_tarball(body: bytes):
-    """(the URL of a local server of ``body`` that answers once told to; the handler:
-    its ``release`` event, its ``requests``)."""
-    handler = type("Handler", (_SlowTarball,), {"body": body, "requests": [],
-                                                "release": threading.Event()})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    """(the URL of a local server of ``body`` that answers once ``release`` is set; the
+    list of the paths requested; ``release``)."""
+    requests, release = [], threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
+            requests.append(self.path)
+            release.wait(300)  # a bound only
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}", handler
+        yield f"http://127.0.0.1:{server.server_address[1]}/{ff.TARBALL_NAME}", requests, release
     finally:
-        handler.release.set()
+        release.set()
         server.shutdown()
         server.server_close()
 
@@ -111,7 +106,7 @@ def test_srun_trains_two_workers_on_data_the_nodes_first_task_fetched_once(slurm
     lines only), while task 1 says once that it waits; then the chief writes."""
     tarball = synthetic.tarball_bytes(records_per_file=50)
     data_dir = tmp_path / "data"
-    with held_tarball(tarball) as (url, server):
+    with held_tarball(tarball) as (url, requests, release):
         proc = subprocess.Popen(
             ["srun", "-n", "2", "--overcommit", "-l", "--kill-on-bad-exit=1",
              program("cifar10-train"), f"--data_dir={data_dir}", f"--data_url={url}",
@@ -124,13 +119,13 @@ def test_srun_trains_two_workers_on_data_the_nodes_first_task_fetched_once(slurm
             for line in proc.stdout:  # the download is answered once task 1 waits for it
                 lines.append(line)
                 if line.startswith("1: Waiting for"):
-                    server.release.set()
+                    release.set()
             err = proc.communicate(timeout=240)[1]
         finally:
             proc.kill()
     out = "".join(lines)
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    assert server.requests == [f"/{ff.TARBALL_NAME}"]
+    assert requests == [f"/{ff.TARBALL_NAME}"]
     assert [line for line in lines if "Waiting" in line] == [
         f"1: Waiting for Slurm task 0 (the first task on {slurm_job.host}) to fetch the data "
         f"into {data_dir}.\n"]

@@ -33,11 +33,7 @@ DEFAULT_PORT_BASE = 24000
 
 def read_tf_config(text: str | None = None) -> dict | None:
     """``TF_CONFIG`` (``text``, default the environment's) parsed and checked; None
-    where it is not set.
-
-    Raises:
-      Cifar10Error: one line saying what is wrong and showing the expected form.
-    """
+    where it is not set.  A mistake is a ``Cifar10Error`` showing the expected form."""
     text = os.environ.get("TF_CONFIG") if text is None else text
     if text is None:
         return None
@@ -93,11 +89,7 @@ def _tf_config_error(problem: str) -> Cifar10Error:
 
 def cluster_source(tf_config: str | None = None) -> str | None:
     """Where this run's cluster is named: 'tf_config' (it wins), 'slurm' (``srun``
-    started this process), else None.
-
-    Raises:
-      Cifar10Error: ``TF_CONFIG`` or Slurm's variables are wrong.
-    """
+    started this process), else None."""
     if read_tf_config(tf_config) is not None:
         return "tf_config"
     return "slurm" if read_task() is not None else None
@@ -114,12 +106,7 @@ def cluster_workers(tf_config: str | None = None) -> int:
 
 def strategy_kind(kind: str, tf_config: str | None = None) -> str:
     """``kind`` with 'auto' resolved: 'multi_worker' where the cluster has several
-    tasks, else 'mirrored'.
-
-    Raises:
-      ValueError: ``kind`` is not one of ``STRATEGIES``.
-      Cifar10Error: the cluster is wrong, or 'multi_worker' without one.
-    """
+    tasks, else 'mirrored'.  'multi_worker' without a cluster is refused."""
     if kind not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {kind!r}")
     workers = cluster_workers(tf_config)  # checked whatever the kind: TensorFlow reads it
@@ -189,11 +176,7 @@ class SlurmTask:
 
     def gpu_indices(self) -> list[int] | None:
         """This task's GPUs among those the process sees; None where Slurm gave none.
-        GPUs not bound to each task are split among the node's tasks by local id.
-
-        Raises:
-          Cifar10Error: the node has more tasks than GPUs.
-        """
+        GPUs not bound to each task are split among the node's tasks by local id."""
         if self.gpus is None:
             return None
         seen = list(self.gpus)
@@ -265,11 +248,8 @@ def placement(tasks_per_node: list[int], distribution: str) -> list[tuple[int, i
 
 def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
     """This process's task when ``srun`` started it; None outside a Slurm job step.
-
-    Raises:
-      Cifar10Error: a job of several tasks not started by ``srun``, a step whose
-        variables do not agree, a distribution other than block or cyclic.
-    """
+    A job of several tasks not started by ``srun``, a step whose variables do not
+    agree, a distribution other than block or cyclic: one line each."""
     env = os.environ if env is None else env
     if "SLURM_JOB_ID" not in env:
         return None

@@ -39,12 +39,7 @@ def enable_memory_growth() -> None:
 def replica_devices(num_gpus: int | None) -> list[str]:
     """One device name per replica for ``--num_gpus=num_gpus``: 0 is one replica on
     the CPU; None (the flag's default) one replica, on the CPU without a word where
-    there is no GPU.
-
-    Raises:
-      Cifar10Error: more replicas than ``MAX_LOGICAL_REPLICAS`` where there are fewer
-        GPUs, or TensorFlow already initialised with too few devices.
-    """
+    there is no GPU."""
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
         raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
@@ -102,20 +97,10 @@ def _configure(setter, *args) -> None:
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None,
                   slurm_port_base: int | None = None) -> tf.distribute.Strategy:
-    """The distribution strategy of a training run.
-
-    Args:
-      num_gpus: replicas per worker (``replica_devices``); None: the flag's default
-        (under ``srun``, one per GPU Slurm gave the task).
-      kind: one of ``cluster.STRATEGIES`` ('auto': multi_worker where ``TF_CONFIG`` or
-        the Slurm job step names several tasks, else mirrored).
-      worker_timeout_secs: multi_worker only: how long a worker waits for the others
-        to start, and a collective for another worker, before it fails.
-      slurm_port_base: under ``srun``, the port of a node's first task.
-
-    Raises:
-      Cifar10Error: a setting this machine or the cluster cannot serve.
-    """
+    """The strategy of a training run: ``kind`` is one of ``cluster.STRATEGIES``,
+    ``num_gpus`` the replicas per worker (None: the flag's default; under ``srun``,
+    one per GPU Slurm gave the task); ``worker_timeout_secs`` bounds a worker's wait
+    for the others, at the start and in a collective."""
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
     num_gpus = resolver.default_num_gpus() if num_gpus is None else num_gpus

@@ -92,8 +92,7 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
     resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
     message = _error_line(timeout_line(resolver.cluster_spec().as_dict(), resolver.task_type,
                                        resolver.task_id, timeout or 0))
-    with _ctrl_c_ends_the_process() as interrupts, \
-            _exit_on_sighup(bool(timeout)) as exits, _sigterm_taken_back():
+    with _signals_of_the_wait() as interrupts, _exit_on_sighup(bool(timeout)) as exits:
         watchdog = _start_watchdog(timeout, message, exits, interrupts) if timeout else None
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(
@@ -129,33 +128,21 @@ def timeout_line(spec: dict[str, list[str]], task_type: str, task_id: int,
 
 
 @contextlib.contextmanager
-def _ctrl_c_ends_the_process() -> Iterator[bool]:
+def _signals_of_the_wait() -> Iterator[bool]:
     """SIGINT at its default action in the block (exit status 130), where Python's
-    handler would wait for TensorFlow to return; yields whether it is (main thread)."""
+    handler would wait for TensorFlow to return; SIGTERM's Python handler set again
+    after it, over the C handler TensorFlow's preemption notifier leaves (a SIGTERM
+    was lost).  Yields whether SIGINT ends the process (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL), signal.getsignal(signal.SIGTERM)
     try:
         yield True
     finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _sigterm_taken_back() -> Iterator[None]:
-    """SIGTERM's Python handler set again after the block: TensorFlow's preemption
-    notifier sets a C handler of its own as the strategy is built and leaves it, and
-    a SIGTERM before the trainer's handlers was lost."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        yield
-    finally:
-        if previous is not None:  # (None: a handler not set from Python; left alone)
-            signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        if previous[1] is not None:  # (None: not set from Python; left alone)
+            signal.signal(signal.SIGTERM, previous[1])
 
 
 @contextlib.contextmanager
