@@ -25,7 +25,7 @@ import pytest
 from absl import flags
 
 from cli import call, env
-from test_slurm import _watchdog_started
+from test_multi_worker import watchdog_started
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.distribute import cluster
@@ -222,7 +222,7 @@ def half_job(tmp_path):
             while time.time() < deadline:
                 workers = _children(os.getpid())
                 for pid in workers:
-                    if _watchdog_started(pid):  # (its signal handlers set)
+                    if watchdog_started(pid):  # (its signal handlers set)
                         [other] = [w for w in workers if w != pid]
                         acted.append(time.time())
                         act(other)
@@ -278,7 +278,7 @@ def test_ctrl_c_to_the_launcher_while_the_job_forms_exits_130_saying_nothing_was
     def ctrl_c_when_waiting():
         deadline = time.time() + 120
         while time.time() < deadline:
-            if any(_watchdog_started(w) for w in _children(os.getpid())):
+            if any(watchdog_started(w) for w in _children(os.getpid())):
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.1)

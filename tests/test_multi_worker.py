@@ -261,7 +261,7 @@ def test_a_worker_whose_others_never_start_names_each_task_and_ends(tmp_path):
     assert "--fresh_start is not supported with several workers" in refused.stderr
 
 
-def _waiting(pid: int) -> bool:
+def watchdog_started(pid: int) -> bool:
     """Whether the process ``pid`` waits for the other workers: its watchdog runs and
     catches SIGINT and SIGTERM (/proc's SigCgt mask)."""
     wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
@@ -292,7 +292,7 @@ def test_ctrl_c_or_sigterm_while_waiting_for_the_workers_ends_with_one_line(tmp_
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=env(TF_CONFIG=config))
     try:
-        while not _waiting(proc.pid):
+        while not watchdog_started(proc.pid):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         os.killpg(proc.pid, signum)
