@@ -136,10 +136,6 @@ def test_srun_trains_two_workers_on_data_the_nodes_first_task_fetched_once(slurm
                      r"checkpoints and summaries in ", out, re.M), out
     assert re.search(r"^1: .*this is worker 1: the chief writes checkpoints", out, re.M), out
     assert f"0: Training complete at step 4; saved {tmp_path}/train/model.ckpt-4." in out
-    names = os.listdir(tmp_path / "train")
-    assert sorted(n for n in names if n.endswith(".index")) == ["model.ckpt-2.index",
-                                                                "model.ckpt-4.index"]
-    assert len([n for n in names if n.startswith("events.out")]) == 1
     with open(tmp_path / "train" / "environment.jsonl") as f:
         [record] = [json.loads(line) for line in f]
     assert record["slurm"]["step_id"] == "0" and record["slurm"]["task"] == "0"
