@@ -10,11 +10,11 @@ the installed cifar10-launch runs from any shell.
 import sys
 
 try:
-    from cifar10.cli import launch_main
+    from cifar10.cli import launch
 except ImportError as e:
     sys.exit(f"launch_workers.py: error: {sys.executable} cannot import the cifar10 package "
              f"({e}); run cifar10-launch, or this script with the Python the package is "
              f"installed in (e.g. .venv/bin/python scripts/launch_workers.py)")
 
 if __name__ == "__main__":
-    launch_main.run()
+    launch.run()

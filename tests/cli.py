@@ -21,7 +21,7 @@ from tensorboard.compat.proto import event_pb2
 
 from cifar10.cli import eval_main
 from cifar10.cli import export_main
-from cifar10.cli import launch_main
+from cifar10.cli import launch
 from cifar10.core import logs
 from cifar10.cli import predict_main
 from cifar10.cli import prepare_main
@@ -55,7 +55,7 @@ def run(name: str, *args: str, timeout: float = 300, **extra_env: str
 # Each program's entry module.
 ENTRY_POINTS = {module.PROGRAM: module
                 for module in (train_main, eval_main, predict_main, export_main, prepare_main,
-                               launch_main)}
+                               launch)}
 
 
 def call(name: str, *args: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,5 @@
 """What the programs say of a --checkpoint_dir or --checkpoint that is no training run's
-(cifar10.cli.checkpoint_dir, cifar10.runs.layout): a folder that does not
-exist, an export, a SavedModel's variables, a run's parent folder."""
+(cifar10.cli.checkpoint_dir, cifar10.runs.checkpoint_files)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ import socket
 
 import pytest
 from absl import flags
-from cli import call
+from cli import assert_refused, call
 
-from cifar10.cli import checkpoint_dir
 from cifar10.cli import eval_main
 from cifar10.cli import flags as cifar10_flags, process
 from cifar10.core.errors import Cifar10Error
@@ -29,117 +27,61 @@ def _export(folder):
 
 
 def predict_refusal(tmp_path, folder) -> str:
-    """The last line of cifar10-predict given ``folder``, which it must refuse."""
+    """The one line of cifar10-predict given ``folder``, which it must refuse."""
     image = tmp_path / "x.png"
     image.write_bytes(b"")
     result = call("cifar10-predict", f"--checkpoint_dir={folder}", str(image))
-    assert result.returncode == 1
-    return result.stderr.splitlines()[-1]
-
-def test_a_folder_that_does_not_exist_is_said_to_be_missing(tmp_path):
-    missing = tmp_path / "runs" / "nonexist"
-    assert str(checkpoint_dir.no_checkpoint(str(missing))) == (
-        f"No checkpoint found in {missing}: there is no such folder; point --checkpoint_dir "
-        f"at a training run's --train_dir, or train first (cifar10-train --train_dir={missing})")
+    assert (result.returncode, result.stdout) == (1, "")
+    [line] = result.stderr.splitlines()
+    return line
 
 
-def test_a_tilde_left_by_the_shell_is_explained(monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert str(checkpoint_dir.no_checkpoint("~/runs/a")) == (
-        f"No checkpoint found in ~/runs/a: there is no such folder (the shell does not expand "
-        f"a ~ after '=': write --checkpoint_dir ~/runs/a or --checkpoint_dir={tmp_path}/runs/a);"
-        f" point --checkpoint_dir at a training run's --train_dir, or train first "
-        f"(cifar10-train --train_dir='~/runs/a')")
+def test_a_folder_without_checkpoints_is_one_line_saying_where_to_look(tmp_path):
+    missing, empty, parent = tmp_path / "nonexist", tmp_path / "my runs", tmp_path / "runs"
+    empty.mkdir()
+    _checkpoint(parent / "b c", 1)
+    photos = tmp_path / "photos"
+    (photos / "cat").mkdir(parents=True)
+    (photos / "cat" / "1.png").write_bytes(b"")
+    _export(tmp_path / "export" / "20")
+    for folder, said in [
+            (missing, f": there is no such folder; point --checkpoint_dir at a training run's "
+                      f"--train_dir, or train first (cifar10-train --train_dir={missing})"),
+            (empty, f": train first (cifar10-train --train_dir='{empty}') or point "
+                    f"--checkpoint_dir at a training run"),
+            (parent, f"; {parent / 'b c'} holds checkpoints: pass "
+                     f"--checkpoint_dir='{parent / 'b c'}'"),
+            (photos, ", a folder of other files, not a training run: point --checkpoint_dir "
+                     "at a training run's --train_dir"),
+            (tmp_path / "export", ", cifar10-export's folder, not a training run: point "
+                                  "--checkpoint_dir at a training run's --train_dir")]:
+        assert predict_refusal(tmp_path, folder) == (
+            f"cifar10-predict: error: No checkpoint found in {folder}{said}")
 
 
-def test_a_folder_name_with_a_space_is_quoted_in_the_command_to_run(tmp_path):
-    folder = tmp_path / "my runs"
-    folder.mkdir()
-    assert str(checkpoint_dir.no_checkpoint(str(folder))).endswith(
-        f": train first (cifar10-train --train_dir='{folder}') or point --checkpoint_dir at "
-        f"a training run")
-
-
-@pytest.mark.parametrize("which", ["version", "exports"])
-def test_an_export_is_not_taken_for_a_run_that_has_not_trained(tmp_path, which):
-    _export(tmp_path / "exp ü" / "20")
-    folder = tmp_path / "exp ü" / ("20" if which == "version" else "")
-    what = ("an export (a SavedModel: saved_model.pb)" if which == "version" else
-            "a folder of exports (SavedModel version folder 20)")
-    expected = (f"No checkpoint found in {os.path.normpath(folder)}, {what}, not a training "
-                f"run: pass the --train_dir of the run it was exported from as "
-                f"--checkpoint_dir (TensorFlow Serving, saved_model_cli and TFLite's converter "
-                f"load the export itself)")
-    assert str(checkpoint_dir.no_checkpoint(os.path.normpath(folder))) == expected
-    # The program says it before TensorFlow loads, as its last line.
-    assert (predict_refusal(tmp_path, os.path.normpath(folder))
-            == f"cifar10-predict: error: {expected}")
+def test_the_polling_evaluator_refuses_a_folder_that_is_no_run_rather_than_wait(tmp_path):
+    # A new or empty folder is waited for (a trainer may start there: test_run_data).
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "1.png").write_bytes(b"")
+    result = call("cifar10-eval", f"--checkpoint_dir={tmp_path / 'photos'}",
+                  f"--eval_dir={tmp_path / 'eval'}")
+    assert_refused(result, f"cifar10-eval: error: No checkpoint file found in "
+                           f"{tmp_path / 'photos'}, a folder of other files, not a training "
+                           f"run: point --checkpoint_dir at a training run's --train_dir")
+    assert not (tmp_path / "eval").exists()
 
 
 def test_a_savedmodels_variables_are_not_taken_for_a_checkpoint(tmp_path):
     _export(tmp_path / "export" / "20")
     variables = tmp_path / "export" / "20" / "variables" / "variables"
     for value in (str(variables), f"{variables}.index"):
-        with pytest.raises(Cifar10Error) as error:
+        with pytest.raises(Cifar10Error, match="is the variables of an export"):
             layout.given(value)
-        assert str(error.value) == (
-            f"--checkpoint {value} is the variables of an export (a SavedModel), not a "
-            f"training checkpoint: pass a checkpoint of the run it was exported from, such as "
-            f"runs/a/train/model.ckpt-1000, or --checkpoint_dir=<that run> for its newest")
     # A checkpoint of that name elsewhere is still one.
-    (tmp_path / "other" / "variables").mkdir(parents=True)
-    for name in ("variables.index", "variables.data-00000-of-00001"):
-        (tmp_path / "other" / "variables" / name).write_bytes(b"")
-    plain = str(tmp_path / "other" / "variables" / "variables")
-    assert layout.given(plain) == plain
-
-
-@pytest.mark.parametrize("layout", ["class folders", "split folders", "images"])
-def test_a_folder_of_images_is_named_so_not_told_to_train_there(tmp_path, layout):
-    photos = tmp_path / "my photos"
-    folders = {"class folders": [photos / "cat", photos / "dog"],
-               "split folders": [photos / "train" / "cat", photos / "train" / "dog"],
-               "images": [photos]}[layout]
-    for folder in folders:
-        folder.mkdir(parents=True)
-        (folder / "IMG_0001.JPG").write_bytes(b"")
-    expected = (f"No checkpoint found in {photos}, a folder of images, not a training run: pass "
-                f"a run's --train_dir as --checkpoint_dir")
-    if layout != "images":
-        expected += (f" (to train on its class folders, make a data set of them first: "
-                     f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
-    assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected
-    # The evaluator refuses it too, rather than wait there for a run's checkpoints.
-    with pytest.raises(Cifar10Error) as error:
-        checkpoint_dir.refuse_a_folder_that_is_no_run(str(photos))
-    assert str(error.value) == expected.replace("No checkpoint found", "No checkpoint file found")
-    assert predict_refusal(tmp_path, photos) == f"cifar10-predict: error: {expected}"
-
-
-def test_an_evaluators_pictures_do_not_make_a_folder_of_images(tmp_path):
-    # runs/a: the evaluator's folder with its pictures, the run's folder not started yet.
-    (tmp_path / "a" / "eval").mkdir(parents=True)
-    (tmp_path / "a" / "train").mkdir()
-    (tmp_path / "a" / "eval" / "flags.txt").write_text("# cifar10-eval\n")
-    (tmp_path / "a" / "eval" / "confusion_matrix-step20.png").write_bytes(b"")
-    for folder in (tmp_path / "a", tmp_path / "a" / "eval"):
-        assert "images" not in str(checkpoint_dir.no_checkpoint(str(folder)))
-
-
-@pytest.mark.parametrize("layout,one_class", [(("cat",), "cat"),
-                                               (("train/cat", "test/cat"), "train/cat")])
-def test_a_folder_of_one_class_folder_is_told_that_two_classes_are_needed(tmp_path, layout,
-                                                                          one_class):
-    # cifar10-prepare would refuse one class: the message says what to add first.
-    photos = tmp_path / "my photos"
-    for folder in layout:
-        (photos / folder).mkdir(parents=True)
-        (photos / folder / "IMG_0001.JPG").write_bytes(b"")
-    expected = (f"No checkpoint found in {photos}, a folder of images, not a training run: pass "
-                f"a run's --train_dir as --checkpoint_dir (to train on it, a classifier needs "
-                f"two or more classes, each in a folder of its own beside {one_class}/, then "
-                f"cifar10-prepare --image_dir='{photos}' --data_dir=<a new folder>)")
-    assert str(checkpoint_dir.no_checkpoint(str(photos))) == expected
+    plain = _checkpoint(tmp_path / "other" / "variables", 1).parent / "variables"
+    for suffix in (".index", ".data-00000-of-00001"):
+        (plain.parent / f"variables{suffix}").write_bytes(b"")
+    assert layout.given(str(plain)) == str(plain)
 
 
 # The line of a run whose trainer (this process, holding the run's lock) has not saved yet.
@@ -171,10 +113,6 @@ def test_a_run_whose_trainer_has_not_saved_yet_is_said_to_be_running(tmp_path, p
     [line] = result.stderr.splitlines()
     assert re.fullmatch(re.escape(f"{program}: error: ") + _trainer_running(run), line), line
     assert not (tmp_path / "runs" / "b" / "export").exists()
-    # Once no trainer holds it, it is a folder to train in, as before.
-    assert str(checkpoint_dir.no_checkpoint(str(run))).endswith(
-        f": train first (cifar10-train --train_dir={run}) or point --checkpoint_dir at a "
-        f"training run")
 
 
 # ---- a --checkpoint with a --checkpoint_dir that does not hold it --------------------
@@ -236,28 +174,3 @@ def test_an_evaluators_flags_txt_of_a_checkpoint_replays(tmp_path):
     process.parse_flags(["cifar10-eval", f"--flagfile={tmp_path / 'flags.txt'}"],
                          "cifar10-eval", "", replay)
     assert (replay.checkpoint, replay.checkpoint_dir) == (checkpoint, "/tmp/cifar10_train")
-
-
-def test_a_folder_above_runs_names_the_runs_in_it_and_skips_a_subfolder_it_cannot_read(
-        tmp_path, monkeypatch):
-    for run in ("again", "train"):
-        (tmp_path / "runs" / run).mkdir(parents=True)
-        for name in ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001"):
-            (tmp_path / "runs" / run / name).write_bytes(b"")
-    (tmp_path / "runs" / "empty").mkdir()
-    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "runs"), "No checkpoint file found")) \
-        == (f"No checkpoint file found in {tmp_path / 'runs'}; its subfolders again, train hold "
-            f"checkpoints: pass one of them as --checkpoint_dir, such as "
-            f"--checkpoint_dir={tmp_path / 'runs' / 'again'}")
-    (tmp_path / "other" / "private").mkdir(parents=True)
-    listdir = os.listdir
-
-    def refused(path="."):
-        if str(path).endswith("private"):
-            raise PermissionError(13, "Permission denied", str(path))
-        return listdir(path)
-
-    monkeypatch.setattr(os, "listdir", refused)
-    assert str(checkpoint_dir.no_checkpoint(str(tmp_path / "other"))) == (
-        f"No checkpoint found in {tmp_path / 'other'}: train first (cifar10-train "
-        f"--train_dir={tmp_path / 'other'}) or point --checkpoint_dir at a training run")

@@ -263,8 +263,8 @@ def test_a_folder_that_is_no_run_is_named_so_and_not_waited_in(trained, tmp_path
     assert (result.returncode, result.stderr.splitlines()[-1]) == (1, (
         f"{ERROR} No checkpoint file found in {given}; {train_dir} holds checkpoints: pass "
         f"--checkpoint_dir={train_dir}" if folder == "parent" else
-        f"{ERROR} No checkpoint file found in {data_dir}, a data folder, not a training run: "
-        f"pass the run's --train_dir as --checkpoint_dir (its data goes in --data_dir)"))
+        f"{ERROR} No checkpoint file found in {data_dir}, a folder of other files, not a "
+        f"training run: point --checkpoint_dir at a training run's --train_dir"))
     assert not (tmp_path / "eval").exists()
 
 

@@ -101,7 +101,7 @@ def test_the_command_writes_a_numbered_version_folder(exported, trained_run):
     assert result.stdout.strip().splitlines()[-1] == (
         f"Exported {train_dir / 'model.ckpt-6'} (averages weights) to {export_dir / '6'}: "
         f"a SavedModel and model.tflite.")
-    assert os.listdir(export_dir) == ["6"]  # nothing left of the scratch folder
+    assert sorted(os.listdir(export_dir)) == [".cifar10-folder", "6"]  # no scratch folder
     assert {"saved_model.pb", "variables", "model.tflite"} <= set(os.listdir(export_dir / "6"))
     # TensorFlow's ops only (not the compiled LRN kernel): it loads where that is not built.
     assert b"Cifar10Lrn" not in (export_dir / "6" / "saved_model.pb").read_bytes()
@@ -280,5 +280,6 @@ def test_what_a_killed_export_left_is_removed_by_the_next_and_nothing_else(train
     assert result.stdout.splitlines()[0] == (
         f"Removed what an interrupted export left in {export_dir}: {leftover}.")
     assert sorted(os.listdir(export_dir)) == [
-        ".6-incomplete-file", ".6-incomplete-notmine", ".7-incomplete-abc", "6", "9"]
+        ".6-incomplete-file", ".6-incomplete-notmine", ".7-incomplete-abc", ".cifar10-folder",
+        "6", "9"]
     assert os.listdir(export_dir / "9") == []  # the marker goes before the rename

@@ -14,7 +14,7 @@ from absl import flags
 import cli
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
-from cifar10.cli import workers
+from cifar10.cli import launch as workers
 from cifar10.runs import records
 
 

@@ -275,8 +275,7 @@ def _run_folder(folder, kind):
     return {str(p): p.read_bytes() for p in folder.rglob("*")}
 
 
-RUN_FOLDER = {"lock": "a training run's folder (cifar10-train.lock)",
-              "eval": "an evaluator's folder (its flags.txt records cifar10-eval)"}
+RUN_FOLDER = {"lock": "cifar10-train's folder", "eval": "cifar10-eval's folder"}
 
 
 @pytest.mark.parametrize("kind, synthetic_data", [("lock", False), ("eval", True)])

@@ -1,4 +1,4 @@
-"""Tests of cifar10.cli.workers, cifar10.cli.launch_args and the cifar10-launch command, mostly without TensorFlow workers.
+"""Tests of cifar10-launch (cifar10.cli.launch), mostly without TensorFlow workers.
 
 The workers here are a small Python script that prints a line to stdout and one
 to stderr and then does what the test asks (exit with a status, wait for a
@@ -29,9 +29,7 @@ from test_multi_worker import watchdog_started
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.distribute import cluster
-from cifar10.cli import launch_args
-from cifar10.cli import suggestions
-from cifar10.cli import workers as launch
+from cifar10.cli import launch
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "launch_workers.py")
 
@@ -257,17 +255,6 @@ def test_a_worker_that_dies_before_the_job_forms_stops_the_waiting_others_at_onc
     assert not [line for line in lines if "did not all start" in line]
 
 
-def test_sigterm_to_the_launcher_reaches_workers_waiting_for_each_other_once(half_job):
-    # Before training: the job ends as one interrupted cifar10-train (status 130), not
-    # as a failure of its workers.
-    stopped, lines, took = half_job(lambda worker_1: os.kill(os.getpid(), signal.SIGTERM))
-    assert took < 30, lines
-    assert isinstance(stopped, launch.Interrupted), stopped
-    assert str(stopped) == "before training started; nothing was trained"
-    assert lines.count(WAITING) == 1, lines  # once: it ended at the first
-    assert not [line for line in lines if "did not all start" in line]
-
-
 def test_ctrl_c_to_the_launcher_while_the_job_forms_exits_130_saying_nothing_was_trained(
         tmp_path):
     # cifar10-launch itself, its worker 0 the real cifar10-train waiting for worker 1.
@@ -330,9 +317,6 @@ def test_one_stop_that_every_worker_answers_as_an_interrupt_is_the_launchers_int
                                         f"for its output (see cifar10-train --help)"),
     (["--", "--train_dir="], "cifar10-train's flags (after --): --train_dir is empty: name a "
                              "folder (default: /tmp/cifar10_train) (see cifar10-train --help)"),
-    (["--", "--train_dir=/proc/cifar10_train"],
-     "cannot create --train_dir /proc/cifar10_train (/proc takes no new folders); choose a "
-     "directory you can write"),
     (["--", "--synthetic_data", "200"], "unexpected arguments for cifar10-train: 200 (after -- "
                                         "come its flags only, e.g. -- --max_steps=300)"),
     (["--", "--strategy=mirrored"], "--strategy=mirrored would have each worker train on its "
@@ -364,93 +348,58 @@ def test_a_batch_past_memory_is_one_line_before_any_worker_starts(tmp_path):
     assert not (tmp_path / "train").exists()
 
 
-def test_a_data_folder_as_train_dir_is_one_line_before_any_worker_starts(tmp_path,
-                                                                        monkeypatch):
-    monkeypatch.setattr(suggestions, "DEFAULT_TRAIN_DIR", str(tmp_path / "cifar10_train"))
-    (tmp_path / "test_batch.bin").write_bytes(b"")
-    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
-        result = call("cifar10-launch", "--", f"--train_dir={tmp_path}")
-    assert result.returncode == 1
-    assert result.stderr == (f"cifar10-launch: error: --train_dir={tmp_path} holds data files "
-                             f"(test_batch.bin): choose a directory for the run's checkpoints "
-                             f"and records, outside the data, such as "
-                             f"{tmp_path / 'cifar10_train'}\n")
-
-
-def test_a_runs_folder_as_data_dir_is_one_line_before_any_fetch_or_worker(tmp_path):
-    run = tmp_path / "runs" / "a" / "train"
-    run.mkdir(parents=True)
-    (run / "cifar10-train.lock").write_text('{"pid": 1}\n')
-    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
-        result = call("cifar10-launch", "--", f"--data_dir={run}",
-                      "--data_url=http://127.0.0.1:9/cifar-10-binary.tar.gz",
-                      f"--train_dir={tmp_path / 'new'}")
-    assert result.returncode == 1
-    assert result.stderr == (
-        f"cifar10-launch: error: --data_dir={run} is a training run's folder "
-        f"(cifar10-train.lock), not a data folder: pass the folder that holds the data "
-        f"(cifar-10-batches-bin/), or a new folder to download it into\n")
-    assert os.listdir(run) == ["cifar10-train.lock"]
-
-
-@pytest.mark.parametrize("value, error", [
-    ("~/d", "--data_dir=~/d starts with a ~ that was not expanded (the shell does not expand "
-            "a ~ after '='): write --data_dir ~/d or --data_dir=HOME/d; for a folder named ~, "
-            "write ./~/d"),
-    ("d\nx", "--data_dir='d\\nx' holds a line break, which would end its line in the run's "
-             "flags.txt (one flag per line, replayed with --flagfile): choose a value without it"),
-    (os.fsdecode(b"d\xff"), "--data_dir=b'd\\xff' is not UTF-8: choose a name in UTF-8 (the "
-                            "run's records, flags.txt and environment.jsonl, are UTF-8 text)"),
+@pytest.mark.parametrize("train_dir, data_dir, error", [
+    ("data", "d", "--train_dir={t}/data is a folder of other files: choose a new or empty "
+                  "folder for cifar10-train (or one it wrote before)"),
+    ("new", "run", "--data_dir={t}/run is cifar10-train's folder, not a data folder: pass the "
+                   "folder that holds the data (cifar-10-batches-bin/), or a new folder to "
+                   "download it into"),
+    ("new", "new", "--data_dir={t}/new is the program's output folder too: give the data a "
+                   "folder of its own"),
+    ("t3", "d", "{t}/t3/cifar10-train.lock is a folder, not cifar10-train's lock file: move "
+                "that folder away (the trainer keeps its lock in a file of that name in "
+                "--train_dir)"),
 ])
-def test_a_path_the_workers_refuse_is_one_line_before_any_data_is_written(
-        tmp_path, monkeypatch, value, error):
+def test_a_folder_the_workers_refuse_is_one_line_before_any_data_or_worker(
+        tmp_path, train_dir, data_dir, error):
+    (tmp_path / "data" / "test_batch.bin").parent.mkdir()
+    (tmp_path / "data" / "test_batch.bin").write_bytes(b"")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cifar10-train.lock").write_text('{"pid": 1}\n')
+    (tmp_path / "t3" / "cifar10-train.lock").mkdir(parents=True)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
+        result = call("cifar10-launch", "--num_workers=2", "--", "--synthetic_data",
+                      f"--train_dir={tmp_path / train_dir}", f"--data_dir={tmp_path / data_dir}")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"cifar10-launch: error: {error.format(t=tmp_path)}\n"
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_path_the_workers_refuse_is_one_line_before_any_data_is_written(tmp_path,
+                                                                         monkeypatch):
     # The launcher fetched the data into ./~/d (170 MB without --synthetic_data), then
     # each worker refused the flag, each with the same line.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
-        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={value}",
-                      "--synthetic_data", "--synthetic_records=20",
-                      f"--train_dir={tmp_path / 'mw2'}")
+        result = call("cifar10-launch", "--num_workers=2", "--", "--data_dir=~/d",
+                      "--synthetic_data", f"--train_dir={tmp_path / 'mw2'}")
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == (f"cifar10-launch: error: cifar10-train's flags (after --): "
-                             f"{error.replace('HOME', str(tmp_path / 'home'))} (see "
-                             f"cifar10-train --help)\n")
+    assert result.stderr == (
+        f"cifar10-launch: error: cifar10-train's flags (after --): --data_dir=~/d starts with a "
+        f"~ that was not expanded (the shell does not expand a ~ after '='): write --data_dir "
+        f"~/d or --data_dir={tmp_path / 'home'}/d; for a folder named ~, write ./~/d (see "
+        f"cifar10-train --help)\n")
     assert os.listdir(tmp_path) == []
-
-
-def test_a_folder_for_the_runs_lock_file_is_one_line_before_any_worker_starts(tmp_path):
-    (tmp_path / "t3" / "cifar10-train.lock").mkdir(parents=True)
-    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
-        result = call("cifar10-launch", "--num_workers=2", "--", "--synthetic_data",
-                      f"--train_dir={tmp_path / 't3'}", f"--data_dir={tmp_path / 'data'}")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == (f"cifar10-launch: error: {tmp_path / 't3' / 'cifar10-train.lock'} "
-                             f"is a folder, not cifar10-train's lock file: move that folder "
-                             f"away (the trainer keeps its lock in a file of that name in "
-                             f"--train_dir)\n")
-    assert not (tmp_path / "data").exists()
-
-
-def test_its_train_dir_as_data_dir_is_one_line_before_any_data_is_written(tmp_path):
-    run = tmp_path / "mw"
-    with mock.patch.object(launch.subprocess, "Popen", side_effect=AssertionError("started")):
-        result = call("cifar10-launch", "--num_workers=2", "--", f"--data_dir={run}",
-                      "--synthetic_data", f"--train_dir={run}")
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == (f"cifar10-launch: error: --data_dir={run} is the --train_dir too "
-                             f"(the run's checkpoints and records would go among the data, and "
-                             f"later starts would refuse the folder as one or the other): give "
-                             f"them different folders, such as --data_dir={tmp_path / 'mw-data'}"
-                             f"\n")
-    assert not run.exists()
 
 
 def test_absls_own_flags_pass_to_the_workers_and_this_process_keeps_its_settings():
     verbosity = flags.FLAGS["verbosity"].value
-    launch_args.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)
-    launch_args.check_train_args(["--fresh_start"], num_workers=1)  # one worker may start afresh
+    launch.check_train_args(["-v", "1", "--max_steps=3"], num_workers=2)
+    launch.check_train_args(["--fresh_start"], num_workers=1)  # one worker may start afresh
     assert flags.FLAGS["verbosity"].value == verbosity
+
 
 
 def test_the_script_is_the_same_program_and_says_where_the_package_is_missing():
@@ -466,7 +415,6 @@ def test_the_script_is_the_same_program_and_says_where_the_package_is_missing():
     [line] = result.stderr.splitlines()
     assert line.startswith(f"launch_workers.py: error: {sys.executable} cannot import the "
                            f"cifar10 package (No module named 'cifar10'); run cifar10-launch")
-
 
 
 class ClosedOnceBothWait(io.StringIO):
@@ -576,3 +524,48 @@ def test_a_failed_fetch_is_one_line_before_any_worker_and_leaves_no_data_dir(
     assert last.startswith("cifar10-launch: error: " + error.format(url=url, data_dir=data_dir))
     assert result.stdout == ""
     assert sorted(os.listdir(tmp_path)) == []  # no data folder, half-made or empty
+
+
+# ---- how the workers end, with stand-in processes -----------------------------------
+
+class _Process:
+    """A process that ends with ``returncode`` at its ``ends_at``-th poll."""
+
+    def __init__(self, returncode, ends_at=1, pid=100):
+        self.returncode, self._ends_at, self._polls, self.pid = None, ends_at, 0, pid
+        self._code = returncode
+
+    def poll(self):
+        self._polls += 1
+        if self._polls >= self._ends_at:
+            self.returncode = self._code
+        return self.returncode
+
+
+def test_the_others_are_stopped_once_when_they_outlive_a_failure_by_the_grace_time():
+    assert launch.wait([_Process(0, ends_at=3), _Process(1, ends_at=1)], grace_secs=0) == [
+        (1, 1), (0, 0)]  # in the order they ended
+    calls = []
+    ended = launch.wait([_Process(2, ends_at=1), _Process(0, ends_at=4)],
+                        on_failure=lambda: calls.append("stop"), grace_secs=0)
+    assert calls == ["stop"] and ended == [(0, 2), (1, 0)]
+    launch.wait([_Process(0, ends_at=2), _Process(0, ends_at=3)],
+                on_failure=lambda: calls.append("stop"), grace_secs=0)
+    assert calls == ["stop"]  # no failure, no stop
+
+
+def test_an_ending_is_a_status_or_the_signal_that_ended_the_worker():
+    assert launch.ending(1, 2) == "worker 1 exited with status 2"
+    assert launch.ending(0, -signal.SIGKILL) == "worker 0 was ended by SIGKILL"
+    assert launch.ending(0, -99) == "worker 0 was ended by signal 99"
+    assert launch.exit_status(-signal.SIGTERM) == 128 + signal.SIGTERM
+    assert launch.exit_status(3) == 3
+
+
+def test_a_worker_already_signalled_is_not_signalled_again(monkeypatch):
+    sent = []
+    monkeypatch.setattr(launch.os, "killpg", lambda pid, signum: sent.append(pid))
+    job = launch._Job(processes=[_Process(0, ends_at=99, pid=7), _Process(0, ends_at=99, pid=8)],
+                      signalled={7})
+    launch._stop_unsignalled(job)
+    assert sent == [8] and job.signalled == {7, 8}

@@ -23,7 +23,7 @@ from cli import call, env, run, start
 from conftest import mirrored
 from test_output import NATIVE
 from test_step import fixed_batches
-from cifar10.cli import workers as launch
+from cifar10.cli import launch
 from cifar10.core.config import TrainConfig
 from cifar10.runs import checkpoints
 from cifar10.runs.layout import LOCK_FILE

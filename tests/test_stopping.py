@@ -1,9 +1,8 @@
-"""Stop requests around training's edges (cifar10.cli.stopping, the controller's stop
-before training): a signal while a failed run ends, a stop asked for before
-training starts, on one worker or on one of several, and a first signal just before
-or just after the trainer marks where training starts (``on_training_start``: the
-order driven by calling the signal watcher's and the mark's methods; real processes
-where the signal or the workers are what is tested)."""
+"""Stop requests around training's edges (cifar10.cli.stopping and the controller's
+stop before training): signals while a failed run ends, a stop on one worker of two,
+and a first signal just before or after the trainer marks where training starts
+(the order driven by calling the watcher's and the mark's methods).  The signals a
+user sends a whole trainer are test_train_main's."""
 
 from __future__ import annotations
 
@@ -21,10 +20,10 @@ from cli import env
 from conftest import mirrored
 from test_train import small_config
 from cifar10.cli import stopping
-from cifar10.cli import workers as launch
+from cifar10.cli import launch
 from cifar10.core.errors import StoppedBeforeTraining
 from cifar10.runs import layout
-from cifar10.runs.layout import LOCK_FILE, TrainerLock
+from cifar10.runs.layout import LOCK_FILE
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
@@ -73,26 +72,9 @@ def test_signals_while_a_failed_run_ends_leave_its_error_last_and_its_status_1(t
     assert proc.returncode == 1, err
 
 
-def test_a_stop_asked_for_before_training_trains_and_saves_nothing(learnable_files, tmp_path):
-    files, count = learnable_files
-    stop = threading.Event()
-    stop.set()  # Ctrl-C while TensorFlow built the model
-    lines = []
-    with pytest.raises(StoppedBeforeTraining) as stopped:
-        controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
-                         TrainData(files, count), stop_event=stop, print_fn=lines.append)
-    assert str(stopped.value) == "before training started; nothing was trained"
-    assert lines == []  # no "Training on ...", no step
-    # No checkpoint, event file, flags.txt or environment.jsonl: what the docs say stays.
-    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
-    lock = TrainerLock(str(tmp_path))
-    lock.acquire()  # released: the next start is not refused
-    lock.release()
-
-
 # One worker of a job of two (TF_CONFIG) whose stop request is set, when it is worker 1,
-# before training (as when a signal reaches it a moment before the other), or just
-# after its trainer marked the start (``on_training_start``).
+# before training (as when a signal reaches it a moment before the other).  (Once
+# training started, a stop on one saves all at one step: test_multi_worker.)
 STOP_ONE = """
 import sys, threading
 from cifar10.data import folder as datafolder
@@ -102,19 +84,11 @@ from cifar10.core.config import TrainConfig
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
 
-batches_dir, train_dir, when = sys.argv[1:4]
+batches_dir, train_dir = sys.argv[1:3]
 strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
 stop = threading.Event()
-signalled = not devices.worker_role(strategy)[0]
-if signalled and when == "before":
+if not devices.worker_role(strategy)[0]:
     stop.set()
-
-
-def training_starts():
-    asked = stop.is_set()
-    if signalled and when == "after the mark":
-        stop.set()
-    return asked
 
 
 files = datafolder.split_files(batches_dir, "train")
@@ -122,17 +96,17 @@ config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=100000, log_fr
 try:
     result = controller.train(config, strategy, TrainData(files, datafolder.validate_files(files)),
                               stop_event=stop, print_fn=lambda line: None,
-                              on_training_start=training_starts)
+                              on_training_start=stop.is_set)
     print(f"saved at step {result.step}", flush=True)
 except StoppedBeforeTraining as e:
     print(f"stopped: {e}", flush=True)
 """
 
 
-def _two_workers_one_stopped(files, train_dir, tmp_path, when: str) -> list[tuple]:
+def _two_workers_one_stopped(files, train_dir, tmp_path) -> list[tuple]:
     """(stdout, stderr, exit status) of each worker of a job of two (``STOP_ONE``)."""
     procs = [subprocess.Popen([sys.executable, "-c", STOP_ONE, os.path.dirname(files[0]),
-                               str(train_dir), when],
+                               str(train_dir)],
                               env=env(TF_CONFIG=config, TMPDIR=str(tmp_path)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for config in launch.tf_configs(launch.free_ports(2))]
@@ -147,60 +121,15 @@ def test_a_stop_on_one_worker_before_training_stops_every_worker_before_training
         learnable_files, tmp_path):
     files, _ = learnable_files
     train_dir = tmp_path / "train"
-    for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path, "before"):
+    for out, err, code in _two_workers_one_stopped(files, train_dir, tmp_path):
         assert (code, out) == (0, "stopped: before training started; nothing was trained\n"), err
     assert layout.find(str(train_dir)) == []
-
-
-def test_a_stop_on_one_worker_just_after_its_mark_saves_every_worker_at_one_step(
-        learnable_files, tmp_path):
-    """The worker's own stop event, as read with its mark, is what it adds to the
-    workers' agreement to stop before training: set just after, it is a stop in
-    training, which every worker saves at one step."""
-    files, _ = learnable_files
-    train_dir = tmp_path / "train"
-    results = _two_workers_one_stopped(files, train_dir, tmp_path, "after the mark")
-    outs = [out for out, _, _ in results]
-    assert [code for _, _, code in results] == [0, 0], results
-    assert outs[0] == outs[1] and outs[0].startswith("saved at step "), results
-    step = int(outs[0].split()[-1])
-    assert layout.find(str(train_dir))[-1].path == str(train_dir / f"model.ckpt-{step}")
 
 
 NOT_STARTED = ("Received SIGINT: stopping; training has not started (send it again to stop "
                "at once).")
 SAVING = ("Received SIGINT: finishing the current steps and saving a checkpoint (send it "
           "again to stop at once).")
-
-# A signal to a StopRequests: the line it prints, before and after the trainer marked
-# the start of training (``training_starts``, its ``on_training_start``).
-SIGNALLED = """
-import os, signal, sys
-from cifar10.cli import stopping
-with stopping.StopRequests("cifar10-train", sys.argv[1]) as s:
-    if sys.argv[2] == "started":
-        print("asked:", s.training_starts(), flush=True)
-    os.kill(os.getpid(), signal.SIGINT)
-    s.event.wait(10)
-    signal.pause()  # until killed: the line is written by a thread of its own
-"""
-
-
-@pytest.mark.parametrize("started, said", [
-    ((), NOT_STARTED), (("asked: False",), SAVING)])
-def test_the_first_signal_promises_a_save_only_once_training_started(tmp_path, started, said):
-    """Before training it promised a save, and the program ended 'interrupted before
-    training started; nothing was trained'."""
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path),
-                             "started" if started else "not"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env())
-    try:
-        lines = [proc.stdout.readline() for _ in range(len(started) + 1)]
-    finally:
-        proc.kill()
-        proc.communicate()
-    assert [line.rstrip("\n") for line in lines] == [*started, said]
 
 
 class _Written(io.StringIO):

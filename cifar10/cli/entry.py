@@ -42,7 +42,7 @@ def prepare() -> None:
 
 
 def launch() -> None:
-    start("cifar10-launch", "cifar10.cli.launch_main")
+    start("cifar10-launch", "cifar10.cli.launch")
 
 
 def start(program: str, module_name: str) -> None:

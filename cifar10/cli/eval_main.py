@@ -30,9 +30,9 @@ from cifar10.data import folder as datafolder
 from cifar10.data import getdata
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
-from cifar10.cli import follow
 from cifar10.cli import outdirs
-from cifar10.cli import writable
+from cifar10.cli import run_data
+from cifar10.evaluation import recording
 from cifar10.runs import layout
 from cifar10.runs import records
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
     checkpoint, run_dir = _refuse_before_data()
     # The data the run was trained on, unless the command line says otherwise; found
     # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
-    recorded = follow.follow_run(FLAGS, run_dir, PROGRAM)
+    recorded = run_data.follow_run(FLAGS, run_dir, PROGRAM)
     followed = recorded.describe() if recorded else ""
     # One checkpoint to score: a mistyped --checkpoint_dir, or a checkpoint that does not
     # read, costs no download. Its name is looked for, and the data on disk checked,
@@ -68,8 +68,11 @@ def main(argv: list[str]) -> None:
 
     _set_up_devices(tf)
     try:
-        polling.evaluate(_config(*data, checkpoint), print_fn=lambda line: print(line, flush=True),
-                         flags_text=cifar10_flags.flagfile_text(FLAGS), command=sys.argv)
+        with outdirs.claimed("eval_dir", FLAGS.eval_dir, PROGRAM, read=run_dir,
+                             work=recording.RESULTS_FILE):
+            polling.evaluate(_config(*data, checkpoint), command=sys.argv,
+                             print_fn=lambda line: print(line, flush=True),
+                             flags_text=cifar10_flags.flagfile_text(FLAGS))
     except scoring.OtherClasses as e:
         raise Cifar10Error(f"{e.what}: {_data_of_its_classes(e.run_dir, len(e.trained_on))}"
                            ) from None
@@ -82,68 +85,47 @@ def main(argv: list[str]) -> None:
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
-    """What this start cannot do, refused before the data is looked for: a batch that
-    cannot fit, a --checkpoint that names none, an --eval_dir that is not the
-    evaluator's to write or cannot be written; and, to poll a run, a folder that is no
-    run (not to wait there for ever), then the wait for the run to start.
-
-    Returns:
-      (the --checkpoint given, as found, or None; the folder of the run scored).
-    """
+    """What this start cannot do, refused before the data is looked for; to poll a
+    run, the wait for it to start.  Returns (the --checkpoint given or None, the run's
+    folder)."""
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                        2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
     checkpoint = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
     run_dir = layout.run_folder(checkpoint, FLAGS.checkpoint_dir)
-    outdirs.refuse_foreign_eval_dir(FLAGS.eval_dir, run_dir)
-    writable.refuse_unwritable("eval_dir", FLAGS.eval_dir)
-    outdirs.warn_of_another_runs_results(FLAGS.eval_dir, run_dir)
-    outdirs.warn_of_an_earlier_runs_results(FLAGS.eval_dir, run_dir)
+    outdirs.refuse_unless_own("eval_dir", FLAGS.eval_dir, PROGRAM, read=run_dir)
+    outdirs.warn_of_other_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
         checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
-        follow.wait_for_run(run_dir, FLAGS.eval_timeout,
-                            print_fn=lambda line: print(line, flush=True))
+        run_data.wait_for_run(run_dir, FLAGS.eval_timeout,
+                              print_fn=lambda line: print(line, flush=True))
     return checkpoint, run_dir
 
 
 def _data_of_its_classes(run_dir: str, count: int) -> str:
-    """How to score the run in ``run_dir`` on data of its ``count`` classes: leave out the
-    data flags given that differ from those the run recorded, to use its data; else
-    (the run's own data holds other classes now, or it recorded none) a --data_dir of
-    those classes."""
+    """How to score the run in ``run_dir`` on data of its ``count`` classes: leave out
+    the data flags given that differ from the run's record, else a --data_dir of them."""
     other = f"pass a --data_dir with those {count} classes"
     recorded = records.recorded_flags(run_dir) or {}
-    given = [name for name in follow.DATA_FLAGS
-             if FLAGS[name].present and name in recorded and not _same(name, recorded[name])]
+
+    def differs(name: str) -> bool:
+        try:
+            return not run_data.equal(name, FLAGS[name].value,
+                                      FLAGS[name].parser.parse(recorded[name]))
+        except (ValueError, flags.Error):
+            return True
+
+    given = [name for name in run_data.DATA_FLAGS
+             if FLAGS[name].present and name in recorded and differs(name)]
     if not given:
         return other
-    theirs = " ".join(_as_flag(name, recorded[name]) for name in given)
+    theirs = " ".join(run_data.as_flag(name, recorded[name]) for name in given)
     return (f"leave out {', '.join('--' + name for name in given)} to use the run's "
             f"({theirs}, in {os.path.join(run_dir, records.FLAGS_FILE)}), or {other}")
 
 
-def _same(name: str, recorded: str) -> bool:
-    """Whether flag ``name``'s value is the one ``recorded`` (a flags.txt value); for a
-    folder, the same folder."""
-    try:
-        value = FLAGS[name].parser.parse(recorded)
-    except (ValueError, flags.Error):
-        return False
-    if name == "data_dir" and value and FLAGS[name].value:
-        return os.path.realpath(value) == os.path.realpath(FLAGS[name].value)
-    return value == FLAGS[name].value
-
-
-def _as_flag(name: str, recorded: str) -> str:
-    """``recorded`` (a flags.txt value) as a flag: --name=value, --name or --noname."""
-    if recorded in ("true", "false"):
-        return f"--{name}" if recorded == "true" else f"--no{name}"
-    return f"--{name}={recorded}"
-
-
 def _set_up_devices(tf) -> None:
-    """The devices the evaluator computes on: never a GPU with --eval_on_cpu (not to
-    compete with training for one), else GPUs' memory taken as needed; and the warning
-    of a bfloat16 the devices only emulate."""
+    """No GPU with --eval_on_cpu (not to compete with training), else GPU memory taken
+    as needed; the warning of an emulated bfloat16."""
     from cifar10.distribute import devices
 
     if FLAGS.eval_on_cpu:
@@ -155,8 +137,7 @@ def _set_up_devices(tf) -> None:
 
 
 def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:
-    """The evaluation's settings: the flags', with the files, the number of examples and
-    the class names of the data in ``batches_dir`` (``counts`` records a split)."""
+    """The evaluation's settings: the flags', with the data of ``batches_dir``."""
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
     return cifar10_flags.config_from_flags(
@@ -167,11 +148,8 @@ def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) ->
 
 def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
     """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
-    flags.txt (``follow.Followed.describe()``, or ''); where it would be downloaded,
-    ``getdata.NotDownloaded(no_download)`` is raised instead when ``no_download`` is
-    given."""
-    outdirs.refuse_output_as_data_dir("eval_dir", FLAGS.eval_dir, FLAGS.data_dir, followed)
-    outdirs.refuse_run_as_data_dir(FLAGS.data_dir, followed)
+    flags.txt (``run_data.Followed.describe()``, or '')."""
+    outdirs.refuse_as_data_dir(FLAGS.data_dir, FLAGS.eval_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
@@ -179,9 +157,8 @@ def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
 
 
 def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
-    """``_data`` where it is found on disk (checked, or generated), None where it is to
-    be downloaded: a data mistake is answered before TensorFlow loads, and a download
-    waits until the checkpoint is known to read."""
+    """``_data`` where it is on disk, None where it is to be downloaded (only once the
+    checkpoint is known to read)."""
     try:
         return _data(followed, no_download="the data is not on disk")
     except getdata.NotDownloaded:

@@ -20,10 +20,8 @@ from absl import flags
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
-from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
-from cifar10.cli import writable
 from cifar10.runs import layout
 
 FLAGS = flags.FLAGS
@@ -36,19 +34,19 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     # A --checkpoint that names no checkpoint is answered before TensorFlow loads.
     given = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    outdirs.refuse_foreign_export_dir(FLAGS.export_dir,
-                                      layout.run_folder(given, FLAGS.checkpoint_dir))
-    writable.refuse_unwritable("export_dir", FLAGS.export_dir)
+    run_dir = layout.run_folder(given, FLAGS.checkpoint_dir)
+    outdirs.refuse_unless_own("export_dir", FLAGS.export_dir, PROGRAM, read=run_dir)
     process.load_tensorflow()
     from cifar10.runs import checkpoints
     from cifar10.serving import export
 
     checkpoint = given or checkpoint_dir.checkpoint_to_use(FLAGS.checkpoint_dir)
-    synthetic_warning.warn_if_trained_on_synthetic_data(
-        os.path.dirname(os.path.abspath(checkpoint)))
-    target = export.export(checkpoint, FLAGS.export_dir, weights=FLAGS.weights,
-                           class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),
-                           overwrite=FLAGS.overwrite, tflite=FLAGS.tflite)
+    checkpoint_dir.warn_if_trained_on_synthetic_data(checkpoint)
+    with outdirs.claimed("export_dir", FLAGS.export_dir, PROGRAM, read=run_dir):
+        target = export.export(
+            checkpoint, FLAGS.export_dir, weights=FLAGS.weights, overwrite=FLAGS.overwrite,
+            class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),
+            tflite=FLAGS.tflite)
     tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
     print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",
           flush=True)

@@ -71,7 +71,7 @@ def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS,
     Args:
       rules_when_parsed: check ``DATA_RULES`` as the command line is parsed; the
         evaluator checks them once it has taken the run's data flags
-        (``cli.follow``), so that ``--label=coarse`` alone scores a CIFAR-100 run.
+        (``cli.run_data``), so that ``--label=coarse`` alone scores a CIFAR-100 run.
     """
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
                         "Path to the data directory; the data is downloaded and "

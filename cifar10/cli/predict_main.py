@@ -22,10 +22,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from cifar10.cli import cifar_data_named
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import run_data
 from cifar10.data import imagefiles
-from cifar10.cli import synthetic_warning
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
 from cifar10.core import machine
@@ -47,7 +46,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("name the image files or folders to classify")
     machine.refuse_batch_beyond_memory(FLAGS.batch_size, replica=False)
-    cifar_data_named.refuse_cifar_data(
+    run_data.refuse_cifar_data(
         argv[1:], f"--checkpoint={FLAGS.checkpoint}" if FLAGS.checkpoint
         else f"--checkpoint_dir={FLAGS.checkpoint_dir}")
     left_out: list[str] = []
@@ -62,8 +61,7 @@ def main(argv: list[str]) -> None:
     from cifar10.serving import predict
 
     checkpoint = given or checkpoint_dir.checkpoint_to_use(FLAGS.checkpoint_dir)
-    synthetic_warning.warn_if_trained_on_synthetic_data(
-        os.path.dirname(os.path.abspath(checkpoint)))
+    checkpoint_dir.warn_if_trained_on_synthetic_data(checkpoint)
     model, _ = checkpoints.read_model(checkpoint, FLAGS.weights)
     names = checkpoints.trained_class_names(os.path.dirname(checkpoint), model.num_classes)
     show = predict.FORMATTERS[FLAGS.output]

@@ -35,8 +35,7 @@ define_flags = cifar10_flags.define_prepare_flags  # this program's flags
 
 
 def progress_line(total: int, stream=None) -> ProgressLine:
-    """The conversion's progress on stderr: ``1,200/10,000 images (850 images/s)``,
-    rewritten on a terminal, a line at each tenth in a log (``ProgressLine``)."""
+    """The conversion's progress on stderr: ``1,200/10,000 images (850 images/s)``."""
     def describe(done: int, seconds: float) -> str:
         rate = f" ({done / seconds:,.0f} images/s)" if done and seconds > 0 else ""
         return f"{done:,}/{total:,} images{rate}"
@@ -56,8 +55,7 @@ def main(argv: list[str]) -> None:
     # The folders are checked before TensorFlow loads (seconds), so that a mistake
     # in them is answered at once.
     source = imagefiles.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
-    outdirs.refuse_run_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data "
-                                                      "set in")
+    outdirs.refuse_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
     _say_what_was_found(source)
     removed = atomic.remove_leftovers(FLAGS.data_dir)  # of a conversion killed with kill -9
@@ -86,9 +84,8 @@ def main(argv: list[str]) -> None:
 
 
 def _say_what_was_found(source) -> None:
-    """The layout and the images found (``imagefiles.find_source``),
-    then a warning for each thing given that is not used: --test_fraction beside split
-    folders, images in no class folder, images of formats not read."""
+    """The layout and the images found, then a warning for each thing given that is
+    not used (--test_fraction beside split folders, images in no class folder)."""
     print(source.layout)
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
@@ -106,8 +103,7 @@ def _say_what_was_found(source) -> None:
 
 
 def _warn_skipped(skipped) -> None:
-    """A warning line for each unreadable image, in path order (the records' is
-    shuffled): ``skipped photos/x.png: <why>``."""
+    """A warning line for each unreadable image, in path order."""
     for path, why in sorted(skipped):
         logging.warning("skipped %s: %s", shown_path(path), why)
 

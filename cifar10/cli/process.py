@@ -111,9 +111,9 @@ def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | N
     or None."""
     if program != "cifar10-launch":
         return None
-    from cifar10.cli import launch_args  # the launcher's own, loaded for its error alone
+    from cifar10.cli import launch  # the launcher's own, loaded for its error alone
 
-    return launch_args.trainers_flag_hint(error, argv, program)
+    return launch.trainers_flag_hint(error, argv, program)
 
 
 class ArgumentParser(argparse.ArgumentParser):

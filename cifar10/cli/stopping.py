@@ -1,32 +1,15 @@
-"""How cifar10-train is asked to stop: SIGINT and SIGTERM, and a standard output
-that was closed.
+"""How cifar10-train is asked to stop: SIGINT or SIGTERM, or a standard output that
+was closed or cannot be written.
 
-The first SIGINT or SIGTERM sets the stop event: the trainer finishes the loop of
-steps under way, saves a checkpoint and returns; before training started it stops
-there, with nothing trained or saved.  Where training starts is the trainer's to
-say: it calls ``training_starts`` (``controller.train``'s ``on_training_start``),
-which reads the stop event and marks the start in one step under the lock the signal
-watcher takes to set the event and choose its line, so that the line of the first
-signal ("training has not started", or "saving a checkpoint") is what the trainer
-does.  A second signal ends the process at once with exit status 130, after one line on
-stderr naming the last checkpoint complete on disk (``last_good_checkpoint``);
-nothing is saved, so nothing is half written by it.  Once the trainer has returned
-(the ``with`` block ended without an error: its checkpoint saved), SIGINT and
-SIGTERM are ignored until the process ends, with exit status 0 (or 141, below); once
-it has failed (the block ended with an error), they are ignored as well, so that the
-error stays the last line printed and its exit status (1) the process's.
-
-The signals are watched by a thread that reads the signal wake-up descriptor
-(``signal.set_wakeup_fd``): a Python signal handler runs only when the main
-thread comes back from TensorFlow, up to a whole loop of steps later, and two
-signals that come meanwhile would be seen as one.
-
-A standard output that was closed (``| head``, or ``| tee`` that Ctrl-C ended) is
-a stop request too: standard output is pointed at /dev/null, so that no later
-line fails, the trainer saves as for a signal, and the program ends with one
-line on stderr (``closed_line``) and exit status 141 (``process.STDOUT_CLOSED``).
-So is one that cannot be written (a full disk, EIO): the same, with the error's
-line and status 1 (``stdout_lost``, ``stdout_status``).
+The first request sets the stop event: the trainer finishes the steps under way,
+saves and returns (before training started: stops, nothing trained).  A second
+signal ends the process at once (status 130) after one line naming the last complete
+checkpoint.  Once the trainer returned or failed, signals are ignored, so that its
+last line and status (0, 1, 141) stay the process's.  The signals are read by a
+thread from the wake-up descriptor (``signal.set_wakeup_fd``): a Python handler runs
+only when the main thread comes back from TensorFlow, and two signals meanwhile would
+be seen as one.  A closed standard output is pointed at /dev/null, so no later write
+fails; the run ends with one line on stderr and status 141 (a failed write: 1).
 """
 
 from __future__ import annotations
@@ -46,9 +29,8 @@ INTERRUPTED = 130
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def last_good_checkpoint(directory: str) -> str | None:
-    """The newest complete checkpoint of ``directory`` whose save is over (it has no
-    ``model.ckpt-<step>_temp/`` folder: TensorFlow removes it after writing the
-    ``.index`` file last) and that is the run's (``_the_runs``), or None."""
+    """The newest complete checkpoint of ``directory`` whose save is over (no
+    ``model.ckpt-<step>_temp/`` left) and that is the run's (``_the_runs``), or None."""
     complete = layout.find(directory)
     # Listed after the checkpoints: a save that ends in between is over, and complete.
     saving = {int(m[1]) for m in map(layout.TEMP_DIR.fullmatch,
@@ -59,10 +41,8 @@ def last_good_checkpoint(directory: str) -> str | None:
 
 def _the_runs(directory: str, checkpoint: layout.Checkpoint) -> bool:
     """Whether ``checkpoint`` is one the run restored or saved, not a newer one that did
-    not restore, left in place (``resume``): the trainer rewrote the state file to name
-    the one it restored, and rewrites it after each save.  A checkpoint newer than the
-    one the state file names is the run's only if saved since the file was written (the
-    save just done, before the file is rewritten)."""
+    not restore: newer than the state file names, it is the run's only if saved since
+    that file was written (the save just done)."""
     named, _ = layout.named_step(directory, {checkpoint.step})
     if named is None or checkpoint.step <= named:
         return True
@@ -74,20 +54,17 @@ def _the_runs(directory: str, checkpoint: layout.Checkpoint) -> bool:
 
 
 class StopRequests:
-    """The stop requests of a training run in ``train_dir``, while in its ``with`` block.
+    """The stop requests of a training run in ``train_dir``, in its ``with`` block
+    (entered in the main thread; left, it leaves SIGINT and SIGTERM ignored).
 
-    ``event`` is set by the first SIGINT or SIGTERM and when standard output is
-    closed; ``training_starts`` is the trainer's ``on_training_start``; ``print``
-    writes a line to standard output, and notices there that it was closed.  Enter
-    it in the main thread (signal handlers are set there).  Left, with or without an
-    error, it leaves SIGINT and SIGTERM ignored: the program that entered it ends
-    (an in-process caller puts its handlers back itself).
+    ``event`` is set by the first signal or a closed standard output;
+    ``training_starts`` is the trainer's ``on_training_start``; ``print`` writes a
+    line to standard output and notices there that it was closed.
     """
 
     def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
                  task: str | None = None):
-        """``task``: this worker's name in a multi-worker run where it is not the chief
-        ('worker 1'), which saves no checkpoint; None for the chief."""
+        """``task``: this worker's name ('worker 1') where it is not the chief."""
         self.program, self.train_dir, self.task = program, train_dir, task
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
@@ -100,37 +77,23 @@ class StopRequests:
         self._watcher = _SignalWatcher(self._signal)
 
     def __enter__(self) -> "StopRequests":
-        # The Python handler runs later, in the main thread, and only makes sure the
-        # event is set (without the lock: it may run inside training_starts, which
-        # holds it); each signal is counted and answered by the watcher's thread.
+        # The Python handler only sets the event (without the lock: it may run inside
+        # training_starts); the watcher's thread counts and answers each signal.
         self._watcher.start(lambda *_: self.event.set())
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        # Training returned (its checkpoint is saved: the stop asked for, or the run
-        # complete) or failed (its error is on its way to the one line that says it):
-        # either way only the process's end is left.  A signal from then on is ignored,
-        # so that the status stays the one promised (0, or the error's 1) and the last
-        # line the one that says how it ended: the previous handlers would make it an
-        # interrupt (a KeyboardInterrupt in the error's way out, or in TensorFlow's
-        # clean-up: a traceback), and Python's own end puts back the default action
-        # (killed, 143) while TensorFlow is still torn down.  Ignored (SIG_IGN), the
-        # signals stay ignored through that end.  (``StoppedBeforeTraining``, a stop
-        # request that came before training, is that signal's answer: status 130.)
+        # Training returned (saved) or failed (its error is on its way out): a signal
+        # from here on would turn that end into an interrupt or a traceback, and
+        # Python's own end restores the default action (killed) while TensorFlow is
+        # torn down.  SIG_IGN stays through that end.
         self._watcher.ignore_signals()
 
     def training_starts(self) -> bool:
         """Marks that training starts now, unless a stop was asked for already;
-        returns whether one was (then training does not start).
-
-        The event is read and the mark made under the lock that the first signal
-        takes to set the event and read the mark: a signal is either before (the
-        trainer sees the event and stops with nothing trained; the line says
-        training has not started) or after (the trainer trains its first loop and
-        saves; the line promises that).  A Python handler's ``event.set`` that
-        comes first is read here as a stop, and its signal's line, which comes
-        after, finds no mark.
-        """
+        returns whether one was.  Under the lock the first signal takes to set the
+        event and read the mark, so that its line ("training has not started", or
+        "saving a checkpoint") is what the trainer does."""
         with self._lock:
             asked = self.event.is_set()
             self.training_started = not asked
@@ -149,20 +112,18 @@ class StopRequests:
 
     @property
     def stdout_status(self) -> int:
-        """The exit status of a run stopped by its standard output: a closed pipe's
-        (``process.STDOUT_CLOSED``), or an error's (1) where a write failed."""
+        """A closed pipe's status (``process.STDOUT_CLOSED``), or 1 where a write failed."""
         return 1 if self.stdout_error else process.STDOUT_CLOSED
 
     def stdout_lost(self) -> str:
-        """What happened to standard output, for the run's last line: 'standard output
-        was closed', or 'error: cannot write to standard output (<cause>)'."""
+        """'standard output was closed', or 'error: cannot write to standard output (...)'."""
         if self.stdout_error:
             return f"error: {process.stdout_error_said(self.stdout_error)}"
         return "standard output was closed"
 
     def closed_line(self, ended: str) -> str:
-        """The last line of a run whose standard output was closed or failed, ``ended``
-        being the first line of its summary ('Stopped at step 110; saved ...')."""
+        """The last line of a run whose standard output went away; ``ended``: the first
+        line of its summary ('Stopped at step 110; saved ...')."""
         return f"{self.program}: {self.stdout_lost()}; {ended[:1].lower()}{ended[1:]}"
 
     def say(self, line: str) -> None:
@@ -204,8 +165,7 @@ class StopRequests:
 
 
 def _last_checkpoint_said(train_dir: str, task: str | None) -> str:
-    """What the line of a second signal says of the checkpoints of ``train_dir``, on
-    the chief (``task`` None) or on another worker (``task``), which saves none."""
+    """What a second signal's line says of the checkpoints of ``train_dir``."""
     if task:
         return f"this is {task}: the chief saves the checkpoints in {train_dir}"
     try:
@@ -216,9 +176,8 @@ def _last_checkpoint_said(train_dir: str, task: str | None) -> str:
 
 
 class _SignalWatcher:
-    """SIGINT and SIGTERM passed to ``on_signal``, each as it comes, by a thread that
-    reads the signal wake-up descriptor (``signal.set_wakeup_fd``), not by a Python
-    handler (see the module's docstring)."""
+    """SIGINT and SIGTERM passed to ``on_signal`` as they come, by a thread that reads
+    the wake-up descriptor (see the module's docstring)."""
 
     def __init__(self, on_signal: Callable[[signal.Signals], None]):
         self._on_signal = on_signal

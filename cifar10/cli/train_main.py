@@ -10,11 +10,11 @@ output (exit status 141).  Examples:
 
 # This file is intentionally short: it parses flags and calls
 # cifar10.training.controller.train, where the work is, with the stop requests of
-# cifar10.cli.stopping (signals, a closed standard output) and its mark of where
-# training starts (on_training_start).
+# cifar10.cli.stopping (signals, a closed standard output).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from absl import app
@@ -25,10 +25,8 @@ from cifar10.core.config import TrainConfig
 from cifar10.distribute import cluster
 from cifar10.cli import flags as cifar10_flags
 from cifar10.data import getdata
-from cifar10.cli import kind_of_data
 from cifar10.cli import outdirs
-from cifar10.cli import suggestions
-from cifar10.cli import writable
+from cifar10.cli import run_data
 from cifar10.cli import process
 from cifar10.runs import layout
 
@@ -56,9 +54,12 @@ def main(argv: list[str]) -> None:
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
                            data.class_names(batches_dir))
     is_chief, task = devices.worker_role(strategy)
+    # (The other workers of a job write nothing in --train_dir.)
+    claimed = (outdirs.claimed("train_dir", FLAGS.train_dir, PROGRAM) if is_chief
+               else contextlib.nullcontext())
     try:
-        with stopping.StopRequests(PROGRAM, FLAGS.train_dir,
-                                   task=None if is_chief else task) as stop:
+        with claimed, stopping.StopRequests(PROGRAM, FLAGS.train_dir,
+                                            task=None if is_chief else task) as stop:
             result = controller.train(config, strategy, train_data, stop_event=stop.event,
                                       print_fn=stop.print, invocation=_invocation(batches_dir),
                                       on_training_start=stop.training_starts)
@@ -72,9 +73,8 @@ def main(argv: list[str]) -> None:
 
 
 def _data(no_download: str) -> tuple[str, dict[str, int]]:
-    """The data (``getdata.prepare``), found (downloaded if need be, unless
-    ``no_download`` says why not) and checked before TensorFlow loads, so that a data
-    mistake is answered at once; under srun by each node's first task."""
+    """The data (``getdata.prepare``), found or downloaded and checked before TensorFlow
+    loads; under srun by each node's first task."""
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
@@ -83,9 +83,8 @@ def _data(no_download: str) -> tuple[str, dict[str, int]]:
 
 
 def _strategy():
-    """The run's distribution strategy, with the warnings of a precision its devices
-    only emulate.  --num_gpus left at its default: one replica per GPU Slurm gave the
-    task under srun, else one replica, on the CPU without a warning if need be."""
+    """The run's distribution strategy (--num_gpus unset: Slurm's GPUs under srun, else
+    one replica), with the warnings of an emulated precision."""
     from cifar10.distribute import devices
 
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
@@ -100,11 +99,9 @@ def _strategy():
 
 
 def _close(result, stop) -> None:
-    """The run's closing lines (``result.summary``: none where train said the run was
-    already complete), through ``stop`` (``stopping.StopRequests``, which from here on
-    ignores a signal: the run is saved); where standard output was closed, the first
-    of them on stderr instead, and the exit status of a closed pipe."""
-    summary = (result.summary(suggestions.eval_dir_to_suggest(FLAGS.train_dir))
+    """The run's closing lines through ``stop``; where standard output was closed, the
+    first of them on stderr instead, and a closed pipe's exit status."""
+    summary = (result.summary(outdirs.eval_dir_for(FLAGS.train_dir))
                if result.steps_run else [])
     for line in summary:
         stop.print(line)
@@ -115,28 +112,24 @@ def _close(result, stop) -> None:
 
 
 def _refuse_before_tensorflow() -> str:
-    """What this start cannot do, refused before TensorFlow loads (which takes seconds)
-    and reads TF_CONFIG itself; returns the error for a download the run's data rules
-    out (``kind_of_data.download_refusal``; '' when there is none)."""
+    """What this start cannot do, refused before TensorFlow loads; returns the error for
+    a download the run's data rules out (``run_data.download_refusal``, or '')."""
     kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
-                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
-    outdirs.refuse_output_as_data_dir("train_dir", FLAGS.train_dir, FLAGS.data_dir)
-    outdirs.refuse_foreign_train_dir(FLAGS.train_dir)
-    writable.refuse_unwritable("train_dir", FLAGS.train_dir)
-    outdirs.refuse_run_as_data_dir(FLAGS.data_dir)
+                                      2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
+    outdirs.refuse_unless_own("train_dir", FLAGS.train_dir, PROGRAM)
+    outdirs.refuse_as_data_dir(FLAGS.data_dir, FLAGS.train_dir)
     if kind != "multi_worker":  # (a job's chief takes the lock once all its workers are up)
         layout.refuse_if_held(FLAGS.train_dir)  # before anything else is said or fetched
     if FLAGS.fresh_start:
         cluster.refuse_fresh_start(kind, FLAGS.train_dir)
         return ""
-    kind_of_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
-    return kind_of_data.download_refusal(FLAGS, FLAGS.train_dir)
+    run_data.refuse_other_kind_of_data(FLAGS, FLAGS.train_dir)
+    return run_data.download_refusal(FLAGS, FLAGS.train_dir)
 
 
 def _invocation(batches_dir: str):
-    """What the run records of this program: its command line and flags (per start,
-    in train_dir), and settings TensorBoard shows with the run's config."""
+    """The command line, flags and settings the run records."""
     from cifar10.training.controller import Invocation
 
     return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
