@@ -1,9 +1,5 @@
-"""The tutorial's local response normalization (norm1, norm2) from TensorFlow's ops.
-
-``reference_lrn`` is ``tf.nn.lrn``; ``fast_lrn`` computes the same function from ops
-that run faster on a CPU, and is what the model uses where the compiled kernels
-(``kernels.layers``) are not: on GPUs, under XLA, in exported models, in the evaluator.
-"""
+"""The tutorial's local response normalization from TensorFlow's ops: ``reference_lrn``
+(``tf.nn.lrn``) and ``fast_lrn``, the model's where the compiled kernels are not."""
 
 from __future__ import annotations
 
@@ -22,12 +18,9 @@ def reference_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
 
 
 def fast_lrn(x: tf.Tensor, dtype: tf.DType | None = None) -> tf.Tensor:
-    """``reference_lrn`` from ops that oneDNN runs fast (forward and backward about a
-    third of ``tf.nn.lrn``'s time on a CPU, where it falls back to Eigen): the window's
-    sum of squares is one banded matmul, d^-0.75 is rsqrt(d) * rsqrt(sqrt(d)), and the
-    gradient is written out.  In float32 whatever the input (a float16 sum of squares
-    can overflow); the output in ``dtype`` (default: the input's).
-    """
+    """``reference_lrn`` from ops that oneDNN runs fast: the window's sum of squares is
+    one banded matmul, and the gradient is written out.  In float32 whatever the input (a
+    float16 sum of squares can overflow); the output in ``dtype`` (default: the input's)."""
     return tf.cast(_lrn_float32(tf.cast(x, tf.float32)), dtype or x.dtype)
 
 

@@ -5,8 +5,7 @@ each layer computes in (``stage_dtypes``).
     conv2 (5x5x64x64, ReLU) -> norm2 (LRN) -> pool2 (3x3/2)
     local3 (2304->384, ReLU) -> local4 (384->192, ReLU) -> softmax_linear (192->10)
 
-1,068,298 parameters, named by scope as in the original (``conv1/weights``, ...), also
-in a ``tf.train.Checkpoint(model=model)``.  The model reads no flags.
+1,068,298 parameters, named by scope as in the original (``conv1/weights``, ...).
 """
 
 from __future__ import annotations
@@ -22,21 +21,15 @@ from cifar10.lrn import fast_lrn
 STAGES = ("conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local4",
           "softmax_linear")
 
-# The stages that stay float32 under bfloat16 (measurements: docs/performance.md,
-# "Precision per layer"): conv1 gains nothing with 3 input channels but where the
-# compiled pool1 reads its bfloat16 output on a CPU with AMX; max pooling's gradient
-# is inexact in bfloat16 where windows overlap; there is no bfloat16 LRN kernel and
-# the float32 one was faster.
+# The stages that stay float32 under bfloat16 (docs/performance.md, "Precision per
+# layer"): max pooling's gradient is inexact in bfloat16 where windows overlap, and
+# conv1 and LRN gain nothing (conv1 does beside the compiled pool1 on a CPU with AMX).
 BFLOAT16_IN_FLOAT32 = {"conv1", "pool1", "norm1", "norm2", "pool2"}
 
 
 def stage_dtypes(compute_dtype: tf.DType, relu_pool: bool = False) -> dict[str, tf.DType]:
-    """{stage: the dtype its input is cast to and it computes in} for a compute type.
-
-    float32 and float16 run every stage in that type (float16's LRN computes in float32
-    inside ``fast_lrn``); bfloat16 keeps ``BFLOAT16_IN_FLOAT32`` in float32, but conv1
-    where ``relu_pool`` (the compiled pool1) follows it on a CPU with AMX.
-    """
+    """{stage: the dtype it computes in}: every stage in ``compute_dtype``, but under
+    bfloat16 ``BFLOAT16_IN_FLOAT32`` (conv1 not where ``relu_pool`` follows it with AMX)."""
     compute_dtype = tf.as_dtype(compute_dtype)
     dtypes = dict.fromkeys(STAGES, compute_dtype)
     if compute_dtype == tf.bfloat16:
@@ -73,17 +66,14 @@ class Model(tf.Module):
     """The CIFAR-10 tutorial model.
 
     Args:
-      seed: seed of the truncated-normal initialisers.
       compute_dtype: float32, or float16 / bfloat16 for mixed precision (each stage in
         ``stage_dtypes``' type); variables, logits and loss stay float32.
       trainable: False for a copy that holds moving averages.
       lrn: (x, dtype) -> LRN(x) in dtype: ``fast_lrn`` (default), ``reference_lrn`` or
-        the compiled ``kernels.layers.compiled_lrn``; all compute the same function.
+        ``kernels.layers.compiled_lrn``; all compute the same function.
       relu_pool, relu_lrn: None (TensorFlow's ops), or the compiled kernels
         (z, bias, dtype) -> max_pool(relu(z + bias)) and LRN(relu(z + bias)): conv1
-        (conv2) is then the convolution alone and pool1 (norm2) adds its bias and
-        takes the ReLU, in float32 -- the same function.
-      num_classes: the logits, one per class (only the last layer's shape).
+        (conv2) is then the convolution alone.
     """
 
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
@@ -113,12 +103,8 @@ class Model(tf.Module):
         return [v for layer in self.layers for v in (layer.weights, layer.biases)]
 
     def stages(self) -> list[tuple[str, Callable[[tf.Tensor], tf.Tensor]]]:
-        """The model's steps in ``STAGES`` order: (name, function of the previous output).
-
-        Each casts its input to its own ``stage_dtypes`` type, but LRN, which computes
-        in float32 and hands on in the next stage's type, and a fused pool1 or norm2,
-        which read the convolution's output as it comes.
-        """
+        """(name, function of the previous output) in ``STAGES`` order; each casts its
+        input to its ``stage_dtypes`` type, but LRN and a fused pool1 or norm2."""
         dtypes = self.stage_dtypes
 
         def cast(layer, *tensors):
@@ -186,12 +172,8 @@ class Model(tf.Module):
 
     def loss(self, logits: tf.Tensor, labels: tf.Tensor, global_batch: int | None = None,
              num_replicas: int = 1) -> LossParts:
-        """Mean cross-entropy of the (global) batch plus the weight decay.
-
-        A replica of a synchronous step passes the global batch and the number of
-        replicas: the replicas' ``total``s then sum to that loss, so that summing their
-        gradients gives its gradient.
-        """
+        """Mean cross-entropy of the (global) batch plus the weight decay; with the
+        number of replicas, the replicas' ``total``s sum to that loss."""
         xent = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32)))
         xent /= tf.cast(global_batch or tf.shape(labels)[0], tf.float32)
@@ -201,12 +183,8 @@ class Model(tf.Module):
 
 @tf.custom_gradient
 def _add_bias(y: tf.Tensor, bias: tf.Tensor):
-    """``y + bias``, whose bias gradient is a matmul of a row of ones.
-
-    Not tf.nn.bias_add, whose gradient oneDNN fuses into a slower
-    Conv2DBackpropFilterWithBias; and a matmul, faster than Eigen's sum over the batch
-    (docs/performance.md).  The forward ``+`` still fuses with the conv and its ReLU.
-    """
+    """``y + bias``, whose bias gradient is a matmul of a row of ones: faster than
+    tf.nn.bias_add's (which oneDNN fuses into a slower Conv2DBackpropFilterWithBias)."""
     def grad(upstream):
         rows = tf.reshape(upstream, [-1, upstream.shape[-1]])
         ones = tf.ones([1, tf.shape(rows)[0]], rows.dtype)

@@ -1,6 +1,5 @@
-"""The evaluator's pictures as PNG bytes, each with its title as ``Title`` metadata: the
-confusion matrix as a heat map, and a grid of misclassified test images.  Drawn with
-matplotlib's Agg backend (no screen), which only the evaluator imports."""
+"""The evaluator's pictures as PNG bytes, titled (also as ``Title`` metadata): the
+confusion matrix and a grid of misclassified images; matplotlib, the evaluator's alone."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ GRID_LABEL_WIDTH = 24
 
 
 def grid_label(true: str, predicted: str) -> str:
-    """``true →`` over ``predicted``, each broken into lines of ``GRID_LABEL_WIDTH``
-    characters, so that a long name does not run into the next image's label."""
+    """``true →`` over ``predicted``, each broken into lines of ``GRID_LABEL_WIDTH``."""
     def lines(name: str) -> list[str]:
         return textwrap.wrap(name, GRID_LABEL_WIDTH, break_on_hyphens=False) or [name]
 
@@ -82,9 +80,8 @@ _glyphs_said: set[str] = set()  # the characters a warning has named in this pro
 
 
 def _png(fig: figure.Figure, title: str) -> bytes:
-    """The figure, titled, laid out and widened to its title, as PNG bytes.  Matplotlib's
-    warnings of characters its font lacks (class names in Chinese, say) become one
-    warning of the program's, once per character; other warnings pass."""
+    """The figure, titled and widened to its title, as PNG bytes.  Matplotlib's warnings
+    of characters its font lacks become one warning of ours, once per character."""
     out = io.BytesIO()
     heading = fig.suptitle(title, fontsize=10)
     with warnings.catch_warnings(record=True) as caught:
@@ -112,11 +109,7 @@ def _png(fig: figure.Figure, title: str) -> bytes:
 
 def write_new(directory: str, stem: str, png: bytes) -> str:
     """Writes ``png`` as ``<stem>.png`` in ``directory``, or ``<stem>-2.png`` ... where
-    that name is taken (a file is never replaced); returns the path.
-
-    Raises:
-      OSError: the file cannot be written (what was written of it is removed).
-    """
+    that name is taken; returns the path.  OSError: nothing of it is left."""
     n = 1
     while True:
         path = os.path.join(directory, f"{stem}.png" if n == 1 else f"{stem}-{n}.png")

@@ -30,15 +30,10 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
              flags_text: str | None = None, command: Sequence[str] = ()) -> list[EvalResult]:
     """Scores checkpoints of ``config.checkpoint_dir``; returns this call's results.
 
-    With ``run_once`` (or ``checkpoint``), scores the newest checkpoint that reads (or
-    that one).  Otherwise polls: each new checkpoint once (the newest where several
-    came), ``eval_interval_secs`` apart, until the run is complete and its final
-    checkpoint scored, ``eval_timeout`` passes without a new one, or ``should_stop()``.
-    ``eval_dir`` is never wiped; one this call made goes if it fails before a result.
-
-    Raises:
-      Cifar10Error: nothing was scored and nothing is left to score; and
-        ``scoring.evaluate_checkpoint``'s and ``recording.record``'s errors.
+    With ``run_once`` (or ``checkpoint``), the newest checkpoint that reads (or that one).
+    Otherwise polls: each new checkpoint once, ``eval_interval_secs`` apart, until the
+    run's final checkpoint is scored, ``eval_timeout`` passes without a new one, or
+    ``should_stop()``.  An ``eval_dir`` this call made goes if it fails before a result.
     """
     compute_dtype(config)
     created = not os.path.lexists(config.eval_dir)
@@ -82,9 +77,8 @@ def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
     return result
 
 
-# Not tf.train.checkpoints_iterator, which goes by the state file and names alone: this
-# also scores a new run's same-named checkpoint, skips an unreadable one once (and scores
-# the newest older one that reads), remembers across restarts and stops at the run's end.
+# Not tf.train.checkpoints_iterator, which goes by names alone: this also scores a new
+# run's same-named checkpoint, skips an unreadable one and remembers across restarts.
 class _Poller:
     """The polling loop of one ``evaluate`` call and what it remembers."""
 
@@ -111,8 +105,7 @@ class _Poller:
 
     def _score(self, checkpoint: str) -> None:
         """Scores ``checkpoint``, or the newest once ``eval_interval_secs`` have passed
-        since the last evaluation started; one that does not read is skipped once, and
-        is no evaluation for the interval."""
+        since the last evaluation started; one that does not read is skipped once."""
         self.said_waiting = False
         self.last_new = self.clock()
         if self.last_start is not None:
@@ -177,8 +170,7 @@ class _Poller:
         return False
 
     def _refuse_if_nothing_scored(self, found: list) -> None:
-        """Raises where this call scored nothing and no checkpoint that reads is left:
-        none appeared, or --run_once's error naming each that does not read."""
+        """Raises where this call scored nothing and no checkpoint that reads is left."""
         checkpoint_dir = self.config.checkpoint_dir
         if self.results or self._candidate():
             return

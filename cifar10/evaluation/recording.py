@@ -1,10 +1,6 @@
-"""A checkpoint's score recorded in ``eval_dir`` and printed: TensorBoard scalars
-(precision @ 1, each class's recall and precision), PR curves and pictures, the
-pictures as PNG files, a line of ``results.jsonl`` (which also says which checkpoints
-are scored, across restarts), and the lines printed.  Nothing in ``eval_dir`` is
-overwritten.  TensorFlow loads only to record: the programs read results.jsonl
-before it loads.
-"""
+"""A checkpoint's score recorded in ``eval_dir`` (summaries, PNG files, a line of
+``results.jsonl``, which also says what is scored) and printed.  Nothing in ``eval_dir``
+is overwritten; TensorFlow loads only to record."""
 
 from __future__ import annotations
 
@@ -31,11 +27,7 @@ SETTINGS = ("weights", "eval_data", "num_examples", "compute_dtype")
 
 def record(result: EvalResult, eval_dir: str, writer) -> None:
     """Writes the summaries and pictures at the checkpoint's step, and appends the
-    result to results.jsonl.
-
-    Raises:
-      Cifar10Error: ``eval_dir`` or its files cannot be written.
-    """
+    result to results.jsonl; Cifar10Error where they cannot be written."""
     import tensorflow as tf
 
     try:
@@ -50,9 +42,8 @@ def record(result: EvalResult, eval_dir: str, writer) -> None:
 
 
 def _append(path: str, line: bytes) -> None:
-    """Appends ``line`` in one write under a lock (``lockf``, which NFS honours too), so
-    that evaluators sharing an --eval_dir lose no line; after a line break where a
-    crash cut the last line short."""
+    """Appends ``line`` in one write under a lock (``lockf``: NFS honours it too), after
+    a line break where a crash cut the last line short."""
     with open(path, "a+b") as f:
         fcntl.lockf(f, fcntl.LOCK_EX)  # released as the file closes
         end = f.seek(0, os.SEEK_END)
@@ -62,10 +53,8 @@ def _append(path: str, line: bytes) -> None:
 
 
 def lines(result: EvalResult, table: bool = False) -> list[str]:
-    """The lines printed: the original's precision line, with the step, checkpoint and
-    examples it scored; why there is no grid of misclassified images where none was
-    wrong; with ``table``, each class's figures and (up to 20 classes) the confusion
-    matrix."""
+    """The lines printed: the original's precision line, with what it scored; why there
+    is no grid of misclassified images; with ``table``, ``class_table``."""
     printed = ["%s: precision @ 1 = %.3f (step %d, %s, %d %sexamples, %s weights)%s" % (
         datetime.datetime.now(), result.precision, result.step,
         os.path.basename(result.checkpoint), result.examples,
@@ -105,9 +94,8 @@ def _width(text: str) -> int:
 
 
 def _summaries(tf, result: EvalResult, eval_dir: str) -> None:
-    """Precision @ 1; each class's recall and precision (``per_class/<figure>/<class>``,
-    where the figure exists) and PR curve (``pr_curve/<class>``); the confusion matrix
-    as a heat map and the misclassified images as a grid, also as PNG files."""
+    """Precision @ 1; each class's recall, precision and PR curve; the confusion matrix
+    and the misclassified images as pictures, also as PNG files."""
     tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
     for figures in result.per_class:
         for kind in ("recall", "precision"):
@@ -174,11 +162,7 @@ def settings_of(record: dict) -> tuple:
 
 def _read(eval_dir: str, get: Callable[[dict], object]) -> tuple[list, int]:
     """(``get`` of each line of results.jsonl that it takes, how many non-blank lines it
-    does not: cut short by a crash, not UTF-8, not ours); nothing without the file.
-
-    Raises:
-      OSError: the file is there but cannot be read.
-    """
+    does not); nothing without the file; OSError where it cannot be read."""
     found, failed = [], 0
     try:
         with open(os.path.join(eval_dir, RESULTS_FILE), "rb") as f:
@@ -194,11 +178,7 @@ def _read(eval_dir: str, get: Callable[[dict], object]) -> tuple[list, int]:
 
 def scored_checkpoints(eval_dir: str) -> set[str]:
     """Keys (``result_key``) of the results in ``eval_dir``; one warning counts the lines
-    that do not read, whose checkpoints are scored again.
-
-    Raises:
-      Cifar10Error: the file is there but cannot be read.
-    """
+    that do not read, whose checkpoints are scored again."""
     path = os.path.join(eval_dir, RESULTS_FILE)
     try:
         keys, damaged = _read(eval_dir, lambda r: result_key(

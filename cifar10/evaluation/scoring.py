@@ -1,8 +1,6 @@
 """One checkpoint scored: precision @ 1 of its moving-average (or raw) weights over
-exactly ``num_examples`` examples, the confusion matrix, each class's figures, the PR
-curves' histograms and the misclassified images.  A new figure is a field of
-``EvalResult`` computed here (results.jsonl records it) and its summary in ``recording``.
-"""
+``num_examples`` examples, the confusion matrix, each class's figures, the PR curves'
+histograms and the misclassified images (``EvalResult``)."""
 
 from __future__ import annotations
 
@@ -70,10 +68,8 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     """Scores one checkpoint on ``config.num_examples`` examples of the eval files.
 
     Raises:
-      OtherClasses: the run was trained on other classes than ``config.class_names``.
-      UnreadableCheckpoint: the checkpoint cannot be read (that alone).
-      DataError: the eval files could not be read while scoring.
-      Cifar10Error: the device failed or ran out of memory while scoring.
+      OtherClasses, UnreadableCheckpoint (that alone), DataError (the eval files),
+      Cifar10Error (the device failed or ran out of memory).
     """
     start = time.monotonic()
     mtime = checkpoint_mtime_ns(checkpoint)
@@ -135,10 +131,9 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
 
 
 def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
-    """A function: dataset -> (``model``'s confusion matrix on it, int64 [true,
-    predicted]; the histograms of each class's probability over its own examples and
-    over the others', int64 [2, classes, PR_THRESHOLDS]).  One ``Dataset.reduce`` in a
-    ``tf.function``: no Python per batch, no AutoGraph (which needs the source file)."""
+    """A function: dataset -> (the confusion matrix, int64 [true, predicted]; the
+    histograms of each class's probability over its own examples and over the others',
+    int64 [2, classes, PR_THRESHOLDS]).  No AutoGraph, which needs the source file."""
     num_classes = model.num_classes
 
     def add(totals, batch):
@@ -188,8 +183,7 @@ def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
 def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
                   batch_size: int = 128) -> Misclassified:
     """``count`` of the first ``num_examples`` records that ``model`` gets wrong: each
-    class's first, then each one's second, ...; mostly the same from one checkpoint to
-    the next."""
+    class's first, then each one's second, ..."""
     quota = -(-count // model.num_classes)
     found: dict[int, list[tuple[np.ndarray, int]]] = {}
     for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
@@ -219,8 +213,7 @@ def checkpoint_mtime_ns(checkpoint: str) -> int:
 
 
 class OtherClasses(Cifar10Error):
-    """The data holds other classes than the run was trained on; ``what`` says so
-    without the fix, which the program adds."""
+    """The data holds other classes than the run was trained on (``what``: without the fix)."""
 
     def __init__(self, run_dir: str, trained_on: Sequence[str], data_classes: Sequence[str]):
         self.run_dir, self.trained_on = run_dir, tuple(trained_on)

@@ -1,13 +1,6 @@
-"""Compiles the package's C++ kernels for this machine and TensorFlow once, and loads
-their ops (``load``).
-
-The library is built with the system's C++ compiler against the running TensorFlow's
-headers and kept in a cache directory under a name that hashes all the build depends
-on (sources, headers, TensorFlow's flags, the compiler, the CPU's instruction sets), so
-that each machine kind sharing a home directory finds its own.  A build is renamed into
-place whole.  A failed build is one line (``KernelBuildError``), the compiler's first
-error.
-"""
+"""Compiles the package's C++ kernels once for this machine and TensorFlow, and loads
+their ops (``load``).  The library is cached under a name that hashes all the build
+depends on (sources, flags, compiler, CPU), so that each machine kind finds its own."""
 
 from __future__ import annotations
 
@@ -72,15 +65,8 @@ def _run(command: list[str], what: str) -> str:
 
 def library(name: str, native_sources: list[str], tf_sources: list[str]) -> pathlib.Path:
     """The path of the built library ``name``, building it if the cache has none.
-
-    Args:
-      native_sources: files that include no TensorFlow header, compiled for this CPU.
-      tf_sources: files that use TensorFlow's headers, compiled with its flags.
-      (The ``*.h`` files beside them count as sources too.)
-
-    Raises:
-      KernelBuildError: no compiler, a failed compile or link, or an unwritable cache.
-    """
+    ``native_sources`` include no TensorFlow header and are compiled for this CPU;
+    ``tf_sources`` are compiled with TensorFlow's flags."""
     cxx = compiler()
     if cxx is None:
         raise KernelBuildError("no C++ compiler found (install g++, or set CXX)")
@@ -135,11 +121,7 @@ _loading = threading.Lock()
 
 @tf.autograph.experimental.do_not_convert  # called as the ops' functions are traced
 def load():
-    """The compiled ops' module, built on first use (once per process).
-
-    Raises:
-      KernelBuildError: it cannot be built or loaded here.
-    """
+    """The compiled ops' module, built on first use; KernelBuildError where it cannot be."""
     with _loading:  # MirroredStrategy traces its replicas in threads of their own
         if not _loaded:
             path = None

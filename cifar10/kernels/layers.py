@@ -1,16 +1,6 @@
-"""The compiled kernels as the model's layer functions, and a run's choice between them
-and TensorFlow's ops (``choose``).
-
-- ``compiled_lrn``: LRN in one pass each way (``lrn.fast_lrn`` takes a dozen);
-- ``compiled_bias_relu_lrn``: the same after conv2's bias and ReLU;
-- ``compiled_relu_pool``: conv1's bias and ReLU with pool1: the pooled maxima of the
-  convolution's output, then the bias and ReLU (the same values to the bit, a quarter
-  of the work), the gradient in one pass.
-
-Each computes in float32 and reads and writes float32 and bfloat16 itself (under
-``--use_bf16`` no cast pass around it).  CPUs only, and XLA cannot compile them;
-exported models and the evaluator use TensorFlow's ops.  Timings: docs/performance.md.
-"""
+"""The compiled kernels as the model's layer functions (each computes in float32 and
+reads and writes float32 and bfloat16 itself), and a run's choice between them and
+TensorFlow's ops (``choose``).  CPUs only; XLA cannot compile them."""
 
 from __future__ import annotations
 
@@ -69,9 +59,8 @@ def compiled_bias_relu_lrn(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType | None
 
 def compiled_relu_pool(z: tf.Tensor, bias: tf.Tensor, dtype: tf.DType | None = None
                        ) -> tf.Tensor:
-    """``max_pool2d(relu(z + bias), 3, 2, 'SAME')`` of a convolution's output z
-    [batch, rows, columns, channels], the bias added in float32; the gradient summed in
-    float32 and rounded once to z's type."""
+    """``max_pool2d(relu(z + bias), 3, 2, 'SAME')`` of a convolution's output z, pooled
+    before the bias and ReLU (the same to the bit); the gradient rounded once to z's type."""
     def kernel(z, bias, out):
         ops = build.load()
 
@@ -102,15 +91,9 @@ def tensorflow_ops(reason: str) -> KernelChoice:
 
 
 def choose(kernels: str, device_names: Sequence[str], xla: bool) -> KernelChoice:
-    """The layer functions of a run whose replicas are on ``device_names``.
-
-    Args:
-      kernels: 'auto' (the compiled kernels where they can run and be built, else
-        TensorFlow's ops), 'compiled' (the kernels, or an error) or 'tensorflow'.
-
-    Raises:
-      Cifar10Error: 'compiled' where they cannot run or be built; an unknown choice.
-    """
+    """The layer functions of a run whose replicas are on ``device_names``; ``kernels``:
+    'auto' (the compiled ones where they can run, else TensorFlow's ops), 'compiled'
+    (or an error) or 'tensorflow'."""
     if kernels not in KERNEL_CHOICES:
         raise Cifar10Error(f"--kernels must be one of {', '.join(KERNEL_CHOICES)}, "
                            f"got {kernels!r}")

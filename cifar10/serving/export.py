@@ -1,11 +1,7 @@
-"""A trained model as a SavedModel for TensorFlow Serving (and TFLite), in the version
-folder ``<export_dir>/<step>/`` that Serving polls, its preprocessing cifar10-predict's
-in the graph.  Signatures: ``serving_default`` takes encoded images (tf.string: PNG,
-JPEG, GIF or BMP, decoded by ``data.images.decode_image``, which refuses what
-cifar10-predict refuses); ``predict_images`` decoded RGB images float32 [N, H, W, 3]
-(also ``model.tflite``'s).  Both give ``probabilities`` [N, C], ``classes`` and
-``class_names`` [N]; no images give empty outputs.
-"""
+"""A trained model as a SavedModel (and TFLite) in ``<export_dir>/<step>/``, with
+cifar10-predict's preprocessing.  ``serving_default`` takes encoded images (tf.string),
+``predict_images`` RGB float32 [N, H, W, 3] (as ``model.tflite``); both give
+``probabilities`` [N, C], ``classes`` and ``class_names`` [N]."""
 
 from __future__ import annotations
 
@@ -61,14 +57,9 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
            tflite: bool = False, print_fn=print) -> str:
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
 
-    Written under a scratch name and renamed when complete (``atomic.new_folder``); an
-    earlier export replaced (``overwrite``) moves aside until the new one is in, so
-    that one whole export is always there.  A failure removes what this made; a killed
-    export's scratch folders are removed by the next (one line says so).
-
-    Raises:
-      Cifar10Error: the checkpoint cannot be read; the version folder exists and may
-        not be replaced (``_refuse_to_replace``); ``export_dir`` cannot be written.
+    Written under a scratch name and renamed when complete; an export replaced
+    (``overwrite``) moves aside until the new one is in.  A failure removes what this
+    made; a killed export's scratch folders are removed by the next.
     """
     model, step = checkpoints.read_model(checkpoint, weights)
     removed = atomic.remove_leftovers(export_dir)

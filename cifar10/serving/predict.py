@@ -1,7 +1,5 @@
-"""cifar10-predict's library: class predictions for image files.  An image of any size
-becomes what the evaluator sees: decoded and resized to 32x32 (``data.images``, a
-32x32 image as it is), then ``data.eval_batch``; a test record saved losslessly is
-classified exactly as cifar10-eval classifies it."""
+"""cifar10-predict's library: class predictions for image files, resized to 32x32 and
+then fed as the evaluator's (a test record saved losslessly is classified as in eval)."""
 
 from __future__ import annotations
 
@@ -39,12 +37,8 @@ class Failure:
 
 
 def make_classifier(model: Model, num_classes: int = ff.NUM_CLASSES):
-    """A function: uint8 images [N, 32, 32, 3] -> float32 probabilities [N, num_classes],
-    the softmax of the first ``num_classes`` logits (a run of fewer classes).
-
-    No images give [0, num_classes] without running the model: oneDNN's convolution
-    passes an empty batch on with the input's channels, and the next layer fails.
-    """
+    """A function: uint8 images [N, 32, 32, 3] -> the softmax of the first ``num_classes``
+    logits.  No images give [0, num_classes] without running the model (oneDNN fails)."""
 
     def run(images):
         logits = tf.cast(model(data.eval_batch(images)), tf.float32)
@@ -63,10 +57,8 @@ def predict_files(model: Model, paths: Sequence[str], batch_size: int = 128,
                   top_k: int = 3, num_classes: int = ff.NUM_CLASSES,
                   contents: Mapping[str, bytes] | None = None
                   ) -> Iterator[Prediction | Failure]:
-    """Classifies image files, ``batch_size`` at a time, in the order of ``paths``, each
-    with its ``top_k`` classes; a file that does not decode is a ``Failure`` as soon as
-    met.  The files of ``contents`` (path: bytes; standard input as ``-``) are those bytes.
-    """
+    """Classifies image files in order, ``batch_size`` at a time; a file that does not
+    decode is a ``Failure`` at once.  ``contents``: path -> bytes (standard input: ``-``)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     classify = make_classifier(model, num_classes)

@@ -1,7 +1,5 @@
-"""The controller: ``train`` checks that every worker was started alike, takes the run
-directory (lock, restore), records the start (flags.txt, environment.jsonl, a notice
-per trained setting changed) and runs the loops.  It reads no flags.
-"""
+"""``train``: checks that every worker was started alike, takes the run directory (lock,
+restore), records the start and runs the loops.  It reads no flags."""
 
 from __future__ import annotations
 
@@ -55,21 +53,16 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
           invocation: Invocation | None = None,
           on_training_start: Callable[[], bool] | None = None) -> TrainResult:
     """Trains from the newest checkpoint that restores (``fresh_start``: from step 0)
-    until ``config.max_steps`` or ``stop_event``; saves every ``checkpoint_steps``
-    steps, at the end and when stopped.  Every worker calls it; only the chief writes.
+    until ``config.max_steps`` or ``stop_event``, saving every ``checkpoint_steps``, at the
+    end and when stopped.  Every worker calls it; only the chief writes.
 
     Args:
-      stop_event: set (e.g. by a signal handler) to save and return after the current
-        loop of steps (before training starts: to stop at once).
-      print_fn, on_report: where the lines go; what gets each logged step's figures.
-      invocation: the command line and flags, recorded per start.
-      on_training_start: called where training starts: whether a stop was asked for,
-        read in one step with the caller's mark that training started.
+      stop_event: set to save and return after the current loop (before training: at once).
+      on_report: gets each logged step's figures.
+      on_training_start: called where training starts: whether a stop was asked for.
 
     Raises:
-      StoppedBeforeTraining: a stop before training started, here or on another worker.
-      DivergedError: the loss, or the weights, became NaN or infinite.
-      Cifar10Error: the run directory cannot be used, or training failed.
+      StoppedBeforeTraining, DivergedError, Cifar10Error.
     """
     with op_determinism(config.deterministic), \
             workers.Coordinator(strategy, stop_event) as cluster:
@@ -87,9 +80,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                 workers.check_same_start(cluster, start, run_dir.directory)
             if restored and start >= config.max_steps:
                 return _already_complete(config, cluster, run_dir, restored, print_fn)
-            # A stop asked for by now stops every worker with nothing trained or recorded;
-            # the value read goes into the workers' agreement, so that each stop falls on
-            # one side of the edge.
+            # A stop asked for by now stops every worker with nothing trained or recorded.
             asked = (on_training_start or cluster.stop_event.is_set)()
             with cluster.starting():
                 workers.stop_if_asked_before_training(cluster, asked)

@@ -1,10 +1,6 @@
-"""The step engine: synchronous data-parallel SGD of the tutorial model.
-
-``Trainer`` builds the state and the replicated step (``step``) under a
-``tf.distribute`` strategy, feeds it and runs it in loop functions of up to
-``steps_per_loop`` steps per call into TensorFlow.  The global step counts updates
-done: ``model.ckpt-1000`` holds step 1000, where a resumed run goes on.
-"""
+"""The step engine (``Trainer``): synchronous data-parallel SGD under a ``tf.distribute``
+strategy, up to ``steps_per_loop`` steps per call into TensorFlow.  The global step counts
+updates done: ``model.ckpt-1000`` holds step 1000, where a resumed run goes on."""
 
 from __future__ import annotations
 
@@ -56,9 +52,8 @@ class Trainer:
 
     def dataset(self, train_files: list[str], start_step: int = 0
                 ) -> tf.distribute.DistributedDataset:
-        """The training batches, distributed over the replicas.  Not checkpointed (the
-        shuffle buffer): a resumed run seeds its input with its start step; a
-        ``deterministic`` one rebuilds the first order and skips the batches done."""
+        """The training batches, distributed.  A resumed run seeds its input with its
+        start step; a ``deterministic`` one rebuilds the first order, skipping steps done."""
         cfg = self.config
         if cfg.deterministic:
             seed, skip_steps = cfg.seed % (2**31 - 1), start_step
@@ -80,16 +75,10 @@ class Trainer:
 
     def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False,
                   alone: bool = False) -> tuple[dict[str, tf.Tensor], int]:
-        """Runs ``num_steps`` updates in one call into TensorFlow; with ``with_summaries``
-        the last one writes the training summaries.  The loop stops after a step whose
-        loss says the run diverged (``_diverged``).
-
-        ``alone``: one step in a function without a TensorFlow loop, for the profiler,
-        which takes a traced loop's iterations for its steps and then finds no step mark.
-
-        Returns:
-          (the last step's losses, as ``step``'s; the diverged step, or 0).
-        """
+        """Runs ``num_steps`` updates in one call (the last writes the summaries with
+        ``with_summaries``), stopping after a diverged step; returns (the last step's
+        losses, the diverged step or 0).  ``alone``: one step without a TensorFlow loop,
+        for the profiler (which takes a loop's iterations for its steps)."""
         if alone:
             if num_steps != 1:
                 raise ValueError(f"a step alone is one step, not {num_steps}")
@@ -102,10 +91,9 @@ class Trainer:
 
     def prepare(self, iterator: Iterator, with_summaries: bool = False,
                 alone: bool = False) -> None:
-        """Builds ``run_steps``' function before its first call, so that the call's time
-        is its steps', not the tracing's.  A loop is also set up in TensorFlow's runtime
-        by a call of no steps; a step alone is traced only.  Every worker of a
-        multi-worker run must prepare the same functions in the same order."""
+        """Builds ``run_steps``' function before its first call (a loop by a call of no
+        steps), so that no rate counts the tracing.  Every worker must prepare the same
+        functions in the same order."""
         if (with_summaries, alone) in self._built:
             return
         if alone:
@@ -131,8 +119,7 @@ class Trainer:
             if self._diverged(losses["total_loss"]):
                 diverged = self.state.step.read_value()
                 break
-        # The last step writes the summaries, unless the loop diverged (or has no steps:
-        # ``prepare``'s call).  The scope "/": the tf.cond's own would prefix their tags.
+        # The scope "/": the tf.cond's own would prefix the summaries' tags.
         if with_summaries and num_steps > 0 and diverged == 0:
             with tf.name_scope("/"):
                 losses = self.train_step(iterator, with_summaries=True)

@@ -1,7 +1,5 @@
-"""The loops of a run (``LoopController``) from its start to ``max_steps`` or a stop,
-each ending where the host has work (``loop_end``): progress, checkpoints, the
-profiler's window (``StepWindow``), a stop; a NaN or infinite loss stops the run.
-"""
+"""The loops of a run (``LoopController``), each ending where the host has work
+(``loop_end``): progress, checkpoints, the profiler's window (``StepWindow``), a stop."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ from cifar10.training.progress import ProgressMeter, StepReport
 
 
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
-    """The last step of the loop after step ``done`` of a run that started at ``start``:
-    ``steps_per_loop`` steps on, or sooner where the host has work: the first step, a
-    log line, summaries, a checkpoint, ``max_steps``, each edge of the profile window
-    and each step inside it (a loop of one step, which the trace marks)."""
+    """The last step of the loop after step ``done``: ``steps_per_loop`` steps on, or
+    sooner where the host has work (each step inside the profile window is one loop)."""
     cfg = config
 
     def next_multiple(k):
@@ -58,8 +54,8 @@ class LoopController:
         self.profile = StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
 
     def run(self, files, settings: dict) -> int:
-        """Steps on the batches of ``files`` until ``max_steps`` or a stop; returns the
-        step reached.  ``settings`` are shown in TensorBoard."""
+        """Trains on ``files`` until ``max_steps`` or a stop; returns the step reached.
+        ``settings`` are shown in TensorBoard."""
         cfg, trainer = self.trainer.config, self.trainer
         iterator = None
         try:
@@ -86,16 +82,13 @@ class LoopController:
             raise self.cluster.failure(e, self.done, self.run_dir.saved_path()) from e
         finally:
             self.profile.close()
-            # Stop the input pipeline now, not at some later garbage collection (the
-            # traced step keeps this frame alive).
+            # Stops the input pipeline now (the traced step keeps this frame alive).
             del iterator
         return self.done
 
     def _before_loop(self, iterator, end: int) -> bool:
-        """Builds the loop's step functions with the clock stopped, and starts the
-        profiler where its window begins.  Returns whether the loop is a step alone
-        (inside the window: every worker runs its steps alone, traced or not, and builds
-        the window's functions before the profiler starts)."""
+        """Builds the loop's step functions (all the window's before the profiler starts)
+        with the clock stopped; starts the profiler.  Returns whether it is a step alone."""
         every = self.trainer.config.summary_steps
         alone = self.profile.covers(end)
         kinds = [end % every == 0]
@@ -136,10 +129,8 @@ class LoopController:
 
 class StepWindow:
     """``--profile_steps``: a profiler trace of a window of steps in
-    ``<logdir>/plugins/profile/`` (TensorBoard's Profile tab), each step marked with its
-    number (``marker``).  A profiler that cannot start or save costs the trace, never
-    the run (one warning); ``logdir`` None (a worker that writes nothing) traces nothing.
-    """
+    ``<logdir>/plugins/profile/``.  A profiler that fails costs the trace (a warning), never
+    the run; ``logdir`` None (a worker that writes nothing) traces nothing."""
 
     def __init__(self, window: tuple[int, int] | None, logdir: str | None, start_step: int,
                  print_fn=print):
@@ -200,8 +191,8 @@ class StepWindow:
 
 @contextlib.contextmanager
 def op_determinism(enabled: bool) -> Iterator[None]:
-    """With ``enabled`` (``--deterministic``), TensorFlow's op determinism, which is the
-    process's, for the context's time: left as found, so as not to slow what follows."""
+    """``--deterministic``: TensorFlow's op determinism for the context's time, then left
+    as found."""
     if not enabled:
         yield
         return

@@ -1,6 +1,5 @@
-"""What a training run says of its progress: the clock of its steps (``ProgressMeter``),
-its progress lines (``StepReport``) and its end (``TrainResult``).  Each progress line
-is the original tutorial's, then where the run is (the same on a terminal and in a log):
+"""A run's progress: its clock (``ProgressMeter``), its lines (``StepReport``: the original
+tutorial's, then where the run is) and its end (``TrainResult``):
 
     2026-11-25 10:00:00.000000: step 500, loss = 1.02 (1950.3 examples/sec; 0.066 sec/batch) [step 500/1000000, 0.0%, epoch 1.28, 39h 02m left]
 """
@@ -113,9 +112,8 @@ class TrainResult:
 
 
 class ProgressMeter:
-    """Times a run's steps for its reports (a line, an examples_per_sec summary,
-    ``on_report``) and its figures.  No rate counts building a step function
-    (``clock_stopped``); the time left is the pace since the run's first line."""
+    """Times a run's steps for its reports and figures; no rate counts building a step
+    function (``clock_stopped``)."""
 
     def __init__(self, trainer, start: int, print_fn: Callable[[str], None],
                  on_report: Callable[[StepReport], None] | None = None):
@@ -149,7 +147,7 @@ class ProgressMeter:
 
     def steps_done(self, step: int, count: int, loss: float) -> None:
         """``count`` more steps are done, the last ``step``: a line every ``log_frequency``
-        steps, at the run's first step and at ``max_steps``."""
+        steps, at the first and at ``max_steps``."""
         self.steps += count
         self.step, self.loss = step, loss
         cfg = self.trainer.config

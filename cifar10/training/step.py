@@ -1,8 +1,5 @@
-"""The replicated train step (``ReplicatedStep``): each replica's gradients on its own
-batch, summed into one plain gradient-descent update, the same on every replica; then
-the moving averages, step and smoothed losses move on.  With the state it updates
-(``TrainState``: what a checkpoint holds) and the schedules.
-"""
+"""The replicated train step (``ReplicatedStep``): the replicas' gradients summed into one
+gradient-descent update; the state it updates (``TrainState``) and the schedules."""
 
 from __future__ import annotations
 
@@ -44,13 +41,11 @@ class TrainState(tf.Module):
         super().__init__(name="train_state")
         self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
                            lrn=lrn, relu_pool=relu_pool, relu_lrn=relu_lrn)
-        # A second, untrained copy of the model, so that the evaluator restores the
-        # averages with tf.train.Checkpoint(averages=Model()).
+        # A model of its own, so that the evaluator restores it as averages=Model().
         self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,
                               num_classes=num_classes)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # The learning rate counts examples over all replicas and workers, so that a run
-        # resumed with another replica count keeps its schedule.
+        # Over all replicas: a run resumed with another replica count keeps its schedule.
         self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False,
                                          name="examples_seen")
         self.loss_averages = {
@@ -87,8 +82,8 @@ class DynamicLossScale(tf.Module):
 
 
 class ReplicatedStep:
-    """One update of ``state`` (made under ``strategy``'s scope), on the next batch of
-    the iterator it is called with; ``loss_scale``: ``--use_fp16``'s, or None."""
+    """One update of ``state`` (made under ``strategy``'s scope) on the iterator's next
+    batch; ``loss_scale``: ``--use_fp16``'s, or None."""
 
     def __init__(self, state: TrainState, strategy: tf.distribute.Strategy,
                  config: TrainConfig, examples_per_epoch: int,
@@ -99,13 +94,11 @@ class ReplicatedStep:
         self.examples_per_epoch = examples_per_epoch
         self.initial_learning_rate = config.initial_learning_rate
         self.variables = state.model.parameters()
-        # XLA compiles the per-replica forward and backward pass; the cross-replica
-        # update (merge_call) stays outside the compiled cluster.
+        # XLA compiles the replica's pass; the cross-replica update stays outside it.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
                               else self._gradients)
-        # The smoothed weight-decay terms ('local3/weight_loss') for TensorBoard. Not
-        # checkpointed (a checkpoint written without them must restore): NaN until the
-        # first step of this process sets them.
+        # The smoothed weight-decay terms for TensorBoard: not checkpointed, NaN until
+        # this process's first step sets them.
         with strategy.scope():
             self.weight_loss_averages = {
                 f"{layer.name}/weight_loss": tf.Variable(float("nan"), trainable=False,
@@ -143,8 +136,7 @@ class ReplicatedStep:
         model = self.state.model
         with tf.GradientTape() as tape:
             acts = model.activations(images)
-            # This replica's share of the loss: gradients are SUMMED over replicas
-            # (in _apply), which gives the gradient of the global batch's loss.
+            # This replica's share: the gradients summed in _apply are the global batch's.
             parts = model.loss(acts["softmax_linear"], labels, self.global_batch,
                                self.num_replicas)
             scale = 1.0 if self.loss_scale is None else self.loss_scale.scale.read_value()
@@ -155,8 +147,8 @@ class ReplicatedStep:
         return grads, parts.cross_entropy, parts.weight_decay, acts
 
     def _apply(self, strategy, grads):
-        """Cross-replica part: sum gradients, SGD update, averages, step.  Returns (the
-        summed gradients, the learning rate this update used)."""
+        """Cross-replica: sums the gradients, updates weights, averages and step; returns
+        (the summed gradients, the learning rate used)."""
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
         lr = learning_rate(self.state.examples_seen, self.examples_per_epoch,
