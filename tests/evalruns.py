@@ -1,6 +1,5 @@
-"""What the evaluator's tests share: conftest's ``trained_run`` (6 steps, checkpoints
-at 3 and 6, shared by every file: a test that changes it works on a copy), the
-settings to evaluate it, results.jsonl read back, and a run whose model always says cat."""
+"""What the evaluator's tests share: conftest's ``trained_run`` (checkpoints at 3 and 6;
+a test that changes it works on a copy), its settings, and a run that always says cat."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def results_lines(eval_dir) -> list[dict]:
 
 
 def always_cat_run(tmp_path):
-    """The test files (23 records) of a run in ``tmp_path/train`` whose model.ckpt-9
-    always says cat (3): zero last-layer weights and a bias for cat alone."""
+    """The test files (23 records) of ``tmp_path/train``, whose model.ckpt-9 always says cat."""
     batches_dir = synthetic.write_dataset(str(tmp_path / "data"), records_per_file=23)
     state = TrainState(seed=0, compute_dtype=tf.float32)
     for model in (state.model, state.averages):
@@ -64,8 +62,8 @@ def cat_config(tmp_path, test_files, **overrides) -> EvalConfig:
 
 
 class FakeSleep:
-    """A sleep that only advances ``clock`` (from 1000) by the waits asked for, which it
-    records; it runs ``actions[i]`` at the i-th call."""
+    """A sleep that records the waits and advances ``clock`` (from 1000); it runs
+    ``actions[i]`` at the i-th call."""
 
     def __init__(self, *actions, limit=20):
         self.calls, self.actions, self.limit, self.now = [], actions, limit, 1000.0

@@ -36,8 +36,7 @@ ERROR = "cifar10-eval: error:"
 
 @pytest.fixture(scope="module")
 def trained(trained_run):
-    """(data_dir, train_dir): conftest's run (6 steps, 50 records per file), its data
-    where --synthetic_data with this --data_dir reads it."""
+    """(data_dir, train_dir) of conftest's run, its data where --synthetic_data reads it."""
     train_dir, test_files = trained_run
     data_dir = pathlib.Path(test_files[0]).parents[2]
     assert (data_dir / getdata.SYNTHETIC_SUBDIR).is_dir()
@@ -50,9 +49,8 @@ def eval_args(data_dir, checkpoint_dir, eval_dir, *extra):
 
 
 def test_only_a_download_ruled_out_counts_as_data_not_on_disk(tmp_path, monkeypatch):
-    """``_data_on_disk`` takes the data for one to download only when prepare says so by
-    its error's type: any other data error, whatever its words, is the user's to see
-    before TensorFlow loads."""
+    """``_data_on_disk`` takes the data for one to download only by prepare's error's
+    type: any other data error is the user's to see."""
     values = flags.FlagValues()
     eval_main.define_flags(values)
     values(["cifar10-eval", f"--data_dir={tmp_path / 'data'}"])
@@ -69,8 +67,7 @@ def test_only_a_download_ruled_out_counts_as_data_not_on_disk(tmp_path, monkeypa
 
 
 def offline_data_flags(tmp_path):
-    """Data flags whose data is fetched from a local tarball into a folder not there yet:
-    the folder appears if and only if the data is fetched."""
+    """Data flags fetching a local tarball into a folder that appears only if it is."""
     tarball = tmp_path / "cifar-10-binary.tar.gz"
     tarball.write_bytes(synthetic.tarball_bytes(records_per_file=10))
     return (f"--data_dir={tmp_path / 'data' / 'new'}", f"--data_url=file://{tarball}",
@@ -80,9 +77,7 @@ def offline_data_flags(tmp_path):
 def test_run_once_prints_its_line_and_ignores_a_signal_once_done(trained, tmp_path,
                                                                  monkeypatch):
     """--num_examples beyond the data is clamped with a warning; --use_bf16 scores the
-    float32 checkpoint, warning where bfloat16 is emulated.  Once the results are
-    recorded and printed, a Ctrl-C (in TensorFlow's clean-up at the process's end) is
-    ignored; a refusal keeps the handlers."""
+    float32 checkpoint; once done a Ctrl-C is ignored (a refusal keeps the handlers)."""
     data_dir, train_dir = trained
     seen = {}
     evaluate = eval_main.main
@@ -135,8 +130,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
                                                  "--eval_interval_secs=1", "--batch_size=50",
                                                  "--misclassified_images=0"))
     try:
-        # The trainer is held once model.ckpt-4 is saved until the evaluator has scored
-        # one, so that it scores several.
+        # The trainer is held until the evaluator has scored one, so that it scores several.
         for line in trainer.stdout:
             if (m := TRAIN_LINE.match(line.strip())) and int(m[1]) >= 8:
                 trainer.send_signal(signal.SIGSTOP)
@@ -164,8 +158,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
 
 
 def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, monkeypatch):
-    # Two threads in the worst order: both have written their files before either moves
-    # them into place.
+    # The worst order: both have written their files before either moves them.
     barrier = threading.Barrier(2, timeout=60)
     write_files = synthetic._write_files
     monkeypatch.setattr(synthetic, "_write_files",
@@ -184,8 +177,7 @@ def test_two_programs_preparing_synthetic_data_at_once_both_succeed(tmp_path, mo
 
 
 def refusal_case(case, tmp_path, train_dir, held):
-    """(the arguments of a start refused before the data is fetched, its error's pattern);
-    a lock it takes goes in ``held``."""
+    """(the arguments of a refused start, its error's pattern); its lock goes in ``held``."""
     copy = tmp_path / "runs" / "train"
     if case == "no folder":
         return [f"--checkpoint_dir={copy}", "--run_once"], re.escape(
@@ -236,8 +228,7 @@ def test_a_start_with_nothing_to_score_is_one_line_and_fetches_no_data(trained, 
 
 def test_run_once_downloads_the_data_once_a_checkpoint_reads_and_warns_once(trained,
                                                                           tmp_path):
-    # The newest does not read: the one before is scored, with one warning (not one
-    # for the check before the download and another for the scoring).
+    # The newest does not read: the one before is scored, with one warning, not two.
     _, train_dir = trained
     copy = tmp_path / "runs" / "train"
     shutil.copytree(train_dir, copy)
@@ -253,18 +244,14 @@ def test_run_once_downloads_the_data_once_a_checkpoint_reads_and_warns_once(trai
     assert os.path.isdir(tmp_path / "data" / "new" / "cifar-10-batches-bin")
 
 
-@pytest.mark.parametrize("folder, polling", [("parent", []), ("parent", ["--run_once"]),
-                                             ("data", [])])
-def test_a_folder_that_is_no_run_is_named_so_and_not_waited_in(trained, tmp_path, folder,
-                                                              polling):
+@pytest.mark.parametrize("polling", [[], ["--run_once"]])
+def test_the_folder_above_a_run_is_named_so_and_not_waited_in(trained, tmp_path, polling):
     data_dir, train_dir = trained
-    given = train_dir.parent if folder == "parent" else data_dir
+    given = train_dir.parent
     result = call("cifar10-eval", *eval_args(data_dir, given, tmp_path / "eval", *polling))
     assert (result.returncode, result.stderr.splitlines()[-1]) == (1, (
         f"{ERROR} No checkpoint file found in {given}; {train_dir} holds checkpoints: pass "
-        f"--checkpoint_dir={train_dir}" if folder == "parent" else
-        f"{ERROR} No checkpoint file found in {data_dir}, a folder of other files, not a "
-        f"training run: point --checkpoint_dir at a training run's --train_dir"))
+        f"--checkpoint_dir={train_dir}"))
     assert not (tmp_path / "eval").exists()
 
 

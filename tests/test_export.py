@@ -24,11 +24,9 @@ from cifar10.runs import checkpoints
 from cifar10.serving import export
 from cifar10.serving import predict
 
-# Run in a fresh process where the cifar10 package cannot be imported: loads the export
-# with TensorFlow alone and prints what each signature and the TFLite interpreter give;
-# for no images; for a palette BMP and the PNG of its colours; and the refusals of an
-# RLE-compressed BMP and of an 8000x8000 PNG (62 KB; 192 MB decoded), with the growth
-# of the process's peak memory while that one is sent.
+# In a process without the cifar10 package: what each signature and TFLite give for
+# images, none, a palette BMP and its PNG; the refusals of an RLE BMP and of an 8000x8000
+# PNG, with the growth of the peak memory while that one is sent.
 SERVE = """
 import json, resource, sys
 sys.modules["cifar10"] = None
@@ -126,9 +124,8 @@ def test_the_export_serves_what_cifar10_predict_prints(served, exported, trained
 
 
 def test_the_export_answers_no_images_palettes_and_images_it_refuses(served):
-    """Empty outputs, not "input depth must be evenly divisible by filter depth"; a
-    palette BMP in its colours (TensorFlow's decoder alone gives its indices as grey);
-    an RLE BMP and an image over 50 megapixels refused, the latter before it is decoded."""
+    """Empty outputs; a palette BMP in its colours; an RLE BMP and an image over 50
+    megapixels refused, the latter before it is decoded."""
     outputs = {"probabilities": [[0, 10], "float32"], "classes": [[0], "int64"],
                "class_names": [[0], "string"]}
     assert served["empty"] == {"serving_default": outputs, "predict_images": outputs,
@@ -173,9 +170,7 @@ def test_an_existing_version_is_replaced_only_with_overwrite_and_only_if_an_expo
     assert os.stat(os.path.join(target, "saved_model.pb")).st_mtime_ns != stamp
     assert os.listdir(tmp_path) == ["3"]  # the earlier one gone, nothing left beside
 
-    # What an export does not write again stays, and --overwrite is refused naming it:
-    # a user's files, an earlier --tflite's model.tflite, a folder that is no SavedModel,
-    # a link.
+    # What an export does not write again stays, and --overwrite is refused naming it.
     (tmp_path / "3" / "assets" / "vocab.txt").write_text("mine")
     (tmp_path / "3" / export.TFLITE_FILE).write_text("an earlier --tflite export's")
     (tmp_path / "6").mkdir()
@@ -265,8 +260,7 @@ def test_what_a_killed_export_left_is_removed_by_the_next_and_nothing_else(train
     assert out.returncode == -9 and out.stdout == "in\n"
     (leftover,) = os.listdir(export_dir)
     assert re.fullmatch(r"\.6-incomplete-\w+", leftover)
-    # What the export cannot prove it wrote stays: a folder without its marker, a
-    # marker for another name, a file, and the scratch folder of an export at work.
+    # What the export cannot prove it wrote stays.
     (export_dir / ".6-incomplete-notmine").mkdir()
     (export_dir / ".6-incomplete-notmine" / "data").write_text("a user's")
     (export_dir / ".7-incomplete-abc").mkdir()

@@ -1,6 +1,5 @@
-"""The compiled kernels (cifar10.kernels): each the same function as the TensorFlow ops
-it replaces, also in a model; the library built once per machine and TensorFlow; a
-one-line error, or TensorFlow's ops, where it cannot be built or run."""
+"""The compiled kernels (cifar10.kernels): the same functions as the TensorFlow ops they
+replace, also in a model; the build, its cache, and its one-line errors."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ KERNELS = {"lrn": (compiled_lrn, reference_lrn, False),
 
 
 def values_and_gradients(function, inputs, dtype=None):
-    """(y, dy/d each input) of a weighted sum of y, so that every output's gradient
-    differs."""
+    """(y, dy/d each input) of a weighted sum of y (every output's gradient differs)."""
     with tf.GradientTape() as tape:
         tape.watch(inputs)
         y = function(*inputs, dtype)
@@ -78,8 +76,7 @@ def test_the_kernel_computes_tensorflows_ops_and_their_gradients(kernel, shape):
     assert [t.dtype for t in got] == [F32] * len(got)
     if kernel == "relu_pool":
         assert got[0].shape == [shape[0], (shape[1] + 1) // 2, (shape[2] + 1) // 2, shape[3]]
-        # The same values to the bit: the bias added after the maximum keeps its order;
-        # each input's one to four gradients; the bias's summed in another order.
+        # The same bits but the bias's gradient, summed in another order.
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=5e-5)
@@ -100,9 +97,7 @@ def test_the_kernel_computes_tensorflows_ops_and_their_gradients(kernel, shape):
 @pytest.mark.parametrize("in_dtype, out_dtype", [(BF16, F32), (BF16, BF16), (F32, BF16),
                                                  (F16, F16), (F16, BF16)])
 def test_the_kernel_reads_and_writes_the_types_it_is_given(kernel, in_dtype, out_dtype):
-    # Under --use_bf16 norm1 takes float32 and hands bfloat16 to conv2, norm2 reads
-    # conv2's bfloat16 and hands float32 on, pool1 reads a bfloat16 conv1 (AMX): the
-    # kernels compute in float32 and round once, as tf.cast around the ops would.
+    # As under --use_bf16: computed in float32 and rounded once, as tf.cast around the ops.
     compiled, ops, _ = KERNELS[kernel]
     x = inputs(kernel, [2, 6, 6, 64], in_dtype, seed=5)
     got, want = (values_and_gradients(f, x, out_dtype) for f in (compiled, ops))
@@ -117,8 +112,7 @@ def test_the_kernel_reads_and_writes_the_types_it_is_given(kernel, in_dtype, out
 
 
 @pytest.mark.parametrize("radius, depth, scale, bias", [
-    # The window across the kernel's vectors (16, 8 or 4 channels), wider than one,
-    # past a depth that is not a multiple; the most channels the op holds.
+    # Windows across the kernel's vectors, wider than one, past a depth not a multiple.
     (0, 64, 3.0, 2.0), (1, 64, 3.0, 2.0), (7, 40, 3.0, 2.0), (20, 64, 3.0, 2.0),
     (32, 33, 3.0, 2.0), (3, 1024, 3.0, 2.0),
     # d from about 1e-21 to 1e26, where d^-7/4 alone would under- or overflow float32.
@@ -143,8 +137,7 @@ def test_the_lrn_op_computes_tensorflows_lrn_for_any_window_depth_and_scale(
 
 
 def test_the_bias_gradient_is_the_same_however_the_batch_is_shared_out():
-    # Summed image by image in a fixed order: repeated runs give the same bits, and the
-    # sum is that of each image's own gradient.
+    # Summed image by image in a fixed order: the same bits each run.
     z = tf.random.stateless_normal([128, 12, 12, 64], seed=(2, 5))
     bias = tf.random.stateless_normal([64], seed=(2, 6))
     upstream = tf.random.stateless_normal([128, 12, 12, 64], seed=(2, 7))
@@ -324,8 +317,7 @@ def test_the_trainer_records_which_kernels_it_ran(trained_run):
 
 def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, sources,
                                                                        monkeypatch):
-    # Both kinds of source (the CPU's flags and TensorFlow's), and a CXX with arguments
-    # as a compiler launcher's.
+    # Both kinds of source, and a CXX with arguments as a compiler launcher's.
     monkeypatch.setenv("CXX", f"env CIFAR10_TEST=1 {shlex.join(build.compiler())}")
     assert build.compiler()[:2] == ["env", "CIFAR10_TEST=1"]
     (sources / "rows.h").write_text("int rows();\n")

@@ -1,6 +1,5 @@
-"""The controller's loops (cifar10.training.loops): several steps per call into
-TensorFlow, loops that end where the host has work, the same run whatever their
-length; divergence inside a loop; --profile_steps' trace of a window of steps."""
+"""cifar10.training.loops: loops that end where the host has work, the same run whatever
+their length; divergence inside a loop; --profile_steps' trace."""
 
 import argparse
 import glob
@@ -22,23 +21,16 @@ from cifar10.cli.flags import define_train_flags
 from cifar10.core import config
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
-from cifar10.training import controller
-from cifar10.training.controller import TrainData
 from cifar10.training.loops import StepWindow, loop_end
 from cifar10.training.step import ReplicatedStep
 from conftest import TRAIN_LINE, mirrored
+from test_train import train
 
 
 def small_config(train_dir, **overrides):
     settings = dict(train_dir=str(train_dir), batch_size=16, max_steps=20, log_frequency=3,
                     checkpoint_steps=5, summary_steps=1000, shuffle_buffer=300)
     return TrainConfig(**{**settings, **overrides})
-
-
-def train(learnable_files, config, strategy=None, **kwargs):
-    files, count = learnable_files
-    kwargs.setdefault("print_fn", lambda line: None)
-    return controller.train(config, strategy or mirrored(1), TrainData(files, count), **kwargs)
 
 
 def loops(config, start=0):
@@ -74,8 +66,7 @@ def losses_of(lines):
 
 def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_files,
                                                                       tmp_path):
-    """Stopped at 11 and resumed to 20, with summaries every 4 steps: the same lines,
-    checkpoints, summaries and weights, bit for bit."""
+    """Stopped at 11 and resumed to 20: the same lines, checkpoints, summaries and weights."""
     runs = {}
     for steps_per_loop in (1, 7):
         train_dir, out = tmp_path / str(steps_per_loop), []
@@ -100,8 +91,7 @@ def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_
 
 
 def poison(monkeypatch, step, what):
-    """From step ``step`` on, the step's losses are ``what`` ('nan', 'inf'), or (what
-    'weights') its update leaves NaN biases."""
+    """From ``step`` on, the losses are ``what`` ('nan', 'inf'), or ('weights') NaN biases."""
     original = ReplicatedStep.__call__
 
     def poisoned(self, iterator, with_summaries=False):
@@ -123,8 +113,7 @@ def poison(monkeypatch, step, what):
 ])
 def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
         learnable_files, tmp_path, monkeypatch, what, replicas, said):
-    """A loss is checked where its loop ends (the loop of steps 11 to 15 stops after
-    step 13); weights that are not finite after a finite loss, at the save of step 15."""
+    """A loss is checked where its loop ends (steps 11 to 15 stop after 13); weights at saves."""
     poison(monkeypatch, 15 if what == "weights" else 13, what)
     config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
     assert loops(config)[3] == (11, 15)
@@ -136,8 +125,6 @@ def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpo
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
     assert [s for s, _ in losses_of(lines)] == [1, 10]
 
-
-# -- --profile_steps ----------------------------------------------------------
 
 def traces(train_dir):
     """The .xplane.pb files under <train_dir>/plugins/profile/<run>/."""
@@ -240,8 +227,7 @@ def test_tensorboards_profile_plugin_lists_the_trace_and_its_step_times(profiled
     tools = plugin.run_tools_imp(run)
     assert any(tool.startswith("trace_viewer") for tool in tools)
     assert "op_profile" in tools and "overview_page" in tools
-    # The overview page, as the tab asks for it: the step times of the two steps, each
-    # marked with its number.
+    # The overview page, as the tab asks for it: each step's time, by its number.
     request = wrappers.Request(werkzeug_test.EnvironBuilder(query_string={
         "run": run, "tag": "overview_page", "host": socket.gethostname()}).get_environ())
     overview = plugin.data_impl(request)[0]

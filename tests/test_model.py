@@ -1,5 +1,5 @@
-"""cifar10.model: variables, initialisers, the forward pass, the loss, and the precision
-each layer computes in (the compiled kernels' model tests are in test_kernels.py)."""
+"""cifar10.model: variables, initialisers, the forward pass, the loss, each layer's
+precision (with the compiled kernels: test_kernels.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ INIT = {"conv1": (5e-2, 0.0), "conv2": (5e-2, 0.1), "local3": (0.04, 0.1),
 # the untruncated one: sqrt(1 - 2 * 2 * pdf(2) / (cdf(2) - cdf(-2))).
 TRUNCATED_STD_FACTOR = 0.8796
 F32, BF16 = tf.float32, tf.bfloat16
-# Each stage's output type under --use_bf16: LRN (norm1, norm2) computes in float32 and
-# hands on in the next stage's type; the logits are float32.
+# Each stage's output type under --use_bf16 (LRN hands on in the next stage's type).
 BF16_STAGES = {"conv1": F32, "pool1": F32, "norm1": BF16, "conv2": BF16, "norm2": F32,
                "pool2": F32, "local3": BF16, "local4": BF16, "softmax_linear": F32}
 
@@ -44,9 +43,6 @@ def _by_name(model: model_lib.Model) -> dict[str, tf.Variable]:
 
 @pytest.mark.parametrize("trainable", [True, False])
 def test_variables_names_shapes_and_count(trainable):
-    # conv1 5*5*3*64 + 64 = 4,864; conv2 5*5*64*64 + 64 = 102,464;
-    # local3 2304*384 + 384 = 885,120; local4 384*192 + 192 = 73,920;
-    # softmax_linear 192*10 + 10 = 1,930; total 1,068,298.
     model = model_lib.Model(trainable=trainable)
     got = [(v.name.split(":")[0], v.shape.as_list()) for v in model.parameters()]
     assert got == list(SHAPES.items())
@@ -132,8 +128,7 @@ def _by_hand(model, images, norm1_after_pool1=True, norm2_before_pool2=True):
 
 
 def test_layer_order_pool1_norm1_conv2_norm2_pool2():
-    # The conv weights scaled up so that LRN is not almost the identity, and the order
-    # of LRN and pooling changes the logits.
+    # Scaled up so that LRN is not almost the identity and the order matters.
     model = model_lib.Model(seed=3)
     for scope in ("conv1", "conv2"):
         weights = _by_name(model)[f"{scope}/weights"]
@@ -206,8 +201,7 @@ def test_lrn_under_bf16_computes_in_float32_and_rounds_once_to_the_next_stages_t
         assert outputs[name].dtype == after
         got, want = (np.asarray(tf.cast(t, tf.float32)) for t in (outputs[name], expected))
         if after == tf.bfloat16:
-            # float32 arithmetic rounded once: equal but where the implementations'
-            # float32 roundings fall either side of a bfloat16 rounding boundary.
+            # Equal but where float32 roundings fall either side of a bfloat16 one.
             assert np.mean(got == want) > 0.99, name
         np.testing.assert_allclose(got, want, rtol=1e-2 if after == BF16 else 1e-5, atol=1e-6)
 
@@ -222,10 +216,8 @@ def _loss_and_gradients(model, images, labels):
 def test_a_mixed_precision_step_agrees_with_a_float32_step(dtype, relu_pool, amx,
                                                            monkeypatch):
     monkeypatch.setattr(machine, "has_amx", lambda: amx)
-    # bfloat16 keeps 8 significant bits: the loss moved by under 1e-6 of itself here,
-    # the gradients (small at initialisation, sums of many rounded products) by 0.3%
-    # to 15% of their norm, at cosine 0.988 or more to float32's.  A layer in a type
-    # that cannot hold its values, or a wrong gradient, is far outside this.
+    # bfloat16's gradients move by up to 15% of their norm; a layer in a type that cannot
+    # hold its values, or a wrong gradient, is far outside these bounds.
     n = 4 if dtype == tf.float16 else 16  # float16 is slow on CPUs
     images, labels = _images(n, seed=4), tf.range(n) % 10
     loss32, grads32 = _loss_and_gradients(model_lib.Model(seed=3), images, labels)
@@ -239,29 +231,10 @@ def test_a_mixed_precision_step_agrees_with_a_float32_step(dtype, relu_pool, amx
         assert a @ b > 0.97 * np.linalg.norm(a) * np.linalg.norm(b)
 
 
-def _overlapping_pool_gradient(model):
-    """pool1's gradient at the one input value (row 2, column 2) that is the maximum of
-    four overlapping 3x3, stride-2 windows, the gradient arriving 1 at one of them and
-    1/256 at the three others: 1 + 3/256 = 1.01171875 in float32, which bfloat16
-    (8 significant bits) adds up to 1.0 (1 + 1/256 rounds back to 1, three times)."""
-    pool = dict(model.stages())["pool1"]
-    x = np.zeros([1, 24, 24, 64], np.float32)
-    x[0, 2, 2, :] = 1.0
-    upstream = np.zeros([1, 12, 12, 64], np.float32)
-    upstream[0, :2, :2, :] = 1 / 256
-    upstream[0, 0, 0, :] = 1.0
-    x = tf.constant(x, model.stage_dtypes["conv1"])  # as conv1 hands it on
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = pool(x)
-    return tape.gradient(y, x, output_gradients=tf.cast(upstream, y.dtype))
-
-
 @pytest.mark.parametrize("relu_pool, has_amx, pool1_in_float32, dtype, value", [
     (None, True, True, F32, 1 + 3 / 256),  # why pool1 and pool2 stay float32 ...
     (None, True, False, F32, 1.0),  # ... bfloat16 pooling would lose the 3/256
-    # The compiled pool1 adds up in float32; before a bfloat16 conv1 (AMX) it rounds
-    # once, 1.01171875 halfway between 1.0078125 and 1.015625, to the even one.
+    # The compiled pool1 adds up in float32; before a bfloat16 conv1 it rounds once, to even.
     (compiled_relu_pool, True, True, BF16, 1.015625),
     (compiled_relu_pool, False, True, F32, 1 + 3 / 256),
 ])
@@ -271,8 +244,19 @@ def test_the_pooling_gradient_under_bf16_where_windows_overlap(
     if not pool1_in_float32:
         monkeypatch.setattr(model_lib, "BFLOAT16_IN_FLOAT32",
                             model_lib.BFLOAT16_IN_FLOAT32 - {"pool1"})
-    grad = _overlapping_pool_gradient(model_lib.Model(compute_dtype=tf.bfloat16,
-                                                      relu_pool=relu_pool))
+    # pool1's gradient at the maximum of four overlapping windows, arriving 1 at one and
+    # 1/256 at three: 1 + 3/256 in float32, which bfloat16 adds up to 1.0.
+    model = model_lib.Model(compute_dtype=tf.bfloat16, relu_pool=relu_pool)
+    x = np.zeros([1, 24, 24, 64], np.float32)
+    x[0, 2, 2, :] = 1.0
+    upstream = np.zeros([1, 12, 12, 64], np.float32)
+    upstream[0, :2, :2, :] = 1 / 256
+    upstream[0, 0, 0, :] = 1.0
+    x = tf.constant(x, model.stage_dtypes["conv1"])  # as conv1 hands it on
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = dict(model.stages())["pool1"](x)
+    grad = tape.gradient(y, x, output_gradients=tf.cast(upstream, y.dtype))
     assert grad.dtype == dtype
     got = np.asarray(tf.cast(grad, tf.float32))
     np.testing.assert_array_equal(got[0, 2, 2], np.full(64, value, np.float32))

@@ -1,7 +1,5 @@
-"""Tests of cifar10.evaluation.polling: one checkpoint (--run_once, --checkpoint), and the
-polling loop beside a trainer (each checkpoint scored once, also across restarts;
-intervals, timeout, unreadable checkpoints, the run's end), and the --eval_dir it made.
-The waits are a fake clock's."""
+"""cifar10.evaluation.polling: one checkpoint (--run_once, --checkpoint), and the polling
+loop (each checkpoint once, intervals, timeout, unreadable ones), on a fake clock."""
 
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ def run(trained_run):
 
 
 def copy_run(run, tmp_path, complete=True, steps=(3, 6)):
-    """A copy of the trained run holding the checkpoints of ``steps`` (2 and 4 copies of
-    3), complete or not; the files of the others wait in ``<copy>.aside``."""
+    """A copy of the run holding the checkpoints of ``steps`` (2 and 4 copies of 3); the
+    others wait in ``<copy>.aside``."""
     train_dir = str(tmp_path / "train")
     shutil.copytree(run.train_dir, train_dir)
     for step, suffix in itertools.product((2, 4), (".index", ".data-00000-of-00001")):
@@ -44,8 +42,7 @@ def copy_run(run, tmp_path, complete=True, steps=(3, 6)):
 
 
 def set_checkpoints(train_dir, steps, complete_at=None):
-    """Leaves exactly the checkpoints of ``steps`` in ``train_dir``, as a trainer saving
-    them would, and marks the run complete at ``complete_at``."""
+    """Leaves the checkpoints of ``steps`` in ``train_dir``, complete at ``complete_at``."""
     aside = train_dir + ".aside"
     os.makedirs(aside, exist_ok=True)
     for source, dest in ((train_dir, aside), (aside, train_dir)):
@@ -80,9 +77,6 @@ def final_unreadable(train_dir):
             f"{os.path.join(train_dir, 'model.ckpt-6')} could not be evaluated; stopping.")
 
 
-# --- one checkpoint --------------------------------------------------------------
-
-
 def test_run_once_scores_the_latest_checkpoint_whatever_the_state_file_says(run, tmp_path):
     train_dir = copy_run(run, tmp_path)
     with open(os.path.join(train_dir, "checkpoint"), "w") as f:
@@ -92,8 +86,7 @@ def test_run_once_scores_the_latest_checkpoint_whatever_the_state_file_says(run,
                                           run_once=True, num_examples=37, batch_size=10),
                                 print_fn=lines.append)
     assert (result.step, result.examples, result.synthetic) == (6, 37, True)
-    # The precision line, then the class table (a header and 10 rows) and the
-    # confusion matrix (a title, the column numbers and 10 rows).
+    # The precision line, the class table (11 lines) and the confusion matrix (12).
     assert len(lines) == 1 + 11 + 12 and lines[1:] == recording.class_table(result)
     assert EVAL_LINE.match(lines[0]).groups() == (
         f"{result.precision:.3f}", "6", "model.ckpt-6", "37", "averages")
@@ -133,9 +126,6 @@ def test_run_once_without_a_checkpoint_is_an_error_and_removes_only_the_eval_dir
     assert (tmp_path / "eval" / "notes.txt").read_text() == "the user's"
 
 
-# --- polling -----------------------------------------------------------------------
-
-
 def scored(lines):
     """The checkpoints named by the precision lines among ``lines``."""
     return [m[3] for m in map(EVAL_LINE.match, lines) if m]
@@ -166,8 +156,8 @@ def test_each_checkpoint_is_scored_once_across_restarts_and_again_for_a_new_run(
 
 def test_it_says_once_that_there_is_no_checkpoint_yet_and_waits_eval_interval_secs(
         run, tmp_path):
-    """The trainer saves ckpt-3 at the second look, then ckpt-4 (never scored: a newer
-    one comes before the interval ends) and ckpt-6, and marks the run complete."""
+    """ckpt-3 comes at the second look, then ckpt-4 (never scored: ckpt-6 comes within
+    the interval) and ckpt-6, complete."""
     train_dir = copy_run(run, tmp_path, complete=False, steps=())
     recorded = []
     names, lines, sleeps = poll(
@@ -199,8 +189,7 @@ def test_it_stops_after_eval_timeout_without_a_new_checkpoint_also_when_restarte
 
 def test_an_unreadable_checkpoint_is_skipped_once_and_the_one_before_scored_at_once(
         run, tmp_path, caplog):
-    """The interval runs between evaluations that happened: ckpt-3 scored at 1000, ckpt-6
-    unreadable at 1100, ckpt-4 scored at 1100; the run is complete at ckpt-6."""
+    """ckpt-3 scored at 1000, ckpt-6 unreadable at 1100, ckpt-4 scored at 1100."""
     train_dir = copy_run(run, tmp_path, complete=False, steps=(3,))
     truncate(os.path.join(train_dir + ".aside", "model.ckpt-6.index"))
     names, lines, sleeps = poll(

@@ -1,6 +1,6 @@
-"""How the trainer words its progress lines and the end of a run (training.progress);
-what it measures for them is test_train's."""
+"""How the trainer words its progress lines and a run's end (what it measures: test_train)."""
 
+import io
 import os
 
 import pytest
@@ -83,25 +83,13 @@ def test_the_evaluation_command_names_the_run_and_eval_dir_absolutely_and_quoted
         f"--eval_dir='{os.path.join(tmp_path, 'my runs/a-eval')}' --run_once")
 
 
-class _Terminal:
-    """A stream that says it is a terminal and keeps what is written to it."""
-
-    def __init__(self):
-        self.text = ""
-
-    def write(self, text):
-        self.text += text
-
-    def flush(self):
-        pass
-
+class _Terminal(io.StringIO):
     def isatty(self):
         return True
 
 
 def _screen(text):
-    """The last line a terminal shows for ``text``: each \\r goes back to its start
-    and overwrites only as far as the new text reaches."""
+    """The last line a terminal shows for ``text`` (a \\r overwrites as far as it reaches)."""
     line = ""
     for part in text.rstrip("\n").split("\n")[-1].split("\r"):
         line = part + line[len(part):]
@@ -117,8 +105,8 @@ def test_a_shorter_progress_line_on_a_terminal_leaves_nothing_of_the_longer_one(
                         stream=terminal)
     line.show(10)
     line.show(20)
-    assert _screen(terminal.text).rstrip() == "20/100 images (850 images/s)"
+    assert _screen(terminal.getvalue()).rstrip() == "20/100 images (850 images/s)"
     line.show(30)
     line.end()
-    assert _screen(terminal.text) == "30/100 images (91,000 images/s)"
-    assert terminal.text.endswith("\n") and "\x1b" not in terminal.text
+    assert _screen(terminal.getvalue()) == "30/100 images (91,000 images/s)"
+    assert terminal.getvalue().endswith("\n") and "\x1b" not in terminal.getvalue()

@@ -1,5 +1,5 @@
-"""Tests of cifar10.evaluation.recording (and plots): results.jsonl written and read
-back, TensorBoard's scalars, PR curves and pictures, the PNG files, the printed lines."""
+"""cifar10.evaluation.recording and plots: results.jsonl, TensorBoard's summaries, the
+PNG files, the printed lines."""
 
 from __future__ import annotations
 
@@ -40,9 +40,6 @@ def record(eval_dir, *results):
     for result in results:
         recording.record(result, str(eval_dir), writer)
     writer.close()
-
-
-# --- results.jsonl -------------------------------------------------------------
 
 
 def test_damaged_lines_are_passed_over_with_one_warning_and_a_line_cut_short_ends(
@@ -119,16 +116,11 @@ def test_other_settings_are_another_score_and_their_mix_is_warned_of(tmp_path, c
         f"on the same TensorBoard curves; pass another --eval_dir to keep them apart"]
 
 
-# --- the printed lines -------------------------------------------------------------
-
-
 def test_the_line_says_training_examples_and_wide_class_names_keep_the_table_in_line():
     confusion = np.array([[3, 1, 0], [0, 12, 0], [2, 0, 105]])
     # A CJK name (6 columns), a fullwidth one (4), one with a combining accent (4).
     result = result_of(5, precision=0.9, examples=123, confusion_matrix=confusion.tolist(),
                        per_class=scoring.per_class(confusion, ["自動車", "ＣＡＴ", "cafe\u0301"]))
-    assert recording.lines(result)[0].endswith(
-        ": precision @ 1 = 0.900 (step 5, model.ckpt-5, 123 examples, averages weights)")
     result.eval_data = "train_eval"
     [line, *table] = recording.lines(result, table=True)
     assert line.endswith("(step 5, model.ckpt-5, 123 training examples, averages weights)")
@@ -143,18 +135,13 @@ def test_the_line_says_training_examples_and_wide_class_names_keep_the_table_in_
                      " 2  cafe\u0301       2     0   105"]
 
 
-# --- TensorBoard and the PNG files ---------------------------------------------------
-
-
 def png_title(path) -> str:
     with Image.open(path) as image:
         return image.text["Title"]
 
 
 def test_the_figures_go_to_tensorboard_and_the_pictures_to_new_png_files(tmp_path):
-    """Read back with TensorBoard's own reader: a recall and a precision scalar and a PR
-    curve per class, the heat map and the grid of misclassified images (also as PNG
-    files, a user's file of that name kept)."""
+    """Read back with TensorBoard's own reader; a user's PNG file of that name kept."""
     from tensorboard.backend.event_processing import event_accumulator
 
     test_files = always_cat_run(tmp_path)  # 21 of the 23 are wrong
@@ -175,8 +162,7 @@ def test_the_figures_go_to_tensorboard_and_the_pictures_to_new_png_files(tmp_pat
     assert [e.step for e in events.Tensors("per_class/recall/cat")] == [9]
     assert (float(value("per_class/recall/cat")), float(value("per_class/recall/dog"))) == (1, 0)
     assert float(value("per_class/precision/cat")) == pytest.approx(2 / 23)
-    # Rows: true positives, false positives, true negatives, false negatives,
-    # precision, recall, at the thresholds 0, 0.005, ..., 1.
+    # Rows: TP, FP, TN, FN, precision, recall at the thresholds 0, 0.005, ..., 1.
     cat = value("pr_curve/cat/pr_curves")
     assert cat.shape == (6, scoring.PR_THRESHOLDS)
     assert cat[0, 0] == 2 and cat[1, 0] == 21  # every image is above threshold 0
@@ -211,8 +197,7 @@ def test_the_figures_go_to_tensorboard_and_the_pictures_to_new_png_files(tmp_pat
 
 def test_a_run_with_nothing_wrong_says_why_it_has_no_grid_and_real_data_is_not_synthetic(
         tmp_path):
-    """Test records of cats alone, scored by the model that always says cat, in a
-    folder without the generated data's marker."""
+    """Cats alone scored by the model that always says cat, not in generated data."""
     always_cat_run(tmp_path)
     cats = tmp_path / "cats" / "test_batch.bin"
     cats.parent.mkdir()
@@ -232,8 +217,7 @@ def test_a_run_with_nothing_wrong_says_why_it_has_no_grid_and_real_data_is_not_s
 
 
 def test_only_the_evaluator_lets_tensorflow_load_matplotlib():
-    """Keras imports matplotlib.pyplot when installed (0.65 s of each start): the
-    programs that do not draw keep it out, and matplotlib still imports after."""
+    """The programs that do not draw keep Keras from importing matplotlib.pyplot."""
     script = ("import sys; from cifar10.cli import process; "
               "tf = process.load_tensorflow(plots=False); "
               "loaded = 'matplotlib.pyplot' in sys.modules; "
@@ -269,10 +253,8 @@ def test_characters_the_font_lacks_are_one_warning_and_others_pass(caplog, recwa
 
 
 def test_the_pictures_show_their_whole_title_long_names_and_whole_counts(monkeypatch):
-    """The title of a few classes' matrix or images is not cut at the sides (its pixels
-    stop short of them: a title without spaces ends in a letter); long class names in
-    the grid are broken into lines of their own column, the grid drawn taller for them;
-    the heat map's colour bar has whole counts."""
+    """A title is not cut at the sides; long class names in the grid are broken into
+    lines, the grid drawn taller; the colour bar has whole counts."""
     title = "Confusion_matrix,_model.ckpt-123456,_averages_weights:_precision_@_1_=_0.333"
     for png in (plots.confusion_png(np.eye(2, dtype=int), ["a", "b"], title),
                 plots.misclassified_png(np.zeros([1, 32, 32, 3], np.uint8), ["a"], ["b"], title)):

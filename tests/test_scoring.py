@@ -1,5 +1,4 @@
-"""Tests of cifar10.evaluation.scoring: the weights restored, exactly num_examples
-counted, the confusion matrix and each class's figures, errors while scoring."""
+"""cifar10.evaluation.scoring: exactly num_examples counted, the figures, its errors."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from evalruns import (RECORDS, always_cat_run, cat_config, config_of, results_li
                       run_of)
 
 from cifar10.core.errors import Cifar10Error, DataError
+from cifar10.data import fileformat as ff
 from cifar10.data import pipeline as data
 from cifar10.evaluation import polling, scoring
 from cifar10.model import Model
@@ -40,34 +40,20 @@ def test_precision_equals_a_direct_computation(run, tmp_path, weights, num_examp
     assert (result.step, result.checkpoint, result.weights) == (6, run.ckpt6, weights)
 
 
-def test_a_model_that_always_says_cat_gives_the_exact_figures_and_table(tmp_path):
+def test_a_model_that_always_says_cat_gives_the_exact_figures(tmp_path):
     """Every image predicted cat: the class counts in cat's column."""
     test_files = always_cat_run(tmp_path)
     counts = [3, 3, 3, 2, 2, 2, 2, 2, 2, 2]  # 23 records
-    lines = []
-    [result] = polling.evaluate(cat_config(tmp_path, test_files),
-                                print_fn=lines.append)
+    [result] = polling.evaluate(cat_config(tmp_path, test_files), print_fn=lambda line: None)
     want = np.zeros((10, 10), int)
     want[:, 3] = counts
     assert result.confusion_matrix == want.tolist()
     assert (result.correct, result.examples, result.precision) == (2, 23, 2 / 23)
-    names = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-             "truck")
     assert result.per_class == [
         {"name": name, "count": count, "recall": 1.0 if i == 3 else 0.0,
          "precision": 2 / 23 if i == 3 else None}
-        for i, (name, count) in enumerate(zip(names, counts))]
+        for i, (name, count) in enumerate(zip(ff.CLASS_NAMES, counts))]
     assert results_lines(tmp_path / "eval") == [result.as_record()]
-    assert lines[1:6] == ["class        count  recall  precision",
-                          "airplane         3   0.000          -",
-                          "automobile       3   0.000          -",
-                          "bird             3   0.000          -",
-                          "cat              2   1.000      0.087"]
-    assert lines[12:15] == [
-        "confusion matrix (rows: true class; columns: predicted class, as numbered):",
-        "                   0     1     2     3     4     5     6     7     8     9",
-        " 0  airplane       0     0     0     3     0     0     0     0     0     0"]
-    assert len(lines) == 24
 
 
 @pytest.mark.parametrize("error, kind, says", [

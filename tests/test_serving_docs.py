@@ -1,9 +1,5 @@
-"""The serving examples of docs/using-a-trained-model.md run as written: each code block
-after ``<!-- run by tests/test_serving_docs.py -->``, in a folder holding what they name
-(the export ``runs/a/export/100000``: ``trained_run``'s step 6 with --tflite; the images
-``cat.png`` and ``dog.jpg``: test records), ``/tmp/cifar10_data`` being the run's data.
-Python blocks run in this process, bash blocks in bash with this Python's bin first on
-PATH."""
+"""The serving examples of docs/using-a-trained-model.md (each block after ``MARK``) run
+as written, in a folder holding what they name (the export, ``cat.png``, ``dog.jpg``)."""
 
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ def output_after(text: str, code: str) -> str:
 
 @pytest.fixture(scope="module")
 def folder(trained_run, tmp_path_factory):
-    """(the folder the examples run in, the run's data folder, {image: class name the
-    export's serving_default gives it})."""
+    """(the examples' folder, the run's data folder, {image: its served class name})."""
     train_dir, test_files = trained_run
     root = tmp_path_factory.mktemp("serving_docs")
     result = call("cifar10-export", f"--checkpoint_dir={train_dir}",

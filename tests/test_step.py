@@ -1,6 +1,5 @@
-"""The replicated step and the engine that runs it (cifar10.training.step, .engine):
-N replicas against one, a step against plain gradient descent, the schedules, the
-precisions, the loop functions.  Replicas run on conftest.py's logical CPUs."""
+"""cifar10.training.step and .engine: N replicas against one, a step against plain
+gradient descent, the schedules, the precisions, the loop functions."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ BATCH = 8  # examples per replica
 
 
 def fixed_batches(strategy, images, labels, num_steps):
-    """An iterator that gives replica r of step s the r-th slice of step s's batch
-    (``images``: [num_steps, global_batch, 24, 24, 3]), one pipeline per replica."""
+    """An iterator that gives replica r of step s the r-th slice of ``images[s]``."""
     per_replica = images.shape[1] // strategy.num_replicas_in_sync
 
     def ds_fn(ctx):
@@ -74,8 +72,7 @@ def test_n_replicas_update_equals_one_replica_on_the_global_batch(num_replicas, 
                       values(many.state.averages.parameters())):
         np.testing.assert_allclose(an, a1, rtol=1e-4, atol=1e-6)
     assert one.state.step.numpy() == many.state.step.numpy() == 2
-    # The learning rate counts examples, whatever the replicas: a run resumed with
-    # another replica count keeps its schedule.
+    # The learning rate counts examples, whatever the replicas.
     assert one.state.examples_seen.numpy() == many.state.examples_seen.numpy() == 2 * (
         num_replicas * BATCH)
 
@@ -136,8 +133,7 @@ def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
     for got, want in zip(results["xla"][1], f32_vars):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     initial = values(Model(seed=0).parameters())
-    # A low precision's update differs from float32's by up to 4% (float16) or 14%
-    # (bfloat16) of its size, measured; a wrong or missing gradient would by 100%.
+    # A low precision's update differs from float32's by a fraction; a wrong gradient's by 100%.
     for name, step_rel in (("f16", 0.1), ("bf16", 0.25)):
         assert results[name][0] == pytest.approx(f32_loss, rel=1e-3), name
         for got, want, start in zip(results[name][1], f32_vars, initial):
@@ -148,8 +144,7 @@ def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
 def test_fp16_skips_a_step_with_non_finite_gradients_and_diverges_once_the_scale_cannot_fall(
         tmp_path):
     images, labels = random_batches(7, BATCH)
-    # Step 2's first image: ReLU turns the NaN into 0, so the loss stays finite, but
-    # conv1's weight gradient takes the pixel itself: NaN.
+    # A NaN pixel in step 2: the loss stays finite (ReLU) but conv1's gradient is NaN.
     images[1, 0, 0, 0, 0] = np.nan
     trainer = trainer_of(tmp_path, use_fp16=True, loss_scale_growth_steps=2)
     scale, state = trainer.loss_scale, trainer.state
@@ -165,8 +160,7 @@ def test_fp16_skips_a_step_with_non_finite_gradients_and_diverges_once_the_scale
     assert all(np.isfinite(v.numpy()) for v in state.loss_averages.values())
     trainer.run_steps(it, 2)  # two finite steps in a row: doubled
     assert float(scale.scale.numpy()) == 2.0 ** 15
-    # NaN logits: every loss and gradient NaN.  From 4, step 5 halves the scale to 2,
-    # step 6 to 1, where it cannot fall: the loop of three steps ends there, diverged.
+    # NaN logits: steps 5 and 6 halve the scale from 4 to 1, where the loop ends, diverged.
     trainer.variables[-1].assign(tf.fill(trainer.variables[-1].shape, float("nan")))
     scale.scale.assign(4.0)
     losses, diverged = trainer.run_steps(it, 3)
@@ -183,9 +177,7 @@ def test_config_rejects_bad_values(tmp_path, name, value):
 
 
 def test_a_step_alone_and_a_call_of_no_steps_leave_the_loops_run_bit_for_bit(tmp_path):
-    """The profile window's steps (``alone``) against a loop's, on two replicas with
-    summaries; ``prepare``'s call of no steps first runs no step and writes no summary:
-    the same losses and weights, bit for bit."""
+    """The profile window's steps (``alone``) against a loop's after ``prepare``'s call."""
     images, labels = random_batches(3, 2 * BATCH)
     results = []
     for alone in (False, True):
@@ -212,9 +204,8 @@ def test_a_step_alone_and_a_call_of_no_steps_leave_the_loops_run_bit_for_bit(tmp
 
 
 def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_restore(tmp_path):
-    """As the original's: 'local3/weight_loss (raw)', wd * l2_loss of the weights the
-    step trains with, and 'local3/weight_loss', its 0.9 moving average, which is not
-    checkpointed: a trainer that restored one starts it at its first step."""
+    """'local3/weight_loss (raw)' of the weights the step trains with, and its 0.9 moving
+    average 'local3/weight_loss', not checkpointed: a restored trainer starts it anew."""
     images, labels = random_batches(3, BATCH)
     trainer = trainer_of(tmp_path)
     iterator = fixed_batches(trainer.strategy, images, labels, 3)
@@ -242,8 +233,7 @@ def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_rest
 
 def test_each_replica_reads_its_own_shard_and_gpu_replicas_get_it_on_their_device(
         learnable_files, tmp_path, monkeypatch):
-    """Per-replica pipelines on CPU replicas; GPU replicas' options (one pipeline a
-    worker, fetched to the device), forced on two CPU replicas, train too."""
+    """Per-replica pipelines on CPU replicas; GPU replicas' options (forced) train too."""
     files, count = learnable_files
     contexts = []
     real = data.train_dataset

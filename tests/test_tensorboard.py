@@ -1,9 +1,5 @@
-"""Monitoring with the real TensorBoard server, through the JSON routes its dashboards
-read (/data/runs, /data/plugin/<plugin>/tags, .../scalars, .../histograms, .../images,
-graphs, text, hparams).  A few training steps and one evaluation are written with the
-recommended layout (RUN/train, RUN/eval); the server loads event files asynchronously,
-so every check polls its route until the data is there (bounded), never sleeps blind.
-"""
+"""The real TensorBoard server's JSON routes on a few training steps and one evaluation in
+RUN/train and RUN/eval; each check polls its route (the server loads asynchronously)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The controller's runs (cifar10.training.controller.train): learning, progress,
-resume, a run's end, stop, op determinism."""
+"""cifar10.training.controller.train: learning, progress, resume, a run's end, stop."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def train(files_count, config, strategy=None, **kwargs):
 
 @pytest.fixture(scope="module")
 def learned_run(learnable_files, tmp_path_factory):
-    """100 steps on ``learnable_files``, 2 replicas of batch 16: (train_dir, lines,
-    reports, result)."""
+    """100 steps, 2 replicas of batch 16: (train_dir, lines, reports, result)."""
     train_dir = tmp_path_factory.mktemp("learned_run")
     lines, reports = [], []
     result = train(learnable_files, small_config(train_dir, batch_size=16, max_steps=100,
@@ -68,8 +66,7 @@ def test_a_run_learns_and_says_where_it_is_at_each_logged_step(learned_run,
     assert progress_lines[3][0].endswith(f"[step 30/100, 30.0%, epoch 1.92, "
                                          f"{progress_lines[3][5]} left]")
     losses = [r.loss for r in reports]
-    # Weight decay alone is ~2.2 at the start, the cross-entropy ~2.3; batches of 16
-    # make the loss jump, so the median of the last five reports is compared.
+    # Batches of 16 make the loss jump: the median of the last five reports is compared.
     assert losses[0] > 4.0 and np.median(losses[-5:]) < losses[0] - 1.0
     # The cross-entropy itself falls: on the 100 test images, below ln 10 = 2.3.
     model, step = checkpoints.load_model(layout.latest(str(train_dir)).path, "raw")
@@ -80,7 +77,6 @@ def test_a_run_learns_and_says_where_it_is_at_each_logged_step(learned_run,
     assert step == 100 and xent < 1.5
     # Each start records every trained setting, which a resumed run's notices name.
     assert set(records.TRAINED_SETTINGS) <= set(records.last_settings(str(train_dir)))
-    # The run's summary.
     assert (result.start_step, result.step, result.complete) == (0, 100, True)
     assert result.last_checkpoint == str(train_dir / "model.ckpt-100")
     assert (result.start_epoch, result.epoch, result.loss) == (0.0, 6.4, losses[-1])
@@ -89,8 +85,7 @@ def test_a_run_learns_and_says_where_it_is_at_each_logged_step(learned_run,
 
 
 def test_bfloat16_logits_agree_with_float32_on_a_learned_run(learned_run, learnable_files):
-    # bfloat16 rounds each product by up to 0.2%: the logits move by a small fraction
-    # of their spread, and the top class changes only where the best two are that close.
+    # The top class changes only where the best two logits are that close.
     checkpoint = layout.latest(str(learned_run[0])).path
     folder = os.path.dirname(learnable_files[0][0])
     files = datafolder.split_files(folder, "test") + datafolder.split_files(folder, "train")
@@ -105,9 +100,7 @@ def test_bfloat16_logits_agree_with_float32_on_a_learned_run(learned_run, learna
 
 def test_no_rate_counts_the_building_of_a_step_function(learnable_files, tmp_path,
                                                         monkeypatch):
-    """Each step function is built before its first call (a loop's also set up by a
-    call of no steps) with the clock stopped: a build that took 1000 s of the clock
-    is in no line's rate."""
+    """A step function's build (1000 s of the clock here) is in no line's rate."""
     clock = itertools.count()  # each reading of the clock: one second later
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0] + next(clock))
@@ -143,8 +136,7 @@ def test_one_device_strategy_trains_with_its_default_input(learnable_files, tmp_
 
 def test_a_resumed_run_counts_on_from_the_saved_step_in_either_precision(learnable_files,
                                                                          tmp_path, monkeypatch):
-    """bfloat16 and float32 runs resume each other's float32 checkpoints; the steps and
-    epochs count on from the restored state."""
+    """bfloat16 and float32 runs resume each other's float32 checkpoints, counting on."""
     done, compute = [], []
     state_init = TrainState.__init__
     monkeypatch.setattr(TrainState, "__init__", lambda self, seed, dtype, classes, **kw: (
@@ -171,8 +163,7 @@ def test_a_resumed_run_counts_on_from_the_saved_step_in_either_precision(learnab
 
 def test_a_complete_run_trains_no_further_and_one_past_max_steps_is_refused(learnable_files,
                                                                             tmp_path):
-    """A run stopped at step 5 of many, resumed with --max_steps=3, must not be marked
-    complete: the evaluator would stop and the Slurm job no longer requeue."""
+    """A run stopped at step 5 of many, resumed with --max_steps=3, is not marked complete."""
     train(learnable_files, small_config(tmp_path, max_steps=5))
     assert checkpoints.completed_step(str(tmp_path)) == 5
     lines = []
@@ -193,8 +184,7 @@ def test_a_complete_run_trains_no_further_and_one_past_max_steps_is_refused(lear
 
 def test_a_stop_saves_at_the_end_of_the_loop_and_says_how_to_resume(learnable_files,
                                                                      tmp_path, monkeypatch):
-    """Asked for while the loop of steps 2 to 8 runs, the stop comes at its end; the
-    advice leaves out --fresh_start, which would delete what it saved."""
+    """A stop asked for in the loop of steps 2 to 8 comes at its end; no --fresh_start."""
     stop, run_steps = threading.Event(), Trainer.run_steps
     monkeypatch.setattr(Trainer, "run_steps", lambda self, it, n, *args, **kwargs: (
         n == 7 and stop.set(), run_steps(self, it, n, *args, **kwargs))[1])
@@ -210,8 +200,7 @@ def test_a_stop_saves_at_the_end_of_the_loop_and_says_how_to_resume(learnable_fi
 
 def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_files,
                                                                      tmp_path):
-    """The first batch reads every file (its cache fills): a file removed after the data
-    check fails there, before the first step, as a step's error would."""
+    """A file removed after the data check fails at the first batch, as a step would."""
     files, count = learnable_files
     gone = str(tmp_path / "data" / "data_batch_9.bin")
     with pytest.raises(Cifar10Error) as err:
@@ -223,8 +212,8 @@ def test_a_data_file_gone_when_the_input_starts_is_one_line_naming_it(learnable_
 
 def test_op_determinism_is_on_for_a_deterministic_run_only_and_as_found_after_it(
         learnable_files, tmp_path):
-    """TensorFlow's op determinism is the whole process's: a --deterministic run turns
-    it on for its steps and leaves it as it found it, also when it fails."""
+    """A --deterministic run turns the process's op determinism on for its steps and
+    leaves it as it found it, also when it fails."""
     from tensorflow.python.framework import config as tf_config  # its reading is not public
     (tmp_path / "a_file").write_text("not a directory")
     during, after = [], []
