@@ -1,11 +1,7 @@
 """Files and folders that appear whole: written under a temporary name, synced, and
-renamed when complete, so that a reader never sees half of one and a crash or a
-power cut leaves the old one or the new one.
-
-A scratch folder ``.<name>-incomplete-<random>`` holds a marker file naming
-``<name>``, locked (``flock``) by its writer until the folder is complete.  The
-system drops the lock when the process dies, however it dies: so a marked folder
-whose lock can be taken is a leftover, which ``remove_leftovers`` removes.
+renamed when complete.  A scratch folder ``.<name>-incomplete-<random>`` holds a marker
+locked (``flock``) by its writer, so one whose lock can be taken is a dead writer's
+leftover (``remove_leftovers``).
 """
 
 from __future__ import annotations
@@ -21,29 +17,22 @@ from typing import Iterator
 
 MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
 _SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
-# The temporary name of a file's write: ``<name>.tmp<32 hex digits>``, unique, so that
-# no file of a user's is in its way and a leftover is told by its name alone.
+# A file's temporary name: unique, so no user's file is in its way and a leftover is
+# told by its name alone.
 TEMP_SUFFIX = r"\.tmp[0-9a-f]{32}"
 
 
 def temp_name(path: str) -> str:
-    """A new temporary name beside ``path`` (``TEMP_SUFFIX``)."""
     return f"{path}.tmp{uuid.uuid4().hex}"
 
 
 def write_text(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` (``write_bytes``)."""
     write_bytes(path, text.encode("utf-8"))
 
 
 def write_bytes(path: str, contents: bytes) -> None:
-    """Writes ``contents`` to ``path`` through a new ``temp_name`` (made with ``O_EXCL``,
-    so no file already there is written; the usual permissions), synced to disk and
-    renamed over ``path``, the folder synced after.
-
-    Raises:
-      OSError: the write or the rename failed; the temporary file is removed.
-    """
+    """Writes ``contents`` to a new ``temp_name``, synced and renamed over ``path``, then
+    syncs the folder; OSError (the temporary file removed) where that fails."""
     tmp = temp_name(path)
     f = open(tmp, "xb")  # (if this fails, what is there is not ours)
     try:
@@ -60,7 +49,7 @@ def write_bytes(path: str, contents: bytes) -> None:
 
 
 def _sync_folder(folder: str) -> None:
-    """Makes a rename in ``folder`` durable, where the system allows a folder's fsync."""
+    """Makes a rename in ``folder`` durable, where the system allows it."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -76,11 +65,7 @@ def _sync_folder(folder: str) -> None:
 @contextlib.contextmanager
 def new_folder(target: str) -> Iterator[str]:
     """Yields a scratch folder beside ``target``, renamed to ``target`` when the block
-    ends; removed if the block raises.
-
-    Raises:
-      OSError: the scratch folder cannot be made, or the rename fails.
-    """
+    ends; removed if the block raises."""
     with _marked(target) as (scratch, marker):
         yield scratch
         os.remove(marker)
@@ -89,12 +74,8 @@ def new_folder(target: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def scratch_folder(target: str) -> Iterator[str]:
-    """Yields a scratch folder beside ``target`` for work that ends in ``target`` (a file
-    the block moves out of it); removed when the block ends, however it ends.
-
-    Raises:
-      OSError: the scratch folder cannot be made.
-    """
+    """Yields a scratch folder beside ``target`` (for a file the block moves out of it),
+    removed when the block ends."""
     with _marked(target) as (scratch, _):
         try:
             yield scratch
@@ -104,8 +85,8 @@ def scratch_folder(target: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _marked(target: str) -> Iterator[tuple[str, str]]:
-    """(scratch folder beside ``target``, its marker file), the marker locked until the
-    block ends; the folder (the usual permissions) is removed if the block raises."""
+    """(scratch folder beside ``target``, its marker), locked until the block ends; the
+    folder is removed if the block raises."""
     parent = os.path.dirname(target) or "."
     os.makedirs(parent, exist_ok=True)
     scratch = os.path.join(parent, f".{os.path.basename(target)}-incomplete-{uuid.uuid4().hex}")
@@ -126,8 +107,7 @@ def _marked(target: str) -> Iterator[tuple[str, str]]:
 
 
 def remove_leftovers(parent: str) -> list[str]:
-    """Removes the scratch folders in ``parent`` whose writer died (marker for their
-    name, unlocked); returns their names, sorted.  Anything else stays."""
+    """Removes the scratch folders in ``parent`` whose writer died; their names, sorted."""
     try:
         names = sorted(os.listdir(parent))
     except OSError:
@@ -154,8 +134,7 @@ def at_work(parent: str) -> bool:
 
 
 def _marker(scratch: str, name: str | None = None) -> bool | None:
-    """Whether the marker in ``scratch`` is locked by a live process (True) or not
-    (False); None where there is no marker (for ``name``, if given) to tell."""
+    """Whether the marker in ``scratch`` (for ``name``) is locked; None: no such marker."""
     marker = os.path.join(scratch, MARKER)
     if os.path.islink(marker) or not os.path.isfile(marker):
         return None  # (a FIFO under that name would block the open)
@@ -174,8 +153,7 @@ def _marker(scratch: str, name: str | None = None) -> bool | None:
 
 @contextlib.contextmanager
 def made_folders_removed_on_failure(folder: str) -> Iterator[None]:
-    """Removes ``folder`` and its parents that do not exist yet, if the block fails and
-    they are empty (what the block made there is its own to remove)."""
+    """Removes ``folder`` and its parents made in the block, if it fails and they are empty."""
     missing, path = [], os.path.abspath(folder)
     while not os.path.lexists(path):
         missing.append(path)  # deepest first

@@ -1,9 +1,6 @@
 """Every setting in one place: the fixed hyperparameters, and ``TrainConfig`` and
-``EvalConfig``, whose fields (``setting``) carry their flag's help and bounds, so that a
-setting has one name, default and description everywhere (flags, flags.txt, TensorBoard).
-
-No TensorFlow here, so that the programs answer ``--help`` at once.
-"""
+``EvalConfig``, whose fields carry their flag's help and bounds (``setting``).  No
+TensorFlow, so that ``--help`` answers at once."""
 
 from __future__ import annotations
 
@@ -18,13 +15,11 @@ NUM_EPOCHS_PER_DECAY = 350  # epochs of examples between two decays
 MOVING_AVERAGE_DECAY = 0.9999  # of the weight averages the evaluator uses
 LOSS_AVERAGE_DECAY = 0.9  # of the smoothed losses in TensorBoard
 MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
-# --use_fp16's dynamic loss scale (as Keras' LossScaleOptimizer): its start, and the
-# finite steps in a row that double it.
+# --use_fp16's dynamic loss scale: its start, and the finite steps in a row that double it.
 INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
-# Steps per call into TensorFlow (--steps_per_loop): measured in docs/performance.md.
-STEPS_PER_LOOP = 100
+STEPS_PER_LOOP = 100  # --steps_per_loop's default (docs/performance.md)
 
 CROP_SIZE = 24  # the tutorial trains and evaluates on 24x24 crops
 MAX_BRIGHTNESS_DELTA = 63.0
@@ -51,14 +46,9 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
             flag_default: Any = dataclasses.MISSING, lower_bound: float | None = None,
             upper_bound: float | None = None, choices: Sequence[str] | None = None,
             flag: bool = True, shared: bool = False, trained: str = "") -> Any:
-    """A config field and the flag made from it (``flag`` False: no flag).
-
-    ``help``, ``lower_bound``, ``upper_bound`` and ``choices`` are the flag's;
-    ``flag_default`` its default where the library has none.  A trainer's setting that
-    every worker must be given alike is ``shared``; one that changes what is trained
-    names itself in ``trained`` (it is shared too): each start records it, and a run
-    resumed with another value says so (``records.TRAINED_SETTINGS``).
-    """
+    """A config field and its flag (unless not ``flag``), ``flag_default`` where the
+    library has none.  ``shared``: every worker is given it alike; ``trained`` (shared
+    too): the words that name it where a resumed run changes it."""
     metadata = {"help": help, "flag": flag, "lower_bound": lower_bound,
                 "upper_bound": upper_bound, "choices": choices,
                 "shared": shared or bool(trained), "trained": trained,
@@ -146,8 +136,7 @@ class TrainConfig:
 
 
 def parse_profile_steps(text: str) -> tuple[int, int] | None:
-    """``--profile_steps``' value "FIRST,LAST" as (first, last); "N" is (N, N); "none"
-    or nothing is None, no trace.  Raises ValueError for anything else."""
+    """``--profile_steps``' "FIRST,LAST" (or "N") as (first, last); None for "none" or ""."""
     if text.strip().lower() in ("none", ""):  # the default: turns a replayed window off
         return None
     parts = [part.strip() for part in text.split(",")]
@@ -186,8 +175,7 @@ class EvalConfig:
     eval_dir: str = setting(help="Directory where to write event logs and the results of "
                                  "each checkpoint.", flag_default="/tmp/cifar10_eval")
     eval_files: Sequence[str] = setting((), flag=False)  # the .bin files of eval_data
-    # The classes of eval_files' data, in label order; a checkpoint of a run trained
-    # on other classes is refused (empty: not checked).
+    # The data's classes in label order: a checkpoint trained on others is refused.
     class_names: Sequence[str] = setting((), flag=False)
     eval_data: str = setting("test", "Either 'test' or 'train_eval'.", choices=EVAL_DATA)
     num_examples: int = setting(10_000, "Number of examples to run.", lower_bound=1)
@@ -215,8 +203,7 @@ class EvalConfig:
 
 
 def compute_dtype(settings: TrainConfig | EvalConfig) -> str:
-    """The model's compute type: 'float16' (use_fp16), 'bfloat16' (use_bf16) or
-    'float32' (variables and checkpoints are float32 in all three); ValueError for both."""
+    """The model's compute type, 'float16', 'bfloat16' or 'float32'; ValueError for both."""
     if settings.use_fp16 and settings.use_bf16:
         raise ValueError(PRECISION_CONFLICT)
     return "float16" if settings.use_fp16 else "bfloat16" if settings.use_bf16 else "float32"
@@ -233,6 +220,5 @@ def flag_default(config_class: type, name: str) -> Any:
 
 
 def marked(key: str) -> dict[str, Any]:
-    """{field: its mark} of TrainConfig's fields that ``setting``'s ``key`` marks
-    ('shared': every worker alike; 'trained': the words that name it), in order."""
+    """{field: its mark} of TrainConfig's fields marked ``key`` ('shared', 'trained')."""
     return {f.name: f.metadata[key] for f in dataclasses.fields(TrainConfig) if f.metadata[key]}

@@ -1,6 +1,5 @@
-"""The errors a user can fix (bad data, a failed download, a diverged run): the
-programs print one as ``<program>: error: <message>``, naming the thing at fault and
-the fix, and exit non-zero.  Standard library only."""
+"""The errors a user can fix, which the programs print as ``<program>: error: <message>``
+(the thing at fault and the fix) before exiting non-zero."""
 
 import errno
 import os
@@ -21,8 +20,7 @@ class DivergedError(Cifar10Error):
 
 
 class StoppedBeforeTraining(KeyboardInterrupt):
-    """A stop request (SIGINT, SIGTERM) before training started: nothing was trained or
-    saved, and the program ends as interrupted (exit status 130)."""
+    """A SIGINT or SIGTERM before training started: the program ends as interrupted (130)."""
 
     def __init__(self):
         super().__init__("before training started; nothing was trained")
@@ -35,8 +33,7 @@ def first_line(error: BaseException) -> str:
 
 
 def io_error(action: str, path: str, error: BaseException, advice: str = "") -> Cifar10Error:
-    """'<action> <path> (<why>); <advice>' for an OSError or a TensorFlow I/O error;
-    ``advice`` by default ``io_advice(error)``."""
+    """'<action> <path> (<why>); <advice>' for an OSError or a TensorFlow I/O error."""
     advice = advice or io_advice(error)
     return Cifar10Error(f"{action} {path} ({_cause(error)}){'; ' + advice if advice else ''}")
 
@@ -71,8 +68,8 @@ def listed(names: Sequence[str], shown: int = 12) -> str:
 
 
 def shown_path(path: str, line: bool = True) -> str:
-    """``path`` as it can be printed: bytes that are not UTF-8 as ``\\xNN``; with
-    ``line``, control characters escaped too, so that the name stays on its line."""
+    """``path`` printable: non-UTF-8 bytes as ``\\xNN``; with ``line``, control
+    characters escaped too."""
     shown = os.fsencode(path).decode("utf-8", "backslashreplace")
     return shown.translate(_CONTROLS) if line else shown
 

@@ -1,11 +1,6 @@
-"""What the programs write to stderr: their warnings in their own format, native
-log lines filtered out, and progress lines.
-
-TensorFlow's C++ runtime logs to file descriptor 2 (absl's pre-init warning, the
-CUDA probe of a CPU machine, oneDNN notices), and ``TF_CPP_MIN_LOG_LEVEL`` does not
-reach absl's own logging, so ``hide_native_lines`` filters the descriptor itself
-through a forked process.  ``TF_CPP_MIN_LOG_LEVEL=0`` or ``--verbosity`` shows them all;
-1 to 3 show that level and above, as TensorFlow means it.  No TensorFlow.
+"""What the programs write to stderr: their warnings in their own format, progress
+lines, and TensorFlow's C++ log lines filtered out of descriptor 2 by a forked process
+(``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's logging).  No TensorFlow.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ import sys
 import time
 from typing import Callable, Mapping, TextIO
 
-# A C++ log line's head, as absl writes it (``I0000 00:00:1795575350.065948  1850
-# port.cc:153] ...``) and as TensorFlow 2.16 did (``2026-11-25 02:59:20.839188: I ...] ``).
+# A C++ log line's head, as absl writes it and as TensorFlow 2.16 did.
 _HEAD = re.compile(rb"(?:([IWEF])\d{4} +\d+:\d+:\d+\.\d+ +\d+"
                    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])) [^ \]]+:\d+\] ")
 _PREINIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
@@ -31,15 +25,14 @@ LEVELS = b"IWEF"  # the levels of C++ log lines, as TF_CPP_MIN_LOG_LEVEL counts 
 
 
 def tensorflow_lines_wanted(environ: Mapping[str, str], asked: bool) -> bool:
-    """Whether the user asked for all of TensorFlow's log lines: ``asked`` on the
-    command line (``--verbosity``, the placement log), or ``TF_CPP_MIN_LOG_LEVEL`` set
-    to 0 or to what is not a level."""
+    """Whether all of TensorFlow's log lines are asked for: ``asked`` on the command line,
+    or ``TF_CPP_MIN_LOG_LEVEL`` 0 or not a level."""
     return asked or ("TF_CPP_MIN_LOG_LEVEL" in environ and min_level(environ) is None)
 
 
 def min_level(environ: Mapping[str, str]) -> int | None:
-    """The lowest level of C++ log line shown (an index of ``LEVELS``): 3 (fatal only)
-    unless ``TF_CPP_MIN_LOG_LEVEL`` is 1 or 2; None where it is 0 or not a number."""
+    """The lowest C++ log level shown (of ``LEVELS``) by ``TF_CPP_MIN_LOG_LEVEL``, 3 by
+    default; None: all."""
     value = environ.get("TF_CPP_MIN_LOG_LEVEL")
     if value is None:
         return LEVELS.index(b"F")
@@ -54,12 +47,6 @@ def python_level(environ: Mapping[str, str]) -> str:
     return "WARNING" if min_level(environ) == LEVELS.index(b"W") else "ERROR"
 
 
-def _severity(line: bytes) -> bytes | None:
-    """The level letter (I, W, E, F) of a C++ log line's head, else None."""
-    head = _HEAD.match(line)
-    return (head.group(1) or head.group(2)) if head else None
-
-
 class NativeLineFilter:
     """Drops C++ log lines below ``keep_from`` (an index of ``LEVELS``), with their
     continuation lines, from a byte stream; passes on everything else."""
@@ -70,20 +57,20 @@ class NativeLineFilter:
         self._kept = LEVELS[keep_from:]
 
     def feed(self, chunk: bytes) -> bytes:
-        """Takes the next bytes of the stream; returns the bytes to pass on."""
+        """The bytes to pass on of ``chunk``, the stream's next."""
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
         return b"".join(line + b"\n" for line in lines if self._keep(line))
 
     def close(self) -> bytes:
-        """Ends the stream; returns a last unfinished line if it is to be kept."""
+        """Ends the stream: a last unfinished line if it is kept."""
         line, self._partial = self._partial, b""
         return line if line and self._keep(line) else b""
 
     def _keep(self, line: bytes) -> bool:
-        severity = _severity(line)
-        if severity is not None:
-            self._in_dropped = severity not in self._kept
+        head = _HEAD.match(line)
+        if head:
+            self._in_dropped = (head.group(1) or head.group(2)) not in self._kept
         elif line.startswith(_PREINIT):  # absl's own warning
             self._in_dropped = b"W" not in self._kept
         elif line.startswith(_CRASH):
@@ -93,7 +80,6 @@ class NativeLineFilter:
 
 
 def _forward(read_fd: int, write_fd: int, keep_from: int) -> None:
-    """Copies ``read_fd`` to ``write_fd`` through a NativeLineFilter until end of file."""
     line_filter = NativeLineFilter(keep_from)
     writable = True
     while True:
@@ -109,10 +95,9 @@ def _forward(read_fd: int, write_fd: int, keep_from: int) -> None:
 
 
 def hide_native_lines(keep_from: int | None = 3) -> None:
-    """Keeps native log lines below ``keep_from`` (``min_level``; None: none) off
-    stderr for the rest of this process, through a forked filtering process; Python's
-    ``sys.stderr`` and absl's handler write to a copy of descriptor 2.  Call it once,
-    before TensorFlow loads and while the process has no other thread."""
+    """Keeps native log lines below ``keep_from`` (``min_level``) off stderr, through a
+    forked filter; Python and absl write to a copy of descriptor 2.  Call it once,
+    before TensorFlow loads and while the process has one thread."""
     if keep_from is None:
         return
     sys.stderr.flush()
@@ -147,8 +132,8 @@ def hide_native_lines(keep_from: int | None = 3) -> None:
 
 
 class ProgramFormatter(logging.Formatter):
-    """Warnings as ``<program>: warning: <message>`` (``error``; ``notice`` for one logged
-    with ``extra={"notice": True}``), like the one-line errors; lower levels as ``fallback``."""
+    """Warnings as ``<program>: warning: <message>`` (``error``, ``notice`` with
+    ``extra={"notice": True}``); lower levels as ``fallback``."""
 
     def __init__(self, program: str, fallback: logging.Formatter | None = None):
         super().__init__()
@@ -164,10 +149,9 @@ class ProgramFormatter(logging.Formatter):
 
 
 class ProgressLine:
-    """Progress of ``total`` units of work (None: not known) on ``stream`` (stderr): on a
-    terminal one line rewritten in place; elsewhere a line at the start, at each tenth
-    (each ``unsized_step`` units without a total) and at the end.  ``describe`` gives
-    the line for (units done, seconds since the start)."""
+    """Progress of ``total`` units (None: not known) on ``stream``: on a terminal one line
+    rewritten; elsewhere a line at each tenth (or ``unsized_step``) and at the end.
+    ``describe(done, seconds)`` gives the line."""
 
     def __init__(self, describe: Callable[[int, float], str], total: int | None,
                  stream: TextIO | None = None, unsized_step: int = 1):
@@ -184,7 +168,6 @@ class ProgressLine:
         self._width = 0  # the length of the line last written on a terminal
 
     def show(self, done: int) -> None:
-        """Shows that ``done`` units are done."""
         self._done = done
         line = self.describe(done, time.monotonic() - self._start)
         mark = 10 * done // self.total if self.total else done // self.unsized_step
@@ -198,8 +181,7 @@ class ProgressLine:
         self.stream.flush()
 
     def end(self, done: int | None = None) -> None:
-        """After the last unit (or a failure): ends the terminal's line, or in a log shows
-        where it stopped (``done``, default the last shown), unless already shown."""
+        """After the last unit (or a failure): ends the line, or in a log shows ``done``."""
         done = self._done if done is None else done
         if done is None:
             return

@@ -1,5 +1,4 @@
-"""This machine, as the programs need it before TensorFlow loads: its CPU's
-instruction sets and whether a batch can fit in its memory at all."""
+"""This machine's CPU features and memory, known before TensorFlow loads."""
 
 from __future__ import annotations
 
@@ -10,13 +9,11 @@ from cifar10.core.config import CROP_SIZE
 from cifar10.core.errors import Cifar10Error
 
 CONV1_FILTERS = 64  # model.py's conv1
-# The most memory a 64-bit machine can address: the limit where this machine's is not known.
 ADDRESSABLE = 2**64
 
 
 def features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
-    """The CPU's feature flags ('avx2', 'amx_bf16', Arm's 'bf16', ...); None where
-    ``cpuinfo`` cannot be read (not Linux)."""
+    """The CPU's feature flags ('avx2', 'amx_bf16', ...); None where not known."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -40,7 +37,6 @@ def conv1_output_bytes(batch_size: int, value_bytes: int = 4) -> int:
 
 
 def total_memory() -> int | None:
-    """This machine's physical memory in bytes; None where the system does not say."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -49,10 +45,8 @@ def total_memory() -> int | None:
 
 def refuse_batch_beyond_memory(batch_size: int, value_bytes: int = 4,
                                memory: int | None = None, replica: bool = True) -> None:
-    """Raises Cifar10Error when conv1's output for ``batch_size`` images (a replica's
-    batch, with ``replica``) alone is larger than ``memory`` (default: this machine's)
-    or than a 64-bit machine can address: TensorFlow does not always say so (a
-    segmentation fault, an overflow)."""
+    """Cifar10Error when conv1's output for ``batch_size`` images alone exceeds ``memory``
+    (default: this machine's) or 2**64 bytes: TensorFlow may crash instead of saying so."""
     memory = total_memory() if memory is None else memory
     needed = conv1_output_bytes(batch_size, value_bytes)
     if memory and needed > memory:

@@ -1,11 +1,5 @@
-"""CIFAR-100 as the trainer reads it: its records with the chosen label.
-
-CIFAR-100's records are 3,074 bytes: the coarse label (20 superclasses), the fine
-label (100 classes), then the image as in CIFAR-10.  ``batches_dir`` checks the
-extracted data, then writes once per label a CIFAR-10-format folder beside it (or
-in it, where --data_dir is the extracted folder): everything after it is the same
-for both data sets.
-"""
+"""CIFAR-100 as the trainer reads it: ``batches_dir`` writes once per label (coarse or
+fine) a CIFAR-10-format folder from the extracted data; all after that is the same."""
 
 from __future__ import annotations
 
@@ -21,19 +15,17 @@ from cifar10.core.errors import DataError
 
 
 def batches_dir_name(label: str) -> str:
-    """The folder of CIFAR-10-format data made from CIFAR-100 with ``label``."""
     return ff.CIFAR100_BATCHES_DIRS[label]
 
 
 def holds_source(path: str) -> bool:
-    """Whether ``path`` is an extracted ``cifar-100-binary`` folder itself (it holds
-    ``train.bin`` or ``test.bin``)."""
+    """Whether ``path`` is an extracted ``cifar-100-binary`` folder itself."""
     return any(os.path.isfile(os.path.join(path, name)) for name in ff.CIFAR100_FILES.values())
 
 
 def read_records(path: str, label: str) -> np.ndarray:
-    """The records of a CIFAR-100 file as CIFAR-10 records ([n, 3,073] uint8), keeping
-    the ``label`` ('fine' or 'coarse') byte; DataError where it is unreadable or cut."""
+    """A CIFAR-100 file's records as CIFAR-10 records ([n, 3,073] uint8) with the
+    ``label`` byte; DataError where it is unreadable or cut."""
     record_bytes = ff.CIFAR100_LABEL_BYTES + ff.IMAGE_BYTES
     try:
         raw = np.fromfile(path, dtype=np.uint8)
@@ -49,14 +41,8 @@ def read_records(path: str, label: str) -> np.ndarray:
 
 
 def batches_dir(extracted: str, data_dir: str, label: str) -> str:
-    """The CIFAR-10-format folder of ``label`` in ``data_dir``, written from
-    ``extracted`` (the ``cifar-100-binary`` folder) when missing.  ``extracted`` is
-    checked first, so that a damaged source never becomes a damaged folder.
-
-    Raises:
-      DataError: a file of ``extracted`` is missing or damaged, or the folder cannot
-        be written.
-    """
+    """The CIFAR-10-format folder of ``label`` in ``data_dir``, written from ``extracted``
+    when missing; DataError where ``extracted`` is damaged or it cannot be written."""
     if label not in ff.CIFAR100_LABELS:
         raise ValueError(f"label must be one of {sorted(ff.CIFAR100_LABELS)}, got {label!r}")
     target = os.path.join(data_dir, batches_dir_name(label))
@@ -81,8 +67,7 @@ def batches_dir(extracted: str, data_dir: str, label: str) -> str:
 
 
 def _checked_source(extracted: str, label: str) -> tuple[str, np.ndarray, np.ndarray]:
-    """(the class names file, the training records, the test records) of ``extracted``;
-    DataError saying what is wrong with one of its files."""
+    """(class names file, training records, test records) of ``extracted``, checked."""
     names_file = os.path.join(extracted, ff.CIFAR100_NAMES_FILES[label])
     names, problem, _ = datafolder.class_names_in(names_file)
     if problem:
@@ -105,7 +90,6 @@ def _checked_source(extracted: str, label: str) -> tuple[str, np.ndarray, np.nda
 
 
 def _renewal(extracted: str, data_dir: str) -> str:
-    """How to get a sound ``extracted`` folder."""
     if os.path.abspath(extracted) == os.path.abspath(data_dir):
         return (f"replace {extracted} with a sound copy (extract the published "
                 f"{ff.CIFAR100.tarball} again)")

@@ -1,12 +1,7 @@
-"""Fetching and unpacking a data set's binary tarball (``fileformat.Archive``), safely.
-
-The URL is --data_url, else the archive's environment variable (CIFAR10_DATA_URL),
-else the official address.  A file under the tarball's name is either the user's or
-a complete download whose size and MD5 were checked (it is written in a scratch
-folder first, ``atomic.scratch_folder``); a user's file that fails the check is
-named, never deleted.  Every tar member is checked before anything is written, and
-the data folder appears only complete (``atomic.new_folder``).  No TensorFlow.
-"""
+"""Fetching and unpacking a data set's binary tarball, safely: a download is moved into
+place only once its size and MD5 match (a user's file that fails is named, never
+deleted), every tar member is checked first, and the data folder appears only
+complete.  No TensorFlow."""
 
 from __future__ import annotations
 
@@ -38,15 +33,7 @@ class DownloadFailed(DataError):
     """The tarball could not be fetched (no network, no such file, a server error)."""
 
 
-def resolve_url(url: str | None, archive: ff.Archive = ff.CIFAR10) -> str:
-    """``url`` if given, else the archive's environment variable if set, else its address."""
-    if url:
-        return url
-    return (archive.url_env and os.environ.get(archive.url_env)) or archive.url
-
-
 def file_md5(path: str) -> str:
-    """The hex MD5 digest of the file at ``path``."""
     digest = hashlib.md5()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
@@ -57,10 +44,9 @@ def file_md5(path: str) -> str:
 def maybe_download_and_extract(data_dir: str, url: str | None = None, md5: str | None = None,
                                size: int | None = None, progress: bool = True,
                                archive: ff.Archive = ff.CIFAR10) -> str:
-    """The archive's extracted folder in ``data_dir`` (``cifar-10-batches-bin``): as it
-    is (no network), else extracted from the tarball there or downloaded from
-    ``resolve_url(url)``, once its ``md5`` (and ``size``; the official tarball's by
-    default) are checked.  DataError where it cannot be had."""
+    """The archive's extracted folder in ``data_dir``: there already, else extracted from
+    the tarball there or downloaded, once its ``md5`` and ``size`` (by default the
+    official tarball's) match.  DataError where it cannot be had."""
     batches_dir = os.path.join(data_dir, archive.folder)
     if os.path.isdir(batches_dir):
         return batches_dir
@@ -96,8 +82,9 @@ def maybe_download_and_extract(data_dir: str, url: str | None = None, md5: str |
 
 
 def _checked_url(url: str | None, archive: ff.Archive) -> str:
-    """``resolve_url``, or DataError where it is not a URL (a path on disk, say)."""
-    source = resolve_url(url, archive)
+    """``url``, else the archive's environment variable, else its address; DataError
+    where it is not a URL (a path on disk, say)."""
+    source = url or (archive.url_env and os.environ.get(archive.url_env)) or archive.url
     if source.lower().startswith(_URL_SCHEMES):
         return source
     setting, verb = ("--data_url", "pass") if url else (archive.url_env, "set")
@@ -112,7 +99,6 @@ def _checked_url(url: str | None, archive: ff.Archive) -> str:
 
 
 def _reason(error: BaseException) -> str:
-    """A one-line description of a download, file or tarball error."""
     if isinstance(error, urllib.error.HTTPError):
         text = f"HTTP error {error.code}: {error.reason}"
     elif isinstance(error, urllib.error.URLError):
@@ -142,8 +128,8 @@ class _Progress(ProgressLine):
 
 
 def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
-    """Copies ``response`` to ``out``; (bytes copied, hex MD5).  ConnectionError where
-    fewer bytes arrived than the Content-Length announced."""
+    """Copies ``response`` to ``out``; (bytes, hex MD5).  ConnectionError for fewer
+    bytes than the Content-Length."""
     try:
         total = int(response.headers.get("Content-Length"))
     except (TypeError, ValueError):
@@ -170,8 +156,7 @@ def _stream(response, out, name: str, progress: bool) -> tuple[int, str]:
 
 def _download(url: str, dest_dir: str, md5: str, size: int | None, progress: bool,
               archive: ff.Archive) -> None:
-    """Downloads ``url`` to ``dest_dir/<archive.tarball>`` via a scratch folder, moved
-    into place only once its size and MD5 match."""
+    """Downloads ``url`` to ``dest_dir/<archive.tarball>``, moved there once it matches."""
     final = os.path.join(dest_dir, archive.tarball)
     settings = f"--data_url or {archive.url_env}" if archive.url_env else "--data_url"
     try:
@@ -200,8 +185,7 @@ def _download(url: str, dest_dir: str, md5: str, size: int | None, progress: boo
 
 
 def safe_extract(tarball: str, data_dir: str, archive: ff.Archive = ff.CIFAR10) -> str:
-    """Extracts the archive's folder from ``tarball`` into ``data_dir``; its path.
-    DataError where the tarball is unreadable, unsafe or lacks the folder."""
+    """Extracts the archive's folder from ``tarball`` into ``data_dir``; its path."""
     batches_dir = os.path.join(data_dir, archive.folder)
     try:
         with atomic.new_folder(batches_dir) as scratch:

@@ -1,9 +1,5 @@
-"""Facts of the CIFAR-10 (and CIFAR-100) binary distributions: file names and record layout.
-
-Each ``.bin`` file holds records of 3,073 bytes: one label byte (0-9) followed
-by 3,072 image bytes, the 1,024 red, then green, then blue values of a 32x32
-image in row-major order.  The real files hold 10,000 records each.
-"""
+"""The CIFAR-10 and CIFAR-100 binary distributions: file names and record layout (a
+label byte, then the 32x32 image's red, green and blue planes, row-major)."""
 
 import dataclasses
 
@@ -28,7 +24,6 @@ CLASS_NAMES = (
     "dog", "frog", "horse", "ship", "truck",
 )
 
-# The tarball of the binary version, as published by its authors.
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 TARBALL_NAME = "cifar-10-binary.tar.gz"
 TARBALL_BYTES = 170_052_171
@@ -53,9 +48,7 @@ class Archive:
 
 CIFAR10 = Archive("cifar10", "CIFAR-10", DATA_URL, TARBALL_NAME, TARBALL_MD5, TARBALL_BYTES, BATCHES_DIRNAME,
                   DATA_URL_ENV)
-# CIFAR-100: train.bin (50,000 records) and test.bin (10,000), each record a coarse
-# label byte (20 superclasses), a fine label byte (100 classes), then the image as
-# in CIFAR-10; the class names in coarse_label_names.txt and fine_label_names.txt.
+# CIFAR-100's records: a coarse label byte (20 classes), a fine one (100), the image.
 CIFAR100 = Archive("cifar100", "CIFAR-100", "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",
                    "cifar-100-binary.tar.gz", "03b5dce01913d631647c71ecec9e9cb8", None,
                    "cifar-100-binary", None)
@@ -67,9 +60,7 @@ CIFAR100_NAMES_FILES = {"coarse": "coarse_label_names.txt", "fine": "fine_label_
 # The CIFAR-10-format folder written from the extracted data, per label.
 CIFAR100_BATCHES_DIRS = {label: f"cifar-100-{label}-batches-bin" for label in CIFAR100_LABELS}
 
-# Which files each evaluation split reads.
-SPLIT_FILES = {"train": TRAIN_FILES, "train_eval": TRAIN_FILES, "test": TEST_FILES}
+SPLIT_FILES = {"train": TRAIN_FILES, "train_eval": TRAIN_FILES, "test": TEST_FILES}  # read
 
-# Files that make a folder a data folder (CIFAR-10's, CIFAR-100's extracted one,
-# cifar10-prepare's): the programs write no output among them.
+# Files that make a folder a data folder: the programs write no output among them.
 DATA_FILES = (*TRAIN_FILES, *TEST_FILES, META_FILE, *CIFAR100_FILES.values())

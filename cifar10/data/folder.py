@@ -1,12 +1,6 @@
-"""A data folder on disk: where its files are, whether they are sound, and what is
-wrong with a --data_dir that is no data folder.  No TensorFlow: the programs check
-their data with it before TensorFlow loads, so that a mistake is answered at once.
-
-A data folder is CIFAR-10's ``cifar-10-batches-bin`` layout: ``data_batch_1.bin``
-to ``data_batch_5.bin``, ``test_batch.bin`` and, for data other than CIFAR-10's,
-``batches.meta.txt`` (the class names).  ``--data_dir`` names the folder that
-holds it, or the data folder itself.
-"""
+"""A data folder (``cifar-10-batches-bin``: ``data_batch_1..5.bin``, ``test_batch.bin``,
+``batches.meta.txt`` for other classes than CIFAR-10's): its files, whether they are
+sound, and what is wrong with a --data_dir that is none.  No TensorFlow."""
 
 from __future__ import annotations
 
@@ -36,9 +30,8 @@ def split_files(batches_dir: str, split: str) -> list[str]:
 
 
 def class_names(batches_dir: str) -> tuple[str, ...]:
-    """The class names of a data folder in label order (``batches.meta.txt``; CIFAR-10's
-    where it has none).  DataError naming the file and the fix where it is unsound or
-    lists one name (a classifier needs two)."""
+    """The class names of a data folder in label order (CIFAR-10's where it has no
+    ``batches.meta.txt``); DataError where that file is unsound or lists one name."""
     path = os.path.join(batches_dir, ff.META_FILE)
     names, problem, fix = class_names_in(path)
     if names is not None and len(names) == 1:
@@ -51,8 +44,8 @@ def class_names(batches_dir: str) -> tuple[str, ...]:
 
 
 def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
-    """(the names in the class names file ``path``, or None; what is wrong with it, or '';
-    how to fix its text, or '').  A missing file is (None, '', '')."""
+    """(the names in the class names file ``path`` or None, what is wrong or '', the fix
+    or '')."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -79,8 +72,8 @@ def class_names_in(path: str) -> tuple[tuple[str, ...] | None, str, str]:
 
 
 def validate_files(paths: Sequence[str], num_classes: int = ff.NUM_CLASSES) -> int:
-    """The records in ``paths``, once each file is known to exist and hold whole records
-    with labels below ``num_classes``; else DataError naming the file and the fix."""
+    """The records in ``paths``; DataError for a missing file, a partial record or a
+    label of ``num_classes`` or more."""
     total = 0
     for path in paths:
         if not os.path.isfile(path):
@@ -106,7 +99,6 @@ def _refuse(path: str, problem: str) -> None:
 
 
 def _how_to_redo(batches_dir: str) -> str:
-    """How to get a sound data folder again, by whoever made it."""
     if os.path.basename(batches_dir) in ff.CIFAR100_BATCHES_DIRS.values():
         return (f"delete {batches_dir} so that it is made again from the extracted "
                 f"CIFAR-100 data")
@@ -123,8 +115,8 @@ def _how_to_redo(batches_dir: str) -> str:
 
 def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
                      itself: bool = True) -> str | None:
-    """``data_dir/folder`` if it is a directory; with ``itself``, ``data_dir`` when it is
-    a data folder itself; else None."""
+    """``data_dir/folder`` if it is a directory, else (with ``itself``) ``data_dir`` if it
+    is a data folder, else None."""
     batches_dir = os.path.join(data_dir, folder)
     if os.path.isdir(batches_dir):
         return batches_dir
@@ -134,12 +126,10 @@ def find_batches_dir(data_dir: str, folder: str = ff.BATCHES_DIRNAME,
 
 
 def data_files_in(path: str) -> list[str]:
-    """The data files (``fileformat.DATA_FILES``) that ``path`` holds, sorted."""
     return sorted(name for name in ff.DATA_FILES if os.path.isfile(os.path.join(path, name)))
 
 
 def holds_records(path: str) -> bool:
-    """Whether ``path`` holds any of a data set's ``.bin`` files."""
     return any(os.path.isfile(os.path.join(path, name))
                for name in (*ff.TRAIN_FILES, *ff.TEST_FILES))
 
@@ -149,8 +139,7 @@ def _shown(names: Sequence[str]) -> str:
 
 
 def refuse_two_data_folders(data_dir: str, followed: str = "") -> None:
-    """DataError where ``data_dir`` is a data folder that holds another one: either could
-    be the data meant, so the user chooses."""
+    """DataError where ``data_dir`` is a data folder that holds another one."""
     nested = os.path.join(data_dir, ff.BATCHES_DIRNAME)
     if not (holds_records(data_dir) and os.path.isdir(nested) and holds_records(nested)) \
             or os.path.realpath(nested) == os.path.realpath(data_dir):
@@ -167,8 +156,8 @@ _PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))
 
 
 def refuse_non_data(data_dir: str, followed: str = "") -> None:
-    """DataError where ``data_dir`` cannot be where data is downloaded: a file, a data
-    set's Python version, a folder of images (which cifar10-prepare converts first)."""
+    """DataError where ``data_dir`` is no place to download to: a file, a data set's
+    Python version, a folder of images."""
     origin = f" ({followed})" if followed else ""
     parent = os.path.dirname(os.path.normpath(data_dir)) or "."
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
@@ -198,7 +187,6 @@ def refuse_non_data(data_dir: str, followed: str = "") -> None:
 
 def missing_data_dir(data_dir: str, archive: ff.Archive, followed: str,
                      error: Exception) -> str:
-    """The error for a ``data_dir`` that does not exist and could not be filled."""
     origin = f", as the run it scores recorded ({followed})" if followed else ""
     return (f"no {archive.title} data: --data_dir={data_dir}{origin} does not exist, and "
             f"downloading it there failed: {str(error).rstrip('.')}. Pass --data_dir=<the "

@@ -1,8 +1,5 @@
-"""The data a program reads: generated, found on disk, or downloaded; then checked.
-
-``prepare`` is what cifar10-train and cifar10-eval call with their data flags.  No
-TensorFlow: a data mistake is answered within a second, in one line.
-"""
+"""The data a program reads (``prepare``): generated, found on disk, or downloaded;
+then checked.  No TensorFlow: a data mistake is answered at once, in one line."""
 
 from __future__ import annotations
 
@@ -21,10 +18,8 @@ from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.core.errors import DataError
 
-# Where --synthetic_data keeps its generated data, under --data_dir.
-SYNTHETIC_SUBDIR = "synthetic"
-# Seconds between two looks for the data that another process fetches (``fetched_by``).
-POLL_S = 0.5
+SYNTHETIC_SUBDIR = "synthetic"  # --synthetic_data's folder under --data_dir
+POLL_S = 0.5  # seconds between two looks for the data another process fetches
 
 
 class NotDownloaded(DataError):
@@ -37,14 +32,11 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             dataset: str = "cifar10", label: str = "fine",
             followed: str = "", no_download: str = "", fetched_by: str = "",
             wait_s: float = 300.0) -> tuple[str, dict[str, int]]:
-    """(the data folder, {'train': records, 'test': records}) of a program, without
-    TensorFlow: generated data in ``<data_dir>/synthetic`` (``use_synthetic``), else the
-    real ``dataset`` ('cifar10', or 'cifar100' with its ``label``) under ``data_dir`` or
-    ``data_dir`` itself, downloaded when missing (else ``NotDownloaded(no_download)``,
-    where given; or, where another process ``fetched_by`` fetches it, waited for while
-    that one is at it and ``wait_s`` s more).  ``followed`` names the run settings the
-    flags came from.  DataError where the data cannot be had or is damaged.
-    """
+    """(the data folder, {'train': records, 'test': records}): generated data
+    (``use_synthetic``), else the real ``dataset`` under or at ``data_dir``, downloaded
+    when missing unless ``no_download`` (the message), or waited for while another
+    process, ``fetched_by``, fetches it.  ``followed`` names where the flags came from.
+    DataError where the data cannot be had or is damaged."""
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
         batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait,
@@ -79,8 +71,7 @@ class _Wait:
         self.fetched_by, self.wait_s, self.print_fn = fetched_by, wait_s, print_fn
 
     def until(self, ready: Callable[[], bool], folder: str) -> None:
-        """Returns once ``ready()``, saying once that it waits.  A fetch under way in
-        ``folder`` (``atomic.at_work``) keeps the wait going; DataError once none was
+        """Returns once ``ready()``; DataError once no fetch was under way in ``folder``
         for ``wait_s`` seconds."""
         seen, said = time.monotonic(), False
         while not ready():
@@ -121,8 +112,8 @@ def _synthetic_data(data_dir: str, records_per_file: int, print_fn,
 
 
 def _refuse_file_in_synthetic_path(data_dir: str, followed: str = "") -> None:
-    """DataError where a file stands where --synthetic_data keeps its data: at
-    ``data_dir`` (or above it), or at ``<data_dir>/synthetic[/cifar-10-batches-bin]``."""
+    """DataError where a file stands at ``data_dir`` (or above) or at a folder
+    --synthetic_data writes."""
     origin = f" ({followed})" if followed else ""
     folder = os.path.join(data_dir, SYNTHETIC_SUBDIR)
     nearest = os.path.normpath(data_dir)
@@ -172,7 +163,7 @@ def _found(data_dir: str, archive: ff.Archive, followed: str = "") -> str | None
 
 def _cifar100_made(data_dir: str, label: str, followed: str) -> str | None:
     """``data_dir`` where it is the folder made from CIFAR-100 for ``label``; DataError
-    where it is the one for the other label."""
+    for the other label's."""
     name = os.path.basename(os.path.normpath(data_dir))
     made = {folder: kind for kind, folder in ff.CIFAR100_BATCHES_DIRS.items()}
     if name not in made or not datafolder.find_batches_dir(data_dir):
@@ -209,8 +200,8 @@ def _real_data(data_dir: str, url: str | None, md5: str | None, dataset: str, la
 
 def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archive,
              followed: str, no_download: str, wait: _Wait | None) -> str:
-    """The archive's extracted folder in ``data_dir``, where it is missing: downloaded
-    and extracted (with ``wait``, by another process)."""
+    """The archive's extracted folder in ``data_dir``, downloaded (by another process,
+    with ``wait``)."""
     datafolder.refuse_non_data(data_dir, followed)
     if archive is ff.CIFAR10 and cifar100.holds_source(data_dir):
         raise _other_data(data_dir, followed, "CIFAR-100's data", "CIFAR-10's is asked for: "
@@ -225,7 +216,6 @@ def _fetched(data_dir: str, url: str | None, md5: str | None, archive: ff.Archiv
         return _found(data_dir, archive, followed)  # (it stays: it appeared by a rename)
     existed = os.path.exists(data_dir)
     try:
-        # A failure, or Ctrl-C / SIGTERM, leaves no folder made for the download.
         with atomic.made_folders_removed_on_failure(data_dir):
             extracted = download.maybe_download_and_extract(data_dir, url=url, md5=md5,
                                                             archive=archive)

@@ -1,12 +1,6 @@
-"""Image files on disk: those a command line names (files as given, folders searched),
-and a folder of class folders split into training and test, cifar10-prepare's input.
-No TensorFlow, so that a program checks its arguments before loading it.
-
-cifar10-prepare's layouts: class folders alone (``image_dir/<class>/``), split at
-random, or split folders (``image_dir/train/<class>/`` beside ``test/``, ``val/``,
-``valid/`` or ``validation/``), whose split is kept.  Classes are numbered in
-sorted folder-name order.
-"""
+"""Image files on disk: those a command line names, and cifar10-prepare's folder of
+class folders (``<class>/``, split at random, or ``train/<class>/`` beside ``test/``
+etc., split kept; classes in sorted name order).  No TensorFlow."""
 
 from __future__ import annotations
 
@@ -53,12 +47,9 @@ def _identity(path: str) -> object:
 
 
 def find_images(paths: Sequence[str], left_out: list[str] | None = None) -> list[str]:
-    """The image files named by ``paths``: files as given; in folders, searched
-    recursively in sorted order, those of ``IMAGE_EXTENSIONS`` (any case) but hidden ones
-    and ``SKIPPED_FOLDERS`` (links followed, each real folder searched once).  Each real
-    file is taken once; ``STDIN`` each time.  Images of ``OTHER_IMAGE_EXTENSIONS`` in
-    folders go to ``left_out``.  Cifar10Error for a missing path or a folder of no image.
-    """
+    """The image files named by ``paths``: files as given, folders searched (sorted, links
+    followed, hidden and ``SKIPPED_FOLDERS`` passed over), each real file once; other
+    formats' images go to ``left_out``.  Cifar10Error for a missing path or no image."""
     found: list[str] = []
     taken: set[object] = set()
     for path in paths:
@@ -95,8 +86,7 @@ def _first_time(paths: Sequence[str], taken: set[object]) -> list[str]:
 
 
 def _images_under(folder: str, left_out: list[str]) -> list[str]:
-    """The image files under ``folder``, sorted (``find_images``); other formats'
-    are appended to ``left_out``."""
+    """The image files under ``folder``, sorted; other formats' go to ``left_out``."""
     seen: set[object] = set()
     files: list[str] = []
     others: list[str] = []
@@ -178,8 +168,8 @@ def holds_images(folder: str, depth: int = 2, looked_at: int = 64) -> bool:
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:
-    """Up to ``limit`` names of what in ``path`` holds image files: '.' for ``path``
-    itself, then its subfolders (``cat/``) that hold images in them or one level down."""
+    """Up to ``limit`` of '.' (``path`` itself) and its subfolders (``cat/``) that hold
+    images, in them or one level down."""
     found = ["."] if images_in([path]) else []
     for sub in _subfolders(path, quiet=True):
         if len(found) == limit:
@@ -188,20 +178,6 @@ def image_folders(path: str, limit: int = 3) -> list[str]:
         if images_in([here, *(os.path.join(here, s) for s in _subfolders(here, True)[:20])]):
             found.append(sub + "/")
     return found
-
-
-def one_class_folder(path: str) -> str | None:
-    """The one class folder of a folder of images (``cat``, or ``train/cat``), as
-    cifar10-prepare would take its classes; None when it has more, or none."""
-    top = _subfolders(path, quiet=True)
-    try:
-        split = split_folders(path, top)
-    except Cifar10Error:
-        return None
-    classes = _subfolders(os.path.join(path, split[0]), quiet=True) if split else top
-    if len(classes) != 1:
-        return None
-    return os.path.join(split[0], classes[0]) if split else classes[0]
 
 
 def _subfolders(folder: str, quiet: bool = False) -> list[str]:
@@ -231,10 +207,9 @@ class Source:
 
 def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
                 seed: int = 0) -> Source:
-    """The classes and images of ``image_dir``, split into train and test: split
-    folders keep their split; else ``test_fraction`` of each class's images (rounded,
-    chosen at random by ``seed``) go to the test set.  Cifar10Error for a layout that
-    cannot make a data set (ambiguous, fewer than 2 classes, too few images, ...)."""
+    """The classes and images of ``image_dir``, split folders kept, else ``test_fraction``
+    of each class's images (by ``seed``) to the test set.  Cifar10Error for a layout that
+    cannot make a data set."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     if not os.path.isdir(image_dir):
@@ -262,9 +237,8 @@ def find_source(image_dir: str, test_fraction: float = DEFAULT_TEST_FRACTION,
 
 
 def split_folders(image_dir: str, names: Sequence[str]) -> tuple[str, str] | None:
-    """(training folder, test folder) among ``names``, the subfolders of ``image_dir``
-    (any case); None when they are class folders alone.  Cifar10Error for an
-    ambiguous layout."""
+    """(training folder, test folder) among ``names`` (any case); None for class folders
+    alone.  Cifar10Error for an ambiguous layout."""
     train = [name for name in names if name.lower() == TRAIN_FOLDER]
     tests = [name for name in names if name.lower() in TEST_FOLDERS]
     others = [name for name in names if name not in train + tests]

@@ -1,11 +1,8 @@
-"""Image files as CIFAR-10 images: decoded by TensorFlow (PNG, JPEG, GIF's first frame,
-BMP) into RGB, resized to 32x32 by area averaging and rounded to uint8, as a record
-holds them.  cifar10-prepare, cifar10-predict and the exported SavedModel (in its
-graph) decode with the same functions.  In the graph too: an image whose header gives
-more than ``MAX_PIXELS`` pixels fails before it is decoded; an 8-bit BMP gets its
-palette's colours (TensorFlow's decoder gives the indices as grey levels); a BMP the
-decoder would refuse or decode wrong fails saying so.
-"""
+"""Image files as CIFAR-10 images: decoded by TensorFlow (PNG, JPEG, GIF, BMP) to RGB,
+resized to 32x32 by area averaging, rounded to uint8.  cifar10-prepare, cifar10-predict
+and the exported SavedModel decode with the same graph, which refuses an image of more
+than ``MAX_PIXELS`` before decoding it and fixes or refuses what TensorFlow's BMP
+decoder gets wrong."""
 
 from __future__ import annotations
 
@@ -36,11 +33,8 @@ _BMP_HEAD = 70  # the bytes of a BMP's headers read (the colour masks end at 66)
 
 
 def resize_to_cifar(images: tf.Tensor) -> tf.Tensor:
-    """RGB images [N, H, W, 3] (values 0-255) as uint8 [N, 32, 32, 3].
-
-    Area averaging, as ``tf.image.resize(method='area')``, then rounded; written as
-    two matrix products so that TFLite, which has no area resizing, runs it too.
-    """
+    """RGB images [N, H, W, 3] (0-255) as uint8 [N, 32, 32, 3]: area averaging, as
+    ``tf.image.resize(method='area')``, as two matrix products, which TFLite runs too."""
     images = tf.cast(images, tf.float32)
     rows = _area_weights(tf.shape(images)[1])
     cols = _area_weights(tf.shape(images)[2])
@@ -59,12 +53,8 @@ def _area_weights(size: tf.Tensor) -> tf.Tensor:
 
 @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
 def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3].
-
-    Raises (when run):
-      tf.errors.InvalidArgumentError: not an image, a damaged one, or one refused
-        (too large, a BMP decoded wrong), its message ``assertion failed: [<why>]``.
-    """
+    """An encoded PNG, JPEG, GIF (first frame) or BMP as uint8 RGB [32, 32, 3];
+    InvalidArgumentError when run on what is refused (``assertion failed: [<why>]``)."""
     width, height = tf.unstack(_header_size(encoded))
     # (Sizes past 2**31, a damaged PNG's, are capped: their product stays in int64.)
     count = tf.minimum(width, 2 ** 31) * tf.minimum(height, 2 ** 31)
@@ -124,9 +114,8 @@ def _header_size(encoded: tf.Tensor) -> tf.Tensor:
 
 
 def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
-    """A BMP as uint8 RGB [H, W, 3] by TensorFlow's decoder: refused (``BMP_REFUSED``)
-    where that decoder would refuse it or decode it wrong; an 8-bit BMP in its
-    palette's colours; bytes after the pixels, which the decoder refuses, left out."""
+    """A BMP as uint8 RGB [H, W, 3]: ``BMP_REFUSED`` where TensorFlow's decoder would
+    refuse it or decode it wrong; trailing bytes left out; an 8-bit one in colour."""
     length = tf.cast(tf.strings.length(encoded), tf.int64)
     field = _fields(encoded, _BMP_HEAD)
     width, height, bits = field(18, 4, signed=True), tf.abs(field(22, 4, signed=True)), field(28, 2)
@@ -147,9 +136,8 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
 
 def _palette_colours(encoded: tf.Tensor, field, length: tf.Tensor,
                      pixels: tf.Tensor) -> tf.Tensor:
-    """An 8-bit BMP's palette indices [H, W, 1] as uint8 RGB [H, W, 3].  The palette
-    follows the headers, 4 bytes (B, G, R, 0) a colour, as many as the header says
-    (0: 256) and the file holds; none gives grey levels."""
+    """An 8-bit BMP's palette indices [H, W, 1] as uint8 RGB [H, W, 3] (the palette's
+    B, G, R, 0 entries after the headers; grey levels where it has none)."""
     start = tf.minimum(14 + field(14, 4), length)
     count = field(46, 4)
     count = tf.where(count == 0, tf.constant(256, tf.int64), tf.minimum(count, 256))
@@ -164,13 +152,9 @@ def _palette_colours(encoded: tf.Tensor, field, length: tf.Tensor,
 
 def decode_files(paths: Sequence[str], contents: Mapping[str, bytes] | None = None
                  ) -> Iterator[tuple[str, np.ndarray | None, str]]:
-    """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order.
-
-    Read and decoded by tf.data, ``DECODE_PARALLEL`` at a time; a file that cannot be
-    read or decoded gives None and a one-line reason, and the others go on.  A file
-    that is not a regular one is never opened (a FIFO would wait for a writer).  The
-    files of ``contents`` (standard input's, as ``-``) are decoded from those bytes.
-    """
+    """(path, uint8 [32, 32, 3] image or None, why not) of each file, in order, decoded
+    by tf.data.  A file that is not a regular one is never opened (a FIFO would block);
+    those of ``contents`` (standard input's, ``-``) are decoded from those bytes."""
     contents = contents or {}
     checked = [_before_decoding(p, contents) for p in paths]  # why not, of each
     decoded = [p for p, why in zip(paths, checked) if not why]

@@ -1,13 +1,6 @@
-"""CIFAR-10 records and the tutorial's two ``tf.data`` input pipelines.
-
-* ``train_dataset``: random 24x24 crop, left-right flip, brightness, contrast,
-  per-image standardisation; shuffled, repeated, batched, from records cached in memory;
-* ``eval_dataset``: central 24x24 crop and standardisation, in file order, once,
-  the last partial batch kept so that every example counts once.
-
-Both take a per-replica batch size and an optional ``tf.distribute.InputContext``
-(``strategy.distribute_datasets_from_function``).
-"""
+"""CIFAR-10 records and the tutorial's two ``tf.data`` input pipelines: ``train_dataset``
+(distorted, shuffled, endless) and ``eval_dataset`` (central crops, each example once);
+both per replica, with an optional ``tf.distribute.InputContext``."""
 
 from __future__ import annotations
 
@@ -44,11 +37,9 @@ def read_records(paths: Sequence[str]) -> tf.data.Dataset:
 
 
 def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """The tutorial's training distortions of uint8 images [b, 32, 32, 3], each image's
-    drawn from ``seed`` (int [2]): random 24x24 crop, left-right flip, brightness
-    (max delta 63), contrast (0.2-1.8), per-image standardisation, as ``tf.image``
-    does one image at a time, here for the whole batch (several times cheaper).
-    Returns float32 [b, 24, 24, 3]."""
+    """The tutorial's distortions (random crop, flip, brightness, contrast, then
+    standardisation) of uint8 images [b, 32, 32, 3] as float32 [b, 24, 24, 3], drawn
+    from ``seed`` (int [2]); the ``tf.image`` ops' results for a whole batch at once."""
     seeds = tf.random.experimental.stateless_split(seed, num=5)
     batch = tf.shape(images)[0]
     span = ff.IMAGE_SIZE - CROP_SIZE + 1  # 9 possible offsets per axis
@@ -65,9 +56,8 @@ def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 def apply_distortions(images: tf.Tensor, top: tf.Tensor, left: tf.Tensor, flip: tf.Tensor,
                       delta: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
-    """``distort_batch`` with its random choices given, one per image: ``top``,
-    ``left`` int32 crop offsets in 0-8, ``flip`` bool, ``delta`` float32 brightness
-    change, ``factor`` float32 contrast factor, each [batch]."""
+    """``distort_batch`` with its random choices given, each [batch]: crop offsets
+    ``top`` and ``left`` (0-8), ``flip``, brightness ``delta``, contrast ``factor``."""
     steps = tf.range(CROP_SIZE)
     rows = top[:, None] + steps[None, :]
     # A flipped crop reads its columns right to left: crop and flip in one gather.
@@ -95,8 +85,7 @@ def standardize_batch(images: tf.Tensor) -> tf.Tensor:
 
 
 def eval_batch(images: tf.Tensor) -> tf.Tensor:
-    """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3]
-    (``tf.image.resize_with_crop_or_pad``, ``per_image_standardization``)."""
+    """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3]."""
     top = (ff.IMAGE_SIZE - CROP_SIZE) // 2
     crops = images[:, top:top + CROP_SIZE, top:top + CROP_SIZE, :]
     return standardize_batch(tf.cast(crops, tf.float32))
@@ -111,8 +100,8 @@ def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None
 
 def _train_shard(paths: Sequence[str], input_context: tf.distribute.InputContext | None
                  ) -> tf.data.Dataset:
-    """This training pipeline's share of the records: a disjoint one, or all of them
-    where there are fewer records than pipelines (an empty share would end at once)."""
+    """This pipeline's disjoint share of the records; all of them where there are fewer
+    records than pipelines (an empty share would end at once)."""
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
     if pipelines > 1 and _num_records(paths) < pipelines:
         return read_records(paths)
@@ -120,7 +109,6 @@ def _train_shard(paths: Sequence[str], input_context: tf.distribute.InputContext
 
 
 def _num_records(paths: Sequence[str]) -> int:
-    """The records of the ``.bin`` files ``paths``, by their sizes."""
     return sum(tf.io.gfile.stat(path).length for path in paths) // ff.RECORD_BYTES
 
 
@@ -132,18 +120,9 @@ def train_dataset(
     input_context: tf.distribute.InputContext | None = None,
     skip_batches: int = 0,
 ) -> tf.data.Dataset:
-    """The distorted, shuffled, endless training batches: (float32 images [batch, 24,
-    24, 3], int32 labels [batch]).
-
-    Args:
-      paths: training ``.bin`` files.
-      batch_size: examples per batch (per replica under a strategy).
-      seed: seed of the shuffling and of the distortions.
-      shuffle_buffer: examples in the shuffle buffer.
-      input_context: selects this pipeline's shard of the records.
-      skip_batches: start where a pipeline of the same arguments would be after this
-        many batches (shuffled and batched, not distorted): a resumed deterministic run.
-    """
+    """The distorted, shuffled, endless training batches (float32 images [batch, 24, 24,
+    3], int32 labels), ``seed`` drawing both.  ``skip_batches``: start where the same
+    pipeline would be after that many batches (a resumed deterministic run)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     pipeline_id = input_context.input_pipeline_id if input_context else 0
@@ -175,7 +154,7 @@ def _count(count: tf.Tensor, _) -> tf.Tensor:
 
 
 def _fill(cached: tf.data.Dataset) -> None:
-    """Reads ``cached`` to its end once, which completes its (shared) memory cache."""
+    """Reads ``cached`` to its end once, which completes its memory cache."""
     cached.reduce(tf.constant(0, tf.int64), _count)
 
 
@@ -193,9 +172,8 @@ def eval_dataset(
     num_examples: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
 ) -> tf.data.Dataset:
-    """Evaluation batches of (float32 images [<=batch, 24, 24, 3], int32 labels) in
-    file order, each example once (the first ``num_examples``, or all); the last batch
-    is partial when the count is not a multiple of ``batch_size``."""
+    """Evaluation batches (float32 images [<=batch, 24, 24, 3], int32 labels) of the first
+    ``num_examples`` (or all) in file order, each once, the last batch maybe partial."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     ds = read_records(paths)

@@ -1,10 +1,5 @@
-"""A folder of class folders as CIFAR-10 binary files: cifar10-prepare's library.
-
-``imagefiles.find_source`` finds the classes, images and split; ``convert`` writes
-them as ``<data_dir>/cifar-10-batches-bin/`` (``data_batch_1..5.bin``,
-``test_batch.bin``, ``batches.meta.txt``), the images decoded and resized as
-cifar10-predict does (``images.decode_files``).  Only ``convert`` loads TensorFlow.
-"""
+"""cifar10-prepare's library: ``convert`` writes a ``imagefiles.Source`` as a data folder,
+the images decoded as cifar10-predict does.  Only ``convert`` loads TensorFlow."""
 
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ class Summary:
 
 
 class TooFewReadable(Cifar10Error):
-    """The images that could be read are too few for a data folder (nothing written);
-    ``skipped``: (path, why) of each unreadable image, for the program to name."""
+    """Too few images could be read (nothing written); ``skipped``: (path, why) of each."""
 
     def __init__(self, message: str, skipped: Sequence[tuple[str, str]]):
         super().__init__(message)
@@ -42,9 +36,8 @@ class TooFewReadable(Cifar10Error):
 
 
 def check_output(data_dir: str, image_dir: str = "") -> str:
-    """The data folder ``<data_dir>/cifar-10-batches-bin`` to write, once it is known
-    that it can be: new, outside ``image_dir``, and not in a data folder; else
-    Cifar10Error."""
+    """The new data folder to write under ``data_dir``; Cifar10Error where it exists, is
+    in a data folder or inside ``image_dir``."""
     if os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise Cifar10Error(f"--data_dir={data_dir} is a file, not a folder: name a folder "
                            f"to write the data set in (it is made if missing)")
@@ -72,16 +65,9 @@ def _inside(path: str, folder: str) -> bool:
 
 def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Summary:
-    """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``, renamed into place
-    when complete: the training records shuffled (``seed``) over the five files, the
-    test records in class order.  ``progress(done, total)`` is called at each
-    hundredth; with ``strict`` an unreadable image is an error instead of skipped.
-
-    Raises:
-      TooFewReadable: too few images could be read (none of a class, say).
-      Cifar10Error: an image is unreadable (``strict``), or ``data_dir`` cannot be
-        written.
-    """
+    """Writes ``source`` as ``<data_dir>/cifar-10-batches-bin/``, whole: training records
+    shuffled (``seed``) over the five files, test records in class order; an unreadable
+    image skipped (``strict``: Cifar10Error).  TooFewReadable where too few could be read."""
     batches_dir = check_output(data_dir)
     # The scratch folder is made first, so that an unwritable data_dir is found
     # before the images are decoded, not after.
@@ -98,23 +84,8 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     return dataclasses.replace(summary, batches_dir=batches_dir)
 
 
-def _refuse_classes_without_images(source: Source, train: list[bytes],
-                                   skipped: list[tuple[str, str]]) -> None:
-    """TooFewReadable where a class has no training image that could be read."""
-    present = {record[0] for record in train}
-    empty = [label for label in range(len(source.class_names)) if label not in present]
-    if not empty:
-        return
-    more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
-    raise TooFewReadable(
-        f"class {source.class_names[empty[0]]}{more} has no training image that could be "
-        f"read: add readable images to its folder (or lower --test_fraction); nothing "
-        f"written", skipped)
-
-
 def _records(source: Source, seed: int, strict: bool, progress
              ) -> tuple[dict[str, bytes], Summary]:
-    """The contents of the data folder's files, and the summary (without its folder)."""
     from cifar10.data import images as image_files  # TensorFlow, loaded only to decode the images
 
     pairs = source.train + source.test
@@ -137,7 +108,14 @@ def _records(source: Source, seed: int, strict: bool, progress
     test = [r for r in records[len(source.train):] if r is not None]
     if not train:
         raise TooFewReadable("no training image could be read: nothing written", skipped)
-    _refuse_classes_without_images(source, train, skipped)
+    present = {record[0] for record in train}
+    empty = [label for label in range(len(source.class_names)) if label not in present]
+    if empty:
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise TooFewReadable(
+            f"class {source.class_names[empty[0]]}{more} has no training image that could "
+            f"be read: add readable images to its folder (or lower --test_fraction); "
+            f"nothing written", skipped)
     if len(train) < len(ff.TRAIN_FILES) or not test:
         raise TooFewReadable(
             f"{len(train)} training and {len(test)} test images could be read: a data folder "

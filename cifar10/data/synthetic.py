@@ -1,13 +1,9 @@
-"""Small CIFAR-format data sets for tests and offline demos, learned the way CIFAR-10 is.
+"""Generated CIFAR-format data for tests and offline demos (``write_dataset``).
 
-``write_dataset`` writes a ``cifar-10-batches-bin`` folder of any size.  Each image
-is a striped square in its class's colour and stripe period, at a random place and
-size on a random background, with noise; classes come in look-alike pairs (as
-CIFAR-10's airplane and ship), each image taking a random share of up to
-``MAX_BLEND`` of its partner's colour and period, so the model learns them over
-hundreds of steps, never perfectly.  ``separable=True`` gives the easy data of tests
-(full-frame stripes, no blending), learned perfectly in a few dozen steps.  The
-folder holds ``SYNTHETIC_MARKER``, so programs say it is not CIFAR-10.
+Each image is a striped square in its class's colour and period on a random
+background; classes come in look-alike pairs, blended up to ``MAX_BLEND``, so a model
+learns them over hundreds of steps, never perfectly (``separable``: the easy data of
+tests).  ``SYNTHETIC_MARKER`` says it is not CIFAR-10.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import numpy as np
 from cifar10.core import atomic
 from cifar10.data import fileformat as ff
 
-# Marker file so that tools (and people) can tell generated data from the real one.
 SYNTHETIC_MARKER = "SYNTHETIC_DATA.txt"
 
 # One colour per class, far apart in RGB so that standardisation keeps them apart.
@@ -35,9 +30,8 @@ _PALETTE = np.array(
 # Each class's look-alike, as in CIFAR-10's most confused pairs: airplane-ship,
 # automobile-truck, bird-frog, cat-dog, deer-horse.
 PARTNER = np.array([8, 9, 6, 5, 7, 3, 2, 4, 0, 1])
-# An image takes a uniform random share in [0, MAX_BLEND] of its partner's colour
-# and stripe period: 1 in 11 takes more than half, so even a perfect model gets
-# about 9% wrong, the way CIFAR-10's best scores stay below 100%.
+# An image's share of its partner's colour and period: 1 in 11 takes more than half,
+# so even a perfect model gets about 9% wrong.
 MAX_BLEND = 0.55
 COLOUR_JITTER = 40.0  # standard deviation of each image's colour around its class's
 SQUARE_SIZES = (12, 24)  # the striped square's side in pixels, smallest and largest
@@ -47,8 +41,7 @@ SEPARABLE_NOISE = 25.0
 
 def make_records(labels: np.ndarray, seed: int = 0, separable: bool = False) -> bytes:
     """CIFAR-format records for ``labels``: label ``k``'s image has horizontal stripes
-    (invariant to flips) of period ``3 + k`` in the class colour, both blended with the
-    partner class's (``separable``: full-frame, not blended), plus noise."""
+    (flip-invariant) of period ``3 + k`` in the class colour, blended with the partner's."""
     labels = np.asarray(labels, dtype=np.uint8)
     if labels.size and labels.max() >= ff.NUM_CLASSES:
         raise ValueError(f"labels must be in 0-{ff.NUM_CLASSES - 1}, got {labels.max()}")
@@ -75,8 +68,7 @@ def _mix(own: np.ndarray, partner: np.ndarray, blend: np.ndarray) -> np.ndarray:
 
 def _stripes(labels: np.ndarray, blend: np.ndarray, phase: np.ndarray,
              colour: np.ndarray) -> np.ndarray:
-    """[n, channel, row, col] float: full-frame stripes of the blended period, in
-    ``colour`` ([n, channel])."""
+    """[n, channel, row, col]: full-frame stripes of the blended period in ``colour``."""
     rows = np.arange(ff.IMAGE_SIZE, dtype=np.float32)
     period = _mix(3.0 + labels.astype(np.float32), 3.0 + PARTNER[labels].astype(np.float32),
                   blend)  # [n]
@@ -85,8 +77,7 @@ def _stripes(labels: np.ndarray, blend: np.ndarray, phase: np.ndarray,
 
 
 def _on_background(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A square of ``images`` at a random place and size on a random background: one
-    colour per image with vertical streaks, which carry nothing of the class."""
+    """A square of ``images`` at a random place and size on a streaked background."""
     n, size = images.shape[0], ff.IMAGE_SIZE
     side = rng.integers(SQUARE_SIZES[0], SQUARE_SIZES[1] + 1, size=n)
     top, left = rng.integers(0, size - side + 1), rng.integers(0, size - side + 1)
@@ -98,21 +89,18 @@ def _on_background(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.where((rows[:, :, None] & cols[:, None, :])[:, None], images, background)
 
 
-def _file_bytes(num_records: int, seed: int, separable: bool) -> bytes:
-    # Labels cycle through the classes so every file holds all of them evenly.
-    labels = np.arange(num_records) % ff.NUM_CLASSES
-    labels = np.random.default_rng(seed).permutation(labels)
-    return make_records(labels, seed=seed + 1, separable=separable)
-
-
 def dataset_files(records_per_file: int = 1000, seed: int = 0,
                   separable: bool = False) -> dict[str, bytes]:
-    """Returns {file name: contents} of a complete generated batches folder."""
+    """{file name: contents} of a generated batches folder."""
     if records_per_file < 1:
         raise ValueError(f"records_per_file must be at least 1, got {records_per_file}")
     files = {}
     for i, name in enumerate(ff.TRAIN_FILES + ff.TEST_FILES):
-        files[name] = _file_bytes(records_per_file, seed * 100 + 2 * i, separable)
+        file_seed = seed * 100 + 2 * i
+        # Labels cycle through the classes so every file holds all of them evenly.
+        labels = np.random.default_rng(file_seed).permutation(
+            np.arange(records_per_file) % ff.NUM_CLASSES)
+        files[name] = make_records(labels, seed=file_seed + 1, separable=separable)
     files[ff.META_FILE] = ("\n".join(ff.CLASS_NAMES) + "\n").encode()
     kind = ("separable classes (learned perfectly in a few dozen steps)" if separable else
             f"look-alike classes (pairs blended up to {MAX_BLEND:.0%}; never learned perfectly)")
@@ -125,16 +113,14 @@ def dataset_files(records_per_file: int = 1000, seed: int = 0,
 
 def write_dataset(data_dir: str, records_per_file: int = 1000, seed: int = 0,
                   separable: bool = False) -> str:
-    """Writes a generated ``cifar-10-batches-bin`` folder under ``data_dir`` (made if
-    missing), ``records_per_file`` records in each ``.bin`` file; returns its path."""
+    """Writes a generated ``cifar-10-batches-bin`` folder under ``data_dir``; its path."""
     batches_dir = os.path.join(data_dir, ff.BATCHES_DIRNAME)
     files = dataset_files(records_per_file, seed, separable)
     os.makedirs(data_dir, exist_ok=True)
     if os.path.isdir(batches_dir):  # rewrite in place, each file replaced whole
         _write_files(batches_dir, files)
         return batches_dir
-    # Renamed into place whole: another process never sees it half-written (if it got
-    # there first, its folder is kept).
+    # Renamed into place whole (if another process got there first, its folder is kept).
     try:
         with atomic.new_folder(batches_dir) as scratch:
             _write_files(scratch, files)
@@ -150,7 +136,7 @@ def _write_files(directory: str, files: dict[str, bytes]) -> None:
 
 
 def tarball_bytes(records_per_file: int = 10, seed: int = 0, separable: bool = False) -> bytes:
-    """Returns a gzipped tarball laid out like ``cifar-10-binary.tar.gz``."""
+    """A gzipped tarball laid out like ``cifar-10-binary.tar.gz``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, contents in dataset_files(records_per_file, seed, separable).items():
@@ -167,8 +153,7 @@ def is_synthetic(batches_dir: str) -> bool:
 
 
 def has_look_alikes(batches_dir: str) -> bool:
-    """True when ``batches_dir``'s generated data has look-alike classes (not the
-    separable data of tests or of earlier versions)."""
+    """Whether ``batches_dir``'s generated data has look-alike classes (not separable)."""
     try:
         with open(os.path.join(batches_dir, SYNTHETIC_MARKER), encoding="utf-8",
                   errors="replace") as f:
