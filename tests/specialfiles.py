@@ -1,6 +1,5 @@
-"""Files that are not regular ones, for the tests of what reads images: FIFOs whose
-every open is caught (so that a program that opens one fails its test instead of
-waiting for a writer for ever), and Unix sockets."""
+"""FIFOs whose every open is caught (so that a test fails instead of waiting for ever)
+and Unix sockets, for the tests of what reads images."""
 
 from __future__ import annotations
 
@@ -15,12 +14,9 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def watched_fifos(*paths) -> Iterator[list[str]]:
-    """Makes a FIFO at each of ``paths``; yields the list of those a reader opened.
-
-    A thread opens each FIFO for writing without blocking, over and over: that
-    succeeds only while a reader has it open (blocked, waiting for a writer), and
-    closing it at once gives the reader an end of file, so the reader goes on.
-    """
+    """Makes a FIFO at each of ``paths``; yields the list of those a reader opened.  A
+    thread keeps opening each for writing without blocking, which succeeds only while a
+    reader waits on it, and closes it at once, which lets the reader go on."""
     for path in paths:
         os.mkfifo(path)
     opened: list[str] = []

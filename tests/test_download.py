@@ -37,11 +37,11 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 DEAD_URL = f"http://127.0.0.1:9/{ff.TARBALL_NAME}"  # nothing listens on port 9
 
 
-class _PartialHandler(http.server.BaseHTTPRequestHandler):
+class _PartialHandler(_QuietHandler):
     """Announces 100,000 bytes, sends 1,000, then waits for ``server.stalled`` (if set)
     or closes the connection."""
 
-    def do_GET(self):  # noqa: N802 - name required by BaseHTTPRequestHandler
+    def do_GET(self):  # noqa: N802 - the base class's name
         self.send_response(200)
         self.send_header("Content-Length", "100000")
         self.end_headers()
@@ -50,9 +50,6 @@ class _PartialHandler(http.server.BaseHTTPRequestHandler):
         if self.server.stalled:
             self.server.stalled.wait(60)
         self.close_connection = True
-
-    def log_message(self, format, *args):  # noqa: A002
-        pass
 
 
 def _serve(handler, stalled=None):
@@ -84,7 +81,6 @@ def http_root(tmp_path):
 
 @pytest.fixture
 def served_tarball(http_root):
-    """URL of the small valid tarball on the local server."""
     root, base = http_root
     (root / ff.TARBALL_NAME).write_bytes(TARBALL)
     return f"{base}/{ff.TARBALL_NAME}"
@@ -103,14 +99,6 @@ def _leftovers(directory: Path) -> list[str]:
                   if p.name not in (ff.TARBALL_NAME, ff.BATCHES_DIRNAME))
 
 
-def _assert_extracted(batches_dir: str, data_dir: Path) -> None:
-    assert batches_dir == os.path.join(str(data_dir), ff.BATCHES_DIRNAME)
-    for name in ff.TRAIN_FILES + ff.TEST_FILES:
-        assert os.path.getsize(os.path.join(batches_dir, name)) == RECORDS * ff.RECORD_BYTES
-    assert (data_dir / ff.TARBALL_NAME).read_bytes() == TARBALL
-    assert _leftovers(data_dir) == []
-
-
 def _tarball(members: list[tarfile.TarInfo]) -> bytes:
     """A gzipped tarball of ``members``, each regular file holding 10 bytes."""
     buf = io.BytesIO()
@@ -125,14 +113,6 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfi
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, target
     return info
-
-
-def _write_tarball(path: Path, members) -> str:
-    """Writes a tarball of ``members`` (with a good one first) at ``path``; its file URL."""
-    contents = _tarball([_member(f"{ff.BATCHES_DIRNAME}/{ff.TEST_FILES[0]}"), *members])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(contents)
-    return path.as_uri()
 
 
 @pytest.mark.parametrize("source", ["http", "file", "env", "tarball there", "upper-case md5"])
@@ -155,7 +135,11 @@ def test_the_tarball_is_fetched_checked_and_extracted(served_tarball, tmp_path, 
         md5 = TARBALL_MD5.upper()
     got = download.maybe_download_and_extract(str(data_dir), url=url, md5=md5,
                                               size=len(TARBALL), progress=source == "http")
-    _assert_extracted(got, data_dir)
+    assert got == os.path.join(str(data_dir), ff.BATCHES_DIRNAME)
+    for name in ff.TRAIN_FILES + ff.TEST_FILES:
+        assert os.path.getsize(os.path.join(got, name)) == RECORDS * ff.RECORD_BYTES
+    assert (data_dir / ff.TARBALL_NAME).read_bytes() == TARBALL
+    assert _leftovers(data_dir) == []
     err = capsys.readouterr().err
     if source == "http":
         assert f">> Downloading {ff.TARBALL_NAME} 100.0%" in err and err.endswith("\n")
@@ -249,10 +233,11 @@ def test_an_unsafe_member_is_refused_before_anything_is_written(tmp_path, data_d
     if not filters:  # Pythons without tarfile's filter='data'
         monkeypatch.delattr(tarfile, "data_filter", raising=False)
     bad = member(tmp_path)
-    url = _write_tarball(tmp_path / "www" / ff.TARBALL_NAME, [bad])
+    contents = _tarball([_member(f"{ff.BATCHES_DIRNAME}/{ff.TEST_FILES[0]}"), bad])
+    (tmp_path / "bad.tar.gz").write_bytes(contents)
     with pytest.raises(DataError) as info:
-        download.maybe_download_and_extract(
-            str(data_dir), url=url, md5=download.file_md5(url[len("file://"):]), progress=False)
+        download.maybe_download_and_extract(str(data_dir), url=(tmp_path / "bad.tar.gz").as_uri(),
+                                            md5=hashlib.md5(contents).hexdigest(), progress=False)
     assert f"member {bad.name!r} is not a plain file or folder inside the data directory" \
         in str(info.value)
     for place in (tmp_path, tmp_path.parent, data_dir.parent):
@@ -260,40 +245,30 @@ def test_an_unsafe_member_is_refused_before_anything_is_written(tmp_path, data_d
     assert _leftovers(data_dir) == [] and not (data_dir / ff.BATCHES_DIRNAME).exists()
 
 
-@pytest.mark.parametrize("contents, error", [
-    (lambda: _tarball([_member("something_else/data_batch_1.bin")]),
+@pytest.mark.parametrize("contents, md5_given, error", [
+    (lambda: _tarball([_member("something_else/data_batch_1.bin")]), True,
      "{tarball} has no cifar-10-batches-bin/ folder; it is not the CIFAR-10 binary tarball. "
      "Delete it and get cifar-10-binary.tar.gz again."),
-    (lambda: TARBALL[:len(TARBALL) // 2],
+    (lambda: TARBALL[:len(TARBALL) // 2], True,
      "cannot read {tarball} (Compressed file ended before the end-of-stream marker was "
      "reached); it is corrupt or not a tarball. Delete it so that it is downloaded again."),
-], ids=["no-folder", "cut"])
-def test_a_tarball_of_the_right_md5_that_cannot_be_extracted_is_named_and_kept(
-        data_dir, contents, error):
+    (lambda: b"not a tarball", False,
+     "{tarball} is not the expected tarball (got 13 bytes, MD5 {md5}; expected "
+     f"{ff.TARBALL_BYTES} bytes, MD5 {ff.TARBALL_MD5}); it may be incomplete or corrupt. "
+     "Delete it so that it is downloaded again (or, if it is other data on purpose, give its "
+     "MD5 as --data_md5)."),
+], ids=["no-folder", "cut", "wrong-md5"])
+def test_a_tarball_there_that_fails_is_named_and_kept(data_dir, contents, md5_given, error):
     data_dir.mkdir()
     contents = contents()
+    md5 = hashlib.md5(contents).hexdigest()
     tarball = data_dir / ff.TARBALL_NAME
     tarball.write_bytes(contents)
     with pytest.raises(DataError) as info:
-        download.maybe_download_and_extract(
-            str(data_dir), md5=hashlib.md5(contents).hexdigest(), progress=False)
-    assert str(info.value) == error.format(tarball=tarball)
+        download.maybe_download_and_extract(str(data_dir), url=DEAD_URL,
+                                            md5=md5 if md5_given else None, progress=False)
+    assert str(info.value) == error.format(tarball=tarball, md5=md5)
     assert tarball.read_bytes() == contents and _leftovers(data_dir) == []
-    assert not (data_dir / ff.BATCHES_DIRNAME).exists()
-
-
-def test_a_bad_tarball_the_user_left_is_named_not_deleted(data_dir):
-    data_dir.mkdir()
-    tarball = data_dir / ff.TARBALL_NAME
-    tarball.write_bytes(b"not a tarball")
-    with pytest.raises(DataError) as info:
-        download.maybe_download_and_extract(str(data_dir), url=DEAD_URL, progress=False)
-    assert str(info.value) == (
-        f"{tarball} is not the expected tarball (got 13 bytes, MD5 "
-        f"{hashlib.md5(b'not a tarball').hexdigest()}; expected {ff.TARBALL_BYTES} bytes, MD5 "
-        f"{ff.TARBALL_MD5}); it may be incomplete or corrupt. Delete it so that it is "
-        f"downloaded again (or, if it is other data on purpose, give its MD5 as --data_md5).")
-    assert tarball.read_bytes() == b"not a tarball"
     assert not (data_dir / ff.BATCHES_DIRNAME).exists()
 
 

@@ -28,8 +28,8 @@ FATAL = b"F0000 00:00:1795575351.065488    1850 tensor.cc:12] Check failed: 1 ==
 NOISE = PREINIT + ABSL_INFO + ABSL_ERROR + ABSL_WARNING + TWO_LINES + TSL_INFO + TSL_ERROR
 
 
-def filtered(stream: bytes, chunk: int) -> bytes:
-    line_filter = logs.NativeLineFilter()
+def filtered(stream: bytes, chunk: int = 1 << 16, keep_from: int = 3) -> bytes:
+    line_filter = logs.NativeLineFilter(keep_from)
     kept = b"".join(line_filter.feed(stream[i:i + chunk]) for i in range(0, len(stream), chunk))
     return kept + line_filter.close()
 
@@ -60,13 +60,9 @@ def test_tf_cpp_min_log_level_1_to_3_is_the_lowest_level_shown_and_0_shows_all(
 
 
 def test_the_filter_at_a_level_keeps_that_level_and_above():
-    def kept(keep_from):
-        line_filter = logs.NativeLineFilter(keep_from)
-        return line_filter.feed(NOISE + FATAL) + line_filter.close()
-
-    assert kept(3) == FATAL
-    assert kept(2) == ABSL_ERROR + TSL_ERROR + FATAL
-    assert kept(1) == PREINIT + ABSL_ERROR + ABSL_WARNING + TSL_ERROR + FATAL
+    assert filtered(NOISE + FATAL, keep_from=3) == FATAL
+    assert filtered(NOISE + FATAL, keep_from=2) == ABSL_ERROR + TSL_ERROR + FATAL
+    assert filtered(NOISE + FATAL, keep_from=1) == PREINIT + ABSL_ERROR + ABSL_WARNING + TSL_ERROR + FATAL
 
 
 def test_the_filter_keeps_python_lines_and_outlives_a_killed_process():
