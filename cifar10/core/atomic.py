@@ -1,8 +1,7 @@
 """Files and folders that appear whole: written under a temporary name, synced, and
 renamed when complete.  A scratch folder ``.<name>-incomplete-<random>`` holds a marker
 locked (``flock``) by its writer, so one whose lock can be taken is a dead writer's
-leftover (``remove_leftovers``).
-"""
+leftover (``remove_leftovers``)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from typing import Iterator
 
 MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
 _SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
-# A file's temporary name: unique, so no user's file is in its way and a leftover is
-# told by its name alone.
+# A file's temporary name: unique, so no user's file is in its way or taken for a leftover.
 TEMP_SUFFIX = r"\.tmp[0-9a-f]{32}"
 
 

@@ -35,17 +35,12 @@ def first_line(error: BaseException) -> str:
 def io_error(action: str, path: str, error: BaseException, advice: str = "") -> Cifar10Error:
     """'<action> <path> (<why>); <advice>' for an OSError or a TensorFlow I/O error."""
     advice = advice or io_advice(error)
-    return Cifar10Error(f"{action} {path} ({_cause(error)}){'; ' + advice if advice else ''}")
-
-
-def _cause(error: BaseException) -> str:
-    """'No space left on device' of an OSError or of TensorFlow's
-    '{{function_node ...}} <path>; No space left on device [Op:SaveV2]'."""
-    if getattr(error, "strerror", None):
-        return error.strerror
-    line = first_line(error)
-    match = re.search(rf"{re.escape(os.sep)}\S*; ([^;]+?)(?: \[Op:\w+\])?$", line)
-    return match[1] if match else line
+    cause = getattr(error, "strerror", None)
+    if not cause:  # TensorFlow's '{{function_node ...}} <path>; <why> [Op:SaveV2]'
+        line = first_line(error)
+        match = re.search(rf"{re.escape(os.sep)}\S*; ([^;]+?)(?: \[Op:\w+\])?$", line)
+        cause = match[1] if match else line
+    return Cifar10Error(f"{action} {path} ({cause}){'; ' + advice if advice else ''}")
 
 
 def io_advice(error: BaseException) -> str:

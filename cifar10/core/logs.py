@@ -1,7 +1,6 @@
 """What the programs write to stderr: their warnings in their own format, progress
 lines, and TensorFlow's C++ log lines filtered out of descriptor 2 by a forked process
-(``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's logging).  No TensorFlow.
-"""
+(``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's logging).  No TensorFlow."""
 
 from __future__ import annotations
 

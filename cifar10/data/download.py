@@ -1,7 +1,6 @@
-"""Fetching and unpacking a data set's binary tarball, safely: a download is moved into
-place only once its size and MD5 match (a user's file that fails is named, never
-deleted), every tar member is checked first, and the data folder appears only
-complete.  No TensorFlow."""
+"""Fetching and unpacking a data set's binary tarball, safely: a download is kept only if
+its size and MD5 match (a user's file that fails is named, never deleted), every tar
+member is checked first, and the data folder appears only complete.  No TensorFlow."""
 
 from __future__ import annotations
 

@@ -151,8 +151,7 @@ def refuse_two_data_folders(data_dir: str, followed: str = "") -> None:
         f"meant is unclear; move {nested} out of it, then pass the folder meant as --data_dir")
 
 
-# The files of the Python (pickled) versions of CIFAR-10 and CIFAR-100.
-_PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))
+_PYTHON_VERSIONS = (("data_batch_1", "batches.meta"), ("train", "test", "meta"))  # pickled
 
 
 def refuse_non_data(data_dir: str, followed: str = "") -> None:

@@ -23,8 +23,7 @@ POLL_S = 0.5  # seconds between two looks for the data another process fetches
 
 
 class NotDownloaded(DataError):
-    """The data is not on disk, and ``prepare``'s ``no_download`` (the message) rules
-    out downloading it."""
+    """Missing data that ``prepare``'s ``no_download`` (the message) rules out fetching."""
 
 
 def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
@@ -32,11 +31,10 @@ def prepare(data_dir: str, url: str | None = None, md5: str | None = None,
             dataset: str = "cifar10", label: str = "fine",
             followed: str = "", no_download: str = "", fetched_by: str = "",
             wait_s: float = 300.0) -> tuple[str, dict[str, int]]:
-    """(the data folder, {'train': records, 'test': records}): generated data
-    (``use_synthetic``), else the real ``dataset`` under or at ``data_dir``, downloaded
-    when missing unless ``no_download`` (the message), or waited for while another
-    process, ``fetched_by``, fetches it.  ``followed`` names where the flags came from.
-    DataError where the data cannot be had or is damaged."""
+    """(the data folder, {'train': records, 'test': records}): generated data, else the
+    real ``dataset`` under or at ``data_dir``, downloaded when missing (or waited for while
+    ``fetched_by`` fetches it).  ``followed`` names where the flags came from.  DataError
+    where the data cannot be had or is damaged."""
     wait = _Wait(fetched_by, wait_s, print_fn) if fetched_by else None
     if use_synthetic:
         batches_dir, generated = _synthetic_data(data_dir, synthetic_records, print_fn, wait,
@@ -134,7 +132,6 @@ def _synthetic_notes(batches_dir: str, generated: bool, test_records: int,
                  f"(no look-alike classes: a model scores 1.000 on it); delete the folder "
                  f"to have the current kind generated.")
     if not generated and test_records != records_per_file:
-        # A flag's value not taken: the program's warning, on stderr.
         logging.warning(f"{batches_dir} already holds generated data of another size "
                         f"({test_records} records a file); it is used as it is: "
                         f"--synthetic_records={records_per_file} applies only when it is "

@@ -168,8 +168,7 @@ def holds_images(folder: str, depth: int = 2, looked_at: int = 64) -> bool:
 
 
 def image_folders(path: str, limit: int = 3) -> list[str]:
-    """Up to ``limit`` of '.' (``path`` itself) and its subfolders (``cat/``) that hold
-    images, in them or one level down."""
+    """Up to ``limit`` of '.' and the subfolders of ``path`` holding images (or one down)."""
     found = ["."] if images_in([path]) else []
     for sub in _subfolders(path, quiet=True):
         if len(found) == limit:

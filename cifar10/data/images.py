@@ -1,8 +1,7 @@
-"""Image files as CIFAR-10 images: decoded by TensorFlow (PNG, JPEG, GIF, BMP) to RGB,
-resized to 32x32 by area averaging, rounded to uint8.  cifar10-prepare, cifar10-predict
-and the exported SavedModel decode with the same graph, which refuses an image of more
-than ``MAX_PIXELS`` before decoding it and fixes or refuses what TensorFlow's BMP
-decoder gets wrong."""
+"""Image files as CIFAR-10 images (PNG, JPEG, GIF, BMP to RGB, area-resized to 32x32):
+one graph for cifar10-prepare, cifar10-predict and the SavedModel, which refuses an
+image of more than ``MAX_PIXELS`` before decoding it and fixes or refuses what
+TensorFlow's BMP decoder gets wrong."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ import tensorflow as tf
 from cifar10.data import fileformat as ff
 from cifar10.data import pipeline
 
-# The most pixels an image may have to be decoded (e.g. 8660x5773): about 150 MB as
-# 8-bit RGB and 600 MB while it is resized in float32.
-MAX_PIXELS = 50_000_000
+MAX_PIXELS = 50_000_000  # to be decoded: 150 MB as RGB, 600 MB resized in float32
 TOO_LARGE_SIZE = (f"an image of {{}}x{{}} pixels, more than the {MAX_PIXELS:,} an image may "
                   f"have here; scale it down first")  # (filled in by tf.strings.format)
 BMP_REFUSED = ("a BMP that TensorFlow does not decode right (OS/2, not of 8, 24 or 32 bits, "

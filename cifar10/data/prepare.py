@@ -69,8 +69,7 @@ def convert(source: Source, data_dir: str, seed: int = 0, strict: bool = False,
     shuffled (``seed``) over the five files, test records in class order; an unreadable
     image skipped (``strict``: Cifar10Error).  TooFewReadable where too few could be read."""
     batches_dir = check_output(data_dir)
-    # The scratch folder is made first, so that an unwritable data_dir is found
-    # before the images are decoded, not after.
+    # The scratch folder first: an unwritable data_dir is found before any decoding.
     try:
         with atomic.made_folders_removed_on_failure(data_dir), \
                 atomic.new_folder(batches_dir) as scratch:

@@ -1,10 +1,6 @@
-"""Generated CIFAR-format data for tests and offline demos (``write_dataset``).
-
-Each image is a striped square in its class's colour and period on a random
-background; classes come in look-alike pairs, blended up to ``MAX_BLEND``, so a model
-learns them over hundreds of steps, never perfectly (``separable``: the easy data of
-tests).  ``SYNTHETIC_MARKER`` says it is not CIFAR-10.
-"""
+"""Generated CIFAR-format data for tests and offline demos (``write_dataset``): striped
+squares in each class's colour and period on a random background, classes in look-alike
+pairs a model never learns perfectly (``separable``: the easy data of tests)."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ _PALETTE = np.array(
     ],
     dtype=np.float32,
 )
-# Each class's look-alike, as in CIFAR-10's most confused pairs: airplane-ship,
-# automobile-truck, bird-frog, cat-dog, deer-horse.
+# Each class's look-alike, as in CIFAR-10's most confused pairs (cat-dog, ...).
 PARTNER = np.array([8, 9, 6, 5, 7, 3, 2, 4, 0, 1])
 # An image's share of its partner's colour and period: 1 in 11 takes more than half,
 # so even a perfect model gets about 9% wrong.
