@@ -16,7 +16,7 @@ from typing import Iterator
 
 MARKER = ".cifar10-incomplete"  # in a scratch folder while it is being written
 _SCRATCH = re.compile(r"\.(?P<name>.+)-incomplete-[A-Za-z0-9_]+")
-# A file's temporary name: unique, so no user's file is in its way or taken for a leftover.
+# A file's temporary name: unique, so no user's file is in its way; it tells a leftover.
 TEMP_SUFFIX = r"\.tmp[0-9a-f]{32}"
 
 
