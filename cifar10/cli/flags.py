@@ -1,11 +1,7 @@
-"""The absl flags of the command-line programs (names and defaults of the original),
-the rules they keep together, a flag mistake worded as one line, the values refused once
-parsed, and a run's flags.txt text.
-
-The settings the library takes are ``config.TrainConfig``'s and ``config.EvalConfig``'s
-fields: their flags are made from those fields.  The flags written out here are the
-programs' own (data location, devices, output).  Each ``define_*`` function defines on
-``flag_values`` (absl's global ``FLAGS`` unless given).  Nothing here loads TensorFlow.
+"""The programs' absl flags, their rules, a flag mistake as one line, and a run's
+flags.txt text.  ``config.TrainConfig``'s and ``EvalConfig``'s settings get one flag
+per field; the programs' own flags (data, devices, output) are written out here.
+No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -22,20 +18,15 @@ from cifar10.data import fileformat as ff
 from cifar10.distribute import cluster
 from cifar10.runs import layout
 
-# Flags whose being left unset means something else than their default (the programs
-# test Flag.present): flags.txt writes them commented out when not given, so that a
-# replay leaves them unset too.
+# Flags whose being unset is not their default (Flag.present): flags.txt comments them out.
 UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 
-# The flags whose values are paths on this machine (flags.txt writes them absolute).
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
               "export_dir", "image_dir")
 
-# Former names of flags, which set the flag of today's name (a run's flags.txt of then
-# still replays).
+# Former names of flags, so that an older run's flags.txt still replays.
 FORMER_NAMES = {"lrn_kernel": "kernels"}
 
-# The programs that record their flags in flags.txt (``flagfile_text``), for replay.
 RECORDING_PROGRAMS = ("cifar10-train", "cifar10-eval")
 
 # Rules the data flags keep together: (flags, rule on their values, what breaks it).
@@ -56,8 +47,7 @@ EXCLUSIVE_PAIRS = (
 
 
 def broken_data_rule(flag_values: flags.FlagValues) -> str | None:
-    """The message of the first of ``DATA_RULES`` the flags' values break, or None
-    (cifar10-eval checks them once it has taken the data flags of its run)."""
+    """The message of the first of ``DATA_RULES`` the flags' values break, or None."""
     for names, rule, message in DATA_RULES:
         if not rule({name: flag_values[name].value for name in names}):
             return message
@@ -66,13 +56,8 @@ def broken_data_rule(flag_values: flags.FlagValues) -> str | None:
 
 def define_data_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       rules_when_parsed: bool = True) -> None:
-    """Where cifar10-train and cifar10-eval find their data.
-
-    Args:
-      rules_when_parsed: check ``DATA_RULES`` as the command line is parsed; the
-        evaluator checks them once it has taken the run's data flags
-        (``cli.run_data``), so that ``--label=coarse`` alone scores a CIFAR-100 run.
-    """
+    """Where cifar10-train and cifar10-eval find their data; ``rules_when_parsed``:
+    check ``DATA_RULES`` at parsing (the evaluator checks them once it took its run's)."""
     flags.DEFINE_string("data_dir", "/tmp/cifar10_data",
                         "Path to the data directory; the data is downloaded and "
                         "extracted there when missing.", flag_values=flag_values)
@@ -131,8 +116,7 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
 
 
 def config_from_flags(config_class: type, values: flags.FlagValues, **others: Any):
-    """A ``config_class`` with the flags' values of its settings; ``others`` set the rest
-    or override them."""
+    """A ``config_class`` with the flags' values; ``others`` set the rest or override."""
     settings = {f.name: values[f.name].value for f in config.flag_fields(config_class)}
     return config_class(**{**settings, **others})
 
@@ -144,8 +128,7 @@ def define_tf32_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 
 class _StepWindowParser(flags.ArgumentParser):
-    """--profile_steps' value: "FIRST,LAST" (or one step) as a (first, last) tuple;
-    "none" (or nothing) as None, no trace."""
+    """--profile_steps: "FIRST,LAST" (or one step) as (first, last); "none" as None."""
 
     def parse(self, argument):
         if isinstance(argument, tuple):
@@ -267,11 +250,9 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
 
 
 def define_checkpoint_rule(flag_values: flags.FlagValues) -> None:
-    """--checkpoint with a --checkpoint_dir that does not hold it is a flag error
-    (``layout.not_in_checkpoint_dir``): the program would use the checkpoint's
-    own run, and --checkpoint_dir would be dropped without a word.  --checkpoint_dir
-    at its default counts as not given: cifar10-eval's flags.txt records it so beside
-    a --checkpoint, and its replay must not be refused."""
+    """--checkpoint with a --checkpoint_dir that does not hold it is a flag error, not
+    a --checkpoint_dir dropped without a word.  At its default --checkpoint_dir counts
+    as not given (cifar10-eval's flags.txt records it so beside a --checkpoint)."""
     default = flag_values["checkpoint_dir"].default
 
     def rule(values: dict[str, Any]) -> bool:
@@ -314,10 +295,7 @@ def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
 
 
-# --- a flag mistake in the program's words ------------------------------------------
-
-# absl's words for a bad flag value: a value of the wrong type, out of bounds, or against
-# a rule of several flags (absl puts their values first).
+# absl's words for a flag mistake, and ours.
 _FLAG_VALUE = re.compile(r"^flag (--[^=\s]+)=(.*?): (.*)$", re.S)
 _UNKNOWN = re.compile(r"^Unknown command line flag '([^']*)'(?:\. Did you mean: (.*?) \?)?$",
                       re.S)
@@ -340,9 +318,8 @@ _BOUND_WORDS = {"positive integer": "a whole number of at least 1",
 
 
 def flag_error_text(error: flags.Error) -> str:
-    """The one line of a flag mistake: ``--max_steps=abc: expected a whole number``
-    where absl says ``flag --max_steps=abc: invalid literal for int() with base 10:
-    'abc'``, and a rule of several flags without absl's list of their values."""
+    """A flag mistake as one line: ``--max_steps=abc: expected a whole number`` where
+    absl says ``flag --max_steps=abc: invalid literal for int() with base 10: 'abc'``."""
     text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
     if found := _FLAGFILE.match(text):
         return f"--flagfile={found[2]}: {found[1]}; name a file of flags, one per line"
@@ -369,8 +346,6 @@ def flag_error_text(error: flags.Error) -> str:
     return f"{name}={given}: {problem}"
 
 
-# --- values refused once parsed, and flags.txt -------------------------------------------
-
 def pasted(name: str, path: str) -> str:
     """``--name=path`` as a line suggests it, quoted to be pasted into a shell."""
     return f"--{name}={shlex.quote(path)}"
@@ -378,8 +353,7 @@ def pasted(name: str, path: str) -> str:
 
 def refuse_paths(flag_values: flags.FlagValues) -> None:
     """Refuses a path flag's value that is not UTF-8, or that starts with a ~ no shell
-    expanded (none does after '=' or in a flagfile): taken as it is, it would make a
-    folder named ~ in the current folder."""
+    expanded (after '=' or in a flagfile), which would make a folder named ~."""
     for name in PATH_FLAGS:
         value = flag_values[name].value if name in flag_values else None
         if not isinstance(value, str):
@@ -403,8 +377,7 @@ _TENSORFLOW_NAMES = "TensorFlow reads and writes checkpoints and SavedModels by 
 
 
 def refuse_values_it_cannot_hold(flag_values: flags.FlagValues) -> None:
-    """Refuses a string value that flags.txt cannot give back on replay: absl reads a
-    flagfile a line at a time and strips each line."""
+    """Refuses a string value that flags.txt cannot give back (absl strips each line)."""
     for flag in flag_values.get_flags_for_module(__name__):
         value = flag.value
         if not isinstance(value, str):
@@ -421,11 +394,9 @@ def refuse_values_it_cannot_hold(flag_values: flags.FlagValues) -> None:
 
 def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
                   not_replayed: tuple[str, ...] = ("fresh_start",)) -> str:
-    """The program's flags, one per line in absl's flagfile format, as a run's flags.txt
-    records them: paths absolute (a replay from elsewhere finds the same run), unset
-    (None) flags left out, ``not_replayed`` booleans written false (a replay never
-    deletes), and ``UNSET_IS_NOT_DEFAULT`` flags not given commented out (on record,
-    but a replay leaves them unset)."""
+    """The program's flags as a run's flags.txt records them: paths absolute, None
+    flags left out, ``not_replayed`` booleans false (a replay never deletes), and
+    ``UNSET_IS_NOT_DEFAULT`` flags not given commented out."""
     lines = []
     for flag in flag_values.get_flags_for_module(__name__):
         if flag.name in UNSET_IS_NOT_DEFAULT and not flag.present:

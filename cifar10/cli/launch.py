@@ -1,23 +1,16 @@
 """cifar10-launch: try multi-worker training on one machine.
 
-Starts --num_workers cifar10-train workers of one job, each with a free port on
-127.0.0.1 and its TF_CONFIG; cifar10-train's flags follow a bare --.  A missing
---data_dir is downloaded once, before the workers start.  Example:
+Starts --num_workers cifar10-train workers of one job on 127.0.0.1, cifar10-train's
+flags after a bare --; a missing --data_dir is downloaded once, first.  Example:
 
     cifar10-launch --num_workers=2 -- --synthetic_data --max_steps=300 --train_dir=/tmp/mw
 
-Worker 0, the chief, shows the job's progress ([worker 0] lines); the other
-workers show their warnings and errors (--all_output: all their lines).
-Ctrl-C or SIGTERM reaches every worker: they save a checkpoint at one step and
-stop; before training has started, they stop at once, nothing trained (exit
-status 130).  A worker that fails stops the others (SIGTERM, 5 s later).  The exit
-status is that of the first worker that failed, else 0.  On several machines, start
+Worker 0, the chief, shows the job's progress; the others their warnings and errors
+(--all_output: all their lines).  Ctrl-C or SIGTERM reaches every worker (they save
+and stop; before training, status 130).  A worker that fails stops the others 5 s
+later; the exit status is the first failed worker's.  On several machines, start
 cifar10-train on each instead (docs/multi-machine.md).
 """
-
-# The workers print the same lines (one synchronous job), so only the chief's stdout
-# is shown.  Every signal goes to a worker's whole process group: a worker waiting for
-# the others hears it only through its watchdog (``distribute.resolver``).
 
 from __future__ import annotations
 
@@ -52,14 +45,11 @@ FLAGS = flags.FLAGS
 PROGRAM = "cifar10-launch"
 define_flags = cifar10_flags.define_launch_flags  # this program's flags
 TRAINER = "cifar10-train"
-# The console script's code, for a Python whose scripts are elsewhere.
 TRAINER_CODE = "from cifar10.cli import entry; entry.train()"
 HOST = "127.0.0.1"
-# A cifar10-train that a stop request ended before it trained (128 + SIGINT).
-INTERRUPTED = 130
-_POLL_SECS = 0.1  # how often the launcher looks whether a worker has ended
-# How long the others run on after a worker failed before they get SIGTERM (in
-# training they end at once with their own error line, which a SIGTERM would break into).
+INTERRUPTED = 130  # a cifar10-train that a stop request ended before it trained
+_POLL_SECS = 0.1
+# The others' time to end with their own error line before they get SIGTERM.
 _STOP_OTHERS_AFTER_SECS = 5.0
 
 
@@ -70,7 +60,6 @@ def main(argv: list[str]) -> None:
         launch(FLAGS.num_workers, train_args, all_output=FLAGS.all_output,
                print_fn=lambda line: print(line, flush=True))
     except WorkerFailed as e:
-        # The workers' own status, not 1: a worker's 130 or 137 says what happened.
         sys.stdout.flush()
         sys.stderr.write(f"{PROGRAM}: error: {e}\n")
         sys.stderr.flush()
@@ -81,15 +70,13 @@ def run() -> None:
     process.run(PROGRAM, main, __doc__, define_flags)
 
 
-# ---- the trainer's flags, checked and their data fetched once ----------------------
-
 _ABSL_MODULES = (logging.__name__,)  # flags every program takes from absl
 _HELP = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
-    """The workers' flags, once refused (as Cifar10Error) what every worker would refuse
-    with the same line, or what would not make one job."""
+    """The workers' flags, once what every worker would refuse, or what would not make
+    one job, is refused here (Cifar10Error)."""
     if any(arg.split("=")[0] in _HELP for arg in args):
         raise Cifar10Error(f"{TRAINER} --help lists the flags that go after --")
     values = flags.FlagValues()
@@ -124,8 +111,7 @@ def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
 
 
 def fetch_data(values: flags.FlagValues) -> None:
-    """The workers' data (``values``: their flags) found, or downloaded once, and
-    checked before any worker starts (else each would fetch it, all at once)."""
+    """The workers' data found, or downloaded once, before any worker starts."""
     no_download = ""
     if not values["fresh_start"].value:
         run_data.refuse_other_kind_of_data(values, values["train_dir"].value)
@@ -152,7 +138,6 @@ def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str
               None)
     if at is None:
         return None
-    # Its value may be the next argument (--max_steps 5), as absl takes it.
     width = 2 if ("=" not in own[at] and not trainer[name].boolean and at + 1 < len(own)) else 1
     given = own[at:at + width]
     after = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -160,15 +145,12 @@ def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str
             f"{shlex.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
 
 
-# ---- the workers -------------------------------------------------------------------
-
 class Interrupted(StoppedBeforeTraining):
     """One stop request before the job trained ended every worker (status 130)."""
 
 
 class WorkerFailed(Cifar10Error):
-    """A worker ended with a non-zero status; ``status`` is the launcher's exit status
-    (a worker's own, or 128 + the signal that ended it)."""
+    """A worker ended with a non-zero status; ``status``: the launcher's exit status."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
@@ -207,28 +189,19 @@ def trainer_command(python: str | None = None) -> list[str]:
 
 @dataclasses.dataclass
 class _Job:
-    """What the launcher, its relays and its signal handler share."""
-
     processes: list[subprocess.Popen] = dataclasses.field(default_factory=list)
     relays: list[threading.Thread] = dataclasses.field(default_factory=list)
-    closed: threading.Event = dataclasses.field(  # nobody reads the output any more
-        default_factory=threading.Event)
-    signalled: set[int] = dataclasses.field(default_factory=set)  # pids signalled
+    closed: threading.Event = dataclasses.field(default_factory=threading.Event)  # output
+    signalled: set[int] = dataclasses.field(default_factory=set)  # pids
     stops: list[int] = dataclasses.field(default_factory=list)  # signals passed on
 
 
 def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False,
            command: Sequence[str] | None = None, out: TextIO | None = None,
            print_fn: Callable[[str], None] = print) -> None:
-    """Runs ``num_workers`` workers of one job (each with ``train_args``) to their end,
-    their lines into ``out``; ``command``: the trainer (default ``trainer_command()``).
-
-    Raises:
-      Interrupted: one SIGINT or SIGTERM ended every worker before it trained.
-      WorkerFailed: a worker ended with a non-zero status (the first to end so).
-      BrokenPipeError: ``out`` was closed (the workers saved and stopped).
-      Cifar10Error: a worker could not be started (the others are stopped).
-    """
+    """Runs ``num_workers`` workers of one job to their end, their lines into ``out``.
+    Raises Interrupted (one stop ended every worker before it trained), WorkerFailed,
+    BrokenPipeError (``out`` was closed) or Cifar10Error (a worker could not start)."""
     out = out or sys.stdout
     command = list(command or trainer_command())
     ports = free_ports(num_workers)
@@ -245,8 +218,7 @@ def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False
     for relay in job.relays:
         relay.join(timeout=5)
     failed = [(index, status) for index, status in ended if status != 0]
-    # One stop request, and every worker interrupted: they stopped before training (in
-    # training, the first request saves and ends each with status 0).
+    # (In training, the first stop request saves and ends each worker with status 0.)
     if (len(job.stops) == 1 and not job.closed.is_set() and len(failed) == num_workers
             and all(exit_status(status) == INTERRUPTED for _, status in failed)):
         raise Interrupted()
@@ -269,7 +241,6 @@ def _start_line(ports: Sequence[int], all_output: bool) -> str:
 
 def _start_all(job: _Job, command: list[str], train_args: Sequence[str],
                ports: Sequence[int], all_output: bool, out: TextIO) -> None:
-    """Starts the workers, each with a relay thread of its lines into ``out``."""
     lock_ = threading.Lock()
     for index, tf_config in enumerate(tf_configs(ports)):
         try:
@@ -289,21 +260,18 @@ def _start_all(job: _Job, command: list[str], train_args: Sequence[str],
 
 def _start_worker(argv: Sequence[str], tf_config: str, show_stdout: bool
                   ) -> tuple[subprocess.Popen, TextIO]:
-    """A worker and the stream of its lines to show (stdout and stderr, or stderr)."""
     env = dict(os.environ, TF_CONFIG=tf_config, PYTHONUNBUFFERED="1")
     worker = subprocess.Popen(
         argv, env=env, text=True, errors="replace", bufsize=1,
         stdout=subprocess.PIPE if show_stdout else subprocess.DEVNULL,
         stderr=subprocess.STDOUT if show_stdout else subprocess.PIPE,
-        # Its own session: a Ctrl-C in the terminal reaches the worker once, through
-        # _forward, not twice (a second signal stops a worker without saving).
+        # A terminal's Ctrl-C reaches it once, through _forward (twice: no save).
         start_new_session=True)
     return worker, worker.stdout if show_stdout else worker.stderr
 
 
 def _relay(prefix: str, stream: TextIO, out: TextIO, lock_: threading.Lock,
            on_closed: Callable[[], None]) -> None:
-    """Each line of ``stream`` into ``out`` with ``prefix``; ``on_closed`` once it is closed."""
     writable = True
     for line in stream:
         if not writable:
@@ -317,10 +285,7 @@ def _relay(prefix: str, stream: TextIO, out: TextIO, lock_: threading.Lock,
                 on_closed()
 
 
-# ---- how the workers stop ----------------------------------------------------------
-
 def signal_group(worker: subprocess.Popen, signum: int, signalled: set[int]) -> None:
-    """``signum`` to ``worker``'s process group if it still runs, noted in ``signalled``."""
     if worker.poll() is None:  # not reaped: its pid is still its group's id
         signalled.add(worker.pid)
         try:
@@ -330,15 +295,13 @@ def signal_group(worker: subprocess.Popen, signum: int, signalled: set[int]) -> 
 
 
 def _forward(job: _Job, signum: int) -> None:
-    """SIGINT or SIGTERM passed on to every running worker."""
     job.stops.append(signum)
     for worker in list(job.processes):
         signal_group(worker, signum, job.signalled)
 
 
 def _stop_once(job: _Job) -> None:
-    """SIGTERM to every worker, once, when the output is closed (a second would stop
-    them without saving)."""
+    """SIGTERM to every worker once the output is closed (a second: no save)."""
     if not job.closed.is_set():
         job.closed.set()
         for worker in list(job.processes):
@@ -346,8 +309,7 @@ def _stop_once(job: _Job) -> None:
 
 
 def _stop_unsignalled(job: _Job) -> None:
-    """SIGTERM to every running worker not signalled yet (a worker failed, and the
-    others cannot go on without it); one already asked to stop is left to save."""
+    """SIGTERM to every worker not yet signalled (one asked to stop is left to save)."""
     for worker in job.processes:
         if worker.pid not in job.signalled:
             signal_group(worker, signal.SIGTERM, job.signalled)
@@ -377,7 +339,6 @@ def wait(processes: Sequence[subprocess.Popen], on_failure: Callable[[], None] =
 
 
 def ending(index: int, status: int) -> str:
-    """How worker ``index`` ended with return code ``status``."""
     if status < 0:
         try:
             name = signal.Signals(-status).name
@@ -388,7 +349,7 @@ def ending(index: int, status: int) -> str:
 
 
 def exit_status(status: int) -> int:
-    """A return code as a shell reports it: 128 + the signal for a process it ended."""
+    """A return code as a shell reports it (128 + the signal that ended it)."""
     return 128 - status if status < 0 else status
 
 

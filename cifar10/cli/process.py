@@ -1,13 +1,7 @@
-"""A program's process: its command line parsed, what it prints besides its own lines,
-TensorFlow's loading, and how it ends.
-
-Mistakes a user can fix (a bad flag, a stray argument, a ``Cifar10Error``) become one
-line on stderr, ``<program>: error: <message>``, and exit status 1, never a traceback;
-Ctrl-C, status 130; a closed standard output, status 141; one that cannot be written,
-one line and status 1.  ``run`` is a program's process; ``parse_flags`` and
-``guarded`` are its two halves, which tests also call in their own process.
-TensorFlow is imported (``load_tensorflow``) only once the flags are checked, so that
-``--help`` and flag mistakes are answered at once.
+"""A program's process: its flags parsed, its output set up, TensorFlow loaded
+(only once the flags are checked, so that --help and flag mistakes answer at once),
+and its end.  A mistake the user can fix is one line on stderr,
+``<program>: error: <message>``, and status 1; Ctrl-C 130; a closed stdout 141.
 """
 
 from __future__ import annotations
@@ -30,19 +24,15 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 
-# The exit status of a program whose standard output was closed (``| head``), as a
-# shell reports one that SIGPIPE ended.
+# The exit status where standard output was closed (``| head``), as SIGPIPE's.
 STDOUT_CLOSED = 128 + signal.SIGPIPE
 
-# Whether TensorFlow's own log lines are shown (``set_up_output``).
 _tensorflow_lines = False
 
 
 def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
-    """Imports TensorFlow, its Python warnings hidden unless asked for
-    (``set_up_output``); a Ctrl-C as it loads ends the program
-    (``entry.interrupts_kept``).  float32 stays float32 unless ``allow_tf32`` (TensorFlow
-    would run it as TensorFloat-32 on Ampere and Hopper GPUs).  Only a program that
+    """Imports TensorFlow (a Ctrl-C meanwhile ends the program), its warnings hidden
+    unless asked for; float32 stays float32 unless ``allow_tf32``; only a program that
     draws (``plots``) lets Keras load matplotlib."""
     with entry.interrupts_kept():
         tf = _import_tensorflow(plots)
@@ -54,9 +44,8 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
 
 def _import_tensorflow(plots: bool):
     if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
-        # Keras imports matplotlib.pyplot, when installed, for a helper no program
-        # uses (0.65 s of every start); None in sys.modules makes that import fail,
-        # which Keras allows, until TensorFlow is loaded.
+        # Keras imports matplotlib.pyplot for a helper no program uses; None in
+        # sys.modules makes that import fail, which Keras allows.
         sys.modules["matplotlib"] = None
         try:
             import tensorflow  # noqa: F401
@@ -67,7 +56,6 @@ def _import_tensorflow(plots: bool):
     return tf
 
 
-# The programs that take file names after their flags.
 FILE_PROGRAMS = ("cifar10-predict",)
 
 _HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -76,11 +64,8 @@ _SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
 
 def parse_flags(argv: list[str], program: str, doc: str,
                 flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
-    """Parses ``argv`` into ``flag_values``; returns the arguments left.
-
-    ``--help`` prints the program's flags (``doc`` first) and exits with status 0; a
-    flag mistake prints ``<program>: error: <message>`` and exits with status 1.
-    """
+    """Parses ``argv`` into ``flag_values``; returns the arguments left.  ``--help``
+    prints ``doc`` and the flags (status 0); a flag mistake is one line (status 1)."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
     asked = {arg.split("=")[0] for arg in own} & set(_HELP_FLAGS)
     if asked & set(_SHORT_HELP_FLAGS):
@@ -107,18 +92,15 @@ def parse_flags(argv: list[str], program: str, doc: str,
 
 
 def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
-    """cifar10-launch's error for one of cifar10-train's flags given before its ``--``,
-    or None."""
     if program != "cifar10-launch":
         return None
-    from cifar10.cli import launch  # the launcher's own, loaded for its error alone
+    from cifar10.cli import launch  # loaded for this error alone
 
     return launch.trainers_flag_hint(error, argv, program)
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse for scripts/, its usage errors as the programs give theirs: one line,
-    exit status 1 (argparse's own is a usage message and status 2)."""
+    """argparse for scripts/, a usage error one line and status 1, as the programs'."""
 
     def error(self, message: str):
         self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -126,34 +108,30 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def run(program: str, main: Callable[[list[str]], None], doc: str,
         define_flags: Callable[[flags.FlagValues], None]) -> None:
-    """The process of a program: its flags defined (``define_flags``) and parsed,
-    ``main`` called through ``guarded``, the process ended with the exit status;
-    ``doc`` heads ``--help``."""
+    """A program's process: its flags defined and parsed, ``main`` run through
+    ``guarded``; ``doc`` heads ``--help``."""
     define_flags(flags.FLAGS)
 
     def process_main(argv: list[str]) -> int:
-        # SIGTERM as Ctrl-C, so that cleanup code runs (cifar10-train installs its own
-        # handlers, save then stop, once training starts).
+        # SIGTERM as Ctrl-C, so that cleanup code runs.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         set_up_output(program)
         return guarded(program, main, argv)
 
-    if sys.stdout is None:  # started with no standard output (`>&-`): its lines go nowhere,
-        sys.stdout = open(os.devnull, "w")  # as print's do then, and flushes do not fail
-    sys.stdout = WatchedStdout(sys.stdout)  # (a failed write is told apart: ``guarded``)
+    if sys.stdout is None:  # started with no standard output (`>&-`)
+        sys.stdout = open(os.devnull, "w")
+    sys.stdout = WatchedStdout(sys.stdout)
     try:
         app.run(process_main,
                 flags_parser=lambda argv: parse_flags(argv, program, doc))
     except BrokenPipeError:
-        # Whoever read the output stopped (``| head``): stop quietly, as other tools do
-        # (cifar10-train saves first: ``stopping``).
+        # Whoever read the output stopped (``| head``): stop quietly, as other tools do.
         stdout_to_devnull(sys.stdout)
         sys.exit(STDOUT_CLOSED)
 
 
 class WatchedStdout:
-    """``sys.stdout`` remembering the error of a write that failed (a full disk, EIO),
-    so that ``guarded`` tells it from another ``OSError``."""
+    """``sys.stdout`` remembering a failed write's error, for ``guarded``."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -178,17 +156,15 @@ class WatchedStdout:
 
 
 def stdout_error_said(error: OSError) -> str:
-    """'cannot write to standard output (No space left on device)'."""
     return f"cannot write to standard output ({error.strerror or error})"
 
 
 def stdout_failed(error: BaseException) -> bool:
-    """Whether ``error`` is that of a write to standard output (``WatchedStdout``)."""
     return getattr(sys.stdout, "error", None) is error
 
 
 def stdout_to_devnull(stdout) -> None:
-    """Points ``stdout``'s descriptor at /dev/null: no later write to it fails."""
+    """Points ``stdout``'s descriptor at /dev/null, so no later write fails."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, stdout.fileno())
@@ -198,7 +174,7 @@ def stdout_to_devnull(stdout) -> None:
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
     """Whether the user asked for TensorFlow's own log lines: ``TF_CPP_MIN_LOG_LEVEL=0``,
-    ``-v`` 0 or more, or ``--log_device_placement`` (made of such lines)."""
+    ``-v`` 0 or more, or ``--log_device_placement``."""
     placement = ("log_device_placement" in flag_values
                  and flag_values["log_device_placement"].value)
     verbosity = flag_values["verbosity"]  # -1, absl's default, is warnings: not asked
@@ -207,9 +183,8 @@ def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
 
 
 def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Decides what else a program prints: TensorFlow's C++ and Python log lines and
-    absl's INFO notices only when asked (``tensorflow_lines_asked``), and its warnings
-    as ``<program>: warning: ...``.  Called before TensorFlow loads."""
+    """TensorFlow's log lines and absl's INFO notices only when asked for, warnings as
+    ``<program>: warning: ...``.  Called before TensorFlow loads."""
     global _tensorflow_lines
     _tensorflow_lines = tensorflow_lines_asked(flag_values)
     if not _tensorflow_lines:
@@ -222,9 +197,8 @@ def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> 
 
 def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
     """Calls ``main(argv)``; returns the exit status: 0; 1 for a mistake the user can
-    fix (``Cifar10Error``, ``UsageError``) or a failed write to standard output; 130
-    for Ctrl-C or SIGTERM where no handler saves work.  Each but 0 with one last line
-    on stderr: ``<program>: error: <message>`` or ``<program>: interrupted ...``."""
+    fix or a failed write to stdout; 130 for Ctrl-C or SIGTERM.  Each but 0 with one
+    last line on stderr."""
     try:
         main(argv)
         sys.stdout.flush()  # here, where a failed write is caught, not at the process's end
@@ -238,18 +212,16 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     except OSError as e:
         if isinstance(e, BrokenPipeError) or not stdout_failed(e):
             raise
-        # Nothing more can go there: the lines still buffered go nowhere, not into
-        # another failure at the process's end.
+        # The lines still buffered go nowhere, not into a failure at exit.
         with contextlib.suppress(OSError, ValueError):  # (a stream with no descriptor)
             stdout_to_devnull(sys.stdout)
         last_line, status = f"{program}: error: {stdout_error_said(e)}", 1
-    # Free what the failed run held, so that what TensorFlow prints as it goes comes
-    # before the last line.
+    # Free what the failed run held, so that what TensorFlow prints then comes first.
     gc.collect()
     try:
         sys.stdout.flush()
-    except OSError:  # Ctrl-C on `| tee` ends the reader too (or the disk is full): the line
-        stdout_to_devnull(sys.stdout)  # still goes out
+    except OSError:  # Ctrl-C on `| tee` ends the reader too; the line still goes out
+        stdout_to_devnull(sys.stdout)
     sys.stderr.write(last_line + "\n")
     sys.stderr.flush()
     return status
