@@ -1,6 +1,5 @@
-"""A program's --checkpoint_dir: the newest checkpoint in it that reads, and where it
-holds none, the error that says where to look or to train first; the warning for a
-model trained on generated data.  No TensorFlow until a checkpoint is read.
+"""A program's --checkpoint_dir: the newest checkpoint in it that reads, else the error
+that says where to look.  No TensorFlow until a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -19,11 +18,7 @@ from cifar10.runs import records
 
 def checkpoint_to_use(checkpoint_dir: str) -> str:
     """The newest checkpoint of ``checkpoint_dir`` that reads (a warning names newer
-    ones that do not).
-
-    Raises:
-      Cifar10Error: ``checkpoint_dir`` holds no checkpoint that reads.
-    """
+    ones that do not), else Cifar10Error."""
     from cifar10.runs import checkpoints
 
     newest = checkpoints.newest_that_reads(checkpoint_dir)
@@ -33,12 +28,8 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
 
 
 def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
-    """``given`` (a --checkpoint) found to read (TensorFlow loaded), else the newest of
-    ``checkpoint_dir`` that does; read before any data is downloaded for it.
-
-    Raises:
-      Cifar10Error: ``given`` does not read, or ``checkpoint_to_use``'s error.
-    """
+    """``given`` (a --checkpoint) if it reads, else the newest of ``checkpoint_dir``
+    that does; Cifar10Error where it does not read."""
     if not given:
         return checkpoint_to_use(checkpoint_dir)
     from cifar10.runs import checkpoints
@@ -54,10 +45,8 @@ def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
 
 def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
                   or_instead: str = "") -> Cifar10Error:
-    """The error for a --checkpoint_dir without a checkpoint: that its trainer is
-    running and has not saved yet (then ``or_instead``, a program's other way); else
-    ``lead`` and the subfolder that holds the run (runs/a given for runs/a/train), or
-    to point it at a run (or train first, where a run may start)."""
+    """The error for a --checkpoint_dir without a checkpoint, saying where to look or to
+    train first (``or_instead``: the program's other way while its trainer runs)."""
     holder = layout.held_by(checkpoint_dir)
     if holder is not None:
         also = f", or {or_instead}" if or_instead else ""
@@ -84,16 +73,14 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
 
 
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
-    """Raises ``no_checkpoint``'s error where ``checkpoint_dir`` holds no checkpoint and
-    is no trainer's folder, new or empty (where a trainer may still start): an
+    """Refuses a ``checkpoint_dir`` that is no trainer's folder, new or empty: an
     evaluator polling it would wait for ever."""
     if outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
         raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
 
 
 def warn_if_trained_on_synthetic_data(checkpoint: str) -> None:
-    """A warning where the run of ``checkpoint`` recorded --synthetic_data: what
-    cifar10-predict and cifar10-export make of its model says nothing of real images."""
+    """A warning where the run of ``checkpoint`` recorded --synthetic_data."""
     run_dir = os.path.dirname(os.path.abspath(checkpoint))
     recorded = records.recorded_flags(run_dir)
     if recorded is not None and recorded.get("synthetic_data") == "true":

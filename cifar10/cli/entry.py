@@ -1,10 +1,6 @@
-"""The console scripts' entry points (setup.py): each program's Ctrl-C answered with
-one line (``<program>: interrupted``, status 130) from its first moment.
-
-A console script imports its program's module (absl, the package: a few tenths of a
-second) before it calls it; Python's own SIGINT handler would end a Ctrl-C there with
-a traceback.  So each function here handles Ctrl-C first, with only the standard
-library loaded, then imports the program and runs it.
+"""The console scripts' entry points: each program's Ctrl-C is one line
+(``<program>: interrupted``, status 130) from its first moment, its module's import
+included (where Python's own handler would print a traceback).
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ import sys
 import threading
 from typing import Iterator
 
-# The exit status of an interrupted program, as a shell reports one SIGINT ended.
 INTERRUPTED = 128 + signal.SIGINT
 
 
@@ -46,13 +41,11 @@ def launch() -> None:
 
 
 def start(program: str, module_name: str) -> None:
-    """Imports ``module_name`` (a program's ``*_main`` module) and calls its ``run``."""
     try:
         with interrupts_kept():  # (SIGTERM's action is still the default here: it ends)
             module = importlib.import_module(module_name)
         module.run()  # with Python's own SIGINT handler, which the programs expect
     except KeyboardInterrupt:
-        # A Ctrl-C the program did not answer itself (one while its flags are read).
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one: the same one line
         sys.stderr.write(f"{program}: interrupted\n")
         sys.stderr.flush()
@@ -61,17 +54,10 @@ def start(program: str, module_name: str) -> None:
 
 @contextlib.contextmanager
 def interrupts_kept() -> Iterator[None]:
-    """In the block, a Ctrl-C (or a SIGTERM the program takes as one) raises
-    KeyboardInterrupt at once, and is kept on record: should the block end otherwise
-    (a library swallowed it, with a bare except or an ``except ImportError`` of a
-    native module's failed initialisation), it ends with KeyboardInterrupt instead.
-
-    For imports (a program's module; TensorFlow, ``process.load_tensorflow``).  Inside
-    a native module's initialisation the interrupt is held until the next import
-    (``_InterruptAtNextImport``) or the block's end: raised there, it left matplotlib's
-    ft2font half made and Python aborted at exit.  Only a signal whose handler is
-    Python's own is handled (one ignored by nohup stays ignored), in the main thread.
-    """
+    """For imports: a Ctrl-C (or SIGTERM) in the block ends it with KeyboardInterrupt,
+    even where a library swallowed it.  Inside a native module's initialisation it is
+    held until the next import or the block's end (raised there, Python aborted at exit).
+    Only signals whose handler is Python's own, in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -105,8 +91,7 @@ def interrupts_kept() -> Iterator[None]:
 
 
 def _in_native_init(frame) -> bool:
-    """Whether ``frame`` (a signal handler's) runs in the initialisation of a native
-    (extension) module: Python code it calls, such as pybind11's enums."""
+    """Whether ``frame`` runs in a native (extension) module's initialisation."""
     while frame is not None:
         if (frame.f_code.co_name in ("create_module", "exec_module") and isinstance(
                 frame.f_locals.get("self"), importlib.machinery.ExtensionFileLoader)):
@@ -116,8 +101,8 @@ def _in_native_init(frame) -> bool:
 
 
 class _InterruptAtNextImport:
-    """A finder first on ``sys.meta_path`` that raises KeyboardInterrupt as the next
-    import starts outside a native module's initialisation (one held in it)."""
+    """A finder that raises a held KeyboardInterrupt at the next import outside a
+    native module's initialisation."""
 
     def find_spec(self, name, path=None, target=None):
         if _in_native_init(sys._getframe(1)):

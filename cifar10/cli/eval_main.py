@@ -9,9 +9,6 @@ weights, and stops when training is complete.  Examples:
     cifar10-eval --checkpoint=/tmp/cifar10_train/model.ckpt-10000 --weights=raw
 """
 
-# This file is intentionally short: it parses flags and calls
-# cifar10.evaluation.polling.evaluate, where the work is.
-
 from __future__ import annotations
 
 import os
@@ -45,20 +42,17 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     checkpoint, run_dir = _refuse_before_data()
-    # The data the run was trained on, unless the command line says otherwise; found
-    # (and checked) before TensorFlow loads, so that a data mistake is answered at once.
+    # The data the run was trained on, unless the command line says otherwise.
     recorded = run_data.follow_run(FLAGS, run_dir, PROGRAM)
     followed = recorded.describe() if recorded else ""
     # One checkpoint to score: a mistyped --checkpoint_dir, or a checkpoint that does not
-    # read, costs no download. Its name is looked for, and the data on disk checked,
-    # before TensorFlow loads; then it is read, and only then is the data downloaded.
+    # read, costs no download (the data is downloaded once the checkpoint reads).
     single = FLAGS.run_once or checkpoint
     if single and not checkpoint and not layout.latest(run_dir):
         raise checkpoint_dir.no_checkpoint(
             run_dir, "No checkpoint file found",
             or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
-    # Now that the flags are parsed; the evaluator draws its pictures with matplotlib.
     tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
@@ -76,18 +70,15 @@ def main(argv: list[str]) -> None:
     except scoring.OtherClasses as e:
         raise Cifar10Error(f"{e.what}: {_data_of_its_classes(e.run_dir, len(e.trained_on))}"
                            ) from None
-    # Every result is recorded and printed: only the process's end is left, TensorFlow's
-    # clean-up in it (some tenths of a second).  A Ctrl-C or SIGTERM from here on is
-    # ignored, as after the trainer's last save, so that the status stays 0: at Python's
-    # end it would kill the process, with no line, its work done.
+    # Every result is recorded: a signal during TensorFlow's clean-up at exit would kill
+    # the process, with no line, its work done; the status stays 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
-    """What this start cannot do, refused before the data is looked for; to poll a
-    run, the wait for it to start.  Returns (the --checkpoint given or None, the run's
-    folder)."""
+    """Refuses what this start cannot do, waits for the run to poll to start; returns
+    (the --checkpoint given or None, the run's folder)."""
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                        2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
     checkpoint = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
@@ -102,8 +93,7 @@ def _refuse_before_data() -> tuple[str | None, str]:
 
 
 def _data_of_its_classes(run_dir: str, count: int) -> str:
-    """How to score the run in ``run_dir`` on data of its ``count`` classes: leave out
-    the data flags given that differ from the run's record, else a --data_dir of them."""
+    """How to score the run in ``run_dir`` on data of its ``count`` classes."""
     other = f"pass a --data_dir with those {count} classes"
     recorded = records.recorded_flags(run_dir) or {}
 
@@ -124,8 +114,6 @@ def _data_of_its_classes(run_dir: str, count: int) -> str:
 
 
 def _set_up_devices(tf) -> None:
-    """No GPU with --eval_on_cpu (not to compete with training), else GPU memory taken
-    as needed; the warning of an emulated bfloat16."""
     from cifar10.distribute import devices
 
     if FLAGS.eval_on_cpu:
@@ -137,7 +125,6 @@ def _set_up_devices(tf) -> None:
 
 
 def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:
-    """The evaluation's settings: the flags', with the data of ``batches_dir``."""
     num_examples = examples_to_evaluate(FLAGS.num_examples, FLAGS["num_examples"].present,
                                         counts, FLAGS.eval_data)
     return cifar10_flags.config_from_flags(
@@ -147,8 +134,6 @@ def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) ->
 
 
 def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
-    """The data (``getdata.prepare``) of the data flags, ``followed`` from the run's
-    flags.txt (``run_data.Followed.describe()``, or '')."""
     outdirs.refuse_as_data_dir(FLAGS.data_dir, FLAGS.eval_dir, followed)
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
@@ -157,8 +142,7 @@ def _data(followed: str, no_download: str = "") -> tuple[str, dict[str, int]]:
 
 
 def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
-    """``_data`` where it is on disk, None where it is to be downloaded (only once the
-    checkpoint is known to read)."""
+    """``_data`` where it is on disk, None where it is to be downloaded."""
     try:
         return _data(followed, no_download="the data is not on disk")
     except getdata.NotDownloaded:
@@ -166,9 +150,8 @@ def _data_on_disk(followed: str) -> tuple[str, dict[str, int]] | None:
 
 
 def examples_to_evaluate(asked: int, given: bool, counts: dict[str, int], eval_data: str) -> int:
-    """How many examples to score: ``asked`` when the command line ``given`` it (at most
-    what the data holds, with a warning); by default the whole test split, or the
-    original's 10,000 of the training split (``train_eval``)."""
+    """How many examples to score: ``asked`` if ``given`` (at most what the data holds);
+    by default the whole test split, or the original's 10,000 of the training split."""
     available = counts["test" if eval_data == "test" else "train"]
     if not given:
         return available if eval_data == "test" else min(asked, available)

@@ -1,6 +1,5 @@
-"""A program's command line parsed by absl, its flagfiles included, after one check of
-the flagfiles it names: a run's flags.txt must be this program's record, and whole.
-Nothing here loads TensorFlow.
+"""A program's command line parsed by absl, once each flagfile it names is checked: a
+run's flags.txt must be this program's record, and whole.  No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -14,25 +13,16 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.runs import records
 
-# The arguments absl takes for a flagfile: '--flagfile=F', or '--flagfile F'.
 _DIRECTIVES = ("--flagfile", "-flagfile")
 # The programs that take a training run's folder as --checkpoint_dir.
 _CHECKPOINT_READERS = ("cifar10-eval", "cifar10-predict", "cifar10-export")
-# The folder flag whose folder holds a program's flags.txt.
 _OWN_FOLDER = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 
 
 def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> list[str]:
     """Parses ``argv`` (the program's name first) into ``flag_values``; returns the
-    arguments left, the program's name first.
-
-    Raises:
-      flags.Error: a flagfile of the command line that is another program's record or
-        one cut short (``check_flagfile``); a flag mistake, as absl words it
-        (``cifar10_flags.flag_error_text`` words it as one line); a value refused once
-        parsed (a path not UTF-8 or with a ~ left, a folder flag that names no folder,
-        a value flags.txt could not give back).
-    """
+    arguments left, the program's name first.  flags.Error for a flagfile refused, a
+    flag mistake, or a value refused once parsed."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     copied = []
     for at, arg in enumerate(own):
@@ -62,20 +52,10 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
 
 
 def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
-    """Refuses the flagfile ``name`` where it is a run's record (flags.txt: each start's
-    flags under a header line) that ``program`` cannot replay: another program's, or
-    one cut short, whose last start sets no flag or lacks the end line its header
-    announces (it would replay another run, or run on the defaults).  A file absl
-    cannot open is left to absl's own error.
-
-    Returns:
-      (name, flag, folder) for a record that sets its program's own folder flag to
-      another folder than its own (copied or moved: replayed, it would go on with the
-      run it names), which ``parse`` refuses unless a later flag sets the folder.
-
-    Raises:
-      flags.Error: naming the file and the fix.
-    """
+    """Refuses (flags.Error) the flagfile ``name`` where it is a run's record that
+    ``program`` cannot replay: another program's, or one cut short.  Returns (name,
+    flag, folder) for a flags.txt that names another folder than its own (a copy),
+    which ``parse`` refuses unless a later flag sets the folder."""
     name = os.path.expanduser(name)
     try:
         with open(name, encoding="utf-8") as f:

@@ -1,14 +1,17 @@
 """cifar10-launch: try multi-worker training on one machine.
 
-Starts --num_workers cifar10-train workers of one job on 127.0.0.1, cifar10-train's
-flags after a bare --; a missing --data_dir is downloaded once, first.  Example:
+Starts --num_workers cifar10-train workers of one job, each with a free port on
+127.0.0.1 and its TF_CONFIG; cifar10-train's flags follow a bare --.  A missing
+--data_dir is downloaded once, before the workers start.  Example:
 
     cifar10-launch --num_workers=2 -- --synthetic_data --max_steps=300 --train_dir=/tmp/mw
 
-Worker 0, the chief, shows the job's progress; the others their warnings and errors
-(--all_output: all their lines).  Ctrl-C or SIGTERM reaches every worker (they save
-and stop; before training, status 130).  A worker that fails stops the others 5 s
-later; the exit status is the first failed worker's.  On several machines, start
+Worker 0, the chief, shows the job's progress ([worker 0] lines); the other
+workers show their warnings and errors (--all_output: all their lines).
+Ctrl-C or SIGTERM reaches every worker: they save a checkpoint at one step and
+stop; before training has started, they stop at once, nothing trained (exit
+status 130).  A worker that fails stops the others (SIGTERM, 5 s later).  The exit
+status is that of the first worker that failed, else 0.  On several machines, start
 cifar10-train on each instead (docs/multi-machine.md).
 """
 

@@ -1,10 +1,6 @@
-"""Whose a folder is.  Each program's output folder (cifar10-train's --train_dir,
-cifar10-eval's --eval_dir, cifar10-export's --export_dir) holds a marker file that
-names the program, written before anything else there; a folder of another program,
-or one that holds other files, is refused, so that no program writes among another's
-files or a user's (which ``--fresh_start`` would then take for the run's).
-
-No TensorFlow here.
+"""Whose a folder is: each program's output folder holds a marker file naming the
+program, written first; a folder of another program or of other files is refused, so
+that no program writes among another's files or a user's.  No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -33,9 +29,8 @@ TRAIN, EVAL, EXPORT = "cifar10-train", "cifar10-eval", "cifar10-export"
 
 
 def whose(folder: str) -> str | None:
-    """The program whose folder ``folder`` is: its marker's, else (a folder written
-    before markers) the one whose files it holds; '' for a folder not there or empty;
-    None for one that holds other files (or is a file)."""
+    """The program whose folder ``folder`` is: its marker's, else (written before
+    markers) the one whose files it holds; '' if absent or empty; None for others'."""
     if not os.path.lexists(folder):
         return ""
     try:
@@ -71,13 +66,12 @@ def _holds_checkpoints(folder: str) -> bool:
 
 
 def same(path: str, other: str | None) -> bool:
-    """Whether two paths name the same file or folder (links followed)."""
     return other is not None and os.path.realpath(path) == os.path.realpath(other)
 
 
 def refuse_unless_own(flag: str, folder: str, program: str, read: str | None = None) -> None:
-    """Raises Cifar10Error unless ``folder`` (--``flag``) is new, empty or ``program``'s,
-    and is not the folder the program reads (``read``: the run it scores or exports)."""
+    """Refuses ``folder`` unless it is new, empty or ``program``'s, and not the folder
+    it reads (``read``)."""
     owner = whose(folder)
     if same(folder, read):
         what = "the folder of the run it reads"
@@ -94,10 +88,8 @@ def refuse_unless_own(flag: str, folder: str, program: str, read: str | None = N
 @contextlib.contextmanager
 def claimed(flag: str, folder: str, program: str, read: str | None = None,
             work: str | None = None) -> Iterator[None]:
-    """``folder`` (--``flag``) made ``program``'s for the block, once
-    ``refuse_unless_own`` lets it: made and marked, the program's first write there (its
-    error is one line).  If the block fails, the marker goes, and a folder made for it
-    too where it holds no ``work`` file (its results) of the block's."""
+    """``folder`` made and marked ``program``'s for the block.  If the block fails, the
+    marker goes, and a folder made for it too where it holds no ``work`` file."""
     refuse_unless_own(flag, folder, program, read)
     path = os.path.join(folder, MARKER)
     if os.path.isfile(path):
@@ -121,16 +113,14 @@ def claimed(flag: str, folder: str, program: str, read: str | None = None,
             raise
 
 
-# What a program that fetches data into --data_dir says to do instead of a program's folder.
 FETCH_INSTEAD = ("pass the folder that holds the data (cifar-10-batches-bin/), or a new "
                  "folder to download it into")
 
 
 def refuse_as_data_dir(data_dir: str, output: str | None = None, followed: str = "",
                        fix: str = FETCH_INSTEAD) -> None:
-    """Raises Cifar10Error when ``data_dir`` (--data_dir, ``followed`` from a run's
-    flags.txt if it says so) is the program's own output folder (``output``) or any
-    program's folder: data written there would go among its files."""
+    """Refuses a ``data_dir`` that is the program's ``output`` folder or any program's
+    folder; ``followed``: where it came from."""
     origin = f" ({followed})" if followed else ""
     if same(data_dir, output):
         raise Cifar10Error(f"--data_dir={data_dir}{origin} is the program's output folder "
@@ -142,9 +132,8 @@ def refuse_as_data_dir(data_dir: str, output: str | None = None, followed: str =
 
 
 def eval_dir_for(train_dir: str) -> str | None:
-    """The --eval_dir the trainer's closing line suggests: none (the evaluator's
-    default) for the default --train_dir, else one beside the run: runs/a/eval for
-    runs/a/train, /tmp/x-eval for /tmp/x."""
+    """The --eval_dir the trainer's closing line suggests: runs/a/eval for runs/a/train,
+    /tmp/x-eval for /tmp/x; None for the default --train_dir."""
     if same(train_dir, flag_default(TrainConfig, "train_dir")):
         return None
     path = os.path.abspath(train_dir)
@@ -154,10 +143,8 @@ def eval_dir_for(train_dir: str) -> str | None:
 
 
 def warn_of_other_results(eval_dir: str, run_dir: str) -> None:
-    """A warning where ``eval_dir`` holds results of another run than ``run_dir`` (the
-    run the evaluator's latest start there scored), or of checkpoints of an earlier run
-    in ``run_dir`` (saved before its run began at step 0): this run's would share their
-    TensorBoard curves."""
+    """A warning where ``eval_dir`` holds results of another run than ``run_dir``, or of
+    an earlier run's checkpoints there: this run's would share their curves."""
     recorded = records.recorded_flags(eval_dir, EVAL)
     scored = recorded and layout.run_folder(recorded.get("checkpoint"),
                                                       recorded.get("checkpoint_dir"))
@@ -178,10 +165,8 @@ def warn_of_other_results(eval_dir: str, run_dir: str) -> None:
 
 
 def _start_on_disk(run_dir: str, began: str) -> float | None:
-    """When the run in ``run_dir`` began (``began``, by the trainer's clock) by the
-    clock of its file system, which stamped its checkpoints: the newest start's record
-    is stamped by both (its time, and environment.jsonl's modification time).  Less 2
-    s: a start's time is truncated to the second before its record is written."""
+    """When the run began (``began``) by its file system's clock, which stamped its
+    checkpoints, from the newest start's record (less 2 s: its time is truncated)."""
     try:
         written_s = os.stat(os.path.join(run_dir, records.ENVIRONMENT_FILE)).st_mtime
         last = (records.last_record(run_dir) or {}).get("start_time")
@@ -191,14 +176,13 @@ def _start_on_disk(run_dir: str, began: str) -> float | None:
     return written_s - (last_s - began_s) - 2.0
 
 
-# The folder flags; the programs write into the first three (making them if need be).
 _OUTPUT_FOLDERS = ("train_dir", "eval_dir", "export_dir")
 _FOLDERS = (*_OUTPUT_FOLDERS, "checkpoint_dir", "data_dir", "image_dir")
 
 
 def refuse_folders_that_are_not(flag_values: flags.FlagValues) -> None:
-    """A folder flag given as '' (which would mean the current directory), or an
-    output folder that is a file, is a flag error naming it."""
+    """A folder flag given as '' (the current folder), or an output folder that is a
+    file, is a flag error."""
     for name in _FOLDERS:
         value = flag_values[name].value if name in flag_values else None
         if value == "":

@@ -1,10 +1,7 @@
-"""The data a run was trained on, as its flags.txt recorded it (``runs.records``):
-cifar10-eval follows it (the data flags the command line leaves unset take the run's
-values, waiting for the run's start if need be); cifar10-train refuses to go on with
-a run on another kind of data, or to download data for a run trained on another
---data_dir; cifar10-predict refuses CIFAR-format data given for images.
-
-No TensorFlow here: this runs before it loads.
+"""The data a run was trained on, as its flags.txt recorded it: cifar10-eval takes
+the data flags left unset from it; cifar10-train refuses another kind of data or a
+download for a run trained on another --data_dir; cifar10-predict refuses CIFAR-format
+data given for images.  No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -27,15 +24,12 @@ from cifar10.data import imagefiles
 from cifar10.runs import layout
 from cifar10.runs import records
 
-# The flags that say which data a run read, in the order they are described.
 DATA_FLAGS = ("dataset", "label", "synthetic_data", "data_dir", "synthetic_records",
               "data_url", "data_md5")
 
 
 @dataclasses.dataclass
 class Followed:
-    """What a program took from a run's record."""
-
     source: str  # the run's flags.txt
     taken: dict[str, str]  # {flag: value as recorded} of the flags taken from it
 
@@ -48,10 +42,8 @@ class Followed:
 
 
 def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str) -> Followed | None:
-    """Sets each data flag the command line left unset to the value the training run in
-    ``run_dir`` recorded; returns what was taken (None: no record).  A flag given keeps
-    its value, with a notice where it differs.  Raises Cifar10Error where the data
-    flags then break their rules."""
+    """Sets each data flag left unset to the value the run in ``run_dir`` recorded
+    (a flag given keeps its value, with a notice where it differs); None: no record."""
     recorded = records.recorded_flags(run_dir)
     source = os.path.join(run_dir, records.FLAGS_FILE)
     taken: dict[str, str] = {}
@@ -102,8 +94,7 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
                  poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
     """Waits until ``run_dir`` holds a training run (a recorded start or a checkpoint),
-    saying once that it waits, so that an evaluator started beside a new trainer scores
-    the run's data; Cifar10Error where none started within ``timeout`` seconds."""
+    so that an evaluator started beside a new trainer scores the run's data."""
     start, said = clock(), False
     while (records.recorded_flags(run_dir) is None
            and not layout.holds_checkpoints(run_dir)):
@@ -119,7 +110,6 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
 
 
 def _kind(values: dict) -> tuple[str, ...]:
-    """The flags that name a kind of data, from flag values or a run's record."""
     if str(values.get("synthetic_data", "false")).lower() == "true":
         return ("--synthetic_data",)
     if values.get("dataset", "cifar10") == "cifar100":
@@ -136,10 +126,8 @@ def _kind_name(kind: tuple[str, ...]) -> str:
 
 
 def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> None:
-    """Raises Cifar10Error when the run in ``run_dir`` (one with checkpoints) recorded
-    another kind of data (--synthetic_data, --dataset, CIFAR-100's --label) than
-    ``flag_values`` ask for: going on would train its weights on the other kind.  A
-    warning where neither flags.txt nor environment.jsonl records any."""
+    """Refuses to go on with the run in ``run_dir`` on another kind of data
+    (--synthetic_data, --dataset, --label) than it recorded."""
     if not layout.holds_checkpoints(run_dir):
         return
     recorded = records.recorded_flags(run_dir) or {}
@@ -162,9 +150,8 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
 
 
 def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
-    """The error for a start not given --data_dir that would download a data set where
-    the run in ``run_dir`` (one with checkpoints) was trained on another --data_dir
-    (``getdata.prepare``'s ``no_download``); '' otherwise."""
+    """The error for a start not given --data_dir that would download data where the
+    run in ``run_dir`` was trained on another --data_dir; '' otherwise."""
     recorded = records.recorded_flags(run_dir)
     if (recorded is None or "data_dir" not in recorded or flag_values["data_dir"].present
             or not layout.holds_checkpoints(run_dir)):
@@ -184,14 +171,13 @@ def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
 _RECORD_FILES = {**{name: ff.RECORD_BYTES for name in (*ff.TRAIN_FILES, *ff.TEST_FILES)},
                  **{name: ff.RECORD_BYTES + 1 for name in ff.CIFAR100_FILES.values()}}
 _TRAINING_FILES = (*ff.TRAIN_FILES, ff.CIFAR100_FILES["train"])
-# The data folders the programs make, named so; their --data_dir is the folder above.
+# The data folders the programs make; their --data_dir is the folder above.
 _DATA_FOLDER_NAMES = (ff.BATCHES_DIRNAME, ff.CIFAR100.folder, *ff.CIFAR100_BATCHES_DIRS.values())
 
 
 def refuse_cifar_data(paths: Sequence[str], model_flag: str) -> None:
-    """Raises Cifar10Error when one of ``paths`` (cifar10-predict's arguments) is a data
-    set's record file (its name, whole records) or a data folder without images: the
-    line gives the cifar10-eval command (with ``model_flag``) that scores the model on it."""
+    """Refuses a record file or a data folder among cifar10-predict's ``paths``, with the
+    cifar10-eval command that scores the model on it."""
     for path in paths:
         if path == imagefiles.STDIN:
             continue

@@ -8,10 +8,6 @@ output (exit status 141).  Examples:
     cifar10-train --synthetic_data --max_steps=200 --train_dir=/tmp/try   # offline
 """
 
-# This file is intentionally short: it parses flags and calls
-# cifar10.training.controller.train, where the work is, with the stop requests of
-# cifar10.cli.stopping (signals, a closed standard output).
-
 from __future__ import annotations
 
 import contextlib
@@ -73,8 +69,6 @@ def main(argv: list[str]) -> None:
 
 
 def _data(no_download: str) -> tuple[str, dict[str, int]]:
-    """The data (``getdata.prepare``), found or downloaded and checked before TensorFlow
-    loads; under srun by each node's first task."""
     return getdata.prepare(
         FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
         synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
@@ -83,8 +77,7 @@ def _data(no_download: str) -> tuple[str, dict[str, int]]:
 
 
 def _strategy():
-    """The run's distribution strategy (--num_gpus unset: Slurm's GPUs under srun, else
-    one replica), with the warnings of an emulated precision."""
+    """The run's distribution strategy, with the warnings of an emulated precision."""
     from cifar10.distribute import devices
 
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
@@ -99,21 +92,20 @@ def _strategy():
 
 
 def _close(result, stop) -> None:
-    """The run's closing lines through ``stop``; where standard output was closed, the
-    first of them on stderr instead, and a closed pipe's exit status."""
+    """The run's closing lines; where stdout was closed, the first on stderr instead."""
     summary = (result.summary(outdirs.eval_dir_for(FLAGS.train_dir))
                if result.steps_run else [])
     for line in summary:
         stop.print(line)
-    if stop.stdout_closed:  # the summary went nowhere: its first line on stderr instead
+    if stop.stdout_closed:
         stop.say(stop.closed_line(summary[0] if summary else
                                   f"Training was already complete at step {result.step}."))
         sys.exit(stop.stdout_status)
 
 
 def _refuse_before_tensorflow() -> str:
-    """What this start cannot do, refused before TensorFlow loads; returns the error for
-    a download the run's data rules out (``run_data.download_refusal``, or '')."""
+    """Refuses what this start cannot do; returns the error for a download the run's
+    data rules out, or ''."""
     kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
@@ -129,7 +121,6 @@ def _refuse_before_tensorflow() -> str:
 
 
 def _invocation(batches_dir: str):
-    """The command line, flags and settings the run records."""
     from cifar10.training.controller import Invocation
 
     return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
