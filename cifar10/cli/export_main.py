@@ -8,9 +8,6 @@ Examples:
     cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export --tflite
 """
 
-# This file is intentionally short: it parses flags and calls cifar10.serving.export.export,
-# where the work is.
-
 from __future__ import annotations
 
 import os

@@ -218,13 +218,6 @@ def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
 
 
-def _define_weights_flag(verb: str, flag_values: flags.FlagValues) -> None:
-    flags.DEFINE_enum("weights", "averages", list(config.WEIGHTS),
-                      f"{verb} the exponential moving averages of the weights (as the "
-                      f"original's evaluation) or the raw trained weights.",
-                      flag_values=flag_values)
-
-
 def define_export_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-export."""
     _define_checkpoint_flags("Export", flag_values)
@@ -245,7 +238,10 @@ def _define_checkpoint_flags(verb: str, flag_values: flags.FlagValues) -> None:
                         "--checkpoint_dir (a path such as runs/a/train/model.ckpt-1000, or "
                         "its .index file).",
                         flag_values=flag_values)
-    _define_weights_flag(verb, flag_values)
+    flags.DEFINE_enum("weights", "averages", list(config.WEIGHTS),
+                      f"{verb} the exponential moving averages of the weights (as the "
+                      f"original's evaluation) or the raw trained weights.",
+                      flag_values=flag_values)
     define_checkpoint_rule(flag_values)
 
 

@@ -10,9 +10,6 @@ A file name that starts with a dash is taken for a flag: write it ./-1.jpg, or p
 the file names after a --.
 """
 
-# This file is intentionally short: it parses flags and calls cifar10.serving.predict,
-# where the work is.
-
 from __future__ import annotations
 
 import os
@@ -35,9 +32,8 @@ FLAGS = flags.FLAGS
 PROGRAM = "cifar10-predict"
 define_flags = cifar10_flags.define_predict_flags  # this program's flags
 
-# The most bytes an image piped in as - may have: 256 MiB, more than any image of the
-# pixels an image may have (a 32-bit BMP of 50 megapixels is 200 MB), so that an
-# endless or mistaken pipe (a video, a disk image) is refused, not read into memory.
+# The most bytes an image piped in as - may have: more than any image's, so that an
+# endless or mistaken pipe is refused, not read into memory.
 STDIN_LIMIT = 256 * 2 ** 20
 _CHUNK = 2 ** 20  # read at a time
 
@@ -72,7 +68,6 @@ def main(argv: list[str]) -> None:
                                         num_classes=len(names), contents=piped):
         if isinstance(result, predict.Failure):
             failed += 1
-            # As cifar10-prepare's skipped images: "cifar10-predict: warning: ...".
             logging.warning("cannot read %s: %s", shown_path(result.path), result.reason)
         else:
             print(show(result, names), flush=True)
@@ -81,12 +76,8 @@ def main(argv: list[str]) -> None:
 
 
 def _standard_input() -> dict[str, bytes]:
-    """{"-": the bytes of standard input}, the image piped in that "-" names.
-
-    Raises:
-      Cifar10Error: standard input is a terminal (it would wait for typing) or closed,
-        or holds more than ``STDIN_LIMIT`` bytes (no more than one byte past it is read).
-    """
+    """{"-": the image piped in}; Cifar10Error where stdin is a terminal or closed, or
+    holds more than ``STDIN_LIMIT`` bytes."""
     stdin = getattr(sys.stdin, "buffer", None)
     if stdin is None or sys.stdin.isatty():
         raise Cifar10Error(

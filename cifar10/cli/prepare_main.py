@@ -9,9 +9,6 @@ cifar10-train and cifar10-eval read.  Example:
     cifar10-train --data_dir=/data/my10 --train_dir=runs/my10/train
 """
 
-# This file is intentionally short: it parses flags and calls cifar10.data.prepare,
-# where the work is.
-
 from __future__ import annotations
 
 import os
@@ -52,8 +49,6 @@ def main(argv: list[str]) -> None:
                if not FLAGS[name].value]
     if missing:  # (absl's required flags would say "a value other than None")
         raise app.UsageError("; ".join(missing))
-    # The folders are checked before TensorFlow loads (seconds), so that a mistake
-    # in them is answered at once.
     source = imagefiles.find_source(FLAGS.image_dir, FLAGS.test_fraction, FLAGS.seed)
     outdirs.refuse_as_data_dir(FLAGS.data_dir, fix="name a new folder to write the data set in")
     prepare.check_output(FLAGS.data_dir, FLAGS.image_dir)
@@ -73,7 +68,8 @@ def main(argv: list[str]) -> None:
     finally:
         line.end()  # (the terminal's line ended before an error, too)
     # The unreadable images are named before a refusal too: it counts them.
-    _warn_skipped(refused.skipped if refused else summary.skipped)
+    for path, why in sorted(refused.skipped if refused else summary.skipped):
+        logging.warning("skipped %s: %s", shown_path(path), why)
     if refused:
         raise refused
     skipped = len(summary.skipped)
@@ -84,8 +80,7 @@ def main(argv: list[str]) -> None:
 
 
 def _say_what_was_found(source) -> None:
-    """The layout and the images found, then a warning for each thing given that is
-    not used (--test_fraction beside split folders, images in no class folder)."""
+    """The layout and the images found, and a warning for each thing given not used."""
     print(source.layout)
     print(f"Found {len(source.train) + len(source.test):,} images of "
           f"{len(source.class_names)} classes in {FLAGS.image_dir}: {len(source.train):,} for "
@@ -100,12 +95,6 @@ def _say_what_was_found(source) -> None:
                     imagefiles.left_out_warning(source.left_out)):
         if warning:
             logging.warning("%s", warning)
-
-
-def _warn_skipped(skipped) -> None:
-    """A warning line for each unreadable image, in path order."""
-    for path, why in sorted(skipped):
-        logging.warning("skipped %s: %s", shown_path(path), why)
 
 
 def run() -> None:

@@ -35,24 +35,19 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     unless asked for; float32 stays float32 unless ``allow_tf32``; only a program that
     draws (``plots``) lets Keras load matplotlib."""
     with entry.interrupts_kept():
-        tf = _import_tensorflow(plots)
+        if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
+            # Keras imports matplotlib.pyplot for a helper no program uses; None in
+            # sys.modules makes that import fail, which Keras allows.
+            sys.modules["matplotlib"] = None
+            try:
+                import tensorflow  # noqa: F401
+            finally:
+                if sys.modules.get("matplotlib", False) is None:
+                    del sys.modules["matplotlib"]
+        import tensorflow as tf
     if not _tensorflow_lines:
         tf.get_logger().setLevel(logs.python_level(os.environ))
     tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
-    return tf
-
-
-def _import_tensorflow(plots: bool):
-    if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
-        # Keras imports matplotlib.pyplot for a helper no program uses; None in
-        # sys.modules makes that import fail, which Keras allows.
-        sys.modules["matplotlib"] = None
-        try:
-            import tensorflow  # noqa: F401
-        finally:
-            if sys.modules.get("matplotlib", False) is None:
-                del sys.modules["matplotlib"]
-    import tensorflow as tf
     return tf
 
 
@@ -84,19 +79,15 @@ def parse_flags(argv: list[str], program: str, doc: str,
             sys.exit(0)
         raise
     except flags.Error as e:
-        message = _trainers_flag(e, argv, program) or cifar10_flags.flag_error_text(e)
+        message = None
+        if program == "cifar10-launch":
+            from cifar10.cli import launch  # loaded for this error alone
+            message = launch.trainers_flag_hint(e, argv, program)
+        message = message or cifar10_flags.flag_error_text(e)
         if program in FILE_PROGRAMS and isinstance(e, flags.UnrecognizedFlagError):
             message += " (a file whose name starts with - goes after --)"
     sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
     sys.exit(1)
-
-
-def _trainers_flag(error: flags.Error, argv: list[str], program: str) -> str | None:
-    if program != "cifar10-launch":
-        return None
-    from cifar10.cli import launch  # loaded for this error alone
-
-    return launch.trainers_flag_hint(error, argv, program)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -159,10 +150,6 @@ def stdout_error_said(error: OSError) -> str:
     return f"cannot write to standard output ({error.strerror or error})"
 
 
-def stdout_failed(error: BaseException) -> bool:
-    return getattr(sys.stdout, "error", None) is error
-
-
 def stdout_to_devnull(stdout) -> None:
     """Points ``stdout``'s descriptor at /dev/null, so no later write fails."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -210,7 +197,7 @@ def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) ->
     except KeyboardInterrupt as e:  # (its message, if any, says what was left undone)
         last_line, status = f"{program}: interrupted{f' {e}' if str(e) else ''}", 130
     except OSError as e:
-        if isinstance(e, BrokenPipeError) or not stdout_failed(e):
+        if isinstance(e, BrokenPipeError) or getattr(sys.stdout, "error", None) is not e:
             raise
         # The lines still buffered go nowhere, not into a failure at exit.
         with contextlib.suppress(OSError, ValueError):  # (a stream with no descriptor)
