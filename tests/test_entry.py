@@ -172,11 +172,9 @@ def test_an_interrupt_in_a_native_modules_initialisation_waits_for_the_next_impo
 
 
 def write_tensorflow(tmp_path, swallow: str) -> str:
-    """A tensorflow package (what ``process.load_tensorflow`` uses of it) whose import
-    takes the signal named by $SIGNAL and swallows it, as TensorFlow's own imports can:
-    ``swallow`` is "import error" (a native module's initialisation makes it one, and
-    the import is guarded for a missing package, as Keras imports matplotlib.pyplot) or
-    "bare except"."""
+    """A tensorflow package whose import takes the signal named by $SIGNAL and swallows
+    it (``swallow``: "import error", as from a native module's initialisation, or
+    "bare except"), as TensorFlow's own imports can."""
     package = tmp_path / "tensorflow"
     package.mkdir()
     (package / "native.py").write_text(textwrap.dedent("""\
@@ -203,42 +201,22 @@ def write_tensorflow(tmp_path, swallow: str) -> str:
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("swallow, signal_name", [("import error", "SIGINT"),
-                                                  ("bare except", "SIGTERM")])
-def test_an_interrupt_that_tensorflows_import_swallows_still_interrupts(tmp_path, swallow,
-                                                                       signal_name):
-    code = textwrap.dedent("""\
-        import signal
-        from cifar10.cli import process
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # as process.run
-        try:
-            process.load_tensorflow()
-            print("loaded")
-        except KeyboardInterrupt:
-            print("interrupted", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
-                  signal.getsignal(signal.SIGTERM) is signal.default_int_handler)
-        """)
-    path = os.pathsep.join([write_tensorflow(tmp_path, swallow), REPO])
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, env=cli.env(PYTHONPATH=path, SIGNAL=signal_name))
-    assert (result.returncode, result.stdout, result.stderr) == (
-        0, "tensorflow loaded\ninterrupted True True\n", "")
-
-
-def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path):
-    # SIGTERM, which a program takes as Ctrl-C (process.run).
+@pytest.mark.parametrize("swallow, signal_name", [("import error", "SIGTERM"),
+                                                  ("bare except", "SIGINT")])
+def test_a_program_interrupted_as_tensorflow_loads_ends_interrupted(tmp_path, swallow,
+                                                                    signal_name):
     # cifar10-prepare, the cheapest to bring to TensorFlow's import: two class folders
     # of 6 images (enough for 5 training files and a test file; not read before it).
     for name in ("ant", "bee"):
         (tmp_path / "photos" / name).mkdir(parents=True)
         for i in range(6):
             (tmp_path / "photos" / name / f"{i}.png").write_bytes(b"")
-    path = os.pathsep.join([write_tensorflow(tmp_path, "import error"), REPO])
+    path = os.pathsep.join([write_tensorflow(tmp_path, swallow), REPO])
     result = subprocess.run(
         [sys.executable, "-c", "from cifar10.cli import entry; entry.prepare()",
          f"--image_dir={tmp_path / 'photos'}", f"--data_dir={tmp_path / 'data'}"],
         capture_output=True, text=True, timeout=60,
-        env=cli.env(PYTHONPATH=path, SIGNAL="SIGTERM"))
+        env=cli.env(PYTHONPATH=path, SIGNAL=signal_name))
     assert (result.returncode, result.stdout.splitlines()[-1], result.stderr) == (
         130, "tensorflow loaded", "cifar10-prepare: interrupted\n")
     assert not (tmp_path / "data").exists()

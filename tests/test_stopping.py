@@ -210,12 +210,11 @@ def test_the_trainer_marks_the_start_once_after_the_restore_before_anything_is_r
     assert events[1].startswith("Training in ") and "already complete" in events[1]
 
 
-def _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark: bool):
-    """A training run, and its standard output, whose first signal comes in the
-    trainer's call of ``StopRequests.training_starts`` (its ``on_training_start``),
-    just before or just after the mark, as the watching thread would deliver it: the
-    window that was a race between the trainer's check of the stop and its line that
-    said training starts."""
+@pytest.mark.parametrize("after_the_mark", [False, True])
+def test_a_first_signal_at_the_trainers_mark_stops_it_untrained_or_saves_after_one_loop(
+        learnable_files, tmp_path, after_the_mark):
+    # The signal comes in the trainer's call of ``training_starts``, just before or just
+    # after the mark, as the watching thread would deliver it.
     files, count = learnable_files
     stop, out = _unentered_stop_requests(tmp_path)
 
@@ -227,30 +226,17 @@ def _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark: bool):
             stop._signal(signal.SIGINT)
         return asked
 
-    def train():
-        return controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
-                                TrainData(files, count), stop_event=stop.event,
-                                print_fn=lambda line: None,
-                                on_training_start=signalled_at_the_edge)
-    return train, out
-
-
-def test_a_signal_just_before_the_trainers_mark_stops_it_with_nothing_trained(
-        learnable_files, tmp_path):
-    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=False)
-    with pytest.raises(StoppedBeforeTraining):
-        train()
-    assert out.signal_lines() == [NOT_STARTED]
-    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
-
-
-def test_a_signal_just_after_the_trainers_mark_saves_after_its_first_loop(
-        learnable_files, tmp_path):
-    train, out = _signalled_at_the_edge(tmp_path, learnable_files, after_the_mark=True)
-    try:
-        result = train()
-    except StoppedBeforeTraining:  # a KeyboardInterrupt: it would end pytest
-        pytest.fail("a stop asked for after the mark stopped the run before training")
-    assert out.signal_lines() == [SAVING]
-    assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
-    assert layout.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
+    try:  # (StoppedBeforeTraining is a KeyboardInterrupt: uncaught, it would end pytest)
+        result = controller.train(small_config(tmp_path, max_steps=1000), mirrored(1),
+                                  TrainData(files, count), stop_event=stop.event,
+                                  print_fn=lambda line: None,
+                                  on_training_start=signalled_at_the_edge)
+    except StoppedBeforeTraining:
+        result = None
+    if not after_the_mark:
+        assert result is None and out.signal_lines() == [NOT_STARTED]
+        assert sorted(os.listdir(tmp_path)) == [LOCK_FILE, "class_names.txt"]
+    else:
+        assert out.signal_lines() == [SAVING]
+        assert (result.step, result.stopped, result.complete) == (1, True, False)  # one loop
+        assert layout.find(str(tmp_path))[-1].path == str(tmp_path / "model.ckpt-1")
