@@ -11,8 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from typing import Callable
 from unittest import mock
 
 import tensorflow as tf
@@ -52,22 +50,15 @@ def run(name: str, *args: str, timeout: float = 300, **extra_env: str
                           timeout=timeout, env=env(**extra_env))
 
 
-# Each program's entry module.
 ENTRY_POINTS = {module.PROGRAM: module
                 for module in (train_main, eval_main, predict_main, export_main, prepare_main,
                                launch)}
 
 
 def call(name: str, *args: str) -> subprocess.CompletedProcess:
-    """Runs a program in this process as ``run`` would run it; returns the same result.
-
-    Its flags are parsed into fresh ``FlagValues`` that stand in for the entry
-    module's ``FLAGS``, then ``main`` runs under ``process.guarded``; stdout, stderr
-    and absl's warnings are captured, and the signal handlers are restored after.
-    It saves the seconds a new process spends importing TensorFlow; what only a
-    process shows (signals, exit on SIGTERM, the console scripts, TensorFlow's start)
-    stays with ``run`` and ``start``.
-    """
+    """Runs a program in this process as ``run`` would (fresh flags for its ``FLAGS``,
+    its output captured, the signal handlers restored); returns the same result.  What
+    only a process shows (signals, the console scripts) stays with ``run`` and ``start``."""
     module = ENTRY_POINTS[name]
     values = flags.FlagValues()
     module.define_flags(values)
@@ -95,8 +86,7 @@ def call(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def assert_refused(result: subprocess.CompletedProcess, line: str) -> None:
-    """That a program's run ``result`` was refused with ``line`` alone: exit status 1,
-    nothing on stdout, that one line on stderr."""
+    """That ``result`` is a refusal with ``line`` alone on stderr (status 1, no stdout)."""
     assert (result.returncode, result.stdout) == (1, ""), result.stderr
     assert result.stderr.splitlines() == [line]
 
@@ -105,22 +95,6 @@ def start(name: str, *args: str, **extra_env: str) -> subprocess.Popen:
     """Starts an installed program with stdout piped line by line."""
     return subprocess.Popen([program(name), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env(**extra_env), bufsize=1)
-
-
-def sigterm_when(proc: subprocess.Popen, printed: Callable[[str], bool],
-                 delay: float = 0.0) -> tuple[str, str]:
-    """Sends SIGTERM to a ``start``ed program once it prints a line for which
-    ``printed`` is true (and ``delay`` seconds more); returns its (stdout, stderr),
-    the lines before that one left out of stdout."""
-    try:
-        for line in proc.stdout:
-            if printed(line.strip()):
-                time.sleep(delay)
-                proc.send_signal(signal.SIGTERM)
-                break
-        return proc.communicate(timeout=120)
-    finally:
-        proc.kill()
 
 
 def events(log_dir: str):

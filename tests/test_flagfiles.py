@@ -87,8 +87,6 @@ def test_a_copied_runs_flags_txt_is_refused_unless_its_folder_flag_follows(
 
 @pytest.mark.parametrize("program, file, fix", [
     ("cifar10-eval", "train", "pass --checkpoint_dir={run}/train instead"),
-    ("cifar10-predict", "train", "pass --checkpoint_dir={run}/train instead"),
-    ("cifar10-export", "train", "pass --checkpoint_dir={run}/train instead"),
     ("cifar10-launch", "train", "cifar10-train's flags go after --"),
     ("cifar10-train", "eval", "give cifar10-train its own flags"),
     ("cifar10-prepare", "train", "give cifar10-prepare its own flags"),

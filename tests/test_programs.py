@@ -140,12 +140,6 @@ def test_long_class_lists_are_shortened_in_one_line_messages():
     assert listed(names) == "c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, ..., c98, c99"
 
 
-def test_the_quoted_path_to_paste():
-    assert cifar10_flags.pasted("train_dir", "/tmp/sp ace/run copy") == (
-        "--train_dir='/tmp/sp ace/run copy'")
-    assert cifar10_flags.pasted("data_dir", "/data/a") == "--data_dir=/data/a"
-
-
 def test_a_program_started_with_no_standard_output_runs_and_ends_with_status_0():
     """`cifar10-eval ... >&-` (a daemon with no stdout): Python's sys.stdout is None,
     where print writes nothing; the program's lines go nowhere, and its end is 0."""

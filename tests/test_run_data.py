@@ -136,43 +136,14 @@ def test_data_that_moved_is_an_error_naming_the_runs_setting(own_run, tmp_path):
     assert not (tmp_path / "eval").exists()  # no --eval_dir made by a failed evaluation
 
 
-class FakeTime:
-    """A clock that sleeping moves on, and ``on_sleep`` called at each sleep."""
-
-    def __init__(self, on_sleep=lambda n: None):
-        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        self.sleeps += 1
-        self.on_sleep(self.sleeps)
-
-
 WAITING = ("No training run in {} yet; waiting for cifar10-train to start there, to evaluate "
            "on the data it trains on.")
 
 
-def test_the_evaluator_waits_for_the_trainer_to_record_its_start(tmp_path):
-    run_dir = tmp_path / "train"  # not there yet: the trainer makes it
-
-    def trainer_starts(sleeps):
-        if sleeps == 3:
-            run_dir.mkdir()
-            (run_dir / "flags.txt").write_text(START + "--synthetic_data\n")
-
-    time_, lines = FakeTime(trainer_starts), []
-    run_data.wait_for_run(str(run_dir), None, lines.append, clock=time_.clock,
-                          sleep=time_.sleep)
-    assert (time_.sleeps, lines) == (3, [WAITING.format(run_dir)])
-    # A checkpoint without flags.txt is a run too.
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "model.ckpt-5.index").write_bytes(b"")
-    run_data.wait_for_run(str(tmp_path / "b"), 0, lines.append, clock=time_.clock,
-                          sleep=time_.sleep)
-    assert time_.sleeps == 3
+def test_a_checkpoint_without_flags_txt_is_a_run_to_evaluate_at_once(tmp_path):
+    # (The wait for a trainer's start: test_an_evaluator_started_before_its_trainer_...)
+    (tmp_path / "model.ckpt-5.index").write_bytes(b"")
+    run_data.wait_for_run(str(tmp_path), 0, print_fn=pytest.fail)
 
 
 def test_an_evaluator_whose_run_never_starts_is_an_error_at_its_eval_timeout(tmp_path):
