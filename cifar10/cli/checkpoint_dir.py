@@ -17,8 +17,7 @@ from cifar10.runs import records
 
 
 def checkpoint_to_use(checkpoint_dir: str) -> str:
-    """The newest checkpoint of ``checkpoint_dir`` that reads (a warning names newer
-    ones that do not), else Cifar10Error."""
+    """The newest checkpoint of ``checkpoint_dir`` that reads, else Cifar10Error."""
     from cifar10.runs import checkpoints
 
     newest = checkpoints.newest_that_reads(checkpoint_dir)
@@ -28,8 +27,7 @@ def checkpoint_to_use(checkpoint_dir: str) -> str:
 
 
 def checkpoint_that_reads(given: str | None, checkpoint_dir: str) -> str:
-    """``given`` (a --checkpoint) if it reads, else the newest of ``checkpoint_dir``
-    that does; Cifar10Error where it does not read."""
+    """``given`` (a --checkpoint) if it reads, else the newest of ``checkpoint_dir``."""
     if not given:
         return checkpoint_to_use(checkpoint_dir)
     from cifar10.runs import checkpoints
@@ -73,8 +71,7 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
 
 
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
-    """Refuses a ``checkpoint_dir`` that is no trainer's folder, new or empty: an
-    evaluator polling it would wait for ever."""
+    """Refuses a folder an evaluator would wait on for ever (no trainer's)."""
     if outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
         raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
 

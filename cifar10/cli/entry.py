@@ -54,10 +54,9 @@ def start(program: str, module_name: str) -> None:
 
 @contextlib.contextmanager
 def interrupts_kept() -> Iterator[None]:
-    """For imports: a Ctrl-C (or SIGTERM) in the block ends it with KeyboardInterrupt,
-    even where a library swallowed it.  Inside a native module's initialisation it is
-    held until the next import or the block's end (raised there, Python aborted at exit).
-    Only signals whose handler is Python's own, in the main thread."""
+    """For imports: a Ctrl-C (or SIGTERM) in the block raises KeyboardInterrupt, even where a
+    library swallowed it; in a native module's initialisation, at the next import (raised
+    there, Python aborted at exit).  Only for Python's own handlers, in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -101,8 +100,7 @@ def _in_native_init(frame) -> bool:
 
 
 class _InterruptAtNextImport:
-    """A finder that raises a held KeyboardInterrupt at the next import outside a
-    native module's initialisation."""
+    """Raises a held KeyboardInterrupt at the next import."""
 
     def find_spec(self, name, path=None, target=None):
         if _in_native_init(sys._getframe(1)):

@@ -77,8 +77,7 @@ def main(argv: list[str]) -> None:
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
-    """Refuses what this start cannot do, waits for the run to poll to start; returns
-    (the --checkpoint given or None, the run's folder)."""
+    """Refuses what this start cannot do; returns (--checkpoint or None, run folder)."""
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                        2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
     checkpoint = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None

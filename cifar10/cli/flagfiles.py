@@ -20,9 +20,8 @@ _OWN_FOLDER = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 
 
 def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> list[str]:
-    """Parses ``argv`` (the program's name first) into ``flag_values``; returns the
-    arguments left, the program's name first.  flags.Error for a flagfile refused, a
-    flag mistake, or a value refused once parsed."""
+    """Parses ``argv`` into ``flag_values``; returns the arguments left, the program's name
+    first.  flags.Error for a flagfile refused, a flag mistake, or a value refused."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     copied = []
     for at, arg in enumerate(own):
@@ -52,10 +51,9 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
 
 
 def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
-    """Refuses (flags.Error) the flagfile ``name`` where it is a run's record that
-    ``program`` cannot replay: another program's, or one cut short.  Returns (name,
-    flag, folder) for a flags.txt that names another folder than its own (a copy),
-    which ``parse`` refuses unless a later flag sets the folder."""
+    """Refuses a run's record ``program`` cannot replay (another program's, one cut short);
+    returns (name, flag, folder) for a copied flags.txt, which ``parse`` refuses unless a
+    later flag sets the folder."""
     name = os.path.expanduser(name)
     try:
         with open(name, encoding="utf-8") as f:

@@ -348,8 +348,7 @@ def pasted(name: str, path: str) -> str:
 
 
 def refuse_paths(flag_values: flags.FlagValues) -> None:
-    """Refuses a path flag's value that is not UTF-8, or that starts with a ~ no shell
-    expanded (after '=' or in a flagfile), which would make a folder named ~."""
+    """Refuses a path that is not UTF-8, or starts with a ~ no shell expanded."""
     for name in PATH_FLAGS:
         value = flag_values[name].value if name in flag_values else None
         if not isinstance(value, str):
@@ -357,8 +356,9 @@ def refuse_paths(flag_values: flags.FlagValues) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            why = (_TENSORFLOW_NAMES if name in ("checkpoint_dir", "checkpoint", "export_dir")
-                   else _RECORDED_NAMES)
+            why = ("TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names"
+                   if name in ("checkpoint_dir", "checkpoint", "export_dir")
+                   else "the run's records, flags.txt and environment.jsonl, are UTF-8 text")
             raise flags.Error(f"--{name}={os.fsencode(value)!r} is not UTF-8: choose a name "
                               f"in UTF-8 ({why})") from None
         home = os.path.expanduser(value)
@@ -366,10 +366,6 @@ def refuse_paths(flag_values: flags.FlagValues) -> None:
             raise flags.Error(f"--{name}={value} starts with a ~ that was not expanded (the "
                               f"shell does not expand a ~ after '='): write --{name} {value} "
                               f"or {pasted(name, home)}; for a folder named ~, write ./{value}")
-
-
-_RECORDED_NAMES = "the run's records, flags.txt and environment.jsonl, are UTF-8 text"
-_TENSORFLOW_NAMES = "TensorFlow reads and writes checkpoints and SavedModels by UTF-8 names"
 
 
 def refuse_values_it_cannot_hold(flag_values: flags.FlagValues) -> None:

@@ -74,13 +74,11 @@ def run() -> None:
 
 
 _ABSL_MODULES = (logging.__name__,)  # flags every program takes from absl
-_HELP = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def check_train_args(args: Sequence[str], num_workers: int) -> flags.FlagValues:
-    """The workers' flags, once what every worker would refuse, or what would not make
-    one job, is refused here (Cifar10Error)."""
-    if any(arg.split("=")[0] in _HELP for arg in args):
+    """The workers' flags, refusing once what every worker would refuse."""
+    if any(arg.split("=")[0] in process.HELP_FLAGS for arg in args):
         raise Cifar10Error(f"{TRAINER} --help lists the flags that go after --")
     values = flags.FlagValues()
     cifar10_flags.define_train_flags(values)
@@ -161,7 +159,6 @@ class WorkerFailed(Cifar10Error):
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1."""
     sockets = []
     try:
         for _ in range(count):
@@ -175,7 +172,6 @@ def free_ports(count: int) -> list[int]:
 
 
 def tf_configs(ports: Sequence[int]) -> list[str]:
-    """The ``TF_CONFIG`` of each worker of a local cluster on ``ports``."""
     workers = {"worker": [f"{HOST}:{port}" for port in ports]}
     return [json.dumps({"cluster": workers, "task": {"type": "worker", "index": i}})
             for i in range(len(ports))]
@@ -202,9 +198,8 @@ class _Job:
 def launch(num_workers: int, train_args: Sequence[str], all_output: bool = False,
            command: Sequence[str] | None = None, out: TextIO | None = None,
            print_fn: Callable[[str], None] = print) -> None:
-    """Runs ``num_workers`` workers of one job to their end, their lines into ``out``.
-    Raises Interrupted (one stop ended every worker before it trained), WorkerFailed,
-    BrokenPipeError (``out`` was closed) or Cifar10Error (a worker could not start)."""
+    """Runs ``num_workers`` workers of one job to their end, their lines into ``out``; raises
+    Interrupted, WorkerFailed, BrokenPipeError (``out`` closed) or Cifar10Error."""
     out = out or sys.stdout
     command = list(command or trainer_command())
     ports = free_ports(num_workers)

@@ -70,8 +70,7 @@ def same(path: str, other: str | None) -> bool:
 
 
 def refuse_unless_own(flag: str, folder: str, program: str, read: str | None = None) -> None:
-    """Refuses ``folder`` unless it is new, empty or ``program``'s, and not the folder
-    it reads (``read``)."""
+    """Refuses ``folder`` unless new, empty or ``program``'s, and not ``read``."""
     owner = whose(folder)
     if same(folder, read):
         what = "the folder of the run it reads"
@@ -119,8 +118,7 @@ FETCH_INSTEAD = ("pass the folder that holds the data (cifar-10-batches-bin/), o
 
 def refuse_as_data_dir(data_dir: str, output: str | None = None, followed: str = "",
                        fix: str = FETCH_INSTEAD) -> None:
-    """Refuses a ``data_dir`` that is the program's ``output`` folder or any program's
-    folder; ``followed``: where it came from."""
+    """Refuses a ``data_dir`` that is the program's ``output`` or any program's folder."""
     origin = f" ({followed})" if followed else ""
     if same(data_dir, output):
         raise Cifar10Error(f"--data_dir={data_dir}{origin} is the program's output folder "
@@ -181,8 +179,7 @@ _FOLDERS = (*_OUTPUT_FOLDERS, "checkpoint_dir", "data_dir", "image_dir")
 
 
 def refuse_folders_that_are_not(flag_values: flags.FlagValues) -> None:
-    """A folder flag given as '' (the current folder), or an output folder that is a
-    file, is a flag error."""
+    """A folder flag given as '', or an output folder that is a file, is refused."""
     for name in _FOLDERS:
         value = flag_values[name].value if name in flag_values else None
         if value == "":

@@ -24,7 +24,6 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 
-# The exit status where standard output was closed (``| head``), as SIGPIPE's.
 STDOUT_CLOSED = 128 + signal.SIGPIPE
 
 _tensorflow_lines = False
@@ -53,7 +52,7 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
 
 FILE_PROGRAMS = ("cifar10-predict",)
 
-_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 _SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
 
 
@@ -62,7 +61,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     """Parses ``argv`` into ``flag_values``; returns the arguments left.  ``--help``
     prints ``doc`` and the flags (status 0); a flag mistake is one line (status 1)."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
-    asked = {arg.split("=")[0] for arg in own} & set(_HELP_FLAGS)
+    asked = {arg.split("=")[0] for arg in own} & set(HELP_FLAGS)
     if asked & set(_SHORT_HELP_FLAGS):
         # absl's short help lists the flags of __main__, the console-script stub here.
         print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
@@ -99,8 +98,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def run(program: str, main: Callable[[list[str]], None], doc: str,
         define_flags: Callable[[flags.FlagValues], None]) -> None:
-    """A program's process: its flags defined and parsed, ``main`` run through
-    ``guarded``; ``doc`` heads ``--help``."""
+    """A program's process: flags defined and parsed, ``main`` run through ``guarded``."""
     define_flags(flags.FLAGS)
 
     def process_main(argv: list[str]) -> int:
@@ -160,8 +158,7 @@ def stdout_to_devnull(stdout) -> None:
 
 
 def tensorflow_lines_asked(flag_values: flags.FlagValues = flags.FLAGS) -> bool:
-    """Whether the user asked for TensorFlow's own log lines: ``TF_CPP_MIN_LOG_LEVEL=0``,
-    ``-v`` 0 or more, or ``--log_device_placement``."""
+    """Whether TensorFlow's lines are asked for (TF_CPP_MIN_LOG_LEVEL=0, -v, placement)."""
     placement = ("log_device_placement" in flag_values
                  and flag_values["log_device_placement"].value)
     verbosity = flag_values["verbosity"]  # -1, absl's default, is warnings: not asked
@@ -183,9 +180,8 @@ def set_up_output(program: str, flag_values: flags.FlagValues = flags.FLAGS) -> 
 
 
 def guarded(program: str, main: Callable[[list[str]], None], argv: list[str]) -> int:
-    """Calls ``main(argv)``; returns the exit status: 0; 1 for a mistake the user can
-    fix or a failed write to stdout; 130 for Ctrl-C or SIGTERM.  Each but 0 with one
-    last line on stderr."""
+    """Calls ``main(argv)``; returns the exit status (1: a mistake the user can fix or a failed
+    write to stdout; 130: Ctrl-C or SIGTERM), each but 0 with one last line on stderr."""
     try:
         main(argv)
         sys.stdout.flush()  # here, where a failed write is caught, not at the process's end

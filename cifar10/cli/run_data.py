@@ -93,8 +93,7 @@ def _shown(name: str, value) -> str:
 def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], None],
                  poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-    """Waits until ``run_dir`` holds a training run (a recorded start or a checkpoint),
-    so that an evaluator started beside a new trainer scores the run's data."""
+    """Waits until ``run_dir`` holds a training run (a recorded start or a checkpoint)."""
     start, said = clock(), False
     while (records.recorded_flags(run_dir) is None
            and not layout.holds_checkpoints(run_dir)):
@@ -126,8 +125,7 @@ def _kind_name(kind: tuple[str, ...]) -> str:
 
 
 def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> None:
-    """Refuses to go on with the run in ``run_dir`` on another kind of data
-    (--synthetic_data, --dataset, --label) than it recorded."""
+    """Refuses to go on with the run in ``run_dir`` on another kind of data."""
     if not layout.holds_checkpoints(run_dir):
         return
     recorded = records.recorded_flags(run_dir) or {}
@@ -150,8 +148,7 @@ def refuse_other_kind_of_data(flag_values: flags.FlagValues, run_dir: str) -> No
 
 
 def download_refusal(flag_values: flags.FlagValues, run_dir: str) -> str:
-    """The error for a start not given --data_dir that would download data where the
-    run in ``run_dir`` was trained on another --data_dir; '' otherwise."""
+    """The error for a download of data the run in ``run_dir`` was not trained on, or ''."""
     recorded = records.recorded_flags(run_dir)
     if (recorded is None or "data_dir" not in recorded or flag_values["data_dir"].present
             or not layout.holds_checkpoints(run_dir)):
@@ -176,8 +173,7 @@ _DATA_FOLDER_NAMES = (ff.BATCHES_DIRNAME, ff.CIFAR100.folder, *ff.CIFAR100_BATCH
 
 
 def refuse_cifar_data(paths: Sequence[str], model_flag: str) -> None:
-    """Refuses a record file or a data folder among cifar10-predict's ``paths``, with the
-    cifar10-eval command that scores the model on it."""
+    """Refuses CIFAR-format data among cifar10-predict's ``paths``, naming cifar10-eval."""
     for path in paths:
         if path == imagefiles.STDIN:
             continue

@@ -21,8 +21,7 @@ INTERRUPTED = 130
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def last_good_checkpoint(directory: str) -> str | None:
-    """The newest complete checkpoint of ``directory`` whose save is over and that is
-    the run's (``_the_runs``), or None."""
+    """The newest complete checkpoint of the run in ``directory`` whose save is over."""
     complete = layout.find(directory)
     # Listed after the checkpoints: a save that ends in between is over, and complete.
     saving = {int(m[1]) for m in map(layout.TEMP_DIR.fullmatch,
@@ -45,9 +44,8 @@ def _the_runs(directory: str, checkpoint: layout.Checkpoint) -> bool:
 
 
 class StopRequests:
-    """The stop requests of a run in ``train_dir`` in its ``with`` block (entered in
-    the main thread; left, SIGINT and SIGTERM stay ignored); ``event`` is set by the
-    first.  ``task``: this worker's name ('worker 1') where it is not the chief."""
+    """The stop requests of a run in ``train_dir``, in its ``with`` block (entered in the main
+    thread); ``task``: this worker's name ('worker 1') where it is not the chief."""
 
     def __init__(self, program: str, train_dir: str, stdout=None, stderr=None,
                  task: str | None = None):

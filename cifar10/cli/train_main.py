@@ -104,8 +104,7 @@ def _close(result, stop) -> None:
 
 
 def _refuse_before_tensorflow() -> str:
-    """Refuses what this start cannot do; returns the error for a download the run's
-    data rules out, or ''."""
+    """Refuses what this start cannot do; returns ``run_data.download_refusal``'s."""
     kind = cluster.strategy_kind(FLAGS.strategy)  # TF_CONFIG and what it rules out
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                       2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4)
