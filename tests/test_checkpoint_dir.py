@@ -25,7 +25,6 @@ def _export(folder):
         (folder / "variables" / name).write_bytes(b"")
 
 
-
 def predict_refusal(tmp_path, folder) -> str:
     """The one line of cifar10-predict given ``folder``, which it must refuse."""
     image = tmp_path / "x.png"

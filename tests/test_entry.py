@@ -40,15 +40,9 @@ def start(code: str, *, sigint_at: str = "", modules_dir: str = "") -> subproces
                           capture_output=True, text=True, timeout=60, env=env)
 
 
-def console_scripts() -> dict[str, str]:
-    """setup.py's console scripts: program name -> function of cifar10.cli.entry."""
-    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
-        text = f.read()
-    return dict(re.findall(r'"(cifar10-[a-z]+)=cifar10\.cli\.entry:([a-z]+)"', text))
-
-
 def test_setup_starts_each_program_through_its_entry_function():
-    scripts = console_scripts()
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+        scripts = dict(re.findall(r'"(cifar10-[a-z]+)=cifar10\.cli\.entry:([a-z]+)"', f.read()))
     assert sorted(scripts) == sorted(cli.ENTRY_POINTS)
     for program, function in scripts.items():
         with mock.patch.object(entry, "start") as start_program:

@@ -151,16 +151,17 @@ def test_a_record_cut_short_is_refused_wherever_the_cut_and_an_old_one_replays(r
     ({"f": b"--batch_size=abc\n"}, ["--flagfile=f"], "--batch_size=abc: expected a whole number"),
     ({"f": b"--nosynthetic_data=true\n"}, ["--flagfile=f"],
      "--nosynthetic_data=true does not take an argument"),
-    ({"f": b"--data_dir=~/d\n"}, ["--flagfile=f"],
+    ({"f": b"--train_dir=./~/t\n--data_dir=~/d\n"}, ["--flagfile=f"],  # ./~/t: a folder ~
      "--data_dir=~/d starts with a ~ that was not expanded (the shell does not expand a ~ "
-     "after '='): write --data_dir ~/d or --data_dir={home}/d; for a folder named ~, write ./~/d"),
+     "after '='): write --data_dir ~/d or --data_dir='{home}/d'; for a folder named ~, write "
+     "./~/d"),
 ])
 def test_a_flagfile_absl_cannot_use_is_one_line(tmp_path, monkeypatch, files, args, line):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOME", str(tmp_path / "my home"))
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
-    assert refused("cifar10-train", *args) == line.format(home=tmp_path / "home")
+    assert refused("cifar10-train", *args) == line.format(home=tmp_path / "my home")
     assert sorted(os.listdir(tmp_path)) == sorted(files)  # nothing made
 
 

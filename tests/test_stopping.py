@@ -89,8 +89,6 @@ strategy = devices.make_strategy(1, kind="multi_worker", worker_timeout_secs=60)
 stop = threading.Event()
 if not devices.worker_role(strategy)[0]:
     stop.set()
-
-
 files = datafolder.split_files(batches_dir, "train")
 config = TrainConfig(train_dir=train_dir, batch_size=8, max_steps=100000, log_frequency=1)
 try:
