@@ -202,9 +202,9 @@ def test_changes_compare_what_both_starts_recorded_and_name_the_global_batch(tmp
     assert [", the global batch from 16 to 64" in line for line in lines] == [
         False, True, False]
     change = {"setting": "deterministic", "from": False, "to": True}
-    assert records.describe_change(change, 7, "/r") == (
+    assert records.describe_changes([change], 7, "/r") == [
         "deterministic (deterministic mode) changed from false to true; the run goes on from "
-        "step 7 with true (recorded in /r/environment.jsonl)")
+        "step 7 with true (recorded in /r/environment.jsonl)"]
 
 
 def test_a_record_that_cannot_be_written_leaves_the_old_file_and_a_users_tmp_files(

@@ -1,10 +1,5 @@
-"""A run's checkpoints, read: which one a run resumes from, a model from one, the
-run's class names and whether it completed.  Evaluation, serving and the trainer's
-resume read runs here; ``rundir`` writes them; ``layout`` finds the files by name.
-
-A checkpoint is its files on disk: the state file is a hint, and a run never
-silently starts over (when checkpoints exist and none restores, it stops, saying why).
-"""
+"""A run's checkpoints, read: which one a run resumes from (its files on disk; the
+state file is a hint), a model from one, the run's class names, whether it completed."""
 
 from __future__ import annotations
 
@@ -58,17 +53,10 @@ def restore_cause(error: BaseException) -> str:
 def restore(directory: str, checkpoint: tf.train.Checkpoint, print_fn: Callable[[str], None],
             rewrite_state: bool = True,
             warn: Callable[[str], None] | None = None) -> Checkpoint | None:
-    """Restores into ``checkpoint`` the newest checkpoint in ``directory`` that restores.
-
-    When that is not the one a sound state file names, one ``warn`` line says which
-    and why, and (with ``rewrite_state``: the chief) the state file is rewritten.
-
-    Returns:
-      The checkpoint restored; None when the directory holds no checkpoint.
-
-    Raises:
-      Cifar10Error: the directory holds checkpoints and none restores.
-    """
+    """Restores into ``checkpoint`` the newest checkpoint in ``directory`` that restores
+    and returns it (None where there is none; Cifar10Error where none restores).  When
+    that is not the one a sound state file names, one ``warn`` line says why, and (with
+    ``rewrite_state``: the chief) the state file is rewritten."""
     complete, incomplete = layout.scan(directory)
     named, problem = layout.named_step(directory, set(complete) | set(incomplete))
     if not complete and not incomplete:
@@ -120,11 +108,8 @@ def unreadable(checkpoint: str) -> str:
 def newest_that_reads(directory: str, warn=logging.warning,
                       tried: int = TRIED) -> Checkpoint | None:
     """The newest checkpoint in ``directory`` that reads, among its ``tried`` newest
-    (one ``warn`` line names those skipped); None when it holds no complete checkpoint.
-
-    Raises:
-      Cifar10Error: none of them reads: one line naming them, and an older one to pass.
-    """
+    (one ``warn`` line names those skipped); None where there is none, Cifar10Error
+    where none of them reads."""
     found = find(directory)
     failures = []
     for candidate in reversed(found[-tried:]):
@@ -158,11 +143,8 @@ def start_over(directory: str) -> str:
 
 
 def num_outputs(checkpoint: str) -> int:
-    """The number of classes (logits) of the model in ``checkpoint``.
-
-    Raises:
-      One of ``READ_ERRORS``: it cannot be read or holds no model of this trainer's.
-    """
+    """The number of classes of the model in ``checkpoint`` (one of ``READ_ERRORS``
+    where it cannot be read or holds no model of this trainer's)."""
     shapes = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
     if _OUTPUTS_KEY not in shapes:
         raise ValueError(f"{checkpoint} holds no cifar10 model (no softmax_linear layer)")
@@ -171,12 +153,8 @@ def num_outputs(checkpoint: str) -> int:
 
 def load_model(checkpoint: str, weights: str = "averages",
                compute_dtype: tf.DType = tf.float32) -> tuple[Model, int]:
-    """A model holding the ``weights`` ('averages' or 'raw') of ``checkpoint``, and its step.
-
-    Raises:
-      ValueError: ``weights`` is not 'averages' or 'raw'.
-      One of ``READ_ERRORS``: the checkpoint is missing, partial or not this trainer's.
-    """
+    """A model holding the ``weights`` ('averages' or 'raw') of ``checkpoint``, and its
+    step (one of ``READ_ERRORS`` where the checkpoint is missing, partial or foreign)."""
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     model = Model(compute_dtype=compute_dtype, trainable=False,
@@ -202,18 +180,10 @@ _warned: set[str] = set()  # the damaged class names files warned about, each on
 
 def trained_class_names(directory: str, num_classes: int | None = None,
                         fallback: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The class names the run in ``directory`` recorded (CIFAR-10's if none).
-
-    Args:
-      directory: the run directory.
-      num_classes: the classes of its model; by default its newest checkpoint's.
-      fallback: names to use, with one warning, when the file is damaged and they
-        are as many as the model's classes (the evaluator's data's names).
-
-    Raises:
-      DataError: the file is damaged or lists another number of names than the
-        model has classes.
-    """
+    """The class names the run in ``directory`` recorded (CIFAR-10's if none), for a
+    model of ``num_classes`` (default: its newest checkpoint's).  Where the file is
+    damaged or lists another count: ``fallback`` (the data's names) with one warning if
+    they are as many as the model's classes, else DataError."""
     if num_classes is None:
         newest = latest(directory)
         try:

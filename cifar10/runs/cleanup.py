@@ -1,12 +1,9 @@
 """Removing what the trainer wrote in a run directory, and only that: leftovers of
 writes cut short, old checkpoints, every file of a run (``--fresh_start``).
 
-Files are matched by the exact names TensorFlow and the trainer give them, so a
-user's look-alike (``model.ckpt-best.txt``, ``checkpoint.txt``, a folder) stays.  A
-``.index`` is the trainer's only when it ends as TensorFlow's table does; a ``.data``
-shard when its checkpoint's ``.index`` is, or there is none (a save or a prune cut
-short).  ``--fresh_start`` refuses, removing nothing, while another file has a
-checkpoint's name.  An event file is the trainer's only when its first summaries are.
+Files are matched by their exact names, so a user's look-alike (``model.ckpt-best.txt``,
+a folder) stays.  A ``.index`` is the trainer's only when it ends as TensorFlow's table
+does (its ``.data`` shards go with it); an event file when its first summaries are.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ def own_files(directory: str) -> list[str]:
     names = []
     for name in listdir(directory):
         path = os.path.join(directory, name)
-        if not (name in exact or _checkpoint_step(name) is not None
+        if not (name in exact or checkpoint_step(name) is not None
                 or any(p.fullmatch(name) for p in (_EVENTS, *_LEFTOVERS))):
             continue
         if name in foreign or (os.path.isdir(path) and not TEMP_DIR.fullmatch(name)):
@@ -64,19 +61,18 @@ def own_files(directory: str) -> list[str]:
 
 def foreign_checkpoint_files(directory: str) -> list[str]:
     """The files with a checkpoint's name that the trainer did not write, sorted: a
-    ``.index`` that is not whole (``echo hi > model.ckpt-99.index``) and the ``.data``
-    shards beside it, unless a save was cut short there (``cut_short_steps``)."""
+    ``.index`` that is not whole and its ``.data`` shards, unless a save was cut short."""
     names = listdir(directory)
     indexed = {int(m[1]) for m in map(INDEX_FILE.fullmatch, names) if m}
     bad = {step for step in indexed
            if not _whole_index(os.path.join(directory, f"{PREFIX}-{step}.index"))}
     bad -= set(cut_short_steps(directory))
-    return sorted(name for name in names if _checkpoint_step(name) in bad
+    return sorted(name for name in names if checkpoint_step(name) in bad
                   and not os.path.isdir(os.path.join(directory, name)))
 
 
-def _checkpoint_step(name: str) -> int | None:
-    """The step of a checkpoint's .index or .data file of that name; None for another name."""
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint's .index or .data file of that name, or None."""
     match = INDEX_FILE.fullmatch(name) or DATA_FILE.fullmatch(name)
     return int(match[1]) if match else None
 
@@ -84,8 +80,7 @@ def _checkpoint_step(name: str) -> int | None:
 def trainers_events(path: str, records: int = 16) -> bool:
     """Whether the event file ``path`` is the trainer's: the first tag among its first
     ``records`` records that one program alone writes is the trainer's, or it holds no
-    summary and is under 1 KiB (a start cut short).  One that cannot be read, or holds
-    only tags of neither program, is not."""
+    summary and is under 1 KiB (a start cut short)."""
     summaries = False
     try:
         for tags in _summary_tags(path, records):
@@ -102,11 +97,7 @@ def trainers_events(path: str, records: int = 16) -> bool:
 
 def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
     """The (tag, text) of the summary values of each of the first ``records`` records of
-    an event file (TFRecord framing: length, its CRC, the data, its CRC).
-
-    Raises:
-      OSError, ValueError: the file cannot be read, or is not an event file.
-    """
+    an event file (OSError or ValueError where it is none)."""
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import event_pb2  # protobuf only, no TensorFlow
 
@@ -129,9 +120,8 @@ def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
 
 
 def remove_leftovers(directory: str) -> list[str]:
-    """Removes the temporary folders and files of writes cut short, and the files of
-    each checkpoint whose save was cut short as they were put in place; returns the
-    names removed, sorted."""
+    """Removes the temporary folders and files of writes cut short, and the checkpoints
+    whose save was cut short; returns the names removed, sorted."""
     removed = {name for name in own_files(directory)
                if any(p.fullmatch(name) for p in _LEFTOVERS)}
     for step in cut_short_steps(directory):
@@ -147,17 +137,14 @@ def cut_short_steps(directory: str) -> list[int]:
     steps = []
     for name in listdir(directory):
         match = TEMP_DIR.fullmatch(name)
-        if match and _holds_shard_index(os.path.join(directory, name)) and not _whole_index(
-                os.path.join(directory, f"{PREFIX}-{match[1]}.index")):
-            steps.append(int(match[1]))
+        if not match or _whole_index(os.path.join(directory, f"{PREFIX}-{match[1]}.index")):
+            continue
+        try:
+            if any(_SHARD_INDEX.fullmatch(n) for n in os.listdir(os.path.join(directory, name))):
+                steps.append(int(match[1]))
+        except OSError:  # not a folder, or gone
+            pass
     return sorted(steps)
-
-
-def _holds_shard_index(folder: str) -> bool:
-    try:
-        return any(_SHARD_INDEX.fullmatch(name) for name in os.listdir(folder))
-    except OSError:  # not a folder, or gone
-        return False
 
 
 def _whole_index(path: str) -> bool:
@@ -173,20 +160,10 @@ def _whole_index(path: str) -> bool:
         return False
 
 
-def unfinished_checkpoints(names: list[str]) -> list[str]:
-    """The checkpoints ('model.ckpt-9') with .index or .data files among ``names``, by step."""
-    steps = {_checkpoint_step(name) for name in names} - {None}
-    return [f"{PREFIX}-{step}" for step in sorted(steps)]
-
-
 def remove_run(directory: str) -> int:
-    """``--fresh_start``: removes every file the trainer wrote; returns how many.  The
-    lock file (held), the directory and anything else stay.
-
-    Raises:
-      Cifar10Error: a file has a checkpoint's name and is not the trainer's: the new
-        run would take it for its own checkpoint; nothing is removed.
-    """
+    """``--fresh_start``: removes every file the trainer wrote (not its lock); returns
+    how many.  Cifar10Error, removing nothing, where a file has a checkpoint's name and
+    is not the trainer's (the new run would take it for its own checkpoint)."""
     if foreign := foreign_checkpoint_files(directory):
         one = len(foreign) == 1
         it, has, names = ("it", "has", "a checkpoint's name") if one else (
@@ -215,11 +192,8 @@ def checkpoint_files(directory: str, step: int) -> list[str]:
 
 
 def delete(directory: str, name: str) -> None:
-    """Removes a file or a save's temporary folder of the trainer's; a missing one is fine.
-
-    Raises:
-      Cifar10Error: it cannot be removed.
-    """
+    """Removes a file or a save's temporary folder of the trainer's; a missing one is
+    fine, one that cannot be removed a Cifar10Error."""
     path = os.path.join(directory, name)
     try:
         if TEMP_DIR.fullmatch(name) and os.path.isdir(path) and not os.path.islink(path):

@@ -1,12 +1,6 @@
-"""A run directory's files, found by their names alone: the checkpoints, TensorFlow's
-state file ``checkpoint``, and the trainer's lock.  No TensorFlow is imported, so that
-a program can check what it was given before TensorFlow loads.
-
-A run directory (``--train_dir``) holds ``model.ckpt-<step>.index`` and
-``.data-<i>-of-<n>`` (a checkpoint, written through ``model.ckpt-<step>_temp/``), the
-state file, ``training_complete.json``, ``class_names.txt``, ``flags.txt`` and
-``environment.jsonl`` (``records``), event files, and ``cifar10-train.lock``.
-"""
+"""A run directory's files, found by their names alone (no TensorFlow, so that a
+program checks what it was given before TensorFlow loads): the checkpoints, TensorFlow's
+state file ``checkpoint``, and the trainer's lock."""
 
 from __future__ import annotations
 
@@ -36,8 +30,6 @@ CLASSES_FILE = "class_names.txt"  # the class names it trains on, in label order
 STATE_FILE = "checkpoint"
 STATE_TEMP_FILE = re.compile(r"checkpoint" + atomic.TEMP_SUFFIX)
 LOCK_FILE = "cifar10-train.lock"
-# The files that make a folder a SavedModel (an export's version folder).
-SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +49,8 @@ def checkpoint_path(directory: str, step: int) -> str:
 
 
 def listdir(directory: str) -> list[str]:
-    """The names in ``directory``; none when it does not exist.
-
-    Raises:
-      Cifar10Error: the directory cannot be read.
-    """
+    """The names in ``directory``; none when it does not exist (Cifar10Error where it
+    cannot be read)."""
     try:
         return os.listdir(directory)
     except FileNotFoundError:
@@ -92,13 +81,12 @@ def scan(directory: str) -> tuple[list[int], dict[int, str]]:
 
 
 def holds_checkpoints(directory: str) -> bool:
-    """Whether ``directory`` holds a checkpoint's files (a whole one or not)."""
+    """Whether ``directory`` holds a checkpoint's files, whole or not."""
     return any(scan(directory))
 
 
 def find(directory: str) -> list[Checkpoint]:
-    """The complete checkpoints in ``directory`` (index and every data file), oldest
-    first; the state file is not consulted."""
+    """The complete checkpoints in ``directory``, oldest first (not the state file's)."""
     return [Checkpoint(step, checkpoint_path(directory, step)) for step in scan(directory)[0]]
 
 
@@ -131,12 +119,9 @@ _EXAMPLE = f"runs/a/train/{PREFIX}-1000"
 
 
 def given(value: str) -> str:
-    """The prefix of the checkpoint ``--checkpoint=value`` names: the prefix, or one of
-    its files (``model.ckpt-1000.index``, as shell completion gives).
-
-    Raises:
-      Cifar10Error: ``value`` names no complete checkpoint: what it is, and what to pass.
-    """
+    """The prefix of the checkpoint ``--checkpoint=value`` names (the prefix, or one of
+    its files, as shell completion gives); Cifar10Error, saying what to pass, where it
+    names no complete checkpoint."""
     shown = f"--checkpoint {value}"
     if os.path.isdir(value):
         newest = latest(value)
@@ -179,7 +164,8 @@ def _holds(folder: str) -> str:
 
 def is_saved_model(folder: str) -> bool:
     """Whether ``folder`` is a SavedModel (an export's version folder)."""
-    return any(os.path.isfile(os.path.join(folder, name)) for name in SAVED_MODEL_FILES)
+    return any(os.path.isfile(os.path.join(folder, name))
+               for name in ("saved_model.pb", "saved_model.pbtxt"))
 
 
 def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None:
@@ -190,9 +176,8 @@ def run_folder(checkpoint: str | None, checkpoint_dir: str | None) -> str | None
 
 
 def not_in_checkpoint_dir(value: str, checkpoint_dir: str) -> str | None:
-    """Why ``--checkpoint=value`` does not go with ``--checkpoint_dir`` (it is in
-    another run's folder, whose class names and data the programs would not use);
-    None when it is in that folder, or names no checkpoint (``given`` says so)."""
+    """Why ``--checkpoint=value`` does not go with ``--checkpoint_dir`` (it is in another
+    run's folder); None when it is in that folder, or names no checkpoint."""
     try:
         checkpoint = given(value)
     except Cifar10Error:
@@ -235,13 +220,9 @@ def named_step(directory: str, steps_on_disk: set[int]) -> tuple[int | None, str
 
 
 def write_state(directory: str, checkpoints: Sequence[Checkpoint]) -> None:
-    """Writes the state file, for TensorFlow's own tools: the last of ``checkpoints``
-    is the latest; relative paths, so that a run directory can be moved.  A folder of
-    that name is left alone, with one warning.
-
-    Raises:
-      Cifar10Error: the file cannot be written.
-    """
+    """Writes the state file for TensorFlow's tools, the last of ``checkpoints`` the
+    latest, in relative paths (a run directory can be moved); a folder of that name is
+    left alone, with one warning."""
     path = os.path.join(directory, STATE_FILE)
     if os.path.isdir(path):
         if path not in _warned:
@@ -273,12 +254,8 @@ class TrainerLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Takes the lock; on a file system without locks, warns and goes on.
-
-        Raises:
-          Cifar10Error: another trainer holds it, the lock file is a folder, or the
-            directory is not writable.
-        """
+        """Takes the lock (Cifar10Error where another trainer holds it); on a file
+        system without locks, warns and goes on."""
         refuse_a_folder_for_the_file(self.directory)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -318,7 +295,7 @@ class TrainerLock:
 
 def refuse_if_held(directory: str) -> None:
     """Raises Cifar10Error, as ``TrainerLock.acquire`` would, when another trainer holds
-    the lock now (a check before the data is fetched and TensorFlow loads)."""
+    the lock now (before the data is fetched and TensorFlow loads)."""
     refuse_a_folder_for_the_file(directory)
     holder = held_by(directory)
     if holder is not None:
@@ -336,7 +313,7 @@ def refuse_a_folder_for_the_file(directory: str) -> None:
 
 def held_by(directory: str) -> str | None:
     """Who holds the trainer's lock of ``directory`` now ('PID 123 on host h, started
-    ...'), or None when no trainer does (or it cannot be told).  Takes no lock."""
+    ...'), or None (also where it cannot be told)."""
     try:
         fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDONLY)
     except OSError:

@@ -1,17 +1,10 @@
-"""What a run records about each start, in its ``--train_dir`` (or ``--eval_dir``):
-
-* ``flags.txt``: the effective flags, in absl's flagfile format under a ``#`` header
-  line per start, ended by ``END_LINE``; earlier starts' flags commented out, so that
-  ``--flagfile=flags.txt`` replays the latest start exactly.
-* ``environment.jsonl``: one JSON object per start: versions, host, devices, command,
-  time, the trained settings and how they changed since the start before.
-
-Both are rewritten whole through ``atomic``.  No TensorFlow: callers give the devices.
-"""
+"""What a run records about each start in its ``--train_dir`` (or ``--eval_dir``):
+``flags.txt``, the flags under a header line per start (earlier starts' commented out,
+so that ``--flagfile=flags.txt`` replays the latest), and ``environment.jsonl``, one
+JSON object per start (versions, host, devices, command, trained settings)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -50,17 +43,13 @@ TRAINED_SETTINGS = {
 }
 
 
-def now() -> str:
-    """The time, UTC, as ISO 8601 to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[str, str]],
                 tensorflow_version: str, start_time: str | None = None) -> dict[str, Any]:
     """The environment of a start (under Slurm with its job and step)."""
     return {
         "program": program,
-        "start_time": start_time or now(),
+        "start_time": start_time or datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
         "cifar10": cifar10.__version__,
         "tensorflow": tensorflow_version,
         "python": platform.python_version(),
@@ -85,8 +74,8 @@ def last_record(directory: str) -> dict[str, Any] | None:
 
 
 def last_settings(directory: str) -> dict[str, Any] | None:
-    """The trained ``settings`` of the newest start recorded in ``directory``; None where
-    there is none, or (with one warning) where its last record is damaged."""
+    """The trained ``settings`` of the newest start recorded in ``directory``, or None
+    (with one warning where its last record is damaged)."""
     path = os.path.join(directory, ENVIRONMENT_FILE)
     if not os.path.isfile(path):
         return None  # none; a folder in its place is said when the start is recorded
@@ -101,9 +90,8 @@ def last_settings(directory: str) -> dict[str, Any] | None:
 
 
 def changes(before: Mapping[str, Any] | None, now_: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The trained settings whose value differs between two starts' ``settings``:
-    [{'setting', 'from', 'to'}], in TRAINED_SETTINGS' order.  A setting that the
-    earlier start did not record is not a change."""
+    """[{'setting', 'from', 'to'}] of the trained settings that differ between two starts'
+    ``settings`` (one the earlier start did not record is not a change)."""
     if not before:
         return []
     return [{"setting": name, "from": before[name], "to": now_.get(name)}
@@ -117,31 +105,21 @@ _GLOBAL_BATCH_FACTORS = ("batch_size", "num_replicas", "num_workers")
 def describe_changes(changes_: Sequence[Mapping[str, Any]], step: int, directory: str,
                      before: Mapping[str, Any] | None = None,
                      now_: Mapping[str, Any] | None = None) -> list[str]:
-    """A line for each change (``describe_change``); the last change of the global
-    batch's factors also names the global batch's change, where ``before`` and ``now_``
-    (two starts' ``settings``) recorded it."""
+    """A line for each change; the last change of the global batch's factors also names
+    the global batch's change, where ``before`` and ``now_`` both recorded it."""
     factors = [i for i, change in enumerate(changes_)
                if change["setting"] in _GLOBAL_BATCH_FACTORS]
-    return [describe_change(change, step, directory,
-                            *((before, now_) if factors and i == factors[-1] else ()))
-            for i, change in enumerate(changes_)]
-
-
-def describe_change(change: Mapping[str, Any], step: int, directory: str,
-                    before: Mapping[str, Any] | None = None,
-                    now_: Mapping[str, Any] | None = None) -> str:
-    """One line for a change: '<setting> (...) changed from X to Y; ...'; for a change
-    of the global batch's factors, with the global batch ``before`` and ``now_`` (two
-    starts' ``settings``) where both recorded it."""
-    new = _shown(change["to"])
-    batch = ""
-    if change["setting"] in _GLOBAL_BATCH_FACTORS and before and now_:
-        was, is_ = before.get("global_batch"), now_.get("global_batch")
-        if was is not None and is_ is not None and was != is_:
-            batch = f", the global batch from {was} to {is_}"
-    return (f"{change['setting']} ({TRAINED_SETTINGS[change['setting']]}) changed from "
-            f"{_shown(change['from'])} to {new}{batch}; the run goes on from step {step} "
-            f"with {new} (recorded in {os.path.join(directory, ENVIRONMENT_FILE)})")
+    was, is_ = (before or {}).get("global_batch"), (now_ or {}).get("global_batch")
+    lines = []
+    for i, change in enumerate(changes_):
+        new = _shown(change["to"])
+        batch = (f", the global batch from {was} to {is_}" if factors and i == factors[-1]
+                 and was is not None and is_ is not None and was != is_ else "")
+        lines.append(f"{change['setting']} ({TRAINED_SETTINGS[change['setting']]}) changed "
+                     f"from {_shown(change['from'])} to {new}{batch}; the run goes on from "
+                     f"step {step} with {new} (recorded in "
+                     f"{os.path.join(directory, ENVIRONMENT_FILE)})")
+    return lines
 
 
 def _shown(value: Any) -> str:
@@ -151,11 +129,7 @@ def _shown(value: Any) -> str:
 
 def record_start(directory: str, record: Mapping[str, Any], flags_text: str | None) -> None:
     """Appends ``record`` to environment.jsonl and, if given, ``flags_text`` under a
-    header line to flags.txt, in ``directory``.
-
-    Raises:
-      Cifar10Error: a file cannot be written.
-    """
+    header line to flags.txt, in ``directory`` (Cifar10Error where one cannot be written)."""
     if flags_text is not None:
         header = (f"# {record['program']}, started {record['start_time']} on {record['host']}"
                   + (f" at step {record['start_step']}" if "start_step" in record else ""))
@@ -193,17 +167,16 @@ def _commented(text: str) -> str:
                      for line in text.split("\n"))
 
 
+# A start's header line, as ``record_start`` writes it: group 1 is its program.
+_HEADER = re.compile(r"# (cifar10-[\w-]+), started ")
+
+
 def header_program(line: str) -> str:
     """The program of a flags.txt start header ('# cifar10-train, started ...'), or ''."""
     return line[2:].split(",")[0] if line.startswith("# ") else ""
 
 
-# A start's header line, as ``record_start`` writes it: group 1 is its program.
-_HEADER = re.compile(r"# (cifar10-[\w-]+), started ")
-
-
 def is_start_header(line: str) -> bool:
-    """Whether ``line`` is a start's header line of flags.txt ('# cifar10-train, started ...')."""
     return bool(_HEADER.match(line))
 
 
@@ -213,21 +186,11 @@ def announces_end(header: str) -> bool:
 
 
 def is_end_line(line: str) -> bool:
-    """Whether ``line`` is the ``END_LINE`` after a start's flags, whole."""
     return line.strip() == END_LINE
 
 
 # The flag only each program's records hold: whose are the flag lines under no header.
 OWN_FLAG = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
-
-
-@dataclasses.dataclass
-class Start:
-    """One start recorded in flags.txt: its program ('' if unknown) and its flags,
-    {name: value as written}."""
-
-    program: str
-    flags: dict[str, str]
 
 
 # The header of a cifar10-train start at step 0 (``record_start``): group 1 its time.
@@ -236,8 +199,7 @@ _NEW_RUN = re.compile(rf"^# cifar10-train, started (\S+) on .* at step 0"
 
 
 def last_new_run(directory: str) -> str | None:
-    """When the newest cifar10-train start at step 0 recorded in ``directory`` began (its
-    header's ISO time), or None."""
+    """The ISO time of the newest cifar10-train start at step 0 in ``directory``, or None."""
     try:
         with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
                   errors="replace") as f:
@@ -247,13 +209,12 @@ def last_new_run(directory: str) -> str | None:
     return starts[-1] if starts else None
 
 
-def recorded_starts(directory: str) -> list[Start] | None:
-    """The starts recorded in ``directory``'s flags.txt, oldest first; None without one.
+def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
+    """The flags of ``program``'s latest start in ``directory``'s flags.txt, or None.
 
-    A start is a header line and the flag lines under it (``--name`` is 'true',
-    ``--noname`` 'false'; an earlier start's ``# --name=value`` too); flag lines above
-    the first header are the start of the program whose ``OWN_FLAG`` they hold.
-    Other lines are skipped: a damaged file gives what it still holds.
+    A start is a header line and the flag lines under it (``--noname`` is 'false'; an
+    earlier start's ``# --name=value`` too); flag lines above the first header are the
+    start of the program whose ``OWN_FLAG`` they hold.  Other lines are skipped.
     """
     try:
         with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
@@ -261,38 +222,23 @@ def recorded_starts(directory: str) -> list[Start] | None:
             text = f.read()
     except OSError:
         return None
-    starts = [Start("", {})]  # the flag lines above the first header line, if any
+    starts: list[tuple[str, dict[str, str]]] = [("", {})]  # the lines above any header
     # Lines as absl's --flagfile reads them: ended by \n or \r only, stripped.
     for line in (line.strip() for line in text.split("\n")):
         header = _HEADER.match(line)
         if header:
-            starts.append(Start(header[1], {}))
+            starts.append((header[1], {}))
             continue
         if line.startswith("# --"):  # a flag of an earlier start (``_commented``)
             line = line[2:]
         if line.startswith("--"):
-            _add_flag(starts[-1].flags, line[2:])
-    unheaded = starts.pop(0)
-    if unheaded.flags:
-        unheaded.program = next((program for program, own in OWN_FLAG.items()
-                                 if own in unheaded.flags), "")
-        starts.insert(0, unheaded)
-    return starts
-
-
-def _add_flag(flags: dict[str, str], line: str) -> None:
-    """The flag of a flag line (without its ``--``) into ``flags``."""
-    name, sep, value = line.partition("=")
-    if sep:
-        flags[name] = value
-    elif name.startswith("no"):
-        flags[name[2:]] = "false"
-    else:
-        flags[name] = "true"
-
-
-def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, str] | None:
-    """The flags of ``program``'s latest start recorded in ``directory``, or None."""
-    found = [start.flags for start in recorded_starts(directory) or ()
-             if start.program == program]
+            name, sep, value = line[2:].partition("=")
+            if not sep:
+                name, value = (name[2:], "false") if name.startswith("no") else (name, "true")
+            starts[-1][1][name] = value
+    unheaded = starts.pop(0)[1]
+    if unheaded:
+        starts.insert(0, (next((p for p, own in OWN_FLAG.items() if own in unheaded), ""),
+                          unheaded))
+    found = [flags for start, flags in starts if start == program]
     return found[-1] if found else None

@@ -23,9 +23,8 @@ from cifar10.runs.layout import (CLASSES_FILE, COMPLETE_FILE, PREFIX, Checkpoint
 class RunDirectory:
     """The trainer's handle on its ``directory``: entering creates it, takes the lock,
     and removes the leftovers of writes cut short (with ``fresh_start``, every file of
-    the earlier run); leaving releases the lock.  A worker that is not the chief
-    restores from it but saves into ``save_dir``, and takes no lock and writes no
-    state file or marker.  ``keep``: how many checkpoints to keep."""
+    the earlier run).  A worker that is not the chief restores from it but saves into
+    ``save_dir``, and takes no lock and writes no state file or marker."""
 
     def __init__(self, directory: str, checkpoint: tf.train.Checkpoint, keep: int,
                  save_dir: str | None = None, fresh_start: bool = False,
@@ -67,10 +66,13 @@ class RunDirectory:
             self.print_fn(f"Fresh start: removed {removed} {files} of the earlier run from "
                           f"{self.directory}.")
         elif removed := cleanup.remove_leftovers(self.directory):
-            self.print_fn(_removed_leftovers(self.directory, removed))
+            steps = sorted(set(map(cleanup.checkpoint_step, removed)) - {None})
+            named = (f" (the unfinished checkpoint{'s' if len(steps) > 1 else ''} "
+                     f"{', '.join(f'{PREFIX}-{step}' for step in steps)})" if steps else "")
+            self.print_fn(f"Removed what an interrupted save left in {self.directory}: "
+                          f"{', '.join(removed)}{named}.")
 
     def restore(self) -> Checkpoint | None:
-        """Restores the newest checkpoint that restores (``checkpoints.restore``)."""
         restored = checkpoints.restore(self.directory, self.checkpoint, self.print_fn,
                                        rewrite_state=self.is_chief, warn=self.warn)
         if restored:
@@ -78,11 +80,9 @@ class RunDirectory:
         return restored
 
     def saved_path(self) -> str | None:
-        """The prefix of the run's checkpoint of ``saved_step`` (the last this run
-        restored or saved), or None.  Not the newest by name: a newer one that did not
-        restore is left in place, and is none of the run's.  Another worker's saves are
-        its own: it names the chief's newest whole checkpoint, the one a restart resumes
-        from (the chief may have died saving its step)."""
+        """The prefix of the checkpoint a restart resumes from, or None: the chief's last
+        restored or saved (a newer one that did not restore is none of the run's); on
+        another worker, the chief's newest whole one (the chief may have died saving)."""
         if not self.is_chief:
             cut_short = cleanup.cut_short_steps(self.directory)
             kept = [c for c in layout.find(self.directory) if c.step not in cut_short]
@@ -92,19 +92,14 @@ class RunDirectory:
         return checkpoint_path(self.directory, self.saved_step)
 
     def describe_latest(self, label: str = "the last checkpoint") -> str:
-        """'<label> is <path>' (``saved_path``), or that no checkpoint exists yet (for
-        error lines)."""
+        """'<label> is <path>' (``saved_path``), or that none was written yet."""
         path = self.saved_path()
         return f"{label} is {path}" if path else "no checkpoint was written yet"
 
     def save(self, step: int) -> None:
         """Saves the checkpoint of ``step`` and drops the older ones beyond ``keep`` (a
-        later one, of an earlier run that went further, is not touched); a save that
-        fails leaves nothing behind.
-
-        Raises:
-          Cifar10Error: the checkpoint cannot be written (disk full, read-only, ...).
-        """
+        later one, of an earlier run that went further, stays); a save that fails is a
+        Cifar10Error and leaves nothing behind."""
         if step == self.saved_step:
             return
         try:
@@ -131,20 +126,24 @@ class RunDirectory:
             cleanup.delete(self.directory, COMPLETE_FILE)
 
     def record_class_names(self, names: Sequence[str]) -> None:
-        """Records the names of the classes the run trains on (the chief does).
-
-        Raises:
-          Cifar10Error: the run recorded other names (it was trained on other data),
-            or its newest checkpoint has a model of another number of classes.
-        """
-        _check_class_count(self.directory, names)
+        """Records the names of the classes the run trains on (the chief does);
+        Cifar10Error where the run recorded others, or its model has another count."""
+        newest = latest(self.directory)
+        try:
+            outputs = num_outputs(newest.path) if newest else len(names)
+        except READ_ERRORS:
+            outputs = len(names)  # restoring says what is wrong with it
+        if outputs != len(names):
+            raise Cifar10Error(
+                f"the run in {self.directory} has a model of {outputs} classes "
+                f"({newest.name}) and --data_dir holds {len(names)} ({listed(names)}): "
+                f"train it on the data it started with, or choose another --train_dir")
         if not self.is_chief:
             return
         path = os.path.join(self.directory, CLASSES_FILE)
         # With a checkpoint, the model's classes are the data's (checked above): a
         # file of another count is damaged, as is one that cannot be read.
-        recorded, problem = recorded_class_names(
-            self.directory, len(names) if latest(self.directory) else None)
+        recorded, problem = recorded_class_names(self.directory, len(names) if newest else None)
         if recorded is None:
             if problem and os.path.isdir(path):
                 logging.warning("%s %s: the run goes on without recording its class names "
@@ -163,18 +162,9 @@ class RunDirectory:
                 f"on the data it started with, or choose another --train_dir")
 
 
-def _removed_leftovers(directory: str, removed: list[str]) -> str:
-    """The line that says what ``cleanup.remove_leftovers`` removed, naming the
-    checkpoints among it whose save was cut short."""
-    unfinished = cleanup.unfinished_checkpoints(removed)
-    named = (f" (the unfinished checkpoint{'s' if len(unfinished) > 1 else ''} "
-             f"{', '.join(unfinished)})" if unfinished else "")
-    return f"Removed what an interrupted save left in {directory}: {', '.join(removed)}{named}."
-
-
 def _drop_beyond(directory: str, step: int, keep: int) -> list[Checkpoint]:
-    """Removes the checkpoints older than the ``keep`` newest up to ``step``, and the
-    trainer's files of incomplete ones older still (a prune cut short); returns those kept."""
+    """Removes the checkpoints older than the ``keep`` newest up to ``step`` (complete or
+    not: a prune cut short); returns those kept."""
     complete, incomplete = layout.scan(directory)
     kept = [Checkpoint(s, checkpoint_path(directory, s)) for s in complete if s <= step][-keep:]
     foreign = set(cleanup.foreign_checkpoint_files(directory))
@@ -191,20 +181,6 @@ def _remove_partial(directory: str, step: int) -> None:
     for name in cleanup.checkpoint_files(directory, step):
         with contextlib.suppress(Cifar10Error):
             cleanup.delete(directory, name)
-
-
-def _check_class_count(directory: str, names: Sequence[str]) -> None:
-    """Raises when the newest checkpoint's model has another number of classes."""
-    newest = latest(directory)
-    try:
-        outputs = num_outputs(newest.path) if newest else len(names)
-    except READ_ERRORS:
-        outputs = len(names)  # restoring says what is wrong with it
-    if outputs != len(names):
-        raise Cifar10Error(
-            f"the run in {directory} has a model of {outputs} classes "
-            f"({newest.name}) and --data_dir holds {len(names)} ({listed(names)}): "
-            f"train it on the data it started with, or choose another --train_dir")
 
 
 def _write(path: str, text: str) -> None:
