@@ -1,13 +1,10 @@
-"""The cluster a training run belongs to, read without TensorFlow from ``TF_CONFIG``
-(which wins) or from the Slurm job step that started it, so that a mistake is one
-line before TensorFlow loads (TensorFlow answers one with a traceback).
+"""The cluster a training run belongs to, read without TensorFlow (so that a mistake
+is one line before it loads) from ``TF_CONFIG``, which wins, or from the Slurm job step.
 
-Under ``srun`` each task is one worker of MultiWorkerMirroredStrategy: its index is
-its rank (``SLURM_PROCID``), the workers are listed in rank order on the hosts Slurm
-placed them on, and each listens at ``port_base + SLURM_LOCALID`` of its host.
-TensorFlow's ``SlurmClusterResolver`` reads the same variables, but fails on a node
-without GPUs (tensorflow/tensorflow#56894), sorts host names as text (node10 before
-node9), assumes block distribution and overwrites ``CUDA_VISIBLE_DEVICES``.
+Under ``srun`` each task is the worker of its rank, listening at ``port_base +
+SLURM_LOCALID`` of its host.  TensorFlow's ``SlurmClusterResolver`` fails on a node
+without GPUs (tensorflow/tensorflow#56894), sorts host names as text, assumes block
+distribution and overwrites ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -32,8 +29,8 @@ DEFAULT_PORT_BASE = 24000
 
 
 def read_tf_config(text: str | None = None) -> dict | None:
-    """``TF_CONFIG`` (``text``, default the environment's) parsed and checked; None
-    where it is not set.  A mistake is a ``Cifar10Error`` showing the expected form."""
+    """``TF_CONFIG`` (``text``, default the environment's) parsed and checked (a mistake
+    is a Cifar10Error showing the form); None where it is not set."""
     text = os.environ.get("TF_CONFIG") if text is None else text
     if text is None:
         return None
@@ -88,16 +85,14 @@ def _tf_config_error(problem: str) -> Cifar10Error:
 
 
 def cluster_source(tf_config: str | None = None) -> str | None:
-    """Where this run's cluster is named: 'tf_config' (it wins), 'slurm' (``srun``
-    started this process), else None."""
+    """Where this run's cluster is named: 'tf_config' (it wins), 'slurm', else None."""
     if read_tf_config(tf_config) is not None:
         return "tf_config"
     return "slurm" if read_task() is not None else None
 
 
 def cluster_workers(tf_config: str | None = None) -> int:
-    """Tasks (chief and workers) of ``TF_CONFIG``, else of the Slurm job step; 0 outside
-    a cluster."""
+    """Tasks of ``TF_CONFIG``, else of the Slurm job step; 0 outside a cluster."""
     source = cluster_source(tf_config)
     if source == "tf_config":
         return sum(len(tasks) for tasks in read_tf_config(tf_config)["cluster"].values())
@@ -128,12 +123,9 @@ def refuse_fresh_start(kind: str, train_dir: str) -> None:
 
 
 def data_fetcher(tf_config: str | None = None) -> str:
-    """The task that fetches this task's missing --data_dir, as lines name it ('Slurm
-    task 0 (the first task on node7)'); '' where this task fetches its own.
-
-    Under srun the first task of each node fetches, the node's others wait for it;
-    ``TF_CONFIG`` does not say which workers share a disk, so each fetches its own.
-    """
+    """The task that fetches this task's missing --data_dir ('Slurm task 0 (the first
+    task on node7)'), or '' where it fetches its own: under srun the first task of each
+    node fetches; ``TF_CONFIG`` does not say which workers share a disk."""
     if cluster_source(tf_config) != "slurm":
         return ""
     task = read_task()
@@ -237,19 +229,14 @@ def placement(tasks_per_node: list[int], distribution: str) -> list[tuple[int, i
     if distribution == "block":
         return [(node, local) for node, count in enumerate(tasks_per_node)
                 for local in range(count)]
-    placed, given = [], [0] * len(tasks_per_node)
-    while len(placed) < sum(tasks_per_node):
-        for node, count in enumerate(tasks_per_node):
-            if given[node] < count:
-                placed.append((node, given[node]))
-                given[node] += 1
-    return placed
+    return [(node, local) for local in range(max(tasks_per_node, default=0))
+            for node, count in enumerate(tasks_per_node) if local < count]
 
 
 def read_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
     """This process's task when ``srun`` started it; None outside a Slurm job step.
-    A job of several tasks not started by ``srun``, a step whose variables do not
-    agree, a distribution other than block or cyclic: one line each."""
+    Variables that do not agree, or a job of several tasks not started by ``srun``,
+    are a Cifar10Error."""
     env = os.environ if env is None else env
     if "SLURM_JOB_ID" not in env:
         return None
@@ -293,8 +280,8 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 
 def _gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, bool]:
-    """(the node's GPUs Slurm gave the step, numbered as this process sees them; whether
-    Slurm bound them to each task).  CUDA numbers ``CUDA_VISIBLE_DEVICES`` from 0."""
+    """(the node's GPUs Slurm gave the step, numbered as this process sees them (CUDA's
+    from 0); whether Slurm bound them to each task)."""
     step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -307,8 +294,7 @@ def _gpus(env: Mapping[str, str]) -> tuple[tuple[int, ...] | None, bool]:
 
 
 def job_record(env: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
-    """{'slurm': the job, step, task and restart count} for a run's record; {} outside
-    Slurm."""
+    """{'slurm': the job, step, task and restart count} for a run's record, or {}."""
     env = os.environ if env is None else env
     if "SLURM_JOB_ID" not in env:
         return {}

@@ -1,12 +1,7 @@
 """Which devices the replicas run on, the distribution strategy over them, and how
-the batches reach them.
-
-``--num_gpus=N`` asks for N replicas.  Where a machine has fewer GPUs, /gpu:0 (else
-the CPU) is split into N logical devices, so that the global batch and the
-learning-rate schedule stay those of N GPUs; one warning says so.  Logical devices
-can only be made before TensorFlow initialises its runtime: ``make_strategy`` comes
-before any other TensorFlow work in the process.
-"""
+the batches reach them.  ``--num_gpus=N`` asks for N replicas: where a machine has
+fewer GPUs, /gpu:0 (else the CPU) is split into N logical devices, before any other
+TensorFlow work, so that the global batch and schedule stay those of N GPUs."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ from cifar10.distribute import cluster, resolver
 
 # Memory of each logical GPU where several replicas share one physical GPU.
 LOGICAL_GPU_MEMORY_MB = 2048
-# The most replicas on logical devices: each is built in turn (about a second of CPU
-# time apiece), and no machine has more GPUs than this to stand in for.
+# The most replicas on logical devices (each is built in turn, about a second apiece).
 MAX_LOGICAL_REPLICAS = 64
 
 
@@ -37,9 +31,8 @@ def enable_memory_growth() -> None:
 
 
 def replica_devices(num_gpus: int | None) -> list[str]:
-    """One device name per replica for ``--num_gpus=num_gpus``: 0 is one replica on
-    the CPU; None (the flag's default) one replica, on the CPU without a word where
-    there is no GPU."""
+    """One device name per replica for ``--num_gpus=num_gpus``: 0 is one on the CPU;
+    None (the flag's default) one, on the CPU without a word where there is no GPU."""
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
         raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
@@ -62,8 +55,7 @@ def replica_devices(num_gpus: int | None) -> list[str]:
             "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
             num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
         # Only /gpu:0 is split: a multi-worker strategy takes every GPU it sees.
-        _configure(tf.config.set_visible_devices, gpus[:1], "GPU")
-        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB)
+        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB, visible=gpus[:1])
     elif num_gpus == 1:
         if asked:
             logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
@@ -82,14 +74,12 @@ def replica_devices(num_gpus: int | None) -> list[str]:
     return [d.name for d in logical[:num_gpus]]
 
 
-def _split(physical, count: int, memory_limit: int | None) -> None:
+def _split(physical, count: int, memory_limit: int | None, visible=None) -> None:
     config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count
-    _configure(tf.config.set_logical_device_configuration, physical, config)
-
-
-def _configure(setter, *args) -> None:
     try:
-        setter(*args)
+        if visible is not None:
+            tf.config.set_visible_devices(visible, "GPU")
+        tf.config.set_logical_device_configuration(physical, config)
     except RuntimeError:
         pass  # runtime already initialised: replica_devices counts what there is
 
@@ -97,10 +87,9 @@ def _configure(setter, *args) -> None:
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None,
                   slurm_port_base: int | None = None) -> tf.distribute.Strategy:
-    """The strategy of a training run: ``kind`` is one of ``cluster.STRATEGIES``,
-    ``num_gpus`` the replicas per worker (None: the flag's default; under ``srun``,
-    one per GPU Slurm gave the task); ``worker_timeout_secs`` bounds a worker's wait
-    for the others, at the start and in a collective."""
+    """The strategy of a training run (``kind``: one of ``cluster.STRATEGIES``) with
+    ``num_gpus`` replicas per worker (None: the default; under srun, one per GPU Slurm
+    gave); ``worker_timeout_secs`` bounds a wait for the others."""
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
     num_gpus = resolver.default_num_gpus() if num_gpus is None else num_gpus
@@ -118,8 +107,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
 
 def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
                            port_base: int | None) -> tf.distribute.Strategy:
-    """MultiWorkerMirroredStrategy with ``num_gpus`` replicas per worker: it takes every
-    (logical) GPU the process sees, or one CPU replica where there is none."""
+    """MultiWorkerMirroredStrategy with ``num_gpus`` replicas per worker (every GPU the
+    process sees, or one CPU replica)."""
     cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None): TF_CONFIG
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
@@ -142,14 +131,9 @@ def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
 
 def input_options(strategy: tf.distribute.Strategy, device_type: str | None = None
                   ) -> tf.distribute.InputOptions | None:
-    """How the batches reach ``strategy``'s replicas (``device_type``: 'GPU' or 'CPU',
-    by default the kind of its first device).
-
-    GPUs: one pipeline per worker whose batches are copied to each GPU ahead of the
-    step.  CPU replicas of MirroredStrategy: one pipeline per replica and no device
-    copy (twice the speed of small steps, and no slow multi-device iterator to
-    delete).  Other strategies: their default (None).
-    """
+    """How the batches reach ``strategy``'s replicas (``device_type``: default, its first
+    device's): GPUs get one pipeline per worker, copied ahead of the step; CPU replicas
+    of MirroredStrategy one pipeline each, uncopied (twice the speed of small steps)."""
     if device_type is None:
         try:
             first = strategy.extended.worker_devices[0]
@@ -168,16 +152,15 @@ def input_options(strategy: tf.distribute.Strategy, device_type: str | None = No
 
 
 def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """Whether this CPU has bfloat16 instructions (x86's avx512_bf16 or amx_bf16, Arm's
-    bf16); None when ``cpuinfo`` cannot be read."""
+    """Whether this CPU has bfloat16 instructions; None when ``cpuinfo`` cannot be read."""
     flags = machine.features(cpuinfo)
     return None if flags is None else bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
                                  cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Warns in one line where bfloat16 runs emulated (slowly) on the devices the model
-    runs on (default: the first GPU, else the CPU); returns whether it warned."""
+    """Warns in one line where bfloat16 runs emulated on the model's devices (default:
+    the first GPU, else the CPU); returns whether it warned."""
     names = device_names or (["/gpu:0"] if tf.config.list_logical_devices("GPU") else ["/cpu:0"])
     indices = [int(name.rsplit(":", 1)[1]) for name in names if "GPU" in name.upper()]
     if indices:
@@ -202,8 +185,7 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
 
 
 def warn_if_float16_runs_on_cpu(device_names: Sequence[str]) -> bool:
-    """Warns in one line where --use_fp16 trains on the CPU, whose float16 kernels are
-    slow; returns whether it warned."""
+    """Warns in one line where --use_fp16 trains on the CPU; returns whether it warned."""
     if any("GPU" in name.upper() for name in device_names):
         return False
     logging.warning("--use_fp16 on the CPU: TensorFlow's CPU kernels compute float16 "
@@ -224,8 +206,8 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
-    """(whether this is the chief, a name for this task): the chief, which alone writes
-    the run's directory, is the task 'chief' if there is one, else 'worker' 0."""
+    """(whether this is the chief: 'chief' if there is one, else 'worker' 0; a name for
+    this task)."""
     spec = _cluster(strategy)
     if not spec:
         return True, "chief"
@@ -243,8 +225,7 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def describe(device_names: Sequence[str]) -> list[dict[str, str]]:
-    """{'name', 'kind'} of each device: the GPU's model as TensorFlow reports it, or
-    this machine's CPU model."""
+    """{'name', 'kind'} of each device: its GPU or CPU model."""
     gpus = tf.config.list_physical_devices("GPU")
     described = []
     for name in device_names:

@@ -1,11 +1,9 @@
-"""MultiWorkerMirroredStrategy built on the cluster of ``TF_CONFIG`` or of a Slurm job
-step (``cluster``), its start bounded, a port in use one line.
+"""MultiWorkerMirroredStrategy on the cluster of ``TF_CONFIG`` or of a Slurm job step.
 
-Building the strategy waits, in TensorFlow's C++ runtime and holding Python's lock
-(no Python signal handler runs), until every worker has registered with the chief: a
-worker that never starts would keep the others waiting for ever.  A small watchdog
-process ends the wait after --worker_timeout_secs with one error line (exit status
-1), and turns a SIGINT or SIGTERM meanwhile into one line and exit status 130.
+Building it waits in TensorFlow's C++ runtime, holding Python's lock (no Python signal
+handler runs), until every worker has registered: a small watchdog process ends the
+wait after --worker_timeout_secs with one error line (exit status 1), and turns a
+SIGINT or SIGTERM meanwhile into one line and exit status 130.
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ from cifar10.distribute import cluster
 
 
 class SlurmResolver(tf.distribute.cluster_resolver.SimpleClusterResolver):
-    """A Slurm job step's workers, this task among them.  Its replicas are the GPUs
-    the process kept visible (none: one CPU replica), counted once the strategy has
-    started its server, as TF_CONFIG's resolver counts them."""
+    """A Slurm job step's workers, this task among them; its replicas are the GPUs the
+    process kept visible, counted as TF_CONFIG's resolver counts them."""
 
     def __init__(self, task: cluster.SlurmTask, port_base: int):
         super().__init__(tf.train.ClusterSpec({"worker": task.addresses(port_base)}),
@@ -43,12 +40,7 @@ class SlurmResolver(tf.distribute.cluster_resolver.SimpleClusterResolver):
 
 def from_slurm(port_base: int | None) -> tuple[SlurmResolver | None, list | None]:
     """(the resolver of this Slurm job step, this task's physical GPUs or None where
-    Slurm gave none); (None, None) where ``TF_CONFIG`` names the cluster or ``srun``
-    did not start this process.
-
-    Raises:
-      Cifar10Error: the step's variables, or a GPU per task.
-    """
+    Slurm gave none); (None, None) where TF_CONFIG names the cluster or no srun."""
     if cluster.cluster_source() != "slurm":
         return None, None
     task = cluster.read_task()
@@ -61,24 +53,8 @@ def from_slurm(port_base: int | None) -> tuple[SlurmResolver | None, list | None
     return SlurmResolver(task, port_base), gpus
 
 
-def _slurm_port_taken(task: cluster.SlurmTask, port_base: int) -> Cifar10Error:
-    return Cifar10Error(
-        f"port {port_base + task.local_id} on {task.node} (--slurm_port_base={port_base} + "
-        f"local task {task.local_id}) is in use by another program or job: choose another "
-        f"--slurm_port_base, e.g. {port_base + 1000}")
-
-
-def _tf_config_port_taken(task: str, address: str) -> Cifar10Error:
-    return Cifar10Error(
-        f"this is {task}: cannot listen at its address {address}: port "
-        f"{address.rpartition(':')[2]} is in use on this machine (by another program, or "
-        f"another worker given the same TF_CONFIG task index); give each worker its own "
-        f"index and a free port")
-
-
 def default_num_gpus() -> int | None:
-    """Replicas of a task ``srun`` started: one per GPU Slurm gave it; None where it
-    gave none, or outside Slurm."""
+    """Replicas of a task ``srun`` started: one per GPU Slurm gave it, else None."""
     if cluster.cluster_source() != "slurm":
         return None
     indices = cluster.read_task().gpu_indices()
@@ -101,11 +77,18 @@ def multi_worker_strategy(cluster_resolver, options, timeout: float | None
             if "Could not start gRPC server" not in str(e):
                 raise
             if isinstance(resolver, SlurmResolver):
-                raise _slurm_port_taken(resolver.slurm_task, resolver.port_base) from e
+                task, base = resolver.slurm_task, resolver.port_base
+                raise Cifar10Error(
+                    f"port {base + task.local_id} on {task.node} (--slurm_port_base={base} + "
+                    f"local task {task.local_id}) is in use by another program or job: "
+                    f"choose another --slurm_port_base, e.g. {base + 1000}") from e
             address = resolver.cluster_spec().task_address(resolver.task_type,
                                                            resolver.task_id)
-            raise _tf_config_port_taken(f"{resolver.task_type} {resolver.task_id}",
-                                        address) from e
+            raise Cifar10Error(
+                f"this is {resolver.task_type} {resolver.task_id}: cannot listen at its "
+                f"address {address}: port {address.rpartition(':')[2]} is in use on this "
+                f"machine (by another program, or another worker given the same TF_CONFIG "
+                f"task index); give each worker its own index and a free port") from e
         finally:
             if watchdog:
                 watchdog.stdin.close()  # the watchdog ends quietly
@@ -129,10 +112,9 @@ def timeout_line(spec: dict[str, list[str]], task_type: str, task_id: int,
 
 @contextlib.contextmanager
 def _signals_of_the_wait() -> Iterator[bool]:
-    """SIGINT at its default action in the block (exit status 130), where Python's
-    handler would wait for TensorFlow to return; SIGTERM's Python handler set again
-    after it, over the C handler TensorFlow's preemption notifier leaves (a SIGTERM
-    was lost).  Yields whether SIGINT ends the process (main thread only)."""
+    """SIGINT at its default action in the block (Python's handler would wait for
+    TensorFlow); SIGTERM's Python handler set again after it, over the C handler
+    TensorFlow leaves.  Yields whether SIGINT ends the process (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
@@ -147,9 +129,8 @@ def _signals_of_the_wait() -> Iterator[bool]:
 
 @contextlib.contextmanager
 def _exit_on_sighup(wanted: bool = True) -> Iterator[bool]:
-    """SIGHUP exits the process with status 1 in the block (the C library's ``_exit``
-    as its handler, called with the signal's number, 1); yields whether it does (not
-    where SIGHUP is ignored, as under nohup: the watchdog then uses SIGKILL)."""
+    """SIGHUP exits with status 1 in the block (libc's ``_exit`` as its handler, given
+    the signal's number, 1); yields whether it does (not where it is ignored: nohup)."""
     if not wanted:
         yield False
         return

@@ -1,11 +1,7 @@
-"""The workers of one training run, as one of them sees them.
-
-Under MultiWorkerMirroredStrategy every worker saves (only the chief into the run's
-directory, the others into a scratch folder), checks with the others before training
-that they were started alike and restored the same step, stops with them at one step
-(TensorFlow's ``PreemptionCheckpointHandler``), and names the worker it lost in a
-one-line error.  With one worker, only the local stop request counts.
-"""
+"""The workers of one training run, as one of them sees them: under several workers
+each saves (the chief into the run's directory, the others into scratch), checks with
+the others that they started alike, stops with them at one step, and names the worker
+it lost in a one-line error."""
 
 from __future__ import annotations
 
@@ -62,8 +58,8 @@ class Coordinator:
 
     @contextlib.contextmanager
     def starting(self):
-        """What the workers do together before the loop: a worker lost there (a chief
-        that refused train_dir) is a one-line error on the others."""
+        """What the workers do together before the loop: a worker lost there is a
+        one-line error on the others."""
         try:
             yield
         except LOST_WORKER_ERRORS as e:
@@ -82,8 +78,8 @@ class Coordinator:
                                          os.path.join(self._scratch, "preemption"), save)
 
     def should_stop(self) -> bool:
-        """After a loop: whether the run stops here (under several workers, once the
-        handler has saved on all of them)."""
+        """After a loop: whether the run stops here (under several workers, once all
+        have saved)."""
         if self._stop is None:
             return self.stop_event.is_set()
         return self._stop.should_stop()
@@ -115,8 +111,7 @@ class Coordinator:
         return [f"{job} {i}" for job in ("chief", "worker") for i in range(len(spec.get(job, ())))]
 
     def _lost(self) -> str:
-        """The task this one lost: the only other one, else 'another worker' (a failed
-        collective does not say which)."""
+        """The task this one lost: the only other one, else 'another worker'."""
         tasks = self.tasks()
         others = [task for task in tasks if task != self.task]
         if len(others) != 1:
@@ -127,13 +122,9 @@ class Coordinator:
 
 
 def check_same_settings(workers: Coordinator, settings: dict[str, object]) -> None:
-    """Stops every worker, before anything is built, unless all were started with the
-    same ``settings`` ({'--batch_size=8': 8, ...}, in one order on every worker): one
-    all-gather of each worker's fingerprint of each value.
-
-    Raises:
-      Cifar10Error: on every worker, naming its own settings that differ.
-    """
+    """Stops every worker with a Cifar10Error naming its settings that differ, unless
+    all were started with the same ``settings`` ({'--batch_size=8': 8, ...}): one
+    all-gather of each worker's fingerprint of each value."""
     if not workers.multi_worker:
         return
     tasks = workers.tasks()
@@ -186,12 +177,8 @@ def check_same_start(workers: Coordinator, start: int, train_dir: str) -> None:
 
 
 def stop_if_asked_before_training(workers: Coordinator, asked: bool) -> None:
-    """Stops every worker, training nothing, when a stop was asked for on any of them
-    before training (``asked``: this worker's, read as its caller marked the start).
-
-    Raises:
-      StoppedBeforeTraining: here or on another worker.
-    """
+    """Raises StoppedBeforeTraining on every worker when a stop was ``asked`` for on
+    any of them before training."""
     if workers.multi_worker:
         mean, _ = mean_and_square(workers.strategy, tf.constant(float(asked), tf.float64))
         asked = float(mean) > 0
@@ -242,13 +229,9 @@ class _AllWorkersStop:
         return False
 
     def end(self, task: str) -> None:
-        """Ends the handler's thread that waits on the chief's coordination service, on
-        every worker before any exits (else a worker outliving the chief prints a
-        traceback from it); the barrier after it keeps the chief up until all have.
-
-        Raises:
-          Cifar10Error: another worker is still training (the collectives no longer match).
-        """
+        """Ends the handler's thread that waits on the chief, on every worker before any
+        exits (else one outliving the chief prints a traceback); the barrier after it
+        keeps the chief up until all have.  Cifar10Error where another is still training."""
         stop = getattr(self._handler, "_stop_cluster_wise_termination_watcher_thread", None)
         if stop is None:
             return
@@ -266,7 +249,7 @@ class _AllWorkersStop:
 
 def _quiet_watcher_errors() -> None:
     """No traceback from the preemption handler's threads when the chief is gone (the
-    main thread says so in one line).  Once per process."""
+    main thread says so)."""
     previous = threading.excepthook
     if getattr(previous, "quiets_watchers", False):
         return
@@ -295,8 +278,7 @@ _EAGER_OP = re.compile(r"\s*\[Op:[^\]]*\](?:\s*name:\s*\S*)?\s*$")  # ' [Op:X] n
 
 def tensorflow_cause(error: BaseException) -> str:
     """The line of a TensorFlow error that says what went wrong: the first that is not
-    a header, a stack or another replica's cancellation, without its
-    '{{function_node ...}}' prefix, root error code or eager op name."""
+    a header, a stack or a cancellation, without prefix, error code or op name."""
     lines, cancelled, in_stack = [], [], False
     for raw in str(error).splitlines():
         line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", raw.strip())

@@ -40,11 +40,6 @@ def _buckets(values):
     return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
 
 
-def variable_tag(var: tf.Variable) -> str:
-    """'conv1/weights' for the variable 'conv1/weights:0'."""
-    return var.name.split(":")[0]
-
-
 def displayable(images: tf.Tensor) -> tf.Tensor:
     """Rescales standardised images to [0, 1] per image for the image dashboard."""
     images = tf.cast(images, tf.float32)
@@ -64,14 +59,11 @@ def write_train_summaries(step, learning_rate, losses, loss_averages, activation
         histogram(f"{layer}/activations", x, step=step)
         tf.summary.scalar(f"{layer}/sparsity", tf.math.zero_fraction(x), step=step)
     for var, grad in zip(variables, gradients):
-        histogram(variable_tag(var), var, step=step)
-        histogram(f"{variable_tag(var)}/gradients", grad, step=step)
+        tag = var.name.split(":")[0]  # 'conv1/weights' for 'conv1/weights:0'
+        histogram(tag, var, step=step)
+        histogram(f"{tag}/gradients", grad, step=step)
     tf.summary.image("images", displayable(images[:MAX_IMAGES]), step=step,
                      max_outputs=MAX_IMAGES)
-
-
-def _is_hparam(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, str))
 
 
 def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = True) -> None:
@@ -80,14 +72,15 @@ def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = Tru
     rows = "\n".join(f"| {key} | `{value}` |" for key, value in sorted(settings.items()))
     tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
     if hparams:
-        hparams_api.hparams({k: v for k, v in settings.items() if _is_hparam(v)})
+        hparams_api.hparams({k: v for k, v in settings.items()
+                             if isinstance(v, (bool, int, float, str))})
 
 
 @contextlib.contextmanager
 def file_writer(logdir: str | None) -> Iterator[tf.summary.SummaryWriter]:
     """A summary writer for ``logdir`` (None: one that writes nothing) as the default
-    writer, closed at the end; failing to create or flush the event file is a one-line
-    ``Cifar10Error``, unless another error is already on its way out."""
+    writer, closed at the end; failing to write the event file is a Cifar10Error
+    (unless another error is on its way out)."""
     if logdir is None:
         writer = tf.summary.create_noop_writer()
     else:
