@@ -96,7 +96,7 @@ def cluster_workers(tf_config: str | None = None) -> int:
     source = cluster_source(tf_config)
     if source == "tf_config":
         return sum(len(tasks) for tasks in read_tf_config(tf_config)["cluster"].values())
-    return read_task().num_tasks if source == "slurm" else 0
+    return len(read_task().placement) if source == "slurm" else 0
 
 
 def strategy_kind(kind: str, tf_config: str | None = None) -> str:
@@ -144,10 +144,6 @@ class SlurmTask:
     placement: tuple[tuple[int, int], ...]  # (node index, local id) of each rank
     gpus: tuple[int, ...] | None = None     # the node's GPUs for the step (None: none given)
     gpus_per_task_bound: bool = False       # Slurm gave each task its own GPUs
-
-    @property
-    def num_tasks(self) -> int:
-        return len(self.placement)
 
     @property
     def local_id(self) -> int:

@@ -12,8 +12,6 @@ import os
 import re
 import shutil
 import struct
-from typing import Iterator
-
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_error, listed
 from cifar10.runs import records
@@ -81,42 +79,31 @@ def trainers_events(path: str, records: int = 16) -> bool:
     """Whether the event file ``path`` is the trainer's: the first tag among its first
     ``records`` records that one program alone writes is the trainer's, or it holds no
     summary and is under 1 KiB (a start cut short)."""
-    summaries = False
-    try:
-        for tags in _summary_tags(path, records):
-            for tag, text in tags:
-                if tag == "run_config":
-                    return _TRAINER_CONFIG_ROW in text
-                if tag in _TRAINER_TAGS or tag in _EVALUATOR_TAGS:
-                    return tag in _TRAINER_TAGS
-                summaries = True
-    except (OSError, ValueError):
-        return False
-    return not summaries and os.path.getsize(path) < 1024
-
-
-def _summary_tags(path: str, records: int) -> Iterator[list[tuple[str, bytes]]]:
-    """The (tag, text) of the summary values of each of the first ``records`` records of
-    an event file (OSError or ValueError where it is none)."""
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import event_pb2  # protobuf only, no TensorFlow
 
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        for _ in range(records):
-            header = f.read(12)
-            if len(header) < 12:
-                return
-            (length,) = struct.unpack("<Q", header[:8])
-            if length > size - f.tell():
-                raise ValueError(f"{path}: a record runs past the end of the file")
-            try:
+    summaries = False
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            for _ in range(records):  # TFRecord framing: length, its CRC, the data, its CRC
+                header = f.read(12)
+                if len(header) < 12:
+                    break
+                (length,) = struct.unpack("<Q", header[:8])
+                if length > size - f.tell():
+                    return False  # a record runs past the end of the file
                 event = event_pb2.Event.FromString(f.read(length))
-            except DecodeError as e:
-                raise ValueError(f"{path}: not an event file") from e
-            f.read(4)
-            yield [(v.tag, v.tensor.string_val[0] if v.tensor.string_val else b"")
-                   for v in event.summary.value]
+                f.read(4)
+                for v in event.summary.value:
+                    if v.tag == "run_config":
+                        return _TRAINER_CONFIG_ROW in (v.tensor.string_val or [b""])[0]
+                    if v.tag in _TRAINER_TAGS or v.tag in _EVALUATOR_TAGS:
+                        return v.tag in _TRAINER_TAGS
+                    summaries = True
+    except (OSError, ValueError, DecodeError):
+        return False
+    return not summaries and size < 1024
 
 
 def remove_leftovers(directory: str) -> list[str]:
