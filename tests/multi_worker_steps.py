@@ -1,7 +1,6 @@
-"""One worker of test_multi_worker.py's equivalence test:
-``TF_CONFIG=... python multi_worker_steps.py OUT_DIR NUM_STEPS PER_REPLICA_BATCH``.
-Worker w feeds rows [w*b, (w+1)*b) of each step's global batch of ``batches``; the
-chief saves the variables and their averages to OUT_DIR/variables.npz."""
+"""One worker of test_multi_worker.py's equivalence test (``TF_CONFIG=... python
+multi_worker_steps.py OUT_DIR NUM_STEPS PER_REPLICA_BATCH``): worker w feeds rows
+[w*b, (w+1)*b) of each global batch; the chief saves OUT_DIR/variables.npz."""
 
 import os
 import sys

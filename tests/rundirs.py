@@ -1,5 +1,5 @@
-"""Helpers of the run-directory tests: a copy of a trained run with files of a
-user's beside it, snapshots that show what changed, and a small training config."""
+"""Helpers of the run-directory tests: a trained run's copy with a user's files beside
+it, snapshots, the leftovers of saves cut short, a small training config."""
 
 from __future__ import annotations
 
@@ -48,10 +48,9 @@ def leave_an_interrupted_save(train_dir, step):
 
 
 def leave_a_save_cut_in_place(train_dir, step, source, index_written):
-    """What a kill leaves while TensorFlow puts the checkpoint of ``step`` in place (the
-    shard's data moved out of model.ckpt-<step>_temp/, then the .index written, then the
-    folder removed): the files of checkpoint ``source``, the .index cut to its first
-    ``index_written`` bytes (None: not begun)."""
+    """What a kill leaves while TensorFlow puts the checkpoint of ``step`` (``source``'s
+    files) in place: the shard's data moved out of model.ckpt-<step>_temp/, the .index
+    cut to its first ``index_written`` bytes (None: not begun)."""
     temp = train_dir / f"model.ckpt-{step}_temp"
     temp.mkdir()
     shutil.copy(f"{source}.index", temp / "part-00000-of-00001.index")

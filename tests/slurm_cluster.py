@@ -1,7 +1,6 @@
-"""A one-node Slurm cluster on this machine for tests/test_slurm.py: Debian's munged,
-slurmctld and slurmd as child processes (no systemd, root needed), their files in a
-folder of their own, ended by their process ids.  A requeued job may start again 10 s
-after it stopped (``cred_expire``); the clients find it through ``SLURM_CONF``."""
+"""A one-node Slurm cluster for tests/test_slurm.py: Debian's munged, slurmctld and
+slurmd as child processes (root needed), their files in a folder of their own, ended by
+their process ids; the clients find it through ``SLURM_CONF``."""
 
 from __future__ import annotations
 
@@ -53,7 +52,7 @@ def _which(name: str) -> str | None:
 
 
 def missing() -> str | None:
-    """Why a Slurm cluster cannot run here, or None when it can."""
+    """Why a Slurm cluster cannot run here, or None."""
     absent = [name for name in DAEMONS + CLIENTS if not _which(name)]
     if absent:
         return f"Slurm is not installed ({', '.join(absent)}): apt-get install slurm-wlm munge"
@@ -127,7 +126,6 @@ class SlurmCluster:
             time.sleep(0.3)
 
     def logs(self) -> str:
-        """The daemons' logs, for a failure's message."""
         text = []
         for name in sorted(os.listdir(self.folder)):
             if name.endswith((".log", ".out")):
@@ -136,8 +134,7 @@ class SlurmCluster:
         return "\n".join(text)
 
     def stop(self) -> None:
-        """Cancels the jobs left and waits (up to a minute) for them to end, then ends the
-        daemons by their process ids (SIGTERM, then SIGKILL after 10 s)."""
+        """Cancels the jobs left, waits (a minute at most) for them, then ends the daemons."""
         if len(self.processes) == len(DAEMONS):
             try:
                 self._run("scancel", "--user=root")

@@ -1,9 +1,6 @@
 """runs/checkpoints.py: which checkpoint a run resumes from (the newest that restores,
-saying why when it is not the one the state file names; never silently step 0), a
-model from one, and the class names the run was trained on.
-
-They read conftest's ``trained_run`` (checkpoints at 3 and 6), or a copy a test damages.
-"""
+saying why; never silently step 0), a model from one, and the run's class names, on
+copies of conftest's ``trained_run`` (checkpoints at 3 and 6)."""
 
 from __future__ import annotations
 

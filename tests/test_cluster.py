@@ -64,18 +64,13 @@ def test_the_strategy_follows_the_number_of_tasks(tf_config, tasks, kind, resolv
     assert cluster.strategy_kind(kind, tf_config) == resolved
 
 
-def test_multi_worker_needs_a_cluster_and_several_workers_no_fresh_start(monkeypatch):
+def test_multi_worker_needs_a_cluster(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(Cifar10Error, match=r"^--strategy=multi_worker needs TF_CONFIG naming "
                                            r"the cluster and this task; see docs/multi-machine.md"):
         cluster.strategy_kind("multi_worker")
     with pytest.raises(ValueError, match="strategy must be one of"):
         cluster.strategy_kind("parameter_server")
-    cluster.refuse_fresh_start("mirrored", "/runs/a")  # no error
-    with pytest.raises(Cifar10Error, match=r"^--fresh_start is not supported with several "
-                                           r"workers \(one worker could restore what the chief "
-                                           r"is deleting\); delete the checkpoints in /runs/a"):
-        cluster.refuse_fresh_start("multi_worker", "/runs/a")
 
 
 def test_the_trainer_checks_tf_config_before_tensorflow_reads_it(tmp_path):

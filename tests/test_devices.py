@@ -1,6 +1,5 @@
 """cifar10.distribute.devices and resolver: replica devices, strategies, the worker's
-role, precision warnings, a multi-worker strategy's start.  In-process on the four
-logical CPUs of conftest.py (more cannot be made once TensorFlow is initialised)."""
+role, precision warnings, a multi-worker strategy's start (on conftest's 4 logical CPUs)."""
 
 from __future__ import annotations
 

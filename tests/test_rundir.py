@@ -1,7 +1,6 @@
-"""runs/rundir.py: the trainer's run directory keeps a user's work: fresh starts and
-leftovers remove only the trainer's files, saving keeps the newest checkpoints (and a
-prune cut short leaves none half there), full and read-only disks are one line, the
-class names are recorded and checked.  The disk tests mount a small tmpfs (root only)."""
+"""runs/rundir.py: the trainer's run directory keeps a user's work (fresh starts,
+leftovers, retention), full and read-only disks are one line (a small tmpfs, root
+only), the class names are recorded and checked."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import tensorflow as tf
 
 from cifar10.core.config import EvalConfig
 from cifar10.core.errors import Cifar10Error
-from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
 from cifar10.data.folder import split_files
 from cifar10.evaluation import polling
@@ -36,8 +34,6 @@ def run_dir(trained_run, tmp_path):
 
 def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files):
     leave_an_interrupted_save(run_dir, step=9)
-    (run_dir / "my_folder").mkdir()
-    (run_dir / "my_folder" / "model.ckpt-5.index").write_text("mine too")
     lines = []
     result = controller.train(config(run_dir, max_steps=2, fresh_start=True), mirrored(),
                               TrainData(*learnable_files), print_fn=lines.append)
@@ -46,9 +42,8 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
     # names, environment record, 2 leftovers.
     assert lines[0] == f"Fresh start: removed 11 files of the earlier run from {run_dir}."
     names = set(os.listdir(run_dir))
-    assert set(USER_FILES) | {"my_folder"} <= names
+    assert set(USER_FILES) <= names  # (a user's folders: test_cleanup)
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
-    assert (run_dir / "my_folder" / "model.ckpt-5.index").read_text() == "mine too"
     assert [c.step for c in layout.find(str(run_dir))] == [2]
     assert not [n for n in names - set(USER_FILES) if "_temp" in n or ".tmp" in n]
 
@@ -73,10 +68,10 @@ def test_the_leftovers_of_saves_cut_short_are_removed_in_one_line_and_the_run_re
     assert set(USER_FILES) <= set(os.listdir(run_dir))
 
 
-def test_a_prune_deletes_the_data_before_the_index_and_finishes_one_cut_short(run_dir,
-                                                                              monkeypatch):
-    """Killed while it deleted old checkpoints, a prune left a .data shard without its
-    .index; now what a kill leaves is an incomplete checkpoint the next prune removes."""
+def test_retention_keeps_the_newest_and_the_next_prune_finishes_one_cut_short(run_dir,
+                                                                             monkeypatch):
+    """Later (6) and a user's files are never touched.  A prune deletes each .data before
+    its .index: what a kill leaves is an incomplete checkpoint the next prune removes."""
     state = TrainState(seed=0, compute_dtype=tf.float32)
     deleted, real_delete = [], cleanup.delete
 
@@ -88,26 +83,20 @@ def test_a_prune_deletes_the_data_before_the_index_and_finishes_one_cut_short(ru
 
     with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
                              print_fn=lambda line: None) as directory:
+        directory.save(4)  # as a run resumed at 3 would; 6 is later
+        assert [c.step for c in layout.find(str(run_dir))] == [3, 4, 6]
+        directory.save(5)
+        assert [c.step for c in layout.find(str(run_dir))] == [4, 5, 6]
+        assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
         monkeypatch.setattr(cleanup, "delete", killed_after_one)
         with pytest.raises(KeyboardInterrupt):
-            directory.save(7)  # drops model.ckpt-3
-        assert deleted == ["model.ckpt-3.data-00000-of-00001"]
-        assert layout.scan(str(run_dir))[1] == {3: "no .data file"}
+            directory.save(7)  # drops model.ckpt-4 and -5
+        assert deleted == ["model.ckpt-4.data-00000-of-00001"]
+        assert layout.scan(str(run_dir))[1] == {4: "no .data file"}
         monkeypatch.setattr(cleanup, "delete", real_delete)
         directory.save(8)
     assert layout.scan(str(run_dir)) == ([7, 8], {})
     assert cleanup.remove_leftovers(str(run_dir)) == []
-
-
-def test_retention_keeps_the_newest_and_never_touches_later_or_foreign_files(run_dir):
-    state = TrainState(seed=0, compute_dtype=tf.float32)
-    with rundir.RunDirectory(str(run_dir), state.checkpoint(), keep=2,
-                             print_fn=lambda line: None) as directory:
-        directory.save(4)  # as a run resumed at 3 would; 6 is later
-        assert [c.step for c in layout.find(str(run_dir))] == [3, 4, 6]
-        directory.save(5)
-    assert [c.step for c in layout.find(str(run_dir))] == [4, 5, 6]
-    assert tf.train.latest_checkpoint(str(run_dir)) == str(run_dir / "model.ckpt-5")
     assert set(USER_FILES) <= set(os.listdir(run_dir))
 
 
@@ -205,7 +194,6 @@ def test_the_evaluator_on_a_full_disk_stops_with_one_line(trained_run, tmp_path)
 
 def test_the_run_records_its_class_names_and_refuses_data_of_other_classes(tmp_path):
     state = TrainState(seed=0, compute_dtype=tf.float32)
-    assert checkpoints.trained_class_names(str(tmp_path)) == ff.CLASS_NAMES  # none recorded
     with rundir.RunDirectory(str(tmp_path), state.checkpoint(), keep=5) as directory:
         directory.record_class_names(("ant", "bee"))
         directory.record_class_names(("ant", "bee"))  # resumed on the same data
