@@ -65,6 +65,7 @@ def test_only_the_trainers_files_are_its_own_and_removed(tmp_path):
 ])
 def test_fresh_start_removes_nothing_where_a_file_named_as_a_checkpoint_is_not_one(
         tmp_path, foreign):
+    """Nothing is removed, and the lock is let go."""
     make_run(tmp_path)
     for name in foreign:
         (tmp_path / name).write_text("hi\n")
@@ -74,8 +75,9 @@ def test_fresh_start_removes_nothing_where_a_file_named_as_a_checkpoint_is_not_o
     assert cleanup.foreign_checkpoint_files(str(tmp_path)) == expected
     assert not set(expected) & set(cleanup.own_files(str(tmp_path)))
     before = sorted(os.listdir(tmp_path))
-    with pytest.raises(Cifar10Error) as err:
-        cleanup.remove_run(str(tmp_path))
+    with pytest.raises(Cifar10Error) as err, rundir.RunDirectory(
+            str(tmp_path), tf.train.Checkpoint(), keep=1, fresh_start=True, print_fn=pytest.fail):
+        pytest.fail("opened")
     said, it = (("has a checkpoint's name but is not a checkpoint", "it") if len(expected) == 1
                 else ("have checkpoints' names but are not checkpoints", "them"))
     assert str(err.value) == (
@@ -85,6 +87,9 @@ def test_fresh_start_removes_nothing_where_a_file_named_as_a_checkpoint_is_not_o
         f"was removed), or choose another --train_dir")
     assert sorted(os.listdir(tmp_path)) == before
     assert (tmp_path / foreign[0]).read_text() == "hi\n"
+    lock = TrainerLock(str(tmp_path))
+    lock.acquire()  # free: not "in use by another trainer"
+    lock.release()
 
 
 def test_an_orphan_shard_of_a_prune_cut_short_is_the_trainers(trained_run, tmp_path):
@@ -189,16 +194,3 @@ def test_another_programs_small_event_file_is_not_the_trainers(tmp_path):
     empty = _event_file(tmp_path / "cut_short")
     assert cleanup.trainers_events(str(empty))  # no summary: nothing is lost with it
     assert cleanup.remove_run(str(empty.parent)) == 1
-
-
-def test_a_fresh_start_refused_lets_the_lock_go(tmp_path):
-    (tmp_path / "model.ckpt-99.index").write_text("hi\n")
-    run_dir = rundir.RunDirectory(str(tmp_path), tf.train.Checkpoint(), keep=1,
-                                  fresh_start=True, print_fn=pytest.fail)
-    with pytest.raises(Cifar10Error, match=r"^model\.ckpt-99\.index in "):
-        with run_dir:
-            pytest.fail("opened")
-    lock = TrainerLock(str(tmp_path))
-    lock.acquire()  # free: not "in use by another trainer"
-    lock.release()
-    assert sorted(os.listdir(tmp_path)) == ["cifar10-train.lock", "model.ckpt-99.index"]

@@ -64,11 +64,10 @@ def free_port_base(tasks: int = 2) -> int:
 
 
 def train_args(folder, *extra):
-    base = () if any(arg.startswith("--slurm_port_base=") for arg in extra) else (
-        f"--slurm_port_base={free_port_base()}",)
+    # (absl takes the last of a flag given twice: --slurm_port_base in ``extra``)
     return ("--synthetic_data", "--synthetic_records=50", f"--data_dir={folder}/data",
             f"--train_dir={folder}/train", "--batch_size=8", "--worker_timeout_secs=300",
-            *base, *extra)
+            f"--slurm_port_base={free_port_base()}", *extra)
 
 
 @contextlib.contextmanager
