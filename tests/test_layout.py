@@ -19,7 +19,7 @@ from cifar10.runs.layout import LOCK_FILE, Checkpoint, TrainerLock
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
 from conftest import mirrored
-from rundirs import USER_FILES, config, copy_run, leave_an_interrupted_save, snapshot
+from rundirs import config, copy_run, leave_an_interrupted_save, snapshot
 
 
 def test_find_lists_the_complete_checkpoints_and_nothing_that_only_looks_like_one(trained_run,
@@ -162,9 +162,3 @@ def test_a_trainer_on_a_directory_in_use_changes_nothing_even_with_fresh_start(
             assert snapshot(run_dir) == before
     finally:
         first.release()
-    lines = []
-    result = controller.train(config(run_dir, max_steps=7), mirrored(),
-                              TrainData(*learnable_files), print_fn=lines.append)
-    assert (result.start_step, result.step) == (6, 7)
-    assert lines[0].startswith(f"Removed what an interrupted save left in {run_dir}: ")
-    assert set(USER_FILES) <= set(os.listdir(run_dir))
