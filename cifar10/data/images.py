@@ -89,7 +89,8 @@ def _fields(encoded: tf.Tensor, size: int):
 def _header_size(encoded: tf.Tensor) -> tf.Tensor:
     """int64 [width, height] from the image's header; [0, 0] where it is not recognised
     (the decoder then says)."""
-    field, head = _fields(encoded, 32), _head(encoded, 32)
+    field = _fields(encoded, 32)
+    head = _head(encoded, 32)  # (one name per line: TensorFlow 2.16's autograph loses it)
 
     def starts(prefix: bytes, at: int = 0) -> tf.Tensor:
         return tf.strings.substr(head, at, len(prefix)) == prefix
