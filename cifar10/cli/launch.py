@@ -21,7 +21,6 @@ import copy
 import dataclasses
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -122,28 +121,6 @@ def fetch_data(values: flags.FlagValues) -> None:
                     synthetic_records=values["synthetic_records"].value,
                     dataset=values["dataset"].value, label=values["label"].value,
                     print_fn=lambda line: None, no_download=no_download)
-
-
-def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str | None:
-    """The error for a flag of cifar10-train's given before the ``--``, or None."""
-    if not isinstance(error, flags.UnrecognizedFlagError):
-        return None
-    trainer = flags.FlagValues()
-    cifar10_flags.define_train_flags(trainer)
-    name = error.flagname[2:] if error.flagname.startswith("no") and \
-        error.flagname[2:] in trainer else error.flagname
-    if name not in trainer:
-        return None
-    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
-    at = next((i for i, arg in enumerate(own) if arg.lstrip("-").split("=")[0] == error.flagname),
-              None)
-    if at is None:
-        return None
-    width = 2 if ("=" not in own[at] and not trainer[name].boolean and at + 1 < len(own)) else 1
-    given = own[at:at + width]
-    after = argv[argv.index("--") + 1:] if "--" in argv else []
-    return (f"{' '.join(given)} is cifar10-train's flag: put it after --, as in "
-            f"{shlex.join([program, *own[:at], *own[at + width:], '--', *after, *given])}")
 
 
 class Interrupted(StoppedBeforeTraining):

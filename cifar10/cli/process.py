@@ -80,8 +80,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     except flags.Error as e:
         message = None
         if program == "cifar10-launch":
-            from cifar10.cli import launch  # loaded for this error alone
-            message = launch.trainers_flag_hint(e, argv, program)
+            message = cifar10_flags.trainers_flag_hint(e, argv, program)
         message = message or cifar10_flags.flag_error_text(e)
         if program in FILE_PROGRAMS and isinstance(e, flags.UnrecognizedFlagError):
             message += " (a file whose name starts with - goes after --)"
