@@ -63,11 +63,27 @@ def run(tmp_path, monkeypatch):
 def test_a_runs_flags_txt_replays_from_anywhere_never_deleting_and_a_later_flag_wins(
         run, monkeypatch):
     monkeypatch.chdir(run / "eval")
-    values = parsed("cifar10-train", "--fresh_start", "--max_steps=30",
-                    "--flagfile=../train/flags.txt", "--seed=4")
+    values = parsed("cifar10-train", "--max_steps=20", "--flagfile=../train/flags.txt",
+                    "--seed=4")
     assert (values.train_dir, values.max_steps, values.seed) == (str(run / "train"), 20, 4)
     assert values.synthetic_data and not values.fresh_start  # flags.txt: --nofresh_start
     assert parsed("cifar10-eval", "--flagfile", "flags.txt").checkpoint_dir == str(run / "train")
+
+
+@pytest.mark.parametrize("before, line", [
+    (["--fresh_start"], "--fresh_start=true comes before --flagfile=../train/flags.txt, which "
+                        "sets --fresh_start=false and wins; put --fresh_start=true after "
+                        "--flagfile"),
+    (["--train_dir", "../b"], "--train_dir=../b comes before --flagfile=../train/flags.txt, "
+                              "which sets --train_dir={run}/train and wins; put "
+                              "--train_dir=../b after --flagfile"),
+])
+def test_a_flag_before_a_flagfile_that_sets_it_otherwise_is_refused_not_lost(
+        run, monkeypatch, before, line):
+    """absl takes the file's value: the run in the file would train (or start over)."""
+    monkeypatch.chdir(run / "eval")
+    assert refused("cifar10-train", *before, "--flagfile=../train/flags.txt") == line.format(
+        run=run)
 
 
 @pytest.mark.parametrize("program, folder, flag", [
@@ -83,6 +99,10 @@ def test_a_copied_runs_flags_txt_is_refused_unless_its_folder_flag_follows(
     for chosen in ("copy", f"{run}/{folder}"):  # either folder, given after it
         assert getattr(parsed(program, "--flagfile=copy/flags.txt", f"--{flag}={chosen}"),
                        flag) == chosen
+    # Read through another flagfile, it is refused as well.
+    pathlib.Path("wrap.txt").write_text("--flagfile=copy/flags.txt\n")
+    assert refused(program, "--flagfile=wrap.txt").startswith(
+        f"--flagfile=copy/flags.txt records --{flag}={run}/{folder}, not the folder")
 
 
 @pytest.mark.parametrize("program, file, fix", [
@@ -145,8 +165,7 @@ def test_a_record_cut_short_is_refused_wherever_the_cut_and_an_old_one_replays(r
     ({"f": b"--max_steps=3\n--batch_size=\xff\n"}, ["--flagfile=f"],
      "--flagfile=f is not UTF-8 text: name a file of flags, one per line"),
     ({"f": b"--flagfile=g\n", "g": b"\xff\n"}, ["--flagfile=f"],
-     "a --flagfile is not UTF-8 text ('utf-8' codec can't decode byte 0xff in position 0: "
-     "invalid start byte): name a file of flags, one per line"),
+     "--flagfile=g is not UTF-8 text: name a file of flags, one per line"),
     ({"f": b"# old\n--old_removed_flag=1\n"}, ["--flagfile=f"], "unknown flag --old_removed_flag"),
     ({"f": b"--batch_size=abc\n"}, ["--flagfile=f"], "--batch_size=abc: expected a whole number"),
     ({"f": b"--nosynthetic_data=true\n"}, ["--flagfile=f"],

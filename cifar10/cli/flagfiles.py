@@ -23,12 +23,9 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
     """Parses ``argv`` into ``flag_values``; returns the arguments left, the program's name
     first.  flags.Error for a flagfile refused, a flag mistake, or a value refused."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
-    copied = []
-    for at, arg in enumerate(own):
-        if arg in _DIRECTIVES and at + 1 < len(own):
-            copied.append((at, check_flagfile(own[at + 1], program)))
-        elif arg.startswith(tuple(f"{d}=" for d in _DIRECTIVES)):
-            copied.append((at, check_flagfile(arg.split("=", 1)[1], program)))
+    copied = {}
+    _refuse_lost_settings(_settings(own, flag_values, program, copied), flag_values, copied,
+                          _OWN_FOLDER.get(program))
     try:
         rest = flag_values(list(argv))
     except UnicodeDecodeError as e:  # a flagfile read by another one (absl's traceback)
@@ -36,18 +33,87 @@ def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> l
                           f"one per line") from None
     except ValueError as e:  # absl's for --noname=value, not one of its flags.Error
         raise flags.Error(str(e)) from None
-    for at, (name, flag, recorded) in ((at, c) for at, c in copied if c):
-        if not any(arg.lstrip("-").split("=")[0] == flag for arg in own[at + 1:]):
-            folder = os.path.dirname(name) or "."
-            raise flags.Error(
-                f"--flagfile={name} records --{flag}={recorded}, not the folder it is in "
-                f"({folder}): pass --{flag}={folder} after it to go on with this copy, or "
-                f"--{flag}={recorded} for the recorded run")
     cifar10_flags.refuse_paths(flag_values)
     outdirs.refuse_folders_that_are_not(flag_values)
     if program in cifar10_flags.RECORDING_PROGRAMS:
         cifar10_flags.refuse_values_it_cannot_hold(flag_values)
     return rest
+
+
+def _settings(args: Sequence[str], flag_values: flags.FlagValues, program: str,
+              copied: dict, file: str | None = None, depth: int = 0) -> list[tuple]:
+    """(flag, value, the flagfile that sets it or None) for each flag ``args`` set, in
+    absl's order, each flagfile checked (``check_flagfile``; ``copied`` takes the copied
+    records) and its lines read in its place."""
+    found, at = [], 0
+    while at < len(args):
+        arg, at = args[at].strip(), at + 1
+        name, eq, value = arg.lstrip("-").partition("=")
+        if not arg.startswith("-") or not name:
+            continue
+        if name == "flagfile":
+            if not eq and file is None and at < len(args):
+                value, at = args[at], at + 1
+            path = os.path.expanduser(value)
+            if path and depth < 20:
+                copy = check_flagfile(path, program)
+                if copy:
+                    copied[path] = copy
+                found += _settings(_lines(path), flag_values, program, copied, path, depth + 1)
+            continue
+        if name not in flag_values and name[2:] in flag_values and name.startswith("no"):
+            name, value = name[2:], "false"
+        elif name in flag_values and not eq:
+            if flag_values[name].boolean:
+                value = "true"
+            elif file is None and at < len(args):
+                value, at = args[at], at + 1
+        if name in flag_values:
+            found.append((name, value, file))
+    return found
+
+
+def _lines(path: str) -> list[str]:
+    """The flag lines of a flagfile (absl's own error comes later where it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line for line in f if line.strip() and not line.startswith(("#", "//"))]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _refuse_lost_settings(settings: list[tuple], flag_values: flags.FlagValues,
+                          copied: dict, own_folder: str | None) -> None:
+    """Refuses a flag of the command line that a later flagfile sets to another value
+    (absl takes the file's: the flag would be lost without a word), and a copied record
+    whose folder no later flag sets (``check_flagfile``)."""
+    last = {name: (value, file) for name, value, file in settings}
+    for name, value, file in settings:
+        final, source = last[name]
+        if file is None and source is not None and (
+                _parsed(flag_values, name, value) != _parsed(flag_values, name, final)):
+            raise flags.Error(f"--{name}={value} comes before --flagfile={source}, which sets "
+                              f"--{name}={final} and wins; put --{name}={value} after "
+                              f"--flagfile")
+    if own_folder in last and last[own_folder][1] in copied:
+        name, flag, recorded = copied[last[own_folder][1]]
+        folder = os.path.dirname(name) or "."
+        raise flags.Error(
+            f"--flagfile={name} records --{flag}={recorded}, not the folder it is in "
+            f"({folder}): pass --{flag}={folder} after it to go on with this copy, or "
+            f"--{flag}={recorded} for the recorded run")
+
+
+def _parsed(flag_values: flags.FlagValues, name: str, text: str):
+    """A flag's value as absl parses ``text`` (paths made absolute); ``text`` where absl
+    refuses it (it says so when it parses the command line)."""
+    try:
+        value = flag_values[name].parser.parse(text)
+    except (ValueError, TypeError, flags.Error):
+        return text
+    if name in cifar10_flags.PATH_FLAGS and isinstance(value, str):
+        return os.path.realpath(os.path.expanduser(value))
+    return value
 
 
 def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
