@@ -8,6 +8,7 @@ Test files import the helpers below with ``from conftest import ...``.
 
 import os
 import re
+import signal
 import tempfile
 
 import pytest
@@ -25,6 +26,10 @@ NUM_LOGICAL_CPUS = 4
 # test processes and the programs they start, never to the user's ~/.cache.
 os.environ.setdefault("CIFAR10_KERNEL_CACHE",
                       os.path.join(tempfile.gettempdir(), f"cifar10-test-kernels-{os.getuid()}"))
+
+# A suite started in the background of a non-interactive shell inherits SIGINT ignored,
+# and so would every program it starts: the Ctrl-C tests need Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
