@@ -56,10 +56,12 @@ def _settings(args: Sequence[str], flag_values: flags.FlagValues, program: str,
                 value, at = args[at], at + 1
             path = os.path.expanduser(value)
             if path and depth < 20:
-                copy = check_flagfile(path, program)
+                lines, copy = check_flagfile(path, program)
                 if copy:
                     copied[path] = copy
-                found += _settings(_lines(path), flag_values, program, copied, path, depth + 1)
+                lines = [line for line in lines
+                         if line.strip() and not line.startswith(("#", "//"))]
+                found += _settings(lines, flag_values, program, copied, path, depth + 1)
             continue
         if name not in flag_values and name[2:] in flag_values and name.startswith("no"):
             name, value = name[2:], "false"
@@ -71,15 +73,6 @@ def _settings(args: Sequence[str], flag_values: flags.FlagValues, program: str,
         if name in flag_values:
             found.append((name, value, file))
     return found
-
-
-def _lines(path: str) -> list[str]:
-    """The flag lines of a flagfile (absl's own error comes later where it cannot be read)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [line for line in f if line.strip() and not line.startswith(("#", "//"))]
-    except (OSError, UnicodeDecodeError):
-        return []
 
 
 def _refuse_lost_settings(settings: list[tuple], flag_values: flags.FlagValues,
@@ -116,10 +109,11 @@ def _parsed(flag_values: flags.FlagValues, name: str, text: str):
     return value
 
 
-def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
+def check_flagfile(name: str, program: str) -> tuple[list[str], tuple[str, str, str] | None]:
     """Refuses a run's record ``program`` cannot replay (another program's, one cut short);
-    returns (name, flag, folder) for a copied flags.txt, which ``parse`` refuses unless a
-    later flag sets the folder."""
+    returns the file's lines ([] where absl will say it cannot read it) and, for a copied
+    flags.txt, (name, flag, folder), which ``parse`` refuses unless a later flag sets the
+    folder."""
     name = os.path.expanduser(name)
     try:
         with open(name, encoding="utf-8") as f:
@@ -128,10 +122,10 @@ def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
         raise flags.Error(f"--flagfile={name} is not UTF-8 text: name a file of flags, one "
                           f"per line") from None
     except OSError:
-        return
+        return [], None
     starts = [at for at, line in enumerate(lines) if records.is_start_header(line)]
     if not starts:
-        return  # no run's record: any file of flags
+        return lines, None  # no run's record: any file of flags
     header, last = lines[starts[-1]], lines[starts[-1] + 1:]
     other = records.header_program(header)
     if other != program:
@@ -152,8 +146,8 @@ def check_flagfile(name: str, program: str) -> tuple[str, str, str] | None:
                     if line.startswith(f"--{flag}=")]
         if (recorded and os.path.basename(name) == records.FLAGS_FILE and
                 os.path.realpath(recorded[-1]) != os.path.realpath(os.path.dirname(name))):
-            return name, flag, recorded[-1]
-        return None
+            return lines, (name, flag, recorded[-1])
+        return lines, None
     raise flags.Error(f"--flagfile={name} is a record cut short: its last start (line "
                       f"{starts[-1] + 1}) {problem}; give the run's whole flags.txt, or the "
                       f"flags on the command line")
