@@ -21,9 +21,10 @@ from cifar10.lrn import fast_lrn
 STAGES = ("conv1", "pool1", "norm1", "conv2", "norm2", "pool2", "local3", "local4",
           "softmax_linear")
 
-# The stages that stay float32 under bfloat16 (docs/performance.md, "Precision per
-# layer"): max pooling's gradient is inexact in bfloat16 where windows overlap, and
-# conv1 and LRN gain nothing (conv1 does beside the compiled pool1 on a CPU with AMX).
+# The stages that stay float32 under bfloat16 (docs/training.md; each layer's time in
+# both: scripts/benchmark.py's figure (k)): max pooling's gradient is inexact in
+# bfloat16 where windows overlap, and conv1 and LRN gain nothing (conv1 does beside
+# the compiled pool1 on a CPU with AMX).
 BFLOAT16_IN_FLOAT32 = {"conv1", "pool1", "norm1", "norm2", "pool2"}
 
 
