@@ -6,9 +6,11 @@ split into logical devices, which must happen before TensorFlow initialises.
 Test files import the helpers below with ``from conftest import ...``.
 """
 
+import contextlib
 import os
 import re
 import signal
+import sys
 import tempfile
 
 import pytest
@@ -17,6 +19,7 @@ import tensorflow as tf
 from cifar10.data import folder as datafolder
 from cifar10.data import synthetic
 from cifar10.core.config import TrainConfig
+from cifar10.kernels import build
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
 
@@ -26,6 +29,11 @@ NUM_LOGICAL_CPUS = 4
 # test processes and the programs they start, never to the user's ~/.cache.
 os.environ.setdefault("CIFAR10_KERNEL_CACHE",
                       os.path.join(tempfile.gettempdir(), f"cifar10-test-kernels-{os.getuid()}"))
+with contextlib.suppress(build.KernelBuildError):  # before any test: none says it compiles
+    build.library(build.NAME, build.NATIVE_SOURCES, build.TF_SOURCES)
+# The programs' folder first on PATH, as in an activated venv: where a line suggests a
+# program, it names it (tests that leave the folder out see its path).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
 
 # A suite started in the background of a non-interactive shell inherits SIGINT ignored,
 # and so would every program it starts: the Ctrl-C tests need Python's own handler.

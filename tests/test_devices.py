@@ -116,7 +116,9 @@ def test_a_gpu_before_ampere_is_named_in_the_bfloat16_warning(monkeypatch, caplo
 
 
 def test_the_trainer_warns_of_float16_on_the_cpu_as_its_own_line(tmp_path):
+    """(With no hint to try --use_bf16: a float32 run's, test_output.py.)"""
     assert not devices.warn_if_float16_runs_on_cpu(["/job:localhost/device:GPU:0"])
+    assert not devices.suggest_bfloat16(["/job:localhost/device:GPU:0"])
     result = cli.call("cifar10-train", "--use_fp16", "--synthetic_data",
                       "--synthetic_records=20", f"--data_dir={tmp_path / 'data'}",
                       f"--train_dir={tmp_path / 'train'}", "--max_steps=1", "--batch_size=2")
@@ -126,6 +128,7 @@ def test_the_trainer_warns_of_float16_on_the_cpu_as_its_own_line(tmp_path):
         "float16 slowly, so training runs many times slower than in float32 here; float16 is "
         "for GPUs (on a CPU with bfloat16 instructions, --use_bf16 is the faster lower "
         "precision)."]
+    assert "notice" not in result.stderr
 
 
 def test_a_tf_config_task_whose_port_is_in_use_is_one_line(tmp_path):

@@ -126,7 +126,7 @@ def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, t
                     f"--data_dir={data_dir}", f"--train_dir={train_dir}", "--batch_size=16",
                     "--max_steps=16", "--checkpoint_steps=4", "--keep_checkpoints=2",
                     "--log_frequency=1", "--summary_steps=1000")
-    evaluator = start("cifar10-eval", *eval_args(data_dir, train_dir, eval_dir,
+    evaluator = start("cifar10-eval", *eval_args(data_dir, train_dir, eval_dir, "--wait_for_run",
                                                  "--eval_interval_secs=1", "--batch_size=50",
                                                  "--misclassified_images=0"))
     try:

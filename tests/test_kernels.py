@@ -316,7 +316,7 @@ def test_the_trainer_records_which_kernels_it_ran(trained_run):
 
 
 def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, sources,
-                                                                       monkeypatch):
+                                                                       monkeypatch, caplog):
     # Both kinds of source, and a CXX with arguments as a compiler launcher's.
     monkeypatch.setenv("CXX", f"env CIFAR10_TEST=1 {shlex.join(build.compiler())}")
     assert build.compiler()[:2] == ["env", "CIFAR10_TEST=1"]
@@ -325,6 +325,9 @@ def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, sour
     (sources / "op.cc").write_text("int rows();\nint op() { return rows(); }\n")
     first = build.library("cifar10_rows", ["rows.cc"], ["op.cc"])
     assert first.parent == fresh and first.name.startswith("cifar10_rows-")
+    said = [r.getMessage() for r in caplog.records if getattr(r, "notice", False)]
+    assert said == [f"compiling the CPU kernels for this machine (once, about 15 s; cached "
+                    f"in {fresh})"]
     assert os.listdir(fresh) == [first.name]  # no temporary folder left
     built_at = first.stat().st_mtime_ns
 
@@ -338,6 +341,7 @@ def test_a_build_is_kept_and_reused_and_a_changed_source_builds_anew(fresh, sour
         no_build.setattr(build, "_run", no_compiling)
         assert build.library("cifar10_rows", ["rows.cc"], ["op.cc"]) == first
     assert first.stat().st_mtime_ns == built_at
+    assert len(caplog.records) == 1  # no second notice
     # Another source is another library, beside the first; so is a changed header.
     (sources / "rows.cc").write_text((sources / "rows.cc").read_text() + "\n// edit\n")
     second = build.library("cifar10_rows", ["rows.cc"], ["op.cc"])

@@ -111,3 +111,17 @@ def test_program_formatter(level, line):
                                ("model.ckpt-3", "gone"), None)
     fallback = logging.Formatter("%(levelname)s %(message)s")
     assert logs.ProgramFormatter("cifar10-eval", fallback).format(record) == line
+
+
+def test_a_suggested_program_is_named_as_the_users_shell_finds_it(tmp_path, monkeypatch):
+    """By name where PATH finds the one beside this program; else by its path, relative
+    as this program's was (the trainer's `Evaluate it:` line: test_output.py)."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "cifar10-eval").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "cifar10-eval").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    assert logs.runnable("cifar10-eval", "bin/cifar10-train") == "bin/cifar10-eval"
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert logs.runnable("cifar10-eval", "bin/cifar10-train") == "cifar10-eval"
+    assert logs.runnable("cifar10-eval", "-c") == "cifar10-eval"  # not a console script

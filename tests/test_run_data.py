@@ -14,6 +14,7 @@ from absl import flags
 import cli
 from cli import assert_refused
 from conftest import EVAL_LINE
+from evalruns import FakeSleep
 from cifar10.cli import launch
 from cifar10.cli import run_data
 from cifar10.core.errors import Cifar10Error, DataError
@@ -146,10 +147,15 @@ def test_a_checkpoint_without_flags_txt_is_a_run_to_evaluate_at_once(tmp_path):
     run_data.wait_for_run(str(tmp_path), 0, print_fn=pytest.fail)
 
 
-def test_an_evaluator_whose_run_never_starts_is_an_error_at_its_eval_timeout(tmp_path):
+def test_an_evaluator_refuses_a_missing_run_folder_unless_it_waits_for_the_run(tmp_path):
     never = tmp_path / "runs" / "typo"
-    result = cli.call("cifar10-eval", f"--checkpoint_dir={never}", "--eval_timeout=0",
-                      f"--eval_dir={tmp_path / 'eval'}", f"--data_url={OFFLINE}")
+    args = [f"--checkpoint_dir={never}", f"--eval_dir={tmp_path / 'eval'}",
+            f"--data_url={OFFLINE}"]
+    assert_refused(cli.call("cifar10-eval", *args), (
+        f"cifar10-eval: error: --checkpoint_dir={never} does not exist: check the path, or "
+        f"give --wait_for_run to wait for cifar10-train to start there"))
+    # Waited for, its --eval_timeout ends the wait.
+    result = cli.call("cifar10-eval", *args, "--wait_for_run", "--eval_timeout=0")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"cifar10-eval: error: no training run started in {never} within --eval_timeout=0 "
@@ -158,9 +164,23 @@ def test_an_evaluator_whose_run_never_starts_is_an_error_at_its_eval_timeout(tmp
     assert not (tmp_path / "eval").exists() and not never.exists()
 
 
+def test_a_long_wait_says_every_5_minutes_how_long_it_has_lasted(tmp_path):
+    # (The evaluator's wait for a first checkpoint says it alike: polling.py.)
+    run_dir = tmp_path / "train"
+    run_dir.mkdir()  # an empty folder: a run may start there
+    sleep, lines = FakeSleep(*[lambda: None] * 10,
+                             lambda: (run_dir / "model.ckpt-5.index").write_bytes(b"")), []
+    run_data.wait_for_run(str(run_dir), None, lines.append, poll_secs=60, clock=sleep.clock,
+                          sleep=sleep)
+    assert lines == [WAITING.format(run_dir), *(
+        f"Still no training run in {run_dir} after {minutes} min; waiting (--eval_timeout "
+        f"ends the wait)." for minutes in (5, 10))]
+    assert len(sleep.calls) == 11
+
+
 def test_an_evaluator_started_before_its_trainer_scores_the_data_the_run_trains_on(tmp_path):
     train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"
-    evaluator = cli.start("cifar10-eval", f"--checkpoint_dir={train_dir}",
+    evaluator = cli.start("cifar10-eval", f"--checkpoint_dir={train_dir}", "--wait_for_run",
                           f"--eval_dir={eval_dir}", "--eval_interval_secs=1",
                           "--eval_timeout=120", f"--data_url={OFFLINE}")
     try:

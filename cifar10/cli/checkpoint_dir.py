@@ -70,8 +70,13 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
                         f"--checkpoint_dir at a training run's --train_dir")
 
 
-def refuse_a_folder_that_is_no_run(checkpoint_dir: str) -> None:
-    """Refuses a folder an evaluator would wait on for ever (no trainer's)."""
+def refuse_a_folder_that_is_no_run(checkpoint_dir: str, wait_for_run: bool) -> None:
+    """Refuses a folder an evaluator would wait on for ever: no trainer's, or none
+    (a mistyped path) unless ``wait_for_run``."""
+    if not wait_for_run and not os.path.exists(checkpoint_dir):
+        raise Cifar10Error(f"{pasted('checkpoint_dir', checkpoint_dir)} does not exist: check "
+                           f"the path, or give --wait_for_run to wait for cifar10-train to "
+                           f"start there")
     if outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
         raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
 

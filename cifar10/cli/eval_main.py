@@ -85,7 +85,7 @@ def _refuse_before_data() -> tuple[str | None, str]:
     outdirs.refuse_unless_own("eval_dir", FLAGS.eval_dir, PROGRAM, read=run_dir)
     outdirs.warn_of_other_results(FLAGS.eval_dir, run_dir)
     if not (FLAGS.run_once or checkpoint):
-        checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir)  # not to wait there for ever
+        checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir, FLAGS.wait_for_run)
         run_data.wait_for_run(run_dir, FLAGS.eval_timeout,
                               print_fn=lambda line: print(line, flush=True))
     return checkpoint, run_dir

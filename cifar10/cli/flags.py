@@ -203,6 +203,9 @@ def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_boolean("eval_on_cpu", False, "Evaluate on the CPU even when a GPU is "
                          "present, so as not to compete with training for GPU memory.",
                          flag_values=flag_values)
+    flags.DEFINE_boolean("wait_for_run", False, "Polling: where --checkpoint_dir does not "
+                         "exist yet, wait for cifar10-train to start there (for jobs that "
+                         "start the evaluator first).", flag_values=flag_values)
 
 
 def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -17,6 +17,7 @@ from absl import logging
 
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli.flags import pasted
+from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.data import getdata
@@ -94,17 +95,16 @@ def wait_for_run(run_dir: str, timeout: float | None, print_fn: Callable[[str], 
                  poll_secs: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
     """Waits until ``run_dir`` holds a training run (a recorded start or a checkpoint)."""
-    start, said = clock(), False
+    start, lines = clock(), logs.WaitLines(print_fn, timeout, clock)
     while (records.recorded_flags(run_dir) is None
            and not layout.holds_checkpoints(run_dir)):
         if timeout is not None and clock() - start > timeout:
             raise Cifar10Error(
                 f"no training run started in {run_dir} within --eval_timeout={timeout:g} "
                 f"seconds: check --checkpoint_dir, or start cifar10-train --train_dir={run_dir}")
-        if not said:
-            print_fn(f"No training run in {run_dir} yet; waiting for cifar10-train to start "
-                     f"there, to evaluate on the data it trains on.")
-            said = True
+        lines.waiting(f"No training run in {run_dir} yet; waiting for cifar10-train to start "
+                      f"there, to evaluate on the data it trains on.",
+                      f"Still no training run in {run_dir}")
         sleep(poll_secs)
 
 

@@ -50,6 +50,9 @@ def main(argv: list[str]) -> None:
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
                            data.class_names(batches_dir))
     is_chief, task = devices.worker_role(strategy)
+    new_run = FLAGS.fresh_start or not layout.holds_checkpoints(FLAGS.train_dir)
+    if is_chief and new_run and not (FLAGS.use_bf16 or FLAGS.use_fp16):
+        devices.suggest_bfloat16(strategy.extended.worker_devices)  # not at each resume
     # (The other workers of a job write nothing in --train_dir.)
     claimed = (outdirs.claimed("train_dir", FLAGS.train_dir, PROGRAM) if is_chief
                else contextlib.nullcontext())

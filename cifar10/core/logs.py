@@ -1,6 +1,7 @@
-"""What the programs write to stderr: their warnings in their own format, progress
-lines, and TensorFlow's C++ log lines filtered out of descriptor 2 by a forked process
-(``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's logging).  No TensorFlow."""
+"""What the programs write: their warnings in their own format, progress lines, a long
+wait's lines, commands to run next, and TensorFlow's C++ log lines filtered out of
+descriptor 2 by a forked process (``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's
+logging).  No TensorFlow."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import io
 import logging
 import os
 import re
+import shlex
+import shutil
 import signal
 import sys
 import time
@@ -194,3 +197,50 @@ class ProgressLine:
         if self._last is None or (done != self._last[0] and line != self._last[1]):
             self._last = (done, line)
             self.stream.write(line + "\n")
+
+
+def runnable(program: str, argv0: str | None = None) -> str:
+    """``program`` (another cifar10-* program) as the user's shell runs it: its name where
+    PATH finds the one beside this program (``argv0``, default ``sys.argv[0]``), else the
+    path of that one (a venv not activated), relative where ``argv0`` is."""
+    beside = os.path.join(os.path.dirname(sys.argv[0] if argv0 is None else argv0), program)
+    if not os.path.dirname(beside) or not os.path.isfile(beside):
+        return program  # not started as a console script: the name is the best guess
+    found = shutil.which(program)
+    if found and os.path.samefile(found, beside):
+        return program
+    return shlex.quote(beside)
+
+
+WAIT_LINE_SECS = 300.0  # how often a long wait says how long it has lasted
+
+
+class WaitLines:
+    """The lines of an evaluator's wait (for a run to start, for its first checkpoint):
+    ``first`` as it begins, then every ``WAIT_LINE_SECS`` by ``clock`` how long it lasts."""
+
+    def __init__(self, print_fn: Callable[[str], None], eval_timeout: float | None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.print_fn, self.clock = print_fn, clock
+        self.ends = ("--eval_timeout ends the wait" if eval_timeout is None
+                     else f"at most --eval_timeout={eval_timeout:g} seconds")
+        self.began: float | None = None
+        self.said = 0  # the WAIT_LINE_SECS said of this wait
+
+    def waiting(self, first: str, still: str) -> None:
+        """At each look that finds nothing: ``first`` once, later '<still> after 10 min;
+        waiting (...).'"""
+        now = self.clock()
+        if self.began is None:
+            self.began, self.said = now, 0
+            self.print_fn(first)
+        elif now - self.began >= (self.said + 1) * WAIT_LINE_SECS:
+            self.said = int((now - self.began) // WAIT_LINE_SECS)
+            minutes = int((now - self.began) // 60)
+            waited = (f"{minutes} min" if minutes < 60
+                      else f"{minutes // 60} h {minutes % 60:02d} min")
+            self.print_fn(f"{still} after {waited}; waiting ({self.ends}).")
+
+    def over(self) -> None:
+        """The wait ended (what it waited for came): a next one begins with ``first``."""
+        self.began = None

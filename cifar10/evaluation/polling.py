@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
+from cifar10.core import logs
 from cifar10.core.config import EvalConfig, compute_dtype
 from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error
 from cifar10.distribute import devices
@@ -88,7 +89,7 @@ class _Poller:
         self.results: list[EvalResult] = []
         self.done = recording.scored_checkpoints(config.eval_dir)  # result keys
         self.failed: set[tuple[str, int]] = set()  # (checkpoint, mtime) that did not read
-        self.said_waiting = False
+        self.waiting = logs.WaitLines(print_fn, config.eval_timeout, clock)  # for a first checkpoint
         self.last_start: float | None = None  # when the last one scored started
         self.last_new = clock()  # when a checkpoint to score was last seen
 
@@ -106,7 +107,7 @@ class _Poller:
     def _score(self, checkpoint: str) -> None:
         """Scores ``checkpoint``, or the newest once ``eval_interval_secs`` have passed
         since the last evaluation started; one that does not read is skipped once."""
-        self.said_waiting = False
+        self.waiting.over()
         self.last_new = self.clock()
         if self.last_start is not None:
             wait = self.last_start + self.config.eval_interval_secs - self.clock()
@@ -148,10 +149,10 @@ class _Poller:
         """Whether to stop, nothing being left to score now (saying why)."""
         checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
         found = layout.find(checkpoint_dir)
-        if not found and not self.said_waiting:
-            self.print_fn(f"No checkpoint file found in {checkpoint_dir}; waiting for the "
-                          f"trainer to write one.")
-            self.said_waiting = True
+        if not found:
+            self.waiting.waiting(f"No checkpoint file found in {checkpoint_dir}; waiting for "
+                                 f"the trainer to write one.",
+                                 f"Still no checkpoint in {checkpoint_dir}")
         final_step = checkpoints.completed_step(checkpoint_dir)
         final = [c.path for c in found if c.step == final_step]
         if final:  # (a newer checkpoint may be there: one that did not restore)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 
+from absl import logging
 import tensorflow as tf
 
 from cifar10.core import machine
@@ -84,6 +85,8 @@ def library(name: str, native_sources: list[str], tf_sources: list[str]) -> path
     target = directory / f"{name}-{digest.hexdigest()[:16]}.so"
     if target.is_file():
         return target
+    logging.warning("compiling the CPU kernels for this machine (once, about 15 s; cached in "
+                    "%s)", directory, extra={"notice": True})
     try:
         directory.mkdir(parents=True, exist_ok=True)
         work = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=directory))

@@ -17,6 +17,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from cifar10.core import logs
 from cifar10.training.step import learning_rate
 
 
@@ -106,7 +107,7 @@ class TrainResult:
                         f"examples/sec on average{loss}."]
         if self.is_chief and self.last_checkpoint:
             into = f" --eval_dir={shlex.quote(os.path.abspath(eval_dir))}" if eval_dir else ""
-            lines.append("Evaluate it: cifar10-eval --checkpoint_dir="
+            lines.append(f"Evaluate it: {logs.runnable('cifar10-eval')} --checkpoint_dir="
                          f"{shlex.quote(os.path.abspath(self.train_dir))}{into} --run_once")
         return lines
 
