@@ -26,9 +26,10 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SCRIPTS = ("benchmark.py", "launch_workers.py", "make_synthetic_data.py")
 OTHER_TOOLS = ("pip", "pytest", "venv", "tensorboard", "docker", "curl", "git",
                "saved_model_cli", "bash", "srun", "sbatch", "scancel", "scontrol")
-# Flags absl gives every program.
+# Flags absl gives every program, and --version (cifar10.cli.process).
 ABSL_FLAGS = {"help", "helpshort", "helpfull", "helpxml", "flagfile", "undefok",
-              "verbosity", "logtostderr", "alsologtostderr", "log_dir", "stderrthreshold"}
+              "verbosity", "logtostderr", "alsologtostderr", "log_dir", "stderrthreshold",
+              "version"}
 
 TOKEN = re.compile(
     r"(?P<program>(?<![\w/-])cifar10-(?:train|eval|predict|export|prepare|launch)(?![\w-]))"

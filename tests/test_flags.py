@@ -4,6 +4,7 @@ fields, and their mistakes are one line in the program's words."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import pytest
 from absl import flags
@@ -113,3 +114,14 @@ def test_flag_mistakes_are_worded_as_the_programs_words(define, argv, line):
     with pytest.raises(flags.Error) as raised:
         values([f"cifar10-{define}", *argv])
     assert cifar10_flags.flag_error_text(raised.value) == line
+
+
+@pytest.mark.parametrize("program", cifar10_flags.HELP_TOPICS)
+def test_help_lists_each_flag_of_a_program_under_one_topic(program):
+    values = flags.FlagValues()
+    getattr(cifar10_flags, f"define_{program.split('-')[1]}_flags")(values)
+    _, page, topics = cifar10_flags.HELP_TOPICS[program]
+    listed = [name for _, names in topics for name in names.split()]
+    assert sorted(listed) == sorted(flag.name for flag in
+                                    values.get_flags_for_module(cifar10_flags.__name__))
+    assert (pathlib.Path(__file__).parent.parent / page).is_file()

@@ -92,7 +92,7 @@ def test_the_trainer_is_the_one_next_to_the_python_that_runs_the_launcher(tmp_pa
     result = subprocess.run([sys.executable, "-c", launch.TRAINER_CODE, "--help"],
                             capture_output=True, text=True, timeout=120, env=env())
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("USAGE: cifar10-train [flags]")
+    assert result.stdout.startswith("Usage: cifar10-train [flags]")
 
 
 def test_the_chiefs_lines_are_shown_once_and_of_the_others_only_their_stderr(worker):

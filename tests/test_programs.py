@@ -4,14 +4,18 @@ line, --help, errors as one line and an exit status, TensorFlow's loading and li
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
+from importlib import metadata
 
 import cli
 import pytest
+import tensorflow as tf
 from absl import app
 from absl import flags
 
+import cifar10
 from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import process
 from cifar10.core.errors import DataError, DivergedError, listed
@@ -59,18 +63,36 @@ def test_parse_flags_gives_the_arguments_left_and_a_mistake_as_one_line(capsys):
         assert capsys.readouterr() == ("", f"prog: error: {message} (see prog --help)\n")
 
 
-@pytest.mark.parametrize("option", ["--help", "-h"])
-def test_help_shows_the_doc_and_the_programs_own_flags(option, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        process.parse_flags(["prog", option], "prog", "Does things.", flag_values())
-    assert exit_info.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith("USAGE: prog [flags]\n\nDoes things.\n")
-    assert "--[no]allow_tf32" in out and "--batch_size" not in out  # the test's own flag
-    assert out.endswith("Try --helpfull to see absl's own flags too. TensorFlow's own log "
-                        "lines are hidden;\n-v 0 (absl's --verbosity) or "
-                        "TF_CPP_MIN_LOG_LEVEL=0 shows them (1 to 3: those of\nlevel W, E or "
-                        "F and above).\n")
+@pytest.mark.parametrize("program, option",
+                         list(zip(cli.ENTRY_POINTS, ["--help", "-h", "--helpshort"] * 2)))
+def test_help_is_the_usage_and_the_flags_by_topic(program, option):
+    result = cli.call(program, "--max_steps=oops", option)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    _, page, topics = cifar10_flags.HELP_TOPICS[program]
+    assert lines[0].startswith(f"Usage: {program} ") and lines[2:4] == ["", f"{topics[0][0]}:"]
+    assert lines[-1] == f"Every flag in full, absl's own too: --helpfull. Guide: {page}"
+    assert max(map(len, lines)) <= cifar10_flags.HELP_WIDTH
+    if program == "cifar10-train":
+        assert lines[1:6] == [
+            "Train the CIFAR-10 tutorial model, one replica per GPU.", "", "Data:",
+            "  --data_dir=/tmp/cifar10_data  Path to the data directory; the data is downloaded "
+            "and", "      extracted there when missing."]
+
+
+@pytest.mark.parametrize("program", cli.ENTRY_POINTS)
+def test_version_is_one_line(program):
+    result = cli.call(program, "--version", "--max_steps=oops")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (f"{program} {cifar10.__version__} (TensorFlow {tf.__version__}, "
+                             f"Python {platform.python_version()})\n")
+
+
+def test_version_says_unknown_for_a_tensorflow_not_installed(monkeypatch):
+    installed = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: installed(f"{name}-not-installed"))
+    assert process.version_line("prog") == (f"prog {cifar10.__version__} (TensorFlow unknown, "
+                                            f"Python {platform.python_version()})")
 
 
 @pytest.mark.parametrize("program, args, message", [

@@ -10,14 +10,17 @@ import argparse
 import contextlib
 import gc
 import os
+import platform
 import signal
 import sys
+from importlib import metadata
 from typing import Callable
 
 from absl import app
 from absl import flags
 from absl import logging
 
+import cifar10
 from cifar10.cli import entry
 from cifar10.cli import flagfiles
 from cifar10.cli import flags as cifar10_flags
@@ -59,16 +62,17 @@ _SHORT_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort")
 def parse_flags(argv: list[str], program: str, doc: str,
                 flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
     """Parses ``argv`` into ``flag_values``; returns the arguments left.  ``--help``
-    prints ``doc`` and the flags (status 0); a flag mistake is one line (status 1)."""
+    prints ``doc``'s first line and the flags by topic, ``--version`` the versions
+    (status 0); a flag mistake is one line (status 1)."""
     own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
-    asked = {arg.split("=")[0] for arg in own} & set(HELP_FLAGS)
-    if asked & set(_SHORT_HELP_FLAGS):
-        # absl's short help lists the flags of __main__, the console-script stub here.
-        print(f"USAGE: {program} [flags]\n\n{doc.strip()}\n")
-        print(flag_values.module_help(cifar10_flags.__name__))
-        print("\nTry --helpfull to see absl's own flags too. TensorFlow's own log lines are "
-              "hidden;\n-v 0 (absl's --verbosity) or TF_CPP_MIN_LOG_LEVEL=0 shows them (1 "
-              "to 3: those of\nlevel W, E or F and above).")
+    given = {arg.split("=")[0] for arg in own}
+    asked = given & set(HELP_FLAGS)
+    # (absl's short help would list the flags of __main__, the console-script stub here.)
+    answer = (cifar10_flags.short_help(program, doc, flag_values)
+              if asked & set(_SHORT_HELP_FLAGS) else
+              version_line(program) if "--version" in given else None)
+    if answer:
+        print(answer)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         sys.exit(0)
     try:
@@ -86,6 +90,18 @@ def parse_flags(argv: list[str], program: str, doc: str,
             message += " (a file whose name starts with - goes after --)"
     sys.stderr.write(f"{program}: error: {message} (see {program} --help)\n")
     sys.exit(1)
+
+
+def version_line(program: str) -> str:
+    """``cifar10-train 1.0.0 (TensorFlow 2.21.0, Python 3.11.7)``: this code's version (the
+    one setup.py installs), TensorFlow's from its package's metadata (importing it takes
+    seconds), ``unknown`` where it is not installed."""
+    try:
+        tensorflow = metadata.version("tensorflow")
+    except metadata.PackageNotFoundError:
+        tensorflow = "unknown"
+    return (f"{program} {cifar10.__version__} (TensorFlow {tensorflow}, "
+            f"Python {platform.python_version()})")
 
 
 class ArgumentParser(argparse.ArgumentParser):
