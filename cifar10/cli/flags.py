@@ -308,7 +308,7 @@ HELP_TOPICS = {
     "cifar10-eval": ("[flags]", "docs/evaluation.md", (
         ("Run and results", "checkpoint_dir eval_dir run_once checkpoint weights "
                             "misclassified_images"),
-        ("Waiting for checkpoints", "eval_interval_secs eval_timeout"),
+        ("Waiting for checkpoints", "eval_interval_secs eval_timeout wait_for_run"),
         ("Data", "data_dir eval_data num_examples synthetic_data dataset label "
                  "synthetic_records data_url data_md5"),
         ("Precision and speed", "batch_size eval_on_cpu use_bf16 use_fp16 allow_tf32"))),
