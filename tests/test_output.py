@@ -28,7 +28,7 @@ CLASSES = ("cat", "dog", "ship")
 NO_GPU = not tf.config.list_physical_devices("GPU")
 # A new float32 run's one line on a CPU with AMX.
 BF16_HINT = ["cifar10-train: notice: this CPU has bfloat16 instructions (AMX): --use_bf16 "
-             "trains 2.5-4x faster here, to the same precision"] if machine.has_amx() else []
+             "trains about 2.3x faster here, to the same precision"] if machine.has_amx() else []
 
 
 @pytest.fixture(scope="module")

@@ -85,11 +85,11 @@ class TrainConfig:
     use_fp16: bool = setting(False, "Train the model using fp16 (mixed precision: float16 "
                                     "compute, float32 variables, dynamic loss scaling).",
                              shared=True)  # recorded as the precision
-    use_bf16: bool = setting(False, "Train with bfloat16 conv2 and matmuls (float32 "
-                                    "variables, averages, conv1, pooling, LRN, loss and "
-                                    "updates; no loss scaling). Fast on "
-                                    "CPUs with AVX512_BF16 or AMX and on GPUs from Ampere on; "
-                                    "emulated, and slower than float32, elsewhere.",
+    use_bf16: bool = setting(False, "Train with bfloat16 convolutions and matmuls (float32 "
+                                    "variables, averages, pooling, LRN, loss and updates; "
+                                    "no loss scaling). Fast on CPUs with AVX512_BF16 or AMX "
+                                    "and on GPUs from Ampere on; emulated, and slower than "
+                                    "float32, elsewhere.",
                              shared=True)
     deterministic: bool = setting(
         False, "Make the run reproducible: TensorFlow's op determinism and a data order and "
