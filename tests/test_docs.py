@@ -25,7 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SCRIPTS = ("benchmark.py", "launch_workers.py", "make_synthetic_data.py")
 OTHER_TOOLS = ("pip", "pytest", "venv", "tensorboard", "docker", "curl", "git",
-               "saved_model_cli", "bash", "srun", "sbatch", "scancel", "scontrol")
+               "saved_model_cli", "bash", "srun", "sbatch", "scancel", "scontrol",
+               "mungekey", "munged")
 # Flags absl gives every program, and --version (cifar10.cli.process).
 ABSL_FLAGS = {"help", "helpshort", "helpfull", "helpxml", "flagfile", "undefok",
               "verbosity", "logtostderr", "alsologtostderr", "log_dir", "stderrthreshold",

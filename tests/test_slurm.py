@@ -1,10 +1,12 @@
-"""cifar10-train and scripts/slurm_train.sbatch under a real one-node Slurm
-(tests/slurm_cluster.py: Debian's slurm-wlm and munge, started and stopped here), and
-the batch script's decisions with stand-ins for srun and scontrol."""
+"""cifar10-train and scripts/slurm_train.sbatch under a real one-node Slurm, started
+and stopped by the recipe of docs/multi-machine.md as written there
+(tests/slurm_cluster.py), the page's srun and sbatch examples, and the batch script's
+decisions with stand-ins for srun and scontrol."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import http.server
 import json
@@ -17,18 +19,20 @@ import time
 
 import pytest
 
-from cli import program
+from cli import BIN_DIR, program
 from cifar10.data import fileformat as ff
 from cifar10.data import synthetic
+from cifar10.distribute import cluster
 import slurm_cluster
 
-SBATCH_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "scripts", "slurm_train.sbatch")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SBATCH_SCRIPT = os.path.join(ROOT, "scripts", "slurm_train.sbatch")
 
 
 @pytest.fixture(scope="module")
 def slurm_job(tmp_path_factory):
-    """A one-node Slurm cluster (its daemons stopped by pid at the end, also on failure)."""
+    """The page's one-node Slurm (its daemons stopped by the page's block at the end, also
+    on failure; by their ids where that block leaves one running)."""
     why = slurm_cluster.missing()
     if why:
         if os.environ.get("CI"):
@@ -43,6 +47,17 @@ def slurm_job(tmp_path_factory):
         daemons.stop()
 
 
+def ports_free(base: int, count: int = 2) -> bool:
+    """Whether ports ``base`` to ``base + count - 1`` are free now."""
+    with contextlib.ExitStack() as held:
+        try:
+            for port in range(base, base + count):
+                held.enter_context(socket.socket()).bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port_base(tasks: int = 2) -> int:
     """A --slurm_port_base whose ``tasks`` ports are free now (not the default, which
     another job or program on this machine may hold)."""
@@ -50,16 +65,8 @@ def free_port_base(tasks: int = 2) -> int:
         with socket.socket() as probe:
             probe.bind(("", 0))
             base = probe.getsockname()[1]
-        if base + tasks > 65000 or base < 1024:
-            continue
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(base, base + tasks):
-                    sock = held.enter_context(socket.socket())
-                    sock.bind(("", port))
-            except OSError:
-                continue
-        return base
+        if 1024 <= base and base + tasks <= 65000 and ports_free(base, tasks):
+            return base
     raise AssertionError("no free ports for a --slurm_port_base")
 
 
@@ -159,6 +166,32 @@ def test_a_port_in_use_stops_the_step_in_one_line(slurm_job, tmp_path):
             f"--slurm_port_base, e.g. {port + 1000}") in result.stderr.splitlines()
 
 
+@pytest.mark.slow  # the srun and sbatch trainings of the tests above, as the page has them
+def test_the_pages_one_node_srun_and_sbatch_examples_run_as_written(slurm_job, tmp_path):
+    """In a folder of their own, with the venv's programs first on PATH and the
+    repository's scripts/ (the page's commands run in a clone)."""
+    _, examples, _ = slurm_cluster.recipe()
+    assert [text.split()[0] for text in examples] == ["srun", "sbatch"], examples
+    (tmp_path / "scripts").symlink_to(os.path.join(ROOT, "scripts"))
+    env = slurm_job.env(PATH=f"{BIN_DIR}:{slurm_job.env()['PATH']}")
+    outputs = []
+    for text in examples:
+        if not ports_free(cluster.DEFAULT_PORT_BASE):  # held by another job or program
+            text = f"{text.rstrip()} --slurm_port_base={free_port_base()}\n"
+        result = subprocess.run(["bash", "-e", "-u", "-c", text], capture_output=True,
+                                text=True, timeout=600, cwd=tmp_path, env=env)
+        assert result.returncode == 0, f"{text}{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        outputs.append(result.stdout)
+    assert "Training complete at step 20; saved runs/slurm/train/model.ckpt-20." in outputs[0]
+    [job_output] = glob.glob(f"{tmp_path}/cifar10-train-*.out")
+    with open(job_output) as f:
+        out = f.read()
+    assert "Resuming from runs/slurm/train/model.ckpt-20 at step 20." in out, out
+    assert "Training complete at step 30; saved runs/slurm/train/model.ckpt-30." in out, out
+    assert "requeueing" not in out
+    assert "this is worker 1" not in out  # srun --output=0: the chief's lines only
+
+
 def submit(slurm_job, folder, *args) -> str:
     """sbatch's job id of scripts/slurm_train.sbatch with 2 tasks on this node."""
     result = subprocess.run(
@@ -184,8 +217,8 @@ def squeue(slurm_job, job_id) -> str:
 
 
 @pytest.mark.slow  # Slurm and the batch script's: TensorFlow's, as the srun test's
-def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_again(
-        slurm_job, tmp_path):
+def test_a_signalled_job_requeues_itself_a_cancelled_one_saves_and_ends(slurm_job, tmp_path):
+    """(A job submitted again resumes: the page's sbatch example.)"""
     args = ("--max_steps=100000", "--log_frequency=1", "--checkpoint_steps=100000")
     job = submit(slurm_job, tmp_path, *args)
     log = tmp_path / f"job-{job}.out"
@@ -207,20 +240,9 @@ def test_a_signalled_job_requeues_itself_a_cancelled_one_resumes_when_submitted_
     assert len(stops) == 2 and 3 <= first < stops[1], text()
     assert (tmp_path / "train" / f"model.ckpt-{stops[1]}.index").exists()
 
-    end = stops[1] + 2
-    again = submit(slurm_job, tmp_path, "--log_frequency=1", f"--max_steps={end}")
-    wait_for(lambda: not squeue(slurm_job, again), 240,
-             lambda: (tmp_path / f"job-{again}.out").read_text())
-    out = (tmp_path / f"job-{again}.out").read_text()
-    assert f"at step {stops[1]}." in out, out
-    assert re.search(rf": step {stops[1] + 1}, loss", out), out
-    assert f"Training complete at step {end}; saved" in out, out
-    assert "requeueing" not in out
-    assert "this is worker 1" not in out  # srun --output=0: the chief's lines only
     with open(tmp_path / "train" / "environment.jsonl") as f:
         records = [json.loads(line)["slurm"] for line in f]
-    assert [(r["job_id"], r.get("restart_count")) for r in records] == [
-        (job, None), (job, "1"), (again, None)]
+    assert [(r["job_id"], r.get("restart_count")) for r in records] == [(job, None), (job, "1")]
 
 
 def run_batch_script(tmp_path, *args, status=0, srun_does="", **environ):
