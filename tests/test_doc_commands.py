@@ -1,19 +1,19 @@
 """Every command of README.md and docs/ runs as written, so the docs cannot rot.
 
 For page writers: each ```bash block runs, each page's blocks in order in one fresh
-folder that holds cat.png, photos/ (a few .png and .jpg), my_photos/{cat,dog,bird}/
-(0001.jpg to 0006.jpg each) and scripts/ (as a clone does); ```python blocks run alike.
-A block that cannot run here says why on its fence line: ```bash network (or cluster,
-gpu, server, root). ```text and plain blocks never run. Name folders relative to the
-working folder (the test maps /tmp into it).
+folder that holds data/ (generated CIFAR-10 and CIFAR-100, as downloaded), cat.png,
+photos/ (a few .png and .jpg), my_photos/{cat,dog,bird}/0001.jpg to 0006.jpg and
+scripts/ (as a clone does); ```python blocks run alike. A block that cannot run here
+says why on its fence line: ```bash network (or cluster, gpu, server, root). ```text
+and plain blocks never run. Name folders relative to the working folder.
 
 How the programs are made small: the folder's .venv/bin, first on PATH, holds stand-ins
 for the cifar10-* programs and python (scripts/benchmark.py) that run the real ones
 (``small``): a batch of 8, a checkpoint and a log line every step, and where a command
-names none (and no --flagfile): --max_steps=20 and /tmp's default folders mapped into
-<folder>/tmp, where --data_dir's default holds generated CIFAR-10 and CIFAR-100 data.
-A step count in a block (--max_steps=N, --profile_steps=N,M, model.ckpt-N, export/N)
-becomes round(log2(N)), which keeps their order: 300 -> 8, 20,000 -> 14, 100,000 -> 17.
+names none (and no --flagfile): --max_steps=20, --data_dir=data, and /tmp's default
+folders mapped into <folder>/tmp (as is /tmp in a block). A step count in a block
+(--max_steps=N, --profile_steps=N,M, model.ckpt-N, export/N) becomes round(log2(N)),
+which keeps their order: 300 -> 8, 20,000 -> 14, 100,000 -> 17.
 """
 
 import contextlib
@@ -41,7 +41,7 @@ WORDS = ("network", "cluster", "gpu", "server", "root")  # why a block is not ru
 HANG_GUARD_S = 600  # a block that runs longer is stuck (not a timing check)
 STEPS = re.compile(r"(?:--max_steps=|--profile_steps=|model\.ckpt-|export/)\d+(?:,\d+)?")
 TMP = re.compile(r"(?<![\w.~/-])/tmp(?=/|\b)")
-ABSOLUTE = re.compile(r"(?:^|[\s=:'\"(])(/(?!tmp\b|dev/)[A-Za-z][\w.-]*)", re.M)
+ABSOLUTE = re.compile(r"(?:^|[\s=:'\"(])(/(?!tmp\b|dev/|proc/)[A-Za-z][\w.-]*)", re.M)
 
 
 def blocks(page):
@@ -61,7 +61,7 @@ def scaled(steps: int) -> int:
     return max(1, round(math.log2(steps)))
 
 
-def small(args: list, program: str, tmp: str) -> list:
+def small(args: list, program: str, folder: str) -> list:
     """``args`` of ``program`` made small and offline (the stand-ins run this source)."""
     if program == "python":  # scripts/benchmark.py: tests/test_benchmark.py's sizes
         return args + (["--windows=1", "--window_steps=2", "--warmup_steps=1",
@@ -70,17 +70,17 @@ def small(args: list, program: str, tmp: str) -> list:
                        if args[:1] and args[0].endswith("benchmark.py") else [])
     if program == "cifar10-launch":  # the workers' flags follow a bare --
         at = args.index("--") if "--" in args else len(args)
-        return args[:at] + ["--"] + small(args[at + 1:], "cifar10-train", tmp)
+        return args[:at] + ["--"] + small(args[at + 1:], "cifar10-train", folder)
 
     def named(name):
         return any(a.lstrip("-").split("=")[0] in (name, "no" + name)
                    for a in args if a.startswith("-"))
 
-    folders = {"cifar10-train": {"train_dir": "cifar10_train", "data_dir": "cifar10_data"},
-               "cifar10-eval": {"checkpoint_dir": "cifar10_train", "eval_dir": "cifar10_eval"},
-               "cifar10-predict": {"checkpoint_dir": "cifar10_train"},
-               "cifar10-export": {"checkpoint_dir": "cifar10_train", "export_dir": "cifar10_export"}}
-    defaults = [f"--{name}={tmp}/{folder}" for name, folder in folders.get(program, {}).items()
+    run = {"checkpoint_dir": "tmp/cifar10_train"}
+    folders = {"cifar10-train": {"train_dir": "tmp/cifar10_train", "data_dir": "data"},
+               "cifar10-eval": {**run, "eval_dir": "tmp/cifar10_eval"}, "cifar10-predict": run,
+               "cifar10-export": {**run, "export_dir": "tmp/cifar10_export"}}
+    defaults = [f"--{name}={folder}/{path}" for name, path in folders.get(program, {}).items()
                 if not named(name) and not (name == "checkpoint_dir" and named("checkpoint"))]
     if program == "cifar10-train":
         defaults += [] if named("max_steps") else ["--max_steps=20"]
@@ -110,7 +110,7 @@ def provided(tmp_path_factory):
         for i in range(1, 7):
             image(folder / "my_photos" / name / f"{i:04d}.jpg")
     (folder / "scripts").symlink_to(ROOT / "scripts")
-    data = folder / "tmp" / "cifar10_data"
+    data = folder / "data"
     synthetic.write_dataset(str(data), records_per_file=100)
     cifar100 = data / ff.CIFAR100.folder  # as extracted: coarse label, fine label, image
     cifar100.mkdir()
@@ -147,18 +147,18 @@ def test_every_fence_says_whether_its_block_runs(page):
 @pytest.mark.parametrize("args, program, added", [
     (["--data_dir=data/mine", "--train_dir=runs/a/train"], "cifar10-train", ["--max_steps=20"]),
     (["--flagfile=runs/a/train/flags.txt", "--seed=1"], "cifar10-train", []),
-    (["--checkpoint=runs/a/train/model.ckpt-8"], "cifar10-eval", ["--eval_dir=T/cifar10_eval"]),
+    (["--checkpoint=runs/a/train/model.ckpt-8"], "cifar10-eval", ["--eval_dir=F/tmp/cifar10_eval"]),
     (["--num_workers=2", "--", "--synthetic_data"], "cifar10-launch",
-     ["--train_dir=T/cifar10_train", "--data_dir=T/cifar10_data", "--max_steps=20"]),
+     ["--train_dir=F/tmp/cifar10_train", "--data_dir=F/data", "--max_steps=20"]),
 ])
 def test_the_stand_ins_keep_what_a_command_names(args, program, added):
     always = (["--eval_interval_secs=1"] if program == "cifar10-eval" else
               ["--batch_size=8", "--checkpoint_steps=1", "--log_frequency=1",
                "--synthetic_records=100"])
-    assert small(args, program, "T")[len(args):] == added + always
+    assert small(args, program, "F")[len(args):] == added + always
 
 
-def stand_ins(bin_dir, tmp) -> None:
+def stand_ins(bin_dir, folder) -> None:
     """The programs of the module docstring, in ``bin_dir``."""
     bin_dir.mkdir(parents=True)
     (bin_dir / "activate").write_text("# the test's stand-in: PATH is set already\n")
@@ -167,7 +167,7 @@ def stand_ins(bin_dir, tmp) -> None:
         real = sys.executable if program == "python" else os.path.join(BIN_DIR, program)
         (bin_dir / program).write_text(
             f"#!{sys.executable}\nimport os\nimport sys\n\n\n{inspect.getsource(small)}\n\n"
-            f"os.execv({real!r}, [{real!r}] + small(sys.argv[1:], {program!r}, {str(tmp)!r}))\n")
+            f"os.execv({real!r}, [{real!r}] + small(sys.argv[1:], {program!r}, {str(folder)!r}))\n")
         (bin_dir / program).chmod(0o755)
 
 
@@ -195,7 +195,7 @@ def test_every_command_of_the_page_runs(page, provided, tmp_path):
         pytest.skip("no block to run")
     folder = tmp_path / "folder"
     shutil.copytree(provided, folder, symlinks=True)
-    stand_ins(folder / ".venv" / "bin", folder / "tmp")
+    stand_ins(folder / ".venv" / "bin", folder)
     environment = env(PATH=os.pathsep.join([str(folder / ".venv" / "bin"), BIN_DIR,
                                             os.environ["PATH"]]),
                       CIFAR10_DATA_URL=f"file://{tmp_path}/no-network/{ff.TARBALL_NAME}")
