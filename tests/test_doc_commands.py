@@ -1,7 +1,7 @@
 """Every command of README.md and docs/ runs as written, so the docs cannot rot.
 
 For page writers: each ```bash block runs, each page's blocks in order in one fresh
-folder that holds data/ (generated CIFAR-10 and CIFAR-100, as downloaded), cat.png,
+folder that holds data/ (generated CIFAR-10, where it is downloaded to), cat.png,
 photos/ (a few .png and .jpg), my_photos/{cat,dog,bird}/0001.jpg to 0006.jpg and
 scripts/ (as a clone does); ```python blocks run alike. A block that cannot run here
 says why on its fence line: ```bash network (or cluster, gpu, server, root). ```text
@@ -110,18 +110,7 @@ def provided(tmp_path_factory):
         for i in range(1, 7):
             image(folder / "my_photos" / name / f"{i:04d}.jpg")
     (folder / "scripts").symlink_to(ROOT / "scripts")
-    data = folder / "data"
-    synthetic.write_dataset(str(data), records_per_file=100)
-    cifar100 = data / ff.CIFAR100.folder  # as extracted: coarse label, fine label, image
-    cifar100.mkdir()
-    for split, count in (("train", 300), ("test", 100)):
-        fine = np.arange(count) % 100
-        rows = np.concatenate([np.stack([fine // 5, fine], 1),
-                               rng.integers(0, 256, (count, ff.IMAGE_BYTES))], 1)
-        (cifar100 / ff.CIFAR100_FILES[split]).write_bytes(rows.astype(np.uint8).tobytes())
-    for label, count in (("fine", 100), ("coarse", 20)):
-        (cifar100 / ff.CIFAR100_NAMES_FILES[label]).write_text(
-            "".join(f"{label}{i}\n" for i in range(count)))
+    synthetic.write_dataset(str(folder / "data"), records_per_file=100)
     return folder
 
 
