@@ -182,13 +182,13 @@ def test_every_command_of_the_page_runs(page, provided, tmp_path):
                 if language in ("bash", "python") and not words]
     if not runnable:
         pytest.skip("no block to run")
+    assert not problems(page), f"{page.name}: " + "; ".join(problems(page))
     folder = tmp_path / "folder"
     shutil.copytree(provided, folder, symlinks=True)
     stand_ins(folder / ".venv" / "bin", folder)
     environment = env(PATH=os.pathsep.join([str(folder / ".venv" / "bin"), BIN_DIR,
                                             os.environ["PATH"]]),
                       CIFAR10_DATA_URL=f"file://{tmp_path}/no-network/{ff.TARBALL_NAME}")
-    assert not problems(page), f"{page.name}: " + "; ".join(problems(page))
     for number, language, original in runnable:
         text = STEPS.sub(lambda m: re.sub(r"\d+", lambda n: str(scaled(int(n[0]))), m[0]),
                          TMP.sub(str(folder / "tmp"), original))
