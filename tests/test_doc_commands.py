@@ -5,7 +5,7 @@ folder that holds data/ (generated CIFAR-10, where it is downloaded to), cat.png
 photos/ (a few .png and .jpg), my_photos/{cat,dog,bird}/0001.jpg to 0006.jpg and
 scripts/ (as a clone does); ```python blocks run alike. A block that cannot run here
 says why on its fence line: ```bash network (or cluster, gpu, server, root). ```text
-and plain blocks never run. Name folders relative to the working folder.
+and plain blocks never run. A command prints no warning (but --num_gpus's on a CPU). Name folders relative to the working folder.
 
 How the programs are made small: the folder's .venv/bin, first on PATH, holds stand-ins
 for the cifar10-* programs and python (scripts/benchmark.py) that run the real ones
@@ -41,6 +41,8 @@ WORDS = ("network", "cluster", "gpu", "server", "root")  # why a block is not ru
 HANG_GUARD_S = 600  # a block that runs longer is stuck (not a timing check)
 STEPS = re.compile(r"(?:--max_steps=|--profile_steps=|model\.ckpt-|export/)\d+(?:,\d+)?")
 TMP = re.compile(r"(?<![\w.~/-])/tmp(?=/|\b)")
+# The one warning a page's command may print: the README's --num_gpus=4 on a machine without.
+WARNING = re.compile(r"^cifar10-\w+: warning: (?!--num_gpus=\d+ but this machine has)", re.M)
 ABSOLUTE = re.compile(r"(?:^|[\s=:'\"(])(/(?!tmp\b|dev/|proc/)[A-Za-z][\w.-]*)", re.M)
 
 
@@ -203,3 +205,5 @@ def test_every_command_of_the_page_runs(page, provided, tmp_path):
         assert status == 0, (f"{page.name}:{number}: the ```{language} block ended with "
                              f"{'exit ' * isinstance(status, int)}{status}:\n{original}\n"
                              f"--- the end of its output:\n{tail}")
+        warned = WARNING.findall((tmp_path / f"output-{number}.txt").read_text())
+        assert not warned, f"{page.name}:{number}: a command warned:\n{original}\n{tail}"
