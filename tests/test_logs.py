@@ -125,3 +125,21 @@ def test_a_suggested_program_is_named_as_the_users_shell_finds_it(tmp_path, monk
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     assert logs.runnable("cifar10-eval", "bin/cifar10-train") == "cifar10-eval"
     assert logs.runnable("cifar10-eval", "-c") == "cifar10-eval"  # not a console script
+
+
+def test_a_suggested_program_is_found_beside_the_file_a_link_to_this_one_names(
+        tmp_path, monkeypatch):
+    """A program linked alone into a folder on PATH (``~/bin/cifar10-train``): the other
+    one is beside the file the link names; one started by a bare name, beside it here."""
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    for name in ("cifar10-train", "cifar10-eval"):
+        (tmp_path / "venv" / "bin" / name).write_text("#!/bin/sh\n")
+        (tmp_path / "venv" / "bin" / name).chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "cifar10-train").symlink_to(tmp_path / "venv" / "bin" / "cifar10-train")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert logs.runnable("cifar10-eval", str(tmp_path / "bin" / "cifar10-train")) == str(
+        tmp_path / "venv" / "bin" / "cifar10-eval")
+    monkeypatch.chdir(tmp_path / "venv" / "bin")
+    assert logs.runnable("cifar10-eval", "cifar10-train") == "./cifar10-eval"

@@ -201,11 +201,18 @@ class ProgressLine:
 
 def runnable(program: str, argv0: str | None = None) -> str:
     """``program`` (another cifar10-* program) as the user's shell runs it: its name where
-    PATH finds the one beside this program (``argv0``, default ``sys.argv[0]``), else the
-    path of that one (a venv not activated), relative where ``argv0`` is."""
-    beside = os.path.join(os.path.dirname(sys.argv[0] if argv0 is None else argv0), program)
-    if not os.path.dirname(beside) or not os.path.isfile(beside):
+    PATH finds the one beside this program (``argv0``, default ``sys.argv[0]``; beside
+    the file it links to where it is a link that has none beside it), else the path of
+    that one (a venv not activated), relative where ``argv0`` is."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if not os.path.dirname(argv0) and not os.path.isfile(argv0):
         return program  # not started as a console script: the name is the best guess
+    for started in (argv0, os.path.realpath(argv0)):
+        beside = os.path.join(os.path.dirname(started) or os.curdir, program)
+        if os.path.isfile(beside):
+            break
+    else:
+        return program
     found = shutil.which(program)
     if found and os.path.samefile(found, beside):
         return program
