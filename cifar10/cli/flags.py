@@ -335,7 +335,7 @@ def short_help(program: str, doc: str, flag_values: flags.FlagValues) -> str:
         for name in names.split():
             lines += _help_lines(flag_values[name])
     return "\n".join(lines + [
-        "", "TensorFlow's own log lines are hidden: -v 0 or TF_CPP_MIN_LOG_LEVEL=0 shows them.",
+        "", "TensorFlow's own log lines are hidden: -v 0 shows them. --version: the versions.",
         f"Every flag in full, absl's own too: --helpfull. Guide: {page}"])
 
 
