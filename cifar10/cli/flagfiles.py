@@ -22,7 +22,7 @@ _OWN_FOLDER = {"cifar10-train": "train_dir", "cifar10-eval": "eval_dir"}
 def parse(flag_values: flags.FlagValues, argv: Sequence[str], program: str) -> list[str]:
     """Parses ``argv`` into ``flag_values``; returns the arguments left, the program's name
     first.  flags.Error for a flagfile refused, a flag mistake, or a value refused."""
-    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    own = cifar10_flags.own_args(argv)
     copied = {}
     _refuse_lost_settings(_settings(own, flag_values, program, copied), flag_values, copied,
                           _OWN_FOLDER.get(program))

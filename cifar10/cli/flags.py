@@ -473,6 +473,12 @@ def flagfile_text(flag_values: flags.FlagValues = flags.FLAGS,
     return "".join(f"{line}\n" for line in lines)
 
 
+def own_args(argv: list[str]) -> list[str]:
+    """A command line's arguments for its program: those before a bare ``--`` (after it,
+    another program's: cifar10-launch's trainers)."""
+    return argv[1:argv.index("--")] if "--" in argv else argv[1:]
+
+
 def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str | None:
     """The error for a flag of cifar10-train's given before the ``--``, or None."""
     if not isinstance(error, flags.UnrecognizedFlagError):
@@ -483,7 +489,7 @@ def trainers_flag_hint(error: flags.Error, argv: list[str], program: str) -> str
         error.flagname[2:] in trainer else error.flagname
     if name not in trainer:
         return None
-    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    own = own_args(argv)
     at = next((i for i, arg in enumerate(own) if arg.lstrip("-").split("=")[0] == error.flagname),
               None)
     if at is None:

@@ -64,12 +64,10 @@ def parse_flags(argv: list[str], program: str, doc: str,
     """Parses ``argv`` into ``flag_values``; returns the arguments left.  ``--help``
     prints ``doc``'s first line and the flags by topic, ``--version`` the versions
     (status 0); a flag mistake is one line (status 1)."""
-    own = argv[1:argv.index("--")] if "--" in argv else argv[1:]  # after --: another's
-    given = {arg.split("=")[0] for arg in own}
-    asked = given & set(HELP_FLAGS)
+    given = {arg.split("=")[0] for arg in cifar10_flags.own_args(argv)}
     # (absl's short help would list the flags of __main__, the console-script stub here.)
     answer = (cifar10_flags.short_help(program, doc, flag_values)
-              if asked & set(_SHORT_HELP_FLAGS) else
+              if given & set(_SHORT_HELP_FLAGS) else
               version_line(program) if "--version" in given else None)
     if answer:
         print(answer)
