@@ -11,6 +11,7 @@ from absl import flags
 
 from cifar10.core import config
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import helptext
 
 
 def flags_of(config_class):
@@ -116,11 +117,11 @@ def test_flag_mistakes_are_worded_as_the_programs_words(define, argv, line):
     assert cifar10_flags.flag_error_text(raised.value) == line
 
 
-@pytest.mark.parametrize("program", cifar10_flags.HELP_TOPICS)
+@pytest.mark.parametrize("program", helptext.HELP_TOPICS)
 def test_help_lists_each_flag_of_a_program_under_one_topic(program):
     values = flags.FlagValues()
     getattr(cifar10_flags, f"define_{program.split('-')[1]}_flags")(values)
-    _, page, topics = cifar10_flags.HELP_TOPICS[program]
+    _, page, topics = helptext.HELP_TOPICS[program]
     listed = [name for _, names in topics for name in names.split()]
     assert sorted(listed) == sorted(flag.name for flag in
                                     values.get_flags_for_module(cifar10_flags.__name__))

@@ -17,6 +17,7 @@ from absl import flags
 
 import cifar10
 from cifar10.cli import flags as cifar10_flags
+from cifar10.cli import helptext
 from cifar10.cli import process
 from cifar10.core.errors import DataError, DivergedError, listed
 
@@ -69,15 +70,23 @@ def test_help_is_the_usage_and_the_flags_by_topic(program, option):
     result = cli.call(program, "--max_steps=oops", option)
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
-    _, page, topics = cifar10_flags.HELP_TOPICS[program]
+    _, page, topics = helptext.HELP_TOPICS[program]
     assert lines[0].startswith(f"Usage: {program} ") and lines[2:4] == ["", f"{topics[0][0]}:"]
     assert lines[-1] == f"Every flag in full, absl's own too: --helpfull. Guide: {page}"
-    assert max(map(len, lines)) <= cifar10_flags.HELP_WIDTH
+    assert max(map(len, lines)) <= helptext.HELP_WIDTH
     if program == "cifar10-train":
         assert lines[1:6] == [
             "Train the CIFAR-10 tutorial model, one replica per GPU.", "", "Data:",
             "  --data_dir=/tmp/cifar10_data  Path to the data directory; the data is downloaded "
             "and", "      extracted there when missing."]
+
+
+def test_helpfull_is_absls_whole_list_and_no_error():
+    # A process: absl's own flags (--helpfull) are not in tests/cli.py's fresh flags.
+    result = subprocess.run([os.path.join(cli.BIN_DIR, "cifar10-eval"), "--helpfull"],
+                            capture_output=True, text=True, env=cli.env())
+    assert result.returncode == 0, result.stderr
+    assert "--verbosity" in result.stdout and "--eval_dir" in result.stdout
 
 
 @pytest.mark.parametrize("program", cli.ENTRY_POINTS)

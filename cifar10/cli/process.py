@@ -23,6 +23,7 @@ from absl import logging
 import cifar10
 from cifar10.cli import entry
 from cifar10.cli import flagfiles
+from cifar10.cli import helptext
 from cifar10.cli import flags as cifar10_flags
 from cifar10.core import logs
 from cifar10.core.errors import Cifar10Error
@@ -66,7 +67,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     (status 0); a flag mistake is one line (status 1)."""
     given = {arg.split("=")[0] for arg in cifar10_flags.own_args(argv)}
     # (absl's short help would list the flags of __main__, the console-script stub here.)
-    answer = (cifar10_flags.short_help(program, doc, flag_values)
+    answer = (helptext.short_help(program, doc, flag_values)
               if given & set(_SHORT_HELP_FLAGS) else
               version_line(program) if "--version" in given else None)
     if answer:
@@ -76,7 +77,7 @@ def parse_flags(argv: list[str], program: str, doc: str,
     try:
         return flagfiles.parse(flag_values, argv, program)
     except SystemExit:
-        if asked:  # absl exits with status 1 after --helpfull; help is not an error
+        if given & set(HELP_FLAGS):  # absl exits with status 1 after --helpfull; not an error
             sys.exit(0)
         raise
     except flags.Error as e:
