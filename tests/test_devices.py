@@ -13,9 +13,11 @@ import pytest
 import tensorflow as tf
 
 import cli
+import fakegpus
 from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import devices
+from cifar10.distribute import gpus as gpu_config
 
 
 def test_replicas_run_on_the_cpu_or_its_logical_devices_up_to_a_cap(monkeypatch):
@@ -98,27 +100,123 @@ def test_emulated_bfloat16_is_one_warning_line_naming_the_cpu_features(tmp_path,
         "in float32 here (evaluation about as fast)."]
 
 
+GPU = "/job:localhost/replica:0/task:0/device:GPU:{}".format
+
+
+@pytest.fixture
+def strategies(monkeypatch):
+    """make_strategy's strategies as their arguments, not built (the GPUs are fake)."""
+    def mirrored(devices, cross_device_ops):
+        return types.SimpleNamespace(devices=devices, ops=type(cross_device_ops).__name__,
+                                     extended=types.SimpleNamespace(worker_devices=devices))
+
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", mirrored)
+    monkeypatch.setattr(devices.resolver, "multi_worker_strategy",
+                        lambda resolver, options, timeout: types.SimpleNamespace(
+                            ops=options.implementation.name))
+
+
+H200_LINE = "/gpu:{} (NVIDIA H200{})".format
+
+
+@pytest.mark.parametrize("num_gpus, options, used, ops, state, line", [
+    (0, {}, ["/cpu:0"], "ReductionToOneDevice", ([], [], {}), ""),  # every GPU hidden
+    (None, {}, ["/gpu:0"], "NcclAllReduce", ([0], [0], {}), " on " + H200_LINE(0, "")),
+    (2, {}, ["/gpu:0", "/gpu:1"], "NcclAllReduce", ([0, 1], [0, 1], {}),
+     " on " + H200_LINE("0-1", "")),
+    (2, {"all_reduce": "hierarchical_copy"}, ["/gpu:0", "/gpu:1"], "HierarchicalCopyAllReduce",
+     ([0, 1], [0, 1], {}), " on " + H200_LINE("0-1", "")),
+    (3, {"per_gpu": 2}, ["/gpu:0", "/gpu:1", "/gpu:2"], "ReductionToOneDevice",
+     ([0, 1], [], {0: 2, 1: 1}),
+     f" on {H200_LINE('0-1', ', slice of GPU 0')}, {H200_LINE(2, ', slice of GPU 1')}"),
+    (2, {"kind": "multi_worker"}, None, "NCCL", ([0, 1], [0, 1], {}), None),
+    (2, {"kind": "multi_worker", "all_reduce": "one_device"}, None, "RING", ([0, 1], [0, 1], {}),
+     None),
+])
+def test_num_gpus_takes_the_first_visible_gpus_hides_the_others_and_names_them(
+        num_gpus, options, used, ops, state, line, strategies, monkeypatch, tmp_path):
+    gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200, fakegpus.H200)
+    fakegpus.nvidia_smi(tmp_path, monkeypatch, 143771, 143771, 143771)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    strategy = devices.make_strategy(num_gpus, **{"kind": "mirrored", **options})
+    assert (strategy.ops, gpus.state()) == (ops, state)
+    if used is not None:
+        assert strategy.devices == used and devices.placement(strategy) == line
+
+
+@pytest.mark.parametrize("gpus, memory, options, line", [
+    (2, (81559,) * 2, {"num_gpus": 3}, "--num_gpus=3 needs 3 GPUs and this process sees 2: give "
+     "--num_gpus=2 or fewer, or --replicas_per_gpu=2 for several replicas on each GPU's slices"),
+    (2, (8192,) * 2, {"num_gpus": 8, "per_gpu": 4}, "--replicas_per_gpu=4: 4 slices of 2048 MB "
+     "and 1024 MB for CUDA do not fit GPU 0's 8192 MB: give --replicas_per_gpu=3 or fewer"),
+    (1, (81559,), {"num_gpus": 2, "per_gpu": 2, "all_reduce": "nccl"}, "--all_reduce=nccl "
+     "cannot reduce between slices of one GPU (--replicas_per_gpu): drop one of them"),
+    (0, (), {"num_gpus": 2, "all_reduce": "nccl"}, "--all_reduce=nccl reduces between GPUs and "
+     "the replicas run on the CPU here: drop --all_reduce"),
+])
+def test_what_the_gpus_cannot_do_is_refused_in_one_line(gpus, memory, options, line,
+                                                        strategies, monkeypatch, tmp_path):
+    fakegpus.FakeGPUs(monkeypatch, *[fakegpus.H200] * gpus)
+    fakegpus.nvidia_smi(tmp_path, monkeypatch, *memory)
+    with pytest.raises(Cifar10Error) as refused:
+        devices.make_strategy(**{"kind": "mirrored", **options})
+    assert str(refused.value) == line
+
+
+@pytest.mark.parametrize("chosen, smi, memory", [
+    (None, "two", [16384, 81559]),
+    ("1", "two", [81559]),
+    ("GPU-0", "two", [16384]),  # a UUID, or its start, as CUDA takes them
+    ("MIG-5", "two", "CUDA_VISIBLE_DEVICES names MIG-5, which is no GPU nvidia-smi lists"),
+    (None, "fails", "nvidia-smi failed: NVIDIA-SMI has failed"),
+    (None, "missing", "nvidia-smi is not on PATH"),
+])
+def test_the_memory_of_the_visible_gpus_is_nvidia_smis(chosen, smi, memory, monkeypatch,
+                                                        tmp_path, caplog):
+    if chosen is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
+    if smi == "missing":
+        monkeypatch.setenv("PATH", str(tmp_path))
+    else:
+        fakegpus.nvidia_smi(tmp_path, monkeypatch, 16384, 81559, fails=smi == "fails")
+    assert gpu_config.card_memory_mb() == memory
+    gpu_config.check_memory(1, 2)  # (fits every card here)
+    assert [r.getMessage() for r in caplog.records] == ([] if isinstance(memory, list) else [
+        f"--replicas_per_gpu=2: cannot check that 2 slices of 2048 MB fit each GPU's memory "
+        f"({memory}); if TensorFlow runs out of GPU memory, give fewer"])
+
+
+@pytest.mark.parametrize("gpus, tf32, line", [
+    ([fakegpus.H200], False, "NVIDIA H200 has TF32 tensor cores, which float32 leaves idle: "
+     "--allow_tf32 runs its convolutions and matrix products on them, faster, with TF32's "
+     "10-bit mantissa"),
+    ([fakegpus.H200], True, None),  # --allow_tf32 given
+    ([fakegpus.V100], False, None),  # before Ampere: no TF32
+])
+def test_a_float32_run_on_gpus_with_tf32_is_told_of_allow_tf32(gpus, tf32, line, monkeypatch,
+                                                               caplog):
+    fakegpus.FakeGPUs(monkeypatch, *gpus)
+    monkeypatch.setattr(tf.config.experimental, "tensor_float_32_execution_enabled",
+                        lambda: tf32)
+    assert devices.suggest_precision([GPU(0)]) is (line is not None)
+    assert [r.getMessage() for r in caplog.records] == ([line] if line else [])
+
+
 def test_a_gpu_before_ampere_is_named_in_the_bfloat16_warning(monkeypatch, caplog):
-    capabilities = {"A100": (8, 0), "V100": (7, 0)}
-    visible = list(capabilities)  # /gpu:0 is the A100, /gpu:1 the V100
-    monkeypatch.setattr(tf.config, "get_visible_devices",
-                        lambda kind=None: visible if kind == "GPU" else [])
-    monkeypatch.setattr(tf.config.experimental, "get_device_details",
-                        lambda gpu: {"device_name": f"Tesla {gpu}",
-                                     "compute_capability": capabilities[gpu]})
-    gpu = "/job:localhost/replica:0/task:0/device:GPU:{}".format
-    assert not devices.warn_if_bfloat16_is_emulated([gpu(0)])  # the V100 is not used
-    assert devices.warn_if_bfloat16_is_emulated([gpu(0), gpu(1)])
+    gpus = fakegpus.FakeGPUs(monkeypatch, ("NVIDIA A100", (8, 0)), fakegpus.V100)
+    assert not devices.warn_if_bfloat16_is_emulated([GPU(0)])  # the V100 is not used
+    assert devices.warn_if_bfloat16_is_emulated([GPU(0), GPU(1)])
     assert [r.getMessage()[:60] for r in caplog.records] == [
-        "--use_bf16: Tesla V100 has no bfloat16 tensor cores (those c"]
-    visible[:] = ["V100"]  # logical /gpu:0 and /gpu:1 are slices of the V100
-    assert devices.warn_if_bfloat16_is_emulated([gpu(0), gpu(1)])
+        "--use_bf16: Tesla V100-SXM2-16GB has no bfloat16 tensor cores (th"]
+    gpu_config.use(gpus.physical[1:], 2, per_gpu=2)  # logical /gpu:0 and /gpu:1: the V100's
+    assert devices.warn_if_bfloat16_is_emulated([GPU(0), GPU(1)])
 
 
 def test_the_trainer_warns_of_float16_on_the_cpu_as_its_own_line(tmp_path):
     """(With no hint to try --use_bf16: a float32 run's, test_output.py.)"""
     assert not devices.warn_if_float16_runs_on_cpu(["/job:localhost/device:GPU:0"])
-    assert not devices.suggest_bfloat16(["/job:localhost/device:GPU:0"])
+    assert not devices.suggest_precision(["/job:localhost/device:GPU:0"])
     result = cli.call("cifar10-train", "--use_fp16", "--synthetic_data",
                       "--synthetic_records=20", f"--data_dir={tmp_path / 'data'}",
                       f"--train_dir={tmp_path / 'train'}", "--max_steps=1", "--batch_size=2")

@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 
 import cli
+import fakegpus
 import pytest
 import tensorflow as tf
 from absl import app
@@ -141,6 +142,36 @@ def test_float32_is_float32_unless_tf32_is_allowed_and_training_keeps_it(tmp_pat
     finally:
         process.load_tensorflow()
     assert not tf.config.experimental.tensor_float_32_execution_enabled()
+
+
+@pytest.mark.parametrize("program, args, kept", [
+    ("cifar10-train", ["--num_gpus=0", "--synthetic_data", "--synthetic_records=10",
+                       "--data_dir={tmp}/data", "--train_dir={tmp}/train", "--max_steps=1",
+                       "--batch_size=4"], []),
+    ("cifar10-eval", ["--eval_on_cpu", "--run_once", "--checkpoint_dir={run}",
+                      "--eval_dir={tmp}/eval", "--data_dir={data}"], []),
+    ("cifar10-eval", ["--run_once", "--checkpoint_dir={run}", "--eval_dir={tmp}/eval",
+                      "--data_dir={data}"], [0]),  # the first GPU, with memory growth
+    ("cifar10-predict", ["--checkpoint_dir={run}", "{tmp}/photos/cat/0.png"], []),
+    ("cifar10-export", ["--checkpoint_dir={run}", "--export_dir={tmp}/export"], []),
+    ("cifar10-prepare", ["--image_dir={tmp}/photos", "--data_dir={tmp}/prepared",
+                         "--test_fraction=0.5"], []),
+])
+def test_programs_leave_alone_the_gpus_they_do_not_use(program, args, kept, trained_run,
+                                                       tmp_path, monkeypatch):
+    """Hidden (or with memory growth) as TensorFlow loads, so that a program started
+    beside a trainer maps none of its GPUs' memory."""
+    for label, name in enumerate(("cat", "dog")):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(6):
+            (tmp_path / "photos" / name / f"{i}.png").write_bytes(tf.io.encode_png(
+                tf.fill([32, 32, 3], tf.constant(label * 120 + i * 20, tf.uint8))).numpy())
+    gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200)
+    run, test_files = trained_run
+    result = cli.call(program, *(arg.format(tmp=tmp_path, run=run, data=os.path.dirname(
+        os.path.dirname(test_files[0]))) for arg in args))
+    assert result.returncode == 0, result.stderr
+    assert gpus.state() == (kept, kept, {})
 
 
 @pytest.mark.parametrize("args, environ, asked", [

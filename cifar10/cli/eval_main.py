@@ -53,14 +53,18 @@ def main(argv: list[str]) -> None:
             run_dir, "No checkpoint file found",
             or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
-    tf = process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True)
+    process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True,
+                            gpus=0 if FLAGS.eval_on_cpu else 1)
     if single:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
         data = data or _data(followed)
     from cifar10.evaluation import polling
     from cifar10.evaluation import scoring
 
-    _set_up_devices(tf)
+    if FLAGS.use_bf16:
+        from cifar10.distribute import devices
+
+        devices.warn_if_bfloat16_is_emulated()
     try:
         with outdirs.claimed("eval_dir", FLAGS.eval_dir, PROGRAM, read=run_dir,
                              work=recording.RESULTS_FILE):
@@ -110,17 +114,6 @@ def _data_of_its_classes(run_dir: str, count: int) -> str:
     theirs = " ".join(run_data.as_flag(name, recorded[name]) for name in given)
     return (f"leave out {', '.join('--' + name for name in given)} to use the run's "
             f"({theirs}, in {os.path.join(run_dir, records.FLAGS_FILE)}), or {other}")
-
-
-def _set_up_devices(tf) -> None:
-    from cifar10.distribute import devices
-
-    if FLAGS.eval_on_cpu:
-        tf.config.set_visible_devices([], "GPU")
-    else:
-        devices.enable_memory_growth()
-    if FLAGS.use_bf16:
-        devices.warn_if_bfloat16_is_emulated()
 
 
 def _config(batches_dir: str, counts: dict[str, int], checkpoint: str | None) -> EvalConfig:

@@ -18,7 +18,8 @@ HELP_TOPICS = {
         ("Training", "train_dir max_steps batch_size fresh_start seed deterministic"),
         ("Precision and speed", "use_bf16 use_fp16 xla allow_tf32 kernels steps_per_loop "
                                 "profile_steps"),
-        ("Several GPUs and machines", "num_gpus strategy worker_timeout_secs slurm_port_base"),
+        ("Several GPUs and machines", "num_gpus replicas_per_gpu all_reduce strategy "
+                                      "worker_timeout_secs slurm_port_base"),
         ("Output and logging", "log_frequency summary_steps checkpoint_steps keep_checkpoints "
                                "log_device_placement"))),
     "cifar10-eval": ("[flags]", "docs/evaluation.md", (

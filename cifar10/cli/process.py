@@ -33,10 +33,12 @@ STDOUT_CLOSED = 128 + signal.SIGPIPE
 _tensorflow_lines = False
 
 
-def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
+def load_tensorflow(allow_tf32: bool = False, plots: bool = False, gpus: int | None = 0):
     """Imports TensorFlow (a Ctrl-C meanwhile ends the program), its warnings hidden
     unless asked for; float32 stays float32 unless ``allow_tf32``; only a program that
-    draws (``plots``) lets Keras load matplotlib."""
+    draws (``plots``) lets Keras load matplotlib.  The program uses the first ``gpus``
+    visible GPUs, each with memory growth, and TensorFlow never maps the others' memory
+    (0: every GPU hidden; None: the program chooses, as the trainer's make_strategy)."""
     with entry.interrupts_kept():
         if not plots and "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
             # Keras imports matplotlib.pyplot for a helper no program uses; None in
@@ -51,6 +53,10 @@ def load_tensorflow(allow_tf32: bool = False, plots: bool = False):
     if not _tensorflow_lines:
         tf.get_logger().setLevel(logs.python_level(os.environ))
     tf.config.experimental.enable_tensor_float_32_execution(allow_tf32)
+    if gpus is not None:
+        from cifar10.distribute import gpus as gpu_config
+
+        gpu_config.keep(tf.config.list_physical_devices("GPU")[:gpus])
     return tf
 
 

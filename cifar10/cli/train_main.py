@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     no_download = _refuse_before_tensorflow()
     batches_dir, counts = _data(no_download)
-    process.load_tensorflow(allow_tf32=FLAGS.allow_tf32)
+    process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, gpus=None)  # make_strategy's
     from cifar10.cli import stopping
     from cifar10.data import folder as data
     from cifar10.core.errors import StoppedBeforeTraining
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> None:
     is_chief, task = devices.worker_role(strategy)
     new_run = FLAGS.fresh_start or not layout.holds_checkpoints(FLAGS.train_dir)
     if is_chief and new_run and not (FLAGS.use_bf16 or FLAGS.use_fp16):
-        devices.suggest_bfloat16(strategy.extended.worker_devices)  # not at each resume
+        devices.suggest_precision(strategy.extended.worker_devices)  # not at each resume
     # (The other workers of a job write nothing in --train_dir.)
     claimed = (outdirs.claimed("train_dir", FLAGS.train_dir, PROGRAM) if is_chief
                else contextlib.nullcontext())
@@ -86,7 +86,8 @@ def _strategy():
     num_gpus = FLAGS.num_gpus if FLAGS["num_gpus"].present else None
     strategy = devices.make_strategy(num_gpus, FLAGS.log_device_placement,
                                      FLAGS.strategy, FLAGS.worker_timeout_secs,
-                                     FLAGS.slurm_port_base)
+                                     FLAGS.slurm_port_base, FLAGS.replicas_per_gpu,
+                                     FLAGS.all_reduce)
     if FLAGS.use_bf16:
         devices.warn_if_bfloat16_is_emulated(strategy.extended.worker_devices)
     if FLAGS.use_fp16:
@@ -127,7 +128,9 @@ def _invocation(batches_dir: str):
 
     return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
                       settings={"command": " ".join(sys.argv), "data_dir": batches_dir,
-                                "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32})
+                                "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32,
+                                "replicas_per_gpu": FLAGS.replicas_per_gpu,
+                                "all_reduce": FLAGS.all_reduce})
 
 
 def run() -> None:

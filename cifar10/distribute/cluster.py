@@ -19,6 +19,7 @@ from typing import Mapping
 from cifar10.core.errors import Cifar10Error
 
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
+ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "one_device")  # --all_reduce (gpus.py)
 TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
                      '"task": {"type": "worker", "index": 0}}')
 # A host of "host:port": a name or IPv4 address, or an IPv6 address in brackets.

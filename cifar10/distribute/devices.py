@@ -1,10 +1,11 @@
 """Which devices the replicas run on, the distribution strategy over them, and how
-the batches reach them.  ``--num_gpus=N`` asks for N replicas: where a machine has
-fewer GPUs, /gpu:0 (else the CPU) is split into N logical devices, before any other
-TensorFlow work, so that the global batch and schedule stay those of N GPUs."""
+the batches reach them.  ``--num_gpus=N`` asks for N replicas: on the first N visible
+GPUs (``gpus``), or on a machine without GPUs on N logical CPU devices, made before any
+other TensorFlow work, so that the global batch and schedule stay those of N GPUs."""
 
 from __future__ import annotations
 
+import itertools
 import platform
 from typing import Sequence
 
@@ -14,118 +15,97 @@ import tensorflow as tf
 from cifar10.core import machine
 from cifar10.core.errors import Cifar10Error
 from cifar10.distribute import cluster, resolver
+from cifar10.distribute import gpus as gpu_config
 
-# Memory of each logical GPU where several replicas share one physical GPU.
-LOGICAL_GPU_MEMORY_MB = 2048
-# The most replicas on logical devices (each is built in turn, about a second apiece).
+# The most replicas on logical CPU devices (each is built in turn, about a second apiece).
 MAX_LOGICAL_REPLICAS = 64
 
 
-def enable_memory_growth() -> None:
-    """Memory growth on every GPU, so that an evaluator can share one with the trainer."""
-    for gpu in tf.config.list_physical_devices("GPU"):
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except (RuntimeError, ValueError):
-            pass  # runtime already initialised, or the GPU is split into logical devices
-
-
-def replica_devices(num_gpus: int | None) -> list[str]:
-    """One device name per replica for ``--num_gpus=num_gpus``: 0 is one on the CPU;
-    None (the flag's default) one, on the CPU without a word where there is no GPU."""
+def replica_devices(num_gpus: int | None, per_gpu: int = 1, gpus: list | None = None
+                    ) -> list[str]:
+    """One device name per replica for ``--num_gpus=num_gpus`` (None, the flag's default:
+    one, on the CPU without a word where there is no GPU), before any other TensorFlow
+    work: the first of ``gpus`` (default: the visible ones), ``per_gpu`` replicas on each
+    (``gpus.use``), the others hidden; 0, or no GPU, the CPU, its logical devices for
+    several replicas."""
     asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     if num_gpus < 0:
         raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
+    gpus = tf.config.list_physical_devices("GPU") if gpus is None else gpus
+    if num_gpus and gpus:
+        gpu_config.use(gpus, num_gpus, per_gpu)
+        return [f"/gpu:{i}" for i in range(num_gpus)]
+    gpu_config.keep([])
     if num_gpus == 0:
         return ["/cpu:0"]
-    gpus = tf.config.list_physical_devices("GPU")
-    if len(gpus) >= num_gpus:
-        enable_memory_growth()
-        return [f"/gpu:{i}" for i in range(num_gpus)]
-    kind = "GPU" if gpus else "CPU"
     if num_gpus > MAX_LOGICAL_REPLICAS:
         raise Cifar10Error(
             f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs "
-            f"({len(gpus) or 'none'}), and more than the {MAX_LOGICAL_REPLICAS} that run on "
-            f"logical {kind} devices in their place: give --num_gpus={MAX_LOGICAL_REPLICAS} "
-            f"or fewer")
-    if gpus:
-        logging.warning(
-            "--num_gpus=%d but this machine has %d GPU(s): running %d replicas on logical "
-            "GPUs of %d MB each on /gpu:0 (same global batch and schedule as %d GPUs).",
-            num_gpus, len(gpus), num_gpus, LOGICAL_GPU_MEMORY_MB, num_gpus)
-        # Only /gpu:0 is split: a multi-worker strategy takes every GPU it sees.
-        _split(gpus[0], num_gpus, LOGICAL_GPU_MEMORY_MB, visible=gpus[:1])
-    elif num_gpus == 1:
-        if asked:
-            logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
-    else:
+            f"(none), and more than the {MAX_LOGICAL_REPLICAS} that run on logical CPU "
+            f"devices in their place: give --num_gpus={MAX_LOGICAL_REPLICAS} or fewer")
+    if num_gpus > 1:
         logging.warning(
             "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
             "devices (same global batch and schedule as %d GPUs, not the same speed).",
             num_gpus, num_gpus, num_gpus)
-        _split(tf.config.list_physical_devices("CPU")[0], num_gpus, None)
-    logical = tf.config.list_logical_devices(kind)
+        try:
+            tf.config.set_logical_device_configuration(
+                tf.config.list_physical_devices("CPU")[0],
+                [tf.config.LogicalDeviceConfiguration()] * num_gpus)
+        except RuntimeError:
+            pass  # runtime already initialised: counted below
+    elif asked:
+        logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
+    logical = tf.config.list_logical_devices("CPU")
     if len(logical) < num_gpus:
         raise Cifar10Error(
-            f"{num_gpus} replicas need {num_gpus} logical {kind} devices but TensorFlow was "
+            f"{num_gpus} replicas need {num_gpus} logical CPU devices but TensorFlow was "
             f"already initialised with {len(logical)}; configure devices before any other "
             f"TensorFlow work in the process")
     return [d.name for d in logical[:num_gpus]]
 
 
-def _split(physical, count: int, memory_limit: int | None, visible=None) -> None:
-    config = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count
-    try:
-        if visible is not None:
-            tf.config.set_visible_devices(visible, "GPU")
-        tf.config.set_logical_device_configuration(physical, config)
-    except RuntimeError:
-        pass  # runtime already initialised: replica_devices counts what there is
-
-
 def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind: str = "auto",
                   worker_timeout_secs: float | None = None,
-                  slurm_port_base: int | None = None) -> tf.distribute.Strategy:
+                  slurm_port_base: int | None = None, per_gpu: int = 1,
+                  all_reduce: str = "auto") -> tf.distribute.Strategy:
     """The strategy of a training run (``kind``: one of ``cluster.STRATEGIES``) with
     ``num_gpus`` replicas per worker (None: the default; under srun, one per GPU Slurm
-    gave); ``worker_timeout_secs`` bounds a wait for the others."""
+    gave), ``per_gpu`` on each GPU, adding up by ``all_reduce`` (``gpus.cross_device_ops``);
+    ``worker_timeout_secs`` bounds a wait for the others."""
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
     num_gpus = resolver.default_num_gpus() if num_gpus is None else num_gpus
     if kind == "multi_worker":
-        return _multi_worker_strategy(num_gpus, worker_timeout_secs, slurm_port_base)
-    devices = replica_devices(num_gpus)
+        return _multi_worker_strategy(num_gpus, per_gpu, all_reduce, worker_timeout_secs,
+                                      slurm_port_base)
+    devices = replica_devices(num_gpus, per_gpu)
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0])
-    # Logical devices of one CPU cannot use NCCL: reduce through one device.
-    cross_device_ops = None
-    if all("CPU" in d.upper() for d in devices):
-        cross_device_ops = tf.distribute.ReductionToOneDevice()
-    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+    on_gpus = devices[0].startswith("/gpu")
+    name = gpu_config.cross_device_ops(all_reduce, on_gpus, on_gpus and per_gpu > 1)
+    return tf.distribute.MirroredStrategy(devices=devices,
+                                          cross_device_ops=gpu_config.mirrored_ops(name))
 
 
-def _multi_worker_strategy(num_gpus: int | None, timeout: float | None,
-                           port_base: int | None) -> tf.distribute.Strategy:
-    """MultiWorkerMirroredStrategy with ``num_gpus`` replicas per worker (every GPU the
-    process sees, or one CPU replica)."""
+def _multi_worker_strategy(num_gpus: int | None, per_gpu: int, all_reduce: str,
+                           timeout: float | None, port_base: int | None
+                           ) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy with ``num_gpus`` replicas per worker, on its GPUs as
+    ``replica_devices`` chooses them (under srun, among those Slurm gave the task), or
+    one CPU replica."""
     cluster_resolver, task_gpus = resolver.from_slurm(port_base)  # (None, None): TF_CONFIG
-    asked, num_gpus = num_gpus is not None, 1 if num_gpus is None else num_gpus
     gpus = tf.config.list_physical_devices("GPU") if task_gpus is None else task_gpus
-    if num_gpus == 0:
-        tf.config.set_visible_devices([], "GPU")
-    elif len(gpus) >= num_gpus:
-        tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
-        enable_memory_growth()
-    elif gpus:
-        replica_devices(num_gpus)
-    elif num_gpus > 1:
+    if num_gpus and num_gpus > 1 and not gpus:
         raise Cifar10Error(
             f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
             f"and this one has none: use --num_gpus=1 and more workers")
-    elif asked:
-        logging.warning("--num_gpus=1 but this worker has no GPU: training on the CPU.")
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+    on_gpus = replica_devices(num_gpus, per_gpu, gpus)[0].startswith("/gpu")
+    name = gpu_config.cross_device_ops(all_reduce, on_gpus, on_gpus and per_gpu > 1)
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=timeout,
+        implementation=implementation.NCCL if name == "nccl" else implementation.RING)
     return resolver.multi_worker_strategy(cluster_resolver, options, timeout)
 
 
@@ -162,13 +142,8 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
     """Warns in one line where bfloat16 runs emulated on the model's devices (default:
     the first GPU, else the CPU); returns whether it warned."""
     names = device_names or (["/gpu:0"] if tf.config.list_logical_devices("GPU") else ["/cpu:0"])
-    indices = [int(name.rsplit(":", 1)[1]) for name in names if "GPU" in name.upper()]
-    if indices:
-        # Logical GPUs beyond the visible ones are slices of the first (replica_devices).
-        visible = tf.config.get_visible_devices("GPU")
-        used = sorted({min(i, len(visible) - 1) for i in indices}) if visible else []
-        details = [tf.config.experimental.get_device_details(visible[i]) for i in used]
-        old = [d.get("device_name", "GPU") for d in details
+    if _on_gpus(names):
+        old = [d.get("device_name", "GPU") for d in gpu_config.details(names)
                if d.get("compute_capability", (8, 0)) < (8, 0)]
         if not old:
             return False
@@ -184,9 +159,13 @@ def warn_if_bfloat16_is_emulated(device_names: Sequence[str] | None = None,
     return True
 
 
+def _on_gpus(device_names: Sequence[str]) -> bool:
+    return any("GPU" in name.upper() for name in device_names)
+
+
 def warn_if_float16_runs_on_cpu(device_names: Sequence[str]) -> bool:
     """Warns in one line where --use_fp16 trains on the CPU; returns whether it warned."""
-    if any("GPU" in name.upper() for name in device_names):
+    if _on_gpus(device_names):
         return False
     logging.warning("--use_fp16 on the CPU: TensorFlow's CPU kernels compute float16 "
                     "slowly, so training runs many times slower than in float32 here; "
@@ -195,10 +174,20 @@ def warn_if_float16_runs_on_cpu(device_names: Sequence[str]) -> bool:
     return True
 
 
-def suggest_bfloat16(device_names: Sequence[str]) -> bool:
-    """A notice where float32 trains on a CPU with AMX, on which bfloat16 trains several
-    times faster; returns whether it was given."""
-    if any("GPU" in name.upper() for name in device_names) or not machine.has_amx():
+def suggest_precision(device_names: Sequence[str]) -> bool:
+    """A notice where float32 trains on hardware with a faster precision it does not use:
+    GPUs with TF32 tensor cores (compute capability 8.0 on) without --allow_tf32, or a
+    CPU with AMX, on which bfloat16 trains several times faster; returns whether given."""
+    if _on_gpus(device_names):
+        tf32 = [d["device_name"] for d in gpu_config.details(device_names)
+                if d.get("compute_capability", (0, 0)) >= (8, 0)]
+        if not tf32 or tf.config.experimental.tensor_float_32_execution_enabled():
+            return False
+        logging.warning("%s has TF32 tensor cores, which float32 leaves idle: --allow_tf32 "
+                        "runs its convolutions and matrix products on them, faster, with "
+                        "TF32's 10-bit mantissa", tf32[0], extra={"notice": True})
+        return True
+    if not machine.has_amx():
         return False
     logging.warning("this CPU has bfloat16 instructions (AMX): --use_bf16 trains about 2.3x "
                     "faster here, to the same precision", extra={"notice": True})
@@ -235,19 +224,33 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def describe(device_names: Sequence[str]) -> list[dict[str, str]]:
-    """{'name', 'kind'} of each device: its GPU or CPU model."""
-    gpus = tf.config.list_physical_devices("GPU")
+    """{'name', 'kind'} of each device: its GPU (and which one's slice) or CPU model."""
+    gpus = {d["index"]: d for d in gpu_config.details(device_names)}
+    owners = gpu_config.logical()
     described = []
     for name in device_names:
         spec = tf.DeviceSpec.from_string(name)
-        if spec.device_type == "GPU" and gpus:
-            details = tf.config.experimental.get_device_details(
-                gpus[min(spec.device_index or 0, len(gpus) - 1)])
-            kind = details.get("device_name", "GPU")
-        else:
-            kind = cpu_model() if spec.device_type == "CPU" else str(spec.device_type)
+        kind = cpu_model() if spec.device_type == "CPU" else str(spec.device_type)
+        if spec.device_type == "GPU" and (spec.device_index or 0) < len(owners):
+            index, _, sliced = owners[spec.device_index or 0]
+            kind = gpus[index].get("device_name", "GPU") + (
+                f", slice of GPU {index}" if sliced else "")
         described.append({"name": name, "kind": kind})
     return described
+
+
+def placement(strategy: tf.distribute.Strategy) -> str:
+    """' on /gpu:0-1 (NVIDIA H200)': the GPUs of the strategy's replicas on this worker,
+    those of one kind together, for the trainer's first line; '' on the CPU."""
+    described = [d for d in describe(strategy.extended.worker_devices)
+                 if tf.DeviceSpec.from_string(d["name"]).device_type == "GPU"]
+    parts = []
+    for kind, group in itertools.groupby(described, key=lambda d: d["kind"]):
+        indices = [tf.DeviceSpec.from_string(d["name"]).device_index or 0 for d in group]
+        span = f"{indices[0]}-{indices[-1]}" if len(indices) > 1 else f"{indices[0]}"
+        parts.append(f"/gpu:{span} ({kind})")
+    whose = ", this worker's" if is_multi_worker(strategy) else ""
+    return f"{whose} on {', '.join(parts)}" if parts else ""
 
 
 def cpu_model() -> str:

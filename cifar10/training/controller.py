@@ -93,7 +93,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                      else f"this is {cluster.task}: the chief writes checkpoints and "
                           f"summaries to {config.train_dir}")
             print_fn(f"Training on {trainer.examples_per_epoch} examples from "
-                     f"{data.directory} with {trainer.num_replicas} replica(s), global batch "
+                     f"{data.directory} with {trainer.num_replicas} replica(s)"
+                     f"{devices.placement(trainer.strategy)}, global batch "
                      f"{trainer.global_batch}; {where}.")
             settings = {**dataclasses.asdict(config), "num_replicas": trainer.num_replicas,
                         "global_batch": trainer.global_batch, "start_step": start,
