@@ -36,26 +36,25 @@ def replica_devices(num_gpus: int | None, per_gpu: int = 1, gpus: list | None = 
         gpu_config.use(gpus, num_gpus, per_gpu)
         return [f"/gpu:{i}" for i in range(num_gpus)]
     gpu_config.keep([])
-    if num_gpus == 0:
-        return ["/cpu:0"]
+    if num_gpus == 1 and asked:
+        logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
+    if num_gpus <= 1:
+        return ["/cpu:0"]  # (not listed: a multi-worker strategy needs TensorFlow unstarted)
     if num_gpus > MAX_LOGICAL_REPLICAS:
         raise Cifar10Error(
             f"--num_gpus={num_gpus} asks for more replicas than this machine has GPUs "
             f"(none), and more than the {MAX_LOGICAL_REPLICAS} that run on logical CPU "
             f"devices in their place: give --num_gpus={MAX_LOGICAL_REPLICAS} or fewer")
-    if num_gpus > 1:
-        logging.warning(
-            "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
-            "devices (same global batch and schedule as %d GPUs, not the same speed).",
-            num_gpus, num_gpus, num_gpus)
-        try:
-            tf.config.set_logical_device_configuration(
-                tf.config.list_physical_devices("CPU")[0],
-                [tf.config.LogicalDeviceConfiguration()] * num_gpus)
-        except RuntimeError:
-            pass  # runtime already initialised: counted below
-    elif asked:
-        logging.warning("--num_gpus=1 but this machine has no GPU: training on the CPU.")
+    logging.warning(
+        "--num_gpus=%d but this machine has no GPU: running %d replicas on logical CPU "
+        "devices (same global batch and schedule as %d GPUs, not the same speed).",
+        num_gpus, num_gpus, num_gpus)
+    try:
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * num_gpus)
+    except RuntimeError:
+        pass  # runtime already initialised: counted below
     logical = tf.config.list_logical_devices("CPU")
     if len(logical) < num_gpus:
         raise Cifar10Error(
