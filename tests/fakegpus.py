@@ -54,7 +54,9 @@ class FakeGPUs:
 
 
 def nvidia_smi(tmp_path, monkeypatch, *memory_mb: int, fails: bool = False) -> None:
-    """A fake nvidia-smi first on PATH listing GPUs of ``memory_mb`` (or failing)."""
+    """A fake nvidia-smi first on PATH listing GPUs of ``memory_mb`` (or failing), all
+    visible (no CUDA_VISIBLE_DEVICES)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     rows = "".join(f"{i}, GPU-{i}abc, {mb}\n" for i, mb in enumerate(memory_mb))
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir(exist_ok=True)

@@ -175,12 +175,11 @@ def test_what_the_gpus_cannot_do_is_refused_in_one_line(gpus, memory, options, l
 ])
 def test_the_memory_of_the_visible_gpus_is_nvidia_smis(chosen, smi, memory, monkeypatch,
                                                         tmp_path, caplog):
+    fakegpus.nvidia_smi(tmp_path, monkeypatch, 16384, 81559, fails=smi == "fails")
     if chosen is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
     if smi == "missing":
-        monkeypatch.setenv("PATH", str(tmp_path))
-    else:
-        fakegpus.nvidia_smi(tmp_path, monkeypatch, 16384, 81559, fails=smi == "fails")
+        monkeypatch.setenv("PATH", str(tmp_path))  # (the fake is in tmp_path/bin)
     assert gpu_config.card_memory_mb() == memory
     gpu_config.check_memory(1, 2)  # (fits every card here)
     assert [r.getMessage() for r in caplog.records] == ([] if isinstance(memory, list) else [

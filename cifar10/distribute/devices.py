@@ -70,7 +70,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
                   all_reduce: str = "auto") -> tf.distribute.Strategy:
     """The strategy of a training run (``kind``: one of ``cluster.STRATEGIES``) with
     ``num_gpus`` replicas per worker (None: the default; under srun, one per GPU Slurm
-    gave), ``per_gpu`` on each GPU, adding up by ``all_reduce`` (``gpus.cross_device_ops``);
+    gave), ``per_gpu`` on each GPU, adding up by ``all_reduce`` (``gpus.all_reduce``);
     ``worker_timeout_secs`` bounds a wait for the others."""
     kind = cluster.strategy_kind(kind)
     tf.debugging.set_log_device_placement(log_device_placement)
@@ -82,7 +82,7 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0])
     on_gpus = devices[0].startswith("/gpu")
-    name = gpu_config.cross_device_ops(all_reduce, on_gpus, on_gpus and per_gpu > 1)
+    name = gpu_config.all_reduce(all_reduce, on_gpus, on_gpus and per_gpu > 1)
     return tf.distribute.MirroredStrategy(devices=devices,
                                           cross_device_ops=gpu_config.mirrored_ops(name))
 
@@ -100,7 +100,7 @@ def _multi_worker_strategy(num_gpus: int | None, per_gpu: int, all_reduce: str,
             f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
             f"and this one has none: use --num_gpus=1 and more workers")
     on_gpus = replica_devices(num_gpus, per_gpu, gpus)[0].startswith("/gpu")
-    name = gpu_config.cross_device_ops(all_reduce, on_gpus, on_gpus and per_gpu > 1)
+    name = gpu_config.all_reduce(all_reduce, on_gpus, on_gpus and per_gpu > 1)
     implementation = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=timeout,

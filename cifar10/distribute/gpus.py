@@ -25,9 +25,12 @@ NVIDIA_SMI = ["nvidia-smi", "--query-gpu=index,uuid,memory.total",
 
 def keep(gpus: Sequence) -> None:
     """Makes ``gpus`` (physical devices) the only visible GPUs, each with memory growth."""
-    tf.config.set_visible_devices(list(gpus), "GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
+    try:
+        tf.config.set_visible_devices(list(gpus), "GPU")
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:
+        pass  # TensorFlow already started in this process (a test): its GPUs stay as set
 
 
 def use(gpus: Sequence, num_replicas: int, per_gpu: int = 1) -> None:
@@ -125,7 +128,7 @@ def details(device_names: Sequence[str]) -> list[dict]:
     return list(seen.values())
 
 
-def cross_device_ops(choice: str, on_gpus: bool, sliced: bool) -> str:
+def all_reduce(choice: str, on_gpus: bool, sliced: bool) -> str:
     """The all-reduce of ``--all_reduce=choice`` (``cluster.ALL_REDUCE``): 'nccl',
     'hierarchical_copy' or 'one_device'.  auto is NCCL on physical GPUs (given
     explicitly: MirroredStrategy drops it once visibility is narrowed), one device on
@@ -142,7 +145,7 @@ def cross_device_ops(choice: str, on_gpus: bool, sliced: bool) -> str:
 
 
 def mirrored_ops(name: str) -> tf.distribute.CrossDeviceOps:
-    """MirroredStrategy's cross-device ops for ``cross_device_ops``'s ``name``."""
+    """MirroredStrategy's cross-device ops for ``all_reduce``'s ``name``."""
     return {"nccl": tf.distribute.NcclAllReduce,
             "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
             "one_device": tf.distribute.ReductionToOneDevice}[name]()
