@@ -178,9 +178,9 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          "--replicas_per_gpu=2 trains 4 replicas on 2 GPUs.", lower_bound=1,
                          flag_values=flag_values)
     flags.DEFINE_enum("all_reduce", "auto", list(cluster.ALL_REDUCE),
-                      "How the replicas add up their gradients: auto is NCCL on GPUs (one "
-                      "device on the CPU or on slices of a GPU); where NCCL hangs, "
-                      "hierarchical_copy or one_device (several machines: ring).",
+                      "How the replicas add up their gradients: auto is NCCL on GPUs, one "
+                      "device on the CPU. Where NCCL hangs: hierarchical_copy or one_device "
+                      "(on several machines both mean ring).",
                       flag_values=flag_values)
     flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.",
                          flag_values=flag_values)
