@@ -7,6 +7,8 @@ import importlib.metadata
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -44,10 +46,11 @@ def loops(config, start=0):
 
 
 def test_loops_end_at_every_step_where_the_host_has_work():
+    # Not at log lines (step 10 here): their figures wait on the device for the loop's end.
     config = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
                           checkpoint_steps=12, summary_steps=8, profile_steps=(20, 21))
-    assert loops(config) == [(1, 1), (2, 8), (9, 10), (11, 12), (13, 16), (17, 19), (20, 20),
-                             (21, 21), (22, 24), (25, 30)]
+    assert loops(config) == [(1, 1), (2, 8), (9, 12), (13, 16), (17, 19), (20, 20), (21, 21),
+                             (22, 24), (25, 30)]
     # A resumed run: its first step is logged; then the same rule.
     assert loops(config, start=13)[:3] == [(14, 14), (15, 16), (17, 19)]
     assert loops(small_config("x", max_steps=5, steps_per_loop=1)) == [(s, s) for s in
@@ -55,8 +58,8 @@ def test_loops_end_at_every_step_where_the_host_has_work():
     # Each step of a profile window is a loop of its own, which the trace marks.
     window = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
                           checkpoint_steps=30, summary_steps=30, profile_steps=(12, 15))
-    assert loops(window) == [(1, 1), (2, 8), (9, 10), (11, 11), (12, 12), (13, 13), (14, 14),
-                             (15, 15), (16, 20), (21, 27), (28, 30)]
+    assert loops(window) == [(1, 1), (2, 8), (9, 11), (12, 12), (13, 13), (14, 14), (15, 15),
+                             (16, 22), (23, 29), (30, 30)]
 
 
 def losses_of(lines):
@@ -113,9 +116,10 @@ def poison(monkeypatch, step, what):
 ])
 def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
         learnable_files, tmp_path, monkeypatch, what, replicas, said):
-    """A loss is checked where its loop ends (steps 11 to 15 stop after 13); weights at saves."""
+    """Steps 11 to 15 run as one loop, whose end reads a loss that diverged (13) and says
+    the lines before it; weights are checked at saves."""
     poison(monkeypatch, 15 if what == "weights" else 13, what)
-    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=10)
+    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=6)
     assert loops(config)[3] == (11, 15)
     lines = []
     with pytest.raises(DivergedError) as err:
@@ -123,7 +127,41 @@ def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpo
     assert str(err.value) == (f"{said}; the last good checkpoint is "
                               f"{tmp_path / 'model.ckpt-10'}")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
-    assert [s for s, _ in losses_of(lines)] == [1, 10]
+    assert [s for s, _ in losses_of(lines)] == [1, 6, 12]
+
+
+def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_checkpoint(
+        tmp_path):
+    train_dir = tmp_path / "train"
+    args = [f"--data_dir={tmp_path / 'data'}", f"--train_dir={train_dir}", "--synthetic_data",
+            "--synthetic_records=50", "--batch_size=16"]
+    assert cli.call("cifar10-train", *args, "--max_steps=2").returncode == 0
+    # Resumed, its first step waits in TensorFlow for what never comes, as a collective
+    # waits for a replica that hangs: only the end of the process ends it.
+    hang = ("import sys\nfrom cifar10.cli import process, train_main\n"
+            "def load_tensorflow(load=process.load_tensorflow, **kwargs):\n"
+            "    tf = load(**kwargs)\n"
+            "    from cifar10.training.engine import Trainer\n"
+            "    queue = tf.queue.FIFOQueue(1, tf.float32)\n"
+            "    Trainer.prepare = lambda *args, **kwargs: None\n"
+            "    Trainer.run_steps = lambda *args, **kwargs: tf.function(queue.dequeue)()\n"
+            "    return tf\n"
+            "process.load_tensorflow = load_tensorflow\n"
+            f"sys.argv = ['cifar10-train', *{args!r}, '--max_steps=4', "
+            f"'--step_timeout_secs=1']\ntrain_main.run()\n")
+    hung = subprocess.run([sys.executable, "-c", hang], capture_output=True, text=True,
+                          timeout=300, env=cli.env())
+    assert hung.returncode == 1, hung.stderr
+    line = ("cifar10-train: error: training hung: step 3 did not finish within 1 s "
+            "(--step_timeout_secs); on GPUs most often in NCCL's all-reduce: try "
+            "--all_reduce=hierarchical_copy, or NCCL_P2P_DISABLE=1 where the GPUs' "
+            f"peer-to-peer copies hang; the last checkpoint is {train_dir}/model.ckpt-2")
+    assert [x for x in hung.stderr.splitlines() if "error" in x] == [line]
+    assert hung.stderr.splitlines()[-1] == line
+    # The lock died with the process: the same command resumes.
+    resumed = cli.call("cifar10-train", *args, "--max_steps=3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Resuming from {train_dir}/model.ckpt-2 at step 2." in resumed.stdout
 
 
 def traces(train_dir):

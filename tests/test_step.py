@@ -160,13 +160,63 @@ def test_fp16_skips_a_step_with_non_finite_gradients_and_diverges_once_the_scale
     assert all(np.isfinite(v.numpy()) for v in state.loss_averages.values())
     trainer.run_steps(it, 2)  # two finite steps in a row: doubled
     assert float(scale.scale.numpy()) == 2.0 ** 15
-    # NaN logits: steps 5 and 6 halve the scale from 4 to 1, where the loop ends, diverged.
+    # NaN logits: steps 5 and 6 halve the scale from 4 to 1, where it diverged; the loop
+    # runs on to its end (step 7), which reads it.
+    # Its summary step's histograms, of NaN weights, leave the report to the loop's end.
     trainer.variables[-1].assign(tf.fill(trainer.variables[-1].shape, float("nan")))
     scale.scale.assign(4.0)
-    losses, diverged = trainer.run_steps(it, 3)
-    assert np.isnan(float(losses["total_loss"])) and diverged == 6
-    assert (state.step.numpy(), state.examples_seen.numpy()) == (6, 3 * BATCH)
-    assert int(scale.skipped.numpy()) == 3
+    with tf.summary.create_file_writer(str(tmp_path / "events")).as_default():
+        figures, diverged = trainer.run_steps(it, 3, with_summaries=True)
+    assert np.isnan(figures["total_loss"]).all() and diverged == 6
+    assert list(figures["loss_scale"]) == [2.0, 1.0, 1.0]
+    assert list(figures["skipped_steps"]) == [2, 3, 4]
+    assert (state.step.numpy(), state.examples_seen.numpy()) == (7, 3 * BATCH)
+
+
+def graph_inputs_read(tensor):
+    """The names of the graph inputs that ``tensor`` is computed from, through ops without
+    state only (asserted): no variable, no iterator, nothing a step computed."""
+    found, seen, todo = set(), set(), [tensor.op]
+    while todo:
+        op = todo.pop()
+        if op.name not in seen:
+            seen.add(op.name)
+            assert not op.op_def.is_stateful, f"{tensor.name} depends on {op.name}"
+            if op.type == "Placeholder":
+                found.add(op.outputs[0].name)
+            todo += [t.op for t in op.inputs]
+    return found
+
+
+def test_whether_the_next_step_runs_depends_on_the_step_count_only(tmp_path):
+    """No host round trip inside a loop: its While's condition (and the summary step's If)
+    reads the loop's counter and the call's step count, never a value a step computed."""
+    trainer = trainer_of(tmp_path)
+    iterator = fixed_batches(trainer.strategy, *random_batches(1, BATCH), 1)
+    for with_summaries in (False, True):
+        graph = trainer._fns[with_summaries, False].get_concrete_function(
+            iterator, tf.TensorSpec([], tf.int32)).graph
+        ops = [op for op in graph.get_operations() if op.type in ("While", "If")]
+        assert sorted(op.type for op in ops) == (["If", "While"] if with_summaries else
+                                                 ["While"])
+        for op in ops:
+            if op.type == "If":
+                assert graph_inputs_read(op.inputs[0]) == {"num_steps:0"}
+                continue
+            # The loop variables the condition reads, and those the body makes them from:
+            cond, body = op._cond_graph, op._body_graph
+            names = [t.name for t in body.inputs]
+            read = {i for i, t in enumerate(cond.inputs)
+                    if t.name in graph_inputs_read(cond.outputs[0])}
+            todo = list(read)
+            while todo:
+                for name in graph_inputs_read(body.outputs[todo.pop()]):
+                    if names.index(name) not in read:
+                        read.add(names.index(name))
+                        todo.append(names.index(name))
+            # ... all start from the count and constants.
+            assert read and all(graph_inputs_read(op.inputs[i]) <= {"num_steps:0"}
+                                for i in read)
 
 
 @pytest.mark.parametrize("name, value", [("batch_size", 0), ("max_steps", 0),
@@ -186,12 +236,12 @@ def test_a_step_alone_and_a_call_of_no_steps_leave_the_loops_run_bit_for_bit(tmp
         events = str(tmp_path / f"events{alone}")
         with tf.summary.create_file_writer(events).as_default():
             if not alone:
-                losses, diverged = trainer.run_steps(iterator, 0, with_summaries=True)
-                assert (float(losses["total_loss"]), diverged) == (0.0, 0)
+                figures, diverged = trainer.run_steps(iterator, 0, with_summaries=True)
+                assert (figures["total_loss"].shape, diverged) == ((0,), 0)
                 assert int(trainer.state.step.numpy()) == 0
             out = [trainer.run_steps(iterator, 1, with_summaries=step == 3, alone=alone)
                    for step in (1, 2, 3)]
-        results.append(([float(losses["total_loss"]) for losses, _ in out],
+        results.append(([figures["total_loss"][0] for figures, _ in out],
                         values(trainer.variables)))
         assert [diverged for _, diverged in out] == [0, 0, 0]
         tags = cli.event_tags(events)
@@ -254,6 +304,6 @@ def test_each_replica_reads_its_own_shard_and_gpu_replicas_get_it_on_their_devic
     images, _ = next(iterator)
     assert [v.device.endswith(f"CPU:{i}") for i, v in
             enumerate(trainer.strategy.experimental_local_results(images))] == [True, True]
-    losses, diverged = trainer.run_steps(iterator, 5)
-    assert diverged == 0 and np.isfinite(float(losses["total_loss"]))
+    figures, diverged = trainer.run_steps(iterator, 5)
+    assert diverged == 0 and np.isfinite(figures["total_loss"]).all()
     assert int(trainer.state.step.numpy()) == 5

@@ -19,7 +19,7 @@ HELP_TOPICS = {
         ("Precision and speed", "use_bf16 use_fp16 xla allow_tf32 kernels steps_per_loop "
                                 "profile_steps"),
         ("Several GPUs and machines", "num_gpus replicas_per_gpu all_reduce strategy "
-                                      "worker_timeout_secs slurm_port_base"),
+                                      "worker_timeout_secs slurm_port_base step_timeout_secs"),
         ("Output and logging", "log_frequency summary_steps checkpoint_steps keep_checkpoints "
                                "log_device_placement"))),
     "cifar10-eval": ("[flags]", "docs/evaluation.md", (

@@ -71,9 +71,14 @@ class TrainConfig:
                                  shared=True)
     steps_per_loop: int = setting(
         STEPS_PER_LOOP, "Run up to this many steps in one call into TensorFlow; the host "
-        "reads the loss only where a loop ends, which is also at every log line, summary, "
-        "checkpoint, profile window edge and --max_steps, so these do not depend on it. 1: "
-        "one call per step.", lower_bound=1, shared=True)
+        "reads the steps' losses only where a loop ends (log lines come then), which is "
+        "also at every summary, checkpoint, profile window edge and --max_steps, so these "
+        "do not depend on it. 1: one call per step.", lower_bound=1, shared=True)
+    step_timeout_secs: float = setting(
+        300, "End the run with an error (the last checkpoint kept) where a call of steps "
+             "does not return within this many seconds, plus ten times the slowest step so "
+             "far for each step of the call: a hang, most often in NCCL's all-reduce.",
+        lower_bound=1)
     checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
                                           "the last step).", lower_bound=1, shared=True)
     keep_checkpoints: int = setting(5, "How many recent checkpoints to keep.", lower_bound=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Iterator
 
+import numpy as np
 import tensorflow as tf
 
 from cifar10.core.config import TrainConfig, compute_dtype
@@ -15,6 +16,11 @@ from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.kernels.layers import KernelChoice, choose
 from cifar10.training.step import DynamicLossScale, ReplicatedStep, TrainState
+
+# What each step of a call leaves for the host, in its row's order: the step, its losses,
+# the examples seen after it; with --use_fp16, the loss scale and the steps skipped.
+FIGURES = ("step", "total_loss", "cross_entropy", "examples_seen", "loss_scale",
+           "skipped_steps")
 
 
 class Trainer:
@@ -69,25 +75,32 @@ class Trainer:
 
         return self.strategy.distribute_datasets_from_function(pipeline, self.input_options)
 
-    def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, tf.Tensor]:
-        """One synchronous update on the next batch: its {'cross_entropy', 'total_loss'}."""
-        return self.run_steps(iterator, 1, with_summaries)[0]
+    def step(self, iterator: Iterator, with_summaries: bool = False) -> dict[str, float]:
+        """One synchronous update on the next batch: its figures (``FIGURES``)."""
+        figures, _ = self.run_steps(iterator, 1, with_summaries)
+        return {name: values[0] for name, values in figures.items()}
 
     def run_steps(self, iterator: Iterator, num_steps: int, with_summaries: bool = False,
-                  alone: bool = False) -> tuple[dict[str, tf.Tensor], int]:
+                  alone: bool = False) -> tuple[dict[str, np.ndarray], int]:
         """Runs ``num_steps`` updates in one call (the last writes the summaries with
-        ``with_summaries``), stopping after a diverged step; returns (the last step's
-        losses, the diverged step or 0).  ``alone``: one step without a TensorFlow loop,
-        for the profiler (which takes a loop's iterations for its steps)."""
+        ``with_summaries``), each whatever the steps before it gave; returns (each step's
+        figures, {name in ``FIGURES``: array}, read once the call ends; the first step
+        whose loss diverged, or 0).  ``alone``: one step without a TensorFlow loop, for the
+        profiler (which takes a loop's iterations for its steps)."""
         if alone:
             if num_steps != 1:
                 raise ValueError(f"a step alone is one step, not {num_steps}")
-            losses, diverged = self._fns[with_summaries, True](iterator)
+            rows = self._fns[with_summaries, True](iterator)
         else:
-            losses, diverged = self._fns[with_summaries, False](
-                iterator, tf.constant(num_steps, tf.int32))
+            rows = self._fns[with_summaries, False](iterator, tf.constant(num_steps, tf.int32))
         self._built.add((with_summaries, alone))
-        return losses, int(diverged)
+        figures = dict(zip(FIGURES, rows.numpy().T))
+        # A loss that is not finite, unless --use_fp16's loss scale skipped the step and
+        # can still go down (then the halved scale is tried next).
+        bad = ~np.isfinite(figures["total_loss"])
+        if self.loss_scale is not None:
+            bad &= figures["loss_scale"] <= 1.0
+        return figures, int(figures["step"][bad][0]) if bad.any() else 0
 
     def prepare(self, iterator: Iterator, with_summaries: bool = False,
                 alone: bool = False) -> None:
@@ -102,33 +115,31 @@ class Trainer:
             self.run_steps(iterator, 0, with_summaries)
         self._built.add((with_summaries, alone))
 
-    def _diverged(self, total_loss: tf.Tensor) -> tf.Tensor:
-        """A loss that is not finite, unless ``--use_fp16``'s loss scale skipped the step
-        and can still go down (then the halved scale is tried next)."""
-        bad = tf.logical_not(tf.math.is_finite(total_loss))
+    def _record(self, rows: tf.TensorArray, i, losses: dict[str, tf.Tensor]
+                ) -> tf.TensorArray:
+        """Row ``i`` of the call's figures: the step's losses and the counts after it."""
+        values = [self.state.step, losses["total_loss"], losses["cross_entropy"],
+                  self.state.examples_seen]
         if self.loss_scale is not None:
-            bad = tf.logical_and(bad, self.loss_scale.scale.read_value() <= 1.0)
-        return bad
+            values += [self.loss_scale.scale, self.loss_scale.skipped]
+        return rows.write(i, tf.stack([tf.cast(v, tf.float64) for v in values]))
+
+    def _rows(self, num_steps) -> tf.TensorArray:
+        width = len(FIGURES) - (2 if self.loss_scale is None else 0)
+        return tf.TensorArray(tf.float64, size=num_steps, element_shape=[width])
 
     def _loop(self, iterator, num_steps, with_summaries):
-        zero = tf.constant(0.0)
-        losses = {"cross_entropy": zero, "total_loss": zero}
-        diverged = tf.constant(0, tf.int64)
-        for _ in tf.range(num_steps - 1 if with_summaries else num_steps):
-            losses = self.train_step(iterator, with_summaries=False)
-            if self._diverged(losses["total_loss"]):
-                diverged = self.state.step.read_value()
-                break
+        # Whether a step runs depends on the step count only: a step's value read by the
+        # loop would make each step wait for the one before it to reach the host.
+        rows = self._rows(num_steps)
+        for i in tf.range(num_steps - 1 if with_summaries else num_steps):
+            rows = self._record(rows, i, self.train_step(iterator))
         # The scope "/": the tf.cond's own would prefix the summaries' tags.
-        if with_summaries and num_steps > 0 and diverged == 0:
+        if with_summaries and num_steps > 0:
             with tf.name_scope("/"):
-                losses = self.train_step(iterator, with_summaries=True)
-            if self._diverged(losses["total_loss"]):
-                diverged = self.state.step.read_value()
-        return losses, diverged
+                rows = self._record(rows, num_steps - 1,
+                                    self.train_step(iterator, with_summaries=True))
+        return rows.stack()
 
     def _alone(self, iterator, with_summaries):
-        losses = self.train_step(iterator, with_summaries)
-        diverged = tf.where(self._diverged(losses["total_loss"]), self.state.step.read_value(),
-                            tf.constant(0, tf.int64))
-        return losses, diverged
+        return self._record(self._rows(1), 0, self.train_step(iterator, with_summaries)).stack()

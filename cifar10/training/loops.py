@@ -1,11 +1,15 @@
 """The loops of a run (``LoopController``), each ending where the host has work
-(``loop_end``): progress, checkpoints, the profiler's window (``StepWindow``), a stop."""
+(``loop_end``): progress, checkpoints, the profiler's window (``StepWindow``), a stop;
+a loop that does not end in time ends the process (``Watchdog``)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import sys
+import threading
+import time
 from typing import Callable, Iterator
 
 from absl import logging
@@ -22,13 +26,14 @@ from cifar10.training.progress import ProgressMeter, StepReport
 
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
     """The last step of the loop after step ``done``: ``steps_per_loop`` steps on, or
-    sooner where the host has work (each step inside the profile window is one loop)."""
+    sooner where the host has work (each step inside the profile window is one loop).
+    The log lines' figures wait on the device for the loop's end."""
     cfg = config
 
     def next_multiple(k):
         return (done // k + 1) * k
-    ends = [done + cfg.steps_per_loop, cfg.max_steps, next_multiple(cfg.log_frequency),
-            next_multiple(cfg.summary_steps), next_multiple(cfg.checkpoint_steps)]
+    ends = [done + cfg.steps_per_loop, cfg.max_steps, next_multiple(cfg.summary_steps),
+            next_multiple(cfg.checkpoint_steps)]
     if done == start:
         ends.append(start + 1)
     if cfg.profile_steps:
@@ -40,8 +45,9 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
 
 
 class LoopController:
-    """Runs ``trainer``'s loops from step ``start``; the host reads the losses, checks for
-    a stop and saves only where a loop ends (a stop waits up to ``steps_per_loop``)."""
+    """Runs ``trainer``'s loops from step ``start``; the host reads the steps' figures,
+    checks for a stop and saves only where a loop ends (a stop waits up to
+    ``steps_per_loop``)."""
 
     def __init__(self, trainer: Trainer, cluster: workers.Coordinator,
                  run_dir: RunDirectory, start: int, print_fn: Callable[[str], None],
@@ -52,6 +58,7 @@ class LoopController:
         self.logdir = cfg.train_dir if cluster.is_chief else None  # the others write nothing
         self.meter = ProgressMeter(trainer, start, print_fn, on_report)
         self.profile = StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
+        self.watchdog = Watchdog(cfg.step_timeout_secs, self._hung)
 
     def run(self, files, settings: dict) -> int:
         """Trains on ``files`` until ``max_steps`` or a stop; returns the step reached.
@@ -69,11 +76,11 @@ class LoopController:
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
                     alone = self._before_loop(iterator, end)
-                    with self.profile.marker(end):
-                        losses, diverged = trainer.run_steps(
+                    with self.profile.marker(end), self.watchdog.watching(self.done, end):
+                        figures, diverged = trainer.run_steps(
                             iterator, end - self.done,
                             with_summaries=end % cfg.summary_steps == 0, alone=alone)
-                    self._loop_ended(end, float(losses["total_loss"]), diverged)
+                    self._loop_ended(end, figures, diverged)
                     if self.cluster.should_stop():
                         break
                 self.save(self.done)  # stopped between checkpoints: keep the work done
@@ -103,15 +110,17 @@ class LoopController:
         self.profile.before(self.done + 1)
         return alone
 
-    def _loop_ended(self, end: int, loss: float, diverged: int) -> None:
+    def _loop_ended(self, end: int, figures: dict, diverged: int) -> None:
         if self.done == self.start:
             tf.summary.trace_export("train_step", step=self.start)
-        if diverged:
+        if diverged:  # the loop ran on; the lines before it, then the error
+            self.meter.steps_done(figures, last=diverged - 1)
+            loss = figures["total_loss"][diverged - self.done - 1]
             what = "with loss = NaN" if math.isnan(loss) else f"with an infinite loss ({loss})"
             raise DivergedError(f"Model diverged {what} at step {diverged}; "
                                 f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.profile.after(end)
-        self.meter.steps_done(end, end - self.done, loss)
+        self.meter.steps_done(figures)
         self.done = end
         cfg = self.trainer.config
         if end % cfg.checkpoint_steps == 0 or end == cfg.max_steps:
@@ -125,6 +134,74 @@ class LoopController:
                 f"Model diverged: weights are not finite (NaN or infinite) at step {step}; "
                 f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.run_dir.save(step)
+
+
+    def _hung(self, done: int, end: int, seconds: float) -> str:
+        """The error line of the loop of steps ``done`` + 1 to ``end``, not done after
+        ``seconds``."""
+        timeout = self.trainer.config.step_timeout_secs
+        steps = f"step {end}" if end == done + 1 else f"steps {done + 1} to {end}"
+        limit = (f"{timeout:g} s (--step_timeout_secs)" if seconds <= timeout else
+                 f"{seconds:.0f} s (--step_timeout_secs={timeout:g}, plus {Watchdog.SLACK} "
+                 f"times the slowest step so far for each of its steps)")
+        peers = ("; under several workers, also a worker gone or out of reach (see the "
+                 "others' errors)" if self.cluster.multi_worker else "")
+        return (f"training hung: {steps} did not finish within {limit}; on GPUs most often "
+                f"in NCCL's all-reduce: try --all_reduce=hierarchical_copy, or "
+                f"NCCL_P2P_DISABLE=1 where the GPUs' peer-to-peer copies hang{peers}; "
+                f"{self.run_dir.describe_latest()}")
+
+
+class Watchdog:
+    """``--step_timeout_secs``: a call of steps that does not return in time (a hung
+    collective: it cannot be interrupted) ends the process with ``line``'s error and
+    status 1, as a kill would.  A call of k steps may take the timeout plus k times
+    ``SLACK`` times the slowest step so far (the first call, one step that builds and
+    warms up, counts only until another is timed); a paused process (SIGSTOP, a
+    scheduler's suspend) does not count its pause."""
+
+    SLACK = 10
+
+    def __init__(self, timeout: float, line: Callable[[int, int, float], str]):
+        self.timeout, self.line = timeout, line
+        self.slowest: float | None = None  # seconds per step
+        self.first: float | None = None  # of the first call
+
+    @contextlib.contextmanager
+    def watching(self, done: int, end: int):
+        """Watches a call of the steps ``done`` + 1 to ``end``."""
+        count = end - done
+        limit = self.timeout + count * self.SLACK * (self.slowest or self.first or 0.0)
+        returned = threading.Event()
+        threading.Thread(target=self._wait, args=(returned, limit, done, end),
+                         name="step-watchdog", daemon=True).start()
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            returned.set()
+        per_step = (time.monotonic() - began) / count
+        if self.first is None:
+            self.first = per_step
+        else:
+            self.slowest = max(self.slowest or 0.0, per_step)
+
+    def _wait(self, returned: threading.Event, limit: float, done: int, end: int) -> None:
+        tick = min(1.0, limit / 10)
+        waited, before = 0.0, time.monotonic()
+        while waited < limit:
+            if returned.wait(tick):
+                return
+            now = time.monotonic()
+            waited += min(now - before, 2 * tick)  # a longer gap: the process was paused
+            before = now
+        logging.error(self.line(done, end, limit))
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(1)
 
 
 class StepWindow:

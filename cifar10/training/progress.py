@@ -15,6 +15,7 @@ import shlex
 import time
 from typing import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from cifar10.core import logs
@@ -43,10 +44,12 @@ class StepReport:
     max_steps: int
     epoch: float  # epochs of examples trained once the step is done
     seconds_left: float | None  # to max_steps at the run's pace; None where not known
+    # When the step ended: read where its loop ended, less its share of the loop's time.
+    when: datetime.datetime = dataclasses.field(default_factory=datetime.datetime.now)
 
     def line(self) -> str:
         return "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch) %s" % (
-            datetime.datetime.now(), self.step, self.loss, self.examples_per_sec,
+            self.when, self.step, self.loss, self.examples_per_sec,
             self.sec_per_batch, self.where())
 
     def where(self) -> str:
@@ -114,7 +117,8 @@ class TrainResult:
 
 class ProgressMeter:
     """Times a run's steps for its reports and figures; no rate counts building a step
-    function (``clock_stopped``)."""
+    function (``clock_stopped``).  A loop's lines come where it ends, each step timed as
+    if the loop's time were shared evenly among its steps."""
 
     def __init__(self, trainer, start: int, print_fn: Callable[[str], None],
                  on_report: Callable[[StepReport], None] | None = None):
@@ -122,8 +126,9 @@ class ProgressMeter:
         self.start_step = self.step = start
         self.began = time.monotonic()  # the run's wall time counts from here
         self.start_epoch = self._epoch()
-        self.clock = self.ended = self.last = self.began  # steps began, ended; last report
-        self.steps = 0  # steps since the last report
+        # Steps began, ended; the last report's step time, and the last loop's end.
+        self.clock = self.ended = self.last = self.loop_ended = self.began
+        self.last_step = start  # the last report's step
         self.first: tuple[float, int] | None = None  # (time, step) of the first report
         self.loss: float | None = None
         self.skipped = 0  # steps skipped for non-finite gradients (--use_fp16), so far
@@ -132,7 +137,7 @@ class ProgressMeter:
         return int(self.trainer.state.examples_seen.numpy()) / self.trainer.examples_per_epoch
 
     def steps_begin(self) -> None:
-        self.clock = self.last = time.monotonic()
+        self.clock = self.last = self.loop_ended = time.monotonic()
 
     @contextlib.contextmanager
     def clock_stopped(self):
@@ -143,46 +148,56 @@ class ProgressMeter:
         finally:
             spent = time.monotonic() - began
             self.clock, self.last = self.clock + spent, self.last + spent
+            self.loop_ended += spent
             if self.first:
                 self.first = (self.first[0] + spent, self.first[1])
 
-    def steps_done(self, step: int, count: int, loss: float) -> None:
-        """``count`` more steps are done, the last ``step``: a line every ``log_frequency``
-        steps, at the first and at ``max_steps``."""
-        self.steps += count
-        self.step, self.loss = step, loss
+    def steps_done(self, figures: dict[str, np.ndarray], last: int | None = None) -> None:
+        """A loop's steps are done, each with its ``figures`` (``engine.FIGURES``): a line
+        for each step every ``log_frequency`` steps, the first and ``max_steps`` (up to
+        step ``last``, where given)."""
+        now = time.monotonic()
+        began, self.loop_ended = self.loop_ended, now
+        steps = figures["step"].astype(int)
+        self.step, self.loss = int(steps[-1]), float(figures["total_loss"][-1])
         cfg = self.trainer.config
-        if step % cfg.log_frequency and step not in (self.start_step + 1, cfg.max_steps):
-            return
-        report = self._report(step, loss, time.monotonic())
-        self.print_fn(report.line())
-        tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
-        if self.trainer.loss_scale is not None:
-            self._loss_scale(step)
-        if self.on_report:
-            self.on_report(report)
-        self.last, self.steps = time.monotonic(), 0
+        for i, step in enumerate(steps):
+            if (step % cfg.log_frequency and step not in (self.start_step + 1, cfg.max_steps)
+                    or last is not None and step > last):
+                continue
+            at = began + (now - began) * (i + 1) / len(steps)
+            row = {name: values[i] for name, values in figures.items()}
+            report = self._report(step, row, at, datetime.datetime.now()
+                                  - datetime.timedelta(seconds=now - at))
+            self.print_fn(report.line())
+            tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
+            if self.trainer.loss_scale is not None:
+                self._loss_scale(step, int(row["skipped_steps"]), float(row["loss_scale"]))
+            if self.on_report:
+                self.on_report(report)
+            self.last, self.last_step = at, step
 
-    def _report(self, step: int, loss: float, now: float) -> StepReport:
-        trainer, duration_ = self.trainer, now - self.last
-        before = trainer.state.examples_seen - trainer.global_batch  # this update's rate
+    def _report(self, step: int, row: dict, now: float, wall: datetime.datetime
+                ) -> StepReport:
+        trainer, duration_, steps = self.trainer, now - self.last, step - self.last_step
+        before = int(row["examples_seen"]) - trainer.global_batch  # this update's rate
         if self.first is None:
             self.first = (now, step)
         first_time, first_step = self.first
         left = (None if step in (first_step, trainer.config.max_steps) else
                 (trainer.config.max_steps - step) * (now - first_time) / (step - first_step))
         return StepReport(
-            step=step, loss=loss,
-            examples_per_sec=self.steps * trainer.global_batch / duration_,
-            sec_per_batch=duration_ / self.steps / trainer.num_replicas,
+            step=step, loss=float(row["total_loss"]),
+            examples_per_sec=steps * trainer.global_batch / duration_,
+            sec_per_batch=duration_ / steps / trainer.num_replicas,
             learning_rate=float(learning_rate(before, trainer.examples_per_epoch,
                                               trainer.config.initial_learning_rate)),
-            max_steps=trainer.config.max_steps, epoch=self._epoch(), seconds_left=left)
+            max_steps=trainer.config.max_steps,
+            epoch=int(row["examples_seen"]) / trainer.examples_per_epoch, seconds_left=left,
+            when=wall)
 
-    def _loss_scale(self, step: int) -> None:
+    def _loss_scale(self, step: int, skipped: int, value: float) -> None:
         """--use_fp16: says how many steps were skipped since the last line, if any."""
-        scale = self.trainer.loss_scale
-        skipped, value = int(scale.skipped.numpy()), float(scale.scale.numpy())
         if skipped > self.skipped:
             self.print_fn(f"{skipped - self.skipped} step(s) had non-finite gradients and were "
                           f"skipped since the last line; loss scale now {value:g}.")
