@@ -134,7 +134,7 @@ def test_launcher_trains_two_workers_prints_each_line_once_and_only_the_chief_wr
 @pytest.mark.slow  # its TensorFlow calls: the launched fixture's, test_stopping's
 def test_sigterm_to_one_worker_saves_all_at_one_step_and_a_worker_killed_later_stops_all(
         tmp_path):
-    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1", "--steps_per_loop=1",
                       "--checkpoint_steps=100000")
     procs = start_workers([args, args], tmp_path)
     try:
@@ -161,7 +161,7 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_a_worker_killed_later_s
     # The job resumes at that step.  The chief killed then (kill -9, maybe as it saves)
     # stops the other: one line naming the chief, TensorFlow's cause and the checkpoint
     # the run resumes from; no traceback.
-    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1", "--steps_per_loop=1",
                       "--checkpoint_steps=4")
     again = start_workers([args, args], tmp_path)
     try:

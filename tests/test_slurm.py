@@ -219,7 +219,8 @@ def squeue(slurm_job, job_id) -> str:
 @pytest.mark.slow  # Slurm and the batch script's: TensorFlow's, as the srun test's
 def test_a_signalled_job_requeues_itself_a_cancelled_one_saves_and_ends(slurm_job, tmp_path):
     """(A job submitted again resumes: the page's sbatch example.)"""
-    args = ("--max_steps=100000", "--log_frequency=1", "--checkpoint_steps=100000")
+    args = ("--max_steps=100000", "--log_frequency=1", "--steps_per_loop=1",
+            "--checkpoint_steps=100000")
     job = submit(slurm_job, tmp_path, *args)
     log = tmp_path / f"job-{job}.out"
     text = lambda: log.read_text() if log.exists() else ""  # noqa: E731

@@ -82,7 +82,7 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
 
 
 def test_sigterm_saves_a_checkpoint_and_the_next_start_resumes(tmp_path):
-    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1", "--steps_per_loop=1",
                       "--checkpoint_steps=100000")
     proc = start("cifar10-train", *args)
     try:
@@ -162,7 +162,7 @@ def stopped_line(stderr, train_dir) -> int:
 @pytest.mark.slow  # see above
 def test_a_reader_that_stops_reading_stops_training_with_a_checkpoint(tmp_path):
     # `cifar10-train ... | head -3`: the fourth line (step 2) meets a closed pipe.
-    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1",
+    args = train_args(tmp_path, "--max_steps=100000", "--log_frequency=1", "--steps_per_loop=1",
                       "--checkpoint_steps=100000")
     trainer, head = pipeline(args, ["head", "-3"], stdout=subprocess.PIPE, text=True)
     err = ended_pipeline(trainer, head)
@@ -223,7 +223,7 @@ def test_signals_after_the_save_do_not_end_the_trainer_otherwise_than_it_said(tm
     # Stopped and saved, the trainer still ends its TensorFlow: further signals from
     # then on (a scheduler's second SIGTERM) are ignored, and the status stays 0.
     args = train_args(tmp_path, "--max_steps=100000", "--batch_size=4", "--log_frequency=1",
-                      "--checkpoint_steps=100000")
+                      "--steps_per_loop=1", "--checkpoint_steps=100000")
     proc = start("cifar10-train", *args)
     try:
         wait_for_log_step(proc, 2)
@@ -439,7 +439,7 @@ entry.train()
 def test_a_standard_output_that_cannot_be_written_stops_the_run_saved_with_one_line(tmp_path):
     fail_at, said = ": step 2,", ("; stopped at step 2; saved {d}/model.ckpt-2. Run the same "
                                   "command again to resume.")
-    args = train_args(tmp_path, "--max_steps=1000", "--log_frequency=1",
+    args = train_args(tmp_path, "--max_steps=1000", "--log_frequency=1", "--steps_per_loop=1",
                       "--checkpoint_steps=1000")
     script = FULL_STDOUT.replace("FAIL_AT", repr(fail_at)).replace("ARGS", repr(args))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -135,7 +135,6 @@ class LoopController:
                 f"{self.run_dir.describe_latest('the last good checkpoint')}")
         self.run_dir.save(step)
 
-
     def _hung(self, done: int, end: int, seconds: float) -> str:
         """The error line of the loop of steps ``done`` + 1 to ``end``, not done after
         ``seconds``."""
