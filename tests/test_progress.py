@@ -2,9 +2,13 @@
 
 import io
 import os
+import types
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+from cifar10.core import config
 from cifar10.training import progress
 from conftest import TRAIN_LINE
 
@@ -110,3 +114,36 @@ def test_a_shorter_progress_line_on_a_terminal_leaves_nothing_of_the_longer_one(
     line.end()
     assert _screen(terminal.getvalue()) == "30/100 images (91,000 images/s)"
     assert terminal.getvalue().endswith("\n") and "\x1b" not in terminal.getvalue()
+
+
+def test_a_loops_lines_come_at_its_end_with_each_logged_steps_own_figures(monkeypatch):
+    """Steps 2 to 20 as one loop of --use_fp16 (step 4 and steps 15-16 skipped): the lines
+    of steps 10 and 20 from their own rows, each after the skipped steps it follows."""
+    clock = iter([0.0, 0.0, 1.0, 1.0, 20.0, 20.0])  # the run and its steps began; each
+    # loop's end, and when its lines were said
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    trainer = types.SimpleNamespace(
+        config=config.TrainConfig(train_dir="x", max_steps=20), loss_scale=object(),
+        global_batch=10, num_replicas=1, examples_per_epoch=100,
+        state=types.SimpleNamespace(examples_seen=tf.zeros((), tf.int64)))
+    lines = []
+    meter = progress.ProgressMeter(trainer, 0, lines.append)
+    meter.steps_begin()
+    skipped = np.cumsum([s in (4, 15, 16) for s in range(1, 21)])
+    rows = {"step": np.arange(1, 21), "total_loss": np.linspace(4.0, 2.1, 20),
+            "examples_seen": 10 * (np.arange(1, 21) - skipped),
+            "loss_scale": 2.0 ** (15 - skipped), "skipped_steps": skipped}
+    meter.steps_done({name: values[:1] for name, values in rows.items()})
+    meter.steps_done({name: values[1:] for name, values in rows.items()})
+    said = [line if "loss scale" in line else TRAIN_LINE.match(line)[0].split(": ", 1)[1]
+            for line in lines]
+    assert said == [
+        "step 1, loss = 4.00 (10.0 examples/sec; 1.000 sec/batch) [step 1/20, 5.0%, epoch 0.10]",
+        "step 10, loss = 3.10 (10.0 examples/sec; 1.000 sec/batch) [step 10/20, 50.0%, "
+        "epoch 0.90, 10.0s left]",
+        "1 step(s) had non-finite gradients and were skipped since the last line; loss scale "
+        "now 16384.",
+        "step 20, loss = 2.10 (10.0 examples/sec; 1.000 sec/batch) [step 20/20, 100.0%, "
+        "epoch 1.70]",
+        "2 step(s) had non-finite gradients and were skipped since the last line; loss scale "
+        "now 4096."]

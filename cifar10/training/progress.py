@@ -156,8 +156,7 @@ class ProgressMeter:
         """A loop's steps are done, each with its ``figures`` (``engine.FIGURES``): a line
         for each step every ``log_frequency`` steps, the first and ``max_steps`` (up to
         step ``last``, where given)."""
-        now = time.monotonic()
-        began, self.loop_ended = self.loop_ended, now
+        now, wall, began = time.monotonic(), datetime.datetime.now(), self.loop_ended
         steps = figures["step"].astype(int)
         self.step, self.loss = int(steps[-1]), float(figures["total_loss"][-1])
         cfg = self.trainer.config
@@ -167,8 +166,7 @@ class ProgressMeter:
                 continue
             at = began + (now - began) * (i + 1) / len(steps)
             row = {name: values[i] for name, values in figures.items()}
-            report = self._report(step, row, at, datetime.datetime.now()
-                                  - datetime.timedelta(seconds=now - at))
+            report = self._report(step, row, at, wall - datetime.timedelta(seconds=now - at))
             self.print_fn(report.line())
             tf.summary.scalar("examples_per_sec", report.examples_per_sec, step=step)
             if self.trainer.loss_scale is not None:
@@ -176,6 +174,8 @@ class ProgressMeter:
             if self.on_report:
                 self.on_report(report)
             self.last, self.last_step = at, step
+        spent = time.monotonic() - now  # saying the lines: in no line's rate
+        self.last, self.loop_ended = self.last + spent, now + spent
 
     def _report(self, step: int, row: dict, now: float, wall: datetime.datetime
                 ) -> StepReport:
