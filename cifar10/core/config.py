@@ -75,9 +75,9 @@ class TrainConfig:
         "also at every summary, checkpoint, profile window edge and --max_steps, so these "
         "do not depend on it. 1: one call per step.", lower_bound=1, shared=True)
     step_timeout_secs: float = setting(
-        300, "End the run with an error (the last checkpoint kept) where a call of steps "
-             "does not return within this many seconds, plus ten times the slowest step so "
-             "far for each step of the call: a hang, most often in NCCL's all-reduce.",
+        300, "End a run whose steps hang (on GPUs most often in NCCL's all-reduce) with an "
+             "error, the last checkpoint kept. A call of k steps may take this many seconds "
+             "plus k times 10 times the slowest step so far.",
         lower_bound=1)
     checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
                                           "the last step).", lower_bound=1, shared=True)
