@@ -195,11 +195,10 @@ class Watchdog:
             waited += min(now - before, 2 * tick)  # a longer gap: the process was paused
             before = now
         logging.error(self.line(done, end, limit))
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        try:  # (not stdout: a reader that stopped reading would keep the process)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
         os._exit(1)
 
 
