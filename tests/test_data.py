@@ -220,6 +220,35 @@ def test_train_dataset_is_endless_shuffled_batches_each_epoch_a_permutation(trai
         np.testing.assert_array_equal(a_images, b_images)
         np.testing.assert_array_equal(a_labels, b_labels)
     assert any(not np.array_equal(a[0], b[0]) for a, b in zip(batches, other))
+    # Without ``deterministic`` the same batches, each as soon as it is ready.
+    unordered = data.train_dataset(train_files, 10, seed=5, shuffle_buffer=100,
+                                   deterministic=False).take(20).as_numpy_iterator()
+    assert sorted(labels.tobytes() + images.tobytes() for images, labels in unordered) == sorted(
+        labels.tobytes() + images.tobytes() for images, labels in batches)
+
+
+def _settings(ds: tf.data.Dataset) -> dict:
+    """The parallel map's and the prefetch's settings in ``ds``'s graph."""
+    graph = tf.compat.v1.GraphDef.FromString(
+        tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor).numpy())
+    nodes = {node.name: node for node in graph.node}
+    value = lambda name: int(tf.make_ndarray(nodes[name].attr["value"].tensor))  # noqa: E731
+    [distort] = [n for n in graph.node if n.op == "ParallelMapDatasetV2"]
+    [prefetch] = [n for n in graph.node if n.op == "PrefetchDataset"]
+    return {"parallel": value(distort.input[-1]), "in order": distort.attr["deterministic"].s,
+            "prefetch": value(prefetch.input[1])}
+
+
+def test_the_training_input_uses_the_cores_it_may_run_on_and_feeds_each_replica(
+        train_files, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert _settings(data.train_dataset(train_files, 10)) == {
+        "parallel": 3, "in order": b"true", "prefetch": 4}
+    # A worker's pipeline feeding its 8 GPUs keeps 4 steps' batches for each ready.
+    gpus = tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=8)
+    assert _settings(data.train_dataset(train_files, 10, input_context=gpus,
+                                        deterministic=False)) == {
+        "parallel": 3, "in order": b"false", "prefetch": 32}
 
 
 def test_train_dataset_has_read_its_files_before_it_is_iterated(tmp_path):

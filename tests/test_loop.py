@@ -75,7 +75,8 @@ def test_one_step_per_loop_and_seven_train_the_same_run_across_a_stop(learnable_
         train_dir, out = tmp_path / str(steps_per_loop), []
         for max_steps in (11, 20):
             train(learnable_files, small_config(train_dir, max_steps=max_steps, summary_steps=4,
-                                                steps_per_loop=steps_per_loop),
+                                                steps_per_loop=steps_per_loop,
+                                                deterministic=True),  # batches in order
                   print_fn=out.append)
         reader = tf.train.load_checkpoint(str(train_dir / "model.ckpt-20"))
         runs[steps_per_loop] = (losses_of(out), cli.event_tags(str(train_dir)),

@@ -71,7 +71,8 @@ class Trainer:
             per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
             return data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                       shuffle_buffer=cfg.shuffle_buffer, input_context=ctx,
-                                      skip_batches=skip_steps * per_step)
+                                      skip_batches=skip_steps * per_step,
+                                      deterministic=cfg.deterministic)
 
         return self.strategy.distribute_datasets_from_function(pipeline, self.input_options)
 
