@@ -8,7 +8,8 @@
 Prints, each the median of several timed windows after a warm-up:
   (a) train step alone, on one in-memory batch (examples/sec over all replicas),
       timed in turns with the windows of (c);
-  (b) the input pipeline alone, on CIFAR-format files;
+  (b) the input pipeline alone, on CIFAR-format files, per host core (those this
+      process may use), and the replicas it feeds at (a)'s rate per replica;
   (c) end-to-end training with cifar10.training.controller.train (what the log line reports),
       after a first epoch of warm-up (its rate is shown too; the in-memory cache
       of decoded records is filled before the first step);

@@ -101,15 +101,20 @@ def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None
 def _train_share(paths: Sequence[str], input_context: tf.distribute.InputContext | None
                  ) -> tuple[tf.Tensor, tf.Tensor]:
     """This pipeline's disjoint share of the records, decoded in memory (150 MB for
-    CIFAR-10): every n-th record, as ``Dataset.shard``; all of them where there are fewer
-    records than pipelines (an empty share would end at once)."""
-    decoded = [decode_records(tf.io.read_file(path)) for path in paths]
-    images, labels = (tf.concat(parts, 0) for parts in zip(*decoded))
+    CIFAR-10); all of them where there are fewer records than pipelines (an empty share
+    would end at once)."""
+    records = tf.data.FixedLengthRecordDataset(list(paths), ff.RECORD_BYTES,
+                                               buffer_size=1 << 20)
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
-    if pipelines > 1 and labels.shape[0] >= pipelines:
-        images = images[input_context.input_pipeline_id::pipelines]
-        labels = labels[input_context.input_pipeline_id::pipelines]
+    if pipelines > 1 and _num_records(paths) >= pipelines:
+        records = _shard(records, input_context)
+    decoded = list(records.batch(_DECODE_BATCH).map(decode_records))
+    images, labels = (tf.concat(parts, 0) for parts in zip(*decoded))
     return images, labels
+
+
+def _num_records(paths: Sequence[str]) -> int:
+    return sum(tf.io.gfile.stat(path).length for path in paths) // ff.RECORD_BYTES
 
 
 def host_cores() -> int:

@@ -3,7 +3,6 @@ that print nothing but report their rates."""
 
 from __future__ import annotations
 
-import os
 import platform
 import statistics
 import time
@@ -13,6 +12,7 @@ import tensorflow as tf
 
 from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
+from cifar10.data.pipeline import host_cores
 from cifar10.distribute import devices
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
@@ -69,6 +69,6 @@ def compute_dtype(args) -> tf.DType:
 def machine() -> str:
     """This machine, TensorFlow and Python, on one line."""
     gpus = len(tf.config.list_physical_devices("GPU"))
-    return (f"{devices.cpu_model().removeprefix('CPU: ')}; {os.cpu_count()} cores; "
+    return (f"{devices.cpu_model().removeprefix('CPU: ')}; {host_cores()} cores; "
             f"{gpus} GPU(s); TensorFlow {tf.__version__}; "
             f"Python {platform.python_version()}")

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from bench import compute, measure, programs, training
 from cifar10.data import folder as datafolder
+from cifar10.data import pipeline as data
 from cifar10.distribute import devices
 from cifar10.kernels.layers import KernelChoice, choose
 from cifar10.data import synthetic
@@ -69,13 +70,16 @@ def heading(s: Setting) -> list[str]:
 
 def figure_training(s: Setting) -> list[str]:
     """(a), (b), (c): (a) is timed in turns with (c)'s windows."""
+    replicas, cores = s.strategy.num_replicas_in_sync, data.host_cores()
     time_step = training.step_alone(s.args, s.strategy, os.path.join(s.work, "step"))
-    rate_b = training.input_alone(s.args, s.train_files)
+    rate_b = training.input_alone(s.args, s.train_files, replicas)
     c, c_first, a = training.end_to_end(s.args, s.strategy, s.train_files, s.count,
                                         s.train_dir, time_step)
     s.end_to_end = c
     return [f"(a) train step alone:        {a:9.1f} examples/sec  (timed in turns with (c))",
-            f"(b) input pipeline alone:    {rate_b:9.1f} examples/sec  ({rate_b / c:.1f}x (c))",
+            (f"(b) input pipeline alone:    {rate_b:9.1f} examples/sec  ({rate_b / c:.1f}x (c)); "
+             f"{rate_b / cores:.0f} per host core ({cores} cores); feeds "
+             f"{rate_b * replicas / a:.1f} replicas at (a)'s {a / replicas:.0f} each"),
             (f"(c) end-to-end training:     {c:9.1f} examples/sec  ({100 * c / a:.0f}% of (a); "
              f"first epoch: {c_first:.1f})")]
 

@@ -51,18 +51,26 @@ def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str,
                                 args.window_steps * trainer.global_batch)
 
 
-def input_alone(args, train_files: list[str]) -> float:
-    """(b): examples/sec of the training input pipeline on CIFAR-format files."""
-    it = iter(data.train_dataset(train_files, args.batch_size))  # fills its cache
-    for _ in range(args.warmup_steps):
-        next(it)
+def input_alone(args, train_files: list[str], replicas: int) -> float:
+    """(b): examples/sec of the training input pipeline on CIFAR-format files, one
+    pipeline feeding ``replicas`` (as a worker's feeds its GPUs), as training reads it:
+    in a loop in TensorFlow, batches in the order they are ready (not --deterministic)."""
+    context = tf.distribute.InputContext(num_replicas_in_sync=replicas)
+    it = iter(data.train_dataset(train_files, args.batch_size, input_context=context,
+                                 deterministic=False))  # reads its files
     steps = args.window_steps * 10  # a window of 30 batches is too short to time well
 
-    def window() -> None:
-        for _ in range(steps):
-            next(it)
+    @tf.function
+    def read(batches: tf.Tensor) -> tf.Tensor:
+        total = tf.constant(0.0)
+        for _ in tf.range(batches):
+            images, _ = next(it)
+            total += images[0, 0, 0, 0]
+        return total
 
-    return measure.median_rate(window, args.windows, steps * args.batch_size)
+    read(tf.constant(args.warmup_steps)).numpy()
+    return measure.median_rate(lambda: read(tf.constant(steps)).numpy(), args.windows,
+                               steps * args.batch_size)
 
 
 def end_to_end(args, strategy: tf.distribute.Strategy, train_files: list[str], count: int,
