@@ -46,7 +46,9 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     assert ("1 replica(s) x batch 8 = global batch 8; float32; XLA off; "
             "kernels compiled (CPU replicas); ") in out
     for figure in (r"\(a\) train step alone:" + NUMBER + " examples/sec",
-                   r"\(b\) input pipeline alone:" + NUMBER + " examples/sec",
+                   r"\(b\) input pipeline alone:" + NUMBER + r" examples/sec .*; \d+ per host core "
+                                                    r"\(\d+ cores\); feeds [0-9.]+ replicas at "
+                                                    r"\(a\)'s \d+ each$",
                    r"\(c\) end-to-end training:" + NUMBER + " examples/sec",
                    r"\(d\) evaluation:" + NUMBER + r" examples/sec  \(16 examples",
                    r"\(e\) launch to first step:" + NUMBER + " s",
