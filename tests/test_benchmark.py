@@ -47,7 +47,7 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
             "kernels compiled (CPU replicas); ") in out
     for figure in (r"\(a\) train step alone:" + NUMBER + " examples/sec",
                    r"\(b\) input pipeline alone:" + NUMBER + r" examples/sec .*; \d+ per host core "
-                                                    r"\(\d+ cores\); feeds [0-9.]+ replicas at "
+                                                    r"\(\d+ core\(s\)\); feeds [0-9.]+ replicas at "
                                                     r"\(a\)'s \d+ each$",
                    r"\(c\) end-to-end training:" + NUMBER + " examples/sec",
                    r"\(d\) evaluation:" + NUMBER + r" examples/sec  \(16 examples",

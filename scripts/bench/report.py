@@ -78,7 +78,7 @@ def figure_training(s: Setting) -> list[str]:
     s.end_to_end = c
     return [f"(a) train step alone:        {a:9.1f} examples/sec  (timed in turns with (c))",
             (f"(b) input pipeline alone:    {rate_b:9.1f} examples/sec  ({rate_b / c:.1f}x (c)); "
-             f"{rate_b / cores:.0f} per host core ({cores} cores); feeds "
+             f"{rate_b / cores:.0f} per host core ({cores} core(s)); feeds "
              f"{rate_b * replicas / a:.1f} replicas at (a)'s {a / replicas:.0f} each"),
             (f"(c) end-to-end training:     {c:9.1f} examples/sec  ({100 * c / a:.0f}% of (a); "
              f"first epoch: {c_first:.1f})")]
