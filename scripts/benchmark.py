@@ -51,7 +51,8 @@ import sys
 
 try:
     from cifar10.cli.entry import INTERRUPTED, interrupts_kept
-    from cifar10.cli.process import STDOUT_CLOSED, ArgumentParser, stdout_to_devnull
+    from cifar10.cli.process import (STDOUT_CLOSED, ArgumentParser, load_tensorflow,
+                                     stdout_to_devnull)
     from cifar10.core import logs, machine
     from cifar10.core.config import KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
@@ -76,6 +77,8 @@ def parse_args(argv):
     p.add_argument("--batch_size", type=int, default=128, help="examples per replica")
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
     p.add_argument("--use_bf16", action="store_true", help="bfloat16 compute")
+    p.add_argument("--allow_tf32", action="store_true",
+                   help="float32 convolutions and matmuls as TensorFloat-32 (as cifar10-train)")
     p.add_argument("--xla", action="store_true", help="compile the replica step with XLA")
     p.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
                    help="the compiled kernels or TensorFlow's ops (as cifar10-train)")
@@ -148,6 +151,7 @@ def main(argv=None) -> int:
     standard output was closed), the temporary folder removed on the way out."""
     args = parse_args(argv)
     try:
+        load_tensorflow(allow_tf32=args.allow_tf32)  # float32 stays float32, as in training
         with interrupts_kept():  # a Ctrl-C as TensorFlow loads stops the script
             from bench import report
         return report.run(args)

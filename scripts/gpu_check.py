@@ -1,0 +1,426 @@
+"""Checks cifar10 on the first GPU at hand and prints one table (docs/performance.md,
+"Check a GPU machine"): examples/sec of the step alone, the input alone, end-to-end and
+evaluation (scripts/benchmark.py's (a)-(d)) and a short run's loss, in float32, TF32,
+float16 and bfloat16; that the compiled CPU kernels stay off the GPU; the GPU memory of a
+--num_gpus=0 run; two replicas on one GPU; cifar10-export and cifar10-eval; the seconds
+from SIGTERM to a trainer's exit.  Each part runs programs, each with a time limit,
+within --budget_secs in all; everything is written under one new folder, their output in
+its logs/.  Exits 1 naming the parts that failed; without a GPU the GPU-only parts say so
+and are skipped.  --quick: float32 and a few steps (the tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+
+try:
+    from cifar10.cli.process import ArgumentParser
+    from cifar10.runs import records
+except ImportError as e:
+    sys.exit(f"gpu_check.py: error: {sys.executable} cannot import the cifar10 package ({e}): "
+             f"install it (pip install .) or set PYTHON to the Python it is installed in")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)  # the programs beside this Python
+PRECISIONS = {"float32": [], "TF32": ["--allow_tf32"], "float16": ["--use_fp16"],
+              "bfloat16": ["--use_bf16"]}
+LOSS_TAG = "total_loss (raw)"
+LOSS_TOLERANCE = 0.2  # |loss - float32's|; bfloat16 on a CPU: 0.01 at 200 steps
+CPU_RUN_MIB = 64  # GPU memory a --num_gpus=0 run may seem to add (other processes')
+# Seconds each program may take (the benchmark: per precision), within --budget_secs.
+LIMITS = {"data": 60, "loss": 90, "export": 60, "eval": 90, "cpu": 90, "split": 120,
+          "speed": 150}
+SPEED_ROWS = (("a", "step alone, ex/s per GPU"), ("b", "input alone, ex/s (host)"),
+              ("c", "end-to-end, ex/s per GPU"), ("d", "evaluation, ex/s per GPU"))
+# (steps of the loss runs, records per generated file, the benchmark's windows)
+MODES = {False: (200, 2000, ["--windows=3", "--window_steps=50", "--warmup_steps=20"]),
+         True: (4, 200, ["--windows=1", "--window_steps=2", "--warmup_steps=1"])}
+STEP = re.compile(r": step (\d+), loss = ")
+
+
+class Failed(Exception):
+    """A part that did not work; the message says why."""
+
+
+class Program:
+    """A program the check started, its output read as it comes (also into
+    logs/<name>.log); ``stop`` ends it: SIGTERM, SIGKILL 10 s later."""
+
+    def __init__(self, check: Check, name: str, command: list[str]):
+        say(f"{name} ...")
+        self.log = check.path("logs", f"{name}.log")
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=check.env, text=True)
+        self.lines: list[str] = []
+        self.step = 0
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with open(self.log, "w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                with self.changed:
+                    self.lines.append(line)
+                    self.step = int(STEP.search(line)[1]) if STEP.search(line) else self.step
+                    self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait(self, seconds: float) -> str:
+        """Its output once it ended well."""
+        try:
+            status = self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"still running after {seconds:.0f} s (see {self.log})") from None
+        self.reader.join()
+        if status:
+            last = "".join(self.lines).strip().splitlines()[-1:] or [""]
+            raise Failed(f"exit status {status}: {last[0][:200]} (see {self.log})")
+        return "".join(self.lines)
+
+    def wait_for_step(self, step: int, seconds: float) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.step >= step or self.proc.poll() is not None,
+                                  seconds)
+        if self.step < step:
+            raise Failed(f"no step {step} within {seconds:.0f} s, exit status "
+                         f"{self.proc.poll()} (see {self.log})")
+
+    def sigterm(self) -> tuple[int, float]:
+        """(exit status, seconds from SIGTERM to the exit)."""
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60), time.monotonic() - start
+        except subprocess.TimeoutExpired:
+            raise Failed(f"still running 60 s after SIGTERM (see {self.log})") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Check:
+    """What the parts share: the folder, the programs' environment, the clock, the GPU."""
+
+    def __init__(self, args):
+        self.dir, self.quick = args.dir, args.quick
+        self.steps, self.records_per_file, self.windows = MODES[args.quick]
+        self.deadline = time.monotonic() + args.budget_secs
+        for folder in ("logs", "tmp"):
+            os.makedirs(self.path(folder))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # ("" or -1: no GPU)
+        self.gpu_id = "0" if visible is None else visible.split(",")[0].strip()
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=self.path("tmp"),
+                        MPLCONFIGDIR=self.path("tmp"), CUDA_DEVICE_ORDER="PCI_BUS_ID",
+                        CUDA_VISIBLE_DEVICES=self.gpu_id)  # the first GPU only
+        self.gpu_name = nvidia_smi(self.gpu_id, "name")
+        self.on_gpu = False  # whether TensorFlow trains on a GPU: the float32 run says
+
+    def path(self, *names: str) -> str:
+        return os.path.join(self.dir, *names)
+
+    def limit(self, part: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left < 1:
+            raise Failed("not run: the check's --budget_secs were spent")
+        return min(LIMITS[part], left)
+
+    def run(self, part: str, name: str, command: list[str]) -> str:
+        """``command``'s output once it ended well within the part's limit."""
+        program = Program(self, name, command)
+        try:
+            return program.wait(self.limit(part))
+        finally:
+            program.stop()
+
+    @contextlib.contextmanager
+    def training(self, part: str, name: str, *flags: str, step: int):
+        """A cifar10-train run as it passes ``step`` (stopped as the block ends)."""
+        program = Program(self, name, self.train(name, *flags, "--max_steps=1000000"))
+        try:
+            program.wait_for_step(step, self.limit(part))
+            yield program
+        finally:
+            program.stop()
+
+    def train(self, name: str, *flags: str) -> list[str]:
+        return [os.path.join(BIN, "cifar10-train"), f"--data_dir={self.path('data')}",
+                f"--train_dir={self.path('runs', name)}", *flags]
+
+    def record(self, folder: str) -> dict:
+        """The newest start recorded in ``folder``'s environment.jsonl ({} without one)."""
+        return records.last_record(self.path(folder)) or {}
+
+
+def nvidia_smi(gpu: str, query: str) -> str | None:
+    """One value of nvidia-smi's --query-gpu for ``gpu``; None without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "-i", gpu,
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def on_gpu(devices: list[dict]) -> list[str]:
+    """The GPUs among a record's devices, as GPU:0."""
+    return [d["name"].split("device:")[-1] for d in devices if "GPU" in d["name"].upper()]
+
+
+def mean_loss(train_dir: str, steps: int) -> float:
+    """The mean of the run's summarised loss over its second half (one step's is noisy)."""
+    from tensorboard.compat.proto import event_pb2  # (not TensorFlow, which would take a GPU)
+    from tensorboard.util import tensor_util
+
+    losses = []
+    for path in glob.glob(os.path.join(train_dir, "events.out.tfevents.*")):
+        with open(path, "rb") as f:
+            while header := f.read(12):  # a TFRecord: length, its CRC, data, data's CRC
+                event = event_pb2.Event.FromString(f.read(struct.unpack("<Q", header[:8])[0]))
+                f.read(4)
+                losses += [float(tensor_util.make_ndarray(v.tensor)) for v in event.summary.value
+                           if v.tag == LOSS_TAG and event.step > steps // 2]
+    if not losses:
+        raise Failed(f"no {LOSS_TAG!r} summary beyond step {steps // 2} in {train_dir}")
+    return sum(losses) / len(losses)
+
+
+def row(label: str, results: dict[str, object], skipped: str) -> tuple:
+    """A row of a figure per precision (its text, or Failed)."""
+    failures = [f"{p}: {r}" for p, r in results.items() if isinstance(r, Failed)]
+    cells = {p: "FAILED" if isinstance(r, Failed) else r for p, r in results.items()}
+    status = "FAILED: " + "; ".join(failures) if failures else "ok"
+    return label, cells, status + (f" ({skipped})" if skipped else "")
+
+
+def single(label: str, part) -> tuple:
+    """A row of one check: ``part()`` gives its detail or 'skipped: why', or raises Failed."""
+    try:
+        detail = part()
+    except Failed as e:
+        return label, {}, f"FAILED: {e}"
+    return label, {}, detail if detail.startswith("skipped") else f"ok: {detail}"
+
+
+def losses(c: Check, precisions: list[str]) -> dict[str, object]:
+    """Each precision's mean loss over the second half of a short run, seed 1."""
+    every = max(1, c.steps // 10)
+    results: dict[str, object] = {}
+    for precision in precisions:
+        name = f"loss-{precision}"
+        try:
+            c.run("loss", name, c.train(name, f"--max_steps={c.steps}", "--seed=1",
+                                        f"--summary_steps={every}", f"--log_frequency={every}",
+                                        "--deterministic", *PRECISIONS[precision]))
+            results[precision] = mean_loss(c.path("runs", name), c.steps)
+        except Failed as e:
+            results[precision] = e
+    return results
+
+
+def loss_cells(results: dict[str, object]) -> dict[str, object]:
+    """Each loss and its difference from float32's, Failed beyond LOSS_TOLERANCE."""
+    reference, cells = results.get("float32"), {}
+    for precision, loss in results.items():
+        if isinstance(loss, Failed) or precision == "float32":
+            cells[precision] = loss if isinstance(loss, Failed) else f"{loss:.3f}"
+        elif not isinstance(reference, float):
+            cells[precision] = Failed("no float32 loss to compare with")
+        elif not abs(loss - reference) <= LOSS_TOLERANCE:  # (NaN too)
+            cells[precision] = Failed(f"{loss:.3f}, more than {LOSS_TOLERANCE} from float32's")
+        else:
+            cells[precision] = f"{loss:.3f} ({loss - reference:+.3f})"
+    return cells
+
+
+def speeds(c: Check, precisions: list[str]) -> tuple[dict[str, dict], str]:
+    """({figure letter: {precision: examples/sec, or Failed}} of scripts/benchmark.py's
+    (a)-(d), its machine line)."""
+    figures: dict[str, dict] = {letter: {} for letter, _ in SPEED_ROWS}
+    machine = ""
+    for precision in precisions:
+        try:
+            out = c.run("speed", f"speed-{precision}", [
+                sys.executable, os.path.join(HERE, "benchmark.py"), "--figures=a,b,c,d",
+                f"--data_dir={c.path('data')}", *c.windows,
+                *(["--num_gpus=1"] if c.on_gpu else []), *PRECISIONS[precision]])
+            found = dict(re.findall(r"^\(([a-d])\)[^:]*:\s+([0-9.]+) examples/sec", out, re.M))
+            machine = machine or "".join(re.findall(r"^machine: (.*)$", out, re.M)[:1])
+        except Failed as e:
+            found = {letter: e for letter, _ in SPEED_ROWS}
+        for letter, _ in SPEED_ROWS:
+            rate = found.get(letter, Failed(f"no figure ({letter}) in its output"))
+            figures[letter][precision] = rate if isinstance(rate, Failed) else f"{float(rate):,.0f}"
+    return figures, machine
+
+
+def gpu(c: Check) -> str:
+    devices = c.record("runs/loss-float32").get("devices", [])
+    if c.on_gpu:
+        return f"{devices[0]['kind']}: the float32 run trained on {', '.join(on_gpu(devices))}"
+    if c.gpu_name:
+        raise Failed(f"nvidia-smi shows {c.gpu_name} but the float32 run did not train on it "
+                     f"(see {c.path('logs', 'loss-float32.log')}); without its CUDA libraries "
+                     f"TensorFlow sees no GPU: pip install 'tensorflow[and-cuda]'")
+    return "skipped: no GPU (nvidia-smi finds none; TensorFlow trains on the CPU)"
+
+
+def kernels(c: Check) -> str:
+    used = c.record("runs/loss-float32").get("kernels") or {}
+    if not c.on_gpu:
+        return f"skipped: no GPU (the CPU run used: {used.get('kernel')}, {used.get('reason')})"
+    if used.get("kernel") != "tensorflow":
+        raise Failed(f"the GPU run used {used or 'unrecorded kernels'}")
+    return f"not used, TensorFlow's ops ({used['reason']})"
+
+
+def cpu_run_memory(c: Check) -> str:
+    if not (c.on_gpu and c.gpu_name):
+        return f"skipped: {'nvidia-smi not found' if c.on_gpu else 'no GPU'}"
+    before = int(nvidia_smi(c.gpu_id, "memory.used") or 0)
+    with c.training("cpu", "cpu", "--num_gpus=0", "--kernels=tensorflow", step=10):
+        added = int(nvidia_smi(c.gpu_id, "memory.used") or 0) - before
+    if added > CPU_RUN_MIB:
+        raise Failed(f"{added} MiB more in use while it trained: it holds GPU memory")
+    return f"{max(added, 0)} MiB more in use while it trained (nvidia-smi)"
+
+
+def split_and_sigterm(c: Check) -> list[tuple]:
+    """Two replicas on one GPU (on logical CPU devices without a GPU) to step 20, then
+    SIGTERM: the split's row and that of the seconds to the trainer's exit."""
+    split = ("two replicas on one GPU", {}, "skipped: no GPU")
+    try:
+        with c.training("split", "split", "--num_gpus=2",
+                        *(["--replicas_per_gpu=2"] if c.on_gpu else []), step=20) as run:
+            status, seconds = run.sigterm()
+    except Failed as e:
+        return [split[:2] + (f"FAILED: {e}",) if c.on_gpu else split,
+                ("SIGTERM to exit", {}, f"FAILED: {e}")]
+    if c.on_gpu:
+        split = split[:2] + ("ok: trained to step 20 on 2 replicas" if any(
+            " 2 replica(s)" in line for line in run.lines) else
+            f"FAILED: no line says 2 replica(s) (see {run.log})",)
+    stopped = re.search(r"^Stopped at step (\d+); saved ", "".join(run.lines), re.M)
+    return [split, ("SIGTERM to exit", {},
+                    f"ok: {seconds:.1f} s, checkpoint of step {stopped[1]} saved"
+                    if stopped and status == 0 else f"FAILED: exit status {status} after "
+                    f"{seconds:.1f} s, no 'Stopped at step N; saved' line (see {run.log})")]
+
+
+def export(c: Check) -> str:
+    c.run("export", "export", [os.path.join(BIN, "cifar10-export"),
+                               f"--checkpoint_dir={c.path('runs', 'loss-float32')}",
+                               f"--export_dir={c.path('export')}"])
+    saved = glob.glob(c.path("export", "*", "saved_model.pb"))
+    if not saved:
+        raise Failed(f"no SavedModel in {c.path('export')}")
+    return f"a SavedModel in {os.path.dirname(saved[0])}"
+
+
+def evaluation(c: Check) -> str:
+    out = c.run("eval", "eval", [os.path.join(BIN, "cifar10-eval"), "--run_once",
+                                 f"--checkpoint_dir={c.path('runs', 'loss-float32')}",
+                                 f"--eval_dir={c.path('eval')}", f"--data_dir={c.path('data')}"])
+    precision = re.search(r"precision @ 1 = ([0-9.]+)", out)
+    devices = c.record("eval").get("devices", [])
+    if not precision:
+        raise Failed(f"no 'precision @ 1' line (see {c.path('logs', 'eval.log')})")
+    if c.on_gpu and not on_gpu(devices):
+        raise Failed(f"it ran on {devices}, not the GPU")
+    return f"precision @ 1 = {precision[1]} on {', '.join(on_gpu(devices)) or 'the CPU'}"
+
+
+def checks(c: Check) -> tuple[list[tuple], str]:
+    """Runs every part (the longest last); the table's rows and the benchmark's machine."""
+    loss = losses(c, ["float32"])  # first: it shows whether TensorFlow trains on a GPU
+    c.on_gpu = bool(on_gpu(c.record("runs/loss-float32").get("devices", [])))
+    precisions = list(PRECISIONS) if c.on_gpu and not c.quick else ["float32"]
+    skipped = "" if len(precisions) > 1 else (
+        f"TF32, float16, bfloat16 skipped: {'--quick' if c.quick else 'no GPU'}")
+    loss.update(losses(c, precisions[1:]))
+    exported = single("cifar10-export", lambda: export(c))
+    evaluated = single("cifar10-eval", lambda: evaluation(c))
+    memory = single("GPU memory of a --num_gpus=0 run", lambda: cpu_run_memory(c))
+    split, sigterm = split_and_sigterm(c)
+    figures, machine = speeds(c, precisions)
+    return [single("GPU", lambda: gpu(c)),
+            *(row(label, figures[letter], skipped) for letter, label in SPEED_ROWS),
+            row(f"loss, mean of steps {c.steps // 2 + 1}-{c.steps}", loss_cells(loss), skipped),
+            single("compiled CPU kernels", lambda: kernels(c)), memory, split, exported,
+            evaluated, sigterm], machine
+
+
+def table(rows: list[tuple]) -> list[str]:
+    """The rows as one Markdown table, to paste into docs/performance.md."""
+    lines = ["| part | " + " | ".join(PRECISIONS) + " | status |",
+             "|---|" + "---:|" * len(PRECISIONS) + "---|"]
+    for label, cells, status in rows:
+        texts = [label, *(str(cells.get(p, "")) for p in PRECISIONS), status]
+        lines.append("| " + " | ".join(t.replace("|", "/") for t in texts) + " |")
+    return lines
+
+
+def parse_args(argv):
+    p = ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    p.add_argument("--dir", help="a new folder to write everything in (default: a new "
+                                 "temporary folder, kept for its logs)")
+    p.add_argument("--quick", action="store_true",
+                   help="float32 only and a few steps: the check's own test")
+    p.add_argument("--budget_secs", type=float, default=600,
+                   help="the most seconds the parts may take in all (default 600)")
+    args = p.parse_args(argv)
+    if args.dir is None:
+        args.dir = tempfile.mkdtemp(prefix="cifar10-gpu-check-")
+    elif os.path.exists(args.dir) and (not os.path.isdir(args.dir) or os.listdir(args.dir)):
+        p.error(f"--dir={args.dir} exists and is not an empty folder: name a new one")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    c = Check(args)
+    say(f"writing under {c.dir}")
+    try:
+        c.run("data", "data", [sys.executable, os.path.join(HERE, "make_synthetic_data.py"),
+                               c.path("data"), f"--records_per_file={c.records_per_file}"])
+    except Failed as e:
+        say(f"error: cannot generate the data: {e}")
+        return 1
+    rows, machine = checks(c)
+    print(f"cifar10 GPU check, {time.strftime('%Y-%m-%d')}{', --quick' if c.quick else ''}: "
+          f"{c.gpu_name or 'no GPU'}; {machine or 'TensorFlow ' + metadata.version('tensorflow')}"
+          f"; logs in {c.path('logs')}\n")
+    print("\n".join(table(rows)), flush=True)
+    failed = [label for label, _, status in rows if status.startswith("FAILED")]
+    if failed:
+        say(f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def say(line: str) -> None:
+    print(f"gpu_check.py: {line}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # its programs stopped too
+    sys.exit(main())
