@@ -288,7 +288,8 @@ def gpu(c: Check) -> str:
 def kernels(c: Check) -> str:
     used = c.record("runs/loss-float32").get("kernels") or {}
     if not c.on_gpu:
-        return f"skipped: no GPU (the CPU run used: {used.get('kernel')}, {used.get('reason')})"
+        return "skipped: no GPU" + (f" (the CPU run used: {used['kernel']}, {used['reason']})"
+                                    if used else "")
     if used.get("kernel") != "tensorflow":
         raise Failed(f"the GPU run used {used or 'unrecorded kernels'}")
     return f"not used, TensorFlow's ops ({used['reason']})"
