@@ -23,7 +23,7 @@ from cli import ENTRY_POINTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SCRIPTS = ("benchmark.py", "launch_workers.py", "make_synthetic_data.py")
+SCRIPTS = ("benchmark.py", "gpu_check.py", "launch_workers.py", "make_synthetic_data.py")
 OTHER_TOOLS = ("pip", "pytest", "venv", "tensorboard", "docker", "curl", "git",
                "saved_model_cli", "bash", "srun", "sbatch", "scancel", "scontrol",
                "mungekey", "munged")
