@@ -85,7 +85,7 @@ class Program:
             status = self.proc.wait(seconds)
         except subprocess.TimeoutExpired:
             raise Failed(f"still running after {seconds:.0f} s (see {self.log})") from None
-        self.reader.join()
+        self.reader.join(10)  # (its last lines)
         if status:
             last = "".join(self.lines).strip().splitlines()[-1:] or [""]
             raise Failed(f"exit status {status}: {last[0][:200]} (see {self.log})")
@@ -124,7 +124,8 @@ class Check:
     def __init__(self, args):
         self.dir, self.quick = args.dir, args.quick
         self.steps, self.records_per_file, self.windows = MODES[args.quick]
-        self.deadline = time.monotonic() + args.budget_secs
+        self.start = time.monotonic()
+        self.deadline = self.start + args.budget_secs
         for folder in ("logs", "tmp"):
             os.makedirs(self.path(folder))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # ("" or -1: no GPU)
@@ -146,18 +147,20 @@ class Check:
 
     def run(self, part: str, name: str, command: list[str]) -> str:
         """``command``'s output once it ended well within the part's limit."""
+        seconds = self.limit(part)
         program = Program(self, name, command)
         try:
-            return program.wait(self.limit(part))
+            return program.wait(seconds)
         finally:
             program.stop()
 
     @contextlib.contextmanager
     def training(self, part: str, name: str, *flags: str, step: int):
         """A cifar10-train run as it passes ``step`` (stopped as the block ends)."""
+        seconds = self.limit(part)
         program = Program(self, name, self.train(name, *flags, "--max_steps=1000000"))
         try:
-            program.wait_for_step(step, self.limit(part))
+            program.wait_for_step(step, seconds)
             yield program
         finally:
             program.stop()
@@ -407,10 +410,14 @@ def main(argv=None) -> int:
     except Failed as e:
         say(f"error: cannot generate the data: {e}")
         return 1
-    rows, machine = checks(c)
+    try:
+        rows, machine = checks(c)
+    except KeyboardInterrupt:  # (SIGTERM too) its programs stopped
+        say(f"interrupted; what it wrote is in {c.dir}")
+        return 130
     print(f"cifar10 GPU check, {time.strftime('%Y-%m-%d')}{', --quick' if c.quick else ''}: "
           f"{c.gpu_name or 'no GPU'}; {machine or 'TensorFlow ' + metadata.version('tensorflow')}"
-          f"; logs in {c.path('logs')}\n")
+          f"; checked in {time.monotonic() - c.start:.0f} s; logs in {c.path('logs')}\n")
     print("\n".join(table(rows)), flush=True)
     failed = [label for label, _, status in rows if status.startswith("FAILED")]
     if failed:
