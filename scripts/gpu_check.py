@@ -43,9 +43,11 @@ LIMITS = {"data": 60, "loss": 90, "export": 60, "eval": 90, "cpu": 90, "split": 
           "speed": 150}
 SPEED_ROWS = (("a", "step alone, ex/s per GPU"), ("b", "input alone, ex/s (host)"),
               ("c", "end-to-end, ex/s per GPU"), ("d", "evaluation, ex/s per GPU"))
-# (steps of the loss runs, records per generated file, the benchmark's windows)
-MODES = {False: (200, 2000, ["--windows=3", "--window_steps=50", "--warmup_steps=20"]),
-         True: (4, 200, ["--windows=1", "--window_steps=2", "--warmup_steps=1"])}
+# (steps of the loss runs, records per generated file, the benchmark's windows, the
+# two-replica run's flags)
+MODES = {False: (200, 2000, ["--windows=3", "--window_steps=50", "--warmup_steps=20"], []),
+         True: (4, 200, ["--windows=1", "--window_steps=2", "--warmup_steps=1"],
+                ["--batch_size=16"])}
 STEP = re.compile(r": step (\d+), loss = ")
 
 
@@ -123,7 +125,7 @@ class Check:
 
     def __init__(self, args):
         self.dir, self.quick = args.dir, args.quick
-        self.steps, self.records_per_file, self.windows = MODES[args.quick]
+        self.steps, self.records_per_file, self.windows, self.split_flags = MODES[args.quick]
         self.start = time.monotonic()
         self.deadline = self.start + args.budget_secs
         for folder in ("logs", "tmp"):
@@ -302,7 +304,7 @@ def cpu_run_memory(c: Check) -> str:
     if not (c.on_gpu and c.gpu_name):
         return f"skipped: {'nvidia-smi not found' if c.on_gpu else 'no GPU'}"
     before = int(nvidia_smi(c.gpu_id, "memory.used") or 0)
-    with c.training("cpu", "cpu", "--num_gpus=0", "--kernels=tensorflow", step=10):
+    with c.training("cpu", "cpu", "--num_gpus=0", "--kernels=tensorflow", step=1):
         added = int(nvidia_smi(c.gpu_id, "memory.used") or 0) - before
     if added > CPU_RUN_MIB:
         raise Failed(f"{added} MiB more in use while it trained: it holds GPU memory")
@@ -314,7 +316,7 @@ def split_and_sigterm(c: Check) -> list[tuple]:
     SIGTERM: the split's row and that of the seconds to the trainer's exit."""
     split = ("two replicas on one GPU", {}, "skipped: no GPU")
     try:
-        with c.training("split", "split", "--num_gpus=2",
+        with c.training("split", "split", "--num_gpus=2", *c.split_flags,
                         *(["--replicas_per_gpu=2"] if c.on_gpu else []), step=20) as run:
             status, seconds = run.sigterm()
     except Failed as e:
