@@ -151,7 +151,8 @@ def main(argv=None) -> int:
     standard output was closed), the temporary folder removed on the way out."""
     args = parse_args(argv)
     try:
-        load_tensorflow(allow_tf32=args.allow_tf32)  # float32 stays float32, as in training
+        # float32 stays float32, as in training; the GPUs as make_strategy chooses them
+        load_tensorflow(allow_tf32=args.allow_tf32, gpus=None)
         with interrupts_kept():  # a Ctrl-C as TensorFlow loads stops the script
             from bench import report
         return report.run(args)
