@@ -282,7 +282,8 @@ def speeds(c: Check, precisions: list[str]) -> tuple[dict[str, dict], str]:
 def gpu(c: Check) -> str:
     devices = c.record("runs/loss-float32").get("devices", [])
     if c.on_gpu:
-        return f"{devices[0]['kind']}: the float32 run trained on {', '.join(on_gpu(devices))}"
+        kind = next(d["kind"] for d in devices if "GPU" in d["name"].upper())
+        return f"{kind}: the float32 run trained on {', '.join(on_gpu(devices))}"
     if c.gpu_name:
         raise Failed(f"nvidia-smi shows {c.gpu_name} but the float32 run did not train on it "
                      f"(see {c.path('logs', 'loss-float32.log')}); without its CUDA libraries "
@@ -323,7 +324,7 @@ def split_and_sigterm(c: Check) -> list[tuple]:
         return [split[:2] + (f"FAILED: {e}",) if c.on_gpu else split,
                 ("SIGTERM to exit", {}, f"FAILED: {e}")]
     if c.on_gpu:
-        split = split[:2] + ("ok: trained to step 20 on 2 replicas" if any(
+        split = split[:2] + ("ok: 2 replicas trained past step 20" if any(
             " 2 replica(s)" in line for line in run.lines) else
             f"FAILED: no line says 2 replica(s) (see {run.log})",)
     stopped = re.search(r"^Stopped at step (\d+); saved ", "".join(run.lines), re.M)
