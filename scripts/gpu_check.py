@@ -97,9 +97,11 @@ class Program:
         with self.changed:
             self.changed.wait_for(lambda: self.step >= step or self.proc.poll() is not None,
                                   seconds)
+        if self.step < step and self.proc.poll() is None:
+            raise Failed(f"no step {step} within {seconds:.0f} s (see {self.log})")
         if self.step < step:
-            raise Failed(f"no step {step} within {seconds:.0f} s, exit status "
-                         f"{self.proc.poll()} (see {self.log})")
+            self.wait(10)  # Failed, with its last line (or ended well, yet too soon)
+            raise Failed(f"ended before step {step} (see {self.log})")
 
     def sigterm(self) -> tuple[int, float]:
         """(exit status, seconds from SIGTERM to the exit)."""
@@ -170,6 +172,11 @@ class Check:
     def train(self, name: str, *flags: str) -> list[str]:
         return [os.path.join(BIN, "cifar10-train"), f"--data_dir={self.path('data')}",
                 f"--train_dir={self.path('runs', name)}", *flags]
+
+    @property
+    def no_gpu(self) -> str:
+        """Why the GPU-only parts are skipped."""
+        return "the GPU is not TensorFlow's" if self.gpu_name else "no GPU"
 
     def record(self, folder: str) -> dict:
         """The newest start recorded in ``folder``'s environment.jsonl ({} without one)."""
@@ -294,7 +301,7 @@ def gpu(c: Check) -> str:
 def kernels(c: Check) -> str:
     used = c.record("runs/loss-float32").get("kernels") or {}
     if not c.on_gpu:
-        return "skipped: no GPU" + (f" (the CPU run used: {used['kernel']}, {used['reason']})"
+        return f"skipped: {c.no_gpu}" + (f" (the CPU run used: {used['kernel']}, {used['reason']})"
                                     if used else "")
     if used.get("kernel") != "tensorflow":
         raise Failed(f"the GPU run used {used or 'unrecorded kernels'}")
@@ -303,7 +310,7 @@ def kernels(c: Check) -> str:
 
 def cpu_run_memory(c: Check) -> str:
     if not (c.on_gpu and c.gpu_name):
-        return f"skipped: {'nvidia-smi not found' if c.on_gpu else 'no GPU'}"
+        return f"skipped: {'nvidia-smi not found' if c.on_gpu else c.no_gpu}"
     before = int(nvidia_smi(c.gpu_id, "memory.used") or 0)
     with c.training("cpu", "cpu", "--num_gpus=0", "--kernels=tensorflow", step=1):
         added = int(nvidia_smi(c.gpu_id, "memory.used") or 0) - before
@@ -315,7 +322,7 @@ def cpu_run_memory(c: Check) -> str:
 def split_and_sigterm(c: Check) -> list[tuple]:
     """Two replicas on one GPU (on logical CPU devices without a GPU) to step 20, then
     SIGTERM: the split's row and that of the seconds to the trainer's exit."""
-    split = ("two replicas on one GPU", {}, "skipped: no GPU")
+    split = ("two replicas on one GPU", {}, f"skipped: {c.no_gpu}")
     try:
         with c.training("split", "split", "--num_gpus=2", *c.split_flags,
                         *(["--replicas_per_gpu=2"] if c.on_gpu else []), step=20) as run:
@@ -363,7 +370,7 @@ def checks(c: Check) -> tuple[list[tuple], str]:
     c.on_gpu = bool(on_gpu(c.record("runs/loss-float32").get("devices", [])))
     precisions = list(PRECISIONS) if c.on_gpu and not c.quick else ["float32"]
     skipped = "" if len(precisions) > 1 else (
-        f"TF32, float16, bfloat16 skipped: {'--quick' if c.quick else 'no GPU'}")
+        f"TF32, float16, bfloat16 skipped: {'--quick' if c.quick else c.no_gpu}")
     loss.update(losses(c, precisions[1:]))
     exported = single("cifar10-export", lambda: export(c))
     evaluated = single("cifar10-eval", lambda: evaluation(c))
@@ -424,7 +431,7 @@ def main(argv=None) -> int:
     print("\n".join(table(rows)), flush=True)
     failed = [label for label, _, status in rows if status.startswith("FAILED")]
     if failed:
-        say(f"FAILED: {', '.join(failed)}")
+        say(f"FAILED: {'; '.join(failed)}")
     return 1 if failed else 0
 
 

@@ -58,5 +58,5 @@ def test_a_part_that_fails_is_named_and_the_status_is_1(tmp_path, monkeypatch, c
     out, err = capsys.readouterr()
     rows = table(out)
     assert rows["cifar10-eval"][-1].startswith("FAILED: exit status 1: cifar10-eval: error: boom")
-    assert err.splitlines()[-1] == "gpu_check.py: FAILED: " + ", ".join(
+    assert err.splitlines()[-1] == "gpu_check.py: FAILED: " + "; ".join(
         part for part in ROWS if part not in GPU_ROWS)
