@@ -88,9 +88,9 @@ def _marked(target: str) -> Iterator[tuple[str, str]]:
     parent = os.path.dirname(target) or "."
     os.makedirs(parent, exist_ok=True)
     scratch = os.path.join(parent, f".{os.path.basename(target)}-incomplete-{uuid.uuid4().hex}")
-    os.mkdir(scratch)
     marker = None
-    try:
+    try:  # from the mkdir on: a Ctrl-C just after it must remove the folder too
+        os.mkdir(scratch)
         marker = open(os.path.join(scratch, MARKER), "w")
         fcntl.flock(marker, fcntl.LOCK_EX)
         marker.write(json.dumps({"for": os.path.basename(target), "pid": os.getpid()}) + "\n")
