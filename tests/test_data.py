@@ -240,15 +240,22 @@ def _settings(ds: tf.data.Dataset) -> dict:
 
 
 def test_the_training_input_uses_the_cores_it_may_run_on_and_feeds_each_replica(
-        train_files, monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+        train_files, monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5, 7}, raising=False)
+    monkeypatch.setattr(data, "CPU_QUOTA_FILE", str(tmp_path / "cpu.max"))
+    (tmp_path / "cpu.max").write_text("250000 100000\n")  # a container's 2.5 CPUs
     assert _settings(data.train_dataset(train_files, 10)) == {
         "parallel": 3, "in order": b"true", "prefetch": 4}
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # no quota: the affinity
     # A worker's pipeline feeding its 8 GPUs keeps 4 steps' batches for each ready.
     gpus = tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=8)
     assert _settings(data.train_dataset(train_files, 10, input_context=gpus,
                                         deterministic=False)) == {
-        "parallel": 3, "in order": b"false", "prefetch": 32}
+        "parallel": 4, "in order": b"false", "prefetch": 32}
+    # Three CPU replicas' pipelines on this host share its cores.
+    cpus = tf.distribute.InputContext(num_input_pipelines=3, num_replicas_in_sync=3)
+    assert _settings(data.train_dataset(train_files, 10, input_context=cpus,
+                                        local_pipelines=3))["parallel"] == 1
 
 
 def test_train_dataset_has_read_its_files_before_it_is_iterated(tmp_path):

@@ -13,6 +13,7 @@ from cifar10.data import fileformat as ff
 from cifar10.core.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
 
 TRAIN_PREFETCH_STEPS = 4  # steps' batches kept ready for the train step
+CPU_QUOTA_FILE = "/sys/fs/cgroup/cpu.max"  # a container's CPU quota (cgroup v2)
 
 
 def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -31,9 +32,12 @@ _DECODE_BATCH = 1000
 
 def read_records(paths: Sequence[str]) -> tf.data.Dataset:
     """Dataset of (uint8 image [32, 32, 3], int32 label) in file and record order."""
-    records = tf.data.FixedLengthRecordDataset(list(paths), ff.RECORD_BYTES,
-                                               buffer_size=1 << 20)
-    return records.batch(_DECODE_BATCH).map(decode_records).unbatch()
+    return _records(paths).batch(_DECODE_BATCH).map(decode_records).unbatch()
+
+
+def _records(paths: Sequence[str]) -> tf.data.Dataset:
+    """The files' raw records, in order."""
+    return tf.data.FixedLengthRecordDataset(list(paths), ff.RECORD_BYTES, buffer_size=1 << 20)
 
 
 def distort_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -103,13 +107,13 @@ def _train_share(paths: Sequence[str], input_context: tf.distribute.InputContext
     """This pipeline's disjoint share of the records, decoded in memory (150 MB for
     CIFAR-10); all of them where there are fewer records than pipelines (an empty share
     would end at once)."""
-    records = tf.data.FixedLengthRecordDataset(list(paths), ff.RECORD_BYTES,
-                                               buffer_size=1 << 20)
+    records = _records(paths)
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
     if pipelines > 1 and _num_records(paths) >= pipelines:
         records = _shard(records, input_context)
-    decoded = list(records.batch(_DECODE_BATCH).map(decode_records))
-    images, labels = (tf.concat(parts, 0) for parts in zip(*decoded))
+    with tf.device("/cpu:0"):  # in host memory, for tf.data, where there is a GPU too
+        decoded = list(records.batch(_DECODE_BATCH).map(decode_records))
+        images, labels = (tf.concat(parts, 0) for parts in zip(*decoded))
     return images, labels
 
 
@@ -118,11 +122,18 @@ def _num_records(paths: Sequence[str]) -> int:
 
 
 def host_cores() -> int:
-    """The CPU cores this process may run on (its affinity: taskset, a container, Slurm)."""
+    """The CPU cores this process may run on: its affinity (taskset, a container, Slurm)
+    within a container's CPU quota (``CPU_QUOTA_FILE``: "max" or quota and period)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # no affinity on this system (macOS)
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    try:
+        with open(CPU_QUOTA_FILE) as f:
+            quota, period = f.read().split()
+        return max(1, min(cores, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # no file, or no quota ("max")
+        return cores
 
 
 def train_dataset(
@@ -133,12 +144,14 @@ def train_dataset(
     input_context: tf.distribute.InputContext | None = None,
     skip_batches: int = 0,
     deterministic: bool = True,
+    local_pipelines: int = 1,
 ) -> tf.data.Dataset:
     """The distorted, shuffled, endless training batches (float32 images [batch, 24, 24,
     3], int32 labels), ``seed`` drawing both.  ``skip_batches``: start where the same
     pipeline would be after that many batches (a resumed deterministic run).  Batches
-    are distorted on every core of the host (``host_cores``), ``deterministic``: in
-    order; else as each is ready (the same batches, distortions tied to their number)."""
+    are distorted on the host's cores (``host_cores``), shared by the ``local_pipelines``
+    pipelines of this host; ``deterministic``: in order, else as each is ready (the same
+    batches, distortions tied to their number)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     pipeline_id = input_context.input_pipeline_id if input_context else 0
@@ -157,7 +170,8 @@ def train_dataset(
         op_seed = tf.stack([tf.cast(seed + 1_000_003 * pipeline_id, tf.int64), n])
         return distort_batch(tf.gather(images, indices), op_seed), tf.gather(labels, indices)
 
-    ds = ds.map(distort, num_parallel_calls=host_cores(), deterministic=deterministic)
+    ds = ds.map(distort, num_parallel_calls=max(1, host_cores() // local_pipelines),
+                deterministic=deterministic)
     # A pipeline per worker feeds each of its replicas a batch a step.
     replicas = (input_context.num_replicas_in_sync // input_context.num_input_pipelines
                 if input_context else 1)

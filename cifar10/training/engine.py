@@ -66,13 +66,18 @@ class Trainer:
         else:
             seed, skip_steps = (cfg.seed * 1_000_003 + start_step) % (2**31 - 1), 0
 
+        # MirroredStrategy's pipelines all run here (one per CPU replica, or one for the
+        # GPUs); a multi-worker strategy's context counts one per worker.
+        local = isinstance(self.strategy, tf.distribute.MirroredStrategy)
+
         def pipeline(ctx):
             # A pipeline feeds one replica, or each of its worker's replicas in turn.
             per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
             return data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                       shuffle_buffer=cfg.shuffle_buffer, input_context=ctx,
                                       skip_batches=skip_steps * per_step,
-                                      deterministic=cfg.deterministic)
+                                      deterministic=cfg.deterministic,
+                                      local_pipelines=ctx.num_input_pipelines if local else 1)
 
         return self.strategy.distribute_datasets_from_function(pipeline, self.input_options)
 
