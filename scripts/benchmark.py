@@ -32,7 +32,8 @@ Prints, each the median of several timed windows after a warm-up:
       and what a resumed deterministic run spends skipping the steps done;
   (m) the time of a step at batch 1 per replica, where the host's share shows as it
       would on a GPU, with --steps_per_loop=1 and the default, timed in turns, for 1
-      and 4 replicas (each count in a process of its own);
+      and 4 replicas (each count in a process of its own; on 1-3 GPUs the 4 share
+      them as --replicas_per_gpu slices);
   (n) what each compiled kernel saves: the train step alone without one kernel at a
       time, and with TensorFlow's ops alone, against all the kernels, in turns.
 --figures measures some of them only (--figures=k,n); --skip_launch leaves out (e)
@@ -55,6 +56,7 @@ try:
                                      stdout_to_devnull)
     from cifar10.core import logs, machine
     from cifar10.core.config import KERNEL_CHOICES
+    from cifar10.distribute.cluster import ALL_REDUCE
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
 except ImportError as e:
@@ -74,6 +76,10 @@ def parse_args(argv):
     p.add_argument("--num_gpus", type=int, default=None,
                    help="replicas (as cifar10-train; default: one, on the CPU without a "
                         "warning where there is no GPU)")
+    p.add_argument("--replicas_per_gpu", type=int, default=1,
+                   help="replicas on logical slices of each GPU (as cifar10-train)")
+    p.add_argument("--all_reduce", choices=ALL_REDUCE, default="auto",
+                   help="how the replicas add up their gradients (as cifar10-train)")
     p.add_argument("--batch_size", type=int, default=128, help="examples per replica")
     p.add_argument("--use_fp16", action="store_true", help="float16 compute")
     p.add_argument("--use_bf16", action="store_true", help="bfloat16 compute")
@@ -114,6 +120,7 @@ def _check(p: argparse.ArgumentParser, args) -> None:
     for name, least in (("batch_size", 1), ("windows", 1), ("window_steps", 1),
                         ("records_per_file", 1), ("predict_images", 1), ("prepare_images", 1),
                         ("loop_window_steps", 1), ("turns", 1), ("num_gpus", 0),
+                        ("replicas_per_gpu", 1),
                         ("warmup_steps", 0)):
         if (getattr(args, name) or 0) < least:
             p.error(f"--{name} must be at least {least}, got {getattr(args, name)}")

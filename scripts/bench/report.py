@@ -201,7 +201,8 @@ def figures_to_run(letters: str) -> list:
 
 def run(args) -> int:
     """Measures and prints every figure (only (m)'s own with --loop_only)."""
-    strategy = devices.make_strategy(args.num_gpus)  # before any other TensorFlow work
+    strategy = devices.make_strategy(args.num_gpus, per_gpu=args.replicas_per_gpu,
+                                     all_reduce=args.all_reduce)  # before other TensorFlow work
     work = tempfile.mkdtemp(prefix="cifar10-benchmark-")
     try:
         if args.loop_only:

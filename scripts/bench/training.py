@@ -41,13 +41,10 @@ def step_alone(args, strategy: tf.distribute.Strategy, train_dir: str,
     it = iter(strategy.distribute_datasets_from_function(lambda ctx: batches,
                                                          devices.input_options(strategy)))
 
-    def window(steps: int) -> None:
-        for _ in range(steps):
-            loss = trainer.step(it)["total_loss"]
-        float(loss)  # wait for the last step
-
-    window(args.warmup_steps)
-    return lambda: measure.rate(lambda: window(args.window_steps),
+    # A window is one loop in TensorFlow, its figures read once, as training runs it
+    # (a call per step would wait for each step's figures on the host).
+    trainer.run_steps(it, args.warmup_steps)  # (no steps: it is traced all the same)
+    return lambda: measure.rate(lambda: trainer.run_steps(it, args.window_steps),
                                 args.window_steps * trainer.global_batch)
 
 
@@ -145,7 +142,12 @@ def loop_step_times(args, strategy: tf.distribute.Strategy, work: str) -> dict[i
 def loop_times_in_process(args, replicas: int, work: str) -> tuple[float, float]:
     """(m) with ``replicas`` replicas, in a process of its own (the logical devices are
     fixed once a process has made its strategy): ms per step with 1 and the default."""
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    # Four replicas on 1-3 GPUs as slices of them, so that (m) still compares 1 and 4
+    # replicas' host share on every machine (min(4, GPUs) would change what it measures).
+    per_gpu = -(-replicas // gpus) if gpus else 1
     command = [sys.executable, SCRIPT, "--loop_only", f"--num_gpus={replicas}",
+               f"--replicas_per_gpu={per_gpu}", f"--all_reduce={args.all_reduce}",
                f"--windows={args.windows}", f"--loop_window_steps={args.loop_window_steps}",
                f"--turns={args.turns}",
                *[f"--{name}" for name in ("use_fp16", "use_bf16", "xla") if getattr(args, name)]]
