@@ -20,7 +20,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from importlib import metadata
 
@@ -55,75 +54,36 @@ class Failed(Exception):
     """A part that did not work; the message says why."""
 
 
-class Program:
-    """A program the check started, its output read as it comes (also into
-    logs/<name>.log); ``stop`` ends it: SIGTERM, SIGKILL 10 s later."""
+def wait(proc: subprocess.Popen, log: str, seconds: float, step: int = 0) -> str:
+    """The output (in ``log``) of ``proc`` once it ended well, or (``step``) once a log
+    line passed that step; Failed otherwise, within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status, out = proc.poll(), read(log)  # (polled first: then the output is all there)
+        if step and max(map(int, STEP.findall(out)), default=0) >= step:
+            return out
+        if status is not None:
+            break
+        if time.monotonic() > deadline:
+            raise Failed(f"{f'no step {step} within' if step else 'still running after'} "
+                         f"{seconds:.0f} s (see {log})")
+        time.sleep(0.2)
+    if status:
+        last = out.strip().splitlines()[-1:] or [""]
+        raise Failed(f"exit status {status}: {last[0][:200]} (see {log})")
+    if step:
+        raise Failed(f"ended before step {step} (see {log})")
+    return out
 
-    def __init__(self, check: Check, name: str, command: list[str]):
-        say(f"{name} ...")
-        self.log = check.path("logs", f"{name}.log")
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=check.env, text=True)
-        self.lines: list[str] = []
-        self.step = 0
-        self.changed = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
 
-    def _read(self) -> None:
-        with open(self.log, "w") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                with self.changed:
-                    self.lines.append(line)
-                    self.step = int(STEP.search(line)[1]) if STEP.search(line) else self.step
-                    self.changed.notify_all()
-        with self.changed:
-            self.changed.notify_all()
-
-    def wait(self, seconds: float) -> str:
-        """Its output once it ended well."""
-        try:
-            status = self.proc.wait(seconds)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"still running after {seconds:.0f} s (see {self.log})") from None
-        self.reader.join(10)  # (its last lines)
-        if status:
-            last = "".join(self.lines).strip().splitlines()[-1:] or [""]
-            raise Failed(f"exit status {status}: {last[0][:200]} (see {self.log})")
-        return "".join(self.lines)
-
-    def wait_for_step(self, step: int, seconds: float) -> None:
-        with self.changed:
-            self.changed.wait_for(lambda: self.step >= step or self.proc.poll() is not None,
-                                  seconds)
-        if self.step < step and self.proc.poll() is None:
-            raise Failed(f"no step {step} within {seconds:.0f} s (see {self.log})")
-        if self.step < step:
-            self.wait(10)  # Failed, with its last line (or ended well, yet too soon)
-            raise Failed(f"ended before step {step} (see {self.log})")
-
-    def sigterm(self) -> tuple[int, float]:
-        """(exit status, seconds from SIGTERM to the exit)."""
-        start = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60), time.monotonic() - start
-        except subprocess.TimeoutExpired:
-            raise Failed(f"still running 60 s after SIGTERM (see {self.log})") from None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def read(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
 
 
 class Check:
-    """What the parts share: the folder, the programs' environment, the clock, the GPU."""
+    """What the parts share: the folder, the programs' environment, the clock, the GPU,
+    and the float32 run's record (``trained``, which says whether it trained on it)."""
 
     def __init__(self, args):
         self.dir, self.quick = args.dir, args.quick
@@ -138,7 +98,10 @@ class Check:
                         MPLCONFIGDIR=self.path("tmp"), CUDA_DEVICE_ORDER="PCI_BUS_ID",
                         CUDA_VISIBLE_DEVICES=self.gpu_id)  # the first GPU only
         self.gpu_name = nvidia_smi(self.gpu_id, "name")
-        self.on_gpu = False  # whether TensorFlow trains on a GPU: the float32 run says
+        self.trained: dict = {}
+        self.on_gpu = False
+        # Why the GPU-only parts are skipped.
+        self.no_gpu = "the GPU is not TensorFlow's" if self.gpu_name else "no GPU"
 
     def path(self, *names: str) -> str:
         return os.path.join(self.dir, *names)
@@ -149,38 +112,40 @@ class Check:
             raise Failed("not run: the check's --budget_secs were spent")
         return min(LIMITS[part], left)
 
+    @contextlib.contextmanager
+    def program(self, part: str, name: str, command: list[str], step: int = 0):
+        """``command`` started, its output in logs/<name>.log: (its process, the output
+        ``wait`` gave within the part's limit); stopped as the block ends (SIGTERM,
+        SIGKILL 10 s later)."""
+        seconds, log = self.limit(part), self.path("logs", f"{name}.log")
+        say(f"{name} ...")
+        with open(log, "w") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        try:
+            yield proc, wait(proc, log, seconds, step)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
     def run(self, part: str, name: str, command: list[str]) -> str:
         """``command``'s output once it ended well within the part's limit."""
-        seconds = self.limit(part)
-        program = Program(self, name, command)
-        try:
-            return program.wait(seconds)
-        finally:
-            program.stop()
+        with self.program(part, name, command) as (_, out):
+            return out
 
-    @contextlib.contextmanager
     def training(self, part: str, name: str, *flags: str, step: int):
-        """A cifar10-train run as it passes ``step`` (stopped as the block ends)."""
-        seconds = self.limit(part)
-        program = Program(self, name, self.train(name, *flags, "--max_steps=1000000"))
-        try:
-            program.wait_for_step(step, seconds)
-            yield program
-        finally:
-            program.stop()
+        """A cifar10-train run as it passes ``step``; a loop a step, so that its log lines
+        come as the steps pass."""
+        return self.program(part, name, self.train(name, *flags, "--max_steps=1000000",
+                                                   "--steps_per_loop=1"), step)
 
     def train(self, name: str, *flags: str) -> list[str]:
         return [os.path.join(BIN, "cifar10-train"), f"--data_dir={self.path('data')}",
                 f"--train_dir={self.path('runs', name)}", *flags]
-
-    @property
-    def no_gpu(self) -> str:
-        """Why the GPU-only parts are skipped."""
-        return "the GPU is not TensorFlow's" if self.gpu_name else "no GPU"
-
-    def record(self, folder: str) -> dict:
-        """The newest start recorded in ``folder``'s environment.jsonl ({} without one)."""
-        return records.last_record(self.path(folder)) or {}
 
 
 def nvidia_smi(gpu: str, query: str) -> str | None:
@@ -194,9 +159,10 @@ def nvidia_smi(gpu: str, query: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-def on_gpu(devices: list[dict]) -> list[str]:
-    """The GPUs among a record's devices, as GPU:0."""
-    return [d["name"].split("device:")[-1] for d in devices if "GPU" in d["name"].upper()]
+def on_gpu(record: dict) -> list[str]:
+    """The GPUs among a run record's devices, as GPU:0."""
+    return [d["name"].split("device:")[-1] for d in record.get("devices", [])
+            if "GPU" in d["name"].upper()]
 
 
 def mean_loss(train_dir: str, steps: int) -> float:
@@ -217,25 +183,25 @@ def mean_loss(train_dir: str, steps: int) -> float:
     return sum(losses) / len(losses)
 
 
-def row(label: str, results: dict[str, object], skipped: str) -> tuple:
+def row(label: str, cells: dict[str, object], skipped: str) -> tuple:
     """A row of a figure per precision (its text, or Failed)."""
-    failures = [f"{p}: {r}" for p, r in results.items() if isinstance(r, Failed)]
-    cells = {p: "FAILED" if isinstance(r, Failed) else r for p, r in results.items()}
-    status = "FAILED: " + "; ".join(failures) if failures else "ok"
-    return label, cells, status + (f" ({skipped})" if skipped else "")
+    failures = "; ".join(f"{p}: {r}" for p, r in cells.items() if isinstance(r, Failed))
+    status = f"FAILED: {failures}" if failures else "ok"
+    return (label, {p: "FAILED" if isinstance(r, Failed) else r for p, r in cells.items()},
+            status + (f" ({skipped})" if skipped else ""))
 
 
-def single(label: str, part) -> tuple:
-    """A row of one check: ``part()`` gives its detail or 'skipped: why', or raises Failed."""
+def single(label: str, part, c: Check) -> tuple:
+    """A row of one check: ``part(c)`` gives its detail or 'skipped: why', or raises Failed."""
     try:
-        detail = part()
+        detail = part(c)
     except Failed as e:
         return label, {}, f"FAILED: {e}"
     return label, {}, detail if detail.startswith("skipped") else f"ok: {detail}"
 
 
 def losses(c: Check, precisions: list[str]) -> dict[str, object]:
-    """Each precision's mean loss over the second half of a short run, seed 1."""
+    """Each precision's mean loss over the second half of a short run, seed 1 (or Failed)."""
     every = max(1, c.steps // 10)
     results: dict[str, object] = {}
     for precision in precisions:
@@ -250,19 +216,15 @@ def losses(c: Check, precisions: list[str]) -> dict[str, object]:
     return results
 
 
-def loss_cells(results: dict[str, object]) -> dict[str, object]:
-    """Each loss and its difference from float32's, Failed beyond LOSS_TOLERANCE."""
-    reference, cells = results.get("float32"), {}
-    for precision, loss in results.items():
-        if isinstance(loss, Failed) or precision == "float32":
-            cells[precision] = loss if isinstance(loss, Failed) else f"{loss:.3f}"
-        elif not isinstance(reference, float):
-            cells[precision] = Failed("no float32 loss to compare with")
-        elif not abs(loss - reference) <= LOSS_TOLERANCE:  # (NaN too)
-            cells[precision] = Failed(f"{loss:.3f}, more than {LOSS_TOLERANCE} from float32's")
-        else:
-            cells[precision] = f"{loss:.3f} ({loss - reference:+.3f})"
-    return cells
+def loss_cell(precision: str, loss: object, reference: object) -> object:
+    """A loss and its difference from float32's ``reference``; Failed beyond LOSS_TOLERANCE."""
+    if isinstance(loss, Failed) or precision == "float32":
+        return loss if isinstance(loss, Failed) else f"{loss:.3f}"
+    if not isinstance(reference, float):
+        return Failed("no float32 loss to compare with")
+    if not abs(loss - reference) <= LOSS_TOLERANCE:  # (NaN too)
+        return Failed(f"{loss:.3f}, more than {LOSS_TOLERANCE} from float32's")
+    return f"{loss:.3f} ({loss - reference:+.3f})"
 
 
 def speeds(c: Check, precisions: list[str]) -> tuple[dict[str, dict], str]:
@@ -287,10 +249,9 @@ def speeds(c: Check, precisions: list[str]) -> tuple[dict[str, dict], str]:
 
 
 def gpu(c: Check) -> str:
-    devices = c.record("runs/loss-float32").get("devices", [])
     if c.on_gpu:
-        kind = next(d["kind"] for d in devices if "GPU" in d["name"].upper())
-        return f"{kind}: the float32 run trained on {', '.join(on_gpu(devices))}"
+        kind = next(d["kind"] for d in c.trained["devices"] if "GPU" in d["name"].upper())
+        return f"{kind}: the float32 run trained on {', '.join(on_gpu(c.trained))}"
     if c.gpu_name:
         raise Failed(f"nvidia-smi shows {c.gpu_name} but the float32 run did not train on it "
                      f"(see {c.path('logs', 'loss-float32.log')}); without its CUDA libraries "
@@ -299,7 +260,7 @@ def gpu(c: Check) -> str:
 
 
 def kernels(c: Check) -> str:
-    used = c.record("runs/loss-float32").get("kernels") or {}
+    used = c.trained.get("kernels") or {}
     if not c.on_gpu:
         return f"skipped: {c.no_gpu}" + (f" (the CPU run used: {used['kernel']}, {used['reason']})"
                                     if used else "")
@@ -322,23 +283,27 @@ def cpu_run_memory(c: Check) -> str:
 def split_and_sigterm(c: Check) -> list[tuple]:
     """Two replicas on one GPU (on logical CPU devices without a GPU) to step 20, then
     SIGTERM: the split's row and that of the seconds to the trainer's exit."""
-    split = ("two replicas on one GPU", {}, f"skipped: {c.no_gpu}")
+    split, log = f"skipped: {c.no_gpu}", c.path("logs", "split.log")
     try:
         with c.training("split", "split", "--num_gpus=2", *c.split_flags,
-                        *(["--replicas_per_gpu=2"] if c.on_gpu else []), step=20) as run:
-            status, seconds = run.sigterm()
+                        *(["--replicas_per_gpu=2"] if c.on_gpu else []), step=20) as (proc, _):
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                status, seconds = proc.wait(60), time.monotonic() - start
+            except subprocess.TimeoutExpired:
+                raise Failed(f"still running 60 s after SIGTERM (see {log})") from None
+        out = read(log)
+        if c.on_gpu:
+            split = ("ok: 2 replicas trained past step 20" if " 2 replica(s)" in out else
+                     f"FAILED: no line says 2 replica(s) (see {log})")
+        stopped = re.search(r"^Stopped at step (\d+); saved ", out, re.M)
+        sigterm = (f"ok: {seconds:.1f} s, checkpoint of step {stopped[1]} saved"
+                   if stopped and status == 0 else f"FAILED: exit status {status} after "
+                   f"{seconds:.1f} s, no 'Stopped at step N; saved' line (see {log})")
     except Failed as e:
-        return [split[:2] + (f"FAILED: {e}",) if c.on_gpu else split,
-                ("SIGTERM to exit", {}, f"FAILED: {e}")]
-    if c.on_gpu:
-        split = split[:2] + ("ok: 2 replicas trained past step 20" if any(
-            " 2 replica(s)" in line for line in run.lines) else
-            f"FAILED: no line says 2 replica(s) (see {run.log})",)
-    stopped = re.search(r"^Stopped at step (\d+); saved ", "".join(run.lines), re.M)
-    return [split, ("SIGTERM to exit", {},
-                    f"ok: {seconds:.1f} s, checkpoint of step {stopped[1]} saved"
-                    if stopped and status == 0 else f"FAILED: exit status {status} after "
-                    f"{seconds:.1f} s, no 'Stopped at step N; saved' line (see {run.log})")]
+        split, sigterm = f"FAILED: {e}" if c.on_gpu else split, f"FAILED: {e}"
+    return [("two replicas on one GPU", {}, split), ("SIGTERM to exit", {}, sigterm)]
 
 
 def export(c: Check) -> str:
@@ -356,32 +321,34 @@ def evaluation(c: Check) -> str:
                                  f"--checkpoint_dir={c.path('runs', 'loss-float32')}",
                                  f"--eval_dir={c.path('eval')}", f"--data_dir={c.path('data')}"])
     precision = re.search(r"precision @ 1 = ([0-9.]+)", out)
-    devices = c.record("eval").get("devices", [])
+    record = records.last_record(c.path("eval")) or {}
     if not precision:
         raise Failed(f"no 'precision @ 1' line (see {c.path('logs', 'eval.log')})")
-    if c.on_gpu and not on_gpu(devices):
-        raise Failed(f"it ran on {devices}, not the GPU")
-    return f"precision @ 1 = {precision[1]} on {', '.join(on_gpu(devices)) or 'the CPU'}"
+    if c.on_gpu and not on_gpu(record):
+        raise Failed(f"it ran on {record.get('devices', [])}, not the GPU")
+    return f"precision @ 1 = {precision[1]} on {', '.join(on_gpu(record)) or 'the CPU'}"
 
 
 def checks(c: Check) -> tuple[list[tuple], str]:
     """Runs every part (the longest last); the table's rows and the benchmark's machine."""
     loss = losses(c, ["float32"])  # first: it shows whether TensorFlow trains on a GPU
-    c.on_gpu = bool(on_gpu(c.record("runs/loss-float32").get("devices", [])))
+    c.trained = records.last_record(c.path("runs", "loss-float32")) or {}
+    c.on_gpu = bool(on_gpu(c.trained))
     precisions = list(PRECISIONS) if c.on_gpu and not c.quick else ["float32"]
     skipped = "" if len(precisions) > 1 else (
         f"TF32, float16, bfloat16 skipped: {'--quick' if c.quick else c.no_gpu}")
     loss.update(losses(c, precisions[1:]))
-    exported = single("cifar10-export", lambda: export(c))
-    evaluated = single("cifar10-eval", lambda: evaluation(c))
-    memory = single("GPU memory of a --num_gpus=0 run", lambda: cpu_run_memory(c))
+    exported, evaluated, memory = (single(label, part, c) for label, part in (
+        ("cifar10-export", export), ("cifar10-eval", evaluation),
+        ("GPU memory of a --num_gpus=0 run", cpu_run_memory)))
     split, sigterm = split_and_sigterm(c)
     figures, machine = speeds(c, precisions)
-    return [single("GPU", lambda: gpu(c)),
+    return [single("GPU", gpu, c),
             *(row(label, figures[letter], skipped) for letter, label in SPEED_ROWS),
-            row(f"loss, mean of steps {c.steps // 2 + 1}-{c.steps}", loss_cells(loss), skipped),
-            single("compiled CPU kernels", lambda: kernels(c)), memory, split, exported,
-            evaluated, sigterm], machine
+            row(f"loss, mean of steps {c.steps // 2 + 1}-{c.steps}",
+                {p: loss_cell(p, v, loss.get("float32")) for p, v in loss.items()}, skipped),
+            single("compiled CPU kernels", kernels, c), memory, split, exported, evaluated,
+            sigterm], machine
 
 
 def table(rows: list[tuple]) -> list[str]:

@@ -29,7 +29,7 @@ def benchmark():
     try:
         yield types.SimpleNamespace(**{name.split(".")[-1]: importlib.import_module(name)
                                        for name in ("benchmark", "bench.report",
-                                                    "bench.programs")})
+                                                    "bench.programs", "bench.training")})
     finally:
         sys.path.remove(SCRIPTS)
 
@@ -38,7 +38,7 @@ def benchmark():
 def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
     # In this process: (e), (i) and (m) start programs of their own.
     assert benchmark.benchmark.main([
-        "--windows=1", "--window_steps=2", "--warmup_steps=1", "--records_per_file=16",
+        "--windows=1", "--window_steps=2", "--warmup_steps=0", "--records_per_file=16",
         "--batch_size=8", "--predict_images=4", "--prepare_images=30",
         "--loop_window_steps=2", "--turns=1"]) == 0
     out = capsys.readouterr().out
@@ -93,6 +93,7 @@ def test_use_bf16_prints_each_layers_time_and_precision_beside_float32s(benchmar
 @pytest.mark.parametrize("arguments, message", [
     ("--windows=0", "--windows must be at least 1, got 0"),
     ("--num_gpus=-1", "--num_gpus must be at least 0, got -1"),
+    ("--replicas_per_gpu=0", "--replicas_per_gpu must be at least 1, got 0"),
     ("--use_fp16 --use_bf16", "--use_fp16 and --use_bf16 exclude each other: pass at most "
                               "one of them"),
     ("--data_dir=/nonexistent/data", "--data_dir=/nonexistent/data holds no "
@@ -124,6 +125,20 @@ def test_figures_chooses_which_figures_are_measured(benchmark, arguments, letter
     assert names == functions if isinstance(functions, list) else len(names) == functions
     printed = "".join(letters for letters, _ in benchmark.report.FIGURES)
     assert printed == benchmark.benchmark.FIGURE_LETTERS
+
+
+def test_m_runs_its_four_replicas_on_fewer_gpus_as_slices_of_them(benchmark, monkeypatch,
+                                                                  tmp_path):
+    training, commands = benchmark.training, []
+    monkeypatch.setattr(training.tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0", "GPU:1", "GPU:2"])
+    monkeypatch.setattr(training.programs, "run", lambda command, **_: commands.append(
+        command) or types.SimpleNamespace(returncode=0, stdout='{"1": 2.0, "%d": 1.0}\n'
+                                          % training.STEPS_PER_LOOP))
+    args = benchmark.benchmark.parse_args(["--all_reduce=hierarchical_copy"])
+    assert training.loop_times_in_process(args, 4, str(tmp_path)) == (2.0, 1.0)
+    assert {"--num_gpus=4", "--replicas_per_gpu=2",
+            "--all_reduce=hierarchical_copy"} <= set(commands[0])
 
 
 def test_ctrl_c_is_one_line_status_130_and_the_temporary_folder_removed(benchmark,
