@@ -14,9 +14,10 @@ V100 = ("Tesla V100-SXM2-16GB", (7, 0))
 
 
 class FakeGPUs:
-    """``gpus`` ((name, capability) each) as this process's GPUs, all visible at first."""
+    """``gpus`` ((name, capability) each) as this process's GPUs, all visible at first;
+    ``started``: as where TensorFlow has started, which refuses any change."""
 
-    def __init__(self, monkeypatch, *gpus):
+    def __init__(self, monkeypatch, *gpus, started: bool = False):
         self.physical = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU")
                          for i in range(len(gpus))]
         self.visible, self.growth, self.slices = list(self.physical), set(), {}
@@ -28,23 +29,28 @@ class FakeGPUs:
             config.set_visible_devices, config.get_logical_device_configuration,
             config.set_logical_device_configuration)
         mine = self.physical.__contains__
+
+        def unstarted():
+            if started:
+                raise RuntimeError("Visible devices cannot be modified after being initialized")
+
         for name, fake in {
                 "list_physical_devices": lambda kind=None: (
                     self.physical if kind == "GPU" else listed(kind)),
                 "get_visible_devices": lambda kind=None: (
                     self.visible if kind == "GPU" else visible(kind)),
                 "set_visible_devices": lambda devices, kind=None: (
-                    setattr(self, "visible", list(devices)) if kind == "GPU"
+                    unstarted() or setattr(self, "visible", list(devices)) if kind == "GPU"
                     else set_visible(devices, kind)),
                 "get_logical_device_configuration": lambda device: (
                     self.slices.get(device) if mine(device) else get_slices(device)),
                 "set_logical_device_configuration": lambda device, logical: (
-                    self.slices.__setitem__(device, logical) if mine(device)
+                    unstarted() or self.slices.__setitem__(device, logical) if mine(device)
                     else set_slices(device, logical))}.items():
             monkeypatch.setattr(config, name, fake)
         monkeypatch.setattr(experimental, "get_device_details", details.__getitem__)
-        monkeypatch.setattr(experimental, "set_memory_growth",
-                            lambda device, on: self.growth.add(device) if on else None)
+        monkeypatch.setattr(experimental, "set_memory_growth", lambda device, on: (
+            unstarted() or self.growth.add(device) if on else None))
 
     def state(self) -> tuple[list[int], list[int], dict[int, int]]:
         """(the visible GPUs' indices, those with memory growth, {index: slices})."""
@@ -53,11 +59,14 @@ class FakeGPUs:
                 {index(gpu): len(config) for gpu, config in self.slices.items()})
 
 
-def nvidia_smi(tmp_path, monkeypatch, *memory_mb: int, fails: bool = False) -> None:
-    """A fake nvidia-smi first on PATH listing GPUs of ``memory_mb`` (or failing), all
-    visible (no CUDA_VISIBLE_DEVICES)."""
+def nvidia_smi(tmp_path, monkeypatch, *memory_mb: int | str, fails: bool = False,
+               mig: bool = False) -> None:
+    """A fake nvidia-smi first on PATH listing GPUs of ``memory_mb`` (or failing), MIG
+    enabled on each if ``mig``, all visible in CUDA's default order (fastest first)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    rows = "".join(f"{i}, GPU-{i}abc, {mb}\n" for i, mb in enumerate(memory_mb))
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    rows = "".join(f"{i}, GPU-{i}abc, {mb}, {'Enabled' if mig else 'Disabled'}\n"
+                   for i, mb in enumerate(memory_mb))
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir(exist_ok=True)
     script.write_text("#!/bin/sh\n" + ("echo 'NVIDIA-SMI has failed' >&2; exit 9\n" if fails

@@ -120,30 +120,54 @@ def strategies(monkeypatch):
 H200_LINE = "/gpu:{} (NVIDIA H200{})".format
 
 
-@pytest.mark.parametrize("num_gpus, options, used, ops, state, line", [
-    (0, {}, ["/cpu:0"], "ReductionToOneDevice", ([], [], {}), ""),  # every GPU hidden
-    (None, {}, ["/gpu:0"], "NcclAllReduce", ([0], [0], {}), " on " + H200_LINE(0, "")),
-    (2, {}, ["/gpu:0", "/gpu:1"], "NcclAllReduce", ([0, 1], [0, 1], {}),
-     " on " + H200_LINE("0-1", "")),
-    (2, {"all_reduce": "hierarchical_copy"}, ["/gpu:0", "/gpu:1"], "HierarchicalCopyAllReduce",
-     ([0, 1], [0, 1], {}), " on " + H200_LINE("0-1", "")),
-    (3, {"per_gpu": 2}, ["/gpu:0", "/gpu:1", "/gpu:2"], "ReductionToOneDevice",
-     ([0, 1], [], {0: 2, 1: 1}),
-     f" on {H200_LINE('0-1', ', slice of GPU 0')}, {H200_LINE(2, ', slice of GPU 1')}"),
-    (2, {"kind": "multi_worker"}, None, "NCCL", ([0, 1], [0, 1], {}), None),
-    (2, {"kind": "multi_worker", "all_reduce": "one_device"}, None, "RING", ([0, 1], [0, 1], {}),
-     None),
+@pytest.mark.parametrize("num_gpus, options, visible, used, ops, state, line", [
+    (0, {}, None, ["/cpu:0"], "ReductionToOneDevice", ([], [], {}), ""),  # every GPU hidden
+    (None, {}, None, ["/gpu:0"], "NcclAllReduce", ([0], [0], {}), " on " + H200_LINE(0, "")),
+    (2, {}, "1,2", ["/gpu:0", "/gpu:1"], "NcclAllReduce", ([0, 1], [0, 1], {}),
+     " on " + H200_LINE("0-1", "; CUDA_VISIBLE_DEVICES=1,2")),
+    (2, {"all_reduce": "hierarchical_copy"}, None, ["/gpu:0", "/gpu:1"],
+     "HierarchicalCopyAllReduce", ([0, 1], [0, 1], {}), " on " + H200_LINE("0-1", "")),
+    (3, {"per_gpu": 2}, "2,0,1", ["/gpu:0", "/gpu:1", "/gpu:2"], "ReductionToOneDevice",
+     ([0, 1], [], {0: 2, 1: 1}), f" on {H200_LINE('0-1', ', slice of GPU 0')}, "
+                                 f"{H200_LINE(2, ', slice of GPU 1; CUDA_VISIBLE_DEVICES=2,0,1')}"),
+    (1, {"per_gpu": 8}, None, ["/gpu:0"], "NcclAllReduce", ([0], [0], {}),  # the whole GPU
+     " on " + H200_LINE(0, "")),
 ])
 def test_num_gpus_takes_the_first_visible_gpus_hides_the_others_and_names_them(
-        num_gpus, options, used, ops, state, line, strategies, monkeypatch, tmp_path):
+        num_gpus, options, visible, used, ops, state, line, strategies, monkeypatch, tmp_path):
     gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200, fakegpus.H200)
     fakegpus.nvidia_smi(tmp_path, monkeypatch, 143771, 143771, 143771)
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1"]},
-                                                "task": {"type": "worker", "index": 0}}))
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     strategy = devices.make_strategy(num_gpus, **{"kind": "mirrored", **options})
-    assert (strategy.ops, gpus.state()) == (ops, state)
-    if used is not None:
-        assert strategy.devices == used and devices.placement(strategy) == line
+    assert (strategy.ops, gpus.state(), strategy.devices) == (ops, state, used)
+    assert devices.placement(strategy) == line
+
+
+@pytest.mark.parametrize("other, all_reduce, ops", [
+    ("gpu2:1", "auto", "NCCL"),
+    ("gpu2:1", "one_device", "RING"),
+    ("localhost:2", "auto", "RING"),  # cifar10-launch's: both take GPUs 0 and 1
+    ("localhost:2", "nccl", "NCCL"),  # (where CUDA_VISIBLE_DEVICES tells them apart)
+])
+def test_workers_reduce_by_nccl_unless_they_share_a_machine(other, all_reduce, ops, strategies,
+                                                            monkeypatch):
+    gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200, fakegpus.H200)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", other]},
+                                                "task": {"type": "worker", "index": 0}}))
+    strategy = devices.make_strategy(2, kind="multi_worker", all_reduce=all_reduce)
+    assert (strategy.ops, gpus.state()) == (ops, ([0, 1], [0, 1], {}))
+
+
+def test_gpus_that_tensorflow_set_already_stay_so_with_a_warning(monkeypatch, tmp_path, caplog):
+    gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200, started=True)
+    fakegpus.nvidia_smi(tmp_path, monkeypatch, 143771, 143771)
+    gpu_config.keep([])
+    gpu_config.use(gpus.physical, 4, per_gpu=2)
+    assert gpus.state() == ([0, 1], [], {})
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot set up the GPUs as chosen (Visible devices cannot be modified after being "
+        "initialized): TensorFlow started before, so they stay as it set them"] * 2
 
 
 @pytest.mark.parametrize("gpus, memory, options, line", [
@@ -151,8 +175,14 @@ def test_num_gpus_takes_the_first_visible_gpus_hides_the_others_and_names_them(
      "--num_gpus=2 or fewer, or --replicas_per_gpu=2 for several replicas on each GPU's slices"),
     (2, (8192,) * 2, {"num_gpus": 8, "per_gpu": 4}, "--replicas_per_gpu=4: 4 slices of 2048 MB "
      "and 1024 MB for CUDA do not fit GPU 0's 8192 MB: give --replicas_per_gpu=3 or fewer"),
+    (1, (4096,), {"num_gpus": 2, "per_gpu": 2}, "--replicas_per_gpu=2: 2 slices of 2048 MB and "
+     "1024 MB for CUDA do not fit GPU 0's 4096 MB, which takes one replica: drop "
+     "--replicas_per_gpu"),
     (1, (81559,), {"num_gpus": 2, "per_gpu": 2, "all_reduce": "nccl"}, "--all_reduce=nccl "
      "cannot reduce between slices of one GPU (--replicas_per_gpu): drop one of them"),
+    (3, (81559,) * 3, {"num_gpus": 3, "all_reduce": "hierarchical_copy"}, "--all_reduce="
+     "hierarchical_copy adds up two equal halves of the replicas, and 3 is odd: give an even "
+     "--num_gpus, or --all_reduce=one_device"),
     (0, (), {"num_gpus": 2, "all_reduce": "nccl"}, "--all_reduce=nccl reduces between GPUs and "
      "the replicas run on the CPU here: drop --all_reduce"),
 ])
@@ -165,19 +195,30 @@ def test_what_the_gpus_cannot_do_is_refused_in_one_line(gpus, memory, options, l
     assert str(refused.value) == line
 
 
-@pytest.mark.parametrize("chosen, smi, memory", [
-    (None, "two", [16384, 81559]),
-    ("1", "two", [81559]),
-    ("GPU-0", "two", [16384]),  # a UUID, or its start, as CUDA takes them
-    ("MIG-5", "two", "CUDA_VISIBLE_DEVICES names MIG-5, which is no GPU nvidia-smi lists"),
-    (None, "fails", "nvidia-smi failed: NVIDIA-SMI has failed"),
-    (None, "missing", "nvidia-smi is not on PATH"),
+PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+@pytest.mark.parametrize("environ, smi, memory", [
+    ({}, "two", [16384, 16384]),  # CUDA's order, fastest first: either may be the smaller
+    (PCI, "two", [16384, 81559]),  # nvidia-smi's
+    ({"CUDA_VISIBLE_DEVICES": "1", **PCI}, "two", [81559]),
+    ({"CUDA_VISIBLE_DEVICES": "1"}, "two", [16384]),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-1"}, "two", [81559]),  # a UUID, or its start, as CUDA's
+    ({"CUDA_VISIBLE_DEVICES": "GPU-7"}, "two", "CUDA_VISIBLE_DEVICES names GPU-7, which is no "
+                                               "GPU nvidia-smi lists"),
+    ({"CUDA_VISIBLE_DEVICES": "MIG-5"}, "two", "CUDA_VISIBLE_DEVICES names MIG-5, a MIG "
+                                               f"instance: {gpu_config.MIG}"),
+    ({}, "mig", f"GPU 0 is split into MIG instances: {gpu_config.MIG}"),
+    (PCI, "n/a", "nvidia-smi gives GPU 0's memory as [N/A]"),
+    ({}, "fails", "nvidia-smi failed: NVIDIA-SMI has failed"),
+    ({}, "missing", "nvidia-smi is not on PATH"),
 ])
-def test_the_memory_of_the_visible_gpus_is_nvidia_smis(chosen, smi, memory, monkeypatch,
+def test_the_memory_of_the_visible_gpus_is_nvidia_smis(environ, smi, memory, monkeypatch,
                                                         tmp_path, caplog):
-    fakegpus.nvidia_smi(tmp_path, monkeypatch, 16384, 81559, fails=smi == "fails")
-    if chosen is not None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
+    fakegpus.nvidia_smi(tmp_path, monkeypatch, "[N/A]" if smi == "n/a" else 16384, 81559,
+                        fails=smi == "fails", mig=smi == "mig")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
     if smi == "missing":
         monkeypatch.setenv("PATH", str(tmp_path))  # (the fake is in tmp_path/bin)
     assert gpu_config.card_memory_mb() == memory

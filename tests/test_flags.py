@@ -40,7 +40,7 @@ def test_the_original_flag_names_and_defaults():
         "keep_checkpoints": 5,
         "summary_steps": 100, "seed": 0, "use_fp16": False, "use_bf16": False, "xla": False,
         "kernels": "auto",
-        "step_timeout_secs": 300,
+        "step_timeout_secs": 300, "replicas_per_gpu": 1, "all_reduce": "auto",
         "deterministic": False, "fresh_start": False}
     assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"
     assert eval_flags["eval_dir"].default == "/tmp/cifar10_eval"

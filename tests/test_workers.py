@@ -152,5 +152,6 @@ def test_the_settings_workers_must_share_name_their_flags_and_the_data_with_thei
         "--checkpoint_steps=1000", "--summary_steps=100", "--seed=0", "--use_fp16=false",
         "--use_bf16=true", "--deterministic=false", "--initial_learning_rate=0.1",
         "--loss_scale_growth_steps=2000", "--xla=false", "--profile_steps=3,4",
-        "training data of 50 records", "2 classes (cat, dog)"]
+        "--replicas_per_gpu=1", "--all_reduce=auto", "training data of 50 records",
+        "2 classes (cat, dog)"]
     workers.check_same_settings(coordinator(), settings)  # one worker: no collective

@@ -173,15 +173,6 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          "visible ones (CUDA_VISIBLE_DEVICES picks which); 0 trains on the "
                          "CPU. Without GPUs, the replicas run on logical CPU devices.",
                          lower_bound=0, flag_values=flag_values)
-    flags.DEFINE_integer("replicas_per_gpu", 1, "Replicas on logical slices of each GPU "
-                         "(2048 MB each, checked against the card's memory): --num_gpus=4 "
-                         "--replicas_per_gpu=2 trains 4 replicas on 2 GPUs.", lower_bound=1,
-                         flag_values=flag_values)
-    flags.DEFINE_enum("all_reduce", "auto", list(cluster.ALL_REDUCE),
-                      "How the replicas add up their gradients: auto is NCCL on GPUs, one "
-                      "device on the CPU. Where NCCL hangs: hierarchical_copy or one_device "
-                      "(on several machines both mean ring).",
-                      flag_values=flag_values)
     flags.DEFINE_boolean("log_device_placement", False, "Whether to log device placement.",
                          flag_values=flag_values)
     flags.DEFINE_enum("strategy", "auto", list(cluster.STRATEGIES),

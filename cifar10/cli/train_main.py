@@ -128,9 +128,7 @@ def _invocation(batches_dir: str):
 
     return Invocation(command=sys.argv, flags_text=cifar10_flags.flagfile_text(FLAGS),
                       settings={"command": " ".join(sys.argv), "data_dir": batches_dir,
-                                "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32,
-                                "replicas_per_gpu": FLAGS.replicas_per_gpu,
-                                "all_reduce": FLAGS.all_reduce})
+                                "num_gpus": FLAGS.num_gpus, "allow_tf32": FLAGS.allow_tf32})
 
 
 def run() -> None:

@@ -40,6 +40,7 @@ DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
 KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.layers.choose
+ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "one_device")  # distribute.gpus.all_reduce
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
@@ -119,6 +120,17 @@ class TrainConfig:
                         trained="XLA compilation")
     # (first, last): the steps --profile_steps traces (its flag is cli.flags').
     profile_steps: tuple[int, int] | None = setting(None, flag=False, shared=True)
+    # How the replicas run (distribute.devices.make_strategy): alike on every worker.
+    replicas_per_gpu: int = setting(
+        1, "Replicas on logical slices of each GPU (2048 MB each, checked against the card's "
+           "memory): --num_gpus=4 --replicas_per_gpu=2 trains 4 replicas on 2 GPUs.",
+        lower_bound=1, shared=True)
+    all_reduce: str = setting(
+        "auto", "How the replicas add up their gradients: auto is NCCL between whole GPUs, "
+                "else one device (on the CPU, on slices of a GPU, between the workers of one "
+                "machine). Where NCCL hangs: one_device (on several machines, ring). "
+                "hierarchical_copy needs an even number of replicas.",
+        choices=ALL_REDUCE, shared=True)
     fresh_start: bool = setting(False, "Delete this trainer's own files in --train_dir "
                                        "(checkpoints, state file, event files, markers, run "
                                        "records; nothing else) and start from step 0 "

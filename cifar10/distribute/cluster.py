@@ -19,7 +19,6 @@ from typing import Mapping
 from cifar10.core.errors import Cifar10Error
 
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
-ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "one_device")  # --all_reduce (gpus.py)
 TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
                      '"task": {"type": "worker", "index": 0}}')
 # A host of "host:port": a name or IPv4 address, or an IPv6 address in brackets.
@@ -83,6 +82,18 @@ def read_tf_config(text: str | None = None) -> dict | None:
 def _tf_config_error(problem: str) -> Cifar10Error:
     return Cifar10Error(f"TF_CONFIG {problem}; expected the form {TF_CONFIG_EXAMPLE} (see "
                         f"docs/multi-machine.md)")
+
+
+def shares_host(tf_config: str | None = None) -> bool:
+    """Whether ``TF_CONFIG`` names another task at this task's host (cifar10-launch's
+    workers): processes that see the same GPUs."""
+    config = read_tf_config(tf_config)
+    if config is None:
+        return False
+    hosts = [address.rpartition(":")[0].lower() for addresses in config["cluster"].values()
+             for address in addresses]
+    own = config["cluster"][config["task"]["type"]][config["task"]["index"]]
+    return hosts.count(own.rpartition(":")[0].lower()) > 1
 
 
 def cluster_source(tf_config: str | None = None) -> str | None:

@@ -6,6 +6,7 @@ other TensorFlow work, so that the global batch and schedule stay those of N GPU
 from __future__ import annotations
 
 import itertools
+import os
 import platform
 from typing import Sequence
 
@@ -81,10 +82,8 @@ def make_strategy(num_gpus: int | None, log_device_placement: bool = False, kind
     devices = replica_devices(num_gpus, per_gpu)
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0])
-    on_gpus = devices[0].startswith("/gpu")
-    name = gpu_config.all_reduce(all_reduce, on_gpus, on_gpus and per_gpu > 1)
-    return tf.distribute.MirroredStrategy(devices=devices,
-                                          cross_device_ops=gpu_config.mirrored_ops(name))
+    ops = gpu_config.mirrored_ops(gpu_config.all_reduce(all_reduce, devices), len(devices))
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops)
 
 
 def _multi_worker_strategy(num_gpus: int | None, per_gpu: int, all_reduce: str,
@@ -99,8 +98,9 @@ def _multi_worker_strategy(num_gpus: int | None, per_gpu: int, all_reduce: str,
         raise Cifar10Error(
             f"--num_gpus={num_gpus} replicas per worker need {num_gpus} GPUs on each worker, "
             f"and this one has none: use --num_gpus=1 and more workers")
-    on_gpus = replica_devices(num_gpus, per_gpu, gpus)[0].startswith("/gpu")
-    name = gpu_config.all_reduce(all_reduce, on_gpus, on_gpus and per_gpu > 1)
+    # Workers of one machine (cifar10-launch's) each take its first GPUs, unless told apart.
+    name = gpu_config.all_reduce(all_reduce, replica_devices(num_gpus, per_gpu, gpus),
+                                 task_gpus is None and cluster.shares_host())
     implementation = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=timeout,
@@ -224,23 +224,21 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 def describe(device_names: Sequence[str]) -> list[dict[str, str]]:
     """{'name', 'kind'} of each device: its GPU (and which one's slice) or CPU model."""
-    gpus = {d["index"]: d for d in gpu_config.details(device_names)}
-    owners = gpu_config.logical()
     described = []
-    for name in device_names:
-        spec = tf.DeviceSpec.from_string(name)
-        kind = cpu_model() if spec.device_type == "CPU" else str(spec.device_type)
-        if spec.device_type == "GPU" and (spec.device_index or 0) < len(owners):
-            index, _, sliced = owners[spec.device_index or 0]
-            kind = gpus[index].get("device_name", "GPU") + (
-                f", slice of GPU {index}" if sliced else "")
+    for name, gpu in zip(device_names, gpu_config.details(device_names)):
+        device_type = tf.DeviceSpec.from_string(name).device_type
+        kind = cpu_model() if device_type == "CPU" else str(device_type)
+        if gpu:
+            kind = gpu.get("device_name", "GPU") + (
+                f", slice of GPU {gpu['index']}" if gpu["sliced"] else "")
         described.append({"name": name, "kind": kind})
     return described
 
 
 def placement(strategy: tf.distribute.Strategy) -> str:
-    """' on /gpu:0-1 (NVIDIA H200)': the GPUs of the strategy's replicas on this worker,
-    those of one kind together, for the trainer's first line; '' on the CPU."""
+    """' on /gpu:0-1 (NVIDIA H200; CUDA_VISIBLE_DEVICES=4,5)': the GPUs of the strategy's
+    replicas on this worker, those of one kind together, and which ones the process
+    sees where CUDA_VISIBLE_DEVICES says, for the trainer's first line; '' on the CPU."""
     described = [d for d in describe(strategy.extended.worker_devices)
                  if tf.DeviceSpec.from_string(d["name"]).device_type == "GPU"]
     parts = []
@@ -248,6 +246,9 @@ def placement(strategy: tf.distribute.Strategy) -> str:
         indices = [tf.DeviceSpec.from_string(d["name"]).device_index or 0 for d in group]
         span = f"{indices[0]}-{indices[-1]}" if len(indices) > 1 else f"{indices[0]}"
         parts.append(f"/gpu:{span} ({kind})")
+    chosen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if parts and chosen is not None:
+        parts[-1] = f"{parts[-1][:-1]}; CUDA_VISIBLE_DEVICES={chosen})"
     whose = ", this worker's" if is_multi_worker(strategy) else ""
     return f"{whose} on {', '.join(parts)}" if parts else ""
 
