@@ -35,8 +35,8 @@ def keep(gpus: Sequence) -> None:
 
 @contextlib.contextmanager
 def _before_tensorflow_starts() -> Iterator[None]:
-    """A warning where TensorFlow had started, its GPUs set (a setting left unchanged,
-    as none of a machine without GPUs, does not raise)."""
+    """One warning line where TensorFlow has started and so keeps its GPUs as they are
+    (it refuses a change only: never where there is no GPU)."""
     try:
         yield
     except RuntimeError as e:
@@ -91,10 +91,10 @@ def check_memory(count: int, per_gpu: int) -> None:
 
 
 def card_memory_mb() -> list[int] | str:
-    """Total memory (MB) of each visible GPU as nvidia-smi reports it, in CUDA's order
-    (CUDA_VISIBLE_DEVICES' UUIDs, or indices: nvidia-smi's with CUDA_DEVICE_ORDER=
-    PCI_BUS_ID; CUDA's default numbers the fastest first, so each is then taken as the
-    smallest card); where it cannot tell, why not."""
+    """Total memory (MB) of each visible GPU, in CUDA's order, as nvidia-smi reports it;
+    where it cannot tell, why not.  Indices (CUDA_VISIBLE_DEVICES', or all GPUs where it
+    is unset) are nvidia-smi's only with CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA's default puts
+    the fastest first): otherwise each is taken as the smallest card.  A UUID is its card."""
     try:
         result = subprocess.run(NVIDIA_SMI, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
@@ -111,13 +111,13 @@ def card_memory_mb() -> list[int] | str:
                [entry for entry in (e.strip() for e in chosen.split(",")) if entry])
     totals = []
     for entry in entries:
-        cards = [row for row in rows if entry == row[0] or row[1].startswith(entry)]
         if entry.startswith("MIG-"):
             return f"CUDA_VISIBLE_DEVICES names {entry}, a MIG instance: {MIG}"
+        cards = [row for row in rows if entry == row[0] or row[1].startswith(entry)]
         if len(cards) != 1:
             return f"CUDA_VISIBLE_DEVICES names {entry}, which is no GPU nvidia-smi lists"
         if entry.isdigit() and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-            cards = rows  # CUDA's index N: any of them
+            cards = rows  # CUDA's index N: any card
         for index, _, memory, mig in cards:
             if mig == "Enabled":
                 return f"GPU {index} is split into MIG instances: {MIG}"
@@ -145,10 +145,12 @@ def details(device_names: Sequence[str]) -> list[dict]:
     owners, found = logical(), []
     for name in device_names:
         spec = tf.DeviceSpec.from_string(name)
-        owner = (owners[spec.device_index or 0] if spec.device_type == "GPU"
-                 and (spec.device_index or 0) < len(owners) else None)
-        found.append({**tf.config.experimental.get_device_details(owner[1]),
-                      "index": owner[0], "sliced": owner[2]} if owner else {})
+        if spec.device_type == "GPU" and (spec.device_index or 0) < len(owners):
+            index, gpu, sliced = owners[spec.device_index or 0]
+            found.append({**tf.config.experimental.get_device_details(gpu),
+                          "index": index, "sliced": sliced})
+        else:
+            found.append({})
     return found
 
 
