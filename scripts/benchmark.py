@@ -55,8 +55,7 @@ try:
     from cifar10.cli.process import (STDOUT_CLOSED, ArgumentParser, load_tensorflow,
                                      stdout_to_devnull)
     from cifar10.core import logs, machine
-    from cifar10.core.config import KERNEL_CHOICES
-    from cifar10.distribute.cluster import ALL_REDUCE
+    from cifar10.core.config import ALL_REDUCE, KERNEL_CHOICES
     from cifar10.core.errors import Cifar10Error
     from cifar10.data.fileformat import BATCHES_DIRNAME, RECORDS_PER_REAL_FILE
 except ImportError as e:
