@@ -54,7 +54,6 @@ class Trainer:
         self._fns = {(s, alone): tf.function(functools.partial(
             self._alone if alone else self._loop, with_summaries=s))
             for s in (False, True) for alone in (False, True)}
-        self._built: set[tuple[bool, bool]] = set()  # the keys of those traced
 
     def dataset(self, train_files: list[str], start_step: int = 0
                 ) -> tf.distribute.DistributedDataset:
@@ -99,7 +98,6 @@ class Trainer:
             rows = self._fns[with_summaries, True](iterator)
         else:
             rows = self._fns[with_summaries, False](iterator, tf.constant(num_steps, tf.int32))
-        self._built.add((with_summaries, alone))
         figures = dict(zip(FIGURES, rows.numpy().T))
         # A loss that is not finite, unless --use_fp16's loss scale skipped the step and
         # can still go down (then the halved scale is tried next).
@@ -113,13 +111,12 @@ class Trainer:
         """Builds ``run_steps``' function before its first call (a loop by a call of no
         steps), so that no rate counts the tracing.  Every worker must prepare the same
         functions in the same order."""
-        if (with_summaries, alone) in self._built:
+        if self._fns[with_summaries, alone].experimental_get_tracing_count():
             return
         if alone:
             self._fns[with_summaries, True].get_concrete_function(iterator)
         else:
             self.run_steps(iterator, 0, with_summaries)
-        self._built.add((with_summaries, alone))
 
     def _record(self, rows: tf.TensorArray, i, losses: dict[str, tf.Tensor]
                 ) -> tf.TensorArray:
