@@ -118,9 +118,10 @@ def poison(monkeypatch, step, what):
 def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpoint(
         learnable_files, tmp_path, monkeypatch, what, replicas, said):
     """Steps 11 to 15 run as one loop, whose end reads a loss that diverged (13) and says
-    the lines before it; weights are checked at saves."""
+    the lines before it, its summary step writing none; weights are checked at saves."""
     poison(monkeypatch, 15 if what == "weights" else 13, what)
-    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=6)
+    config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=6,
+                          summary_steps=5)
     assert loops(config)[3] == (11, 15)
     lines = []
     with pytest.raises(DivergedError) as err:
@@ -129,6 +130,8 @@ def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpo
                               f"{tmp_path / 'model.ckpt-10'}")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
     assert [s for s, _ in losses_of(lines)] == [1, 6, 12]
+    assert cli.event_tags(str(tmp_path))["learning_rate"] == [5, 10, 15][:3 if
+                                                                      what == "weights" else 2]
 
 
 def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_checkpoint(

@@ -98,12 +98,7 @@ class Trainer:
             rows = self._fns[with_summaries, True](iterator)
         else:
             rows = self._fns[with_summaries, False](iterator, tf.constant(num_steps, tf.int32))
-        figures = dict(zip(FIGURES, rows.numpy().T))
-        # A loss that is not finite, unless --use_fp16's loss scale skipped the step and
-        # can still go down (then the halved scale is tried next).
-        bad = ~np.isfinite(figures["total_loss"])
-        if self.loss_scale is not None:
-            bad &= figures["loss_scale"] <= 1.0
+        figures, bad = dict(zip(FIGURES, rows.numpy().T)), self._diverged(rows).numpy()
         return figures, int(figures["step"][bad][0]) if bad.any() else 0
 
     def prepare(self, iterator: Iterator, with_summaries: bool = False,
@@ -117,6 +112,15 @@ class Trainer:
             self._fns[with_summaries, True].get_concrete_function(iterator)
         else:
             self.run_steps(iterator, 0, with_summaries)
+
+    def _diverged(self, rows: tf.Tensor) -> tf.Tensor:
+        """Whether each row's step diverged: a loss that is not finite, unless
+        --use_fp16's loss scale skipped the step and can still go down (then the halved
+        scale is tried next)."""
+        bad = ~tf.math.is_finite(rows[:, FIGURES.index("total_loss")])
+        if self.loss_scale is not None:
+            bad &= rows[:, FIGURES.index("loss_scale")] <= 1.0
+        return bad
 
     def _record(self, rows: tf.TensorArray, i, losses: dict[str, tf.Tensor]
                 ) -> tf.TensorArray:
@@ -137,9 +141,12 @@ class Trainer:
         rows = self._rows(num_steps)
         for i in tf.range(num_steps - 1 if with_summaries else num_steps):
             rows = self._record(rows, i, self.train_step(iterator))
-        # The scope "/": the tf.cond's own would prefix the summaries' tags.
+        # The scope "/": the tf.cond's own would prefix the summaries' tags.  No summaries
+        # after a step that diverged (the run ends with the call).
         if with_summaries and num_steps > 0:
-            with tf.name_scope("/"):
+            ran = rows.gather(tf.range(num_steps - 1))
+            with tf.name_scope("/"), tf.summary.record_if(
+                    ~tf.reduce_any(self._diverged(ran))):
                 rows = self._record(rows, num_steps - 1,
                                     self.train_step(iterator, with_summaries=True))
         return rows.stack()
