@@ -23,7 +23,8 @@ from cifar10.cli.flags import define_train_flags
 from cifar10.core import config
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
-from cifar10.training.loops import StepWindow, loop_end
+from cifar10.training.engine import Trainer
+from cifar10.training.loops import StepWindow, Watchdog, loop_end
 from cifar10.training.step import ReplicatedStep
 from conftest import TRAIN_LINE, mirrored
 from test_train import train
@@ -49,17 +50,17 @@ def test_loops_end_at_every_step_where_the_host_has_work():
     # Not at log lines (step 10 here): their figures wait on the device for the loop's end.
     config = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
                           checkpoint_steps=12, summary_steps=8, profile_steps=(20, 21))
-    assert loops(config) == [(1, 1), (2, 8), (9, 12), (13, 16), (17, 19), (20, 20), (21, 21),
-                             (22, 24), (25, 30)]
-    # A resumed run: its first step is logged; then the same rule.
-    assert loops(config, start=13)[:3] == [(14, 14), (15, 16), (17, 19)]
+    assert loops(config) == [(1, 1), (2, 2), (3, 8), (9, 12), (13, 16), (17, 19), (20, 20),
+                             (21, 21), (22, 24), (25, 30)]
+    # A run's first two steps, also resumed: warm-up, then a step the watchdog times.
+    assert loops(config, start=13)[:4] == [(14, 14), (15, 15), (16, 16), (17, 19)]
     assert loops(small_config("x", max_steps=5, steps_per_loop=1)) == [(s, s) for s in
                                                                        range(1, 6)]
     # Each step of a profile window is a loop of its own, which the trace marks.
     window = small_config("x", max_steps=30, steps_per_loop=7, log_frequency=10,
                           checkpoint_steps=30, summary_steps=30, profile_steps=(12, 15))
-    assert loops(window) == [(1, 1), (2, 8), (9, 11), (12, 12), (13, 13), (14, 14), (15, 15),
-                             (16, 22), (23, 29), (30, 30)]
+    assert loops(window) == [(1, 1), (2, 2), (3, 9), (10, 11), (12, 12), (13, 13), (14, 14),
+                             (15, 15), (16, 22), (23, 29), (30, 30)]
 
 
 def losses_of(lines):
@@ -122,7 +123,7 @@ def test_divergence_inside_a_loop_names_its_step_and_keeps_the_last_good_checkpo
     poison(monkeypatch, 15 if what == "weights" else 13, what)
     config = small_config(tmp_path, max_steps=30, steps_per_loop=7, log_frequency=6,
                           summary_steps=5)
-    assert loops(config)[3] == (11, 15)
+    assert loops(config)[4] == (11, 15)
     lines = []
     with pytest.raises(DivergedError) as err:
         train(learnable_files, config, mirrored(replicas), print_fn=lines.append)
@@ -138,10 +139,11 @@ def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_
         tmp_path):
     train_dir = tmp_path / "train"
     args = [f"--data_dir={tmp_path / 'data'}", f"--train_dir={train_dir}", "--synthetic_data",
-            "--synthetic_records=50", "--batch_size=16"]
+            "--synthetic_records=50", "--batch_size=16", "--deterministic"]
     assert cli.call("cifar10-train", *args, "--max_steps=2").returncode == 0
-    # Resumed, its first step waits in TensorFlow for what never comes, as a collective
-    # waits for a replica that hangs: only the end of the process ends it.
+    # Resumed, its first step (which replays 2 batches) waits in TensorFlow for what never
+    # comes, as a collective waits for a replica that hangs: only the end of the process
+    # ends it.
     hang = ("import sys\nfrom cifar10.cli import process, train_main\n"
             "def load_tensorflow(load=process.load_tensorflow, **kwargs):\n"
             "    tf = load(**kwargs)\n"
@@ -157,7 +159,8 @@ def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_
                           timeout=300, env=cli.env())
     assert hung.returncode == 1, hung.stderr
     line = ("cifar10-train: error: training hung: step 3 did not finish within 1 s "
-            "(--step_timeout_secs); on GPUs most often in NCCL's all-reduce: try "
+            "(--step_timeout_secs=1, plus 1 ms for each of the 2 batches a --deterministic "
+            "resume replays); on GPUs most often in NCCL's all-reduce: try "
             "--all_reduce=hierarchical_copy, or NCCL_P2P_DISABLE=1 where the GPUs' "
             f"peer-to-peer copies hang; the last checkpoint is {train_dir}/model.ckpt-2")
     assert [x for x in hung.stderr.splitlines() if "error" in x] == [line]
@@ -166,6 +169,21 @@ def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_
     resumed = cli.call("cifar10-train", *args, "--max_steps=3")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming from {train_dir}/model.ckpt-2 at step 2." in resumed.stdout
+
+
+def test_the_step_watchdog_allows_for_a_deterministic_resumes_replay_and_not_for_warm_up(
+        learnable_files, tmp_path):
+    """The first call (one step) may also replay the batches a --deterministic resume
+    skips, 1 ms each (0.1 ms measured); then 10 times the slowest step after the first."""
+    trainer = Trainer(small_config(tmp_path, deterministic=True), mirrored(2))
+    trainer.dataset(learnable_files[0], start_step=350_000)
+    watchdog = Watchdog(300, pytest.fail, trainer.replay_batches)
+    assert watchdog.limit(1) == pytest.approx(300 + 700_000 * 0.001)
+    watchdog.timed(1, 10.0)  # building, cuDNN's and NCCL's warm-up
+    assert watchdog.limit(1) == 300
+    watchdog.timed(1, 0.1)
+    watchdog.timed(98, 98 * 0.05)
+    assert watchdog.limit(98) == pytest.approx(300 + 98 * 10 * 0.1)
 
 
 def traces(train_dir):

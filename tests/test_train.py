@@ -121,7 +121,7 @@ def test_no_rate_counts_the_building_of_a_step_function(learnable_files, tmp_pat
     reports = []
     train(learnable_files, small_config(tmp_path, batch_size=16, max_steps=4, log_frequency=1,
                                         summary_steps=4), on_report=reports.append)
-    assert calls == [(0, False, 0), (1, False, 1), (0, True, 0), (3, True, 1)]
+    assert calls == [(0, False, 0), (1, False, 1), (1, False, 1), (0, True, 0), (2, True, 1)]
     assert [r.step for r in reports] == [1, 2, 3, 4]
     assert all(r.sec_per_batch < 100 for r in reports), reports
 
@@ -183,16 +183,16 @@ def test_a_complete_run_trains_no_further_and_one_past_max_steps_is_refused(lear
 
 def test_a_stop_saves_at_the_end_of_the_loop_and_says_how_to_resume(learnable_files,
                                                                      tmp_path, monkeypatch):
-    """A stop asked for in the loop of steps 2 to 8 comes at its end; no --fresh_start."""
+    """A stop asked for in the loop of steps 3 to 9 comes at its end; no --fresh_start."""
     stop, run_steps = threading.Event(), Trainer.run_steps
     monkeypatch.setattr(Trainer, "run_steps", lambda self, it, n, *args, **kwargs: (
         n == 7 and stop.set(), run_steps(self, it, n, *args, **kwargs))[1])
     result = train(learnable_files, small_config(
         tmp_path, max_steps=100, steps_per_loop=7, log_frequency=100, checkpoint_steps=100,
         fresh_start=True), stop_event=stop)
-    assert (result.step, result.complete) == (8, False)
+    assert (result.step, result.complete) == (9, False)
     assert result.summary()[0] == (
-        f"Stopped at step 8; saved {tmp_path / 'model.ckpt-8'}. Run the same command "
+        f"Stopped at step 9; saved {tmp_path / 'model.ckpt-9'}. Run the same command "
         f"without --fresh_start to resume.")
     assert checkpoints.completed_step(str(tmp_path)) is None
 

@@ -78,7 +78,8 @@ class TrainConfig:
     step_timeout_secs: float = setting(
         300, "End a run whose steps hang (on GPUs most often in NCCL's all-reduce) with an "
              "error, the last checkpoint kept. A call of k steps may take this many seconds "
-             "plus k times 10 times the slowest step so far.",
+             "plus k times 10 times the slowest step after the first (which may take 1 ms "
+             "more per batch a --deterministic resume replays).",
         lower_bound=1)
     checkpoint_steps: int = setting(1000, "Save a checkpoint every this many steps (and at "
                                           "the last step).", lower_bound=1, shared=True)

@@ -54,12 +54,14 @@ class Trainer:
         self._fns = {(s, alone): tf.function(functools.partial(
             self._alone if alone else self._loop, with_summaries=s))
             for s in (False, True) for alone in (False, True)}
+        self.replay_batches = 0  # skipped by the last dataset's pipelines before their first
 
     def dataset(self, train_files: list[str], start_step: int = 0
                 ) -> tf.distribute.DistributedDataset:
         """The training batches, distributed.  A resumed run seeds its input with its
-        start step; a ``deterministic`` one rebuilds the first order, skipping steps done."""
-        cfg = self.config
+        start step; a ``deterministic`` one rebuilds the first order, skipping steps done
+        (``replay_batches``, in the first step's call)."""
+        cfg, self.replay_batches = self.config, 0
         if cfg.deterministic:
             seed, skip_steps = cfg.seed % (2**31 - 1), start_step
         else:
@@ -72,6 +74,7 @@ class Trainer:
         def pipeline(ctx):
             # A pipeline feeds one replica, or each of its worker's replicas in turn.
             per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+            self.replay_batches += skip_steps * per_step
             return data.train_dataset(train_files, cfg.batch_size, seed=seed,
                                       shuffle_buffer=cfg.shuffle_buffer, input_context=ctx,
                                       skip_batches=skip_steps * per_step,

@@ -27,15 +27,17 @@ from cifar10.training.progress import ProgressMeter, StepReport
 def loop_end(done: int, start: int, config: TrainConfig) -> int:
     """The last step of the loop after step ``done``: ``steps_per_loop`` steps on, or
     sooner where the host has work (each step inside the profile window is one loop).
-    The log lines' figures wait on the device for the loop's end."""
+    The log lines' figures wait on the device for the loop's end.  A run's first two
+    steps are loops of their own: the first warms up, the second times a step for the
+    ``Watchdog``."""
     cfg = config
 
     def next_multiple(k):
         return (done // k + 1) * k
     ends = [done + cfg.steps_per_loop, cfg.max_steps, next_multiple(cfg.summary_steps),
             next_multiple(cfg.checkpoint_steps)]
-    if done == start:
-        ends.append(start + 1)
+    if done < start + 2:
+        ends.append(done + 1)
     if cfg.profile_steps:
         first, last = cfg.profile_steps
         ends += [step for step in (first - 1, last) if step > done]
@@ -58,7 +60,6 @@ class LoopController:
         self.logdir = cfg.train_dir if cluster.is_chief else None  # the others write nothing
         self.meter = ProgressMeter(trainer, start, print_fn, on_report)
         self.profile = StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
-        self.watchdog = Watchdog(cfg.step_timeout_secs, self._hung)
 
     def run(self, files, settings: dict) -> int:
         """Trains on ``files`` until ``max_steps`` or a stop; returns the step reached.
@@ -69,14 +70,15 @@ class LoopController:
             # Inside: making the iterator reads the files, which may fail as a step does.
             iterator = iter(trainer.dataset(files, self.start))
             self.cluster.watch(lambda: self.save(int(trainer.state.step.numpy())))
-            with summaries.file_writer(self.logdir):
+            watchdog = Watchdog(cfg.step_timeout_secs, self._hung, trainer.replay_batches)
+            with summaries.file_writer(self.logdir), watchdog:
                 summaries.write_run_config(settings, step=self.start)
                 tf.summary.trace_on(graph=True, profiler=False)  # for the Graphs dashboard
                 self.meter.steps_begin()
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
                     alone = self._before_loop(iterator, end)
-                    with self.profile.marker(end), self.watchdog.watching(self.done, end):
+                    with self.profile.marker(end), watchdog.watching(self.done, end):
                         figures, diverged = trainer.run_steps(
                             iterator, end - self.done,
                             with_summaries=end % cfg.summary_steps == 0, alone=alone)
@@ -140,9 +142,12 @@ class LoopController:
         ``seconds``."""
         timeout = self.trainer.config.step_timeout_secs
         steps = f"step {end}" if end == done + 1 else f"steps {done + 1} to {end}"
+        plus = (f"plus {Watchdog.SLACK} times the slowest step so far for each of its steps"
+                if done > self.start else
+                f"plus {Watchdog.REPLAY_SECS * 1000:g} ms for each of the "
+                f"{self.trainer.replay_batches} batches a --deterministic resume replays")
         limit = (f"{timeout:g} s (--step_timeout_secs)" if seconds <= timeout else
-                 f"{seconds:.0f} s (--step_timeout_secs={timeout:g}, plus {Watchdog.SLACK} "
-                 f"times the slowest step so far for each of its steps)")
+                 f"{seconds:.0f} s (--step_timeout_secs={timeout:g}, {plus})")
         peers = ("; under several workers, also a worker gone or out of reach (see the "
                  "others' errors)" if self.cluster.multi_worker else "")
         return (f"training hung: {steps} did not finish within {limit}; on GPUs most often "
@@ -153,53 +158,80 @@ class LoopController:
 
 class Watchdog:
     """``--step_timeout_secs``: a call of steps that does not return in time (a hung
-    collective: it cannot be interrupted) ends the process with ``line``'s error and
-    status 1, as a kill would.  A call of k steps may take the timeout plus k times
-    ``SLACK`` times the slowest step so far (the first call, one step that builds and
-    warms up, counts only until another is timed); a paused process (SIGSTOP, a
-    scheduler's suspend) does not count its pause."""
+    collective cannot be interrupted) ends the process with ``line``'s error, status 1.
+    A call of k steps may take the timeout plus k times ``SLACK`` times the slowest step
+    after the first call (one step that warms up), which may take the timeout plus
+    ``REPLAY_SECS`` per batch a deterministic resume replays in it.  A pause of the
+    process (SIGSTOP) does not count.  One thread watches, inside ``with``."""
 
     SLACK = 10
+    REPLAY_SECS = 1e-3  # per batch replayed (0.1 ms measured on a 2-core host)
 
-    def __init__(self, timeout: float, line: Callable[[int, int, float], str]):
-        self.timeout, self.line = timeout, line
-        self.slowest: float | None = None  # seconds per step
-        self.first: float | None = None  # of the first call
+    def __init__(self, timeout: float, line: Callable[[int, int, float], str],
+                 replay_batches: int = 0):
+        self.timeout, self.line, self.replay_batches = timeout, line, replay_batches
+        self.calls, self.slowest = 0, 0.0  # calls timed; seconds per step after the first
+        self._call: tuple[int, int, float] | None = None  # (done, end, limit) running
+        self._closed, self._changed = False, threading.Condition()
+
+    def limit(self, steps: int) -> float:
+        """The seconds the next call, of ``steps`` steps, may take."""
+        if not self.calls:
+            return self.timeout + self.replay_batches * self.REPLAY_SECS
+        return self.timeout + steps * self.SLACK * self.slowest
+
+    def timed(self, steps: int, seconds: float) -> None:
+        """A call of ``steps`` steps took ``seconds``."""
+        if self.calls:
+            self.slowest = max(self.slowest, seconds / steps)
+        self.calls += 1
 
     @contextlib.contextmanager
     def watching(self, done: int, end: int):
         """Watches a call of the steps ``done`` + 1 to ``end``."""
-        count = end - done
-        limit = self.timeout + count * self.SLACK * (self.slowest or self.first or 0.0)
-        returned = threading.Event()
-        threading.Thread(target=self._wait, args=(returned, limit, done, end),
-                         name="step-watchdog", daemon=True).start()
+        self._set((done, end, self.limit(end - done)))
         began = time.monotonic()
         try:
             yield
         finally:
-            returned.set()
-        per_step = (time.monotonic() - began) / count
-        if self.first is None:
-            self.first = per_step
-        else:
-            self.slowest = max(self.slowest or 0.0, per_step)
+            self._set(None)
+        self.timed(end - done, time.monotonic() - began)
 
-    def _wait(self, returned: threading.Event, limit: float, done: int, end: int) -> None:
-        tick = min(1.0, limit / 10)
-        waited, before = 0.0, time.monotonic()
-        while waited < limit:
-            if returned.wait(tick):
-                return
-            now = time.monotonic()
-            waited += min(now - before, 2 * tick)  # a longer gap: the process was paused
-            before = now
-        logging.error(self.line(done, end, limit))
-        try:  # (not stdout: a reader that stopped reading would keep the process)
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        os._exit(1)
+    def __enter__(self) -> "Watchdog":
+        threading.Thread(target=self._watch, name="step-watchdog", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closed = True
+        self._set(None)
+
+    def _set(self, call: tuple[int, int, float] | None) -> None:
+        with self._changed:
+            self._call = call
+            self._changed.notify()
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                call = self._call
+                if call is None:
+                    self._changed.wait()
+                    continue
+                done, end, limit = call
+                tick = min(1.0, limit / 10)
+                waited, before = 0.0, time.monotonic()
+                while self._call is call and waited < limit:
+                    self._changed.wait(tick)
+                    now = time.monotonic()
+                    waited += min(now - before, 2 * tick)  # longer: the process was paused
+                    before = now
+                if self._call is call:  # the call cannot return while this holds the lock
+                    logging.error(self.line(done, end, limit))
+                    try:  # (not stdout: a reader that stopped reading would keep the process)
+                        sys.stderr.flush()
+                    except (OSError, ValueError):
+                        pass
+                    os._exit(1)
 
 
 class StepWindow:
