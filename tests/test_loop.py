@@ -161,7 +161,7 @@ def test_a_call_of_steps_that_hangs_ends_the_run_with_one_line_keeping_the_last_
     line = ("cifar10-train: error: training hung: step 3 did not finish within 1 s "
             "(--step_timeout_secs=1, plus 1 ms for each of the 2 batches a --deterministic "
             "resume replays); on GPUs most often in NCCL's all-reduce: try "
-            "--all_reduce=hierarchical_copy, or NCCL_P2P_DISABLE=1 where the GPUs' "
+            "--all_reduce=one_device, or NCCL_P2P_DISABLE=1 where the GPUs' "
             f"peer-to-peer copies hang; the last checkpoint is {train_dir}/model.ckpt-2")
     assert [x for x in hung.stderr.splitlines() if "error" in x] == [line]
     assert hung.stderr.splitlines()[-1] == line

@@ -151,7 +151,7 @@ class LoopController:
         peers = ("; under several workers, also a worker gone or out of reach (see the "
                  "others' errors)" if self.cluster.multi_worker else "")
         return (f"training hung: {steps} did not finish within {limit}; on GPUs most often "
-                f"in NCCL's all-reduce: try --all_reduce=hierarchical_copy, or "
+                f"in NCCL's all-reduce: try --all_reduce=one_device, or "
                 f"NCCL_P2P_DISABLE=1 where the GPUs' peer-to-peer copies hang{peers}; "
                 f"{self.run_dir.describe_latest()}")
 
