@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10.core import config
+from cifar10.core import config, machine
 from cifar10.data import pipeline as data
 from cifar10.data import folder as datafolder
 from cifar10.data import fileformat as ff
@@ -242,7 +242,7 @@ def _settings(ds: tf.data.Dataset) -> dict:
 def test_the_training_input_uses_the_cores_it_may_run_on_and_feeds_each_replica(
         train_files, monkeypatch, tmp_path):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5, 7}, raising=False)
-    monkeypatch.setattr(data, "CPU_QUOTA_FILE", str(tmp_path / "cpu.max"))
+    monkeypatch.setattr(machine, "CPU_QUOTA_FILE", str(tmp_path / "cpu.max"))
     (tmp_path / "cpu.max").write_text("250000 100000\n")  # a container's 2.5 CPUs
     assert _settings(data.train_dataset(train_files, 10)) == {
         "parallel": 3, "in order": b"true", "prefetch": 4}

@@ -1,4 +1,4 @@
-"""This machine's CPU features and memory, known before TensorFlow loads."""
+"""This machine's CPU features, cores and memory, known before TensorFlow loads."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from cifar10.core.errors import Cifar10Error
 
 CONV1_FILTERS = 64  # model.py's conv1
 ADDRESSABLE = 2**64
+CPU_QUOTA_FILE = "/sys/fs/cgroup/cpu.max"  # a container's CPU quota (cgroup v2)
 
 
 def features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
@@ -63,3 +64,18 @@ def refuse_batch_beyond_memory(batch_size: int, value_bytes: int = 4,
 
 def _gb(size: int) -> str:
     return f"{size / 1e9:.1f} GB" if size < 10**15 else f"{size / 1e9:.3g} GB"
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on: its affinity (taskset, a container, Slurm)
+    within a container's CPU quota (``CPU_QUOTA_FILE``: "max" or quota and period)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this system (macOS)
+        cores = os.cpu_count() or 1
+    try:
+        with open(CPU_QUOTA_FILE) as f:
+            quota, period = f.read().split()
+        return max(1, min(cores, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # no file, or no quota ("max")
+        return cores

@@ -4,16 +4,15 @@ both per replica, with an optional ``tf.distribute.InputContext``."""
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import tensorflow as tf
 
+from cifar10.core.machine import host_cores
 from cifar10.data import fileformat as ff
 from cifar10.core.config import CONTRAST_RANGE, CROP_SIZE, MAX_BRIGHTNESS_DELTA, MIN_SHUFFLE_BUFFER
 
 TRAIN_PREFETCH_STEPS = 4  # steps' batches kept ready for the train step
-CPU_QUOTA_FILE = "/sys/fs/cgroup/cpu.max"  # a container's CPU quota (cgroup v2)
 
 
 def decode_records(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -119,21 +118,6 @@ def _train_share(paths: Sequence[str], input_context: tf.distribute.InputContext
 
 def _num_records(paths: Sequence[str]) -> int:
     return sum(tf.io.gfile.stat(path).length for path in paths) // ff.RECORD_BYTES
-
-
-def host_cores() -> int:
-    """The CPU cores this process may run on: its affinity (taskset, a container, Slurm)
-    within a container's CPU quota (``CPU_QUOTA_FILE``: "max" or quota and period)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this system (macOS)
-        cores = os.cpu_count() or 1
-    try:
-        with open(CPU_QUOTA_FILE) as f:
-            quota, period = f.read().split()
-        return max(1, min(cores, -(-int(quota) // int(period))))
-    except (OSError, ValueError):  # no file, or no quota ("max")
-        return cores
 
 
 def train_dataset(

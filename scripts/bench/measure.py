@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from cifar10.core import machine as machine_facts
 from cifar10.core.config import TrainConfig
 from cifar10.core.config import compute_dtype as dtype_name
-from cifar10.data.pipeline import host_cores
 from cifar10.distribute import devices
 from cifar10.training import controller
 from cifar10.training.controller import TrainData
@@ -69,6 +69,6 @@ def compute_dtype(args) -> tf.DType:
 def machine() -> str:
     """This machine, TensorFlow and Python, on one line."""
     gpus = len(tf.config.list_physical_devices("GPU"))
-    return (f"{devices.cpu_model().removeprefix('CPU: ')}; {host_cores()} cores; "
+    return (f"{devices.cpu_model().removeprefix('CPU: ')}; {machine_facts.host_cores()} cores; "
             f"{gpus} GPU(s); TensorFlow {tf.__version__}; "
             f"Python {platform.python_version()}")

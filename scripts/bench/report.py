@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from bench import compute, measure, programs, training
 from cifar10.data import folder as datafolder
-from cifar10.data import pipeline as data
+from cifar10.core import machine
 from cifar10.distribute import devices
 from cifar10.kernels.layers import KernelChoice, choose
 from cifar10.data import synthetic
@@ -70,7 +70,7 @@ def heading(s: Setting) -> list[str]:
 
 def figure_training(s: Setting) -> list[str]:
     """(a), (b), (c): (a) is timed in turns with (c)'s windows."""
-    replicas, cores = s.strategy.num_replicas_in_sync, data.host_cores()
+    replicas, cores = s.strategy.num_replicas_in_sync, machine.host_cores()
     time_step = training.step_alone(s.args, s.strategy, os.path.join(s.work, "step"))
     rate_b = training.input_alone(s.args, s.train_files, replicas)
     c, c_first, a = training.end_to_end(s.args, s.strategy, s.train_files, s.count,
