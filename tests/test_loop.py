@@ -24,7 +24,8 @@ from cifar10.core import config
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
 from cifar10.training.engine import Trainer
-from cifar10.training.loops import StepWindow, Watchdog, loop_end
+from cifar10.training.loops import StepWindow, loop_end
+from cifar10.training.watchdog import Watchdog
 from cifar10.training.step import ReplicatedStep
 from conftest import TRAIN_LINE, mirrored
 from test_train import train
