@@ -16,7 +16,6 @@ import glob
 import os
 import re
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from importlib import metadata
 
 try:
     from cifar10.cli.process import ArgumentParser
-    from cifar10.runs import records
+    from cifar10.runs import cleanup, records
 except ImportError as e:
     sys.exit(f"gpu_check.py: error: {sys.executable} cannot import the cifar10 package ({e}): "
              f"install it (pip install .) or set PYTHON to the Python it is installed in")
@@ -167,17 +166,12 @@ def on_gpu(record: dict) -> list[str]:
 
 def mean_loss(train_dir: str, steps: int) -> float:
     """The mean of the run's summarised loss over its second half (one step's is noisy)."""
-    from tensorboard.compat.proto import event_pb2  # (not TensorFlow, which would take a GPU)
     from tensorboard.util import tensor_util
 
-    losses = []
-    for path in glob.glob(os.path.join(train_dir, "events.out.tfevents.*")):
-        with open(path, "rb") as f:
-            while header := f.read(12):  # a TFRecord: length, its CRC, data, data's CRC
-                event = event_pb2.Event.FromString(f.read(struct.unpack("<Q", header[:8])[0]))
-                f.read(4)
-                losses += [float(tensor_util.make_ndarray(v.tensor)) for v in event.summary.value
-                           if v.tag == LOSS_TAG and event.step > steps // 2]
+    losses = [float(tensor_util.make_ndarray(v.tensor))
+              for path in glob.glob(os.path.join(train_dir, "events.out.tfevents.*"))
+              for event in cleanup.events(path) if event.step > steps // 2
+              for v in event.summary.value if v.tag == LOSS_TAG]
     if not losses:
         raise Failed(f"no {LOSS_TAG!r} summary beyond step {steps // 2} in {train_dir}")
     return sum(losses) / len(losses)

@@ -75,32 +75,38 @@ def checkpoint_step(name: str) -> int | None:
     return int(match[1]) if match else None
 
 
+def events(path: str):
+    """The event file ``path``'s records, each a TensorBoard ``Event`` (protobuf only, no
+    TensorFlow, which would take a GPU); ValueError where a record runs past the end."""
+    from tensorboard.compat.proto import event_pb2
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        while len(header := f.read(12)) == 12:  # TFRecord: length, its CRC, data, its CRC
+            (length,) = struct.unpack("<Q", header[:8])
+            if length > size - f.tell():
+                raise ValueError(f"a record of {path} runs past its end")
+            event = event_pb2.Event.FromString(f.read(length))
+            f.read(4)
+            yield event
+
+
 def trainers_events(path: str, records: int = 16) -> bool:
     """Whether the event file ``path`` is the trainer's: the first tag among its first
     ``records`` records that one program alone writes is the trainer's, or it holds no
     summary and is under 1 KiB (a start cut short)."""
     from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto import event_pb2  # protobuf only, no TensorFlow
 
     summaries = False
     try:
         size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            for _ in range(records):  # TFRecord framing: length, its CRC, the data, its CRC
-                header = f.read(12)
-                if len(header) < 12:
-                    break
-                (length,) = struct.unpack("<Q", header[:8])
-                if length > size - f.tell():
-                    return False  # a record runs past the end of the file
-                event = event_pb2.Event.FromString(f.read(length))
-                f.read(4)
-                for v in event.summary.value:
-                    if v.tag == "run_config":
-                        return _TRAINER_CONFIG_ROW in (v.tensor.string_val or [b""])[0]
-                    if v.tag in _TRAINER_TAGS or v.tag in _EVALUATOR_TAGS:
-                        return v.tag in _TRAINER_TAGS
-                    summaries = True
+        for _, event in zip(range(records), events(path)):
+            for v in event.summary.value:
+                if v.tag == "run_config":
+                    return _TRAINER_CONFIG_ROW in (v.tensor.string_val or [b""])[0]
+                if v.tag in _TRAINER_TAGS or v.tag in _EVALUATOR_TAGS:
+                    return v.tag in _TRAINER_TAGS
+                summaries = True
     except (OSError, ValueError, DecodeError):
         return False
     return not summaries and size < 1024
