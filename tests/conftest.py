@@ -57,13 +57,6 @@ EVAL_LINE = re.compile(
     r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)(?: on SYNTHETIC data)?$")
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: a long test whose TensorFlow calls quicker tests make too; the quick "
-                   "command and the run against the lowest supported TensorFlow leave it out "
-                   "(-m 'not slow')")
-
-
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:
     """MirroredStrategy over the first ``num_replicas`` logical CPUs."""
     return tf.distribute.MirroredStrategy(
