@@ -41,7 +41,11 @@ def test_the_original_flag_names_and_defaults():
         "summary_steps": 100, "seed": 0, "use_fp16": False, "use_bf16": False, "xla": False,
         "kernels": "auto",
         "step_timeout_secs": 300, "replicas_per_gpu": 1, "all_reduce": "auto",
-        "deterministic": False, "fresh_start": False}
+        "deterministic": False, "fresh_start": False,
+        # The tutorial's hyperparameters, its values; and when to stop or validate.
+        "learning_rate": 0.1, "learning_rate_decay_factor": 0.1, "num_epochs_per_decay": 350,
+        "moving_average_decay": 0.9999, "weight_decay": 0.004, "max_epochs": None,
+        "eval_every_steps": 0}
     assert eval_flags["checkpoint_dir"].default == "/tmp/cifar10_train"
     assert eval_flags["eval_dir"].default == "/tmp/cifar10_eval"
     assert eval_flags["eval_interval_secs"].default == 300

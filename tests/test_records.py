@@ -140,8 +140,9 @@ def test_each_start_records_its_environment_and_a_changed_setting_is_one_notice(
         "batch_size": 16, "global_batch": 32, "num_replicas": 2, "num_workers": 1,
         "precision": "float32",
         "data_dir": str(tmp_path / "data" / "synthetic" / "cifar-10-batches-bin"),
-        "num_classes": 10, "examples_per_epoch": 250, "initial_learning_rate": 0.1,
-        "seed": 0, "deterministic": False, "xla": False, "max_steps": 1}
+        "num_classes": 10, "examples_per_epoch": 250, "learning_rate": 0.1,
+        "learning_rate_decay_factor": 0.1, "num_epochs_per_decay": 350.0,
+        "moving_average_decay": 0.9999, "weight_decay": 0.004, "seed": 0, "deterministic": False, "xla": False, "max_steps": 1}
 
     resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--num_gpus=2"),
                        "--batch_size=8")  # the later value wins

@@ -15,7 +15,10 @@ from cifar10.cli.flags import PATH_FLAGS
 HELP_TOPICS = {
     "cifar10-train": ("[flags]", "docs/training.md", (
         ("Data", "data_dir synthetic_data dataset label synthetic_records data_url data_md5"),
-        ("Training", "train_dir max_steps batch_size fresh_start seed deterministic"),
+        ("Training", "train_dir max_steps max_epochs batch_size fresh_start seed deterministic "
+                     "eval_every_steps"),
+        ("Hyperparameters", "learning_rate learning_rate_decay_factor num_epochs_per_decay "
+                            "moving_average_decay weight_decay"),
         ("Precision and speed", "use_bf16 use_fp16 xla allow_tf32 kernels steps_per_loop "
                                 "profile_steps"),
         ("Several GPUs and machines", "num_gpus replicas_per_gpu all_reduce strategy "

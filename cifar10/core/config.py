@@ -13,6 +13,7 @@ INITIAL_LEARNING_RATE = 0.1
 LEARNING_RATE_DECAY_FACTOR = 0.1
 NUM_EPOCHS_PER_DECAY = 350  # epochs of examples between two decays
 MOVING_AVERAGE_DECAY = 0.9999  # of the weight averages the evaluator uses
+WEIGHT_DECAY = 0.004  # of local3's and local4's weights (L2)
 LOSS_AVERAGE_DECAY = 0.9  # of the smoothed losses in TensorBoard
 MIN_SHUFFLE_BUFFER = 20_000  # 0.4 x 50,000, the original's min_after_dequeue
 # --use_fp16's dynamic loss scale: its start, and the finite steps in a row that double it.
@@ -104,8 +105,28 @@ class TrainConfig:
                "with the same flags on the same machine and TensorFlow write identical "
                "checkpoints (see docs/training.md; slower on GPUs).",
         trained="deterministic mode")
-    initial_learning_rate: float = setting(INITIAL_LEARNING_RATE, flag=False,
-                                           trained="the initial learning rate")
+    # The tutorial's hyperparameters (its cifar10.py constants), its values the defaults.
+    learning_rate: float = setting(INITIAL_LEARNING_RATE, "Initial learning rate.",
+                                   lower_bound=0, trained="the initial learning rate")
+    learning_rate_decay_factor: float = setting(
+        LEARNING_RATE_DECAY_FACTOR, "Learning rate decay factor.", lower_bound=0,
+        upper_bound=1, trained="the learning rate decay factor")
+    num_epochs_per_decay: float = setting(
+        NUM_EPOCHS_PER_DECAY, "Epochs after which the learning rate decays.",
+        lower_bound=0, trained="the epochs per decay")
+    moving_average_decay: float = setting(
+        MOVING_AVERAGE_DECAY, "The decay to use for the moving average of the weights.",
+        lower_bound=0, upper_bound=1, trained="the moving average decay")
+    weight_decay: float = setting(
+        WEIGHT_DECAY, "L2 weight decay of the two fully connected layers, local3 and local4.",
+        lower_bound=0, trained="the weight decay")
+    max_epochs: float | None = setting(
+        None, "Stop after this many epochs of examples, or at --max_steps if that comes "
+              "first.", lower_bound=0, shared=True)
+    eval_every_steps: int = setting(
+        0, "Score the test split with the moving-average weights every this many steps "
+           "(as cifar10-eval does), keep the best checkpoint in <train_dir>/best; 0: never.",
+        lower_bound=0, shared=True)
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False, shared=True)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)
     kernels: str = setting(
@@ -145,6 +166,8 @@ class TrainConfig:
         for field in flag_fields(TrainConfig):
             value, low, high = (getattr(self, field.name), field.metadata["lower_bound"],
                                 field.metadata["upper_bound"])
+            if value is None:  # an optional setting left out
+                continue
             if low is not None and value < low:
                 raise ValueError(f"{field.name} must be at least {low}, got {value}")
             if high is not None and value > high:

@@ -92,7 +92,7 @@ class ReplicatedStep:
         self.num_replicas = strategy.num_replicas_in_sync
         self.global_batch = config.batch_size * self.num_replicas
         self.examples_per_epoch = examples_per_epoch
-        self.initial_learning_rate = config.initial_learning_rate
+        self.initial_learning_rate = config.learning_rate
         self.variables = state.model.parameters()
         # XLA compiles the replica's pass; the cross-replica update stays outside it.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla

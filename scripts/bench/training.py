@@ -132,7 +132,7 @@ def loop_step_times(args, strategy: tf.distribute.Strategy, work: str) -> dict[i
                 args, os.path.join(work, f"loop-{turn}-{steps_per_loop}"), batch_size=1,
                 max_steps=(args.windows + 1) * window, log_frequency=window,
                 checkpoint_steps=10**9, summary_steps=10**9, steps_per_loop=steps_per_loop,
-                initial_learning_rate=0.001)  # batch 1 diverges at 0.1; the time is the same
+                learning_rate=0.001)  # batch 1 diverges at 0.1; the time is the same
             reports = measure.train_reports(config, strategy, files, count)
             times[steps_per_loop] += [1000 * r.sec_per_batch * strategy.num_replicas_in_sync
                                       for r in reports if r.step > window]
