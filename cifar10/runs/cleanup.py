@@ -8,22 +8,25 @@ does (its ``.data`` shards go with it); an event file when its first summaries a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import struct
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, io_error, listed
-from cifar10.runs import records
-from cifar10.runs.layout import (CLASSES_FILE, COMPLETE_FILE, DATA_FILE, INDEX_FILE, PREFIX,
-                                 STATE_FILE, STATE_TEMP_FILE, TEMP_DIR, listdir)
+from cifar10.runs import metrics, records
+from cifar10.runs.layout import (BEST_DIR, BEST_FILE, CLASSES_FILE, COMPLETE_FILE, DATA_FILE,
+                                 INDEX_FILE, PREFIX, STATE_FILE, STATE_TEMP_FILE, TEMP_DIR,
+                                 listdir)
 
 # TensorFlow's event file names: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
 _EVENTS = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+\.v2")
 # The trainer's small files, each written through <name>.tmp<32 hex digits> first.
 _RECORDS = (COMPLETE_FILE, CLASSES_FILE, records.FLAGS_FILE, records.ENVIRONMENT_FILE)
 _RECORD_TEMP_FILE = re.compile(
-    f"({'|'.join(re.escape(name) for name in _RECORDS)}){atomic.TEMP_SUFFIX}")
+    f"({'|'.join(map(re.escape, (*_RECORDS, metrics.METRICS_FILE, BEST_FILE)))})"
+    f"{atomic.TEMP_SUFFIX}")
 _LEFTOVERS = (TEMP_DIR, STATE_TEMP_FILE, _RECORD_TEMP_FILE)
 # TensorFlow saves each shard into model.ckpt-<step>_temp/, moves the data files into
 # place, writes the .index in place, and only then removes the shard's index and the
@@ -39,9 +42,10 @@ _EVALUATOR_TAGS = {"Precision @ 1"}
 _TRAINER_CONFIG_ROW = b"| train_dir |"
 
 
-def own_files(directory: str) -> list[str]:
-    """The names in ``directory`` that the trainer wrote, sorted."""
-    exact = {STATE_FILE, *_RECORDS}
+def own_files(directory: str, best: bool = False) -> list[str]:
+    """The names in ``directory`` that the trainer wrote, sorted (``best``: a run's
+    best/, where its small files are the state file and ``BEST_FILE`` only)."""
+    exact = {STATE_FILE, BEST_FILE} if best else {STATE_FILE, *_RECORDS, metrics.METRICS_FILE}
     foreign = set(foreign_checkpoint_files(directory))
     names = []
     for name in listdir(directory):
@@ -52,6 +56,8 @@ def own_files(directory: str) -> list[str]:
         if name in foreign or (os.path.isdir(path) and not TEMP_DIR.fullmatch(name)):
             continue
         if _EVENTS.fullmatch(name) and not trainers_events(path):
+            continue
+        if name == metrics.METRICS_FILE and not metrics.is_ours(path):
             continue
         names.append(name)
     return sorted(names)
@@ -154,9 +160,10 @@ def _whole_index(path: str) -> bool:
 
 
 def remove_run(directory: str) -> int:
-    """``--fresh_start``: removes every file the trainer wrote (not its lock); returns
-    how many.  Cifar10Error, removing nothing, where a file has a checkpoint's name and
-    is not the trainer's (the new run would take it for its own checkpoint)."""
+    """``--fresh_start``: removes every file the trainer wrote (not its lock), best/'s
+    too (best/ itself where nothing else is left in it); returns how many.  Cifar10Error,
+    removing nothing, where a file has a checkpoint's name and is not the trainer's (the
+    new run would take it for its own checkpoint)."""
     if foreign := foreign_checkpoint_files(directory):
         one = len(foreign) == 1
         it, has, names = ("it", "has", "a checkpoint's name") if one else (
@@ -168,10 +175,16 @@ def remove_run(directory: str) -> int:
             f"files; the new run would take {it} for a checkpoint: move {it} out of "
             f"{directory} and start again (nothing was removed), or choose another "
             f"--train_dir")
+    best = os.path.join(directory, BEST_DIR)
+    in_best = [] if os.path.islink(best) or not os.path.isdir(best) else own_files(best, True)
+    for name in in_best:
+        delete(best, name)
+    with contextlib.suppress(OSError):
+        os.rmdir(best)  # (only where empty)
     names = own_files(directory)
     for name in names:
         delete(directory, name)
-    return len(names)
+    return len(in_best) + len(names)
 
 
 def checkpoint_files(directory: str, step: int) -> list[str]:

@@ -30,6 +30,8 @@ CLASSES_FILE = "class_names.txt"  # the class names it trains on, in label order
 STATE_FILE = "checkpoint"
 STATE_TEMP_FILE = re.compile(r"checkpoint" + atomic.TEMP_SUFFIX)
 LOCK_FILE = "cifar10-train.lock"
+BEST_DIR = "best"  # in a run folder: its checkpoint of the best validation precision
+BEST_FILE = "best.json"  # in best/: which checkpoint is kept there, and its figures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,17 @@ class Checkpoint:
 
 def checkpoint_path(directory: str, step: int) -> str:
     return os.path.join(directory, f"{PREFIX}-{step}")
+
+
+def run_of(folder: str) -> str:
+    """The run folder whose own files (class names, flags, completeness) go with the
+    checkpoints in ``folder``: for a trainer's best/ its run folder, else ``folder``."""
+    parent = os.path.dirname(os.path.normpath(folder)) or "."
+    if (os.path.basename(os.path.normpath(folder)) == BEST_DIR
+            and os.path.isfile(os.path.join(parent, LOCK_FILE))
+            and not os.path.lexists(os.path.join(folder, LOCK_FILE))):
+        return parent
+    return folder
 
 
 def listdir(directory: str) -> list[str]:
