@@ -7,7 +7,11 @@ import os
 import shutil
 import uuid
 
+import tensorflow as tf
+
 from cifar10.core.config import TrainConfig
+from cifar10.runs.best import BestCheckpoint
+from cifar10.training.step import TrainState
 
 # A user's files that merely start like the trainer's: nothing may touch them.
 USER_FILES = ("model.ckpt-best.txt", "model.ckpt-10.index.bak",
@@ -59,6 +63,14 @@ def leave_a_save_cut_in_place(train_dir, step, source, index_written):
     if index_written is not None:
         with open(f"{source}.index", "rb") as f:
             (train_dir / f"model.ckpt-{step}.index").write_bytes(f.read()[:index_written])
+
+
+def keep_best(run_dir, step):
+    """best/ in ``run_dir`` as the trainer keeps it, of the run's checkpoint of ``step``."""
+    state = TrainState(seed=0, compute_dtype=tf.float32)
+    state.checkpoint().read(str(run_dir / f"model.ckpt-{step}")).expect_partial()
+    assert BestCheckpoint(str(run_dir), state.checkpoint()).offer(step, 0.5, 1.0)
+    return run_dir / "best"
 
 
 def config(train_dir, **overrides):

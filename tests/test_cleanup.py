@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import cli
 from cifar10.core.errors import Cifar10Error
-from cifar10.runs import cleanup, layout, rundir
+from cifar10.runs import cleanup, layout, metrics, rundir
 from cifar10.runs.layout import TrainerLock
 from rundirs import USER_FILES, copy_run, leave_a_save_cut_in_place
 
@@ -21,7 +21,9 @@ CHECKPOINT_FILES = ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001",
                     "model.ckpt-6.index", "model.ckpt-6.data-00000-of-00002",
                     "model.ckpt-6.data-00001-of-00002")
 RECORDS = ("checkpoint", "training_complete.json", "class_names.txt", "flags.txt",
-           "environment.jsonl", "events.out.tfevents.1700000000.host.example.123.0.v2")
+           "environment.jsonl", "events.out.tfevents.1700000000.host.example.123.0.v2",
+           "metrics.csv")
+BEST_FILES = ("best.json", "checkpoint", "model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001")
 HEX = "0123456789abcdef" * 2  # a temporary name's 32 hex digits
 LEFTOVERS = ("model.ckpt-9_temp", "checkpoint.tmp" + "0" * 32, "class_names.txt.tmp" + HEX,
              "environment.jsonl.tmp" + HEX, "flags.txt.tmp" + HEX,
@@ -43,6 +45,11 @@ def make_run(directory):
     (directory / LEFTOVERS[0] / "part-00000-of-00001.index").write_text("x")
     (directory / "my_folder").mkdir()
     (directory / "my_folder" / "model.ckpt-3.index").write_text("mine")
+    (directory / "metrics.csv").write_text(metrics.HEADER + "\n")
+    (directory / "best").mkdir()
+    for name in BEST_FILES + ("flags.txt", "notes.txt"):  # (a user's records there)
+        (directory / "best" / name).write_text("x")
+    (directory / "best" / "model.ckpt-6.index").write_bytes(b"x" + cleanup._TABLE_MAGIC)
     return directory
 
 
@@ -51,10 +58,11 @@ def test_only_the_trainers_files_are_its_own_and_removed(tmp_path):
         CHECKPOINT_FILES + RECORDS + LEFTOVERS)
     assert cleanup.own_files(str(tmp_path / "missing")) == []
     assert cleanup.remove_leftovers(str(tmp_path)) == sorted(LEFTOVERS)
-    users = sorted(USER_FILES + MORE_USER_FILES + ("my_folder",))
+    users = sorted(USER_FILES + MORE_USER_FILES + ("my_folder", "best"))
     assert sorted(os.listdir(tmp_path)) == sorted(CHECKPOINT_FILES + RECORDS + tuple(users))
-    assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS)
+    assert cleanup.remove_run(str(tmp_path)) == len(CHECKPOINT_FILES + RECORDS + BEST_FILES)
     assert sorted(os.listdir(tmp_path)) == users  # the lock file among them
+    assert sorted(os.listdir(tmp_path / "best")) == ["flags.txt", "notes.txt"]
     assert (tmp_path / "my_folder" / "model.ckpt-3.index").read_text() == "mine"
 
 

@@ -18,7 +18,7 @@ from absl import flags
 from cli import call, event_tags, start
 from conftest import EVAL_LINE, TRAIN_LINE
 from evalruns import results_lines
-from rundirs import truncate
+from rundirs import keep_best, truncate
 
 from cifar10.cli import eval_main
 from cifar10.core.errors import DataError
@@ -117,6 +117,20 @@ def test_checkpoint_names_a_checkpoint_by_its_index_file(trained, tmp_path):
     assert (record["step"], record["checkpoint"]) == (3, str(train_dir / "model.ckpt-3"))
 
 
+def test_polling_a_runs_best_checkpoint_scores_it_and_stops_as_the_run_is_complete(trained,
+                                                                                   tmp_path):
+    data_dir, train_dir = trained
+    run_dir = tmp_path / "train"
+    shutil.copytree(train_dir, run_dir)
+    best = keep_best(run_dir, 3)
+    result = call("cifar10-eval", *eval_args(data_dir, best, tmp_path / "eval"))
+    assert result.returncode == 0, result.stderr
+    [record] = results_lines(tmp_path / "eval")
+    assert (record["step"], record["checkpoint"]) == (3, str(best / "model.ckpt-3"))
+    assert result.stdout.endswith(f"Training in {best} is complete and its final checkpoint "
+                                  f"is evaluated; stopping.\n")
+
+
 # Two processes meeting through the run directory (test_polling checks the schedule).
 @pytest.mark.slow
 def test_polling_beside_a_running_trainer_scores_each_checkpoint_once(trained, tmp_path):
@@ -195,6 +209,11 @@ def refusal_case(case, tmp_path, train_dir, held):
                                       "save (every --checkpoint_steps steps), or leave out "
                                       "--run_once to score each checkpoint as it is saved"))
     shutil.copytree(train_dir, copy)
+    if case == "no best kept":  # the best/ of a complete run that never validated
+        return [f"--checkpoint_dir={copy / 'best'}"], re.escape(
+            f"No checkpoint file found in {copy / 'best'}: the run in {copy} keeps its best "
+            f"checkpoint there from its first validation (cifar10-train --eval_every_steps); "
+            f"pass --checkpoint_dir={copy} for the run's newest")
     for step in (3, 6):
         truncate(copy / f"model.ckpt-{step}.data-00000-of-00001")
     if case == "none reads":
@@ -208,7 +227,7 @@ def refusal_case(case, tmp_path, train_dir, held):
 
 
 @pytest.mark.parametrize("case", ["no folder", "trainer running", "none reads",
-                                  "--checkpoint does not read"])
+                                  "--checkpoint does not read", "no best kept"])
 def test_a_start_with_nothing_to_score_is_one_line_and_fetches_no_data(trained, tmp_path,
                                                                         case):
     held = []

@@ -93,6 +93,18 @@ def test_each_program_refuses_a_folder_not_its_own_and_leaves_it_as_it_was(
     assert listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_runs_best_folder_is_no_programs_output_folder(tmp_path, program):
+    best = folder_of(tmp_path / "run", {"cifar10-train.lock": "", "best/checkpoint": ""}) / "best"
+    flag, args = PROGRAMS[program]
+    before = listing(tmp_path)
+    assert_refused(call(program, f"--{flag}={best}", *args),
+                   f"{program}: error: --{flag}={best} is the best checkpoint's folder of the run "
+                   f"in {tmp_path / 'run'}: choose a new or empty folder for {program} (or one it "
+                   f"wrote before)")
+    assert listing(tmp_path) == before
+
+
 def test_the_evaluator_refuses_the_folder_of_the_run_it_scores_before_it_starts(tmp_path):
     run = tmp_path / "run"
     assert_refused(call("cifar10-eval", f"--checkpoint_dir={run}", f"--eval_dir={run}"),

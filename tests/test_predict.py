@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli import assert_refused, call, run
+from rundirs import keep_best
 from specialfiles import watched_fifos
 from test_images import COLOURS, palette_bmp
 
@@ -152,29 +153,34 @@ def test_each_image_is_printed_once_and_one_that_does_not_read_fails_the_command
         "cifar10-predict: error: 3 of 6 images could not be read (see above)"]
 
 
-def test_predict_and_export_of_a_run_on_generated_data_say_so(trained_run, tmp_path):
+@pytest.mark.parametrize("best", [False, True])
+def test_predict_and_export_of_a_run_on_generated_data_say_so(trained_run, tmp_path, best):
+    """Its best/ (its best checkpoint) is read with the run's own files: flags.txt, the
+    class names."""
     train_dir, test_files = trained_run
     run_dir = tmp_path / "train"
     shutil.copytree(train_dir, run_dir)
     (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
                                        "at step 0\n--synthetic_data\n")
+    (run_dir / "class_names.txt").write_text("".join(f"thing{i}\n" for i in range(10)))
+    folder = keep_best(run_dir, 3) if best else run_dir
     images, _ = records_of(test_files)
     [image] = write_pngs(tmp_path / "photos", images[:1])
     warning = (f"warning: the model of {run_dir} was trained on SYNTHETIC data "
                f"(--synthetic_data in {run_dir / 'flags.txt'}): its classes say nothing about "
                f"real images")
-    predicted = call("cifar10-predict", f"--checkpoint_dir={run_dir}", image)
+    predicted = call("cifar10-predict", f"--checkpoint_dir={folder}", image)
     assert predicted.returncode == 0, predicted.stderr
     assert predicted.stderr.splitlines() == [f"cifar10-predict: {warning}"]
-    assert predicted.stdout.startswith(f"{image}: ")  # the output itself as it was
-    exported = call("cifar10-export", f"--checkpoint_dir={run_dir}",
+    assert predicted.stdout.startswith(f"{image}: thing")  # the output itself as it was
+    exported = call("cifar10-export", f"--checkpoint={folder / 'model.ckpt-3'}",
                     f"--export_dir={tmp_path / 'export'}")
     assert exported.returncode == 0, exported.stderr
     assert exported.stderr.splitlines() == [f"cifar10-export: {warning}"]
     # A run on real data, or one without records, says nothing of the kind.
     (run_dir / "flags.txt").write_text("# cifar10-train, started 2026-11-26T10:00:00+00:00 on h "
                                        "at step 0\n--nosynthetic_data\n")
-    assert call("cifar10-predict", f"--checkpoint_dir={run_dir}", image).stderr == ""
+    assert call("cifar10-predict", f"--checkpoint_dir={folder}", image).stderr == ""
 
 
 def test_an_image_piped_in_is_named_by_a_dash_and_classified_as_its_file(trained_run, tmp_path,

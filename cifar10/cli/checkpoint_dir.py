@@ -45,6 +45,12 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
                   or_instead: str = "") -> Cifar10Error:
     """The error for a --checkpoint_dir without a checkpoint, saying where to look or to
     train first (``or_instead``: the program's other way while its trainer runs)."""
+    run = layout.run_of(checkpoint_dir)
+    if run != checkpoint_dir:
+        return Cifar10Error(f"{lead} in {checkpoint_dir}: the run in {run} keeps its best "
+                            f"checkpoint there from its first validation (cifar10-train "
+                            f"--eval_every_steps); pass {pasted('checkpoint_dir', run)} for "
+                            f"the run's newest")
     holder = layout.held_by(checkpoint_dir)
     if holder is not None:
         also = f", or {or_instead}" if or_instead else ""
@@ -73,17 +79,20 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str, wait_for_run: bool) -> None:
     """Refuses a folder an evaluator would wait on for ever: no trainer's, or none
     (a mistyped path) unless ``wait_for_run``."""
-    if not wait_for_run and not os.path.exists(checkpoint_dir):
+    run = layout.run_of(checkpoint_dir)  # (a trainer's best/ appears at its first save)
+    if not wait_for_run and not os.path.exists(run):
         raise Cifar10Error(f"{pasted('checkpoint_dir', checkpoint_dir)} does not exist: check "
                            f"the path, or give --wait_for_run to wait for cifar10-train to "
                            f"start there")
-    if outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
+    done_without_best = run != checkpoint_dir and not layout.latest(checkpoint_dir) \
+        and os.path.exists(os.path.join(run, layout.COMPLETE_FILE))
+    if done_without_best or outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
         raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
 
 
 def warn_if_trained_on_synthetic_data(checkpoint: str) -> None:
     """A warning where the run of ``checkpoint`` recorded --synthetic_data."""
-    run_dir = os.path.dirname(os.path.abspath(checkpoint))
+    run_dir = layout.run_of(os.path.dirname(os.path.abspath(checkpoint)))
     recorded = records.recorded_flags(run_dir)
     if recorded is not None and recorded.get("synthetic_data") == "true":
         logging.warning("the model of %s was trained on SYNTHETIC data (--synthetic_data in "

@@ -71,9 +71,11 @@ def same(path: str, other: str | None) -> bool:
 
 def refuse_unless_own(flag: str, folder: str, program: str, read: str | None = None) -> None:
     """Refuses ``folder`` unless new, empty or ``program``'s, and not ``read``."""
-    owner = whose(folder)
+    owner, run = whose(folder), layout.run_of(folder)
     if same(folder, read):
         what = "the folder of the run it reads"
+    elif run != folder:
+        what = f"the best checkpoint's folder of the run in {run}"
     elif owner in ("", program):
         return
     elif owner:
@@ -166,7 +168,8 @@ def _start_on_disk(run_dir: str, began: str) -> float | None:
     """When the run began (``began``) by its file system's clock, which stamped its
     checkpoints, from the newest start's record (less 2 s: its time is truncated)."""
     try:
-        written_s = os.stat(os.path.join(run_dir, records.ENVIRONMENT_FILE)).st_mtime
+        written_s = os.stat(os.path.join(layout.run_of(run_dir),
+                                         records.ENVIRONMENT_FILE)).st_mtime
         last = (records.last_record(run_dir) or {}).get("start_time")
         began_s, last_s = (datetime.datetime.fromisoformat(t).timestamp() for t in (began, last))
     except (OSError, TypeError, ValueError):

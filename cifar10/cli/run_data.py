@@ -46,7 +46,7 @@ def follow_run(flag_values: flags.FlagValues, run_dir: str, program: str) -> Fol
     """Sets each data flag left unset to the value the run in ``run_dir`` recorded
     (a flag given keeps its value, with a notice where it differs); None: no record."""
     recorded = records.recorded_flags(run_dir)
-    source = os.path.join(run_dir, records.FLAGS_FILE)
+    source = os.path.join(layout.run_of(run_dir), records.FLAGS_FILE)
     taken: dict[str, str] = {}
     for name in DATA_FLAGS if recorded else ():
         if name not in recorded or name not in flag_values:

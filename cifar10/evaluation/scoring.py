@@ -18,7 +18,7 @@ from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.distribute import workers
 from cifar10.model import Model
-from cifar10.runs import checkpoints
+from cifar10.runs import checkpoints, layout
 
 PR_THRESHOLDS = 201  # the PR curves' thresholds, 0 to 1 in steps of 0.005
 
@@ -225,7 +225,7 @@ class OtherClasses(Cifar10Error):
 
 def _run_classes(checkpoint: str, data_classes: Sequence[str]) -> tuple[str, ...]:
     """The run's class names; OtherClasses where ``data_classes`` (if given) differ."""
-    run_dir = os.path.dirname(checkpoint)
+    run_dir = layout.run_of(os.path.dirname(checkpoint))
     trained_on = checkpoints.trained_class_names(run_dir, fallback=data_classes or None)
     if data_classes and tuple(trained_on) != tuple(data_classes):
         raise OtherClasses(run_dir, trained_on, data_classes)

@@ -193,7 +193,7 @@ def trained_class_names(directory: str, num_classes: int | None = None,
     names, problem = recorded_class_names(directory, num_classes)
     if not problem:
         return names or ff.CLASS_NAMES
-    path = os.path.join(directory, CLASSES_FILE)
+    path = os.path.join(layout.run_of(directory), CLASSES_FILE)
     count = f"{num_classes} " if num_classes else ""
     if fallback is not None and len(fallback) == (num_classes or len(fallback)):
         if path not in _warned:
@@ -212,7 +212,7 @@ def recorded_class_names(directory: str, num_classes: int | None = None
     class_names.txt, or ''), for a model of ``num_classes`` classes (None: unknown).
     No file is sound for 10 classes; fewer names than 10 is a run from when the model
     always had CIFAR-10's 10 outputs."""
-    names, problem, _ = class_names_in(os.path.join(directory, CLASSES_FILE))
+    names, problem, _ = class_names_in(os.path.join(layout.run_of(directory), CLASSES_FILE))
     if problem:
         return None, problem
     if names is None:
@@ -227,10 +227,15 @@ def recorded_class_names(directory: str, num_classes: int | None = None
 
 
 def completed_step(directory: str) -> int | None:
-    """The step at which the run in ``directory`` was marked complete, or None."""
+    """The step of the final checkpoint in ``directory`` once its run is marked complete,
+    else None: the run's last step; in its best/, the kept one's."""
+    run = layout.run_of(directory)
     try:
-        with open(os.path.join(directory, COMPLETE_FILE)) as f:
+        with open(os.path.join(run, COMPLETE_FILE)) as f:
             step = json.load(f)["step"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if run != directory and isinstance(step, int):
+        kept = latest(directory)
+        return kept.step if kept else None
     return step if isinstance(step, int) else None

@@ -1,7 +1,8 @@
 """What a run records about each start in its ``--train_dir`` (or ``--eval_dir``):
 ``flags.txt``, the flags under a header line per start (earlier starts' commented out,
 so that ``--flagfile=flags.txt`` replays the latest), and ``environment.jsonl``, one
-JSON object per start (versions, host, devices, command, trained settings)."""
+JSON object per start (versions, host, devices, command, trained settings).  Read from
+a trainer's best/, they are its run's (``layout.run_of``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from cifar10.core import atomic
 from cifar10.core.config import marked
 from cifar10.core.errors import io_error
 from cifar10.distribute import cluster
+from cifar10.runs.layout import run_of
 
 FLAGS_FILE = "flags.txt"
 ENVIRONMENT_FILE = "environment.jsonl"
@@ -65,7 +67,7 @@ def environment(program: str, command: Sequence[str], devices: Sequence[Mapping[
 def last_record(directory: str) -> dict[str, Any] | None:
     """The newest object of ``directory``'s environment.jsonl, or None (none, or damaged)."""
     try:
-        with open(os.path.join(directory, ENVIRONMENT_FILE), encoding="utf-8") as f:
+        with open(os.path.join(run_of(directory), ENVIRONMENT_FILE), encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line.strip()]
         record = json.loads(lines[-1]) if lines else None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -76,7 +78,7 @@ def last_record(directory: str) -> dict[str, Any] | None:
 def last_settings(directory: str) -> dict[str, Any] | None:
     """The trained ``settings`` of the newest start recorded in ``directory``, or None
     (with one warning where its last record is damaged)."""
-    path = os.path.join(directory, ENVIRONMENT_FILE)
+    path = os.path.join(run_of(directory), ENVIRONMENT_FILE)
     if not os.path.isfile(path):
         return None  # none; a folder in its place is said when the start is recorded
     record = last_record(directory)
@@ -201,7 +203,7 @@ _NEW_RUN = re.compile(rf"^# cifar10-train, started (\S+) on .* at step 0"
 def last_new_run(directory: str) -> str | None:
     """The ISO time of the newest cifar10-train start at step 0 in ``directory``, or None."""
     try:
-        with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
+        with open(os.path.join(run_of(directory), FLAGS_FILE), encoding="utf-8",
                   errors="replace") as f:
             starts = _NEW_RUN.findall(f.read())
     except OSError:
@@ -217,7 +219,7 @@ def recorded_flags(directory: str, program: str = "cifar10-train") -> dict[str, 
     start of the program whose ``OWN_FLAG`` they hold.  Other lines are skipped.
     """
     try:
-        with open(os.path.join(directory, FLAGS_FILE), encoding="utf-8",
+        with open(os.path.join(run_of(directory), FLAGS_FILE), encoding="utf-8",
                   errors="replace") as f:
             text = f.read()
     except OSError:
