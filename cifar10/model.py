@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import tensorflow as tf
 
 from cifar10.core import machine
+from cifar10.core.config import WEIGHT_DECAY
 from cifar10.data import fileformat as ff
 from cifar10.lrn import fast_lrn
 
@@ -41,9 +42,11 @@ def stage_dtypes(compute_dtype: tf.DType, relu_pool: bool = False) -> dict[str, 
 
 
 class _Layer(tf.Module):
-    """The ``weights`` and ``biases`` of one scope, and its weight decay ``wd``."""
+    """The ``weights`` and ``biases`` of one scope, and its weight decay ``wd`` (None:
+    none; 0: a term of 0)."""
 
-    def __init__(self, name: str, shape: list[int], stddev: float, bias: float, wd: float,
+    def __init__(self, name: str, shape: list[int], stddev: float, bias: float,
+                 wd: float | None,
                  seed: tuple[int, int], trainable: bool):
         super().__init__(name=name)
         self.wd = wd
@@ -75,13 +78,15 @@ class Model(tf.Module):
       relu_pool, relu_lrn: None (TensorFlow's ops), or the compiled kernels
         (z, bias, dtype) -> max_pool(relu(z + bias)) and LRN(relu(z + bias)): conv1
         (conv2) is then the convolution alone.
+      weight_decay: of local3's and local4's weights (L2), in the training loss.
     """
 
     def __init__(self, seed: int = 0, compute_dtype: tf.DType = tf.float32,
                  trainable: bool = True, lrn: Callable[..., tf.Tensor] | None = None,
                  num_classes: int = ff.NUM_CLASSES,
                  relu_pool: Callable[..., tf.Tensor] | None = None,
-                 relu_lrn: Callable[..., tf.Tensor] | None = None):
+                 relu_lrn: Callable[..., tf.Tensor] | None = None,
+                 weight_decay: float = WEIGHT_DECAY):
         super().__init__(name="cifar10")
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.stage_dtypes = stage_dtypes(self.compute_dtype, relu_pool=relu_pool is not None)
@@ -92,11 +97,11 @@ class Model(tf.Module):
         self.layers = [
             _Layer(name, shape, stddev, bias, wd, (seed, i), trainable)
             for i, (name, shape, stddev, bias, wd) in enumerate([
-                ("conv1", [5, 5, ff.NUM_CHANNELS, 64], 5e-2, 0.0, 0.0),
-                ("conv2", [5, 5, 64, 64], 5e-2, 0.1, 0.0),
-                ("local3", [6 * 6 * 64, 384], 0.04, 0.1, 0.004),
-                ("local4", [384, 192], 0.04, 0.1, 0.004),
-                ("softmax_linear", [192, num_classes], 1 / 192.0, 0.0, 0.0)], start=1)]
+                ("conv1", [5, 5, ff.NUM_CHANNELS, 64], 5e-2, 0.0, None),
+                ("conv2", [5, 5, 64, 64], 5e-2, 0.1, None),
+                ("local3", [6 * 6 * 64, 384], 0.04, 0.1, weight_decay),
+                ("local4", [384, 192], 0.04, 0.1, weight_decay),
+                ("softmax_linear", [192, num_classes], 1 / 192.0, 0.0, None)], start=1)]
         self.conv1, self.conv2, self.local3, self.local4, self.softmax_linear = self.layers
 
     def parameters(self) -> list[tf.Variable]:
@@ -169,7 +174,7 @@ class Model(tf.Module):
     def weight_losses(self) -> dict[str, tf.Tensor]:
         """{layer name: wd * l2_loss(weights)} of the layers with weight decay."""
         return {layer.name: layer.wd * tf.nn.l2_loss(layer.weights)
-                for layer in self.layers if layer.wd}
+                for layer in self.layers if layer.wd is not None}
 
     def loss(self, logits: tf.Tensor, labels: tf.Tensor, global_batch: int | None = None,
              num_replicas: int = 1) -> LossParts:

@@ -52,7 +52,7 @@ def test_flags_txt_replays_the_latest_start_exactly_from_anywhere(tmp_path, monk
             "--synthetic_records=50", "--batch_size=16")
     record_file = tmp_path / "a" / "r 1=x" / records.FLAGS_FILE
     for extra in (("--seed=3", "--max_steps=1", "--use_bf16", "--fresh_start"),
-                  ("--max_steps=2",)):
+                  ("--max_steps=2", "--max_epochs=100")):
         monkeypatch.chdir(tmp_path / "a")
         result = cli.call("cifar10-train", *base, *extra)
         assert result.returncode == 0, result.stderr
@@ -64,7 +64,7 @@ def test_flags_txt_replays_the_latest_start_exactly_from_anywhere(tmp_path, monk
     assert text.endswith("\n# end of this start\n")
     assert "\n# --seed=3\n" in text and "\n--seed=3\n" not in text  # kept, as history
     assert "\n# --num_gpus=1\n" in text.split("at step 1")[1]  # unset: on record only
-    expected = {**parsed(base + ("--max_steps=2",))[0],
+    expected = {**parsed(base + ("--max_steps=2", "--max_epochs=100"))[0],
                 "train_dir": str(tmp_path / "a" / "r 1=x"),
                 "data_dir": str(tmp_path / "a" / " d a=b\u2028c")}
     monkeypatch.chdir(tmp_path / "b")
@@ -145,16 +145,19 @@ def test_each_start_records_its_environment_and_a_changed_setting_is_one_notice(
         "moving_average_decay": 0.9999, "weight_decay": 0.004, "seed": 0, "deterministic": False, "xla": False, "max_steps": 1}
 
     resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--num_gpus=2"),
-                       "--batch_size=8")  # the later value wins
+                       "--batch_size=8", "--learning_rate=0.05")  # the later value wins
     assert resumed.returncode == 0, resumed.stderr
     environment = tmp_path / "train" / records.ENVIRONMENT_FILE
     assert [line for line in resumed.stderr.splitlines() if ": notice: " in line] == [
         f"cifar10-train: notice: batch_size (the batch size per replica) changed from 16 to 8, "
         f"the global batch from 32 to 16; the run goes on from step 1 with 8 (recorded in "
-        f"{environment})"]
+        f"{environment})",
+        f"cifar10-train: notice: learning_rate (the initial learning rate) changed from 0.1 "
+        f"to 0.05; the run goes on from step 1 with 0.05 (recorded in {environment})"]
     before, after = environment_records(tmp_path / "train")
     assert (before["changes"], after["start_step"]) == ([], 1)
-    assert after["changes"] == [{"setting": "batch_size", "from": 16, "to": 8}]
+    assert after["changes"] == [{"setting": "batch_size", "from": 16, "to": 8},
+                                {"setting": "learning_rate", "from": 0.1, "to": 0.05}]
 
     record_file = tmp_path / "train" / records.FLAGS_FILE
     record_file.unlink()

@@ -93,27 +93,34 @@ def test_one_step_is_plain_gradient_descent_on_the_mean_loss(tmp_path):
 @pytest.mark.parametrize("global_batch", [128, 512])
 def test_learning_rate_decays_every_350_epochs_of_examples_whatever_the_replicas(global_batch):
     # 350 epochs of 50,000 examples: 17,500,000, after step 136,718 of 128 examples.
-    lr = lambda step: float(steps.learning_rate(step * global_batch, 50_000))  # noqa: E731
+    lr = lambda step: float(steps.learning_rate(  # noqa: E731
+        step * global_batch, 50_000, TrainConfig(train_dir="")))
     last_before = (350 * 50_000 - 1) // global_batch
     assert lr(0) == lr(last_before) == pytest.approx(0.1)
     assert lr(last_before + 1) == pytest.approx(0.01)
     assert lr(2 * 350 * 50_000 // global_batch + 1) == pytest.approx(0.001)
+    # The flags': x0.5 every 0.3 epochs of 1,000 examples, from 0.05.
+    config = TrainConfig(train_dir="", learning_rate=0.05, learning_rate_decay_factor=0.5,
+                         num_epochs_per_decay=0.3)
+    assert [float(steps.learning_rate(examples, 1000, config)) for examples in (
+        299, 300, 599, 600, 900)] == pytest.approx([0.05, 0.025, 0.025, 0.0125, 0.00625])
 
 
-def test_moving_averages_follow_the_formula(tmp_path):
+@pytest.mark.parametrize("decay", [0.9999, 0.2])  # 0.2: below the formula from step 2
+def test_moving_averages_follow_the_formula(tmp_path, decay):
     k = 4
     images, labels = random_batches(k, BATCH)
-    trainer = trainer_of(tmp_path)
+    trainer = trainer_of(tmp_path, moving_average_decay=decay)
     expected = values(trainer.variables)  # averages start at the initial weights
     it = fixed_batches(trainer.strategy, images, labels, k)
     for step in range(1, k + 1):
         trainer.step(it)
-        decay = min(0.9999, (1 + step) / (10 + step))
-        expected = [decay * a + (1 - decay) * v
+        rate = min(decay, (1 + step) / (10 + step))
+        expected = [rate * a + (1 - rate) * v
                     for a, v in zip(expected, values(trainer.variables))]
     for got, want in zip(values(trainer.state.averages.parameters()), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
-    assert float(steps.moving_average_decay(10**6)) == pytest.approx(0.9999)
+    assert float(steps.moving_average_decay(10**6, decay)) == pytest.approx(decay)
 
 
 def test_xla_float16_and_bfloat16_steps_match_the_float32_step(tmp_path):
@@ -219,10 +226,12 @@ def test_whether_the_next_step_runs_depends_on_the_step_count_only(tmp_path):
                                 for i in read)
 
 
-@pytest.mark.parametrize("name, value", [("batch_size", 0), ("max_steps", 0),
-                                         ("checkpoint_steps", 0), ("seed", -1)])
-def test_config_rejects_bad_values(tmp_path, name, value):
-    with pytest.raises(ValueError, match=f"^{name} must be at least"):
+@pytest.mark.parametrize("name, value, bound", [
+    ("batch_size", 0, "at least 1"), ("max_steps", 0, "at least 1"),
+    ("checkpoint_steps", 0, "at least 1"), ("seed", -1, "at least 0"),
+    ("num_epochs_per_decay", 0, "above 0"), ("max_epochs", -1, "above 0")])
+def test_config_rejects_bad_values(tmp_path, name, value, bound):
+    with pytest.raises(ValueError, match=f"^{name} must be {bound}, got {value}$"):
         trainer_of(tmp_path, **{name: value})
 
 
@@ -254,15 +263,16 @@ def test_a_step_alone_and_a_call_of_no_steps_leave_the_loops_run_bit_for_bit(tmp
 
 
 def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_restore(tmp_path):
-    """'local3/weight_loss (raw)' of the weights the step trains with, and its 0.9 moving
-    average 'local3/weight_loss', not checkpointed: a restored trainer starts it anew."""
+    """'local3/weight_loss (raw)' of the weights the step trains with (--weight_decay),
+    and its 0.9 moving average 'local3/weight_loss', not checkpointed: a restored trainer
+    starts it anew."""
     images, labels = random_batches(3, BATCH)
-    trainer = trainer_of(tmp_path)
+    trainer = trainer_of(tmp_path, weight_decay=0.01)
     iterator = fixed_batches(trainer.strategy, images, labels, 3)
     events, raw = str(tmp_path / "events"), []
     with tf.summary.create_file_writer(events).as_default():
         for step in (1, 2, 3):
-            raw.append(float(tf.nn.l2_loss(trainer.state.model.local3.weights) * 0.004))
+            raw.append(float(tf.nn.l2_loss(trainer.state.model.local3.weights) * 0.01))
             trainer.run_steps(iterator, 1, with_summaries=True)
     assert cli.scalar_values(events, "local3/weight_loss (raw)") == pytest.approx(
         dict(zip((1, 2, 3), raw)), rel=1e-6)
@@ -271,7 +281,7 @@ def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_rest
                                                                                rel=1e-6)
     path = trainer.state.checkpoint().write(str(tmp_path / "model.ckpt-3"))
     assert not any("weight_loss" in key for key, _ in tf.train.list_variables(path))
-    resumed = trainer_of(tmp_path / "resumed")
+    resumed = trainer_of(tmp_path / "resumed", weight_decay=0.01)
     resumed.state.checkpoint().read(path).assert_existing_objects_matched()
     events = str(tmp_path / "resumed_events")
     with tf.summary.create_file_writer(events).as_default():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cli
 from cifar10.core.config import TrainConfig
 from cifar10.core.errors import Cifar10Error
 from cifar10.data import folder as datafolder
@@ -158,6 +160,38 @@ def test_a_resumed_run_counts_on_from_the_saved_step_in_either_precision(learnab
         assert len(weights) == 20 and set(weights.values()) == {tf.float32}
         done.append(result)
     assert compute == [tf.bfloat16, tf.float32, tf.bfloat16]
+
+
+def test_the_hyperparameters_steer_the_run_and_max_epochs_ends_it_also_on_resume(
+        learnable_files, tmp_path):
+    """x0.5 every 0.1 epochs (50 of 500 examples) from 0.05; no weight decay: the total
+    loss is the cross entropy.  --max_epochs=0.5 ends at step 16 (256 examples), 0.8
+    resumed with batch 8 at step 34 (256 + 18 x 8 = 400), then is complete."""
+    config = small_config(tmp_path, batch_size=16, max_steps=100, log_frequency=1,
+                          summary_steps=8, learning_rate=0.05, learning_rate_decay_factor=0.5,
+                          num_epochs_per_decay=0.1, weight_decay=0.0, max_epochs=0.5)
+    lines, reports = [], []
+    result = train(learnable_files, config, print_fn=lines.append, on_report=reports.append)
+    assert (result.step, result.complete, checkpoints.completed_step(str(tmp_path))) == (
+        16, True, 16)
+    rates = [0.05 * 0.5 ** ((step - 1) * 16 // 50) for step in range(1, 17)]
+    assert [r.learning_rate for r in reports] == pytest.approx(rates)
+    assert cli.scalar_values(str(tmp_path), "learning_rate") == pytest.approx(
+        {8: rates[7], 16: rates[15]})
+    assert cli.scalar_values(str(tmp_path), "total_loss (raw)") == cli.scalar_values(
+        str(tmp_path), "cross_entropy (raw)")
+    assert ", global batch 16, to step 16 (--max_epochs=0.5); " in lines[0]
+    assert lines[-1].endswith(" [step 16/16, 100.0%, epoch 0.51]")
+    lines = []
+    config = dataclasses.replace(config, batch_size=8, max_epochs=0.8)
+    result = train(learnable_files, config, print_fn=lines.append)
+    assert (result.step, result.complete, result.epoch) == (34, True, 0.8)
+    assert lines[-1].endswith(" [step 34/34, 100.0%, epoch 0.80]")
+    lines = []
+    train(learnable_files, config, print_fn=lines.append)
+    assert lines == [f"Training in {tmp_path} is already complete at step 34 (max_epochs=0.8); "
+                     f"nothing to do. Raise --max_epochs to train further or pass "
+                     f"--fresh_start to start over."]
 
 
 def test_a_complete_run_trains_no_further_and_one_past_max_steps_is_refused(learnable_files,

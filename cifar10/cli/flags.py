@@ -108,6 +108,9 @@ def define_config_flags(config_class: type, flag_values: flags.FlagValues = flag
             flags.DEFINE_string(name, default, help_, **define)
         else:
             raise TypeError(f"no flag type for {config_class.__name__}.{name}: {kind}")
+        if meta["above"] is not None:
+            flags.register_validator(name, lambda v, above=meta["above"]: v is None or v > above,
+                                     f"must be a number above {meta['above']}", **define)
     for pair, message in EXCLUSIVE_PAIRS:
         if all(name in flag_values for name in pair):
             flags.register_multi_flags_validator(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-# -- the tutorial's fixed hyperparameters ------------------------------------
+# -- the tutorial's hyperparameters (TrainConfig's defaults) and fixed ones ---
 
 INITIAL_LEARNING_RATE = 0.1
 LEARNING_RATE_DECAY_FACTOR = 0.1
@@ -46,13 +46,15 @@ ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "one_device")  # distribute.g
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
             flag_default: Any = dataclasses.MISSING, lower_bound: float | None = None,
-            upper_bound: float | None = None, choices: Sequence[str] | None = None,
+            upper_bound: float | None = None, above: float | None = None,
+            choices: Sequence[str] | None = None,
             flag: bool = True, shared: bool = False, trained: str = "") -> Any:
     """A config field and its flag (unless not ``flag``), ``flag_default`` where the
-    library has none.  ``shared``: every worker is given it alike; ``trained`` (shared
-    too): the words that name it where a resumed run changes it."""
+    library has none; ``above``: a bound the value must exceed.  ``shared``: every worker
+    is given it alike; ``trained`` (shared too): the words that name it where a resumed
+    run changes it."""
     metadata = {"help": help, "flag": flag, "lower_bound": lower_bound,
-                "upper_bound": upper_bound, "choices": choices,
+                "upper_bound": upper_bound, "above": above, "choices": choices,
                 "shared": shared or bool(trained), "trained": trained,
                 "flag_default": default if flag_default is dataclasses.MISSING else flag_default}
     return dataclasses.field(default=default, metadata=metadata)
@@ -113,7 +115,7 @@ class TrainConfig:
         upper_bound=1, trained="the learning rate decay factor")
     num_epochs_per_decay: float = setting(
         NUM_EPOCHS_PER_DECAY, "Epochs after which the learning rate decays.",
-        lower_bound=0, trained="the epochs per decay")
+        above=0, trained="the epochs per decay")
     moving_average_decay: float = setting(
         MOVING_AVERAGE_DECAY, "The decay to use for the moving average of the weights.",
         lower_bound=0, upper_bound=1, trained="the moving average decay")
@@ -122,7 +124,7 @@ class TrainConfig:
         lower_bound=0, trained="the weight decay")
     max_epochs: float | None = setting(
         None, "Stop after this many epochs of examples, or at --max_steps if that comes "
-              "first.", lower_bound=0, shared=True)
+              "first.", above=0, shared=True)
     eval_every_steps: int = setting(
         0, "Score the test split with the moving-average weights every this many steps "
            "(as cifar10-eval does), keep the best checkpoint in <train_dir>/best; 0: never.",
@@ -164,12 +166,14 @@ class TrainConfig:
         if self.deterministic and self.xla:
             raise ValueError(DETERMINISTIC_XLA_CONFLICT)
         for field in flag_fields(TrainConfig):
-            value, low, high = (getattr(self, field.name), field.metadata["lower_bound"],
-                                field.metadata["upper_bound"])
+            value, meta = getattr(self, field.name), field.metadata
+            low, high, above = meta["lower_bound"], meta["upper_bound"], meta["above"]
             if value is None:  # an optional setting left out
                 continue
             if low is not None and value < low:
                 raise ValueError(f"{field.name} must be at least {low}, got {value}")
+            if above is not None and value <= above:
+                raise ValueError(f"{field.name} must be above {above}, got {value}")
             if high is not None and value > high:
                 raise ValueError(f"{field.name} must be at most {high}, got {value}")
         if self.profile_steps is not None:

@@ -4,8 +4,10 @@ restore), records the start and runs the loops.  It reads no flags."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
+from fractions import Fraction
 from typing import Callable, Sequence
 
 from absl import logging
@@ -78,8 +80,13 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                 restored = run_dir.restore()
                 start = restored.step if restored else 0
                 workers.check_same_start(cluster, start, run_dir.directory)
+            # From here on, max_steps is where this run stops (--max_epochs' step if sooner).
+            stop = stop_step(config, start, trainer)
+            by_epochs = stop < config.max_steps
+            config = trainer.config = dataclasses.replace(config, max_steps=stop)
             if restored and start >= config.max_steps:
-                return _already_complete(config, cluster, run_dir, restored, print_fn)
+                return _already_complete(config, cluster, run_dir, restored, print_fn,
+                                         by_epochs)
             # A stop asked for by now stops every worker with nothing trained or recorded.
             asked = (on_training_start or cluster.stop_event.is_set)()
             with cluster.starting():
@@ -95,7 +102,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
             print_fn(f"Training on {trainer.examples_per_epoch} examples from "
                      f"{data.directory} with {trainer.num_replicas} replica(s)"
                      f"{devices.placement(trainer.strategy)}, global batch "
-                     f"{trainer.global_batch}; {where}.")
+                     f"{trainer.global_batch}"
+                     + (f", to step {stop} (--max_epochs={config.max_epochs:.15g})" if by_epochs
+                        else "") + f"; {where}.")
             settings = {**dataclasses.asdict(config), "num_replicas": trainer.num_replicas,
                         "global_batch": trainer.global_batch, "start_step": start,
                         "examples_per_epoch": data.examples_per_epoch,
@@ -115,7 +124,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
 
 def _already_complete(config: TrainConfig, cluster: workers.Coordinator,
                       run_dir: RunDirectory, restored: Checkpoint,
-                      print_fn: Callable[[str], None]) -> TrainResult:
+                      print_fn: Callable[[str], None], by_epochs: bool) -> TrainResult:
     """A run restored at ``max_steps``: says so and trains nothing.  One past it is
     refused: a completeness marker would make the evaluator and Slurm take it for done."""
     step = restored.step
@@ -124,13 +133,27 @@ def _already_complete(config: TrainConfig, cluster: workers.Coordinator,
             f"--max_steps={config.max_steps} is below the run's step {step} "
             f"({restored.path}): pass a --max_steps above {step} to train it further, "
             f"or --fresh_start (or another --train_dir) for a new run")
+    limit = (f"max_epochs={config.max_epochs:.15g}" if by_epochs
+             else f"max_steps={config.max_steps}")
     print_fn(f"Training in {config.train_dir} is already complete at step {step} "
-             f"(max_steps={config.max_steps}); nothing to do. Raise --max_steps to "
+             f"({limit}); nothing to do. Raise --{limit.split('=')[0]} to "
              f"train further or pass --fresh_start to start over.")
     run_dir.mark_complete(step)
     return TrainResult(start_step=step, step=step, complete=True,
                        last_checkpoint=restored.path, train_dir=config.train_dir,
                        is_chief=cluster.is_chief, task=cluster.task)
+
+
+def stop_step(config: TrainConfig, start: int, trainer: Trainer) -> int:
+    """``max_steps``, or the first step whose examples seen reach ``max_epochs`` epochs
+    where that comes sooner: counted on from ``start`` (the restored examples seen), a
+    global batch a step, so that every worker finds the same."""
+    if config.max_epochs is None:
+        return config.max_steps
+    # The epochs as given (0.7, not 0.69999...), so that a whole number of examples is.
+    left = (Fraction(str(config.max_epochs)) * trainer.examples_per_epoch
+            - int(trainer.state.examples_seen.numpy()))
+    return min(config.max_steps, start + max(0, math.ceil(left / trainer.global_batch)))
 
 
 def shared_settings(config: TrainConfig, data: TrainData) -> dict[str, object]:

@@ -42,7 +42,8 @@ class Trainer:
             self.state = TrainState(config.seed, tf.as_dtype(compute_dtype(config)),
                                     num_classes, lrn=self.kernels.lrn,
                                     relu_pool=self.kernels.relu_pool,
-                                    relu_lrn=self.kernels.relu_lrn)
+                                    relu_lrn=self.kernels.relu_lrn,
+                                    weight_decay=config.weight_decay)
             self.loss_scale = (DynamicLossScale(config.loss_scale_growth_steps)
                                if config.use_fp16 else None)
         self.train_step = ReplicatedStep(self.state, strategy, config, examples_per_epoch,

@@ -191,7 +191,7 @@ class ProgressMeter:
             examples_per_sec=steps * trainer.global_batch / duration_,
             sec_per_batch=duration_ / steps / trainer.num_replicas,
             learning_rate=float(learning_rate(before, trainer.examples_per_epoch,
-                                              trainer.config.learning_rate)),
+                                              trainer.config)),
             max_steps=trainer.config.max_steps,
             epoch=int(row["examples_seen"]) / trainer.examples_per_epoch, seconds_left=left,
             when=wall)

@@ -7,27 +7,28 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
-from cifar10.core.config import (INITIAL_LEARNING_RATE, INITIAL_LOSS_SCALE,
-                                 LEARNING_RATE_DECAY_FACTOR, LOSS_AVERAGE_DECAY,
-                                 MOVING_AVERAGE_DECAY, NUM_EPOCHS_PER_DECAY, TrainConfig)
+from cifar10.core.config import (INITIAL_LOSS_SCALE, LOSS_AVERAGE_DECAY, WEIGHT_DECAY,
+                                 TrainConfig)
 from cifar10.data import fileformat as ff
 from cifar10.model import Model
 from cifar10.runs import summaries
 
 
-def learning_rate(examples, examples_per_epoch: int,
-                  initial: float = INITIAL_LEARNING_RATE) -> tf.Tensor:
-    """The rate once ``examples`` were trained on: decayed by 0.1 every 350 epochs,
-    counted in examples so that it does not depend on the number of replicas."""
-    examples = tf.cast(examples, tf.int64)
-    decays = examples // (NUM_EPOCHS_PER_DECAY * examples_per_epoch)
-    return initial * tf.pow(LEARNING_RATE_DECAY_FACTOR, tf.cast(decays, tf.float32))
+def learning_rate(examples, examples_per_epoch: int, config: TrainConfig) -> tf.Tensor:
+    """The rate once ``examples`` were trained on: ``config.learning_rate`` times the
+    decay factor every ``num_epochs_per_decay`` epochs, counted in examples so that it
+    does not depend on the number of replicas."""
+    period = config.num_epochs_per_decay * examples_per_epoch  # examples between decays
+    decays = tf.floor(tf.cast(examples, tf.float64) / period)  # exact at whole multiples
+    return config.learning_rate * tf.pow(config.learning_rate_decay_factor,
+                                         tf.cast(decays, tf.float32))
 
 
-def moving_average_decay(step) -> tf.Tensor:
-    """Decay of the weight averages after update ``step`` (num_updates = step)."""
+def moving_average_decay(step, decay: float) -> tf.Tensor:
+    """Decay of the weight averages after update ``step`` (num_updates = step): ``decay``,
+    less while (1 + step) / (10 + step) is."""
     step = tf.cast(step, tf.float32)
-    return tf.minimum(MOVING_AVERAGE_DECAY, (1.0 + step) / (10.0 + step))
+    return tf.minimum(decay, (1.0 + step) / (10.0 + step))
 
 
 class TrainState(tf.Module):
@@ -37,10 +38,12 @@ class TrainState(tf.Module):
     def __init__(self, seed: int, compute_dtype: tf.DType, num_classes: int = ff.NUM_CLASSES,
                  lrn: Callable[..., tf.Tensor] | None = None,
                  relu_pool: Callable[..., tf.Tensor] | None = None,
-                 relu_lrn: Callable[..., tf.Tensor] | None = None):
+                 relu_lrn: Callable[..., tf.Tensor] | None = None,
+                 weight_decay: float = WEIGHT_DECAY):
         super().__init__(name="train_state")
         self.model = Model(seed=seed, compute_dtype=compute_dtype, num_classes=num_classes,
-                           lrn=lrn, relu_pool=relu_pool, relu_lrn=relu_lrn)
+                           lrn=lrn, relu_pool=relu_pool, relu_lrn=relu_lrn,
+                           weight_decay=weight_decay)
         # A model of its own, so that the evaluator restores it as averages=Model().
         self.averages = Model(seed=seed, compute_dtype=compute_dtype, trainable=False,
                               num_classes=num_classes)
@@ -91,8 +94,7 @@ class ReplicatedStep:
         self.state, self.strategy, self.loss_scale = state, strategy, loss_scale
         self.num_replicas = strategy.num_replicas_in_sync
         self.global_batch = config.batch_size * self.num_replicas
-        self.examples_per_epoch = examples_per_epoch
-        self.initial_learning_rate = config.learning_rate
+        self.examples_per_epoch, self.config = examples_per_epoch, config
         self.variables = state.model.parameters()
         # XLA compiles the replica's pass; the cross-replica update stays outside it.
         self._gradients_fn = (tf.function(self._gradients, jit_compile=True) if config.xla
@@ -103,7 +105,7 @@ class ReplicatedStep:
             self.weight_loss_averages = {
                 f"{layer.name}/weight_loss": tf.Variable(float("nan"), trainable=False,
                                                          name=f"{layer.name}_weight_loss_avg")
-                for layer in state.model.layers if layer.wd}
+                for layer in state.model.layers if layer.wd is not None}
 
     def __call__(self, iterator: Iterator, with_summaries: bool = False
                  ) -> dict[str, tf.Tensor]:
@@ -151,8 +153,7 @@ class ReplicatedStep:
         (the summed gradients, the learning rate used)."""
         pairs = list(zip(grads, self.variables))
         reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
-        lr = learning_rate(self.state.examples_seen, self.examples_per_epoch,
-                           self.initial_learning_rate)
+        lr = learning_rate(self.state.examples_seen, self.examples_per_epoch, self.config)
         if self.loss_scale is None:
             def descend(v, g):
                 return v.assign_sub(lr * g)
@@ -169,7 +170,7 @@ class ReplicatedStep:
             strategy.extended.update(var, descend, args=(grad,))
         self.state.step.assign_add(1)
         self.state.examples_seen.assign_add(examples)
-        rate = (1.0 - moving_average_decay(self.state.step)) * kept
+        rate = (1.0 - moving_average_decay(self.state.step, self.config.moving_average_decay)) * kept
         for avg, var in zip(self.state.averages.parameters(), self.variables):
             strategy.extended.update(avg, lambda a, v: a.assign_sub(rate * (a - v)), args=(var,))
         return reduced, lr
