@@ -153,7 +153,8 @@ class Model(tf.Module):
         'softmax_linear', float32 logits [batch, num_classes]."""
         x, out = images, {}
         for name, apply in self.stages():
-            x = out[name] = apply(x)
+            with tf.name_scope(name):  # the layers by name in TensorBoard's graph
+                x = out[name] = apply(x)
         return out
 
     def activations(self, images: tf.Tensor) -> dict[str, tf.Tensor]:

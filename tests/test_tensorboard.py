@@ -1,9 +1,11 @@
-"""The real TensorBoard server's JSON routes on a few training steps and one evaluation in
-RUN/train and RUN/eval; each check polls its route (the server loads asynchronously)."""
+"""The real TensorBoard server's JSON routes on two short training runs and one evaluation,
+runs/a/train, runs/b/train and runs/a/eval; each check polls its route (the server loads
+asynchronously)."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import math
 import os
@@ -18,6 +20,8 @@ import urllib.request
 
 import pytest
 
+from cifar10.model import STAGES
+from cifar10.runs import cleanup
 from cli import call, env
 from conftest import LAYERS
 
@@ -50,6 +54,9 @@ class Server:
 
     def get(self, route: str, **params):
         return json.loads(self.raw(route, **params))
+
+    def post(self, route: str, request: dict):
+        return json.loads(self.raw(route, json.dumps(request).encode()))
 
     def wait_for(self, what: str, fetch, ready, timeout: float = 30):
         """Polls ``fetch()`` until ``ready(answer)``; returns that answer."""
@@ -108,86 +115,115 @@ def tensorboard(logdir, log_path):
             os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group (the data server)
 
 
-def test_train_and_eval_are_two_runs_of_one_tensorboard_on_their_parent(tmp_path):
-    run_dir, data_dir = tmp_path / "RUN", tmp_path / "data"
+def test_runs_under_one_logdir_in_tensorboard(tmp_path):
+    """Two training runs and an evaluation of one: the first run's summaries, graph and
+    settings; the HParams dashboard's sessions, ranked by the metrics of each run folder."""
+    logdir, data_dir = tmp_path / "runs", tmp_path / "data"
     data = ("--synthetic_data", "--synthetic_records=50", f"--data_dir={data_dir}")
-    trained = call("cifar10-train", *data, f"--train_dir={run_dir / 'train'}",
-                   f"--batch_size={BATCH_SIZE}", f"--max_steps={MAX_STEPS}",
-                   "--summary_steps=3", "--log_frequency=3", "--checkpoint_steps=3")
-    assert trained.returncode == 0, trained.stderr
-    evaluated = call("cifar10-eval", "--run_once", *data, f"--checkpoint_dir={run_dir / 'train'}",
-                     f"--eval_dir={run_dir / 'eval'}", "--batch_size=25")
+    for name, flags in (("a", ("--summary_steps=3", "--log_frequency=3",
+                               "--checkpoint_steps=3", f"--max_steps={MAX_STEPS}")),
+                        ("b", ("--learning_rate=0.05", "--max_steps=2"))):
+        trained = call("cifar10-train", *data, f"--train_dir={logdir / name / 'train'}",
+                       f"--batch_size={BATCH_SIZE}", *flags)
+        assert trained.returncode == 0, trained.stderr
+    evaluated = call("cifar10-eval", "--run_once", *data,
+                     f"--checkpoint_dir={logdir / 'a' / 'train'}",
+                     f"--eval_dir={logdir / 'a' / 'eval'}", "--batch_size=25")
     assert evaluated.returncode == 0, evaluated.stderr
-    with tensorboard(run_dir, tmp_path / "tensorboard.log") as server:
+    with open(logdir / "a" / "eval" / "results.jsonl") as f:
+        result = json.loads(f.readline())
+    # Both write an HParams session; --fresh_start still tells their event files apart.
+    assert [cleanup.trainers_events(path) for name in ("train", "eval")
+            for path in glob.glob(str(logdir / "a" / name / "events.*"))] == [True, False]
+    with tensorboard(logdir, tmp_path / "tensorboard.log") as server:
         # Event files right in train_dir and eval_dir: each is one run of their parent.
-        runs = server.wait_for("runs train and eval", lambda: server.get("/data/runs"),
-                               lambda runs: {"train", "eval"} <= set(runs))
-        assert sorted(runs) == ["eval", "train"]
+        runs = server.wait_for("the runs", lambda: server.get("/data/runs"),
+                               lambda runs: {"a/train", "a/eval", "b/train"} <= set(runs))
+        assert sorted(runs) == ["a/eval", "a/train", "b/train"]
 
         # Scalars at the summary steps; examples_per_sec at the progress lines.
-        assert SCALAR_TAGS <= set(server.tags("scalars", "train", SCALAR_TAGS))
-        learning_rate = server.scalars("train", "learning_rate")
+        assert SCALAR_TAGS <= set(server.tags("scalars", "a/train", SCALAR_TAGS))
+        learning_rate = server.scalars("a/train", "learning_rate")
         assert sorted(learning_rate) == SUMMARY_AT
         assert all(math.isclose(v, 0.1, rel_tol=1e-6) for v in learning_rate.values())
         for tag in ("total_loss", "total_loss (raw)", "cross_entropy", "conv1/sparsity"):
-            values = server.scalars("train", tag)
+            values = server.scalars("a/train", tag)
             assert sorted(values) == SUMMARY_AT and all(map(math.isfinite, values.values()))
-        assert sorted(server.scalars("train", "examples_per_sec")) == [1, 3, 6]
-        server.tags("scalars", "eval", {"Precision @ 1"})
-        with open(run_dir / "eval" / "results.jsonl") as f:
-            result = json.loads(f.readline())
-        assert server.scalars("eval", "Precision @ 1") == {
+        assert sorted(server.scalars("a/train", "examples_per_sec")) == [1, 3, 6]
+        server.tags("scalars", "a/eval", {"Precision @ 1"})
+        assert server.scalars("a/eval", "Precision @ 1") == {
             MAX_STEPS: pytest.approx(result["precision"], rel=1e-6)}
 
         # Histograms: conv1's activations count batch x 24 x 24 x 64 values.
-        assert HISTOGRAM_TAGS <= set(server.tags("histograms", "train", HISTOGRAM_TAGS))
+        assert HISTOGRAM_TAGS <= set(server.tags("histograms", "a/train", HISTOGRAM_TAGS))
         for tag, count in (("conv1/activations", BATCH_SIZE * 24 * 24 * 64),
                            ("conv1/weights", 5 * 5 * 3 * 64)):
-            histograms = server.get("/data/plugin/histograms/histograms", run="train", tag=tag)
+            histograms = server.get("/data/plugin/histograms/histograms", run="a/train",
+                                    tag=tag)
             assert [step for _, step, _ in histograms] == SUMMARY_AT
             for _, _, buckets in histograms:
                 assert all(left <= right for left, right, _ in buckets)
                 assert sum(n for _, _, n in buckets) == count, tag
 
         # Images: 3 training images at each summary step; the evaluator's heat map.
-        assert server.tags("images", "train", {"images"})["images"]["samples"] == 3
-        images = server.get("/data/plugin/images/images", run="train", tag="images", sample=0)
+        assert server.tags("images", "a/train", {"images"})["images"]["samples"] == 3
+        images = server.get("/data/plugin/images/images", run="a/train", tag="images",
+                            sample=0)
         assert [image["step"] for image in images] == SUMMARY_AT
-        server.tags("images", "eval", {"confusion_matrix"})
-        [image] = server.get("/data/plugin/images/images", run="eval", tag="confusion_matrix",
-                             sample=0)
+        server.tags("images", "a/eval", {"confusion_matrix"})
+        [image] = server.get("/data/plugin/images/images", run="a/eval",
+                             tag="confusion_matrix", sample=0)
         png = server.raw("/data/plugin/images/individualImage?" + image["query"])
         assert image["step"] == MAX_STEPS and png.startswith(b"\x89PNG\r\n\x1a\n")
 
-        # Graphs: the op graph of the train step.
-        info = server.wait_for(
-            "the graph of run train", lambda: server.get("/data/plugin/graphs/info"),
-            lambda info: "train" in info and info["train"]["tags"])
-        assert info["train"]["tags"]["train_step"]["op_graph"]
-        graph = server.raw("/data/plugin/graphs/graph", run="train", tag="train_step",
+        # Graphs: the model's forward pass, its layers by name; not the training loop.
+        server.wait_for("the graph of run a/train", lambda: server.get(
+            "/data/plugin/graphs/info"), lambda info: info.get("a/train", {}).get("run_graph"))
+        graph = server.raw("/data/plugin/graphs/graph", run="a/train",
                            conceptual="false").decode()
-        assert graph.count('op: "Conv2D"') >= 2 and 'op: "MatMul"' in graph
+        assert all(f'name: "{stage}/' in graph for stage in STAGES)
+        assert graph.count('op: "Conv2D"') == 2 and 'op: "While"' not in graph
 
-        # The run's settings: the run_config text of both runs, and the HParams dashboard.
+        # The run's settings: the run_config text of the runs.
         server.wait_for("run_config texts", lambda: server.get("/data/plugin/text/tags"),
                         lambda tags: all("run_config" in tags.get(r, ()) for r in runs))
-        [config] = server.get("/data/plugin/text/text", run="train", tag="run_config")
+        [config] = server.get("/data/plugin/text/text", run="a/train", tag="run_config")
         assert config["step"] == 0
         assert "<td>max_steps</td>\n<td><code>6</code></td>" in config["text"]
-        [eval_config] = server.get("/data/plugin/text/text", run="eval", tag="run_config")
+        [eval_config] = server.get("/data/plugin/text/text", run="a/eval", tag="run_config")
         assert "<td>batch_size</td>\n<td><code>25</code></td>" in eval_config["text"]
+
+        # HParams: the hyperparameters and the two metrics; a session of each run with
+        # its values, scored by the metrics of its own folder (the frontend's requests).
+        experiment = server.post("/data/plugin/hparams/experiment", {"experimentName": ""})
+        hparams = [info["name"] for info in experiment["hparamInfos"]]
+        assert {"learning_rate", "weight_decay", "batch_size", "precision", "weights"
+                } <= set(hparams)
+        metrics = [info["name"] for info in experiment["metricInfos"]]
+        assert [(m["name"]["tag"], m["name"].get("group"), m["displayName"])
+                for m in experiment["metricInfos"]] == [
+            ("Precision @ 1", "", "precision @ 1"), ("Test loss", "", "test loss")]
         request = {"experimentName": "", "startIndex": 0, "sliceSize": 100,
                    "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS",
-                                       "STATUS_FAILURE", "STATUS_RUNNING"]}
-        [group] = server.wait_for(
-            "the HParams session of run train",
-            lambda: json.loads(server.raw("/data/plugin/hparams/session_groups",
-                                          json.dumps(request).encode())),
-            lambda answer: answer.get("sessionGroups"))["sessionGroups"]
-        assert [session["name"] for session in group["sessions"]] == ["train"]
-        assert (group["hparams"]["batch_size"], group["hparams"]["max_steps"]) == (
-            BATCH_SIZE, MAX_STEPS)
-        assert "--synthetic_data" in group["hparams"]["command"]
-        metrics = {m["name"]["tag"]: m for m in group["metricValues"]}
-        assert math.isclose(metrics["learning_rate"]["value"], 0.1, rel_tol=1e-6)
-        assert metrics["learning_rate"]["trainingStep"] == MAX_STEPS
+                                       "STATUS_FAILURE", "STATUS_RUNNING"],
+                   "colParams": [{"hparam": name, "includeInResult": True} for name in hparams]
+                   + [{"metric": name, "includeInResult": True} for name in metrics]}
+        groups = server.wait_for(
+            "the HParams sessions", lambda: server.post(
+                "/data/plugin/hparams/session_groups", request)["sessionGroups"],
+            lambda groups: len(groups) == 3 and any(g["metricValues"] for g in groups))
+        sessions = {}
+        for group in groups:
+            [session] = group["sessions"]
+            sessions[session["name"]] = (group["hparams"], {
+                m["name"]["tag"]: (m["trainingStep"], m["value"]) for m in group["metricValues"]})
+        trained_a = {"learning_rate": 0.1, "batch_size": BATCH_SIZE, "max_steps": MAX_STEPS,
+                     "precision": "float32", "weight_decay": 0.004, "seed": 0}
+        assert {name: sessions["a/train"][0][name] for name in trained_a} == pytest.approx(
+            trained_a)
+        assert sessions["b/train"][0]["learning_rate"] == pytest.approx(0.05)
+        assert "max_epochs" not in sessions["a/train"][0]  # unset
+        assert sessions["a/eval"][0] == pytest.approx(
+            {**sessions["a/train"][0], "weights": "averages", "eval_data": "test"})
+        assert sessions["a/eval"][1] == {
+            "Precision @ 1": (MAX_STEPS, pytest.approx(result["precision"], rel=1e-6))}

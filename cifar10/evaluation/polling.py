@@ -51,7 +51,7 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
         with summaries.file_writer(config.eval_dir) as writer:
             summaries.write_run_config(
                 {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)},
-                step=0, hparams=False)
+                step=0, hparams=_hparams(config))
             recording.warn_of_other_settings(config.eval_dir, _settings(config))
             if config.run_once or config.checkpoint:
                 return [_run_once(config, writer, print_fn)]
@@ -190,3 +190,12 @@ class _Poller:
 def _settings(config: EvalConfig) -> tuple:
     """The settings a score depends on (``recording.SETTINGS``)."""
     return config.weights, config.eval_data, config.num_examples, compute_dtype(config)
+
+
+def _hparams(config: EvalConfig) -> dict:
+    """This session's hyperparameters in the HParams dashboard: the scored run's, as its
+    last start recorded them (none from a run that did not), and how it is scored."""
+    folder = layout.run_of(layout.run_folder(config.checkpoint, config.checkpoint_dir))
+    run = (records.last_record(folder) or {}).get("settings")
+    return {**(run if isinstance(run, dict) else {}), "weights": config.weights,
+            "eval_data": config.eval_data}

@@ -35,9 +35,9 @@ _SHARD_INDEX = re.compile(r"part-\d{5}-of-\d{5}\.index")
 # The last bytes of a whole .index: the magic number of TensorFlow's table format.
 _TABLE_MAGIC = struct.pack("<Q", 0xdb4775248b80fb57)
 # Summary tags only the trainer writes, and the evaluator's: the first in an event file
-# tells whose it is; the settings table both write is the trainer's with a train_dir row.
-_TRAINER_TAGS = {"learning_rate", "total_loss", "examples_per_sec", "train_step",
-                 "_hparams_/session_start_info"}
+# tells whose it is; the settings table both write is the trainer's with a train_dir row
+# (both write an HParams session too).  "train_step": older trainers' graph.
+_TRAINER_TAGS = {"learning_rate", "total_loss", "examples_per_sec", "train_step"}
 _EVALUATOR_TAGS = {"Precision @ 1"}
 _TRAINER_CONFIG_ROW = b"| train_dir |"
 

@@ -1,7 +1,7 @@
 """TensorBoard summaries of training, with the original tutorial's tags: the learning
 rate, the losses (smoothed and raw), each layer's activations and sparsity, each
-variable and its gradient, the first images; and the run's settings (``run_config``
-and the HParams dashboard)."""
+variable and its gradient, the first images; the run's settings (``run_config``, and
+a session of the HParams dashboard); the model's graph."""
 
 from __future__ import annotations
 
@@ -12,10 +12,25 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 
+from cifar10.core.config import CROP_SIZE, EVAL_DATA, WEIGHTS
 from cifar10.core.errors import io_advice, io_error
+from cifar10.data.fileformat import NUM_CHANNELS
+from cifar10.evaluation.recording import LOSS_TAG, PRECISION_TAG
 
 MAX_IMAGES = 3  # as tf.summary.image's default in the original
 HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default
+# The HParams dashboard's columns, alike in every run (the plugin reads one run's): the
+# settings users compare, domains where they are fixed; the scores in a session's own
+# run folder (group ""), which validation writes in train_dir and cifar10-eval in eval_dir.
+HPARAMS = [hparams_api.HParam(name) for name in (
+    "learning_rate", "learning_rate_decay_factor", "num_epochs_per_decay",
+    "moving_average_decay", "weight_decay", "batch_size", "num_replicas", "max_steps",
+    "max_epochs", "seed")] + [
+    hparams_api.HParam("precision", hparams_api.Discrete(["float32", "float16", "bfloat16"])),
+    hparams_api.HParam("weights", hparams_api.Discrete(list(WEIGHTS))),  # cifar10-eval's
+    hparams_api.HParam("eval_data", hparams_api.Discrete(list(EVAL_DATA)))]
+METRICS = [hparams_api.Metric(PRECISION_TAG, group="", display_name="precision @ 1"),
+           hparams_api.Metric(LOSS_TAG, group="", display_name="test loss")]
 
 
 def histogram(tag: str, values: tf.Tensor, step) -> None:
@@ -66,14 +81,25 @@ def write_train_summaries(step, learning_rate, losses, loss_averages, activation
                      max_outputs=MAX_IMAGES)
 
 
-def write_run_config(settings: Mapping[str, Any], step: int, hparams: bool = True) -> None:
-    """Records a run's settings: a markdown table as the text summary ``run_config``
-    and, with ``hparams``, the scalar-like ones in the HParams dashboard."""
+def write_run_config(settings: Mapping[str, Any], step: int,
+                     hparams: Mapping[str, Any] | None = None) -> None:
+    """Records a run's settings: a markdown table as the text summary ``run_config``,
+    and the HParams dashboard's columns with this run's session: the ``HPARAMS`` that
+    ``hparams`` (default: ``settings``) holds (None, an unset one, is left out)."""
+    hparams = settings if hparams is None else hparams
     rows = "\n".join(f"| {key} | `{value}` |" for key, value in sorted(settings.items()))
     tf.summary.text("run_config", f"| setting | value |\n|---|---|\n{rows}", step=step)
-    if hparams:
-        hparams_api.hparams({k: v for k, v in settings.items()
-                             if isinstance(v, (bool, int, float, str))})
+    hparams_api.hparams_config(HPARAMS, METRICS)
+    hparams_api.hparams({hp.name: hparams[hp.name] for hp in HPARAMS if isinstance(
+        hparams.get(hp.name), (bool, int, float, str))})
+
+
+def write_graph(model, batch_size: int) -> None:
+    """The model's forward pass from a batch of images to the logits, its layers by
+    name, for TensorBoard's Graphs tab (traced, not run)."""
+    images = tf.TensorSpec([batch_size, CROP_SIZE, CROP_SIZE, NUM_CHANNELS], tf.float32)
+    forward = tf.function(lambda x: model.stage_outputs(x)["softmax_linear"])
+    tf.summary.graph(forward.get_concrete_function(images).graph)
 
 
 @contextlib.contextmanager

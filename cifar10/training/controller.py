@@ -105,7 +105,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                      f"{trainer.global_batch}"
                      + (f", to step {stop} (--max_epochs={config.max_epochs:.15g})" if by_epochs
                         else "") + f"; {where}.")
-            settings = {**dataclasses.asdict(config), "num_replicas": trainer.num_replicas,
+            settings = {**dataclasses.asdict(config), "precision": compute_dtype(config),
+                        "num_replicas": trainer.num_replicas,
                         "global_batch": trainer.global_batch, "start_step": start,
                         "examples_per_epoch": data.examples_per_epoch,
                         "tensorflow": tf.__version__, "classes": ", ".join(data.class_names),
@@ -182,7 +183,8 @@ def _record(trainer: Trainer, data: TrainData, start: int, resumed: bool,
                     num_workers=devices.num_workers(trainer.strategy),
                     precision=compute_dtype(cfg), data_dir=os.path.abspath(data.directory),
                     num_classes=len(data.class_names),
-                    examples_per_epoch=trainer.examples_per_epoch, max_steps=cfg.max_steps)
+                    examples_per_epoch=trainer.examples_per_epoch, max_steps=cfg.max_steps,
+                    max_epochs=cfg.max_epochs)
     before = records.last_settings(train_dir) if resumed else None
     changed = records.changes(before, settings)
     record = records.environment(

@@ -71,7 +71,8 @@ class LoopController:
             watchdog = Watchdog(cfg.step_timeout_secs, self._hung, trainer.replay_batches)
             with summaries.file_writer(self.logdir), watchdog:
                 summaries.write_run_config(settings, step=self.start)
-                tf.summary.trace_on(graph=True, profiler=False)  # for the Graphs dashboard
+                if self.logdir:
+                    summaries.write_graph(trainer.state.model, cfg.batch_size)
                 self.meter.steps_begin()
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
@@ -111,8 +112,6 @@ class LoopController:
         return alone
 
     def _loop_ended(self, end: int, figures: dict, diverged: int) -> None:
-        if self.done == self.start:
-            tf.summary.trace_export("train_step", step=self.start)
         if diverged:  # the loop ran on; the lines before it, then the error
             self.meter.steps_done(figures, last=diverged - 1)
             loss = figures["total_loss"][diverged - self.done - 1]
