@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
     config = cifar10_flags.config_from_flags(TrainConfig, FLAGS,
                                               profile_steps=FLAGS.profile_steps)
     train_data = TrainData(data.split_files(batches_dir, "train"), counts["train"],
-                           data.class_names(batches_dir))
+                           data.class_names(batches_dir), data.split_files(batches_dir, "test"))
     is_chief, task = devices.worker_role(strategy)
     new_run = FLAGS.fresh_start or not layout.holds_checkpoints(FLAGS.train_dir)
     if is_chief and new_run and not (FLAGS.use_bf16 or FLAGS.use_fp16):

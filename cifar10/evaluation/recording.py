@@ -95,9 +95,11 @@ def _width(text: str) -> int:
 
 
 def _summaries(tf, result: EvalResult, eval_dir: str) -> None:
-    """Precision @ 1; each class's recall, precision and PR curve; the confusion matrix
+    """Precision @ 1 and the test loss; each class's recall, precision and PR curve; the confusion matrix
     and the misclassified images as pictures, also as PNG files."""
     tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
+    if result.loss is not None:
+        tf.summary.scalar(LOSS_TAG, result.loss, step=result.step)
     for figures in result.per_class:
         for kind in ("recall", "precision"):
             if figures[kind] is not None:

@@ -1,5 +1,5 @@
 """One checkpoint scored: precision @ 1 of its moving-average (or raw) weights over
-``num_examples`` examples, the confusion matrix, each class's figures, the PR curves'
+``num_examples`` examples, the test loss, the confusion matrix, each class's figures, the PR curves'
 histograms and the misclassified images (``EvalResult``)."""
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class EvalResult:
     synthetic: bool = False  # generated data, not CIFAR-10: the line and pictures say so
     num_examples: int | None = None  # asked for (None in a line recorded before it was)
     compute_dtype: str = "float32"
+    loss: float | None = None  # mean cross entropy (None in a line recorded before it was)
     confusion_matrix: list[list[int]] = dataclasses.field(default_factory=list)  # [true][guess]
     per_class: list[dict] = dataclasses.field(default_factory=list)  # ``per_class``
     # Not recorded: ``make_scorer``'s histograms, and the misclassified images.
@@ -80,7 +81,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     except checkpoints.READ_ERRORS as e:
         raise UnreadableCheckpoint(checkpoint, e) from e
     try:
-        confusion, histograms = make_scorer(model)(
+        confusion, histograms, loss = make_scorer(model)(
             data.eval_dataset(config.eval_files, config.batch_size, config.num_examples))
         wrong = (misclassified(model, config.eval_files, config.num_examples,
                                config.misclassified_images, config.batch_size)
@@ -95,6 +96,7 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
         seconds=time.monotonic() - start,
         synthetic=any(synthetic.is_synthetic(os.path.dirname(f)) for f in config.eval_files),
         num_examples=config.num_examples, compute_dtype=compute_dtype(config),
+        loss=loss / max(examples, 1),
         confusion_matrix=confusion.tolist(), per_class=per_class(confusion, names),
         probability_histograms=histograms, misclassified=wrong)
 
@@ -130,17 +132,21 @@ def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
                      f"command again")
 
 
-def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray]]:
+def make_scorer(model: Model
+                ) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray, float]]:
     """A function: dataset -> (the confusion matrix, int64 [true, predicted]; the
     histograms of each class's probability over its own examples and over the others',
-    int64 [2, classes, PR_THRESHOLDS]).  No AutoGraph, which needs the source file."""
+    int64 [2, classes, PR_THRESHOLDS]; the cross entropy summed over the examples).
+    No AutoGraph, which needs the source file."""
     num_classes = model.num_classes
 
     def add(totals, batch):
-        confusion, histograms = totals
+        confusion, histograms, loss = totals
         images, labels = batch
         labels = tf.cast(labels, tf.int32)
-        logits = model(images)
+        logits = tf.cast(model(images), tf.float32)
+        loss += tf.reduce_sum(tf.cast(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits), tf.float64))
         predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
         confusion += tf.math.confusion_matrix(labels, predicted, num_classes=num_classes,
                                               dtype=tf.int64)
@@ -152,17 +158,18 @@ def make_scorer(model: Model) -> Callable[[tf.data.Dataset], tuple[np.ndarray, n
         own = tf.one_hot(labels, num_classes, dtype=tf.int64)[:, :, None]
         histograms += tf.stack([tf.reduce_sum(counts * own, 0),
                                 tf.reduce_sum(counts * (1 - own), 0)])
-        return confusion, histograms
+        return confusion, histograms, loss
 
     @tf.function(autograph=False)
     def score(dataset):
         return dataset.reduce(
             (tf.zeros([num_classes, num_classes], tf.int64),
-             tf.zeros([2, num_classes, PR_THRESHOLDS], tf.int64)), add)
+             tf.zeros([2, num_classes, PR_THRESHOLDS], tf.int64), tf.zeros([], tf.float64)),
+            add)
 
-    def scorer(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
-        confusion, histograms = score(dataset)
-        return confusion.numpy(), histograms.numpy()
+    def scorer(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray, float]:
+        confusion, histograms, loss = score(dataset)
+        return confusion.numpy(), histograms.numpy(), float(loss)
 
     return scorer
 

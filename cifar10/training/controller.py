@@ -18,11 +18,13 @@ from cifar10.core.errors import Cifar10Error
 from cifar10.data import fileformat as ff
 from cifar10.distribute import devices, workers
 from cifar10.runs import records
+from cifar10.runs.best import BestCheckpoint
 from cifar10.runs.layout import Checkpoint
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training.engine import Trainer
 from cifar10.training.loops import LoopController, op_determinism
 from cifar10.training.progress import StepReport, TrainResult
+from cifar10.training.validation import Validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +35,7 @@ class TrainData:
     examples_per_epoch: int  # records in ``files`` (for the LR schedule)
     # In label order; recorded in train_dir for cifar10-predict and cifar10-export.
     class_names: Sequence[str] = ff.CLASS_NAMES
+    test_files: Sequence[str] = ()  # the test split, for --eval_every_steps
 
     @property
     def directory(self) -> str:
@@ -112,7 +115,11 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                         "tensorflow": tf.__version__, "classes": ", ".join(data.class_names),
                         **invocation.settings}
             run_dir.unmark_complete()
-            loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report)
+            validation = (Validation(trainer, data.test_files, BestCheckpoint(
+                config.train_dir, trainer.state.checkpoint()) if cluster.is_chief else None,
+                print_fn) if config.eval_every_steps else None)
+            loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report,
+                                   validation)
             step = loops.run(data.files, settings)
             if step == config.max_steps:
                 run_dir.mark_complete(step)
@@ -120,6 +127,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                                last_checkpoint=run_dir.saved_path(),
                                train_dir=config.train_dir, is_chief=cluster.is_chief,
                                task=cluster.task, fresh_start=config.fresh_start,
+                               best=validation.kept() if validation else None,
                                **loops.meter.figures())
 
 

@@ -1,6 +1,7 @@
 """The loops of a run (``LoopController``), each ending where the host has work
-(``loop_end``): progress, checkpoints, the profiler's window (``StepWindow``), a stop;
-a loop that does not end in time ends the process (``watchdog``)."""
+(``loop_end``): progress and the metrics file, checkpoints, validation, the profiler's
+window (``StepWindow``), a stop; a loop that does not end in time ends the process
+(``watchdog``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from cifar10.core.config import TrainConfig
 from cifar10.core.errors import DivergedError
 from cifar10.distribute import workers
 from cifar10.runs import summaries
+from cifar10.runs.metrics import MetricsFile
 from cifar10.runs.rundir import RunDirectory
 from cifar10.training.engine import Trainer
 from cifar10.training.progress import ProgressMeter, StepReport
+from cifar10.training.validation import Validation
 from cifar10.training.watchdog import Watchdog
 
 
@@ -34,6 +37,8 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
         return (done // k + 1) * k
     ends = [done + cfg.steps_per_loop, cfg.max_steps, next_multiple(cfg.summary_steps),
             next_multiple(cfg.checkpoint_steps)]
+    if cfg.eval_every_steps:
+        ends.append(next_multiple(cfg.eval_every_steps))
     if done < start + 2:
         ends.append(done + 1)
     if cfg.profile_steps:
@@ -47,16 +52,21 @@ def loop_end(done: int, start: int, config: TrainConfig) -> int:
 class LoopController:
     """Runs ``trainer``'s loops from step ``start``; the host reads the steps' figures,
     checks for a stop and saves only where a loop ends (a stop waits up to
-    ``steps_per_loop``)."""
+    ``steps_per_loop``).  The chief appends each loop's logged and validated steps to
+    the metrics file."""
 
     def __init__(self, trainer: Trainer, cluster: workers.Coordinator,
                  run_dir: RunDirectory, start: int, print_fn: Callable[[str], None],
-                 on_report: Callable[[StepReport], None] | None):
+                 on_report: Callable[[StepReport], None] | None,
+                 validation: Validation | None = None):
         cfg = trainer.config
         self.trainer, self.cluster, self.run_dir = trainer, cluster, run_dir
         self.start = self.done = start  # the step the run started at; the last one done
         self.logdir = cfg.train_dir if cluster.is_chief else None  # the others write nothing
-        self.meter = ProgressMeter(trainer, start, print_fn, on_report)
+        self.validation, self.on_report = validation, on_report
+        self.metrics = MetricsFile(cfg.train_dir, start) if cluster.is_chief else None
+        self.rows: dict[int, dict] = {}  # the metrics file's rows of this loop, by step
+        self.meter = ProgressMeter(trainer, start, print_fn, self._reported)
         self.profile = StepWindow(cfg.profile_steps, self.logdir, start, print_fn)
 
     def run(self, files, settings: dict) -> int:
@@ -77,7 +87,10 @@ class LoopController:
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
                     alone = self._before_loop(iterator, end)
-                    with self.profile.marker(end), watchdog.watching(self.done, end):
+                    # A worker's loop after a validation waits for the chief's pass.
+                    waits = not self.cluster.is_chief and self._validates(self.done)
+                    with self.profile.marker(end), (contextlib.nullcontext() if waits else
+                                                    watchdog.watching(self.done, end)):
                         figures, diverged = trainer.run_steps(
                             iterator, end - self.done,
                             with_summaries=end % cfg.summary_steps == 0, alone=alone)
@@ -124,6 +137,26 @@ class LoopController:
         cfg = self.trainer.config
         if end % cfg.checkpoint_steps == 0 or end == cfg.max_steps:
             self.save(end)
+        if self._validates(end) and self.cluster.is_chief:
+            with self.meter.clock_stopped():  # in no rate, nor in the watchdog's calls
+                scores = self.validation(end)
+            seen, per_epoch = self.trainer.state.examples_seen, self.trainer.examples_per_epoch
+            epoch = int(seen.numpy()) / per_epoch
+            self.rows.setdefault(end, {"step": end, "epoch": epoch}).update(scores)
+        if self.metrics and self.rows:
+            self.metrics.append(list(self.rows.values()))
+        self.rows.clear()
+
+    def _validates(self, step: int) -> bool:
+        return self.validation is not None and step > self.start and self.validation.due(step)
+
+    def _reported(self, report: StepReport) -> None:
+        """A logged step: a row of the metrics file, and the caller's ``on_report``."""
+        self.rows[report.step] = {
+            "step": report.step, "epoch": report.epoch, "loss": report.loss,
+            "learning_rate": report.learning_rate, "examples_per_sec": report.examples_per_sec}
+        if self.on_report:
+            self.on_report(report)
 
     def save(self, step: int) -> None:
         """A checkpoint, only from weights that are all finite (a finite loss does not

@@ -80,6 +80,7 @@ class TrainResult:
     epoch: float = 0.0  # and when it ended
     loss: float | None = None  # the total loss of the last step run
     fresh_start: bool = False  # its rerun would delete the run
+    best: object = None  # the kept best checkpoint (runs.best), where validation ran
 
     @property
     def steps_run(self) -> int:
@@ -108,6 +109,9 @@ class TrainResult:
         lines = [ended, f"This run: {steps} (epoch {self.start_epoch:.2f} to {self.epoch:.2f}) "
                         f"in {duration(self.seconds)}, {self.examples_per_sec:.1f} "
                         f"examples/sec on average{loss}."]
+        if self.best is not None:
+            lines.append(f"Best: precision @ 1 = {self.best.precision:.3f} at step "
+                         f"{self.best.step} ({self.best.path}).")
         if self.is_chief and self.last_checkpoint:
             into = f" --eval_dir={shlex.quote(os.path.abspath(eval_dir))}" if eval_dir else ""
             lines.append(f"Evaluate it: {logs.runnable('cifar10-eval')} --checkpoint_dir="

@@ -37,7 +37,7 @@ def evaluation(args, test_files: list[str]) -> tuple[float, float]:
     model = Model(compute_dtype=measure.compute_dtype(args))
     dataset = data.eval_dataset(test_files, args.batch_size)
     score = scoring.make_scorer(model)
-    confusion, _ = score(dataset)  # warm-up: tracing
+    confusion, _, _ = score(dataset)  # warm-up: tracing
     seconds = measure.median_seconds(lambda: score(dataset), args.windows)
     return int(confusion.sum()) / seconds, seconds
 
