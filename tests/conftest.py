@@ -55,6 +55,11 @@ TRAIN_LINE = re.compile(
 EVAL_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: precision @ 1 = (\d\.\d{3}) "
     r"\(step (\d+), (model\.ckpt-\d+), (\d+) examples, (\w+) weights\)(?: on SYNTHETIC data)?$")
+# --eval_every_steps' line: the step, precision @ 1, the test loss, the examples.
+VALIDATION_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), precision @ 1 = (\d\.\d{3}), test loss = "
+    r"(\d+\.\d{3}) \((\d+) test examples in \d+\.\d sec; (?:the best so far|best \d\.\d{3} at "
+    r"step \d+)\)(?: on SYNTHETIC data)?$")
 
 
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:

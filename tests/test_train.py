@@ -35,7 +35,9 @@ def small_config(train_dir, **overrides):
 def train(files_count, config, strategy=None, **kwargs):
     files, count = files_count
     kwargs.setdefault("print_fn", lambda line: None)
-    return controller.train(config, strategy or mirrored(1), TrainData(files, count), **kwargs)
+    test_files = datafolder.split_files(os.path.dirname(files[0]), "test")
+    return controller.train(config, strategy or mirrored(1),
+                            TrainData(files, count, test_files=test_files), **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from cifar10.distribute import devices
 from cifar10.data import synthetic
 from cifar10.data import fileformat as ff
 from cli import call, env, event_tags, program, start
-from conftest import LAYERS, TRAIN_LINE
+from conftest import LAYERS, TRAIN_LINE, VALIDATION_LINE
 
 VARIABLES = [f"{layer}/{kind}" for layer in LAYERS for kind in ("weights", "biases")]
 EXPECTED_TAGS = {
@@ -48,14 +48,18 @@ def checkpoint_steps(train_dir):
 
 
 def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
+    """With validation every 5 steps (and at the last): its lines, tags and best."""
     args = train_args(tmp_path, "--max_steps=12", "--num_gpus=2", "--log_frequency=4",
-                      "--checkpoint_steps=3", "--keep_checkpoints=2", "--summary_steps=6")
+                      "--checkpoint_steps=3", "--keep_checkpoints=2", "--summary_steps=6",
+                      "--eval_every_steps=5")
     result = call("cifar10-train", *args)
     assert result.returncode == 0, result.stderr
     assert "SYNTHETIC" in result.stdout
     assert "Sharding callback duration" not in result.stdout + result.stderr
     logged = [int(m[1]) for m in map(TRAIN_LINE.match, result.stdout.splitlines()) if m]
     assert logged == [1, 4, 8, 12]
+    validated = [m for m in map(VALIDATION_LINE.match, result.stdout.splitlines()) if m]
+    assert [(int(m[1]), m[4]) for m in validated] == [(5, "50"), (10, "50"), (12, "50")]
     train_dir = tmp_path / "train"
     assert checkpoint_steps(train_dir) == [9, 12]  # every 3 steps, 2 kept
     assert tf.train.latest_checkpoint(str(train_dir)).endswith("model.ckpt-12")
@@ -67,13 +71,18 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     assert tags["learning_rate"] == [6, 12]
     assert tags["conv1/sparsity"] == [6, 12]
     assert tags["examples_per_sec"] == [1, 4, 8, 12]
+    assert tags["Precision @ 1"] == tags["Test loss"] == [5, 10, 12]
     # The run's summary: 12 steps of 2 x 16 examples on 250 (50 records a file).
-    last_loss = re.search(r"loss = (\d+\.\d\d)", result.stdout.splitlines()[-4])[1]
-    ended, figures, evaluate = result.stdout.strip().splitlines()[-3:]
+    last_loss = re.search(r"loss = (\d+\.\d\d)", result.stdout.splitlines()[-6])[1]
+    ended, figures, best, evaluate = result.stdout.strip().splitlines()[-4:]
     assert ended == f"Training complete at step 12; saved {train_dir}/model.ckpt-12."
     assert re.fullmatch(r"This run: 12 steps \(epoch 0\.00 to 1\.54\) in [\dhms. ]+, "
                         r"\d+\.\d examples/sec on average, final loss (\d+\.\d\d)\.",
                         figures)[1] == last_loss
+    step, precision = re.fullmatch(r"Best: precision @ 1 = (\S+) at step (\d+) \(\S+\)\.",
+                                   best).group(2, 1)
+    assert (int(step), precision) in [(int(m[1]), m[2]) for m in validated]
+    assert best.endswith(f"({train_dir}/best/model.ckpt-{step}).")
     # The evaluator's folder of this run's own (the default /tmp/cifar10_eval is every run's).
     assert evaluate == (f"Evaluate it: cifar10-eval --checkpoint_dir={train_dir} "
                         f"--eval_dir={tmp_path / 'eval'} --run_once")
