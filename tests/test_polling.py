@@ -93,11 +93,13 @@ def test_run_once_scores_the_latest_checkpoint_whatever_the_state_file_says(run,
     assert lines[0].endswith(") on SYNTHETIC data")  # generated data: its folder's marker
     assert scalar_values(str(tmp_path / "eval"), recording.PRECISION_TAG) == {
         6: pytest.approx(result.precision)}
+    assert 0 < result.loss < 10 and scalar_values(str(tmp_path / "eval"), recording.LOSS_TAG
+                                                  ) == {6: pytest.approx(result.loss)}
     assert results_lines(tmp_path / "eval") == [result.as_record()]
     assert set(result.as_record()) == {
         "checkpoint", "step", "precision", "correct", "examples", "weights", "eval_data",
         "wall_time", "seconds", "checkpoint_mtime_ns", "confusion_matrix", "per_class",
-        "synthetic", "num_examples", "compute_dtype"}  # results.jsonl's fields
+        "synthetic", "num_examples", "compute_dtype", "loss"}  # results.jsonl's fields
 
 
 def test_a_given_checkpoint_is_scored_once_instead_of_the_latest(run, tmp_path):
