@@ -98,11 +98,12 @@ def test_two_workers_update_as_one_process_with_two_replicas(tmp_path):
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """(cifar10-launch's result, its tmp folder): two workers trained 6 steps, saved at 3 and 6."""
+    """(cifar10-launch's result, its tmp folder): two workers trained 6 steps, saved and
+    validated at 3 and 6."""
     tmp_path = tmp_path_factory.mktemp("launched")
     result = run("cifar10-launch", "--num_workers=2", "--", *train_args(
         tmp_path, "--max_steps=6", "--log_frequency=3", "--checkpoint_steps=3",
-        "--summary_steps=3"), timeout=300, TMPDIR=str(tmp_path))
+        "--summary_steps=3", "--eval_every_steps=3"), timeout=300, TMPDIR=str(tmp_path))
     return result, tmp_path
 
 
@@ -119,6 +120,8 @@ def test_launcher_trains_two_workers_prints_each_line_once_and_only_the_chief_wr
     out = result.stdout
     assert len(re.findall(r"^\[worker 0\] Training complete at step 6\b", out, re.M)) == 1
     assert len(re.findall(r"^\[worker 0\] .*: step 6, loss = ", out, re.M)) == 1
+    # The chief alone validates; the other waits for it in the next step.
+    assert re.findall(r"^\[worker 0\] .*: step (\d+), precision @ 1 = ", out, re.M) == ["3", "6"]
     assert "with 2 replica(s), global batch 16; checkpoints and summaries in" in out
     assert not NATIVE.findall(out), out
     assert "Traceback" not in out and "eagerly has significant overhead" not in out
