@@ -417,7 +417,7 @@ def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
     assert len(events) == 1
     assert sorted(os.listdir(copy)) == sorted([
         ".cifar10-folder", "checkpoint", "cifar10-train.lock", "class_names.txt", "environment.jsonl", "flags.txt",
-        "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index", "model.ckpt-best.txt",
+        "metrics.csv", "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index", "model.ckpt-best.txt",
         "training_complete.json", *events])
 
 
