@@ -39,8 +39,8 @@ def test_fresh_start_removes_exactly_the_trainers_files(run_dir, learnable_files
                               TrainData(*learnable_files), print_fn=lines.append)
     assert result.start_step == 0 and result.step == 2
     # 2 checkpoints x 2 files, state file, event file, complete marker, class
-    # names, environment record, 2 leftovers.
-    assert lines[0] == f"Fresh start: removed 11 files of the earlier run from {run_dir}."
+    # names, environment record, metrics file, 2 leftovers.
+    assert lines[0] == f"Fresh start: removed 12 files of the earlier run from {run_dir}."
     names = set(os.listdir(run_dir))
     assert set(USER_FILES) <= names  # (a user's folders: test_cleanup)
     assert all((run_dir / name).read_text() == "mine" for name in USER_FILES)
