@@ -127,6 +127,7 @@ class LoopController:
     def _loop_ended(self, end: int, figures: dict, diverged: int) -> None:
         if diverged:  # the loop ran on; the lines before it, then the error
             self.meter.steps_done(figures, last=diverged - 1)
+            self._write_rows()
             loss = figures["total_loss"][diverged - self.done - 1]
             what = "with loss = NaN" if math.isnan(loss) else f"with an infinite loss ({loss})"
             raise DivergedError(f"Model diverged {what} at step {diverged}; "
@@ -139,10 +140,11 @@ class LoopController:
             self.save(end)
         if self._validates(end) and self.cluster.is_chief:
             with self.meter.clock_stopped():  # in no rate, nor in the watchdog's calls
-                scores = self.validation(end)
-            seen, per_epoch = self.trainer.state.examples_seen, self.trainer.examples_per_epoch
-            epoch = int(seen.numpy()) / per_epoch
-            self.rows.setdefault(end, {"step": end, "epoch": epoch}).update(scores)
+                self.rows.setdefault(end, {}).update(self.validation(end))
+        self._write_rows()
+
+    def _write_rows(self) -> None:
+        """Appends the loop's rows to the metrics file (the chief's)."""
         if self.metrics and self.rows:
             self.metrics.append(list(self.rows.values()))
         self.rows.clear()

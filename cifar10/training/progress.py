@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10.core import logs
+from cifar10.runs.best import Best
 from cifar10.training.step import learning_rate
 
 
@@ -80,7 +81,7 @@ class TrainResult:
     epoch: float = 0.0  # and when it ended
     loss: float | None = None  # the total loss of the last step run
     fresh_start: bool = False  # its rerun would delete the run
-    best: object = None  # the kept best checkpoint (runs.best), where validation ran
+    best: Best | None = None  # the kept best checkpoint, where validation ran
 
     @property
     def steps_run(self) -> int:

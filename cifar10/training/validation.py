@@ -20,7 +20,7 @@ from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.evaluation import scoring
 from cifar10.evaluation.recording import LOSS_TAG, PRECISION_TAG
-from cifar10.runs.best import BestCheckpoint
+from cifar10.runs.best import Best, BestCheckpoint
 
 
 class Validation:
@@ -38,11 +38,11 @@ class Validation:
                                                        cfg.batch_size)
         self.test_files, self.best, self.print_fn = list(test_files), best, print_fn
         self.synthetic = any(synthetic.is_synthetic(os.path.dirname(f)) for f in test_files)
-        self.averages = trainer.state.averages
+        self.trainer = trainer
         self._scorer = None  # made at the first pass: a run without validation traces none
         self.ran = False  # a pass ran in this call of train
 
-    def kept(self):
+    def kept(self) -> Best | None:
         """The best checkpoint kept (``runs.best``), where a pass ran in this call."""
         return self.best.best if self.ran and self.best else None
 
@@ -51,10 +51,10 @@ class Validation:
 
     def __call__(self, step: int) -> dict[str, float]:
         """Scores, prints the line, writes the summaries and offers the best checkpoint:
-        {'precision', 'test_loss'} of the pass."""
+        the pass's row of the metrics file (step, epoch, precision, test_loss)."""
         began = time.monotonic()
         if self._scorer is None:
-            self._scorer = scoring.make_scorer(self.averages)
+            self._scorer = scoring.make_scorer(self.trainer.state.averages)
         confusion, _, loss_sum = self._scorer(data.eval_dataset(self.test_files,
                                                                 self.batch_size))
         seconds = time.monotonic() - began
@@ -71,4 +71,6 @@ class Validation:
                           datetime.datetime.now(), step, precision, loss, examples, seconds,
                           rank, " on SYNTHETIC data" if self.synthetic else ""))
         self.ran = True
-        return {"precision": precision, "test_loss": loss}
+        epoch = (int(self.trainer.state.examples_seen.numpy())
+                 / self.trainer.examples_per_epoch)
+        return {"step": step, "epoch": epoch, "precision": precision, "test_loss": loss}
