@@ -122,7 +122,7 @@ def test_runs_under_one_logdir_in_tensorboard(tmp_path):
     data = ("--synthetic_data", "--synthetic_records=50", f"--data_dir={data_dir}")
     for name, flags in (("a", ("--summary_steps=3", "--log_frequency=3",
                                "--checkpoint_steps=3", f"--max_steps={MAX_STEPS}")),
-                        ("b", ("--learning_rate=0.05", "--max_steps=2"))):
+                        ("b", ("--learning_rate=0.05", "--max_steps=2", "--eval_every_steps=2"))):
         trained = call("cifar10-train", *data, f"--train_dir={logdir / name / 'train'}",
                        f"--batch_size={BATCH_SIZE}", *flags)
         assert trained.returncode == 0, trained.stderr
@@ -226,4 +226,8 @@ def test_runs_under_one_logdir_in_tensorboard(tmp_path):
         assert sessions["a/eval"][0] == pytest.approx(
             {**sessions["a/train"][0], "weights": "averages", "eval_data": "test"})
         assert sessions["a/eval"][1] == {
-            "Precision @ 1": (MAX_STEPS, pytest.approx(result["precision"], rel=1e-6))}
+            "Precision @ 1": (MAX_STEPS, pytest.approx(result["precision"], rel=1e-6)),
+            "Test loss": (MAX_STEPS, pytest.approx(result["loss"], rel=1e-6))}
+        # A run that validates: its own session's metrics, from train_dir.
+        assert {tag: step for tag, (step, _) in sessions["b/train"][1].items()} == {
+            "Precision @ 1": 2, "Test loss": 2}
