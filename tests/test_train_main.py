@@ -417,8 +417,8 @@ def test_kill_during_a_save_then_resume_or_fresh_start(tmp_path):
     assert len(events) == 1
     assert sorted(os.listdir(copy)) == sorted([
         ".cifar10-folder", "checkpoint", "cifar10-train.lock", "class_names.txt", "environment.jsonl", "flags.txt",
-        "metrics.csv", "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index", "model.ckpt-best.txt",
-        "training_complete.json", *events])
+        "metrics.csv", "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index",
+        "model.ckpt-best.txt", "training_complete.json", *events])
 
 
 # cifar10-train with a standard output that fails (a full disk: ENOSPC) from the first
