@@ -142,7 +142,8 @@ def test_each_start_records_its_environment_and_a_changed_setting_is_one_notice(
         "data_dir": str(tmp_path / "data" / "synthetic" / "cifar-10-batches-bin"),
         "num_classes": 10, "examples_per_epoch": 250, "learning_rate": 0.1,
         "learning_rate_decay_factor": 0.1, "num_epochs_per_decay": 350.0,
-        "moving_average_decay": 0.9999, "weight_decay": 0.004, "seed": 0, "deterministic": False, "xla": False, "max_steps": 1}
+        "moving_average_decay": 0.9999, "weight_decay": 0.004, "seed": 0,
+        "deterministic": False, "xla": False, "max_steps": 1, "max_epochs": None}
 
     resumed = cli.call("cifar10-train", *train_args(tmp_path, "--max_steps=2", "--num_gpus=2"),
                        "--batch_size=8", "--learning_rate=0.05")  # the later value wins
