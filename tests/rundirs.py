@@ -69,7 +69,7 @@ def keep_best(run_dir, step):
     """best/ in ``run_dir`` as the trainer keeps it, of the run's checkpoint of ``step``."""
     state = TrainState(seed=0, compute_dtype=tf.float32)
     state.checkpoint().read(str(run_dir / f"model.ckpt-{step}")).expect_partial()
-    assert BestCheckpoint(str(run_dir), state.checkpoint()).offer(step, 0.5, 1.0)
+    assert BestCheckpoint(str(run_dir), state.checkpoint(), step).offer(step, 0.5, 1.0)
     return run_dir / "best"
 
 

@@ -22,9 +22,10 @@ class Killed(BaseException):
     """The process killed at this point."""
 
 
-def offers(train_dir, checkpoint, weight, figures):
-    """BestCheckpoint(train_dir).offer of each (step, precision), ``weight`` = step."""
-    kept = BestCheckpoint(str(train_dir), checkpoint)
+def offers(train_dir, checkpoint, weight, figures, start=0):
+    """BestCheckpoint(train_dir) of a start at ``start``: .offer of each (step, precision),
+    ``weight`` = step."""
+    kept = BestCheckpoint(str(train_dir), checkpoint, start)
     taken = []
     for step, precision in figures:
         weight.assign(step)
@@ -44,9 +45,30 @@ def test_the_best_is_kept_across_offers_and_starts(tmp_path):
     assert sorted(os.listdir(tmp_path / "best")) == [
         "best.json", "checkpoint", "model.ckpt-20.data-00000-of-00001", "model.ckpt-20.index"]
     assert tf.train.load_checkpoint(path).get_tensor(WEIGHT) == 20
-    resumed, taken = offers(tmp_path, checkpoint, weight, [(50, 0.65), (60, 0.75)])
+    resumed, taken = offers(tmp_path, checkpoint, weight, [(50, 0.65), (60, 0.75)], 40)
     assert taken == [False, True]  # compared with the earlier start's best
     assert resumed.best.step == 60 and layout.find(str(tmp_path / "best"))[0].step == 60
+    # Resumed from step 40 again: the best of step 60 is of a trajectory gone; no number
+    # is no best.
+    again, taken = offers(tmp_path, checkpoint, weight, [(45, float("nan")), (50, 0.1)], 40)
+    assert taken == [False, True] and again.best.step == 50
+    assert offers(tmp_path, checkpoint, weight, [])[0].best is None  # (a start at 0)
+    assert os.listdir(tmp_path / "best") == ["best.json"]
+
+
+def test_a_users_best_folder_is_left_as_it_is(tmp_path, caplog):
+    """best/ without best.json, the trainer's mark (a checkpoint copied there)."""
+    weight = tf.Variable(0.0)
+    checkpoint = tf.train.Checkpoint(w=weight)
+    checkpoint.write(str(tmp_path / "best" / "model.ckpt-5"))
+    before = sorted(os.listdir(tmp_path / "best"))
+    kept, taken = offers(tmp_path, checkpoint, weight, [(10, 0.5)])
+    assert (kept.best, taken, sorted(os.listdir(tmp_path / "best"))) == (None, [False], before)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'best'} is not the trainer's (it has no best.json): it is left as it is "
+        f"and the run keeps no best checkpoint; move it away to have one kept."]
+    assert cleanup.remove_run(str(tmp_path)) == 0
+    assert layout.run_of(str(tmp_path / "best")) == str(tmp_path / "best")
 
 
 @pytest.mark.parametrize("cut", ["write", "switch", "state", "drop"])
@@ -69,19 +91,19 @@ def test_a_replacement_cut_short_leaves_a_best_that_reads(tmp_path, monkeypatch,
              "drop": (cleanup, "delete")}
     if cut == "write":
         assert offers(tmp_path, types.SimpleNamespace(write=full_disk), weight,
-                      [(20, 0.7)])[1] == [False]
+                      [(20, 0.7)], 10)[1] == [False]
         assert "No space left on device); training goes on, the best kept is" in caplog.text
         assert not cleanup.checkpoint_files(folder, 20)
     else:
         monkeypatch.setattr(*where[cut], kill)
         with pytest.raises(Killed):
-            offers(tmp_path, checkpoint, weight, [(20, 0.7)])
+            offers(tmp_path, checkpoint, weight, [(20, 0.7)], 10)
         monkeypatch.undo()
     kept = best.read(folder)
     assert kept.step == (10 if cut in ("write", "switch") else 20)
     assert tf.train.load_checkpoint(kept.path).get_tensor(WEIGHT) == kept.step
     leave_an_interrupted_save(tmp_path / "best", 30)
-    again = BestCheckpoint(str(tmp_path), tf.train.Checkpoint(w=weight))
+    again = BestCheckpoint(str(tmp_path), tf.train.Checkpoint(w=weight), 20)
     assert again.best == kept
     assert sorted(os.listdir(folder)) == ["best.json", "checkpoint",
                                           f"model.ckpt-{kept.step}.data-00000-of-00001",

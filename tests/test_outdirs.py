@@ -95,7 +95,7 @@ def test_each_program_refuses_a_folder_not_its_own_and_leaves_it_as_it_was(
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_a_runs_best_folder_is_no_programs_output_folder(tmp_path, program):
-    best = folder_of(tmp_path / "run", {"cifar10-train.lock": "", "best/checkpoint": ""}) / "best"
+    best = folder_of(tmp_path / "run", {"best/best.json": '{"step": null}'}) / "best"
     flag, args = PROGRAMS[program]
     before = listing(tmp_path)
     assert_refused(call(program, f"--{flag}={best}", *args),

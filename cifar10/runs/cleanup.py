@@ -160,8 +160,8 @@ def _whole_index(path: str) -> bool:
 
 
 def remove_run(directory: str) -> int:
-    """``--fresh_start``: removes every file the trainer wrote (not its lock), best/'s
-    too (best/ itself where nothing else is left in it); returns how many.  Cifar10Error,
+    """``--fresh_start``: removes every file the trainer wrote (not its lock), its
+    best/'s too (best/ itself where nothing else is left in it); returns how many.  Cifar10Error,
     removing nothing, where a file has a checkpoint's name and is not the trainer's (the
     new run would take it for its own checkpoint)."""
     if foreign := foreign_checkpoint_files(directory):
@@ -175,9 +175,10 @@ def remove_run(directory: str) -> int:
             f"files; the new run would take {it} for a checkpoint: move {it} out of "
             f"{directory} and start again (nothing was removed), or choose another "
             f"--train_dir")
-    best = os.path.join(directory, BEST_DIR)
-    in_best = [] if os.path.islink(best) or not os.path.isdir(best) else own_files(best, True)
-    for name in in_best:
+    best = os.path.join(directory, BEST_DIR)  # (a user's, without BEST_FILE, stays)
+    marked = os.path.isfile(os.path.join(best, BEST_FILE)) and not os.path.islink(best)
+    in_best = sorted(own_files(best, True) if marked else [], key=lambda n: n == BEST_FILE)
+    for name in in_best:  # (BEST_FILE, the mark, last)
         delete(best, name)
     with contextlib.suppress(OSError):
         os.rmdir(best)  # (only where empty)

@@ -52,12 +52,11 @@ def checkpoint_path(directory: str, step: int) -> str:
 
 def run_of(folder: str) -> str:
     """The run folder whose own files (class names, flags, completeness) go with the
-    checkpoints in ``folder``: for a trainer's best/ its run folder, else ``folder``."""
-    parent = os.path.dirname(os.path.normpath(folder)) or "."
+    checkpoints in ``folder``: for a trainer's best/ (marked by its ``BEST_FILE``) its
+    run folder, else ``folder``."""
     if (os.path.basename(os.path.normpath(folder)) == BEST_DIR
-            and os.path.isfile(os.path.join(parent, LOCK_FILE))
-            and not os.path.lexists(os.path.join(folder, LOCK_FILE))):
-        return parent
+            and os.path.isfile(os.path.join(folder, BEST_FILE))):
+        return os.path.dirname(os.path.normpath(folder)) or "."
     return folder
 
 

@@ -116,7 +116,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                         **invocation.settings}
             run_dir.unmark_complete()
             validation = (Validation(trainer, data.test_files, BestCheckpoint(
-                config.train_dir, trainer.state.checkpoint()) if cluster.is_chief else None,
+                config.train_dir, trainer.state.checkpoint(), start) if cluster.is_chief else None,
                 print_fn) if config.eval_every_steps else None)
             loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report,
                                    validation)
