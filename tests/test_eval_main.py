@@ -26,6 +26,7 @@ from cifar10.distribute import devices
 from cifar10.data import getdata
 from cifar10.data import synthetic
 from cifar10.runs import layout as runlock
+from cifar10.runs.best import BestCheckpoint
 from cifar10.runs import records as runrecord
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
@@ -127,7 +128,7 @@ def test_polling_a_runs_best_checkpoint_scores_it_and_stops_as_the_run_is_comple
     assert result.returncode == 0, result.stderr
     [record] = results_lines(tmp_path / "eval")
     assert (record["step"], record["checkpoint"]) == (3, str(best / "model.ckpt-3"))
-    assert result.stdout.endswith(f"Training in {best} is complete and its final checkpoint "
+    assert result.stdout.endswith(f"Training in {run_dir} is complete and its best checkpoint "
                                   f"is evaluated; stopping.\n")
 
 
@@ -209,7 +210,8 @@ def refusal_case(case, tmp_path, train_dir, held):
                                       "save (every --checkpoint_steps steps), or leave out "
                                       "--run_once to score each checkpoint as it is saved"))
     shutil.copytree(train_dir, copy)
-    if case == "no best kept":  # the best/ of a complete run that never validated
+    if case == "no best kept":  # the best/ of a complete run that kept none
+        BestCheckpoint(str(copy), None, 0)
         return [f"--checkpoint_dir={copy / 'best'}"], re.escape(
             f"No checkpoint file found in {copy / 'best'}: the run in {copy} keeps its best "
             f"checkpoint there from its first validation (cifar10-train --eval_every_steps); "

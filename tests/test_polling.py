@@ -19,6 +19,7 @@ from rundirs import truncate
 from cifar10.core.errors import Cifar10Error, DataError
 from cifar10.evaluation import polling, recording, scoring
 from cifar10.runs import layout
+from cifar10.runs.best import BestCheckpoint
 
 pytestmark = pytest.mark.usefixtures("pictures_stubbed")  # the pictures are not tested here
 
@@ -228,14 +229,28 @@ def test_nothing_scored_and_nothing_that_reads_is_an_error_naming_each(run, tmp_
     assert not (tmp_path / "eval").exists()
 
 
-def test_a_timeout_before_any_checkpoint_is_an_error(run, tmp_path):
-    train_dir = tmp_path / "started"  # a run that has saved nothing yet
-    train_dir.mkdir()
+@pytest.mark.parametrize("folder", ["started", "best"])
+def test_no_checkpoint_by_the_timeout_or_the_runs_end_is_an_error(run, tmp_path, folder):
+    """A run that has saved nothing yet; a run's best/ as the run ends without a best."""
+    train_dir = tmp_path / "started"
+    why = ("within --eval_timeout=1 seconds: check --checkpoint_dir, and that its trainer "
+           "is running")
+    if folder == "best":
+        run_dir = copy_run(run, tmp_path, complete=False)
+        BestCheckpoint(run_dir, None, 0)  # (as a validating run starts)
+        train_dir = tmp_path / "train" / "best"
+        why = (f"and the run in {run_dir} is complete (a run's best/ gets one as it validates: "
+               f"cifar10-train --eval_every_steps)")
+    train_dir.mkdir(exist_ok=True)
+    lines, sleep = [], FakeSleep(lambda: folder == "best" and set_checkpoints(
+        str(tmp_path / "train"), (6,), complete_at=6))  # (the run ends)
     with pytest.raises(Cifar10Error) as err:
-        poll(run, tmp_path / "eval", str(train_dir), eval_timeout=1.0)
-    assert str(err.value) == (f"no checkpoint appeared in {train_dir} within "
-                              f"--eval_timeout=1 seconds: check --checkpoint_dir, and that its "
-                              f"trainer is running")
+        polling.evaluate(config_of(run, tmp_path / "eval", checkpoint_dir=str(train_dir),
+                                   eval_timeout=1.0 if folder == "started" else None),
+                         print_fn=lines.append, sleep=sleep, clock=sleep.clock)
+    assert str(err.value) == f"no checkpoint appeared in {train_dir} {why}"
+    assert lines == [f"No checkpoint file found in {train_dir}; waiting for the trainer to "
+                     f"write one{why[why.find(' ('):] if folder == 'best' else ''}."]
     assert not (tmp_path / "eval").exists()
 
 

@@ -79,14 +79,13 @@ def no_checkpoint(checkpoint_dir: str, lead: str = "No checkpoint found",
 def refuse_a_folder_that_is_no_run(checkpoint_dir: str, wait_for_run: bool) -> None:
     """Refuses a folder an evaluator would wait on for ever: no trainer's, or none
     (a mistyped path) unless ``wait_for_run``."""
-    run = layout.run_of(checkpoint_dir)  # (a trainer's best/ appears at its first save)
-    if not wait_for_run and not os.path.exists(run):
+    if not wait_for_run and not os.path.exists(checkpoint_dir):
         raise Cifar10Error(f"{pasted('checkpoint_dir', checkpoint_dir)} does not exist: check "
                            f"the path, or give --wait_for_run to wait for cifar10-train to "
                            f"start there")
-    done_without_best = run != checkpoint_dir and not layout.latest(checkpoint_dir) \
-        and os.path.exists(os.path.join(run, layout.COMPLETE_FILE))
-    if done_without_best or outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
+    done_without_one = not layout.latest(checkpoint_dir) and os.path.exists(
+        os.path.join(layout.run_of(checkpoint_dir), layout.COMPLETE_FILE))
+    if done_without_one or outdirs.whose(checkpoint_dir) not in ("", outdirs.TRAIN):
         raise no_checkpoint(checkpoint_dir, "No checkpoint file found")
 
 

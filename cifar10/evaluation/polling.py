@@ -148,37 +148,42 @@ class _Poller:
     def _stopping(self) -> bool:
         """Whether to stop, nothing being left to score now (saying why)."""
         checkpoint_dir, timeout = self.config.checkpoint_dir, self.config.eval_timeout
+        run = layout.run_of(checkpoint_dir)
+        what, how = ("final", "") if run == checkpoint_dir else (
+            "best", " (a run's best/ gets one as it validates: cifar10-train "
+                    "--eval_every_steps)")
         found = layout.find(checkpoint_dir)
         if not found:
             self.waiting.waiting(f"No checkpoint file found in {checkpoint_dir}; waiting for "
-                                 f"the trainer to write one.",
+                                 f"the trainer to write one{how}.",
                                  f"Still no checkpoint in {checkpoint_dir}")
         final_step = checkpoints.completed_step(checkpoint_dir)
-        final = [c.path for c in found if c.step == final_step]
-        if final:  # (a newer checkpoint may be there: one that did not restore)
-            if self._unreadable(final[0]):
-                self._refuse_if_nothing_scored(found)
-                self.print_fn(f"Training in {checkpoint_dir} is complete but its final "
-                              f"checkpoint {final[0]} could not be evaluated; stopping.")
-            else:
-                self.print_fn(f"Training in {checkpoint_dir} is complete and its final "
-                              f"checkpoint is evaluated; stopping.")
+        if final_step is not None:  # the run is complete: its newest up to there is final
+            final = [c.path for c in found if c.step <= final_step][-1:]
+            if final and not self._unreadable(final[0]):
+                self.print_fn(f"Training in {run} is complete and its {what} checkpoint is "
+                              f"evaluated; stopping.")
+                return True
+            self._refuse_if_nothing_scored(found, f"and the run in {run} is complete{how}")
+            self.print_fn(f"Training in {run} is complete but its {what} checkpoint "
+                          f"{''.join(final)} could not be evaluated; stopping.")
             return True
         if timeout is not None and self.clock() - self.last_new > timeout:
-            self._refuse_if_nothing_scored(found)
+            self._refuse_if_nothing_scored(
+                found, f"within --eval_timeout={timeout:g} seconds: check --checkpoint_dir, "
+                       f"and that its trainer is running")
             self.print_fn(f"No new checkpoint in {timeout:g} s; stopping.")
             return True
         return False
 
-    def _refuse_if_nothing_scored(self, found: list) -> None:
-        """Raises where this call scored nothing and no checkpoint that reads is left."""
+    def _refuse_if_nothing_scored(self, found: list, why: str) -> None:
+        """Raises where this call scored nothing and no checkpoint that reads is left
+        (``why``: why none comes, where none appeared)."""
         checkpoint_dir = self.config.checkpoint_dir
         if self.results or self._candidate():
             return
         if not found:
-            raise Cifar10Error(f"no checkpoint appeared in {checkpoint_dir} within "
-                               f"--eval_timeout={self.config.eval_timeout:g} seconds: check "
-                               f"--checkpoint_dir, and that its trainer is running")
+            raise Cifar10Error(f"no checkpoint appeared in {checkpoint_dir} {why}")
         checkpoints.newest_that_reads(checkpoint_dir, warn=lambda line: None)
         raise Cifar10Error(f"nothing was scored in {checkpoint_dir}")  # (one reads now)
 

@@ -227,15 +227,12 @@ def recorded_class_names(directory: str, num_classes: int | None = None
 
 
 def completed_step(directory: str) -> int | None:
-    """The step of the final checkpoint in ``directory`` once its run is marked complete,
-    else None: the run's last step; in its best/, the kept one's."""
-    run = layout.run_of(directory)
+    """The step at which the run of ``directory`` (its folder, or its best/) is marked
+    complete, else None: once it is, no new checkpoint comes to ``directory``, and its
+    newest up to that step is final."""
     try:
-        with open(os.path.join(run, COMPLETE_FILE)) as f:
+        with open(os.path.join(layout.run_of(directory), COMPLETE_FILE)) as f:
             step = json.load(f)["step"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if run != directory and isinstance(step, int):
-        kept = latest(directory)
-        return kept.step if kept else None
     return step if isinstance(step, int) else None
