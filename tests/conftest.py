@@ -59,7 +59,7 @@ EVAL_LINE = re.compile(
 VALIDATION_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: step (\d+), precision @ 1 = (\d\.\d{3}), test loss = "
     r"(\d+\.\d{3}) \((\d+) test examples in \d+\.\d sec; (?:the best so far|best \d\.\d{3} at "
-    r"step \d+)\)(?: on SYNTHETIC data)?$")
+    r"step \d+|not kept)\)(?: on SYNTHETIC data)?$")
 
 
 def mirrored(num_replicas: int = 1) -> tf.distribute.MirroredStrategy:

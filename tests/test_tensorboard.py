@@ -199,9 +199,9 @@ def test_runs_under_one_logdir_in_tensorboard(tmp_path):
         # HParams: the hyperparameters and the two metrics; a session of each run with
         # its values, scored by the metrics of its own folder (the frontend's requests).
         experiment = server.post("/data/plugin/hparams/experiment", {"experimentName": ""})
-        hparams = [info["name"] for info in experiment["hparamInfos"]]
-        assert {"learning_rate", "weight_decay", "batch_size", "precision", "weights"
-                } <= set(hparams)
+        hparams = {info["name"]: info.get("displayName") for info in experiment["hparamInfos"]}
+        assert {"learning_rate", "weight_decay", "batch_size", "weights"} <= set(hparams)
+        assert hparams["precision"] == "compute dtype"
         metrics = [info["name"] for info in experiment["metricInfos"]]
         assert [(m["name"]["tag"], m["name"].get("group"), m["displayName"])
                 for m in experiment["metricInfos"]] == [

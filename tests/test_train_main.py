@@ -48,7 +48,7 @@ def checkpoint_steps(train_dir):
 
 
 def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
-    """With validation every 5 steps (and at the last): its lines, tags and best."""
+    """With validation every 5 steps (and at the last): its lines, the best in the summary."""
     args = train_args(tmp_path, "--max_steps=12", "--num_gpus=2", "--log_frequency=4",
                       "--checkpoint_steps=3", "--keep_checkpoints=2", "--summary_steps=6",
                       "--eval_every_steps=5")
@@ -71,7 +71,6 @@ def test_train_logs_checkpoints_summaries_then_reports_complete(tmp_path):
     assert tags["learning_rate"] == [6, 12]
     assert tags["conv1/sparsity"] == [6, 12]
     assert tags["examples_per_sec"] == [1, 4, 8, 12]
-    assert tags["Precision @ 1"] == tags["Test loss"] == [5, 10, 12]
     # The run's summary: 12 steps of 2 x 16 examples on 250 (50 records a file).
     last_loss = re.search(r"loss = (\d+\.\d\d)", result.stdout.splitlines()[-6])[1]
     ended, figures, best, evaluate = result.stdout.strip().splitlines()[-4:]

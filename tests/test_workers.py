@@ -153,7 +153,8 @@ def test_the_settings_workers_must_share_name_their_flags_and_the_data_with_thei
         "--use_bf16=true", "--deterministic=false", "--learning_rate=0.1",
         "--learning_rate_decay_factor=0.1", "--num_epochs_per_decay=350",
         "--moving_average_decay=0.9999", "--weight_decay=0.004", "no --max_epochs",
-        "--eval_every_steps=0", "--loss_scale_growth_steps=2000", "--xla=false", "--profile_steps=3,4",
+        "--eval_every_steps=0", "--loss_scale_growth_steps=2000", "--xla=false",
+        "--profile_steps=3,4",
         "--replicas_per_gpu=1", "--all_reduce=auto", "training data of 50 records",
         "2 classes (cat, dog)"]
     workers.check_same_settings(coordinator(), settings)  # one worker: no collective

@@ -127,7 +127,8 @@ class TrainConfig:
               "first.", above=0, shared=True)
     eval_every_steps: int = setting(
         0, "Score the test split with the moving-average weights every this many steps "
-           "(as cifar10-eval does), keep the best checkpoint in <train_dir>/best; 0: never.",
+           "(as cifar10-eval does) and at the last step, keep the best checkpoint in "
+           "<train_dir>/best; 0: never.",
         lower_bound=0, shared=True)
     loss_scale_growth_steps: int = setting(LOSS_SCALE_GROWTH_STEPS, flag=False, shared=True)
     shuffle_buffer: int = setting(MIN_SHUFFLE_BUFFER, flag=False)

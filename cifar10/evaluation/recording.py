@@ -95,8 +95,8 @@ def _width(text: str) -> int:
 
 
 def _summaries(tf, result: EvalResult, eval_dir: str) -> None:
-    """Precision @ 1 and the test loss; each class's recall, precision and PR curve; the confusion matrix
-    and the misclassified images as pictures, also as PNG files."""
+    """Precision @ 1 and the test loss; each class's recall, precision and PR curve; the
+    confusion matrix and the misclassified images as pictures, also as PNG files."""
     tf.summary.scalar(PRECISION_TAG, result.precision, step=result.step)
     if result.loss is not None:
         tf.summary.scalar(LOSS_TAG, result.loss, step=result.step)

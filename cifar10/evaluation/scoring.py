@@ -81,24 +81,22 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
     except checkpoints.READ_ERRORS as e:
         raise UnreadableCheckpoint(checkpoint, e) from e
     try:
-        confusion, histograms, loss = make_scorer(model)(
-            data.eval_dataset(config.eval_files, config.batch_size, config.num_examples))
+        scored = score(make_scorer(model), config.eval_files, config.batch_size,
+                       config.num_examples)
         wrong = (misclassified(model, config.eval_files, config.num_examples,
                                config.misclassified_images, config.batch_size)
                  if config.misclassified_images else None)
     except tf.errors.OpError as e:
         raise _scoring_error(e, checkpoint, config) from e
-    correct, examples = int(np.trace(confusion)), int(confusion.sum())
     return EvalResult(
         checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
-        precision=correct / max(examples, 1), correct=correct, examples=examples,
+        precision=scored.precision, correct=scored.correct, examples=scored.examples,
         weights=config.weights, eval_data=config.eval_data, wall_time=time.time(),
-        seconds=time.monotonic() - start,
-        synthetic=any(synthetic.is_synthetic(os.path.dirname(f)) for f in config.eval_files),
+        seconds=time.monotonic() - start, synthetic=scored.synthetic,
         num_examples=config.num_examples, compute_dtype=compute_dtype(config),
-        loss=loss / max(examples, 1),
-        confusion_matrix=confusion.tolist(), per_class=per_class(confusion, names),
-        probability_histograms=histograms, misclassified=wrong)
+        loss=scored.loss, confusion_matrix=scored.confusion.tolist(),
+        per_class=per_class(scored.confusion, names),
+        probability_histograms=scored.histograms, misclassified=wrong)
 
 
 class UnreadableCheckpoint(Cifar10Error):
@@ -172,6 +170,32 @@ def make_scorer(model: Model
         return confusion.numpy(), histograms.numpy(), float(loss)
 
     return scorer
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """``score``'s figures: precision @ 1, the mean cross entropy, the confusion matrix and
+    histograms of ``make_scorer``; ``synthetic``: scored on generated data."""
+
+    precision: float
+    loss: float
+    correct: int
+    examples: int
+    synthetic: bool
+    confusion: np.ndarray
+    histograms: np.ndarray
+
+
+def score(scorer, files: Sequence[str], batch_size: int, num_examples: int | None = None
+          ) -> Score:
+    """The first ``num_examples`` (or all) examples of ``files`` scored by ``scorer``
+    (``make_scorer``'s): cifar10-eval's figures, and validation's in training."""
+    confusion, histograms, loss = scorer(data.eval_dataset(files, batch_size, num_examples))
+    correct, examples = int(np.trace(confusion)), int(confusion.sum())
+    return Score(precision=correct / max(examples, 1), loss=loss / max(examples, 1),
+                 correct=correct, examples=examples,
+                 synthetic=any(synthetic.is_synthetic(os.path.dirname(f)) for f in files),
+                 confusion=confusion, histograms=histograms)
 
 
 def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:

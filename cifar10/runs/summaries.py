@@ -26,7 +26,8 @@ HPARAMS = [hparams_api.HParam(name) for name in (
     "learning_rate", "learning_rate_decay_factor", "num_epochs_per_decay",
     "moving_average_decay", "weight_decay", "batch_size", "num_replicas", "max_steps",
     "max_epochs", "seed")] + [
-    hparams_api.HParam("precision", hparams_api.Discrete(["float32", "float16", "bfloat16"])),
+    hparams_api.HParam("precision", hparams_api.Discrete(["float32", "float16", "bfloat16"]),
+                       display_name="compute dtype"),  # beside the metric precision @ 1
     hparams_api.HParam("weights", hparams_api.Discrete(list(WEIGHTS))),  # cifar10-eval's
     hparams_api.HParam("eval_data", hparams_api.Discrete(list(EVAL_DATA)))]
 METRICS = [hparams_api.Metric(PRECISION_TAG, group="", display_name="precision @ 1"),

@@ -35,7 +35,7 @@ class TrainData:
     examples_per_epoch: int  # records in ``files`` (for the LR schedule)
     # In label order; recorded in train_dir for cifar10-predict and cifar10-export.
     class_names: Sequence[str] = ff.CLASS_NAMES
-    test_files: Sequence[str] = ()  # the test split, for --eval_every_steps
+    test_files: Sequence[str] = ()  # the test split: needed where --eval_every_steps
 
     @property
     def directory(self) -> str:
@@ -115,9 +115,12 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy, data: TrainData
                         "tensorflow": tf.__version__, "classes": ", ".join(data.class_names),
                         **invocation.settings}
             run_dir.unmark_complete()
-            validation = (Validation(trainer, data.test_files, BestCheckpoint(
-                config.train_dir, trainer.state.checkpoint(), start) if cluster.is_chief else None,
-                print_fn) if config.eval_every_steps else None)
+            validation = None
+            if config.eval_every_steps:
+                best = None
+                if cluster.is_chief:
+                    best = BestCheckpoint(config.train_dir, trainer.state.checkpoint(), start)
+                validation = Validation(trainer, data.test_files, best, print_fn)
             loops = LoopController(trainer, cluster, run_dir, start, print_fn, on_report,
                                    validation)
             step = loops.run(data.files, settings)

@@ -87,10 +87,8 @@ class LoopController:
                 while self.done < cfg.max_steps:
                     end = loop_end(self.done, self.start, cfg)
                     alone = self._before_loop(iterator, end)
-                    # A worker's loop after a validation waits for the chief's pass.
-                    waits = not self.cluster.is_chief and self._validates(self.done)
-                    with self.profile.marker(end), (contextlib.nullcontext() if waits else
-                                                    watchdog.watching(self.done, end)):
+                    # (A worker's loop after a validation waits out the chief's pass too.)
+                    with self.profile.marker(end), watchdog.watching(self.done, end):
                         figures, diverged = trainer.run_steps(
                             iterator, end - self.done,
                             with_summaries=end % cfg.summary_steps == 0, alone=alone)

@@ -170,7 +170,8 @@ class ReplicatedStep:
             strategy.extended.update(var, descend, args=(grad,))
         self.state.step.assign_add(1)
         self.state.examples_seen.assign_add(examples)
-        rate = (1.0 - moving_average_decay(self.state.step, self.config.moving_average_decay)) * kept
+        decay = moving_average_decay(self.state.step, self.config.moving_average_decay)
+        rate = (1.0 - decay) * kept
         for avg, var in zip(self.state.averages.parameters(), self.variables):
             strategy.extended.update(avg, lambda a, v: a.assign_sub(rate * (a - v)), args=(var,))
         return reduced, lr
