@@ -40,6 +40,9 @@ DETERMINISTIC_XLA_CONFLICT = ("--deterministic and --xla exclude each other: XLA
                               "deterministic max-pooling gradient; drop one")
 WEIGHTS = ("averages", "raw")  # which weights of a checkpoint to use
 EVAL_DATA = ("test", "train_eval")
+# TensorBoard tags of a score, cifar10-eval's and --eval_every_steps' (the HParams metrics).
+PRECISION_TAG = "Precision @ 1"
+LOSS_TAG = "Test loss"  # the mean cross entropy over the examples scored
 KERNEL_CHOICES = ("auto", "compiled", "tensorflow")  # cifar10.kernels.layers.choose
 ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "one_device")  # distribute.gpus.all_reduce
 

@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Callable
 
 from absl import logging
 
+from cifar10.core.config import LOSS_TAG, PRECISION_TAG
 from cifar10.core.errors import io_error
 
 if TYPE_CHECKING:
     from cifar10.evaluation.scoring import EvalResult
 
 RESULTS_FILE = "results.jsonl"  # in --eval_dir: one result a line
-PRECISION_TAG = "Precision @ 1"
-LOSS_TAG = "Test loss"  # the mean cross entropy over the examples scored
 SYNTHETIC_TITLE = "SYNTHETIC data (generated, not CIFAR-10)"  # heads its pictures' titles
 # The settings a score depends on, as results.jsonl records them and as flags.
 SETTINGS = ("weights", "eval_data", "num_examples", "compute_dtype")

@@ -12,10 +12,9 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 
-from cifar10.core.config import CROP_SIZE, EVAL_DATA, WEIGHTS
+from cifar10.core.config import CROP_SIZE, EVAL_DATA, LOSS_TAG, PRECISION_TAG, WEIGHTS
 from cifar10.core.errors import io_advice, io_error
 from cifar10.data.fileformat import NUM_CHANNELS
-from cifar10.evaluation.recording import LOSS_TAG, PRECISION_TAG
 
 MAX_IMAGES = 3  # as tf.summary.image's default in the original
 HISTOGRAM_BUCKETS = 30  # as tf.summary.histogram's default

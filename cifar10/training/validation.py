@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from cifar10.core.config import LOSS_TAG, PRECISION_TAG
 from cifar10.evaluation import scoring
-from cifar10.evaluation.recording import LOSS_TAG, PRECISION_TAG
 from cifar10.model import Model
 from cifar10.runs.best import Best, BestCheckpoint
 
