@@ -30,6 +30,8 @@ setup(
         "test": requirements("requirements-test.txt"),
         # TensorBoard's Profile tab, to read cifar10-train --profile_steps' traces.
         "profile": ["tensorboard-plugin-profile>=2.16"],
+        # LiteRT, which runs .tflite files (cifar10-eval --model=model.tflite).
+        "litert": ["ai-edge-litert>=2.3,<3"],
     },
     # The programs start in cifar10.cli.entry, which answers a Ctrl-C with one line
     # from the first moment, then imports the program (cifar10.cli.<program>_main).

@@ -69,7 +69,7 @@ def test_a_model_that_always_says_cat_gives_the_exact_figures(tmp_path):
 ])
 def test_an_error_while_scoring_blames_the_data_or_the_device_not_the_checkpoint(
         run, tmp_path, monkeypatch, error, kind, says):
-    def failing(model):
+    def failing(*model):
         def scorer(dataset):
             raise error
         return scorer

@@ -7,6 +7,7 @@ weights, and stops when training is complete.  Examples:
     cifar10-eval --checkpoint_dir=/tmp/cifar10_train --eval_dir=/tmp/cifar10_eval
     cifar10-eval --run_once --synthetic_data        # score the latest checkpoint
     cifar10-eval --checkpoint=/tmp/cifar10_train/model.ckpt-10000 --weights=raw
+    cifar10-eval --model=/tmp/cifar10_export/10000/model.tflite   # an exported model
 """
 
 from __future__ import annotations
@@ -47,16 +48,17 @@ def main(argv: list[str]) -> None:
     followed = recorded.describe() if recorded else ""
     # One checkpoint to score: a mistyped --checkpoint_dir, or a checkpoint that does not
     # read, costs no download (the data is downloaded once the checkpoint reads).
-    single = FLAGS.run_once or checkpoint
-    if single and not checkpoint and not layout.latest(run_dir):
+    single = FLAGS.run_once or checkpoint or FLAGS.model
+    if single and not (checkpoint or FLAGS.model) and not layout.latest(run_dir):
         raise checkpoint_dir.no_checkpoint(
             run_dir, "No checkpoint file found",
             or_instead="leave out --run_once to score each checkpoint as it is saved")
     data = _data_on_disk(followed) if single else _data(followed)
     process.load_tensorflow(allow_tf32=FLAGS.allow_tf32, plots=True,
                             gpus=0 if FLAGS.eval_on_cpu else 1)
-    if single:
+    if single and not FLAGS.model:
         checkpoint = checkpoint_dir.checkpoint_that_reads(checkpoint, run_dir)
+    if single:
         data = data or _data(followed)
     from cifar10.evaluation import polling
     from cifar10.evaluation import scoring
@@ -81,14 +83,20 @@ def main(argv: list[str]) -> None:
 
 
 def _refuse_before_data() -> tuple[str | None, str]:
-    """Refuses what this start cannot do; returns (--checkpoint or None, run folder)."""
+    """Refuses what this start cannot do; returns (--checkpoint or None, run folder: with
+    --model, the model's folder, whose data flags none records)."""
     machine.refuse_batch_beyond_memory(FLAGS.batch_size,
                                        2 if FLAGS.use_bf16 or FLAGS.use_fp16 else 4, replica=False)
     checkpoint = layout.given(FLAGS.checkpoint) if FLAGS.checkpoint else None
-    run_dir = layout.run_folder(checkpoint, FLAGS.checkpoint_dir)
+    model = FLAGS.model and os.path.normpath(FLAGS.model)
+    if model and not os.path.exists(model):
+        raise Cifar10Error(f"--model={FLAGS.model} does not exist: pass a version folder of "
+                           f"cifar10-export (<export_dir>/<step>) or a .tflite file in it")
+    run_dir = (model if os.path.isdir(model) else os.path.dirname(model) or ".") if model \
+        else layout.run_folder(checkpoint, FLAGS.checkpoint_dir)
     outdirs.refuse_unless_own("eval_dir", FLAGS.eval_dir, PROGRAM, read=run_dir)
     outdirs.warn_of_other_results(FLAGS.eval_dir, run_dir)
-    if not (FLAGS.run_once or checkpoint):
+    if not (FLAGS.run_once or checkpoint or model):
         checkpoint_dir.refuse_a_folder_that_is_no_run(run_dir, FLAGS.wait_for_run)
         run_data.wait_for_run(run_dir, FLAGS.eval_timeout,
                               print_fn=lambda line: print(line, flush=True))

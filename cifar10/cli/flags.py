@@ -22,7 +22,7 @@ from cifar10.runs import layout
 UNSET_IS_NOT_DEFAULT = ("num_gpus", "num_examples")
 
 PATH_FLAGS = ("train_dir", "eval_dir", "checkpoint_dir", "checkpoint", "data_dir",
-              "export_dir", "image_dir")
+              "export_dir", "image_dir", "model")
 
 # Former names of flags, so that an older run's flags.txt still replays.
 FORMER_NAMES = {"lrn_kernel": "kernels"}
@@ -210,6 +210,21 @@ def define_eval_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_boolean("wait_for_run", False, "Polling: where --checkpoint_dir does not "
                          "exist yet, wait for cifar10-train to start there (for jobs that "
                          "start the evaluator first).", flag_values=flag_values)
+    # --model scores once what was exported, its weights and precision fixed at export.
+    others = ("checkpoint", "checkpoint_dir", "weights", "use_fp16", "use_bf16",
+              "eval_interval_secs", "eval_timeout", "wait_for_run")
+    defaults = {name: flag_values[name].default for name in others}
+
+    def model_alone(values: dict[str, Any]) -> bool:
+        given = [f"--{name}" for name in others if values[name] != defaults[name]]
+        if values["model"] and given:
+            raise flags.ValidationError(
+                f"--model scores an exported model once, with the weights and precision it "
+                f"was exported with: drop {', '.join(given)}")
+        return True
+
+    flags.register_multi_flags_validator(["model", *others], model_alone,
+                                         flag_values=flag_values)
 
 
 def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -26,7 +26,7 @@ HELP_TOPICS = {
         ("Output and logging", "log_frequency summary_steps checkpoint_steps keep_checkpoints "
                                "log_device_placement"))),
     "cifar10-eval": ("[flags]", "docs/evaluation.md", (
-        ("Run and results", "checkpoint_dir eval_dir run_once checkpoint weights "
+        ("Run and results", "checkpoint_dir eval_dir run_once checkpoint model weights "
                             "misclassified_images"),
         ("Waiting for checkpoints", "eval_interval_secs eval_timeout wait_for_run"),
         ("Data", "data_dir eval_data num_examples synthetic_data dataset label "

@@ -249,6 +249,10 @@ class EvalConfig:
                                            "runs/a/train/model.ckpt-10000, or its .index "
                                            "file) instead of the newest of "
                                            "--checkpoint_dir.")
+    model: str | None = setting(None, "Score this exported model once instead of a "
+                                      "checkpoint: a version folder of cifar10-export "
+                                      "(<export_dir>/<step>) or a .tflite file in it "
+                                      "(run with LiteRT).")
 
 
 def compute_dtype(settings: TrainConfig | EvalConfig) -> str:

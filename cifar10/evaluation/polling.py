@@ -53,7 +53,7 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
                 {**dataclasses.asdict(config), "eval_files": ", ".join(config.eval_files)},
                 step=0, hparams=_hparams(config))
             recording.warn_of_other_settings(config.eval_dir, _settings(config))
-            if config.run_once or config.checkpoint:
+            if config.run_once or config.checkpoint or config.model:
                 return [_run_once(config, writer, print_fn)]
             return _Poller(config, writer, print_fn, sleep, clock).run(should_stop)
     except BaseException:
@@ -64,6 +64,8 @@ def evaluate(config: EvalConfig, print_fn: Callable[[str], None] = print,
 
 
 def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
+    if config.model:
+        return _recorded(scoring.evaluate_model(config.model, config), config, writer, print_fn)
     newest = None if config.checkpoint else checkpoints.newest_that_reads(config.checkpoint_dir)
     checkpoint = config.checkpoint or (newest.path if newest else None)
     if not checkpoint:
@@ -71,7 +73,11 @@ def _run_once(config: EvalConfig, writer, print_fn) -> EvalResult:
             f"No checkpoint file found in {config.checkpoint_dir}: train first "
             f"(cifar10-train --train_dir={config.checkpoint_dir}) or point "
             f"--checkpoint_dir at a training run")
-    result = scoring.evaluate_checkpoint(checkpoint, config)
+    return _recorded(scoring.evaluate_checkpoint(checkpoint, config), config, writer,
+                     print_fn)
+
+
+def _recorded(result: EvalResult, config: EvalConfig, writer, print_fn) -> EvalResult:
     recording.record(result, config.eval_dir, writer)
     for line in recording.lines(result, table=True):
         print_fn(line)
@@ -194,13 +200,15 @@ class _Poller:
 
 def _settings(config: EvalConfig) -> tuple:
     """The settings a score depends on (``recording.SETTINGS``)."""
-    return config.weights, config.eval_data, config.num_examples, compute_dtype(config)
+    return ("exported" if config.model else config.weights, config.eval_data,
+            config.num_examples, compute_dtype(config))
 
 
 def _hparams(config: EvalConfig) -> dict:
     """This session's hyperparameters in the HParams dashboard: the scored run's, as its
     last start recorded them (none from a run that did not), and how it is scored."""
-    folder = layout.run_of(layout.run_folder(config.checkpoint, config.checkpoint_dir))
+    folder = layout.run_of(layout.run_folder(config.checkpoint or config.model,
+                                             config.checkpoint_dir))
     run = (records.last_record(folder) or {}).get("settings")
     return {**(run if isinstance(run, dict) else {}), "weights": config.weights,
             "eval_data": config.eval_data}

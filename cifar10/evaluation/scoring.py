@@ -17,6 +17,7 @@ from cifar10.core.errors import Cifar10Error, DataError, first_line, listed
 from cifar10.data import pipeline as data
 from cifar10.data import synthetic
 from cifar10.distribute import workers
+from cifar10.evaluation import exported
 from cifar10.model import Model
 from cifar10.runs import checkpoints, layout
 
@@ -80,18 +81,42 @@ def evaluate_checkpoint(checkpoint: str, config: EvalConfig) -> EvalResult:
                                              tf.as_dtype(compute_dtype(config)))
     except checkpoints.READ_ERRORS as e:
         raise UnreadableCheckpoint(checkpoint, e) from e
+    return _evaluate(checkpoint, step, mtime, config.weights, classifier(model),
+                     model.num_classes, names, config, start)
+
+
+def evaluate_model(path: str, config: EvalConfig) -> EvalResult:
+    """Scores an exported model (``exported.load``) as ``evaluate_checkpoint`` does a
+    checkpoint, its weights 'exported'; Cifar10Error where it does not load or gives
+    another number of classes than the data holds."""
+    start = time.monotonic()
+    model, num_classes, step = exported.load(path)
+    if config.class_names and num_classes != len(config.class_names):
+        raise Cifar10Error(f"--model={path} gives {num_classes} classes and --data_dir holds "
+                           f"{len(config.class_names)} ({listed(config.class_names)}): score "
+                           f"it on the data it was trained on")
+    main_file = os.path.join(path, "saved_model.pb") if os.path.isdir(path) else path
+    return _evaluate(path, step, os.stat(main_file).st_mtime_ns, "exported", model,
+                     num_classes, config.class_names, config, start, probabilities=True)
+
+
+def _evaluate(checkpoint: str, step: int, mtime: int, weights: str, model: Callable,
+              num_classes: int, names: Sequence[str], config: EvalConfig, start: float,
+              probabilities: bool = False) -> EvalResult:
+    """The ``EvalResult`` of ``model`` (``make_scorer``'s) named ``checkpoint``."""
     try:
-        scored = score(make_scorer(model), config.eval_files, config.batch_size,
-                       config.num_examples)
-        wrong = (misclassified(model, config.eval_files, config.num_examples,
+        scored = score(make_scorer(model, num_classes, probabilities), config.eval_files,
+                       config.batch_size, config.num_examples)
+        wrong = (misclassified(model, num_classes, config.eval_files, config.num_examples,
                                config.misclassified_images, config.batch_size)
                  if config.misclassified_images else None)
     except tf.errors.OpError as e:
-        raise _scoring_error(e, checkpoint, config) from e
+        raise _scoring_error(e, f"{'model' if weights == 'exported' else 'checkpoint'} "
+                                f"{checkpoint}", config) from e
     return EvalResult(
         checkpoint=checkpoint, step=step, checkpoint_mtime_ns=mtime,
         precision=scored.precision, correct=scored.correct, examples=scored.examples,
-        weights=config.weights, eval_data=config.eval_data, wall_time=time.time(),
+        weights=weights, eval_data=config.eval_data, wall_time=time.time(),
         seconds=time.monotonic() - start, synthetic=scored.synthetic,
         num_examples=config.num_examples, compute_dtype=compute_dtype(config),
         loss=scored.loss, confusion_matrix=scored.confusion.tolist(),
@@ -115,42 +140,53 @@ _READING_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
 
 def _scoring_error(error: tf.errors.OpError, checkpoint: str, config: EvalConfig
                    ) -> Cifar10Error:
-    """The one-line error of ``error`` while ``checkpoint``, which read, was scored."""
+    """The one-line error of ``error`` while ``checkpoint`` ('checkpoint PATH' or
+    'model PATH'), which read, was scored."""
     if isinstance(error, tf.errors.ResourceExhaustedError):
-        return Cifar10Error(f"out of memory scoring checkpoint {checkpoint} "
+        return Cifar10Error(f"out of memory scoring {checkpoint} "
                             f"({workers.oom_cause(error)}); a smaller --batch_size fits, "
                             f"or fewer programs beside it")
     cause = workers.tensorflow_cause(error)
     if not isinstance(error, _READING_ERRORS):  # a device's or a kernel's
-        return Cifar10Error(f"scoring checkpoint {checkpoint} failed: {cause}")
+        return Cifar10Error(f"scoring {checkpoint} failed: {cause}")
     named = any(path in cause for path in config.eval_files)
     files = "" if named else f" ({listed(config.eval_files)})"
-    return DataError(f"cannot read the data to evaluate on{files}: {cause}; the checkpoint "
+    return DataError(f"cannot read the data to evaluate on{files}: {cause}; the "
                      f"{checkpoint} is not at fault: check --data_dir and run the same "
                      f"command again")
 
 
-def make_scorer(model: Model
+def classifier(model: Model) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``model`` as ``make_scorer`` takes it: the records' uint8 images -> logits."""
+    return lambda images: model(data.eval_batch(images))
+
+
+def make_scorer(model: Callable[[tf.Tensor], tf.Tensor], num_classes: int,
+                probabilities: bool = False
                 ) -> Callable[[tf.data.Dataset], tuple[np.ndarray, np.ndarray, float]]:
     """A function: dataset -> (the confusion matrix, int64 [true, predicted]; the
     histograms of each class's probability over its own examples and over the others',
     int64 [2, classes, PR_THRESHOLDS]; the cross entropy summed over the examples).
-    No AutoGraph, which needs the source file."""
-    num_classes = model.num_classes
+    ``model``: uint8 images [b, 32, 32, 3] -> logits, or ``probabilities`` (an exported
+    model's). No AutoGraph, which needs the source file."""
 
     def add(totals, batch):
         confusion, histograms, loss = totals
         images, labels = batch
         labels = tf.cast(labels, tf.int32)
-        logits = tf.cast(model(images), tf.float32)
-        loss += tf.reduce_sum(tf.cast(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=labels, logits=logits), tf.float64))
-        predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+        outputs = tf.cast(model(images), tf.float32)
+        probs = outputs if probabilities else tf.nn.softmax(outputs)
+        # Where the model gives probabilities, -log of the label's (the smallest float32).
+        loss += tf.reduce_sum(tf.cast(
+            -tf.math.log(tf.maximum(tf.gather(probs, labels, batch_dims=1), 1e-38))
+            if probabilities else tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=outputs), tf.float64))
+        predicted = tf.argmax(outputs, axis=1, output_type=tf.int32)
         confusion += tf.math.confusion_matrix(labels, predicted, num_classes=num_classes,
                                               dtype=tf.int64)
         # Bucket i holds probabilities in [i, i + 1) / (PR_THRESHOLDS - 1).
         buckets = tf.clip_by_value(
-            tf.cast(tf.floor(tf.nn.softmax(logits) * (PR_THRESHOLDS - 1)), tf.int32),
+            tf.cast(tf.floor(probs * (PR_THRESHOLDS - 1)), tf.int32),
             0, PR_THRESHOLDS - 1)
         counts = tf.one_hot(buckets, PR_THRESHOLDS, dtype=tf.int64)  # [batch, classes, T]
         own = tf.one_hot(labels, num_classes, dtype=tf.int64)[:, :, None]
@@ -190,7 +226,8 @@ def score(scorer, files: Sequence[str], batch_size: int, num_examples: int | Non
           ) -> Score:
     """The first ``num_examples`` (or all) examples of ``files`` scored by ``scorer``
     (``make_scorer``'s): cifar10-eval's figures, and validation's in training."""
-    confusion, histograms, loss = scorer(data.eval_dataset(files, batch_size, num_examples))
+    records = data.read_records(files).take(-1 if num_examples is None else num_examples)
+    confusion, histograms, loss = scorer(records.batch(batch_size).prefetch(tf.data.AUTOTUNE))
     correct, examples = int(np.trace(confusion)), int(confusion.sum())
     return Score(precision=correct / max(examples, 1), loss=loss / max(examples, 1),
                  correct=correct, examples=examples,
@@ -211,20 +248,20 @@ def per_class(confusion: np.ndarray, names: Sequence[str]) -> list[dict]:
     return rows
 
 
-def misclassified(model: Model, files: Sequence[str], num_examples: int, count: int,
-                  batch_size: int = 128) -> Misclassified:
-    """``count`` of the first ``num_examples`` records that ``model`` gets wrong: each
-    class's first, then each one's second, ..."""
-    quota = -(-count // model.num_classes)
+def misclassified(model: Callable, num_classes: int, files: Sequence[str], num_examples: int,
+                  count: int, batch_size: int = 128) -> Misclassified:
+    """``count`` of the first ``num_examples`` records that ``model`` (``make_scorer``'s)
+    gets wrong: each class's first, then each one's second, ..."""
+    quota = -(-count // num_classes)
     found: dict[int, list[tuple[np.ndarray, int]]] = {}
     for batch, batch_labels in data.read_records(files).take(num_examples).batch(batch_size):
-        guesses = tf.argmax(model(data.eval_batch(batch)), axis=1, output_type=tf.int32).numpy()
+        guesses = tf.argmax(model(batch), axis=1, output_type=tf.int32).numpy()
         images, labels = batch.numpy(), batch_labels.numpy()
         for i in np.flatnonzero(guesses != labels):
             wrong = found.setdefault(int(labels[i]), [])
             if len(wrong) < quota:
                 wrong.append((images[i], int(guesses[i])))
-        if len(found) == model.num_classes and all(len(w) == quota for w in found.values()):
+        if len(found) == num_classes and all(len(w) == quota for w in found.values()):
             break
     ranked = sorted((rank, label) for label in found for rank in range(len(found[label])))
     chosen = sorted((label, rank) for rank, label in ranked[:count])

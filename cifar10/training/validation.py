@@ -52,7 +52,8 @@ class Validation:
         if self._model is None:
             self._model = Model(compute_dtype=tf.float32, trainable=False,
                                 num_classes=averages.num_classes)
-            self._scorer = scoring.make_scorer(self._model)
+            self._scorer = scoring.make_scorer(scoring.classifier(self._model),
+                                               averages.num_classes)
         for copy, average in zip(self._model.parameters(), averages.parameters()):
             copy.assign(average)
         scored = scoring.score(self._scorer, self.test_files, self.batch_size)

@@ -35,8 +35,8 @@ def evaluation(args, test_files: list[str]) -> tuple[float, float]:
     """(d): examples/sec of the evaluator's scoring pass over ``test_files``, and its
     seconds."""
     model = Model(compute_dtype=measure.compute_dtype(args))
-    dataset = data.eval_dataset(test_files, args.batch_size)
-    score = scoring.make_scorer(model)
+    dataset = data.read_records(test_files).batch(args.batch_size)
+    score = scoring.make_scorer(scoring.classifier(model), model.num_classes)
     confusion, _, _ = score(dataset)  # warm-up: tracing
     seconds = measure.median_seconds(lambda: score(dataset), args.windows)
     return int(confusion.sum()) / seconds, seconds
