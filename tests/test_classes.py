@@ -13,7 +13,7 @@ from cli import call
 from cifar10.runs import checkpoints
 from cifar10.training.step import TrainState
 from cifar10.data import fileformat as ff
-from cifar10.evaluation import exported
+from cifar10.evaluation.exported import litert_interpreter
 from conftest import EVAL_LINE
 
 
@@ -97,7 +97,7 @@ def test_prepare_train_eval_predict_export_follow_the_class_count(tmp_path, num_
     assert out["probabilities"].shape == (1, num_classes)
     assert out["class_names"].numpy()[0].decode() in names
     if tflite:
-        runner = exported.litert_interpreter(
+        runner = litert_interpreter(
             str(tmp_path / "export" / "2" / "model.tflite")).get_signature_runner(
                 "predict_images")
         pixels = tf.io.decode_png(open(image[0], "rb").read()).numpy()[None].astype(np.float32)
