@@ -83,13 +83,15 @@ def small(args: list, program: str, folder: str) -> list:
                "cifar10-eval": {**run, "eval_dir": "tmp/cifar10_eval"}, "cifar10-predict": run,
                "cifar10-export": {**run, "export_dir": "tmp/cifar10_export"}}
     defaults = [f"--{name}={folder}/{path}" for name, path in folders.get(program, {}).items()
-                if not named(name) and not (name == "checkpoint_dir" and named("checkpoint"))]
+                if not named(name) and not (name == "checkpoint_dir"
+                                            and (named("checkpoint") or named("model")))]
     if program == "cifar10-train":
         defaults += [] if named("max_steps") else ["--max_steps=20"]
         always = ["--batch_size=8", "--checkpoint_steps=1", "--log_frequency=1",
                   "--synthetic_records=100"]
     else:
-        always = ["--eval_interval_secs=1"] if program == "cifar10-eval" else []
+        always = ["--eval_interval_secs=1"] if program == "cifar10-eval" and not named(
+            "model") else []
     return args + ([] if named("flagfile") else defaults) + always
 
 
