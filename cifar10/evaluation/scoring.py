@@ -176,7 +176,7 @@ def make_scorer(model: Callable[[tf.Tensor], tf.Tensor], num_classes: int,
         labels = tf.cast(labels, tf.int32)
         outputs = tf.cast(model(images), tf.float32)
         probs = outputs if probabilities else tf.nn.softmax(outputs)
-        # Where the model gives probabilities, -log of the label's (the smallest float32).
+        # Where the model gives probabilities, -log of the label's (floored: log 0 is -inf).
         loss += tf.reduce_sum(tf.cast(
             -tf.math.log(tf.maximum(tf.gather(probs, labels, batch_dims=1), 1e-38))
             if probabilities else tf.nn.sparse_softmax_cross_entropy_with_logits(
