@@ -35,7 +35,8 @@ def _window_sums(t: tf.Tensor, weight: float) -> tf.Tensor:
 @tf.custom_gradient
 def _lrn_float32(x: tf.Tensor):
     assert LRN_BETA == 0.75  # the rsqrt form below is d ** -0.75
-    d = LRN_BIAS + _window_sums(tf.square(x), LRN_ALPHA)
+    # x * x, not tf.square: TFLite has no int8 SQUARE, so int8 exports would keep LRN float.
+    d = LRN_BIAS + _window_sums(x * x, LRN_ALPHA)
     scale = tf.math.rsqrt(d) * tf.math.rsqrt(tf.sqrt(d))  # d ** -beta
     y = x * scale
 

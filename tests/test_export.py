@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli import call, env, start
+from cli import call, env, run, start
 from test_images import COLOURS, grey_png, palette_bmp
 from test_predict import records_of, write_pngs
 
@@ -24,11 +24,11 @@ from cifar10.runs import checkpoints
 from cifar10.serving import export
 from cifar10.serving import predict
 
-# In a process without the cifar10 package: what each signature and TFLite give for
+# In a process without the cifar10 package: what each signature and TFLite file give for
 # images, none, a palette BMP and its PNG; the refusals of an RLE BMP and of an 8000x8000
 # PNG, with the growth of the peak memory while that one is sent.
 SERVE = """
-import json, resource, sys
+import glob, json, os, resource, sys
 sys.modules["cifar10"] = None
 import numpy as np
 import tensorflow as tf
@@ -37,8 +37,9 @@ read = lambda path: open(path, "rb").read()
 loaded = tf.saved_model.load(export_dir)
 serve, images = loaded.signatures["serving_default"], loaded.signatures["predict_images"]
 arrays = np.stack([tf.io.decode_png(read(p)).numpy() for p in paths])
-runner = tf.lite.Interpreter(model_path=export_dir + "/model.tflite").get_signature_runner(
-    "predict_images")
+from ai_edge_litert.interpreter import Interpreter
+runners = {os.path.basename(path): Interpreter(model_path=path).get_signature_runner(
+    "predict_images") for path in glob.glob(export_dir + "/*.tflite")}
 as_list = lambda out: {k: [x.decode() if isinstance(x, bytes) else x
                            for x in np.asarray(v).tolist()] for k, v in dict(out).items()}
 empty = {"serving_default": serve(images=tf.zeros([0], tf.string)),
@@ -53,7 +54,7 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({
     "bytes": as_list(serve(images=tf.constant([read(p) for p in paths]))),
     "array": as_list(images(images=tf.constant(arrays, tf.float32))),
-    "tflite": as_list(runner(images=arrays.astype(np.float32))),
+    **{name: as_list(runner(images=arrays.astype(np.float32))) for name, runner in runners.items()},
     "empty": {name: {k: [v.shape.as_list(), v.dtype.name] for k, v in out.items()}
               for name, out in empty.items()},
     "palette": as_list(serve(images=tf.constant([read(palette), read(colours)]))),
@@ -68,8 +69,10 @@ def exported(trained_run, tmp_path_factory):
     """(export_dir, the command's result, image paths): step 6 exported with --tflite."""
     train_dir, test_files = trained_run
     root = tmp_path_factory.mktemp("export")
-    result = call("cifar10-export", f"--checkpoint_dir={train_dir}",
-                  f"--export_dir={root / 'export'}", "--tflite")
+    result = run("cifar10-export", f"--checkpoint_dir={train_dir}",
+                 f"--export_dir={root / 'export'}", "--tflite=int8,float16,float32,dynamic",
+                 f"--data_dir={train_dir.parent / 'data'}", "--synthetic_data",
+                 "--synthetic_records=50", "--calibration_images=40")
     paths = write_pngs(root / "images", records_of(test_files)[0][:5])
     return root / "export", result, paths
 
@@ -95,12 +98,16 @@ def served(exported, tmp_path_factory):
 def test_the_command_writes_a_numbered_version_folder(exported, trained_run):
     export_dir, result, _ = exported
     train_dir, _ = trained_run
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == (
+    assert (result.returncode, result.stderr) == (0, "")  # no TensorFlow or converter lines
+    sizes = [f"  {name}: {os.path.getsize(export_dir / '6' / name) / 1e6:.2f} MB ({choice}"
+             for choice, name in export.TFLITE_FILES.items()]
+    assert result.stdout.splitlines()[1:] == [
         f"Exported {train_dir / 'model.ckpt-6'} (averages weights) to {export_dir / '6'}: "
-        f"a SavedModel and model.tflite.")
+        f"a SavedModel, and TFLite models:", *[line + ")" for line in sizes[:3]],
+        sizes[3] + ", calibrated on 40 training images)"]
     assert sorted(os.listdir(export_dir)) == [".cifar10-folder", "6"]  # no scratch folder
-    assert {"saved_model.pb", "variables", "model.tflite"} <= set(os.listdir(export_dir / "6"))
+    assert {"saved_model.pb", "variables", *export.TFLITE_FILES.values()} <= set(
+        os.listdir(export_dir / "6"))
     # TensorFlow's ops only (not the compiled LRN kernel): it loads where that is not built.
     assert b"Cifar10Lrn" not in (export_dir / "6" / "saved_model.pb").read_bytes()
     # Readable by a server running as another user: not a private temporary folder.
@@ -116,11 +123,16 @@ def test_the_export_serves_what_cifar10_predict_prints(served, exported, trained
     want = np.zeros((len(paths), 10))
     for i, prediction in enumerate(expected):
         want[i, list(prediction.labels)] = prediction.probabilities
-    for name, tolerance in (("bytes", 1e-5), ("array", 1e-5), ("tflite", 1e-4)):
+    # Each TFLite file's probabilities within its tolerance of TensorFlow's (the quantized
+    # ones' classes may differ where this barely trained model's are near ties).
+    for name, tolerance in (("bytes", 1e-5), ("array", 1e-5), ("model.tflite", 1e-4),
+                            ("model-float16.tflite", 1e-3), ("model-dynamic.tflite", 0.01),
+                            ("model-int8.tflite", 0.03)):
         out = served[name]
         np.testing.assert_allclose(out["probabilities"], want, atol=tolerance, err_msg=name)
-        assert out["classes"] == [p.labels[0] for p in expected], name
-        assert out["class_names"] == [predict.ff.CLASS_NAMES[p.labels[0]] for p in expected]
+        assert out["class_names"] == [predict.ff.CLASS_NAMES[c] for c in out["classes"]]
+        if tolerance < 1e-3:
+            assert out["classes"] == [p.labels[0] for p in expected], name
 
 
 def test_the_export_answers_no_images_palettes_and_images_it_refuses(served):
@@ -172,26 +184,37 @@ def test_an_existing_version_is_replaced_only_with_overwrite_and_only_if_an_expo
 
     # What an export does not write again stays, and --overwrite is refused naming it.
     (tmp_path / "3" / "assets" / "vocab.txt").write_text("mine")
-    (tmp_path / "3" / export.TFLITE_FILE).write_text("an earlier --tflite export's")
+    for name in ("model.tflite", "model-float16.tflite"):
+        (tmp_path / "3" / name).write_text("an earlier --tflite export's")
     (tmp_path / "6").mkdir()
     (tmp_path / "6" / "notes.txt").write_text("mine")
     (tmp_path / "real").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "link")
     for checkpoint, folder, why in (
-            (first, "3", "--overwrite would delete assets/vocab.txt, model.tflite"),
+            (first, "3", "--overwrite would delete assets/vocab.txt, model-float16.tflite, "
+                           "model.tflite"),
             ("model.ckpt-6", "6", "it is not a SavedModel")):
         with pytest.raises(Cifar10Error) as err:
             export.export(str(trained_run[0] / checkpoint), str(tmp_path), overwrite=True)
         assert str(err.value) == (f"{tmp_path / folder} is not replaced ({why}): move it "
                                   f"aside, or choose another --export_dir")
     with pytest.raises(Cifar10Error, match=r"/link is not replaced \(it is a link\)"):
-        export._refuse_to_replace(str(tmp_path / "link"), 3, True, False)
+        export._refuse_to_replace(str(tmp_path / "link"), 3, True, ())
     assert (tmp_path / "3" / "assets" / "vocab.txt").read_text() == "mine"
     assert os.listdir(tmp_path / "6") == ["notes.txt"]
-    # With --tflite, its model.tflite is written again.
+    # With --tflite=float32,float16, its files are written again.
     (tmp_path / "3" / "assets" / "vocab.txt").unlink()
-    export.export(first, str(tmp_path), overwrite=True, tflite=True)
-    assert (tmp_path / "3" / export.TFLITE_FILE).read_bytes()[4:8] == b"TFL3"
+    export.export(first, str(tmp_path), overwrite=True, tflite=["float32", "float16"])
+    for name in ("model.tflite", "model-float16.tflite"):
+        assert (tmp_path / "3" / name).read_bytes()[4:8] == b"TFL3"
+
+
+def test_a_wrong_tflite_choice_is_one_line():
+    result = call("cifar10-export", "--tflite=float32,int4")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == ("cifar10-export: error: --tflite=float32,int4: choose among "
+                             "float32,float16,dynamic,int8, comma-separated (see "
+                             "cifar10-export --help)\n")
 
 
 def test_an_overwrite_interrupted_as_it_swaps_keeps_the_earlier_export_whole(

@@ -74,7 +74,7 @@ def test_the_python_example_calls_every_function_and_tflite_agrees(folder, monke
     assert [language for language, _ in blocks(text)] == ["python", "bash"]
     _, code = blocks(text)[0]
     for call_ in ('signatures["serving_default"]', "predict_images(", "classify(",
-                  "tf.lite.Interpreter("):
+                  "ai_edge_litert.interpreter import Interpreter"):
         assert call_ in code
     printed = run_block("python", code, root, monkeypatch).splitlines()
     cat = names["cat.png"]

@@ -6,6 +6,7 @@ Examples:
 
     cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export
     cifar10-export --checkpoint_dir=runs/a/train --export_dir=runs/a/export --tflite
+    cifar10-export --checkpoint_dir=runs/a/train --tflite=float32,float16,dynamic,int8
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from cifar10.cli import flags as cifar10_flags
 from cifar10.cli import outdirs
 from cifar10.cli import checkpoint_dir
 from cifar10.cli import process
+from cifar10.cli import run_data
+from cifar10.data import getdata
 from cifar10.runs import layout
 
 FLAGS = flags.FLAGS
@@ -39,14 +42,32 @@ def main(argv: list[str]) -> None:
 
     checkpoint = given or checkpoint_dir.checkpoint_to_use(FLAGS.checkpoint_dir)
     checkpoint_dir.warn_if_trained_on_synthetic_data(checkpoint)
+    calibration = _calibration_images(run_dir) if "int8" in FLAGS.tflite else None
     with outdirs.claimed("export_dir", FLAGS.export_dir, PROGRAM, read=run_dir):
         target = export.export(
             checkpoint, FLAGS.export_dir, weights=FLAGS.weights, overwrite=FLAGS.overwrite,
             class_names=checkpoints.trained_class_names(os.path.dirname(checkpoint)),
-            tflite=FLAGS.tflite)
-    tflite = f" and {export.TFLITE_FILE}" if FLAGS.tflite else ""
-    print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel{tflite}.",
-          flush=True)
+            tflite=FLAGS.tflite, calibration=calibration)
+    print(f"Exported {checkpoint} ({FLAGS.weights} weights) to {target}: a SavedModel"
+          f"{', and TFLite models:' if FLAGS.tflite else '.'}", flush=True)
+    for choice in FLAGS.tflite:
+        name = export.TFLITE_FILES[choice]
+        size = os.path.getsize(os.path.join(target, name)) / 1e6
+        calibrated = (f", calibrated on {len(calibration)} training images"
+                      if choice == "int8" else "")
+        print(f"  {name}: {size:.2f} MB ({choice}{calibrated})", flush=True)
+
+
+def _calibration_images(run_dir: str):
+    """--calibration_images of the run's training data, found as cifar10-eval finds it."""
+    from cifar10.serving import export
+
+    recorded = run_data.follow_run(FLAGS, run_dir, PROGRAM)
+    batches_dir, _ = getdata.prepare(
+        FLAGS.data_dir, url=FLAGS.data_url, md5=FLAGS.data_md5, use_synthetic=FLAGS.synthetic_data,
+        synthetic_records=FLAGS.synthetic_records, dataset=FLAGS.dataset, label=FLAGS.label,
+        followed=recorded.describe() if recorded else "")
+    return export.calibration_images(batches_dir, FLAGS.calibration_images)
 
 
 def run() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Any
+from typing import Any, Sequence
 
 from absl import flags
 
@@ -240,14 +240,51 @@ def define_predict_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          flag_values=flag_values)
 
 
+TFLITE_CHOICES = ("float32", "float16", "dynamic", "int8")  # serving.export.TFLITE_FILES
+
+
+class _SubsetParser(flags.ArgumentParser):
+    """A comma-separated subset of ``choices`` as a list in their order; "true" (the flag
+    alone): the first choice; "false" (--no<flag>): none."""
+
+    def __init__(self, choices: Sequence[str]):
+        self.choices = tuple(choices)
+
+    def parse(self, argument):
+        if not isinstance(argument, str):
+            return list(argument)
+        given = {"true": self.choices[:1], "false": ()}.get(argument, argument.split(","))
+        if set(given) - set(self.choices):
+            raise ValueError(f"choose among {','.join(self.choices)}, comma-separated")
+        return [choice for choice in self.choices if choice in given]
+
+
+class _SubsetFlag(flags.Flag):
+    """A boolean flag (--name, --noname) that also takes a subset: --name=a,b."""
+
+    def __init__(self, parser: _SubsetParser, name: str, help_: str):
+        super().__init__(parser, None, name, [], help_, boolean=True)
+
+    def _serialize(self, value) -> str:
+        return f"--{self.name}={','.join(value)}" if value else f"--no{self.name}"
+
+
 def define_export_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Flags of cifar10-export."""
     _define_checkpoint_flags("Export", flag_values)
     flags.DEFINE_string("export_dir", "/tmp/cifar10_export", "Where to write the SavedModel, "
                         "in a folder named after the checkpoint's step (as TensorFlow Serving "
                         "expects).", flag_values=flag_values)
-    flags.DEFINE_boolean("tflite", False, "Also write model.tflite (float32, the "
-                         "predict_images signature) into the export.", flag_values=flag_values)
+    flags.DEFINE_flag(_SubsetFlag(
+        _SubsetParser(TFLITE_CHOICES), "tflite", "Also write TFLite models of the "
+        "predict_images signature into the export, a comma-separated subset of "
+        f"{','.join(TFLITE_CHOICES)} (--tflite alone: float32, model.tflite).",
+        ), flag_values=flag_values)
+    flags.DEFINE_integer("calibration_images", 300, "--tflite=int8: how many images of the "
+                         "run's training data calibrate it (the data the run recorded, as "
+                         "cifar10-eval finds it; the data flags override).", lower_bound=1,
+                         flag_values=flag_values)
+    define_data_flags(flag_values, rules_when_parsed=False)  # once it follows the run
     flags.DEFINE_boolean("overwrite", False, "Replace an earlier export of the same step.",
                          flag_values=flag_values)
 

@@ -35,7 +35,10 @@ HELP_TOPICS = {
     "cifar10-predict": ("[flags] IMAGE_OR_FOLDER ...", "docs/using-a-trained-model.md", (
         ("Flags", "checkpoint_dir top_k output checkpoint weights batch_size"),)),
     "cifar10-export": ("[flags]", "docs/using-a-trained-model.md", (
-        ("Flags", "checkpoint_dir export_dir tflite overwrite checkpoint weights"),)),
+        ("Flags", "checkpoint_dir export_dir tflite overwrite checkpoint weights"),
+        ("Calibration data (--tflite=int8)", "calibration_images data_dir synthetic_data "
+                                             "dataset label synthetic_records data_url data_md5"),
+    )),
     "cifar10-prepare": ("--image_dir=PATH --data_dir=PATH [flags]", "docs/own-images.md", (
         ("Flags", "image_dir data_dir test_fraction seed strict"),)),
     "cifar10-launch": ("[flags] -- [cifar10-train's flags]", "docs/multi-machine.md", (

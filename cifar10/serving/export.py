@@ -1,7 +1,7 @@
 """A trained model as a SavedModel (and TFLite) in ``<export_dir>/<step>/``, with
 cifar10-predict's preprocessing.  ``serving_default`` takes encoded images (tf.string),
-``predict_images`` RGB float32 [N, H, W, 3] (as ``model.tflite``); both give
-``probabilities`` [N, C], ``classes`` and ``class_names`` [N]."""
+``predict_images`` RGB float32 [N, H, W, 3] (as each TFLite file, ``TFLITE_FILES``); all
+give ``probabilities`` [N, C], ``classes`` and ``class_names`` [N]."""
 
 from __future__ import annotations
 
@@ -9,19 +9,26 @@ import os
 import re
 import shutil
 import uuid
+import warnings
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from cifar10.core import atomic
 from cifar10.core.errors import Cifar10Error, first_line, io_advice, io_error, listed
 from cifar10.data import fileformat as ff
+from cifar10.data import folder as datafolder
 from cifar10.data import images as image_files
+from cifar10.data import pipeline
 from cifar10.model import Model
 from cifar10.runs import checkpoints
 from cifar10.serving import predict
 
-TFLITE_FILE = "model.tflite"
+# --tflite's choices and their files: float32 as trained; float16 weights; "dynamic"
+# range, int8 weights; int8 weights and activations, calibrated on training images.
+TFLITE_FILES = {"float32": "model.tflite", "float16": "model-float16.tflite",
+                "dynamic": "model-dynamic.tflite", "int8": "model-int8.tflite"}
 
 
 class ServingModule(tf.Module):
@@ -54,13 +61,18 @@ class ServingModule(tf.Module):
 
 def export(checkpoint: str, export_dir: str, weights: str = "averages",
            class_names: Sequence[str] = ff.CLASS_NAMES, overwrite: bool = False,
-           tflite: bool = False, print_fn=print) -> str:
+           tflite: Sequence[str] = (), calibration: np.ndarray | None = None,
+           print_fn=print) -> str:
     """Writes ``checkpoint``'s model to ``<export_dir>/<step>/``; returns that folder.
+    ``tflite``: the ``TFLITE_FILES`` choices also written; int8 is calibrated on
+    ``calibration`` (uint8 images [N, 32, 32, 3], ``calibration_images``).
 
     Written under a scratch name and renamed when complete; an export replaced
     (``overwrite``) moves aside until the new one is in.  A failure removes what this
     made; a killed export's scratch folders are removed by the next.
     """
+    if "int8" in tflite and calibration is None:
+        raise ValueError("tflite=int8 needs calibration images")
     model, step = checkpoints.read_model(checkpoint, weights)
     removed = atomic.remove_leftovers(export_dir)
     if removed:
@@ -78,8 +90,8 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
                     tf.saved_model.save(module, scratch, signatures={
                         "serving_default": module.predict_encoded,
                         "predict_images": module.predict_images})
-                    if tflite:
-                        _write_tflite(scratch)
+                    for choice in tflite:
+                        _write_tflite(scratch, choice, calibration)
                     if os.path.lexists(target):
                         aside = os.path.join(export_dir, f".{step}-replaced-{uuid.uuid4().hex}")
                         os.rename(target, aside)
@@ -97,7 +109,7 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
     return target
 
 
-def _refuse_to_replace(target: str, step: int, overwrite: bool, tflite: bool) -> None:
+def _refuse_to_replace(target: str, step: int, overwrite: bool, tflite: Sequence[str]) -> None:
     """Raises Cifar10Error unless ``target`` may be replaced as a whole: ``overwrite``
     given, and a SavedModel (not a link) holding only what this export writes again."""
     if not overwrite:
@@ -117,9 +129,10 @@ _EXPORT_FILES = (r"saved_model\.pb|fingerprint\.pb|assets/|variables/|"
                  r"variables/variables\.(index|data-\d+-of-\d+)")
 
 
-def _not_written(folder: str, tflite: bool) -> list[str]:
-    """The paths in ``folder`` that an export (with ``tflite`` or not) does not write."""
-    written = re.compile(_EXPORT_FILES + (r"|model\.tflite" if tflite else ""))
+def _not_written(folder: str, tflite: Sequence[str]) -> list[str]:
+    """The paths in ``folder`` that an export (with the ``tflite`` choices) does not write."""
+    written = re.compile("|".join([_EXPORT_FILES, *(re.escape(TFLITE_FILES[c])
+                                                      for c in tflite)]))
     found = []
     for parent, dirs, files in os.walk(folder):
         relative = os.path.relpath(parent, folder)
@@ -129,9 +142,28 @@ def _not_written(folder: str, tflite: bool) -> list[str]:
     return sorted(found)
 
 
-def _write_tflite(saved_model_dir: str) -> None:
-    """``model.tflite`` from the ``predict_images`` signature, float32."""
+def calibration_images(batches_dir: str, count: int) -> np.ndarray:
+    """The first ``count`` training images of the data in ``batches_dir``: uint8 [N, 32, 32, 3]."""
+    records = pipeline.read_records(datafolder.split_files(batches_dir, "train"))
+    return np.stack([image.numpy() for image, _ in records.take(count)])
+
+
+def _write_tflite(saved_model_dir: str, choice: str, calibration: np.ndarray | None) -> None:
+    """``TFLITE_FILES[choice]`` from the ``predict_images`` signature.  int8 keeps float
+    input and outputs (the signature's: images of any size, probabilities) with int8
+    inside, calibrated at 32x32 on ``calibration``."""
     converter = tf.lite.TFLiteConverter.from_saved_model(
         saved_model_dir, signature_keys=["predict_images"])
-    with open(os.path.join(saved_model_dir, TFLITE_FILE), "wb") as f:
-        f.write(converter.convert())
+    if choice != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if choice == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if choice == "int8":
+        converter.representative_dataset = lambda: (
+            {"images": image[None].astype(np.float32)} for image in calibration)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    with warnings.catch_warnings():  # calibration runs the deprecated tf.lite.Interpreter
+        warnings.filterwarnings("ignore", "(?s).*tf.lite.Interpreter is deprecated")
+        model = converter.convert()
+    with open(os.path.join(saved_model_dir, TFLITE_FILES[choice]), "wb") as f:
+        f.write(model)
