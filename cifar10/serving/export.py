@@ -31,6 +31,9 @@ TFLITE_FILES = {"float32": "model.tflite", "float16": "model-float16.tflite",
                 "dynamic": "model-dynamic.tflite", "int8": "model-int8.tflite"}
 
 
+IMAGES = tf.TensorSpec([None, None, None, 3], tf.float32, name="images")  # predict_images's input
+
+
 class ServingModule(tf.Module):
     """The model's weights and the two serving functions."""
 
@@ -40,8 +43,8 @@ class ServingModule(tf.Module):
         self.class_names = tf.constant(list(class_names))
         self.classify = predict.make_classifier(model, len(class_names))
 
-    def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = self.classify(images)
+    def _outputs(self, images: tf.Tensor, classify=None) -> dict[str, tf.Tensor]:
+        probabilities = (classify or self.classify)(images)
         classes = tf.argmax(probabilities, axis=1)
         return {"probabilities": probabilities, "classes": classes,
                 "class_names": tf.gather(self.class_names, classes)}
@@ -53,10 +56,22 @@ class ServingModule(tf.Module):
                                                               tf.uint8))
         return self._outputs(decoded)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32,
-                                                 name="images")])
+    @tf.function(input_signature=[IMAGES])
     def predict_images(self, images):
         return self._outputs(image_files.resize_to_cifar(images))
+
+    def save_for_tflite(self, folder: str) -> None:
+        """Saves ``predict_images`` to ``folder`` for TFLite's converter, without the guard
+        for no images (a tf.cond, on which TensorFlow 2.16's int8 converter crashes)."""
+        num_classes = self.class_names.shape[0]
+
+        def classify(images):  # as predict.make_classifier's, unguarded
+            logits = tf.cast(self.model(pipeline.eval_batch(images)), tf.float32)
+            return tf.nn.softmax(logits[:, :num_classes])
+
+        unguarded = tf.function(lambda images: self._outputs(
+            image_files.resize_to_cifar(images), classify), input_signature=[IMAGES])
+        tf.saved_model.save(self, folder, signatures={"predict_images": unguarded})
 
 
 def export(checkpoint: str, export_dir: str, weights: str = "averages",
@@ -90,8 +105,13 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
                     tf.saved_model.save(module, scratch, signatures={
                         "serving_default": module.predict_encoded,
                         "predict_images": module.predict_images})
-                    for choice in tflite:
-                        _write_tflite(scratch, choice, calibration)
+                    if tflite:
+                        source = os.path.join(scratch, ".tflite-source")
+                        module.save_for_tflite(source)
+                        for choice in tflite:
+                            _write_tflite(source, os.path.join(scratch, TFLITE_FILES[choice]),
+                                          choice, calibration)
+                        shutil.rmtree(source)
                     if os.path.lexists(target):
                         aside = os.path.join(export_dir, f".{step}-replaced-{uuid.uuid4().hex}")
                         os.rename(target, aside)
@@ -148,8 +168,9 @@ def calibration_images(batches_dir: str, count: int) -> np.ndarray:
     return np.stack([image.numpy() for image, _ in records.take(count)])
 
 
-def _write_tflite(saved_model_dir: str, choice: str, calibration: np.ndarray | None) -> None:
-    """``TFLITE_FILES[choice]`` from the ``predict_images`` signature.  int8 keeps float
+def _write_tflite(saved_model_dir: str, path: str, choice: str,
+                  calibration: np.ndarray | None) -> None:
+    """``path``: the ``choice`` of TFLite model of ``predict_images``.  int8 keeps float
     input and outputs (the signature's: images of any size, probabilities) with int8
     inside, calibrated at 32x32 on ``calibration``."""
     converter = tf.lite.TFLiteConverter.from_saved_model(
@@ -165,5 +186,5 @@ def _write_tflite(saved_model_dir: str, choice: str, calibration: np.ndarray | N
     with warnings.catch_warnings():  # calibration runs the deprecated tf.lite.Interpreter
         warnings.filterwarnings("ignore", "(?s).*tf.lite.Interpreter is deprecated")
         model = converter.convert()
-    with open(os.path.join(saved_model_dir, TFLITE_FILES[choice]), "wb") as f:
+    with open(path, "wb") as f:
         f.write(model)
