@@ -28,10 +28,12 @@ def trained(trained_run):
 
 @pytest.fixture(scope="module")
 def export(trained, tmp_path_factory):
-    """The version folder of step 6 exported with model.tflite."""
+    """The version folder of step 6 exported with each TFLite file."""
     root = tmp_path_factory.mktemp("exported")
     result = call("cifar10-export", f"--checkpoint_dir={trained[1]}",
-                  f"--export_dir={root / 'export'}", "--tflite")
+                  f"--export_dir={root / 'export'}", "--tflite=float32,float16,dynamic,int8",
+                  "--calibration_images=50", "--synthetic_data",
+                  f"--synthetic_records={RECORDS}", f"--data_dir={trained[0]}")
     assert result.returncode == 0, result.stderr
     return root / "export" / "6"
 
@@ -50,17 +52,20 @@ def scored(data_dir, eval_dir, *flags):
 
 def test_an_exported_model_scores_as_its_checkpoint(trained, export, tmp_path):
     """The SavedModel exactly (float32, the same crop and standardisation inside); the
-    float32 .tflite (LiteRT's kernels) within one example of the 50; both to a test loss
-    within 1e-4."""
+    float32 and float16 .tflite files (LiteRT's kernels) within one example of the 50, to a
+    test loss within 1e-3; the dynamic range and int8 ones within 5 and 0.05."""
     data_dir, train_dir = trained
     _, checkpoint = scored(data_dir, tmp_path / "checkpoint", f"--checkpoint_dir={train_dir}",
                            "--run_once")
-    for model, name, within in ((export, "6", 0), (export / "model.tflite", "model.tflite", 1)):
+    for name, within, loss in (("6", 0, 1e-4), ("model.tflite", 1, 1e-3),
+                               ("model-float16.tflite", 1, 1e-3),
+                               ("model-dynamic.tflite", 5, 0.05), ("model-int8.tflite", 5, 0.05)):
+        model = export / name if name.endswith(".tflite") else export
         line, record = scored(data_dir, tmp_path / name, f"--model={model}")
         assert line[1:] == ("6", name, str(RECORDS), "exported"), line
         assert record["checkpoint"] == str(model) and record["step"] == 6
         assert abs(record["correct"] - checkpoint["correct"]) <= within, (record, checkpoint)
-        assert record["loss"] == pytest.approx(checkpoint["loss"], abs=1e-4)
+        assert record["loss"] == pytest.approx(checkpoint["loss"], abs=loss)
         if not within:
             assert record["confusion_matrix"] == checkpoint["confusion_matrix"]
         assert event_tags(str(tmp_path / name))["Precision @ 1"] == [6]
