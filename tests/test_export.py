@@ -73,7 +73,9 @@ def exported(trained_run, tmp_path_factory):
                  f"--export_dir={root / 'export'}", "--tflite=int8,float16,float32,dynamic",
                  f"--data_dir={train_dir.parent / 'data'}", "--synthetic_data",
                  "--synthetic_records=50", "--calibration_images=40")
-    paths = write_pngs(root / "images", records_of(test_files)[0][:5])
+    images = records_of(test_files)[0][:5]  # and an all-black and an all-white image, on which
+    flat = [np.full_like(images[0], level) for level in (0, 255)]  # int8 must not divide by 0
+    paths = write_pngs(root / "images", np.concatenate([images, flat]))
     return root / "export", result, paths
 
 

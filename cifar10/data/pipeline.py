@@ -79,19 +79,20 @@ def apply_distortions(images: tf.Tensor, top: tf.Tensor, left: tf.Tensor, flip: 
 apply_distortions_fused = tf.function(apply_distortions, jit_compile=True)
 
 
-def standardize_batch(images: tf.Tensor) -> tf.Tensor:
-    """``tf.image.per_image_standardization`` of each image of a float32 batch."""
+def standardize_batch(images: tf.Tensor, min_std: float | None = None) -> tf.Tensor:
+    """``tf.image.per_image_standardization`` of each image of a float32 batch; ``min_std``
+    replaces its floor of the divisor, 1 / sqrt(number of values)."""
     num_values = float(CROP_SIZE * CROP_SIZE * ff.NUM_CHANNELS)
     mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
     std = tf.math.reduce_std(images, axis=[1, 2, 3], keepdims=True)
-    return (images - mean) / tf.maximum(std, 1.0 / num_values ** 0.5)
+    return (images - mean) / tf.maximum(std, min_std or 1.0 / num_values ** 0.5)
 
 
-def eval_batch(images: tf.Tensor) -> tf.Tensor:
+def eval_batch(images: tf.Tensor, min_std: float | None = None) -> tf.Tensor:
     """Central 24x24 crop and standardisation of uint8 images [b, 32, 32, 3]."""
     top = (ff.IMAGE_SIZE - CROP_SIZE) // 2
     crops = images[:, top:top + CROP_SIZE, top:top + CROP_SIZE, :]
-    return standardize_batch(tf.cast(crops, tf.float32))
+    return standardize_batch(tf.cast(crops, tf.float32), min_std)
 
 
 def _shard(ds: tf.data.Dataset, input_context: tf.distribute.InputContext | None) -> tf.data.Dataset:

@@ -31,6 +31,9 @@ TFLITE_FILES = {"float32": "model.tflite", "float16": "model-float16.tflite",
                 "dynamic": "model-dynamic.tflite", "int8": "model-int8.tflite"}
 
 
+# int8's floor of the standardisation's divisor, in pixel levels: the float one,
+# 1/sqrt(1728), is 0 in int8, and LiteRT's int8 division fails on a flat image.
+INT8_MIN_STD = 1.0
 IMAGES = tf.TensorSpec([None, None, None, 3], tf.float32, name="images")  # predict_images's input
 
 
@@ -60,13 +63,14 @@ class ServingModule(tf.Module):
     def predict_images(self, images):
         return self._outputs(image_files.resize_to_cifar(images))
 
-    def save_for_tflite(self, folder: str) -> None:
+    def save_for_tflite(self, folder: str, min_std: float | None = None) -> None:
         """Saves ``predict_images`` to ``folder`` for TFLite's converter, without the guard
-        for no images (a tf.cond, on which TensorFlow 2.16's int8 converter crashes)."""
+        for no images (a tf.cond, on which TensorFlow 2.16's int8 converter crashes);
+        ``min_std``: the standardisation's floor of the divisor (``eval_batch``)."""
         num_classes = self.class_names.shape[0]
 
         def classify(images):  # as predict.make_classifier's, unguarded
-            logits = tf.cast(self.model(pipeline.eval_batch(images)), tf.float32)
+            logits = tf.cast(self.model(pipeline.eval_batch(images, min_std)), tf.float32)
             return tf.nn.softmax(logits[:, :num_classes])
 
         unguarded = tf.function(lambda images: self._outputs(
@@ -105,12 +109,11 @@ def export(checkpoint: str, export_dir: str, weights: str = "averages",
                     tf.saved_model.save(module, scratch, signatures={
                         "serving_default": module.predict_encoded,
                         "predict_images": module.predict_images})
-                    if tflite:
+                    for choice in tflite:
                         source = os.path.join(scratch, ".tflite-source")
-                        module.save_for_tflite(source)
-                        for choice in tflite:
-                            _write_tflite(source, os.path.join(scratch, TFLITE_FILES[choice]),
-                                          choice, calibration)
+                        module.save_for_tflite(source, INT8_MIN_STD if choice == "int8" else None)
+                        _write_tflite(source, os.path.join(scratch, TFLITE_FILES[choice]),
+                                      choice, calibration)
                         shutil.rmtree(source)
                     if os.path.lexists(target):
                         aside = os.path.join(export_dir, f".{step}-replaced-{uuid.uuid4().hex}")
