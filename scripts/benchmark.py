@@ -21,7 +21,8 @@ Prints, each the median of several timed windows after a warm-up:
       --use_bf16), and the compute ceiling it sets for training (the train
       step's FLOPs per example at that rate);
   (h) the SavedModel of cifar10-export serving encoded PNG images, images/sec at
-      batch 1 and batch 128 (the checkpoint of (c));
+      batch 1 and batch 128 (the checkpoint of (c)); each TFLite file of
+      --tflite=float32,float16,dynamic,int8, its size and ms per image at batch 1 (LiteRT);
   (i) cifar10-predict on a folder of PNG images, from launch to its last line;
   (j) cifar10-prepare's conversion of a folder of 32x32 PNG images in 10 class
       folders into CIFAR-10 files, images/sec;

@@ -60,6 +60,9 @@ def test_benchmark_prints_every_figure_on_generated_data(benchmark, capsys):
                    r"\(g\) machine speed:" + NUMBER + r" GFLOP/s float32 matmul; at 105\.3 "
                                                       r"MFLOP per example",
                    r"\(h\) serving \(SavedModel\):" + NUMBER + " images/sec at batch 1",
+                   *(rf"    {name} +[0-9.]+ MB +[0-9.]+ ms per image$" for name in (
+                       "model.tflite", "model-float16.tflite", "model-dynamic.tflite",
+                       "model-int8.tflite")),
                    r"\(i\) cifar10-predict:" + NUMBER + " s for a folder of 4 PNG images",
                    r"\(j\) cifar10-prepare:" + NUMBER + r" images/sec \(30 PNG images",
                    r"\(l\) --deterministic:" + NUMBER + " examples/sec",

@@ -14,13 +14,14 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from bench import measure
 from cifar10.core.errors import Cifar10Error
 from cifar10.runs import layout
 from cifar10.data import pipeline as data
-from cifar10.evaluation import scoring
+from cifar10.evaluation import exported, scoring
 from cifar10.serving import export
 from cifar10.data import imagefiles, prepare
 from cifar10.model import Model
@@ -150,13 +151,27 @@ def _serving_rate(serve, images: list[tf.Tensor], batch_size: int, windows: int)
     return measure.median_rate(window, windows, calls * batch_size)
 
 
-def serving(args, train_dir: str, test_files: list[str], work: str) -> tuple[float, float]:
-    """(h): images/sec of the exported SavedModel on PNG bytes, at batch 1 and 128."""
-    target = export.export(layout.latest(train_dir).path, os.path.join(work, "export"))
+def serving(args, train_dir: str, test_files: list[str], batches_dir: str, work: str
+            ) -> tuple[float, float, list[tuple[str, int, float]]]:
+    """(h): images/sec of the exported SavedModel on PNG bytes, at batch 1 and 128; and
+    each TFLite file of the export (int8 calibrated on training images): (name, bytes,
+    seconds per image at batch 1 with LiteRT)."""
+    target = export.export(layout.latest(train_dir).path, os.path.join(work, "export"),
+                           tflite=list(export.TFLITE_FILES), print_fn=lambda line: None,
+                           calibration=export.calibration_images(batches_dir, 128))
     serve = tf.saved_model.load(target).signatures["serving_default"]
     images = [tf.io.encode_png(image) for image, _ in data.read_records(test_files).take(128)]
+    one = next(iter(data.read_records(test_files)))[0].numpy()[None].astype(np.float32)
+    files = []
+    for name in export.TFLITE_FILES.values():
+        path = os.path.join(target, name)
+        runner = exported.litert_interpreter(path).get_signature_runner(exported.SIGNATURE)
+        runner(images=one)  # warm-up
+        rate = measure.median_rate(lambda: [runner(images=one) for _ in range(64)],
+                                   args.windows, 64)
+        files.append((name, os.path.getsize(path), 1 / rate))
     return (_serving_rate(serve, images, 1, args.windows),
-            _serving_rate(serve, images, 128, args.windows))
+            _serving_rate(serve, images, 128, args.windows), files)
 
 
 def predict_folder(args, train_dir: str, test_files: list[str], work: str) -> float:

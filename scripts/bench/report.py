@@ -109,9 +109,12 @@ def figure_speed(s: Setting) -> list[str]:
 
 
 def figure_serving(s: Setting) -> list[str]:
-    one, many = programs.serving(s.args, s.train_dir, s.test_files, s.work)
+    one, many, files = programs.serving(s.args, s.train_dir, s.test_files, s.batches_dir,
+                                        s.work)
     return [(f"(h) serving (SavedModel):    {one:9.1f} images/sec at batch 1, {many:.1f} at "
-             f"batch 128 (PNG bytes in)")]
+             f"batch 128 (PNG bytes in); TFLite with LiteRT at batch 1 (decoded images in):"),
+            *(f"    {name:22} {size / 1e6:5.2f} MB {seconds * 1e3:8.3f} ms per image"
+              for name, size, seconds in files)]
 
 
 def figure_predict(s: Setting) -> list[str]:
