@@ -65,7 +65,7 @@ def _tflite(path: str):
         return np.concatenate([runner(images=part.astype(np.float32))["probabilities"]
                                for part in parts])
 
-    # Known once run; on a noise image (int8 fails on a flat one, its deviation quantized to 0).
+    # The class count, known once run (on any image).
     num_classes = run(np.random.default_rng(0).integers(0, 256, [1, 32, 32, 3])).shape[-1]
 
     def model(images):
