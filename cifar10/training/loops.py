@@ -138,7 +138,8 @@ class LoopController:
             self.save(end)
         if self._validates(end) and self.cluster.is_chief:
             with self.meter.clock_stopped():  # in no rate, nor in the watchdog's calls
-                self.rows.setdefault(end, {}).update(self.validation(end))
+                self.rows.setdefault(end, {}).update(self.validation(end),
+                                                     epoch=self.meter.epoch())
         self._write_rows()
 
     def _write_rows(self) -> None:

@@ -130,7 +130,7 @@ class ProgressMeter:
         self.trainer, self.print_fn, self.on_report = trainer, print_fn, on_report
         self.start_step = self.step = start
         self.began = time.monotonic()  # the run's wall time counts from here
-        self.start_epoch = self._epoch()
+        self.start_epoch = self.epoch()
         # Steps began, ended; the last report's step time, and the last loop's end.
         self.clock = self.ended = self.last = self.loop_ended = self.began
         self.last_step = start  # the last report's step
@@ -138,7 +138,8 @@ class ProgressMeter:
         self.loss: float | None = None
         self.skipped = 0  # steps skipped for non-finite gradients (--use_fp16), so far
 
-    def _epoch(self) -> float:
+    def epoch(self) -> float:
+        """Epochs of examples trained so far."""
         return int(self.trainer.state.examples_seen.numpy()) / self.trainer.examples_per_epoch
 
     def steps_begin(self) -> None:
@@ -217,6 +218,6 @@ class ProgressMeter:
         """The run's figures, as ``TrainResult``'s fields, once the steps ended."""
         steps = self.step - self.start_step
         return {"seconds": time.monotonic() - self.began, "start_epoch": self.start_epoch,
-                "epoch": self._epoch(), "loss": self.loss,
+                "epoch": self.epoch(), "loss": self.loss,
                 "examples_per_sec": (steps * self.trainer.global_batch
                                      / max(self.ended - self.clock, 1e-9))}

@@ -46,7 +46,7 @@ class Validation:
 
     def __call__(self, step: int) -> dict[str, float]:
         """Scores, prints the line, writes the summaries and offers the best checkpoint:
-        the pass's row of the metrics file (step, epoch, precision, test_loss)."""
+        the pass's row of the metrics file (step, precision, test_loss)."""
         began = time.monotonic()
         averages = self.trainer.state.averages
         if self._model is None:
@@ -70,7 +70,4 @@ class Validation:
                           scored.examples, seconds, rank,
                           " on SYNTHETIC data" if scored.synthetic else ""))
         self.ran = True
-        epoch = (int(self.trainer.state.examples_seen.numpy())
-                 / self.trainer.examples_per_epoch)
-        return {"step": step, "epoch": epoch, "precision": scored.precision,
-                "test_loss": scored.loss}
+        return {"step": step, "precision": scored.precision, "test_loss": scored.loss}
