@@ -195,11 +195,14 @@ def graph_inputs_read(tensor):
     return found
 
 
-def test_whether_the_next_step_runs_depends_on_the_step_count_only(tmp_path):
+@pytest.mark.parametrize("use_fp16, replicas", [(False, 1), (True, 2)])
+def test_whether_the_next_step_runs_depends_on_the_step_count_only(tmp_path, use_fp16,
+                                                                   replicas):
     """No host round trip inside a loop: its While's condition (and the summary step's If)
-    reads the loop's counter and the call's step count, never a value a step computed."""
-    trainer = trainer_of(tmp_path)
-    iterator = fixed_batches(trainer.strategy, *random_batches(1, BATCH), 1)
+    reads the loop's counter and the call's step count, never a value a step computed
+    (such as --use_fp16's loss scale after the all-reduce)."""
+    trainer = trainer_of(tmp_path, replicas, use_fp16=use_fp16)
+    iterator = fixed_batches(trainer.strategy, *random_batches(1, replicas * BATCH), 1)
     for with_summaries in (False, True):
         graph = trainer._fns[with_summaries, False].get_concrete_function(
             iterator, tf.TensorSpec([], tf.int32)).graph
