@@ -296,24 +296,32 @@ def test_each_weight_decay_term_is_summarised_raw_and_smoothed_also_after_a_rest
 
 def test_each_replica_reads_its_own_shard_and_gpu_replicas_get_it_on_their_device(
         learnable_files, tmp_path, monkeypatch):
-    """Per-replica pipelines on CPU replicas; GPU replicas' options (forced) train too."""
+    """Per-replica pipelines on CPU replicas, sharing the host's cores, in order where
+    --deterministic asks; GPU replicas' options (forced: one pipeline) train too."""
     files, count = learnable_files
-    contexts = []
+    calls = []
     real = data.train_dataset
-    monkeypatch.setattr(data, "train_dataset", lambda *args, input_context=None, **kwargs: (
-        contexts.append(input_context), real(*args, input_context=input_context, **kwargs))[1])
-    trainer = trainer_of(tmp_path, 2)
-    images, labels = next(iter(trainer.dataset(files)))
-    assert [(c.input_pipeline_id, c.num_input_pipelines) for c in contexts] == [(0, 2), (1, 2)]
+    monkeypatch.setattr(data, "train_dataset", lambda *args, **kwargs: (
+        calls.append(kwargs), real(*args, **kwargs))[1])
+    for deterministic in (True, False):
+        trainer = trainer_of(tmp_path / str(deterministic), 2, deterministic=deterministic)
+        images, labels = next(iter(trainer.dataset(files)))
+    assert [(c["input_context"].input_pipeline_id, c["input_context"].num_input_pipelines,
+             c["local_pipelines"], c["deterministic"]) for c in calls] == [
+        (0, 2, 2, True), (1, 2, 2, True), (0, 2, 2, False), (1, 2, 2, False)]
     local = trainer.strategy.experimental_local_results(images)
     assert [x.shape for x in local] == [(BATCH, 24, 24, 3)] * 2
     assert not np.array_equal(local[0].numpy(), local[1].numpy())
 
+    # A strategy of its own: TensorFlow keeps a PER_REPLICA call's pipelines for later calls.
+    trainer = trainer_of(tmp_path / "gpu", 2)
     trainer.input_options = devices.input_options(trainer.strategy, device_type="GPU")
     assert trainer.input_options.experimental_fetch_to_device
     assert trainer.input_options.experimental_replication_mode == \
         tf.distribute.InputReplicationMode.PER_WORKER
     iterator = iter(trainer.dataset(files))
+    assert [(c["input_context"].num_input_pipelines, c["local_pipelines"])
+            for c in calls[4:]] == [(1, 1)]
     images, _ = next(iterator)
     assert [v.device.endswith(f"CPU:{i}") for i, v in
             enumerate(trainer.strategy.experimental_local_results(images))] == [True, True]
