@@ -12,6 +12,7 @@ import subprocess
 import sys
 import types
 
+import fakegpus
 import pytest
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
@@ -158,6 +159,14 @@ def test_ctrl_c_is_one_line_status_130_and_the_temporary_folder_removed(benchmar
     assert benchmark.benchmark.main(["--figures=g"]) == 130
     assert capsys.readouterr().err == "benchmark.py: interrupted\n"
     assert os.listdir(tmp_path) == []
+
+
+def test_num_gpus_0_hides_every_gpu(benchmark, monkeypatch):
+    """As the programs that do not train on GPUs: none of their memory mapped."""
+    gpus = fakegpus.FakeGPUs(monkeypatch, fakegpus.H200, fakegpus.H200)
+    assert benchmark.benchmark.main(["--num_gpus=0", "--figures=g", "--windows=1",
+                                     "--records_per_file=16"]) == 0
+    assert gpus.state() == ([], [], {})
 
 
 def test_a_program_that_does_not_stop_on_sigterm_is_killed(benchmark, tmp_path):
