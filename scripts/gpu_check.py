@@ -1,12 +1,13 @@
-"""Checks cifar10 on the first GPU at hand and prints one table (docs/performance.md,
-"Check a GPU machine"): examples/sec of the step alone, the input alone, end-to-end and
-evaluation (scripts/benchmark.py's (a)-(d)) and a short run's loss, in float32, TF32,
-float16 and bfloat16; that the compiled CPU kernels stay off the GPU; the GPU memory of a
---num_gpus=0 run; two replicas on one GPU; cifar10-export and cifar10-eval; the seconds
-from SIGTERM to a trainer's exit.  Each part runs programs, each with a time limit,
-within --budget_secs in all; everything is written under one new folder, their output in
-its logs/.  Exits 1 naming the parts that failed; without a GPU the GPU-only parts say so
-and are skipped.  --quick: float32 and a few steps (the tests).
+"""Checks cifar10 on the first GPU at hand and prints one table of what works and how fast.
+
+docs/performance.md, "Check a GPU machine": examples/sec of the step alone, the input alone,
+end-to-end and evaluation (scripts/benchmark.py's (a)-(d)) and a short run's loss, in
+float32, TF32, float16 and bfloat16; the compiled CPU kernels off the GPU; the GPU memory of
+a --num_gpus=0 run; two replicas on one GPU; cifar10-export and cifar10-eval; the seconds
+from SIGTERM to a trainer's exit.  Each part runs programs, each with a time limit, within
+--budget_secs in all, writing under one new folder, their output in its logs/.  Exits 1
+naming the parts that failed (without a GPU the GPU-only ones are skipped); stopped (Ctrl-C,
+SIGTERM), 130 after the rows measured so far.  --quick: float32 and a few steps (the tests).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import contextlib
 import glob
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 
 try:
     from cifar10.cli.process import ArgumentParser
@@ -37,8 +38,9 @@ LOSS_TAG = "total_loss (raw)"
 LOSS_TOLERANCE = 0.2  # |loss - float32's|; bfloat16 on a CPU: 0.01 at 200 steps
 CPU_RUN_MIB = 64  # GPU memory a --num_gpus=0 run may seem to add (other processes')
 # Seconds each program may take (the benchmark: per precision), within --budget_secs.
-LIMITS = {"data": 60, "loss": 90, "export": 60, "eval": 90, "cpu": 90, "split": 120,
-          "speed": 150}
+# "first": the first on a GPU may JIT-compile TensorFlow's PTX (no sm_90 code in its wheels).
+LIMITS = {"data": 60, "first": 300, "loss": 90, "export": 60, "eval": 90, "cpu": 90,
+          "split": 120, "speed": 150}
 SPEED_ROWS = (("a", "step alone, ex/s per GPU"), ("b", "input alone, ex/s (host)"),
               ("c", "end-to-end, ex/s per GPU"), ("d", "evaluation, ex/s per GPU"))
 # (steps of the loss runs, records per generated file, the benchmark's windows, the
@@ -96,11 +98,22 @@ class Check:
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=self.path("tmp"),
                         MPLCONFIGDIR=self.path("tmp"), CUDA_DEVICE_ORDER="PCI_BUS_ID",
                         CUDA_VISIBLE_DEVICES=self.gpu_id)  # the first GPU only
+        # CUDA's cache of the kernels compiled from PTX at its most, 4 GiB: each compiled once
+        self.env.setdefault("CUDA_CACHE_MAXSIZE", str(4 << 30))
         self.gpu_name = nvidia_smi(self.gpu_id, "name")
         self.trained: dict = {}
-        self.on_gpu = False
+        self.on_gpu, self.machine = False, ""  # (the benchmark's machine line)
         # Why the GPU-only parts are skipped.
         self.no_gpu = "the GPU is not TensorFlow's" if self.gpu_name else "no GPU"
+        self.loss_label = f"loss, mean of steps {self.steps // 2 + 1}-{self.steps}"
+        self.rows = {label: (label, {}, "not run") for label in (  # the table's, in order
+            "GPU", *(label for _, label in SPEED_ROWS), self.loss_label, "compiled CPU kernels",
+            "GPU memory of a --num_gpus=0 run", "two replicas on one GPU", "cifar10-export",
+            "cifar10-eval", "SIGTERM to exit")}
+
+    def done(self, *rows: tuple) -> None:
+        """``rows`` measured: in the table."""
+        self.rows.update((r[0], r) for r in rows)
 
     def path(self, *names: str) -> str:
         return os.path.join(self.dir, *names)
@@ -118,8 +131,12 @@ class Check:
         SIGKILL 10 s later)."""
         seconds, log = self.limit(part), self.path("logs", f"{name}.log")
         say(f"{name} ...")
-        with open(log, "w") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        try:
+            with open(log, "w") as out:
+                proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                        env=self.env)
+        except OSError as e:
+            raise Failed(f"cannot start {command[0]}: {e.strerror or e}") from None
         try:
             yield proc, wait(proc, log, seconds, step)
         finally:
@@ -143,8 +160,14 @@ class Check:
                                                    "--steps_per_loop=1"), step)
 
     def train(self, name: str, *flags: str) -> list[str]:
-        return [os.path.join(BIN, "cifar10-train"), f"--data_dir={self.path('data')}",
+        return [installed("cifar10-train"), f"--data_dir={self.path('data')}",
                 f"--train_dir={self.path('runs', name)}", *flags]
+
+
+def installed(name: str) -> str:
+    """cifar10's program ``name``: beside this Python, else on PATH (pip --user)."""
+    beside = os.path.join(BIN, name)
+    return beside if os.path.exists(beside) else shutil.which(name) or beside
 
 
 def nvidia_smi(gpu: str, query: str) -> str | None:
@@ -201,9 +224,9 @@ def losses(c: Check, precisions: list[str]) -> dict[str, object]:
     for precision in precisions:
         name = f"loss-{precision}"
         try:
-            c.run("loss", name, c.train(name, f"--max_steps={c.steps}", "--seed=1",
-                                        f"--summary_steps={every}", f"--log_frequency={every}",
-                                        "--deterministic", *PRECISIONS[precision]))
+            c.run("first" if precision == "float32" else "loss", name, c.train(
+                name, f"--max_steps={c.steps}", "--seed=1", f"--summary_steps={every}",
+                f"--log_frequency={every}", "--deterministic", *PRECISIONS[precision]))
             results[precision] = mean_loss(c.path("runs", name), c.steps)
         except Failed as e:
             results[precision] = e
@@ -221,25 +244,29 @@ def loss_cell(precision: str, loss: object, reference: object) -> object:
     return f"{loss:.3f} ({loss - reference:+.3f})"
 
 
-def speeds(c: Check, precisions: list[str]) -> tuple[dict[str, dict], str]:
-    """({figure letter: {precision: examples/sec, or Failed}} of scripts/benchmark.py's
-    (a)-(d), its machine line)."""
-    figures: dict[str, dict] = {letter: {} for letter, _ in SPEED_ROWS}
-    machine = ""
+def speeds(c: Check, precisions: list[str], skipped: str) -> None:
+    """The rows of scripts/benchmark.py's (a)-(d), examples/sec per precision (or Failed),
+    in c.rows as each precision is measured; its machine line in c.machine.  Off the GPU,
+    the quick windows (a CPU takes minutes for the GPU's)."""
+    figures = {letter: dict.fromkeys(precisions, "not run") for letter, _ in SPEED_ROWS}
     for precision in precisions:
+        name, error = f"speed-{precision}", None
+        log = c.path("logs", f"{name}.log")
         try:
-            out = c.run("speed", f"speed-{precision}", [
+            c.run("speed", name, [
                 sys.executable, os.path.join(HERE, "benchmark.py"), "--figures=a,b,c,d",
-                f"--data_dir={c.path('data')}", *c.windows,
+                f"--data_dir={c.path('data')}", *(c.windows if c.on_gpu else MODES[True][2]),
                 *(["--num_gpus=1"] if c.on_gpu else []), *PRECISIONS[precision]])
-            found = dict(re.findall(r"^\(([a-d])\)[^:]*:\s+([0-9.]+) examples/sec", out, re.M))
-            machine = machine or "".join(re.findall(r"^machine: (.*)$", out, re.M)[:1])
         except Failed as e:
-            found = {letter: e for letter, _ in SPEED_ROWS}
-        for letter, _ in SPEED_ROWS:
-            rate = found.get(letter, Failed(f"no figure ({letter}) in its output"))
-            figures[letter][precision] = rate if isinstance(rate, Failed) else f"{float(rate):,.0f}"
-    return figures, machine
+            error = e
+        out = read(log) if os.path.exists(log) else ""  # (its figures before a failure too)
+        found = dict(re.findall(r"^\(([a-d])\)[^:]*:\s+([0-9.]+) examples/sec", out, re.M))
+        c.machine = c.machine or "".join(re.findall(r"^machine: (.*)$", out, re.M)[:1])
+        for letter, label in SPEED_ROWS:
+            rate = found.get(letter)
+            figures[letter][precision] = f"{float(rate):,.0f}" if rate else (
+                error or Failed(f"no figure ({letter}) in its output"))
+            c.done(row(label, figures[letter], skipped))
 
 
 def gpu(c: Check) -> str:
@@ -266,12 +293,20 @@ def kernels(c: Check) -> str:
 def cpu_run_memory(c: Check) -> str:
     if not (c.on_gpu and c.gpu_name):
         return f"skipped: {'nvidia-smi not found' if c.on_gpu else c.no_gpu}"
-    before = int(nvidia_smi(c.gpu_id, "memory.used") or 0)
+    before = memory_used(c)
     with c.training("cpu", "cpu", "--num_gpus=0", "--kernels=tensorflow", step=1):
-        added = int(nvidia_smi(c.gpu_id, "memory.used") or 0) - before
+        added = memory_used(c) - before
     if added > CPU_RUN_MIB:
         raise Failed(f"{added} MiB more in use while it trained: it holds GPU memory")
     return f"{max(added, 0)} MiB more in use while it trained (nvidia-smi)"
+
+
+def memory_used(c: Check) -> int:
+    """The GPU's memory in use, MiB (nvidia-smi); Failed where it gives no number."""
+    value = nvidia_smi(c.gpu_id, "memory.used")
+    if not (value or "").isdigit():  # ([N/A] on MIG or vGPU)
+        raise Failed(f"nvidia-smi gives GPU {c.gpu_id}'s memory.used as {value or 'nothing'}")
+    return int(value)
 
 
 def split_and_sigterm(c: Check) -> list[tuple]:
@@ -288,9 +323,13 @@ def split_and_sigterm(c: Check) -> list[tuple]:
             except subprocess.TimeoutExpired:
                 raise Failed(f"still running 60 s after SIGTERM (see {log})") from None
         out = read(log)
-        if c.on_gpu:
-            split = ("ok: 2 replicas trained past step 20" if " 2 replica(s)" in out else
-                     f"FAILED: no line says 2 replica(s) (see {log})")
+        if c.on_gpu:  # (its record's devices: the kind of GPU, and whose slice)
+            kinds = [d["kind"] for d in (records.last_record(c.path("runs", "split")) or {}
+                                         ).get("devices", []) if "GPU" in d["name"].upper()]
+            split = (f"ok: 2 replicas trained past step 20, each on {kinds[0]}"
+                     if len(kinds) == 2 and kinds[0] == kinds[1] and ", slice of " in kinds[0]
+                     else f"FAILED: its run record shows {kinds or 'no GPU'}, not 2 slices of "
+                     f"one GPU (see {c.path('runs', 'split')})")
         stopped = re.search(r"^Stopped at step (\d+); saved ", out, re.M)
         sigterm = (f"ok: {seconds:.1f} s, checkpoint of step {stopped[1]} saved"
                    if stopped and status == 0 else f"FAILED: exit status {status} after "
@@ -301,7 +340,7 @@ def split_and_sigterm(c: Check) -> list[tuple]:
 
 
 def export(c: Check) -> str:
-    c.run("export", "export", [os.path.join(BIN, "cifar10-export"),
+    c.run("export", "export", [installed("cifar10-export"),
                                f"--checkpoint_dir={c.path('runs', 'loss-float32')}",
                                f"--export_dir={c.path('export')}"])
     saved = glob.glob(c.path("export", "*", "saved_model.pb"))
@@ -311,7 +350,7 @@ def export(c: Check) -> str:
 
 
 def evaluation(c: Check) -> str:
-    out = c.run("eval", "eval", [os.path.join(BIN, "cifar10-eval"), "--run_once",
+    out = c.run("eval", "eval", [installed("cifar10-eval"), "--run_once",
                                  f"--checkpoint_dir={c.path('runs', 'loss-float32')}",
                                  f"--eval_dir={c.path('eval')}", f"--data_dir={c.path('data')}"])
     precision = re.search(r"precision @ 1 = ([0-9.]+)", out)
@@ -323,26 +362,23 @@ def evaluation(c: Check) -> str:
     return f"precision @ 1 = {precision[1]} on {', '.join(on_gpu(record)) or 'the CPU'}"
 
 
-def checks(c: Check) -> tuple[list[tuple], str]:
-    """Runs every part (the longest last); the table's rows and the benchmark's machine."""
+def checks(c: Check) -> None:
+    """Runs every part (the longest last), each row in c.rows once measured."""
     loss = losses(c, ["float32"])  # first: it shows whether TensorFlow trains on a GPU
     c.trained = records.last_record(c.path("runs", "loss-float32")) or {}
     c.on_gpu = bool(on_gpu(c.trained))
     precisions = list(PRECISIONS) if c.on_gpu and not c.quick else ["float32"]
     skipped = "" if len(precisions) > 1 else (
         f"TF32, float16, bfloat16 skipped: {'--quick' if c.quick else c.no_gpu}")
+    c.done(single("GPU", gpu, c), single("compiled CPU kernels", kernels, c))
     loss.update(losses(c, precisions[1:]))
-    exported, evaluated, memory = (single(label, part, c) for label, part in (
-        ("cifar10-export", export), ("cifar10-eval", evaluation),
-        ("GPU memory of a --num_gpus=0 run", cpu_run_memory)))
-    split, sigterm = split_and_sigterm(c)
-    figures, machine = speeds(c, precisions)
-    return [single("GPU", gpu, c),
-            *(row(label, figures[letter], skipped) for letter, label in SPEED_ROWS),
-            row(f"loss, mean of steps {c.steps // 2 + 1}-{c.steps}",
-                {p: loss_cell(p, v, loss.get("float32")) for p, v in loss.items()}, skipped),
-            single("compiled CPU kernels", kernels, c), memory, split, exported, evaluated,
-            sigterm], machine
+    c.done(row(c.loss_label, {p: loss_cell(p, v, loss.get("float32")) for p, v in loss.items()},
+               skipped))
+    for label, part in (("cifar10-export", export), ("cifar10-eval", evaluation),
+                        ("GPU memory of a --num_gpus=0 run", cpu_run_memory)):
+        c.done(single(label, part, c))
+    c.done(*split_and_sigterm(c))
+    speeds(c, precisions, skipped)
 
 
 def table(rows: list[tuple]) -> list[str]:
@@ -361,8 +397,8 @@ def parse_args(argv):
                                  "temporary folder, kept for its logs)")
     p.add_argument("--quick", action="store_true",
                    help="float32 only and a few steps: the check's own test")
-    p.add_argument("--budget_secs", type=float, default=600,
-                   help="the most seconds the parts may take in all (default 600)")
+    p.add_argument("--budget_secs", type=float, default=540,  # (10 minutes with a margin)
+                   help="the most seconds the parts may take in all (default 540)")
     args = p.parse_args(argv)
     if args.dir is None:
         args.dir = tempfile.mkdtemp(prefix="cifar10-gpu-check-")
@@ -382,18 +418,26 @@ def main(argv=None) -> int:
         say(f"error: cannot generate the data: {e}")
         return 1
     try:
-        rows, machine = checks(c)
+        checks(c)
     except KeyboardInterrupt:  # (SIGTERM too) its programs stopped
-        say(f"interrupted; what it wrote is in {c.dir}")
-        return 130
+        return report(c, interrupted=True)
+    return report(c)
+
+
+def report(c: Check, interrupted: bool = False) -> int:
+    """Prints the table (the rows not measured 'not run'); the exit status: 130 where
+    ``interrupted``, else 1 where a part failed."""
+    machine = c.machine or f"TensorFlow {c.trained.get('tensorflow', '?')}"
+    took = "interrupted after" if interrupted else "checked in"
     print(f"cifar10 GPU check, {time.strftime('%Y-%m-%d')}{', --quick' if c.quick else ''}: "
-          f"{c.gpu_name or 'no GPU'}; {machine or 'TensorFlow ' + metadata.version('tensorflow')}"
-          f"; checked in {time.monotonic() - c.start:.0f} s; logs in {c.path('logs')}\n")
-    print("\n".join(table(rows)), flush=True)
-    failed = [label for label, _, status in rows if status.startswith("FAILED")]
-    if failed:
-        say(f"FAILED: {'; '.join(failed)}")
-    return 1 if failed else 0
+          f"{c.gpu_name or 'no GPU'}; {machine}; {took} {time.monotonic() - c.start:.0f} s; "
+          f"logs in {c.path('logs')}\n")
+    print("\n".join(table(list(c.rows.values()))), flush=True)
+    failed = [label for label, _, status in c.rows.values() if status.startswith("FAILED")]
+    if interrupted or failed:
+        say(f"interrupted; what it wrote is in {c.dir}" if interrupted
+            else f"FAILED: {'; '.join(failed)}")
+    return 130 if interrupted else 1 if failed else 0
 
 
 def say(line: str) -> None:

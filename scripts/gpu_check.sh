@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks cifar10 on this machine's first GPU in at most 10 minutes and prints one table
 # (docs/performance.md, "Check a GPU machine"); scripts/gpu_check.py does the work:
-#   bash scripts/gpu_check.sh [--quick] [--dir=NEW_FOLDER] [--budget_secs=600]
+#   bash scripts/gpu_check.sh [--quick] [--dir=NEW_FOLDER] [--budget_secs=540]
 # Its Python: $PYTHON, else the active virtual environment's, else the clone's .venv.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
