@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 import tensorflow as tf
 
@@ -71,5 +72,24 @@ def nvidia_smi(tmp_path, monkeypatch, *memory_mb: int | str, fails: bool = False
     script.parent.mkdir(exist_ok=True)
     script.write_text("#!/bin/sh\n" + ("echo 'NVIDIA-SMI has failed' >&2; exit 9\n" if fails
                                        else f"printf '{rows}'\n"))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def nvidia_smi_queries(tmp_path, monkeypatch, **answers: list[str]) -> None:
+    """A fake nvidia-smi first on PATH that answers ``--query-gpu=QUERY`` (QUERY's dots
+    as _ in ``answers``) with the next of its answers at each call, the last one again
+    after them; exit status 9 for a query without answers."""
+    script = tmp_path / "bin" / "nvidia-smi"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nanswers, calls = {answers!r}, {f'{script}.calls'!r}\n"
+        "query = sys.argv[1].split('=', 1)[1].replace('.', '_')\n"
+        "with open(calls, 'a+') as f:\n"
+        "    f.write(query + '\\n')\n"
+        "    f.seek(0)\n"
+        "    n = f.read().split().count(query)\n"
+        "values = answers.get(query) or sys.exit(9)\n"
+        "print(values[min(n, len(values)) - 1])\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
