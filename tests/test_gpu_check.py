@@ -243,9 +243,3 @@ def test_interrupted_it_prints_the_rows_measured_the_others_not_run_and_exits_13
     assert all(cells == ["", "", "", "", "not run"] for cells in rows.values())
     assert err.splitlines()[-1].startswith("gpu_check.py: interrupted; what it wrote is in ")
 
-
-def test_its_help_describes_it_in_one_whole_sentence(gpu_check, capsys):
-    with pytest.raises(SystemExit):
-        gpu_check.parse_args(["--help"])
-    assert ("Checks cifar10 on the first GPU at hand and prints one table of what works and "
-            "how fast.") in " ".join(capsys.readouterr().out.split())
