@@ -412,12 +412,12 @@ def main(argv=None) -> int:
     c = Check(args)
     say(f"writing under {c.dir}")
     try:
-        c.run("data", "data", [sys.executable, os.path.join(HERE, "make_synthetic_data.py"),
-                               c.path("data"), f"--records_per_file={c.records_per_file}"])
-    except Failed as e:
-        say(f"error: cannot generate the data: {e}")
-        return 1
-    try:
+        try:
+            c.run("data", "data", [sys.executable, os.path.join(HERE, "make_synthetic_data.py"),
+                                   c.path("data"), f"--records_per_file={c.records_per_file}"])
+        except Failed as e:
+            say(f"error: cannot generate the data: {e}")
+            return 1
         checks(c)
     except KeyboardInterrupt:  # (SIGTERM too) its programs stopped
         return report(c, interrupted=True)
