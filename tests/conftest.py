@@ -36,8 +36,10 @@ with contextlib.suppress(build.KernelBuildError):  # before any test: none says 
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
 
 # A suite started in the background of a non-interactive shell inherits SIGINT ignored,
-# and so would every program it starts: the Ctrl-C tests need Python's own handler.
+# and under nohup SIGHUP, and so would every program it starts: the Ctrl-C tests need
+# Python's own handler, and the wait for the workers ends a program by SIGHUP (status 1).
 signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
