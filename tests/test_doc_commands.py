@@ -5,7 +5,9 @@ folder that holds data/ (generated CIFAR-10, where it is downloaded to), cat.png
 photos/ (a few .png and .jpg), my_photos/{cat,dog,bird}/0001.jpg to 0006.jpg and
 scripts/ (as a clone does); ```python blocks run alike. A block that cannot run here
 says why on its fence line: ```bash network (or cluster, gpu, server, root). ```text
-and plain blocks never run. A command prints no warning (but --num_gpus's on a CPU). Name folders relative to the working folder.
+and plain blocks never run. A command prints no warning (but the machine's: --num_gpus
+on a CPU, --use_bf16 without bfloat16 instructions). Name folders relative to the working
+folder.
 
 How the programs are made small: the folder's .venv/bin, first on PATH, holds stand-ins
 for the cifar10-* programs and python (scripts/benchmark.py) that run the real ones
@@ -41,8 +43,10 @@ WORDS = ("network", "cluster", "gpu", "server", "root")  # why a block is not ru
 HANG_GUARD_S = 600  # a block that runs longer is stuck (not a timing check)
 STEPS = re.compile(r"(?:--max_steps=|--profile_steps=|model\.ckpt-|export/)\d+(?:,\d+)?")
 TMP = re.compile(r"(?<![\w.~/-])/tmp(?=/|\b)")
-# The one warning a page's command may print: the README's --num_gpus=4 on a machine without.
-WARNING = re.compile(r"^cifar10-\w+: warning: (?!--num_gpus=\d+ but this machine has)", re.M)
+# The warnings a page's command may print, the machine's: --num_gpus=4 on a machine without
+# GPUs, --use_bf16 on a CPU without bfloat16 instructions.
+WARNING = re.compile(r"^cifar10-\w+: warning: (?!--num_gpus=\d+ but this machine has|"
+                     r"--use_bf16: this CPU has no bfloat16)", re.M)
 ABSOLUTE = re.compile(r"(?:^|[\s=:'\"(])(/(?!tmp\b|dev/|proc/)[A-Za-z][\w.-]*)", re.M)
 
 
