@@ -68,21 +68,15 @@ def nvidia_smi(tmp_path, monkeypatch, *memory_mb: int | str, fails: bool = False
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     rows = "".join(f"{i}, GPU-{i}abc, {mb}, {'Enabled' if mig else 'Disabled'}\n"
                    for i, mb in enumerate(memory_mb))
-    script = tmp_path / "bin" / "nvidia-smi"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text("#!/bin/sh\n" + ("echo 'NVIDIA-SMI has failed' >&2; exit 9\n" if fails
-                                       else f"printf '{rows}'\n"))
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+    _on_path(tmp_path, monkeypatch, lambda script: "#!/bin/sh\n" + (
+        "echo 'NVIDIA-SMI has failed' >&2; exit 9\n" if fails else f"printf '{rows}'\n"))
 
 
 def nvidia_smi_queries(tmp_path, monkeypatch, **answers: list[str]) -> None:
     """A fake nvidia-smi first on PATH that answers ``--query-gpu=QUERY`` (QUERY's dots
     as _ in ``answers``) with the next of its answers at each call, the last one again
     after them; exit status 9 for a query without answers."""
-    script = tmp_path / "bin" / "nvidia-smi"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(
+    _on_path(tmp_path, monkeypatch, lambda script: (
         f"#!{sys.executable}\nimport sys\nanswers, calls = {answers!r}, {f'{script}.calls'!r}\n"
         "query = sys.argv[1].split('=', 1)[1].replace('.', '_')\n"
         "with open(calls, 'a+') as f:\n"
@@ -90,6 +84,13 @@ def nvidia_smi_queries(tmp_path, monkeypatch, **answers: list[str]) -> None:
         "    f.seek(0)\n"
         "    n = f.read().split().count(query)\n"
         "values = answers.get(query) or sys.exit(9)\n"
-        "print(values[min(n, len(values)) - 1])\n")
+        "print(values[min(n, len(values)) - 1])\n"))
+
+
+def _on_path(tmp_path, monkeypatch, text) -> None:
+    """tmp_path/bin/nvidia-smi, holding ``text(its path)``, first on PATH."""
+    script = tmp_path / "bin" / "nvidia-smi"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(text(script))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
